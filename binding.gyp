@@ -1,0 +1,20 @@
+{
+  "targets": [
+    {
+      "target_name": "pagefault_rdma",
+      "sources": [
+        "native/addon.cc",
+        "native/region.cc",
+        "native/uffd.cc",
+        "native/toucher.cc",
+        "native/copy_engine.cc"
+      ],
+      "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
+      "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"],
+      "cflags!": ["-fno-exceptions"],
+      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
+      "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-fstack-protector-strong"],
+      "ldflags": ["-pthread"]
+    }
+  ]
+}

@@ -1,0 +1,50 @@
+// The native toucher: a thread of the addon's own (never the JS thread, never the libuv
+// pool) that reads or writes a range page by page and reports what it saw. Its faults
+// are genuine faults of a non-JS thread, like those of a DMA engine's copy thread.
+import { binding, TouchMode } from '../native/index.js';
+import type { Region } from './region.js';
+import { checkBool, checkInt, checkObject, invalidArg } from './validate.js';
+
+export interface TouchOptions {
+  offset?: number;
+  length?: number;
+  /** 'read' (default): copy the bytes out; 'write': fill every byte with `fill`. */
+  access?: 'read' | 'write';
+  /** Touch one byte per page instead of every byte (cheapest way to fault each page). */
+  probe?: boolean;
+  /** Byte written by 'write' (default 0xA5). */
+  fill?: number;
+  /** Record the time spent on each page (ns). */
+  timings?: boolean;
+}
+
+export interface TouchResult {
+  /** Kernel thread id of the toucher thread (the faulting thread). */
+  threadId: number;
+  pages: number;
+  /** Wall time of the whole walk in ns. */
+  ns: number;
+  /** 'read' without probe: the bytes read. */
+  data?: Buffer;
+  /** Probe reads: the sum of the first byte of every page. */
+  checksum: number;
+  /** With timings: ns spent on each page. */
+  pageNs?: Float64Array;
+}
+
+/** Read or write a range of `region` from a native thread; resolves when the walk is done. */
+export async function touch(region: Region, options?: TouchOptions): Promise<TouchResult> {
+  const opts = checkObject('touch: options', options);
+  const s = region.span('touch', opts.offset as number | undefined, opts.length as number | undefined);
+  const access = opts.access ?? 'read';
+  if (access !== 'read' && access !== 'write') throw invalidArg(`touch: options.access must be 'read' or 'write', got ${String(access)}`);
+  const probe = checkBool('touch: options.probe', opts.probe, false);
+  const fill = opts.fill === undefined ? 0xa5 : checkInt('touch: options.fill', opts.fill, 0, 255);
+  const timings = checkBool('touch: options.timings', opts.timings, false);
+  const mode = access === 'read' ? (probe ? TouchMode.ProbeRead : TouchMode.ReadCopy) : probe ? TouchMode.ProbeWrite : TouchMode.WriteFill;
+  const r = await binding.touch(region.id, s.offset, s.length, mode, fill, timings);
+  const out: TouchResult = { threadId: r.tid, pages: r.pages, ns: r.ns, checksum: r.checksum };
+  if (r.data) out.data = r.data;
+  if (r.pageNs) out.pageNs = r.pageNs;
+  return out;
+}

@@ -1,0 +1,16 @@
+// Module entry: one export object assembled from the parts, one per concern.
+#include "common.h"
+
+namespace {
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  pfr::InitRegion(env, exports);
+  pfr::InitUffd(env, exports);
+  pfr::InitToucher(env, exports);
+  pfr::InitCopyEngine(env, exports);
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(pagefault_rdma, Init)

@@ -1,0 +1,57 @@
+// Shared pieces of the addon: errno errors, argument readers, the region table.
+// The raw binding is deliberately dumb: TypeScript validates every argument first and
+// turns these errors into messages that say the fix. Native code only refuses what would
+// crash (unknown handles, ranges outside a mapping).
+#pragma once
+
+#ifndef NAPI_VERSION
+#define NAPI_VERSION 8
+#endif
+#include <napi.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace pfr {
+
+// A Node-style system error: code = errno name, errno = -errno (as libuv), syscall.
+Napi::Error SystemError(Napi::Env env, int err, const char* syscall);
+[[noreturn]] void ThrowSystemError(Napi::Env env, int err, const char* syscall);
+
+// An mmap'd region. Whoever holds a shared_ptr keeps the memory mapped: the region
+// table (until close), the ArrayBuffer finalizer (until GC or close), and every native
+// thread working on it (toucher, copy engine). munmap runs when the last one lets go,
+// so no native thread ever touches unmapped memory.
+struct Mapping {
+  uint8_t* addr = nullptr;
+  size_t size = 0;
+  int fd = -1;  // memfd for shared regions, -1 for anonymous private memory
+  bool huge = false;
+  ~Mapping();
+};
+
+std::shared_ptr<Mapping> FindRegion(uint32_t id);
+// Throws a TypeError for an unknown or closed region id and a RangeError for a range
+// outside the mapping; returns the mapping otherwise.
+std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& id, const Napi::Value& off,
+                                      const Napi::Value& len, size_t* offset, size_t* length);
+
+uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* name);
+size_t ArgSize(const Napi::CallbackInfo& info, size_t i, const char* name);
+uint64_t ArgAddr(const Napi::CallbackInfo& info, size_t i, const char* name);
+bool ArgBool(const Napi::CallbackInfo& info, size_t i);
+
+long PageSize();
+uint64_t NowNs();
+pid_t Gettid();
+
+void InitRegion(Napi::Env env, Napi::Object exports);
+void InitUffd(Napi::Env env, Napi::Object exports);
+void InitToucher(Napi::Env env, Napi::Object exports);
+void InitCopyEngine(Napi::Env env, Napi::Object exports);
+
+}  // namespace pfr

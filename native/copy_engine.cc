@@ -1,0 +1,251 @@
+// The copy engine: native threads that move the bytes of DMA blocks on real memory.
+// The modelled PLDMA (kernel-sim/pldma) decides what to copy and when; these threads do
+// the copying. A job may first walk the real page tables (mincore) of its source and
+// destination pages, the way a terminate-mode SMMU translation would, and report the
+// first non-resident page instead of copying. Without that check the copy simply runs,
+// and a non-resident page registered with a userfaultfd blocks the thread in the kernel
+// until the fault is resolved: stall mode with a genuine fault.
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+
+namespace pfr {
+
+namespace {
+
+enum JobFlag : uint32_t { kCheckSource = 1, kCheckDest = 2 };
+enum Status : int { kOk = 0, kSourceFault = 1, kDestFault = 2 };
+constexpr int kCompletionWidth = 5;  // jobId, status, faultOffset, ns, tid
+
+struct Job {
+  double id;
+  std::shared_ptr<Mapping> src, dst;
+  size_t src_off, dst_off, len;
+  uint32_t flags;
+};
+
+struct Engine;
+void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, void*);
+using Tsfn = Napi::TypedThreadSafeFunction<std::shared_ptr<Engine>, void, Deliver>;
+
+struct Engine {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> queue;
+  std::vector<double> done;  // completions not yet handed to JS
+  bool signalled = false;    // a call to JS is already queued for `done`
+  bool stopping = false;
+  std::vector<pid_t> tids;
+  Tsfn tsfn;
+  napi_env env = nullptr;
+  size_t busy = 0;
+
+  // First page in [off, off+len) of m that mincore says is not resident, or -1.
+  static int64_t FirstMissing(const Mapping& m, size_t off, size_t len) {
+    const size_t ps = static_cast<size_t>(PageSize());
+    size_t first = off & ~(ps - 1);
+    size_t pages = (off + len - first + ps - 1) / ps;
+    unsigned char vec[256];
+    for (size_t done = 0; done < pages; done += 256) {
+      size_t n = std::min<size_t>(256, pages - done);
+      if (mincore(m.addr + first + done * ps, n * ps, vec) != 0) return static_cast<int64_t>(first + done * ps);
+      for (size_t i = 0; i < n; i++)
+        if (!(vec[i] & 1)) return static_cast<int64_t>(first + (done + i) * ps);
+    }
+    return -1;
+  }
+
+  void Worker(std::shared_ptr<Engine> self) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tids.push_back(Gettid());
+    }
+    cv.notify_all();
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (stopping) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+        busy++;
+      }
+      uint64_t t0 = NowNs();
+      int status = kOk;
+      int64_t fault = -1;
+      if (job.flags & kCheckSource) {
+        fault = FirstMissing(*job.src, job.src_off, job.len);
+        if (fault >= 0) status = kSourceFault;
+      }
+      if (status == kOk && (job.flags & kCheckDest)) {
+        fault = FirstMissing(*job.dst, job.dst_off, job.len);
+        if (fault >= 0) status = kDestFault;
+      }
+      if (status == kOk) memmove(job.dst->addr + job.dst_off, job.src->addr + job.src_off, job.len);
+      uint64_t ns = NowNs() - t0;
+      job.src.reset();
+      job.dst.reset();
+      bool call = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        busy--;
+        done.insert(done.end(), {job.id, static_cast<double>(status), static_cast<double>(fault), static_cast<double>(ns),
+                                 static_cast<double>(Gettid())});
+        if (!signalled && !stopping) signalled = call = true;
+      }
+      if (call) tsfn.NonBlockingCall();
+    }
+  }
+};
+
+void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, void*) {
+  Engine& e = **ctx;
+  std::vector<double> batch;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    batch.swap(e.done);
+    e.signalled = false;
+  }
+  if (env == nullptr || batch.empty()) return;
+  auto arr = Napi::Float64Array::New(env, batch.size());
+  std::copy(batch.begin(), batch.end(), arr.Data());
+  cb.Call({arr});
+}
+
+std::mutex g_mu;
+std::unordered_map<uint32_t, std::shared_ptr<Engine>> g_engines;
+uint32_t g_next = 1;
+
+std::shared_ptr<Engine> Require(const Napi::CallbackInfo& info) {
+  uint32_t id = ArgU32(info, 0, "handle");
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_engines.find(id);
+  if (it == g_engines.end()) throw Napi::TypeError::New(info.Env(), "copy engine is closed");
+  return it->second;
+}
+
+// engineCreate(threads, callback(Float64Array)) -> { handle, tids }
+Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t threads = ArgU32(info, 0, "threads");
+  if (threads == 0 || threads > 64) throw Napi::RangeError::New(env, "threads must be 1..64");
+  if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "callback must be a function");
+  auto e = std::make_shared<Engine>();
+  e->env = env;
+  e->tsfn = Tsfn::New(env, info[1].As<Napi::Function>(), "pagefault-rdma:copy-engine", 0, 1, new std::shared_ptr<Engine>(e),
+                      [](Napi::Env, void*, std::shared_ptr<Engine>* c) { delete c; });
+  e->tsfn.Unref(env);
+  // Workers are detached: one may sit in a genuine fault that only the JS thread can
+  // resolve, so nothing on the JS thread may ever join it. They hold the engine alive.
+  for (uint32_t i = 0; i < threads; i++) std::thread([e] { e->Worker(e); }).detach();
+  {
+    std::unique_lock<std::mutex> lock(e->mu);
+    e->cv.wait_for(lock, std::chrono::seconds(5), [&] { return e->tids.size() == threads; });
+  }
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    id = g_next++;
+    g_engines[id] = e;
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("handle", Napi::Number::New(env, id));
+  Napi::Array tids = Napi::Array::New(env);
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    for (size_t i = 0; i < e->tids.size(); i++) tids.Set(i, Napi::Number::New(env, e->tids[i]));
+  }
+  out.Set("tids", tids);
+  return out;
+}
+
+// engineSubmit(handle, jobId, srcRegion, srcOffset, dstRegion, dstOffset, length, flags)
+Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto e = Require(info);
+  Job job;
+  job.id = info[1].As<Napi::Number>().DoubleValue();
+  size_t len = ArgSize(info, 6, "length");
+  job.src = RequireRange(env, info[2], info[3], info[6], &job.src_off, &job.len);
+  job.dst = RequireRange(env, info[4], info[5], info[6], &job.dst_off, &len);
+  job.flags = ArgU32(info, 7, "flags");
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->stopping) throw Napi::TypeError::New(env, "copy engine is closed");
+    e->queue.push_back(std::move(job));
+  }
+  e->tsfn.Ref(env);  // work in flight keeps the process alive; JS unrefs when idle
+  e->cv.notify_one();
+  return env.Undefined();
+}
+
+// engineUnref(handle): let the process exit when nothing is queued (called by JS when all
+// its transfers have completed).
+Napi::Value EngineUnref(const Napi::CallbackInfo& info) {
+  auto e = Require(info);
+  e->tsfn.Unref(info.Env());
+  return info.Env().Undefined();
+}
+
+// engineClose(handle): stop taking jobs; queued jobs are dropped (JS completes them with
+// an error status); running jobs finish on their detached threads.
+Napi::Value EngineClose(const Napi::CallbackInfo& info) {
+  uint32_t id = ArgU32(info, 0, "handle");
+  std::shared_ptr<Engine> e;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_engines.find(id);
+    if (it == g_engines.end()) return info.Env().Undefined();
+    e = it->second;
+    g_engines.erase(it);
+  }
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->stopping = true;
+    e->queue.clear();
+  }
+  e->cv.notify_all();
+  e->tsfn.Release();
+  return info.Env().Undefined();
+}
+
+void CleanupEnv(napi_env env) {
+  std::vector<std::shared_ptr<Engine>> mine;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (auto it = g_engines.begin(); it != g_engines.end();) {
+      if (it->second->env == env) {
+        mine.push_back(it->second);
+        it = g_engines.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& e : mine) {
+    std::lock_guard<std::mutex> lock(e->mu);
+    e->stopping = true;
+    e->queue.clear();
+    e->cv.notify_all();
+  }
+}
+
+}  // namespace
+
+void InitCopyEngine(Napi::Env env, Napi::Object exports) {
+  exports.Set("engineCreate", Napi::Function::New(env, EngineCreate, "engineCreate"));
+  exports.Set("engineSubmit", Napi::Function::New(env, EngineSubmit, "engineSubmit"));
+  exports.Set("engineUnref", Napi::Function::New(env, EngineUnref, "engineUnref"));
+  exports.Set("engineClose", Napi::Function::New(env, EngineClose, "engineClose"));
+  napi_env raw = env;
+  env.AddCleanupHook([raw] { CleanupEnv(raw); });
+}
+
+}  // namespace pfr

@@ -1,0 +1,161 @@
+// The one module that loads the addon and types it. The raw binding is private and dumb:
+// positional, already-validated arguments; handles are small integers. Options, defaults
+// and friendly errors live in lib/ and kernel-sim/.
+import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface RawMapping {
+  id: number;
+  address: bigint;
+  buffer: ArrayBuffer;
+  pageSize: number;
+}
+
+export interface RawUffd {
+  handle: number;
+  features: bigint;
+  ioctls: bigint;
+  how: 'syscall' | 'user-mode-only' | '/dev/userfaultfd';
+  handlerTid: number;
+}
+
+export interface RawUffdStats {
+  reads: number;
+  events: number;
+  forwarded: number;
+  resolvedNatively: number;
+  timeouts: number;
+  duplicates: number;
+}
+
+export interface RawTouchResult {
+  ns: number;
+  tid: number;
+  pages: number;
+  checksum: number;
+  data?: Buffer;
+  pageNs?: Float64Array;
+}
+
+/** Event kinds in the Float64Array batches of the uffd reader (7 numbers per event). */
+export enum UffdEventKind {
+  Fault = 0,
+  FaultResolved = 1,
+  Timeout = 2,
+  Remove = 3,
+  Unmap = 4,
+  Remap = 5,
+  ResolveError = 6,
+}
+export const UFFD_EVENT_WIDTH = 7;
+export enum UffdFaultFlag {
+  Write = 1,
+  WriteProtect = 2,
+  Minor = 4,
+}
+
+/** Touch modes of the native toucher. */
+export enum TouchMode {
+  ReadCopy = 0,
+  WriteFill = 1,
+  ProbeRead = 2,
+  ProbeWrite = 3,
+}
+
+/** Copy-engine job flags and completion layout (5 numbers per completion). */
+export enum CopyFlag {
+  CheckSource = 1,
+  CheckDest = 2,
+}
+export enum CopyStatus {
+  Ok = 0,
+  SourceFault = 1,
+  DestFault = 2,
+}
+export const COPY_COMPLETION_WIDTH = 5;
+
+export interface Binding {
+  pageSize: number;
+  mapRegion(size: number, shared: boolean, hugePages: boolean): RawMapping;
+  mapAlias(id: number): RawMapping;
+  closeRegion(id: number, buffer: ArrayBuffer): void;
+  residency(id: number, offset: number, length: number): Uint8Array;
+  pagemap(id: number, offset: number, length: number): Uint8Array;
+  populate(id: number, offset: number, length: number, write: boolean): void;
+  evict(id: number, offset: number, length: number): void;
+  zap(id: number, offset: number, length: number): void;
+  pin(id: number, offset: number, length: number, on: boolean): void;
+  memlockLimit(): { soft: number; hard: number };
+  gettid(): number;
+
+  uffdOpen(features: bigint, required: bigint, userModeOnly: boolean): RawUffd;
+  uffdStart(handle: number, callback: (events: Float64Array) => void): void;
+  uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number): bigint;
+  uffdUnregister(handle: number, address: bigint, length: number): void;
+  uffdCopy(
+    handle: number,
+    address: bigint,
+    length: number,
+    source: ArrayBufferView | ArrayBuffer,
+    sourceOffset: number,
+    writeProtect: boolean,
+    dontWake: boolean,
+  ): number;
+  uffdZeropage(handle: number, address: bigint, length: number, dontWake: boolean): void;
+  uffdContinue(handle: number, address: bigint, length: number, dontWake: boolean): void;
+  uffdWriteProtect(handle: number, address: bigint, length: number, on: boolean, dontWake: boolean): void;
+  uffdWake(handle: number, address: bigint, length: number): void;
+  uffdSetTimeout(handle: number, timeoutMs: number): void;
+  uffdPending(handle: number): number;
+  uffdStats(handle: number): RawUffdStats;
+  uffdClose(handle: number): void;
+
+  touch(region: number, offset: number, length: number, mode: TouchMode, fill: number, timings: boolean): Promise<RawTouchResult>;
+
+  engineCreate(threads: number, callback: (completions: Float64Array) => void): { handle: number; tids: number[] };
+  engineSubmit(
+    handle: number,
+    jobId: number,
+    srcRegion: number,
+    srcOffset: number,
+    dstRegion: number,
+    dstOffset: number,
+    length: number,
+    flags: number,
+  ): void;
+  engineUnref(handle: number): void;
+  engineClose(handle: number): void;
+}
+
+function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, 'binding.gyp'))) return dir;
+    const up = dirname(dir);
+    if (up === dir) throw new Error('pagefault-rdma: cannot find the package root (binding.gyp) above ' + fileURLToPath(import.meta.url));
+    dir = up;
+  }
+}
+
+function load(): Binding {
+  if (process.platform !== 'linux') {
+    throw new Error(`pagefault-rdma needs Linux (userfaultfd, mincore, MADV_POPULATE); this is ${process.platform}`);
+  }
+  const require = createRequire(import.meta.url);
+  const nodeGypBuild = require('node-gyp-build') as (dir: string) => unknown;
+  const root = packageRoot();
+  try {
+    return nodeGypBuild(root) as Binding;
+  } catch (err) {
+    const e = new Error(
+      `pagefault-rdma: the native addon is not built for this Node (${process.version}, ${process.arch}). ` +
+        `Run "npm rebuild pagefault-rdma" (needs python3, make and g++), or "npm run build:native" in ${root}.`,
+    );
+    (e as Error & { cause?: unknown }).cause = err;
+    throw e;
+  }
+}
+
+export const binding: Binding = load();

@@ -1,0 +1,382 @@
+// Memory regions: mmap'd anonymous or memfd memory exposed to JS as an ArrayBuffer with
+// no copy, plus the residency syscalls (mincore, madvise populate/evict, mlock).
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace pfr {
+
+namespace {
+
+constexpr size_t kHugePage = 2u << 20;
+
+// The ArrayBuffer's finalizer owns one of these. close() empties it so munmap does not
+// wait for the garbage collector; a GC of a never-closed region's buffer drops the
+// table entry too (the JS Region holds the buffer, so it is unreachable as well).
+struct BufferHold {
+  uint32_t id;
+  std::shared_ptr<Mapping> mapping;
+};
+
+struct Entry {
+  std::shared_ptr<Mapping> mapping;
+  BufferHold* hold;
+};
+
+std::mutex g_mu;
+std::unordered_map<uint32_t, Entry> g_regions;
+uint32_t g_next_id = 1;
+
+void FinalizeBuffer(Napi::Env env, void* /*data*/, BufferHold* hold) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_regions.find(hold->id);
+    if (it != g_regions.end() && it->second.hold == hold) {
+      if (it->second.mapping) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(it->second.mapping->size));
+      g_regions.erase(it);
+    }
+  }
+  delete hold;
+}
+
+}  // namespace
+
+Mapping::~Mapping() {
+  if (addr != nullptr) munmap(addr, size);
+  if (fd >= 0) close(fd);
+}
+
+long PageSize() {
+  static const long ps = sysconf(_SC_PAGESIZE);
+  return ps;
+}
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+pid_t Gettid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+Napi::Error SystemError(Napi::Env env, int err, const char* syscall) {
+  const char* name = strerrorname_np(err);
+  std::string code = name ? name : "EUNKNOWN";
+  std::string message = std::string(syscall) + " failed: " + code + " (" + strerror(err) + ")";
+  Napi::Error e = Napi::Error::New(env, message);
+  e.Set("code", Napi::String::New(env, code));
+  e.Set("errno", Napi::Number::New(env, -err));
+  e.Set("syscall", Napi::String::New(env, syscall));
+  return e;
+}
+
+void ThrowSystemError(Napi::Env env, int err, const char* syscall) {
+  throw SystemError(env, err, syscall);
+}
+
+uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(name) + " must be a number");
+  double v = info[i].As<Napi::Number>().DoubleValue();
+  if (!(v >= 0 && v <= 4294967295.0) || v != static_cast<double>(static_cast<uint32_t>(v)))
+    throw Napi::RangeError::New(info.Env(), std::string(name) + " must be a 32-bit unsigned integer");
+  return static_cast<uint32_t>(v);
+}
+
+size_t ArgSize(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(name) + " must be a number");
+  double v = info[i].As<Napi::Number>().DoubleValue();
+  if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<uint64_t>(v)))
+    throw Napi::RangeError::New(info.Env(), std::string(name) + " must be a non-negative safe integer");
+  return static_cast<size_t>(v);
+}
+
+uint64_t ArgAddr(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  if (info[i].IsBigInt()) {
+    bool lossless = false;
+    uint64_t v = info[i].As<Napi::BigInt>().Uint64Value(&lossless);
+    if (!lossless) throw Napi::RangeError::New(info.Env(), std::string(name) + " must fit in 64 bits");
+    return v;
+  }
+  return ArgSize(info, i, name);
+}
+
+bool ArgBool(const Napi::CallbackInfo& info, size_t i) { return info[i].ToBoolean().Value(); }
+
+std::shared_ptr<Mapping> FindRegion(uint32_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_regions.find(id);
+  return it == g_regions.end() ? nullptr : it->second.mapping;
+}
+
+std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& idv, const Napi::Value& offv,
+                                      const Napi::Value& lenv, size_t* offset, size_t* length) {
+  if (!idv.IsNumber() || !offv.IsNumber() || !lenv.IsNumber())
+    throw Napi::TypeError::New(env, "region id, offset and length must be numbers");
+  auto m = FindRegion(idv.As<Napi::Number>().Uint32Value());
+  if (!m) throw Napi::TypeError::New(env, "region is closed or unknown");
+  double off = offv.As<Napi::Number>().DoubleValue();
+  double len = lenv.As<Napi::Number>().DoubleValue();
+  if (!(off >= 0) || !(len >= 0) || off + len > static_cast<double>(m->size) || off != static_cast<double>(static_cast<size_t>(off)) ||
+      len != static_cast<double>(static_cast<size_t>(len)))
+    throw Napi::RangeError::New(env, "range is outside the region");
+  *offset = static_cast<size_t>(off);
+  *length = static_cast<size_t>(len);
+  return m;
+}
+
+namespace {
+
+// mapRegion(size, shared, hugePages) -> { id, address, buffer, pageSize }
+Napi::Value MapRegion(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t size = ArgSize(info, 0, "size");
+  bool shared = ArgBool(info, 1);
+  bool huge = ArgBool(info, 2);
+  if (size == 0 || size % PageSize() != 0) throw Napi::RangeError::New(env, "size must be a positive multiple of the page size");
+
+  auto m = std::make_shared<Mapping>();
+  m->size = size;
+  m->huge = huge;
+  int flags = MAP_NORESERVE;
+  if (shared) {
+    m->fd = memfd_create("pagefault-rdma", MFD_CLOEXEC);
+    if (m->fd < 0) ThrowSystemError(env, errno, "memfd_create");
+    if (ftruncate(m->fd, static_cast<off_t>(size)) != 0) ThrowSystemError(env, errno, "ftruncate");
+    flags |= MAP_SHARED;
+  } else {
+    flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+  }
+
+  void* addr;
+  if (huge) {
+    // THP needs 2 MiB-aligned virtual addresses: reserve more, then trim both ends.
+    size_t span = size + kHugePage;
+    void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
+    uintptr_t start = (reinterpret_cast<uintptr_t>(raw) + kHugePage - 1) & ~(kHugePage - 1);
+    size_t head = start - reinterpret_cast<uintptr_t>(raw);
+    if (head) munmap(raw, head);
+    size_t tail = span - head - size;
+    if (tail) munmap(reinterpret_cast<void*>(start + size), tail);
+    addr = mmap(reinterpret_cast<void*>(start), size, PROT_READ | PROT_WRITE, flags | MAP_FIXED, m->fd, 0);
+    if (addr == MAP_FAILED) {
+      int err = errno;
+      munmap(reinterpret_cast<void*>(start), size);
+      ThrowSystemError(env, err, "mmap");
+    }
+  } else {
+    addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, m->fd, 0);
+    if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
+  }
+  m->addr = static_cast<uint8_t*>(addr);
+  // Default 4 KiB semantics: without this, one touch could make 512 pages resident and a
+  // test counting one fault per page would be at the mercy of the THP setting.
+  if (madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) != 0 && huge) ThrowSystemError(env, errno, "madvise(MADV_HUGEPAGE)");
+
+  auto* hold = new BufferHold{0, m};
+  Napi::ArrayBuffer buffer;
+  try {
+    buffer = Napi::ArrayBuffer::New(env, addr, size, FinalizeBuffer, hold);
+  } catch (...) {
+    delete hold;
+    throw;
+  }
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    id = g_next_id++;
+    hold->id = id;
+    g_regions[id] = Entry{m, hold};
+  }
+  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(size));
+
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("id", Napi::Number::New(env, id));
+  out.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr))));
+  out.Set("buffer", buffer);
+  out.Set("pageSize", Napi::Number::New(env, static_cast<double>(PageSize())));
+  return out;
+}
+
+// closeRegion(id, buffer): detach first so JS can never read unmapped memory, then let go.
+// munmap happens once no native thread holds the mapping any more.
+Napi::Value CloseRegion(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t id = ArgU32(info, 0, "id");
+  if (info[1].IsArrayBuffer()) {
+    Napi::ArrayBuffer buffer = info[1].As<Napi::ArrayBuffer>();
+    if (!buffer.IsDetached()) buffer.Detach();
+  }
+  std::shared_ptr<Mapping> last;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_regions.find(id);
+    if (it == g_regions.end()) return env.Undefined();
+    last = std::move(it->second.mapping);
+    if (it->second.hold) it->second.hold->mapping.reset();
+    g_regions.erase(it);
+  }
+  Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(last->size));
+  return env.Undefined();
+}
+
+// residency(id, offset, length) -> Uint8Array, one byte per page, 1 = resident (mincore).
+Napi::Value Residency(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  size_t pages = (len + PageSize() - 1) / PageSize();
+  Napi::Uint8Array out = Napi::Uint8Array::New(env, pages);
+  if (pages && mincore(m->addr + off, len, out.Data()) != 0) ThrowSystemError(env, errno, "mincore");
+  for (size_t i = 0; i < pages; i++) out[i] &= 1;
+  return out;
+}
+
+// pagemap(id, offset, length) -> Uint8Array, 1 = the page table entry is present
+// (/proc/self/pagemap bit 63). For shared memory this differs from mincore: a page can
+// sit in the page cache without being mapped here.
+Napi::Value Pagemap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  size_t pages = (len + PageSize() - 1) / PageSize();
+  Napi::Uint8Array out = Napi::Uint8Array::New(env, pages);
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ThrowSystemError(env, errno, "open(/proc/self/pagemap)");
+  std::vector<uint64_t> entries(pages);
+  off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
+  ssize_t want = static_cast<ssize_t>(pages * 8);
+  ssize_t got = pread(fd, entries.data(), want, pos);
+  int err = errno;
+  close(fd);
+  if (got != want) ThrowSystemError(env, got < 0 ? err : EIO, "pread(/proc/self/pagemap)");
+  for (size_t i = 0; i < pages; i++) out[i] = (entries[i] >> 63) & 1;
+  return out;
+}
+
+// populate(id, offset, length, write): MADV_POPULATE_READ/WRITE, get_user_pages from user space.
+Napi::Value Populate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  bool write = ArgBool(info, 3);
+  if (len && madvise(m->addr + off, len, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+    ThrowSystemError(env, errno, write ? "madvise(MADV_POPULATE_WRITE)" : "madvise(MADV_POPULATE_READ)");
+  return env.Undefined();
+}
+
+// evict(id, offset, length): anonymous memory -> MADV_DONTNEED; memfd -> punch a hole in the
+// file (the pages leave the page cache too, so the next access is a missing fault again).
+Napi::Value Evict(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  if (!len) return env.Undefined();
+  if (m->fd >= 0) {
+    if (fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len)) != 0)
+      ThrowSystemError(env, errno, "fallocate(FALLOC_FL_PUNCH_HOLE)");
+  } else if (madvise(m->addr + off, len, MADV_DONTNEED) != 0) {
+    ThrowSystemError(env, errno, "madvise(MADV_DONTNEED)");
+  }
+  return env.Undefined();
+}
+
+// zap(id, offset, length): MADV_DONTNEED even on memfd: the mapping loses its page table
+// entries but the page cache keeps the data, so the next access is a minor fault.
+Napi::Value Zap(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  if (len && madvise(m->addr + off, len, MADV_DONTNEED) != 0) ThrowSystemError(env, errno, "madvise(MADV_DONTNEED)");
+  return env.Undefined();
+}
+
+Napi::Value Pin(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  bool on = ArgBool(info, 3);
+  if (len && (on ? mlock(m->addr + off, len) : munlock(m->addr + off, len)) != 0) ThrowSystemError(env, errno, on ? "mlock" : "munlock");
+  return env.Undefined();
+}
+
+// A second view of a memfd region's pages at another address (MAP_SHARED of the same
+// file): the device's page table beside the CPU's. Returned as a region of its own.
+Napi::Value MapAlias(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t id = ArgU32(info, 0, "id");
+  auto src = FindRegion(id);
+  if (!src) throw Napi::TypeError::New(env, "region is closed or unknown");
+  if (src->fd < 0) throw Napi::TypeError::New(env, "only memfd-backed (shared) regions have a second view");
+  auto m = std::make_shared<Mapping>();
+  m->fd = dup(src->fd);
+  if (m->fd < 0) ThrowSystemError(env, errno, "dup");
+  m->size = src->size;
+  void* addr = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, m->fd, 0);
+  if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
+  m->addr = static_cast<uint8_t*>(addr);
+  madvise(addr, m->size, MADV_NOHUGEPAGE);
+  auto* hold = new BufferHold{0, m};
+  Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, addr, m->size, FinalizeBuffer, hold);
+  uint32_t nid;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    nid = g_next_id++;
+    hold->id = nid;
+    g_regions[nid] = Entry{m, hold};
+  }
+  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(m->size));
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("id", Napi::Number::New(env, nid));
+  out.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr))));
+  out.Set("buffer", buffer);
+  out.Set("pageSize", Napi::Number::New(env, static_cast<double>(PageSize())));
+  return out;
+}
+
+Napi::Value MemlockLimit(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  rlimit rl{};
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) ThrowSystemError(env, errno, "getrlimit");
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("soft", rl.rlim_cur == RLIM_INFINITY ? Napi::Number::New(env, -1) : Napi::Number::New(env, static_cast<double>(rl.rlim_cur)));
+  out.Set("hard", rl.rlim_max == RLIM_INFINITY ? Napi::Number::New(env, -1) : Napi::Number::New(env, static_cast<double>(rl.rlim_max)));
+  return out;
+}
+
+Napi::Value Tid(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), Gettid()); }
+
+}  // namespace
+
+void InitRegion(Napi::Env env, Napi::Object exports) {
+  exports.Set("mapRegion", Napi::Function::New(env, MapRegion, "mapRegion"));
+  exports.Set("mapAlias", Napi::Function::New(env, MapAlias, "mapAlias"));
+  exports.Set("closeRegion", Napi::Function::New(env, CloseRegion, "closeRegion"));
+  exports.Set("residency", Napi::Function::New(env, Residency, "residency"));
+  exports.Set("pagemap", Napi::Function::New(env, Pagemap, "pagemap"));
+  exports.Set("populate", Napi::Function::New(env, Populate, "populate"));
+  exports.Set("evict", Napi::Function::New(env, Evict, "evict"));
+  exports.Set("zap", Napi::Function::New(env, Zap, "zap"));
+  exports.Set("pin", Napi::Function::New(env, Pin, "pin"));
+  exports.Set("memlockLimit", Napi::Function::New(env, MemlockLimit, "memlockLimit"));
+  exports.Set("gettid", Napi::Function::New(env, Tid, "gettid"));
+  exports.Set("pageSize", Napi::Number::New(env, static_cast<double>(PageSize())));
+}
+
+}  // namespace pfr

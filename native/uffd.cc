@@ -1,0 +1,693 @@
+// userfaultfd: the handshake, registration, resolution ioctls, and the reader thread.
+//
+// Threads (docs/threads.md has the whole picture):
+// - The handler thread is the JS thread that opened the uffd. It runs the TypeScript fault
+//   handler, so it must never wait on a fault of its own: the reader thread resolves that
+//   thread's faults itself, at once, with the region's default (zero page / CONTINUE /
+//   write-unprotect), and only reports them.
+// - The reader thread (one per uffd, never a libuv pool thread) polls the uffd and an
+//   eventfd used to stop it, reads events in batches, and hands every fault of any other
+//   thread (native toucher, copy-engine threads, workers) to JS through a thread-safe
+//   function. It also runs the watchdog: a forwarded fault not resolved in time is resolved
+//   with the default and reported, so no thread stays blocked.
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "common.h"
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+
+namespace pfr {
+
+namespace {
+
+// Event kinds in the batch handed to JS (7 numbers per event).
+enum EventKind : int {
+  kFault = 0,          // forwarded: the TS handler must resolve it
+  kFaultResolved = 1,  // the handler thread's own fault, resolved natively
+  kTimeout = 2,        // a forwarded fault the watchdog resolved with the default
+  kRemove = 3,
+  kUnmap = 4,
+  kRemap = 5,
+  kResolveError = 6,   // a native resolution failed (errno in the last field)
+};
+constexpr int kEventWidth = 7;
+
+enum FaultFlag : int { kWrite = 1, kWp = 2, kMinor = 4 };
+
+struct Batch {
+  std::vector<double> events;
+};
+
+class Uffd;
+void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* ctx, Batch* batch);
+using Tsfn = Napi::TypedThreadSafeFunction<std::shared_ptr<Uffd>, Batch, CallJs>;
+
+struct Range {
+  uint64_t start;
+  uint64_t len;
+  uint32_t region;
+  uint64_t mode;
+};
+
+class Uffd {
+ public:
+  int fd = -1;
+  int stopfd = -1;
+  uint64_t features = 0;
+  uint64_t ioctls = 0;
+  std::string how;  // "syscall", "user-mode-only" or "/dev/userfaultfd"
+  pid_t handler_tid = 0;
+  napi_env env = nullptr;
+  std::atomic<uint64_t> timeout_ns{5'000'000'000ull};
+  std::atomic<bool> closed{false};
+  bool started = false;
+  std::thread reader;
+  Tsfn tsfn;
+
+  std::mutex mu;  // guards ranges and outstanding
+  std::map<uint64_t, Range> ranges;
+  std::unordered_map<uint64_t, uint64_t> outstanding;  // page address -> deadline (ns)
+
+  // statistics, read by JS
+  std::atomic<uint64_t> st_reads{0}, st_events{0}, st_forwarded{0}, st_native{0}, st_timeouts{0}, st_duplicates{0};
+
+  ~Uffd() {
+    if (fd >= 0) close(fd);
+    if (stopfd >= 0) close(stopfd);
+  }
+
+  const Range* FindRangeLocked(uint64_t addr) const {
+    auto it = ranges.upper_bound(addr);
+    if (it == ranges.begin()) return nullptr;
+    --it;
+    const Range& r = it->second;
+    return addr < r.start + r.len ? &r : nullptr;
+  }
+
+  int Ioctl(unsigned long req, void* arg) { return ioctl(fd, req, arg) == 0 ? 0 : errno; }
+
+  int Wake(uint64_t start, uint64_t len) {
+    uffdio_range r{start, len};
+    return Ioctl(UFFDIO_WAKE, &r);
+  }
+
+  // Resolve one page with the region's default content. EEXIST means someone resolved it
+  // first: wake, success. Returns 0 or an errno.
+  int ResolveDefault(uint64_t page, int flags) {
+    const uint64_t ps = static_cast<uint64_t>(PageSize());
+    int err;
+    for (int attempt = 0; attempt < 100; attempt++) {
+      if (flags & kWp) {
+        uffdio_writeprotect wp{{page, ps}, 0};
+        err = Ioctl(UFFDIO_WRITEPROTECT, &wp);
+      } else if (flags & kMinor) {
+        uffdio_continue c{{page, ps}, 0, 0};
+        err = Ioctl(UFFDIO_CONTINUE, &c);
+      } else {
+        uffdio_zeropage z{{page, ps}, 0, 0};
+        err = Ioctl(UFFDIO_ZEROPAGE, &z);
+        if (err == EINVAL || err == ENOTSUP) {  // a range type without ZEROPAGE: copy zeros
+          static const std::vector<uint8_t> zeros(ps, 0);
+          uffdio_copy cp{page, reinterpret_cast<uint64_t>(zeros.data()), ps, 0, 0};
+          err = Ioctl(UFFDIO_COPY, &cp);
+        }
+      }
+      if (err == EEXIST) return Wake(page, ps);
+      if (err == ENOENT || err == ESRCH) return 0;  // range gone (unregistered / unmapped): nobody waits
+      if (err != EAGAIN) return err;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // mmap changing: retry
+    }
+    return err;
+  }
+
+  void ForgetRange(uint64_t start, uint64_t len) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (outstanding.empty()) return;
+    const uint64_t ps = static_cast<uint64_t>(PageSize());
+    if (len / ps > outstanding.size()) {
+      for (auto it = outstanding.begin(); it != outstanding.end();)
+        it = (it->first >= start && it->first < start + len) ? outstanding.erase(it) : std::next(it);
+    } else {
+      for (uint64_t p = start; p < start + len; p += ps) outstanding.erase(p);
+    }
+  }
+
+  void Push(Batch* b, int kind, int flags, uint64_t addr, double tid, double region, double offset, double extra) {
+    b->events.insert(b->events.end(), {static_cast<double>(kind), static_cast<double>(flags), static_cast<double>(addr), tid, region, offset,
+                                       extra});
+  }
+
+  void Deliver(Batch* b) {
+    if (b->events.empty()) {
+      delete b;
+      return;
+    }
+    if (tsfn.NonBlockingCall(b) != napi_ok) delete b;
+  }
+
+  void HandleMessage(const uffd_msg& msg, Batch* b) {
+    const uint64_t ps = static_cast<uint64_t>(PageSize());
+    st_events++;
+    switch (msg.event) {
+      case UFFD_EVENT_PAGEFAULT: {
+        uint64_t addr = msg.arg.pagefault.address;
+        uint64_t page = addr & ~(ps - 1);
+        int flags = 0;
+        if (msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) flags |= kWrite;
+        if (msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) flags |= kWp;
+        if (msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_MINOR) flags |= kMinor;
+        pid_t tid = static_cast<pid_t>(msg.arg.pagefault.feat.ptid);
+        uint32_t region = 0;
+        uint64_t offset = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          const Range* r = FindRangeLocked(page);
+          if (r) {
+            region = r->region;
+            offset = page - r->start;
+          }
+          if (tid != handler_tid) {
+            if (outstanding.count(page)) {
+              st_duplicates++;
+              return;  // one event per page: the resolution wakes every waiter
+            }
+            outstanding[page] = NowNs() + timeout_ns.load();
+          }
+        }
+        if (tid == handler_tid) {
+          int err = ResolveDefault(page, flags);
+          st_native++;
+          Push(b, err ? kResolveError : kFaultResolved, flags, addr, tid, region, offset, err);
+        } else {
+          st_forwarded++;
+          Push(b, kFault, flags, addr, tid, region, offset, 0);
+        }
+        break;
+      }
+      case UFFD_EVENT_REMOVE:
+        Push(b, kRemove, 0, msg.arg.remove.start, 0, 0, 0, static_cast<double>(msg.arg.remove.end - msg.arg.remove.start));
+        break;
+      case UFFD_EVENT_UNMAP: {
+        uint64_t s = msg.arg.remove.start, e = msg.arg.remove.end;
+        {
+          std::lock_guard<std::mutex> lock(mu);  // the kernel dropped the registration
+          for (auto it = ranges.begin(); it != ranges.end();)
+            it = (it->second.start >= s && it->second.start + it->second.len <= e) ? ranges.erase(it) : std::next(it);
+        }
+        Push(b, kUnmap, 0, s, 0, 0, 0, static_cast<double>(e - s));
+        break;
+      }
+      case UFFD_EVENT_REMAP:
+        Push(b, kRemap, 0, msg.arg.remap.from, 0, static_cast<double>(msg.arg.remap.to), 0, static_cast<double>(msg.arg.remap.len));
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Resolve forwarded faults whose deadline passed. Returns ms until the next deadline (-1: none).
+  int Watchdog(Batch* b) {
+    std::vector<uint64_t> expired;
+    uint64_t now = NowNs(), next = UINT64_MAX;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = outstanding.begin(); it != outstanding.end();) {
+        if (it->second <= now) {
+          expired.push_back(it->first);
+          it = outstanding.erase(it);
+        } else {
+          next = std::min(next, it->second);
+          ++it;
+        }
+      }
+    }
+    for (uint64_t page : expired) {
+      // We do not know whether it was a write, a WP or a minor fault any more; try the
+      // missing-fault default first, then the others (each fails harmlessly if wrong).
+      int err = ResolveDefault(page, 0);
+      if (err) err = ResolveDefault(page, kMinor);
+      if (err) err = ResolveDefault(page, kWp);
+      st_timeouts++;
+      uint32_t region = 0;
+      uint64_t offset = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (const Range* r = FindRangeLocked(page)) {
+          region = r->region;
+          offset = page - r->start;
+        }
+      }
+      Push(b, kTimeout, 0, page, 0, region, offset, err);
+    }
+    if (next == UINT64_MAX) return -1;
+    return static_cast<int>((next - now) / 1'000'000ull) + 1;
+  }
+
+  void ReadLoop() {
+    uffd_msg msgs[64];
+    pollfd pfds[2] = {{fd, POLLIN, 0}, {stopfd, POLLIN, 0}};
+    int wait_ms = -1;
+    for (;;) {
+      int n = poll(pfds, 2, wait_ms);
+      if (n < 0 && errno != EINTR) break;
+      if (pfds[1].revents) break;
+      Batch* b = new Batch();
+      if (n > 0 && (pfds[0].revents & POLLIN)) {
+        for (;;) {  // drain everything pending, one read() per 64 messages
+          ssize_t got = read(fd, msgs, sizeof(msgs));
+          if (got <= 0) break;
+          st_reads++;
+          size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
+          for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
+          if (count < 64) break;
+        }
+      }
+      if (pfds[0].revents & (POLLERR | POLLHUP)) {
+        Deliver(b);
+        break;
+      }
+      wait_ms = Watchdog(b);
+      Deliver(b);
+    }
+  }
+
+  // Stop the reader, resolve whatever is still pending with the default, unregister every
+  // range (waking anyone left), close. Called on the JS thread; never waits on JS.
+  void Close() {
+    if (closed.exchange(true)) return;
+    if (started) {
+      uint64_t one = 1;
+      if (write(stopfd, &one, sizeof(one)) < 0) { /* the poll will see POLLHUP at close */ }
+      if (reader.joinable()) reader.join();
+    }
+    const uint64_t ps = static_cast<uint64_t>(PageSize());
+    uffd_msg msgs[64];
+    for (;;) {
+      ssize_t got = read(fd, msgs, sizeof(msgs));
+      if (got <= 0) break;
+      for (size_t i = 0; i < static_cast<size_t>(got) / sizeof(uffd_msg); i++) {
+        if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
+        int flags = 0;
+        if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) flags |= kWp;
+        if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_MINOR) flags |= kMinor;
+        ResolveDefault(msgs[i].arg.pagefault.address & ~(ps - 1), flags);
+      }
+    }
+    std::vector<Range> all;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& kv : outstanding) ResolveDefault(kv.first, 0);
+      outstanding.clear();
+      for (auto& kv : ranges) all.push_back(kv.second);
+      ranges.clear();
+    }
+    for (auto& r : all) {
+      uffdio_range rr{r.start, r.len};
+      Ioctl(UFFDIO_UNREGISTER, &rr);
+    }
+    if (started) tsfn.Release();
+  }
+};
+
+std::mutex g_mu;
+std::unordered_map<uint32_t, std::shared_ptr<Uffd>> g_uffds;
+uint32_t g_next = 1;
+
+void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* /*ctx*/, Batch* batch) {
+  if (env != nullptr && cb != nullptr) {
+    size_t n = batch->events.size();
+    Napi::Float64Array arr = Napi::Float64Array::New(env, n);
+    std::copy(batch->events.begin(), batch->events.end(), arr.Data());
+    cb.Call({arr});
+  }
+  delete batch;
+}
+
+std::shared_ptr<Uffd> Require(const Napi::CallbackInfo& info) {
+  uint32_t id = ArgU32(info, 0, "handle");
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_uffds.find(id);
+  if (it == g_uffds.end() || it->second->closed) throw Napi::TypeError::New(info.Env(), "userfaultfd is closed");
+  return it->second;
+}
+
+int OpenFd(int flags, std::string* how) {
+  int fd = static_cast<int>(syscall(SYS_userfaultfd, flags));
+  if (fd >= 0) {
+    *how = "syscall";
+    return fd;
+  }
+  int first = errno;
+  if (first == EPERM) {
+    // vm.unprivileged_userfaultfd=0: an unprivileged process may still trap user-mode faults.
+    fd = static_cast<int>(syscall(SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY));
+    if (fd >= 0) {
+      *how = "user-mode-only";
+      return fd;
+    }
+    int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+    if (dev >= 0) {
+      fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+      int err = errno;
+      close(dev);
+      if (fd >= 0) {
+        *how = "/dev/userfaultfd";
+        return fd;
+      }
+      errno = err;
+      return -1;
+    }
+  }
+  errno = first;
+  return -1;
+}
+
+// uffdOpen(wantedFeatures, requiredFeatures, userModeOnly) -> { handle, features, ioctls, how, handlerTid }
+Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint64_t wanted = ArgAddr(info, 0, "features");
+  uint64_t required = ArgAddr(info, 1, "required");
+  bool user_mode = ArgBool(info, 2);
+  auto u = std::make_shared<Uffd>();
+  int flags = O_CLOEXEC | O_NONBLOCK | (user_mode ? UFFD_USER_MODE_ONLY : 0);
+  u->fd = OpenFd(flags, &u->how);
+  if (u->fd < 0) ThrowSystemError(env, errno, "userfaultfd");
+  if (user_mode) u->how = "user-mode-only";
+
+  // Ask for what the kernel offers of what we want: probe with features=0 first (the
+  // handshake fails outright on an unknown bit), then do the real handshake on a new fd.
+  uffdio_api api{UFFD_API, 0, 0};
+  if (ioctl(u->fd, UFFDIO_API, &api) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_API)");
+  uint64_t grant = (api.features & wanted) | required;
+  close(u->fd);
+  std::string how;
+  u->fd = OpenFd(flags, &how);
+  if (u->fd < 0) ThrowSystemError(env, errno, "userfaultfd");
+  api = {UFFD_API, grant, 0};
+  if (ioctl(u->fd, UFFDIO_API, &api) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_API)");
+  u->features = api.features;
+  u->ioctls = api.ioctls;
+  u->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (u->stopfd < 0) ThrowSystemError(env, errno, "eventfd");
+  u->handler_tid = Gettid();
+  u->env = env;
+
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    id = g_next++;
+    g_uffds[id] = u;
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("handle", Napi::Number::New(env, id));
+  out.Set("features", Napi::BigInt::New(env, static_cast<uint64_t>(u->features)));
+  out.Set("ioctls", Napi::BigInt::New(env, static_cast<uint64_t>(u->ioctls)));
+  out.Set("how", Napi::String::New(env, u->how));
+  out.Set("handlerTid", Napi::Number::New(env, u->handler_tid));
+  return out;
+}
+
+// uffdStart(handle, callback(Float64Array)): start the reader thread.
+Napi::Value UffdStart(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  if (u->started) throw Napi::Error::New(env, "reader already started");
+  if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "callback must be a function");
+  auto* ctx = new std::shared_ptr<Uffd>(u);
+  u->tsfn = Tsfn::New(env, info[1].As<Napi::Function>(), "pagefault-rdma:uffd", 0, 1, ctx,
+                      [](Napi::Env, void*, std::shared_ptr<Uffd>* c) { delete c; });
+  u->tsfn.Unref(env);  // a uffd alone does not keep the process alive
+  u->started = true;
+  u->reader = std::thread([u] { u->ReadLoop(); });
+  return env.Undefined();
+}
+
+// uffdRegister(handle, region, address, length, mode) -> ioctls (bigint)
+Napi::Value UffdRegister(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint32_t region = ArgU32(info, 1, "region");
+  uint64_t start = ArgAddr(info, 2, "address");
+  uint64_t len = ArgAddr(info, 3, "length");
+  uint64_t mode = ArgAddr(info, 4, "mode");
+  uffdio_register reg{{start, len}, mode, 0};
+  if (ioctl(u->fd, UFFDIO_REGISTER, &reg) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_REGISTER)");
+  {
+    std::lock_guard<std::mutex> lock(u->mu);
+    u->ranges[start] = Range{start, len, region, mode};
+  }
+  return Napi::BigInt::New(env, static_cast<uint64_t>(reg.ioctls));
+}
+
+Napi::Value UffdUnregister(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint64_t start = ArgAddr(info, 1, "address");
+  uint64_t len = ArgAddr(info, 2, "length");
+  uffdio_range r{start, len};
+  if (ioctl(u->fd, UFFDIO_UNREGISTER, &r) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_UNREGISTER)");
+  u->ForgetRange(start, len);
+  std::lock_guard<std::mutex> lock(u->mu);
+  for (auto it = u->ranges.begin(); it != u->ranges.end();)
+    it = (it->second.start >= start && it->second.start + it->second.len <= start + len) ? u->ranges.erase(it) : std::next(it);
+  return env.Undefined();
+}
+
+// uffdCopy(handle, dst, length, src (TypedArray|ArrayBuffer), srcOffset, writeProtect, dontWake) -> bytes
+// Loops over partial copies (EAGAIN with progress); EEXIST = a racing resolution won:
+// wake and report success.
+Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint64_t dst = ArgAddr(info, 1, "address");
+  uint64_t len = ArgAddr(info, 2, "length");
+  uint8_t* src;
+  size_t avail;
+  if (info[3].IsTypedArray()) {
+    auto ta = info[3].As<Napi::TypedArray>();
+    src = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+    avail = ta.ByteLength();
+  } else if (info[3].IsArrayBuffer()) {
+    auto ab = info[3].As<Napi::ArrayBuffer>();
+    src = static_cast<uint8_t*>(ab.Data());
+    avail = ab.ByteLength();
+  } else {
+    throw Napi::TypeError::New(env, "source must be a TypedArray, Buffer or ArrayBuffer");
+  }
+  size_t soff = ArgSize(info, 4, "sourceOffset");
+  if (soff > avail || len > avail - soff) throw Napi::RangeError::New(env, "source is shorter than the range");
+  uint64_t mode = (ArgBool(info, 5) ? UFFDIO_COPY_MODE_WP : 0) | (ArgBool(info, 6) ? UFFDIO_COPY_MODE_DONTWAKE : 0);
+  uint64_t done = 0;
+  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  while (done < len) {
+    uffdio_copy c{dst + done, reinterpret_cast<uint64_t>(src + soff + done), len - done, mode, 0};
+    if (ioctl(u->fd, UFFDIO_COPY, &c) == 0) {
+      done = len;
+      break;
+    }
+    int err = errno;
+    if (c.copy > 0) {
+      done += static_cast<uint64_t>(c.copy);
+      continue;
+    }
+    if (err == EEXIST) {
+      // Part of the range was resolved already: copy the rest page by page so one
+      // resident page does not leave its neighbours blocked.
+      const uint64_t ps = static_cast<uint64_t>(PageSize());
+      for (uint64_t p = done; p < len; p += ps) {
+        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + soff + p), std::min(ps, len - p), mode, 0};
+        if (ioctl(u->fd, UFFDIO_COPY, &one) != 0 && errno != EEXIST) {
+          int e2 = errno;
+          if (e2 != EAGAIN) ThrowSystemError(env, e2, "ioctl(UFFDIO_COPY)");
+          p -= ps;  // mmap changing: retry this page
+          if (NowNs() > deadline) ThrowSystemError(env, EAGAIN, "ioctl(UFFDIO_COPY)");
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+      u->Wake(dst, len);
+      done = len;
+      break;
+    }
+    if (err == EAGAIN && NowNs() < deadline) {  // mmap changing: the reader drains the event
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    ThrowSystemError(env, err, "ioctl(UFFDIO_COPY)");
+  }
+  u->ForgetRange(dst, len);
+  return Napi::Number::New(env, static_cast<double>(done));
+}
+
+int64_t Progress(const uffdio_zeropage& z) { return z.zeropage; }
+int64_t Progress(const uffdio_continue& c) { return c.mapped; }
+
+// A range ioctl with the same EEXIST / EAGAIN rules: zeropage, continue.
+template <typename T, unsigned long Req>
+Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint64_t start = ArgAddr(info, 1, "address");
+  uint64_t len = ArgAddr(info, 2, "length");
+  bool dontwake = ArgBool(info, 3);
+  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  uint64_t done = 0;
+  const uint64_t ps = static_cast<uint64_t>(PageSize());
+  while (done < len) {
+    T arg{};
+    arg.range = {start + done, len - done};
+    arg.mode = dontwake ? 1 : 0;  // *_MODE_DONTWAKE is bit 0 for both
+    if (ioctl(u->fd, Req, &arg) == 0) break;
+    int err = errno;
+    int64_t progress = Progress(arg);
+    if (progress > 0) {
+      done += static_cast<uint64_t>(progress);
+      continue;
+    }
+    if (err == EEXIST) {
+      // Some page of the range is already there: resolve the others one by one.
+      for (uint64_t p = done; p < len; p += ps) {
+        T one{};
+        one.range = {start + p, ps};
+        one.mode = 1;
+        if (ioctl(u->fd, Req, &one) != 0 && errno != EEXIST) ThrowSystemError(env, errno, name);
+      }
+      u->Wake(start, len);
+      break;
+    }
+    if (err == EAGAIN && NowNs() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    ThrowSystemError(env, err, name);
+  }
+  u->ForgetRange(start, len);
+  return env.Undefined();
+}
+
+Napi::Value UffdZeropage(const Napi::CallbackInfo& info) {
+  return RangeOp<uffdio_zeropage, UFFDIO_ZEROPAGE>(info, "ioctl(UFFDIO_ZEROPAGE)");
+}
+Napi::Value UffdContinue(const Napi::CallbackInfo& info) {
+  return RangeOp<uffdio_continue, UFFDIO_CONTINUE>(info, "ioctl(UFFDIO_CONTINUE)");
+}
+
+// uffdWriteProtect(handle, address, length, on, dontWake)
+Napi::Value UffdWriteProtect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint64_t start = ArgAddr(info, 1, "address");
+  uint64_t len = ArgAddr(info, 2, "length");
+  bool on = ArgBool(info, 3);
+  bool dontwake = ArgBool(info, 4);
+  uffdio_writeprotect wp{{start, len}, (on ? UFFDIO_WRITEPROTECT_MODE_WP : 0) | (dontwake ? UFFDIO_WRITEPROTECT_MODE_DONTWAKE : 0)};
+  if (ioctl(u->fd, UFFDIO_WRITEPROTECT, &wp) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_WRITEPROTECT)");
+  if (!on) u->ForgetRange(start, len);
+  return env.Undefined();
+}
+
+Napi::Value UffdWake(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint64_t start = ArgAddr(info, 1, "address");
+  uint64_t len = ArgAddr(info, 2, "length");
+  int err = u->Wake(start, len);
+  if (err) ThrowSystemError(env, err, "ioctl(UFFDIO_WAKE)");
+  return env.Undefined();
+}
+
+Napi::Value UffdSetTimeout(const Napi::CallbackInfo& info) {
+  auto u = Require(info);
+  u->timeout_ns = static_cast<uint64_t>(ArgSize(info, 1, "timeoutMs")) * 1'000'000ull;
+  return info.Env().Undefined();
+}
+
+// uffdPending(handle) -> number of forwarded faults not yet resolved
+Napi::Value UffdPending(const Napi::CallbackInfo& info) {
+  auto u = Require(info);
+  std::lock_guard<std::mutex> lock(u->mu);
+  return Napi::Number::New(info.Env(), static_cast<double>(u->outstanding.size()));
+}
+
+Napi::Value UffdStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("reads", Napi::Number::New(env, static_cast<double>(u->st_reads.load())));
+  o.Set("events", Napi::Number::New(env, static_cast<double>(u->st_events.load())));
+  o.Set("forwarded", Napi::Number::New(env, static_cast<double>(u->st_forwarded.load())));
+  o.Set("resolvedNatively", Napi::Number::New(env, static_cast<double>(u->st_native.load())));
+  o.Set("timeouts", Napi::Number::New(env, static_cast<double>(u->st_timeouts.load())));
+  o.Set("duplicates", Napi::Number::New(env, static_cast<double>(u->st_duplicates.load())));
+  return o;
+}
+
+Napi::Value UffdClose(const Napi::CallbackInfo& info) {
+  uint32_t id = ArgU32(info, 0, "handle");
+  std::shared_ptr<Uffd> u;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_uffds.find(id);
+    if (it == g_uffds.end()) return info.Env().Undefined();
+    u = it->second;
+    g_uffds.erase(it);
+  }
+  u->Close();
+  return info.Env().Undefined();
+}
+
+// Env teardown (process exit, worker termination): close every uffd this env opened so no
+// reader thread outlives it and no faulting thread is left asleep.
+void CleanupEnv(napi_env env) {
+  std::vector<std::shared_ptr<Uffd>> mine;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (auto it = g_uffds.begin(); it != g_uffds.end();) {
+      if (it->second->env == env) {
+        mine.push_back(it->second);
+        it = g_uffds.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& u : mine) u->Close();
+}
+
+}  // namespace
+
+void InitUffd(Napi::Env env, Napi::Object exports) {
+  exports.Set("uffdOpen", Napi::Function::New(env, UffdOpen, "uffdOpen"));
+  exports.Set("uffdStart", Napi::Function::New(env, UffdStart, "uffdStart"));
+  exports.Set("uffdRegister", Napi::Function::New(env, UffdRegister, "uffdRegister"));
+  exports.Set("uffdUnregister", Napi::Function::New(env, UffdUnregister, "uffdUnregister"));
+  exports.Set("uffdCopy", Napi::Function::New(env, UffdCopy, "uffdCopy"));
+  exports.Set("uffdZeropage", Napi::Function::New(env, UffdZeropage, "uffdZeropage"));
+  exports.Set("uffdContinue", Napi::Function::New(env, UffdContinue, "uffdContinue"));
+  exports.Set("uffdWriteProtect", Napi::Function::New(env, UffdWriteProtect, "uffdWriteProtect"));
+  exports.Set("uffdWake", Napi::Function::New(env, UffdWake, "uffdWake"));
+  exports.Set("uffdSetTimeout", Napi::Function::New(env, UffdSetTimeout, "uffdSetTimeout"));
+  exports.Set("uffdPending", Napi::Function::New(env, UffdPending, "uffdPending"));
+  exports.Set("uffdStats", Napi::Function::New(env, UffdStats, "uffdStats"));
+  exports.Set("uffdClose", Napi::Function::New(env, UffdClose, "uffdClose"));
+  napi_env raw = env;
+  env.AddCleanupHook([raw] { CleanupEnv(raw); });
+}
+
+}  // namespace pfr
