@@ -22,6 +22,8 @@ export interface PopulateOptions {
 /** Something that keeps a region's pages registered and must let go before it is unmapped. */
 export interface RegionObserver {
   regionClosing(region: Region): void;
+  /** Pages of the range stopped being resident (evict, unmapPages): drop cached translations. */
+  regionEvicted?(region: Region, offset: number, length: number): void;
 }
 
 const MMAP_FIXES = {
@@ -117,7 +119,8 @@ export class Region {
    */
   evict(offset?: number, length?: number): void {
     const s = this.span('evict', offset, length);
-    sys('evict', { EBUSY: 'Pinned pages cannot be evicted: unpin() first' }, () => binding.evict(this.id, s.offset, s.length));
+    sys('evict', { EINVAL: 'Pinned (mlocked) anonymous pages cannot be evicted: unpin() first' }, () => binding.evict(this.id, s.offset, s.length));
+    this.#notifyEvicted(s.offset, s.length);
   }
 
   /**
@@ -128,6 +131,12 @@ export class Region {
   unmapPages(offset?: number, length?: number): void {
     const s = this.span('unmapPages', offset, length);
     sys('unmapPages', {}, () => binding.zap(this.id, s.offset, s.length));
+    this.#notifyEvicted(s.offset, s.length);
+  }
+
+  // The MMU-notifier role: whoever caches translations of these pages must drop them.
+  #notifyEvicted(offset: number, length: number): void {
+    for (const o of this.#observers) o.regionEvicted?.(this, offset, length);
   }
 
   /** mlock: make the range resident and keep it so (pinning). Bounded by RLIMIT_MEMLOCK. */

@@ -1,0 +1,206 @@
+// A generic-netlink-like channel between the (modelled) kernel and processes. One family,
+// unicast per process (a process receives only its own faults), sequence numbers, typed
+// attributes, acknowledgements, and bounded socket queues whose drops are counted.
+
+/** Attributes of a fault notification (PFR_ATTR_*). */
+export enum NlAttr {
+  PID = 1,
+  VA = 2,
+  LENGTH = 3,
+  WRITE = 4,
+  NODE = 5,
+  CHANNEL = 6,
+  TRANSFER = 7,
+  SIDE = 8,
+  SID = 9,
+  STAG = 10,
+  EVENT = 11,
+  STATUS = 12,
+  STALL = 13,
+  BLOCK = 14,
+  /** How the library made pages resident: 'touch', 'gup', 'uffd' or 'none'. */
+  METHOD = 15,
+}
+
+/** Commands of the family (PFR_CMD_*). */
+export enum NlCmd {
+  /** kernel → process: a fault to resolve. */
+  FAULT = 1,
+  /** process → kernel: resolved (STATUS: 0 success / retry, 1 invalid, 2 failure). */
+  RESOLVED = 2,
+  /** kernel → process: acknowledgement of a request (NLMSG_ERROR with error 0 is an ack). */
+  ACK = 3,
+}
+
+export interface NlMessage {
+  family: string;
+  cmd: NlCmd;
+  seq: number;
+  /** Port id of the sender (0 = kernel). */
+  portId: number;
+  attrs: Map<NlAttr, number | bigint | string | boolean>;
+  /** When it was sent (performance.now()), for the measured notify time. */
+  sentAt: number;
+}
+
+export interface NetlinkCounters {
+  sent: number;
+  delivered: number;
+  dropped: number;
+  noListener: number;
+  acks: number;
+}
+
+/** A process's socket bound to the family. */
+export class NetlinkSocket {
+  readonly pid: number;
+  readonly capacity: number;
+  #queue: NlMessage[] = [];
+  #waiters: Array<(m: NlMessage | undefined) => void> = [];
+  #listener: ((m: NlMessage) => void) | undefined;
+  #closed = false;
+  #bus: NetlinkFamily;
+  dropped = 0;
+  received = 0;
+
+  /** @internal */
+  constructor(bus: NetlinkFamily, pid: number, capacity: number) {
+    this.#bus = bus;
+    this.pid = pid;
+    this.capacity = capacity;
+  }
+
+  /** Deliver messages to a callback as they arrive (instead of recv()). */
+  onMessage(listener: (m: NlMessage) => void): void {
+    this.#listener = listener;
+    while (this.#queue.length) listener(this.#queue.shift()!);
+  }
+
+  /** Receive the next message; undefined once closed. */
+  recv(): Promise<NlMessage | undefined> {
+    const m = this.#queue.shift();
+    if (m || this.#closed) return Promise.resolve(m);
+    return new Promise((resolve) => this.#waiters.push(resolve));
+  }
+
+  /**
+   * Send a message to the kernel side of the family. Returns its sequence number. With
+   * `ack` (NLM_F_ACK) the kernel answers with an ACK message carrying the same seq.
+   */
+  send(cmd: NlCmd, attrs: Map<NlAttr, number | bigint | string | boolean>, options: { ack?: boolean } = {}): number {
+    if (this.#closed) throw new Error('netlink socket is closed');
+    return this.#bus.fromUser(this, cmd, attrs, options.ack ?? false);
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#bus.unbind(this);
+    for (const w of this.#waiters.splice(0)) w(undefined);
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** @internal */
+  deliver(m: NlMessage): boolean {
+    if (this.#closed) return false;
+    this.received++;
+    if (this.#listener) {
+      // Another process in reality: it runs after the sender, never inside it.
+      const listener = this.#listener;
+      queueMicrotask(() => {
+        if (!this.#closed) listener(m);
+      });
+      return true;
+    }
+    const w = this.#waiters.shift();
+    if (w) {
+      w(m);
+      return true;
+    }
+    if (this.#queue.length >= this.capacity) {
+      this.dropped++;
+      return false;
+    }
+    this.#queue.push(m);
+    return true;
+  }
+}
+
+/** One generic netlink family on one node ("pagefault-rdma"). */
+export class NetlinkFamily {
+  readonly name: string;
+  readonly node: number;
+  #sockets = new Map<number, NetlinkSocket>();
+  #kernel: ((m: NlMessage, from: NetlinkSocket) => void) | undefined;
+  #seq = 1;
+  #counters: NetlinkCounters = { sent: 0, delivered: 0, dropped: 0, noListener: 0, acks: 0 };
+  #capacity: number;
+
+  constructor(node: number, options: { name?: string; socketQueue?: number } = {}) {
+    this.node = node;
+    this.name = options.name ?? 'pagefault-rdma';
+    this.#capacity = options.socketQueue ?? 64;
+  }
+
+  /** A process binds its socket (one per pid). */
+  bind(pid: number): NetlinkSocket {
+    if (this.#sockets.has(pid)) throw new Error(`netlink: pid ${pid} is already bound on node ${this.node}`);
+    const s = new NetlinkSocket(this, pid, this.#capacity);
+    this.#sockets.set(pid, s);
+    return s;
+  }
+
+  socket(pid: number): NetlinkSocket | undefined {
+    return this.#sockets.get(pid);
+  }
+
+  /** The kernel side's receive hook (the SMMU driver). */
+  onKernelMessage(handler: (m: NlMessage, from: NetlinkSocket) => void): void {
+    this.#kernel = handler;
+  }
+
+  /**
+   * Unicast from the kernel to one process. Returns the sequence number, or -1 if the
+   * message was dropped (no socket for that pid, or its queue is full): counted.
+   */
+  unicast(pid: number, cmd: NlCmd, attrs: Map<NlAttr, number | bigint | string | boolean>): number {
+    const seq = this.#seq++;
+    this.#counters.sent++;
+    const s = this.#sockets.get(pid);
+    if (!s) {
+      this.#counters.noListener++;
+      this.#counters.dropped++;
+      return -1;
+    }
+    const ok = s.deliver({ family: this.name, cmd, seq, portId: 0, attrs, sentAt: performance.now() });
+    if (!ok) {
+      this.#counters.dropped++;
+      return -1;
+    }
+    this.#counters.delivered++;
+    return seq;
+  }
+
+  /** @internal */
+  fromUser(s: NetlinkSocket, cmd: NlCmd, attrs: Map<NlAttr, number | bigint | string | boolean>, ack: boolean): number {
+    const seq = this.#seq++;
+    const m: NlMessage = { family: this.name, cmd, seq, portId: s.pid, attrs, sentAt: performance.now() };
+    this.#kernel?.(m, s);
+    if (!ack) return seq;
+    this.#counters.acks++;
+    s.deliver({ family: this.name, cmd: NlCmd.ACK, seq, portId: 0, attrs: new Map([[NlAttr.STATUS, 0]]), sentAt: performance.now() });
+    return seq;
+  }
+
+  /** @internal */
+  unbind(s: NetlinkSocket): void {
+    if (this.#sockets.get(s.pid) === s) this.#sockets.delete(s.pid);
+  }
+
+  counters(): NetlinkCounters {
+    return { ...this.#counters };
+  }
+}

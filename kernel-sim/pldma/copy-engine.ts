@@ -1,0 +1,75 @@
+// The native copy engine seen from TypeScript: threads of the addon that move the bytes
+// of DMA blocks on real memory. One per simulated system; its threads are "the device"
+// for every SMMU (their userfaultfd faults are DMA accesses).
+import { binding, COPY_COMPLETION_WIDTH, CopyFlag, CopyStatus } from '../../native/index.js';
+import type { MemoryLike } from '../memory.js';
+
+export { CopyFlag, CopyStatus };
+
+export interface CopyResult {
+  status: CopyStatus;
+  /** Offset (in the faulting side's region) of the first non-resident page, or -1. */
+  faultOffset: number;
+  /** Real time the copy thread spent on the job, ns. */
+  ns: number;
+  /** Kernel thread id of the copy thread. */
+  tid: number;
+}
+
+export class CopyEngine {
+  readonly tids: readonly number[];
+  #handle: number;
+  #pending = new Map<number, (r: CopyResult) => void>();
+  #next = 1;
+  #closed = false;
+
+  constructor(threads = 2) {
+    const raw = binding.engineCreate(threads, (c) => this.#onCompletions(c));
+    this.#handle = raw.handle;
+    this.tids = Object.freeze([...raw.tids]);
+  }
+
+  get inflight(): number {
+    return this.#pending.size;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /**
+   * Copy `length` bytes. With CheckSource / CheckDest the thread first walks that side's
+   * real page tables (mincore) and reports the first non-resident page instead of copying.
+   */
+  copy(src: MemoryLike, srcOffset: number, dst: MemoryLike, dstOffset: number, length: number, flags: number): Promise<CopyResult> {
+    if (this.#closed) return Promise.reject(new Error('copy engine is closed'));
+    const id = this.#next++;
+    return new Promise((resolve, reject) => {
+      try {
+        binding.engineSubmit(this.#handle, id, src.id, srcOffset, dst.id, dstOffset, length, flags);
+        this.#pending.set(id, resolve);
+      } catch (err) {
+        reject(err);
+      }
+    });
+  }
+
+  /** Stop: queued jobs are dropped (their promises settle with an error), running ones finish. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    binding.engineClose(this.#handle);
+    for (const resolve of this.#pending.values()) resolve({ status: -1 as CopyStatus, faultOffset: -1, ns: 0, tid: 0 });
+    this.#pending.clear();
+  }
+
+  #onCompletions(c: Float64Array): void {
+    for (let i = 0; i < c.length; i += COPY_COMPLETION_WIDTH) {
+      const resolve = this.#pending.get(c[i]!);
+      if (!resolve) continue;
+      this.#pending.delete(c[i]!);
+      resolve({ status: c[i + 1]! as CopyStatus, faultOffset: c[i + 2]!, ns: c[i + 3]!, tid: c[i + 4]! });
+    }
+    if (this.#pending.size === 0 && !this.#closed) binding.engineUnref(this.#handle);
+  }
+}

@@ -1,0 +1,70 @@
+// The engine's scheduler: the Cortex-R5 firmware's role. It serves channels round-robin,
+// one block per turn, skips parked channels (a transfer waiting on a fault), and keeps
+// serving the others meanwhile: no head-of-line blocking across channels.
+
+export interface Schedulable {
+  /** True if the channel has a block it may issue now. */
+  runnable(channel: number): boolean;
+  /** Issue one block of the channel. */
+  issue(channel: number): void;
+  /** Blocks in flight on the engine; the scheduler stops issuing at `capacity`. */
+  readonly inflight: number;
+  readonly capacity: number;
+}
+
+export class Scheduler {
+  readonly channels: number;
+  #ring: number[] = []; // channels with work, in round-robin order
+  #inRing = new Set<number>();
+  #target: Schedulable;
+  #scheduled = false;
+  turns = 0;
+
+  constructor(target: Schedulable, channels: number) {
+    this.#target = target;
+    this.channels = channels;
+  }
+
+  /** A channel got work (new transfer, retransmission request). */
+  wake(channel: number): void {
+    if (!this.#inRing.has(channel)) {
+      this.#inRing.add(channel);
+      this.#ring.push(channel);
+    }
+    this.kick();
+  }
+
+  /** Run a scheduling pass soon (coalesced). */
+  kick(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    queueMicrotask(() => {
+      this.#scheduled = false;
+      this.#run();
+    });
+  }
+
+  #run(): void {
+    const t = this.#target;
+    let idle = 0;
+    while (t.inflight < t.capacity && this.#ring.length && idle < this.#ring.length) {
+      const ch = this.#ring.shift()!;
+      if (t.runnable(ch)) {
+        this.turns++;
+        t.issue(ch);
+        this.#ring.push(ch);
+        idle = 0;
+      } else {
+        // Parked or busy: keep it in the ring only while it still has work.
+        this.#ring.push(ch);
+        idle++;
+      }
+    }
+  }
+
+  /** Forget a channel that has no more work. */
+  retire(channel: number): void {
+    if (!this.#inRing.delete(channel)) return;
+    this.#ring = this.#ring.filter((c) => c !== channel);
+  }
+}

@@ -1,0 +1,198 @@
+// The modified Linux SMMU driver of one node. Its interrupt handler drains the event queue,
+// decodes each record, maps the StreamID to its owner process and notifies that process's
+// fault library over netlink; it turns the library's answers into engine retransmission
+// requests (terminate) or CMD_RESUME (stall). Unrecoverable faults (address size,
+// permission) are logged and counted only: the engine already ended those transfers.
+import type { CostModel } from '../cost-model/index.js';
+import { NlAttr, NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
+import type { FaultInfo, Pldma } from '../pldma/pldma.js';
+import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
+import type { Smmu } from '../smmu/smmu.js';
+import type { Tracer } from '../trace.js';
+import { IommuPageResponseCode, isRecoverable, resumeFor, toPageRequest, type IommuFaultPageRequest } from './iopf.js';
+
+export type ResolveMethod = 'touch' | 'gup' | 'uffd' | 'none';
+
+/** One fault as the driver handled it (for users who want to watch). */
+export interface DriverFault {
+  record: SmmuEventRecord;
+  name: string;
+  /** What today's Linux IOPF framework would report. */
+  pageRequest: IommuFaultPageRequest;
+  pid: number | undefined;
+  info: FaultInfo | undefined;
+  /** Netlink sequence number of the notification, -1 if dropped, undefined if not sent. */
+  seq: number | undefined;
+}
+
+export interface DriverCounters {
+  interrupts: number;
+  records: number;
+  notified: number;
+  dropped: number;
+  unrecoverable: number;
+  unknownStream: number;
+  responses: number;
+  resumes: number;
+}
+
+export class SmmuDriver {
+  readonly node: number;
+  #smmu: Smmu;
+  #netlink: NetlinkFamily;
+  #costs: CostModel;
+  #tracer: Tracer;
+  #pldma: Pldma | undefined;
+  #pending = new Map<string, FaultInfo>(); // notified and waiting for the library
+  #watchers: Array<(f: DriverFault) => void> = [];
+  #c: DriverCounters = { interrupts: 0, records: 0, notified: 0, dropped: 0, unrecoverable: 0, unknownStream: 0, responses: 0, resumes: 0 };
+
+  constructor(node: number, deps: { smmu: Smmu; netlink: NetlinkFamily; costs: CostModel; tracer: Tracer }) {
+    this.node = node;
+    this.#smmu = deps.smmu;
+    this.#netlink = deps.netlink;
+    this.#costs = deps.costs;
+    this.#tracer = deps.tracer;
+    this.#smmu.onInterrupt(() => this.#irq());
+    this.#netlink.onKernelMessage((m, from) => this.#onMessage(m, from));
+  }
+
+  attachEngine(pldma: Pldma): void {
+    this.#pldma = pldma;
+  }
+
+  /** Watch every fault the driver handles, with its iommu_fault_page_request form. */
+  onFault(watcher: (f: DriverFault) => void): () => void {
+    this.#watchers.push(watcher);
+    return () => {
+      this.#watchers = this.#watchers.filter((w) => w !== watcher);
+    };
+  }
+
+  counters(): DriverCounters {
+    return { ...this.#c };
+  }
+
+  /** Faults notified and not yet answered. */
+  get pending(): number {
+    return this.#pending.size;
+  }
+
+  #irq(): void {
+    this.#c.interrupts++;
+    for (const record of this.#smmu.eventq.drain()) {
+      this.#c.records++;
+      this.#handle(record);
+    }
+  }
+
+  #handle(record: SmmuEventRecord): void {
+    const ctx = this.#smmu.stream(record.sid);
+    let info: FaultInfo | undefined;
+    if (record.stall) {
+      const s = this.#smmu.stalledAccess(record.stag);
+      if (s) info = { ...(s.window.tag as FaultInfo), va: record.addr, stall: { stag: record.stag, window: s.window } };
+    } else {
+      info = this.#pldma?.faultInfo(record.sid, record.addr);
+    }
+    const fault: DriverFault = {
+      record,
+      name: eventName(record.id),
+      pageRequest: toPageRequest(record, info?.lengthHint ?? 0),
+      pid: ctx?.pid,
+      info,
+      seq: undefined,
+    };
+    if (!ctx) {
+      this.#c.unknownStream++;
+    } else if (!isRecoverable(record) || !info) {
+      this.#c.unrecoverable++;
+    } else {
+      const attrs = new Map<NlAttr, number | bigint | string | boolean>([
+        [NlAttr.PID, ctx.pid],
+        [NlAttr.VA, record.addr],
+        [NlAttr.LENGTH, info.lengthHint],
+        [NlAttr.WRITE, !record.rnw],
+        [NlAttr.NODE, this.node],
+        [NlAttr.CHANNEL, info.channel],
+        [NlAttr.TRANSFER, info.tid],
+        [NlAttr.BLOCK, info.seq],
+        [NlAttr.SIDE, info.side],
+        [NlAttr.SID, record.sid],
+        [NlAttr.EVENT, record.id],
+        [NlAttr.STALL, record.stall],
+        [NlAttr.STAG, record.stag],
+      ]);
+      const key = this.#key(record.sid, record.addr, record.stall ? record.stag : 0);
+      this.#pending.set(key, info); // before sending: the answer may come at once
+      const seq = this.#netlink.unicast(ctx.pid, NlCmd.FAULT, attrs);
+      fault.seq = seq;
+      const modelUs = info.modelUs + this.#costs.eventRecordUs + this.#costs.irqUs + this.#costs.driverUs;
+      if (seq < 0) {
+        this.#pending.delete(key);
+        this.#c.dropped++;
+        this.#tracer.emit({ kind: 'notify-dropped', node: this.node, tid: info.tid, channel: info.channel, side: info.side, modelUs });
+        // Nobody will answer a stalled access: terminate it rather than leave it stalled.
+        if (record.stall) this.#resume(record.sid, record.stag, ResumeResp.TERM);
+      } else {
+        this.#c.notified++;
+        this.#tracer.emit({ kind: 'notify', node: this.node, tid: info.tid, channel: info.channel, side: info.side, modelUs: modelUs + this.#costs.netlinkUs });
+      }
+    }
+    for (const w of this.#watchers) w(fault);
+  }
+
+  #onMessage(m: NlMessage, from: NetlinkSocket): void {
+    if (m.cmd !== NlCmd.RESOLVED) return;
+    const sid = Number(m.attrs.get(NlAttr.SID) ?? -1);
+    const va = m.attrs.get(NlAttr.VA);
+    const stag = Number(m.attrs.get(NlAttr.STAG) ?? 0);
+    const stall = m.attrs.get(NlAttr.STALL) === true;
+    if (typeof va !== 'bigint') return;
+    const key = this.#key(sid, va, stall ? stag : 0);
+    const info = this.#pending.get(key);
+    // A process may only answer its own faults.
+    if (!info || this.#smmu.stream(sid)?.pid !== from.pid) return;
+    this.#pending.delete(key);
+    this.#c.responses++;
+    const code = Number(m.attrs.get(NlAttr.STATUS) ?? IommuPageResponseCode.SUCCESS) as IommuPageResponseCode;
+    const method = String(m.attrs.get(NlAttr.METHOD) ?? 'touch') as ResolveMethod;
+    const bytes = Number(m.attrs.get(NlAttr.LENGTH) ?? 0);
+    const c = this.#costs;
+    const modelUs =
+      info.modelUs + c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + this.resolveCost(method, bytes, info) + c.requestUs;
+    if (stall && info.stall) {
+      this.#resume(sid, stag, resumeFor(code));
+      return;
+    }
+    this.#pldma?.resolved(info, code === IommuPageResponseCode.SUCCESS, modelUs);
+  }
+
+  /** Modelled cost of what the library did to make pages resident. */
+  resolveCost(method: ResolveMethod, bytes: number, info: { va: bigint }): number {
+    const ps = 4096;
+    const pages = Math.max(1, Math.ceil((bytes + Number(info.va % BigInt(ps))) / ps));
+    const c = this.#costs;
+    switch (method) {
+      case 'touch':
+        return c.touchPageUs * pages;
+      case 'gup':
+      case 'uffd':
+        return c.gupCallUs + c.gupPageUs * pages;
+      case 'none':
+        return 0;
+    }
+  }
+
+  #resume(sid: number, stag: number, resp: ResumeResp): void {
+    this.#c.resumes++;
+    this.#smmu.command({ opcode: CMD_RESUME, sid, stag, resp });
+    this.#tracer.emit({ kind: 'resume', node: this.node, modelUs: 0, detail: { sid, stag, resp: ResumeResp[resp] } });
+  }
+
+  #key(sid: number, va: bigint, stag: number): string {
+    return `${sid}:${va}:${stag}`;
+  }
+}
+
+export { EvtId };

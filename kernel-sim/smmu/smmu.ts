@@ -1,0 +1,391 @@
+// The SMMU of one node. Translation walks the *real* state of the owning process's memory
+// (mincore through the addon), the way the ExaNeSt SMMU walked the process's own page
+// tables: a page that is not resident is a translation fault. An IOTLB caches what the walk
+// found and is invalidated when pages are evicted or regions unmapped.
+//
+// Fault models per stream: terminate (the access aborts, the engine sees the error; the
+// thesis's choice) and stall (the engine's copy thread blocks in a genuine userfaultfd fault
+// until CMD_RESUME).
+import { binding } from '../../native/index.js';
+import type { MemoryLike, MemoryObserver, UffdFaultLike, UffdLike } from '../memory.js';
+import { EventQueue } from './event-queue.js';
+import { Iotlb } from './iotlb.js';
+import { CMD_RESUME, CMD_STALL_TERM, EvtClass, EvtId, ResumeResp, type SmmuCommand, type SmmuEventRecord } from './records.js';
+
+export type FaultModel = 'terminate' | 'stall';
+export type Access = 'read' | 'write';
+
+/** One region of the process's address space as the SMMU sees it, with its permissions. */
+export interface StreamMapping {
+  region: MemoryLike;
+  read: boolean;
+  write: boolean;
+}
+
+/** A stream table entry: the context of one process (protection domain) on this node. */
+export interface StreamContext {
+  readonly sid: number;
+  readonly pid: number;
+  readonly pd: number;
+  faultModel: FaultModel;
+  readonly mappings: StreamMapping[];
+}
+
+export type Translation =
+  | { ok: true; region: MemoryLike; offset: number; walked: number; hit: boolean }
+  | { ok: false; id: EvtId; addr: bigint; recoverable: boolean; reason: string };
+
+/** A device access currently in flight on stall-mode memory (one DMA block). */
+export interface StallWindow {
+  sid: number;
+  region: MemoryLike;
+  offset: number;
+  length: number;
+  access: Access;
+  /** Set when CMD_RESUME ABORT/TERM or CMD_STALL_TERM ended one of its stalls. */
+  aborted: boolean;
+  stalls: number;
+  /** Extra attributes the driver forwards (transfer id, channel, side). */
+  tag: unknown;
+}
+
+interface Stalled {
+  sid: number;
+  region: MemoryLike;
+  page: number;
+  window: StallWindow;
+  at: number;
+}
+
+export interface SmmuOptions {
+  node: number;
+  eventQueueDepth?: number;
+  iotlbEntries?: number;
+}
+
+export interface SmmuCounters {
+  translations: number;
+  walks: number;
+  pagesWalked: number;
+  faults: Record<string, number>;
+  eventsRecorded: number;
+  eventQueueOverflows: number;
+  iotlbHits: number;
+  iotlbMisses: number;
+  iotlbInvalidations: number;
+  stalls: number;
+  resumes: Record<keyof typeof ResumeResp, number>;
+  stallTerms: number;
+}
+
+export class Smmu implements MemoryObserver {
+  readonly node: number;
+  readonly eventq: EventQueue;
+  readonly iotlb: Iotlb;
+  #streams = new Map<number, StreamContext>();
+  #byPd = new Map<number, number>();
+  #nextSid = 1;
+  #irqHandlers: Array<() => void> = [];
+  #irqPending = false;
+  #faults: Record<string, number> = {};
+  #translations = 0;
+  #walks = 0;
+  #pagesWalked = 0;
+  // stall model
+  #uffd: UffdLike | undefined;
+  #deviceTids = new Set<number>();
+  #windows = new Map<number, StallWindow[]>(); // region id -> windows
+  #stalled = new Map<number, Stalled>(); // stag -> stalled access
+  #nextStag = 1;
+  #stalls = 0;
+  #resumes = { TERM: 0, RETRY: 0, ABORT: 0 };
+  #stallTerms = 0;
+
+  constructor(options: SmmuOptions) {
+    this.node = options.node;
+    this.eventq = new EventQueue(options.eventQueueDepth ?? 256);
+    this.iotlb = new Iotlb(options.iotlbEntries ?? 4096);
+  }
+
+  /** Install a stream table entry for a process (its protection domain) on this node. */
+  attach(config: { pid: number; pd: number; faultModel?: FaultModel; sid?: number }): StreamContext {
+    if (this.#byPd.has(config.pd)) throw new Error(`SMMU of node ${this.node}: protection domain ${config.pd} already has a stream`);
+    const sid = config.sid ?? this.#nextSid++;
+    if (this.#streams.has(sid)) throw new Error(`SMMU of node ${this.node}: StreamID ${sid} is in use`);
+    const ctx: StreamContext = { sid, pid: config.pid, pd: config.pd, faultModel: config.faultModel ?? 'terminate', mappings: [] };
+    this.#streams.set(sid, ctx);
+    this.#byPd.set(config.pd, sid);
+    return ctx;
+  }
+
+  detach(sid: number): void {
+    const ctx = this.#streams.get(sid);
+    if (!ctx) return;
+    for (const m of ctx.mappings) m.region.unobserve(this);
+    this.#streams.delete(sid);
+    this.#byPd.delete(ctx.pd);
+    this.iotlb.invalidateStream(sid);
+    this.command({ opcode: CMD_STALL_TERM, sid });
+  }
+
+  stream(sid: number): StreamContext | undefined {
+    return this.#streams.get(sid);
+  }
+
+  streamForPd(pd: number): StreamContext | undefined {
+    const sid = this.#byPd.get(pd);
+    return sid === undefined ? undefined : this.#streams.get(sid);
+  }
+
+  /** Make a region part of the stream's address space (the process mapped it). */
+  map(sid: number, region: MemoryLike, perms: { read?: boolean; write?: boolean } = {}): void {
+    const ctx = this.#require(sid);
+    if (ctx.mappings.some((m) => m.region === region)) return;
+    ctx.mappings.push({ region, read: perms.read ?? true, write: perms.write ?? true });
+    region.observe(this);
+  }
+
+  unmap(sid: number, region: MemoryLike): void {
+    const ctx = this.#require(sid);
+    const i = ctx.mappings.findIndex((m) => m.region === region);
+    if (i < 0) return;
+    ctx.mappings.splice(i, 1);
+    this.iotlb.invalidateRange(region.address, region.size, region.granule);
+    if (![...this.#streams.values()].some((c) => c.mappings.some((m) => m.region === region))) region.unobserve(this);
+  }
+
+  /**
+   * Translate a device access of [va, va+length) for stream `sid`. Terminate-mode streams
+   * walk the real page tables for pages the IOTLB does not hold; a non-resident page is a
+   * translation fault at that page. Stall-mode streams leave residency to the access itself.
+   */
+  translate(sid: number, va: bigint, length: number, access: Access): Translation {
+    this.#translations++;
+    const ctx = this.#streams.get(sid);
+    if (!ctx) return { ok: false, id: EvtId.C_BAD_STREAMID, addr: va, recoverable: false, reason: `no stream ${sid} on node ${this.node}` };
+    const end = va + BigInt(length);
+    const m = ctx.mappings.find((x) => !x.region.closed && va >= x.region.address && end <= x.region.address + BigInt(x.region.size));
+    if (!m) {
+      return { ok: false, id: EvtId.F_ADDR_SIZE, addr: va, recoverable: false, reason: `address 0x${va.toString(16)}+${length} is in no region of stream ${sid}` };
+    }
+    if ((access === 'write' && !m.write) || (access === 'read' && !m.read)) {
+      return { ok: false, id: EvtId.F_PERMISSION, addr: va, recoverable: false, reason: `${access} to a region mapped without ${access} permission` };
+    }
+    const region = m.region;
+    const offset = Number(va - region.address);
+    if (ctx.faultModel === 'stall') return { ok: true, region, offset, walked: 0, hit: true };
+
+    const g = region.granule;
+    const first = offset - (offset % g);
+    const last = offset + length - 1 - ((offset + length - 1) % g);
+    const missing: number[] = [];
+    for (let p = first; p <= last; p += g) if (!this.iotlb.lookup(sid, region.address + BigInt(p))) missing.push(p);
+    if (missing.length === 0) return { ok: true, region, offset, walked: 0, hit: true };
+
+    this.#walks++;
+    const from = missing[0]!;
+    const to = Math.min(missing[missing.length - 1]! + g, region.size);
+    const resident = binding.residency(region.id, from, to - from);
+    const ps = region.pageSize;
+    this.#pagesWalked += missing.length;
+    for (const p of missing) {
+      // A granule is resident when its first and last 4 KiB pages are (a THP maps all or nothing).
+      const a = (p - from) / ps;
+      const b = Math.min(p + g, to) - from - ps;
+      if (!resident[a] || !resident[b / ps]) {
+        return {
+          ok: false,
+          id: EvtId.F_TRANSLATION,
+          addr: region.address + BigInt(Math.max(p, offset - (offset % ps))),
+          recoverable: true,
+          reason: `page at offset ${p} of region ${region.id} is not resident`,
+        };
+      }
+      this.iotlb.insert(sid, region.address + BigInt(p));
+    }
+    return { ok: true, region, offset, walked: missing.length, hit: false };
+  }
+
+  /** Write a fault record into the event queue and raise the IRQ. False if the queue overflowed. */
+  recordFault(sid: number, fault: { id: EvtId; addr: bigint }, access: Access, stall?: { stag: number }): boolean {
+    const name = EvtId[fault.id] ?? String(fault.id);
+    this.#faults[name] = (this.#faults[name] ?? 0) + 1;
+    const record: SmmuEventRecord = {
+      id: fault.id,
+      sid,
+      ssv: false,
+      ssid: 0,
+      stag: stall?.stag ?? 0,
+      stall: stall !== undefined,
+      pnu: false,
+      ind: false,
+      rnw: access === 'read',
+      s2: false,
+      class: EvtClass.IN,
+      addr: fault.addr,
+    };
+    const queued = this.eventq.push(record);
+    this.#raiseIrq();
+    return queued;
+  }
+
+  /** The driver's interrupt line. */
+  onInterrupt(handler: () => void): void {
+    this.#irqHandlers.push(handler);
+  }
+
+  // ---- stall model -------------------------------------------------------------------
+
+  /**
+   * Give the SMMU the userfaultfd on which stall-mode memory is registered and the kernel
+   * thread ids of the copy engine (the device): their faults are stalled DMA accesses.
+   */
+  attachStallSource(uffd: UffdLike, deviceTids: Iterable<number>): void {
+    this.#uffd = uffd;
+    for (const t of deviceTids) this.#deviceTids.add(t);
+    uffd.onFault((f) => this.#onDeviceFault(f));
+  }
+
+  /** Declare a device access in flight on stall-mode memory; returns it (remove with endStallWindow). */
+  beginStallWindow(w: Omit<StallWindow, 'aborted' | 'stalls'>): StallWindow {
+    const win: StallWindow = { ...w, aborted: false, stalls: 0 };
+    const list = this.#windows.get(w.region.id) ?? [];
+    list.push(win);
+    this.#windows.set(w.region.id, list);
+    return win;
+  }
+
+  endStallWindow(win: StallWindow): void {
+    const list = this.#windows.get(win.region.id);
+    if (!list) return;
+    const i = list.indexOf(win);
+    if (i >= 0) list.splice(i, 1);
+    if (!list.length) this.#windows.delete(win.region.id);
+  }
+
+  /** Stalled accesses waiting for CMD_RESUME. */
+  get stalled(): number {
+    return this.#stalled.size;
+  }
+
+  /** Look up a stalled access by its tag (the driver uses it to build its notification). */
+  stalledAccess(stag: number): { region: MemoryLike; page: number; window: StallWindow } | undefined {
+    return this.#stalled.get(stag);
+  }
+
+  /** The command queue: CMD_RESUME (RETRY / ABORT / TERM) and CMD_STALL_TERM. */
+  command(cmd: SmmuCommand): boolean {
+    if (cmd.opcode === CMD_RESUME) {
+      const s = this.#stalled.get(cmd.stag);
+      if (!s || s.sid !== cmd.sid) return false;
+      this.#stalled.delete(cmd.stag);
+      this.#resumes[ResumeResp[cmd.resp] as keyof typeof ResumeResp]++;
+      this.#finishStall(s, cmd.resp === ResumeResp.RETRY);
+      return true;
+    }
+    let n = 0;
+    for (const [stag, s] of [...this.#stalled]) {
+      if (s.sid !== cmd.sid) continue;
+      this.#stalled.delete(stag);
+      this.#finishStall(s, false);
+      n++;
+    }
+    this.#stallTerms++;
+    return n > 0;
+  }
+
+  #finishStall(s: Stalled, retry: boolean): void {
+    const uffd = this.#uffd;
+    if (!uffd || uffd.closed || s.region.closed) return;
+    try {
+      if (retry) {
+        // RETRY: the access is replayed. If the page was made resident it completes; if
+        // not, it faults again: a new stall, as on hardware.
+        uffd.wake(s.region, s.page, s.region.pageSize);
+      } else {
+        // ABORT / TERM: the access must end. Memory cannot fail a CPU instruction, so the
+        // page gets the default (zero) content to release the thread, and the block is
+        // marked aborted: the engine reports an error for it and its bytes do not count.
+        s.window.aborted = true;
+        uffd.zeropage(s.region, s.page, s.region.pageSize);
+      }
+    } catch {
+      // range unregistered meanwhile: the unregister woke the thread already
+    }
+  }
+
+  #onDeviceFault(f: UffdFaultLike): void {
+    const uffd = this.#uffd!;
+    if (f.resolvedBy === 'native') return;
+    const ps = f.region.pageSize;
+    const page = f.offset - (f.offset % ps);
+    const win = this.#deviceTids.has(f.threadId)
+      ? this.#windows.get(f.region.id)?.find((w) => page + ps > w.offset && page < w.offset + w.length)
+      : undefined;
+    if (!win) {
+      // Not a DMA access (another thread, or memory no transfer is using): not ours to stall.
+      try {
+        uffd.zeropage(f.region, page, ps);
+      } catch {
+        /* gone */
+      }
+      return;
+    }
+    const stag = this.#nextStag;
+    this.#nextStag = (this.#nextStag % 0xffff) + 1;
+    this.#stalled.set(stag, { sid: win.sid, region: f.region, page, window: win, at: performance.now() });
+    win.stalls++;
+    this.#stalls++;
+    if (!this.recordFault(win.sid, { id: EvtId.F_TRANSLATION, addr: f.region.address + BigInt(page) }, f.write ? 'write' : 'read', { stag })) {
+      // Lost record: nobody will resume it. Terminate rather than leave the thread stalled.
+      this.#stalled.delete(stag);
+      this.#finishStall({ sid: win.sid, region: f.region, page, window: win, at: 0 }, false);
+    }
+  }
+
+  // ---- invalidation (the MMU-notifier role) ------------------------------------------
+
+  regionEvicted(region: MemoryLike, offset: number, length: number): void {
+    this.iotlb.invalidateRange(region.address + BigInt(offset), length, region.granule);
+  }
+
+  regionClosing(region: MemoryLike): void {
+    this.iotlb.invalidateRange(region.address, region.size, region.granule);
+    for (const ctx of this.#streams.values()) {
+      const i = ctx.mappings.findIndex((m) => m.region === region);
+      if (i >= 0) ctx.mappings.splice(i, 1);
+    }
+  }
+
+  counters(): SmmuCounters {
+    return {
+      translations: this.#translations,
+      walks: this.#walks,
+      pagesWalked: this.#pagesWalked,
+      faults: { ...this.#faults },
+      eventsRecorded: this.eventq.recorded,
+      eventQueueOverflows: this.eventq.overflows,
+      iotlbHits: this.iotlb.hits,
+      iotlbMisses: this.iotlb.misses,
+      iotlbInvalidations: this.iotlb.invalidations,
+      stalls: this.#stalls,
+      resumes: { ...this.#resumes },
+      stallTerms: this.#stallTerms,
+    };
+  }
+
+  #raiseIrq(): void {
+    if (this.#irqPending) return;
+    this.#irqPending = true;
+    queueMicrotask(() => {
+      this.#irqPending = false;
+      for (const h of this.#irqHandlers) h();
+    });
+  }
+
+  #require(sid: number): StreamContext {
+    const ctx = this.#streams.get(sid);
+    if (!ctx) throw new Error(`SMMU of node ${this.node}: no stream ${sid}`);
+    return ctx;
+  }
+}
