@@ -368,6 +368,9 @@ export class Pldma implements Schedulable {
     const stalls = (srcWin?.stalls ?? 0) + (dstWin?.stalls ?? 0);
     const stallDelay = stalls * this.#stallDelay();
     if (stalls) {
+      // A stalled access holds the engine until the resume: later blocks wait behind it.
+      this.#engineRes.reserve(arrive, stallDelay);
+      t.modelReady = Math.max(t.modelReady, arrive + stallDelay);
       // Each stall is a fault whose access was retried in place (no retransmission).
       t.faults.source += srcWin?.stalls ?? 0;
       t.faults.destination += dstWin?.stalls ?? 0;
