@@ -1,5 +1,5 @@
 // pagefault-rdma: the user-space library.
-export { mapRegion, Region, PAGE_SIZE, HUGE_PAGE_SIZE, type MapOptions, type PopulateOptions } from './region.js';
+export { mapRegion, findRegion, Region, PAGE_SIZE, HUGE_PAGE_SIZE, type MapOptions, type PopulateOptions } from './region.js';
 export {
   Userfaultfd,
   UffdFeature,
@@ -15,3 +15,8 @@ export {
 } from './uffd.js';
 export { touch, type TouchOptions, type TouchResult } from './toucher.js';
 export { PfrError, type PfrErrorCode, type SystemError } from './errors.js';
+export { FaultLibrary, type Registration, type ResolvedFault, type FaultLibraryOptions } from './fault-library/fault-library.js';
+export { POLICIES, Prefetcher, type PolicyName, type PolicyOptions } from './fault-library/policy.js';
+export { FaultStats, Histogram, PHASES, type FaultStatsSnapshot, type Phase } from './fault-library/stats.js';
+export { TraceRecorder, type ChromeTraceEvent } from './fault-library/trace.js';
+export * from './verbs/index.js';

@@ -31,6 +31,17 @@ const MMAP_FIXES = {
   EINVAL: 'The size must be a positive multiple of the page size',
 };
 
+// Every open region of this process: the SMMU of the model walks the whole address space
+// (shared virtual addressing), so an implicit ODP key can reach any of them.
+const openRegions = new Set<Region>();
+
+/** The open region containing [address, address+length), if any. */
+export function findRegion(address: bigint, length = 1): Region | undefined {
+  const end = address + BigInt(length);
+  for (const r of openRegions) if (address >= r.address && end <= r.address + BigInt(r.size)) return r;
+  return undefined;
+}
+
 export class Region {
   /** Handle of the mapping in the addon (stable for the region's life). */
   readonly id: number;
@@ -56,6 +67,13 @@ export class Region {
     this.hugePages = hugePages;
     this.aliasOf = aliasOf;
     this.#buffer = raw.buffer;
+    openRegions.add(this);
+  }
+
+  /** The open region whose buffer is `buffer`, if any. */
+  static ofBuffer(buffer: ArrayBuffer): Region | undefined {
+    for (const r of openRegions) if (r.#buffer === buffer) return r;
+    return undefined;
   }
 
   /** The mapped memory itself. Reading an untouched page faults it in (resolved at once if registered). */
@@ -188,6 +206,7 @@ export class Region {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    openRegions.delete(this);
     for (const o of [...this.#observers]) o.regionClosing(this);
     this.#observers.clear();
     binding.closeRegion(this.id, this.#buffer);

@@ -20,6 +20,8 @@ export enum NlAttr {
   BLOCK = 14,
   /** How the library made pages resident: 'touch', 'gup', 'uffd' or 'none'. */
   METHOD = 15,
+  /** Node that posted the transfer (the source). */
+  SRC_NODE = 16,
 }
 
 /** Commands of the family (PFR_CMD_*). */

@@ -52,8 +52,12 @@ export interface DmaDescriptor {
   dstNode: number;
   dstVa: bigint;
   length: number;
-  /** Protection domain: the stream at both ends. */
+  /** Protection domain of the posting process: its stream translates the source. */
   pd: number;
+  /** Protection domain whose stream translates the destination (default: `pd`, as ExaNet's PDID). */
+  dstPd?: number;
+  /** Retransmissions allowed per block after faults (default: the engine's retryLimit; Infinity: no limit). */
+  retryLimit?: number;
   /** Ask for a completion notification at the destination too (ExaNet notif_enable). */
   notify?: boolean;
 }
@@ -306,13 +310,14 @@ export class Pldma implements Schedulable {
     if (b.attempts > 1) {
       t.retransmitted++;
       this.#c.retransmittedBlocks++;
-      this.#trace('retransmit', t, { modelUs: Math.max(ch.cursor, t.modelReady), detail: { seq: b.seq, attempt: b.attempts } });
+      this.#trace('retransmit', t, { modelUs: Math.max(ch.cursor, t.modelReady), detail: { seq: b.seq, attempt: b.attempts, srcNode: this.node } });
       const started = t.faultStarted.shift();
       if (started !== undefined) t.faultUs.push(realNowUs() - started);
     }
     t.inflight++;
     this.#inflight++;
     this.#c.blocksIssued++;
+    if (this.#tracer.active) this.#trace('block', t, { modelUs: Math.max(ch.cursor, t.modelReady), detail: { seq: b.seq, attempt: b.attempts } });
     void this.#runBlock(ch, t, b);
   }
 
@@ -414,9 +419,10 @@ export class Pldma implements Schedulable {
     | { ok: true; region: MemoryLike; offset: number; sid: number; walkUs: number; stall: boolean; openStall: () => StallWindow }
     | { ok: false; resp: AckResp; status: DmaStatus; reason: string; at: number } {
     const d = t.desc;
-    const ctx = this.#smmu.streamForPd(d.pd);
+    const pd = d.dstPd ?? d.pd;
+    const ctx = this.#smmu.streamForPd(pd);
     if (!ctx) {
-      return { ok: false, resp: AckResp.PD_ERR, status: DmaStatus.PD_ERR, reason: `node ${this.node} has no stream for protection domain ${d.pd}`, at: arrive };
+      return { ok: false, resp: AckResp.PD_ERR, status: DmaStatus.PD_ERR, reason: `node ${this.node} has no stream for protection domain ${pd}`, at: arrive };
     }
     const va = d.dstVa + BigInt(b.offset);
     const tr = this.#smmu.translate(ctx.sid, va, b.length, 'write');
@@ -456,7 +462,7 @@ export class Pldma implements Schedulable {
     this.#c.nacksSent++;
     t.faultStarted.push(realNowUs());
     this.#faultInfo.set(`${sid}:${tr.addr}`, this.#info(t, b, 'destination', sid, tr.addr, true, at, srcNode));
-    this.#trace('fault', t, { side: 'destination', modelUs: at, detail: { seq: b.seq, va: tr.addr, node: this.node } }, this.node);
+    this.#trace('fault', t, { side: 'destination', modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode } }, this.node);
     this.#smmu.recordFault(sid, tr, 'write');
   }
 
@@ -471,7 +477,7 @@ export class Pldma implements Schedulable {
     this.#c.faults[side]++;
     t.faultStarted.push(realNowUs());
     this.#faultInfo.set(`${sid}:${tr.addr}`, this.#info(t, b, side, sid, tr.addr, false, at));
-    this.#trace('fault', t, { side, modelUs: at, detail: { seq: b.seq, va: tr.addr } });
+    this.#trace('fault', t, { side, modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode: this.node } });
     this.#park(t, b, at);
     this.#smmu.recordFault(sid, tr, access);
   }
@@ -500,8 +506,9 @@ export class Pldma implements Schedulable {
     t.inflight--;
     this.#inflight--;
     t.modelReady = Math.max(t.modelReady, at);
-    if (b.attempts > this.retryLimit) {
-      this.#fail(t, b, DmaStatus.RETRY_EXCEEDED, `block ${b.seq} faulted ${b.attempts} times (retry limit ${this.retryLimit})`, at);
+    const limit = t.desc.retryLimit ?? this.retryLimit;
+    if (b.attempts > limit) {
+      this.#fail(t, b, DmaStatus.RETRY_EXCEEDED, `block ${b.seq} faulted ${b.attempts} times (retry limit ${limit})`, at);
       return;
     }
     clearTimeout(t.parkTimer);
@@ -619,12 +626,12 @@ export class Pldma implements Schedulable {
     if (info.side === 'source') {
       const t = this.#transfers.get(info.tid);
       if (!t) return;
-      this.#trace('resolved', t, { side: 'source', modelUs });
+      this.#trace('resolved', t, { side: 'source', modelUs, detail: { seq: info.seq, srcNode: info.srcNode } });
       if (ok) this.#unpark(t, modelUs);
       else this.#fail(t, undefined, DmaStatus.FAULT_UNRESOLVED, `the fault library could not resolve the source fault at 0x${info.va.toString(16)}`, modelUs);
       return;
     }
-    this.#tracer.emit({ kind: 'resolved', node: this.node, tid: info.tid, channel: info.channel, side: 'destination', modelUs });
+    this.#tracer.emit({ kind: 'resolved', node: this.node, tid: info.tid, channel: info.channel, side: 'destination', modelUs, detail: { seq: info.seq, srcNode: info.srcNode } });
     this.#fabric.send(
       { type: 'ack', src: this.node, dst: info.srcNode, pd: 0, va: info.va, tid: info.tid, seq: info.seq, length: 0, resp: ok ? AckResp.RESOLVED : AckResp.UNRESOLVED },
       modelUs,

@@ -116,6 +116,7 @@ export class SmmuDriver {
         [NlAttr.NODE, this.node],
         [NlAttr.CHANNEL, info.channel],
         [NlAttr.TRANSFER, info.tid],
+        [NlAttr.SRC_NODE, info.srcNode],
         [NlAttr.BLOCK, info.seq],
         [NlAttr.SIDE, info.side],
         [NlAttr.SID, record.sid],
@@ -136,7 +137,15 @@ export class SmmuDriver {
         if (record.stall) this.#resume(record.sid, record.stag, ResumeResp.TERM);
       } else {
         this.#c.notified++;
-        this.#tracer.emit({ kind: 'notify', node: this.node, tid: info.tid, channel: info.channel, side: info.side, modelUs: modelUs + this.#costs.netlinkUs });
+        this.#tracer.emit({
+          kind: 'notify',
+          node: this.node,
+          tid: info.tid,
+          channel: info.channel,
+          side: info.side,
+          modelUs: modelUs + this.#costs.netlinkUs,
+          detail: { seq: info.seq, srcNode: info.srcNode, pid: ctx.pid },
+        });
       }
     }
     for (const w of this.#watchers) w(fault);

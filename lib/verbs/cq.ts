@@ -1,0 +1,130 @@
+// Completion queues: pollCq(n) like ibv_poll_cq, and an async way to wait (next(), or
+// for await … of cq).
+import { closedError } from '../errors.js';
+import { checkInt } from '../validate.js';
+import { WcOpcode, WcStatus, wcStatusStr } from './constants.js';
+
+/** struct ibv_wc, plus what this library can tell about faults. */
+export interface WorkCompletion {
+  wrId: bigint;
+  status: WcStatus;
+  opcode: WcOpcode;
+  vendorErr: number;
+  byteLen: number;
+  immData?: number;
+  qpNum: number;
+  srcQp: number;
+  wcFlags: number;
+  /** ibv_wc_status_str(status) */
+  statusStr: string;
+  /** Faults this work request took on the way, modelled and measured time. */
+  odp?: { faults: { source: number; destination: number }; retransmittedBlocks: number; modelUs: number; realUs: number };
+}
+
+export class CompletionQueue {
+  readonly depth: number;
+  #queue: WorkCompletion[] = [];
+  #waiters: Array<{ resolve: (wc: WorkCompletion) => void; reject: (e: Error) => void }> = [];
+  #closed = false;
+  overruns = 0;
+
+  /** @internal use Context.createCq */
+  constructor(depth: number) {
+    this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Completions waiting to be polled. */
+  get length(): number {
+    return this.#queue.length;
+  }
+
+  /** ibv_poll_cq: up to `n` completions, oldest first (may be none). */
+  poll(n = 1): WorkCompletion[] {
+    this.#check();
+    checkInt('pollCq: n', n, 1);
+    return this.#queue.splice(0, n);
+  }
+
+  /** The next completion; rejects on timeout (default 10 s, as rdma-core's POLL_CQ_TIMEOUT) or close. */
+  next(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<WorkCompletion> {
+    this.#check();
+    const wc = this.#queue.shift();
+    if (wc) return Promise.resolve(wc);
+    const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('next: timeoutMs', options.timeoutMs, 1);
+    return new Promise((resolve, reject) => {
+      const w = {
+        resolve: (x: WorkCompletion) => {
+          cleanup();
+          resolve(x);
+        },
+        reject: (e: Error) => {
+          cleanup();
+          reject(e);
+        },
+      };
+      const timer = setTimeout(() => w.reject(Object.assign(new Error(`no completion within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })), timeoutMs);
+      const onAbort = () => w.reject(Object.assign(new Error('wait for a completion was aborted'), { code: 'ABORT_ERR' }));
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      const cleanup = () => {
+        clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
+        const i = this.#waiters.indexOf(w);
+        if (i >= 0) this.#waiters.splice(i, 1);
+      };
+      this.#waiters.push(w);
+    });
+  }
+
+  /** Wait for `n` completions (each within the timeout). */
+  async take(n: number, options: { timeoutMs?: number } = {}): Promise<WorkCompletion[]> {
+    const out: WorkCompletion[] = [];
+    for (let i = 0; i < n; i++) out.push(await this.next(options));
+    return out;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<WorkCompletion> {
+    while (!this.#closed) {
+      try {
+        yield await this.next({ timeoutMs: 2 ** 31 - 1 });
+      } catch (e) {
+        if (this.#closed) return;
+        throw e;
+      }
+    }
+  }
+
+  /** @internal a completion from a queue pair */
+  push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }): void {
+    if (this.#closed) return;
+    const full: WorkCompletion = { vendorErr: 0, ...wc, statusStr: wcStatusStr(wc.status) };
+    const w = this.#waiters.shift();
+    if (w) {
+      w.resolve(full);
+      return;
+    }
+    if (this.#queue.length >= this.depth) {
+      // CQ overrun: on hardware an async error event; here counted and the completion dropped.
+      this.overruns++;
+      return;
+    }
+    this.#queue.push(full);
+  }
+
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const w of this.#waiters.splice(0)) w.reject(closedError('CompletionQueue'));
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  #check(): void {
+    if (this.#closed) throw closedError('CompletionQueue');
+  }
+}
