@@ -66,6 +66,14 @@ struct Range {
   uint64_t mode;
 };
 
+// A forwarded fault awaiting the handler. The kind is kept because the default resolution
+// depends on it: a zero page does not end a write-protect or a minor fault (the page is
+// there already, so ZEROPAGE says EEXIST, wakes, and the thread faults again forever).
+struct Pending {
+  uint64_t deadline;  // ns
+  int flags;
+};
+
 class Uffd {
  public:
   int fd = -1;
@@ -83,7 +91,7 @@ class Uffd {
 
   std::mutex mu;  // guards ranges and outstanding
   std::map<uint64_t, Range> ranges;
-  std::unordered_map<uint64_t, uint64_t> outstanding;  // page address -> deadline (ns)
+  std::unordered_map<uint64_t, Pending> outstanding;  // page address -> deadline and kind
 
   // statistics, read by JS
   std::atomic<uint64_t> st_reads{0}, st_events{0}, st_forwarded{0}, st_native{0}, st_timeouts{0}, st_duplicates{0};
@@ -188,12 +196,12 @@ class Uffd {
               st_duplicates++;
               return;  // one event per page: the resolution wakes every waiter
             }
-            outstanding[page] = NowNs() + timeout_ns.load();
+            outstanding[page] = Pending{NowNs() + timeout_ns.load(), flags};
           }
         }
         if (tid == handler_tid) {
-          int err = ResolveDefault(page, flags);
           st_native++;
+          int err = ResolveDefault(page, flags);
           Push(b, err ? kResolveError : kFaultResolved, flags, addr, tid, region, offset, err);
         } else {
           st_forwarded++;
@@ -224,27 +232,23 @@ class Uffd {
 
   // Resolve forwarded faults whose deadline passed. Returns ms until the next deadline (-1: none).
   int Watchdog(Batch* b) {
-    std::vector<uint64_t> expired;
+    std::vector<std::pair<uint64_t, int>> expired;
     uint64_t now = NowNs(), next = UINT64_MAX;
     {
       std::lock_guard<std::mutex> lock(mu);
       for (auto it = outstanding.begin(); it != outstanding.end();) {
-        if (it->second <= now) {
-          expired.push_back(it->first);
+        if (it->second.deadline <= now) {
+          expired.emplace_back(it->first, it->second.flags);
           it = outstanding.erase(it);
         } else {
-          next = std::min(next, it->second);
+          next = std::min(next, it->second.deadline);
           ++it;
         }
       }
     }
-    for (uint64_t page : expired) {
-      // We do not know whether it was a write, a WP or a minor fault any more; try the
-      // missing-fault default first, then the others (each fails harmlessly if wrong).
-      int err = ResolveDefault(page, 0);
-      if (err) err = ResolveDefault(page, kMinor);
-      if (err) err = ResolveDefault(page, kWp);
-      st_timeouts++;
+    for (auto [page, flags] : expired) {
+      st_timeouts++;  // counted before the wake, so whoever the wake releases sees it
+      int err = ResolveDefault(page, flags);
       uint32_t region = 0;
       uint64_t offset = 0;
       {
@@ -254,7 +258,7 @@ class Uffd {
           offset = page - r->start;
         }
       }
-      Push(b, kTimeout, 0, page, 0, region, offset, err);
+      Push(b, kTimeout, flags, page, 0, region, offset, err);
     }
     if (next == UINT64_MAX) return -1;
     return static_cast<int>((next - now) / 1'000'000ull) + 1;
@@ -313,7 +317,7 @@ class Uffd {
     std::vector<Range> all;
     {
       std::lock_guard<std::mutex> lock(mu);
-      for (auto& kv : outstanding) ResolveDefault(kv.first, 0);
+      for (auto& kv : outstanding) ResolveDefault(kv.first, kv.second.flags);
       outstanding.clear();
       for (auto& kv : ranges) all.push_back(kv.second);
       ranges.clear();
