@@ -513,10 +513,11 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
     }
     if (err == EEXIST) {
       // Part of the range was resolved already: copy the rest page by page so one
-      // resident page does not leave its neighbours blocked.
+      // resident page does not leave its neighbours blocked. Wake once at the end: a
+      // wake per page would let the faulting thread run ahead into pages not yet copied.
       const uint64_t ps = static_cast<uint64_t>(PageSize());
       for (uint64_t p = done; p < len; p += ps) {
-        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + soff + p), std::min(ps, len - p), mode, 0};
+        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + soff + p), std::min(ps, len - p), mode | UFFDIO_COPY_MODE_DONTWAKE, 0};
         if (ioctl(u->fd, UFFDIO_COPY, &one) != 0 && errno != EEXIST) {
           int e2 = errno;
           if (e2 != EAGAIN) ThrowSystemError(env, e2, "ioctl(UFFDIO_COPY)");
@@ -525,7 +526,7 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
           std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
       }
-      u->Wake(dst, len);
+      if (!(mode & UFFDIO_COPY_MODE_DONTWAKE)) u->Wake(dst, len);
       done = len;
       break;
     }
@@ -572,7 +573,7 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
         one.mode = 1;
         if (ioctl(u->fd, Req, &one) != 0 && errno != EEXIST) ThrowSystemError(env, errno, name);
       }
-      u->Wake(start, len);
+      if (!dontwake) u->Wake(start, len);
       break;
     }
     if (err == EAGAIN && NowNs() < deadline) {
@@ -611,6 +612,9 @@ Napi::Value UffdWake(const Napi::CallbackInfo& info) {
   auto u = Require(info);
   uint64_t start = ArgAddr(info, 1, "address");
   uint64_t len = ArgAddr(info, 2, "length");
+  // A bare wake leaves the page unresolved: the thread faults again, and that new fault
+  // must reach the handler rather than be dropped as a duplicate of the old one.
+  u->ForgetRange(start, len);
   int err = u->Wake(start, len);
   if (err) ThrowSystemError(env, err, "ioctl(UFFDIO_WAKE)");
   return env.Undefined();
