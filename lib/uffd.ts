@@ -333,7 +333,8 @@ export class Userfaultfd extends EventEmitter implements RegionObserver {
     const s = this.#registered('writeProtect', region, offset, length);
     checkBool('writeProtect: on', on, false);
     const wake = checkBool('writeProtect: options.wake', checkObject('writeProtect: options', options).wake, true);
-    sys('writeProtect', { ...RESOLVE_FIXES, EINVAL: 'Register the range with { writeProtect: true } first' }, () =>
+    // The kernel says ENOENT both for an unregistered range and for one registered without WP.
+    sys('writeProtect', { ...RESOLVE_FIXES, ENOENT: 'The range is not registered for write-protect faults: register it with { writeProtect: true } first' }, () =>
       binding.uffdWriteProtect(this.#handle, region.address + BigInt(s.offset), s.length, on, !wake),
     );
   }
