@@ -564,6 +564,8 @@ export class Pldma implements Schedulable {
       if (i >= 0) ch.queue.splice(i, 1);
       if (!ch.queue.length) this.scheduler.retire(ch.id);
       else this.scheduler.wake(ch.id);
+      // Its engine slot is free: channels held back by the capacity limit may issue now.
+      this.scheduler.kick();
     }
     if (status === DmaStatus.SUCCESS) this.#c.completed++;
     else this.#c.errors++;

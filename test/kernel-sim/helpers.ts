@@ -1,0 +1,302 @@
+// Shared pieces of the kernel-sim suites: a two-node system with one process per node, a
+// small test fault library (a netlink listener that makes pages resident and answers
+// RESOLVED), and cleanup that closes systems, userfaultfds and regions after each test.
+import { afterEach } from 'vitest';
+import { mapRegion, PAGE_SIZE, Userfaultfd, type MapOptions, type Region, type UffdOpenOptions } from '../../lib/index.js';
+import {
+  IommuPageResponseCode,
+  NlAttr,
+  NlCmd,
+  SimSystem,
+  type DmaCompletion,
+  type DmaDescriptor,
+  type FaultModel,
+  type NetlinkSocket,
+  type NlMessage,
+  type ResolveMethod,
+  type SimNode,
+  type StreamContext,
+  type SystemOptions,
+} from '../../kernel-sim/index.js';
+
+export const P = PAGE_SIZE;
+
+/** `pages` pages, page i filled with the byte `base + i`. */
+export function pattern(pages: number, base = 1): Buffer {
+  const b = Buffer.alloc(pages * P);
+  for (let i = 0; i < pages; i++) b.fill((base + i) & 0xff, i * P, (i + 1) * P);
+  return b;
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export function deferred<T = void>(): { promise: Promise<T>; resolve(value: T): void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** Wait until `cond` holds; fails with `what` instead of hanging. */
+export async function until(what: string, cond: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(2);
+  }
+}
+
+/**
+ * Everything a test opens, closed after it in a safe order: systems first (every transfer
+ * ends FLUSHED, the copy engine stops), then fault libraries and userfaultfds (nothing left
+ * blocked), then regions.
+ */
+export interface Env {
+  system(options?: SystemOptions): SimSystem;
+  region(bytes: number, options?: MapOptions): Region;
+  uffd(options?: UffdOpenOptions): Userfaultfd;
+  track<T extends { close(): void }>(resource: T): T;
+}
+
+export function useEnv(): Env {
+  const systems: SimSystem[] = [];
+  const middle: { close(): void }[] = [];
+  const regions: Region[] = [];
+  afterEach(() => {
+    for (const s of systems.splice(0)) s.close();
+    for (const m of middle.splice(0).reverse()) m.close();
+    for (const r of regions.splice(0).reverse()) r.close();
+  });
+  return {
+    system(options) {
+      const s = new SimSystem(options);
+      systems.push(s);
+      return s;
+    },
+    region(bytes, options) {
+      const r = mapRegion(bytes, options);
+      regions.push(r);
+      return r;
+    },
+    uffd(options) {
+      const u = Userfaultfd.open(options);
+      middle.push(u);
+      return u;
+    },
+    track(resource) {
+      middle.push(resource);
+      return resource;
+    },
+  };
+}
+
+export interface Proc {
+  node: SimNode;
+  stream: StreamContext;
+  socket: NetlinkSocket;
+  pid: number;
+  pd: number;
+}
+
+/** A process with protection domain `pd` on `node`, its regions mapped into its stream. */
+export function proc(node: SimNode, pid: number, pd: number, regions: Region[] = [], faultModel?: FaultModel): Proc {
+  const { stream, socket } = node.attachProcess(faultModel ? { pid, pd, faultModel } : { pid, pd });
+  for (const r of regions) node.map(stream, r);
+  return { node, stream, socket, pid, pd };
+}
+
+/** Post `src` (node 0) → `dst` (node `dstNode`, default 1): whole regions unless told. */
+export function post(
+  node: SimNode,
+  src: Region,
+  dst: Region,
+  d: Partial<DmaDescriptor> = {},
+): Promise<DmaCompletion> {
+  return node.post({ channel: 0, srcVa: src.address, dstNode: 1, dstVa: dst.address, length: Math.min(src.size, dst.size), pd: 7, ...d });
+}
+
+/** Fill a region with `pattern(pages, base)` through the CPU (makes every page resident). */
+export function fill(r: Region, base = 1): Buffer {
+  const data = pattern(r.size / P, base);
+  new Uint8Array(r.buffer).set(data);
+  return data;
+}
+
+export function bytesOf(r: Region, offset = 0, length = r.size - offset): Buffer {
+  return Buffer.from(r.buffer, offset, length);
+}
+
+/** Indexes of the pages of `r` that are resident. */
+export function residentPages(r: Region): number[] {
+  const out: number[] = [];
+  r.residency().forEach((v, i) => v && out.push(i));
+  return out;
+}
+
+/** A promise that fails instead of hanging. */
+export async function within<T>(what: string, p: Promise<T>, ms = 10_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out (${ms} ms) waiting for ${what}`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// ---- the test fault library -----------------------------------------------------------
+
+/** One FAULT notification as the library received it. */
+export interface FaultNote {
+  msg: NlMessage;
+  va: bigint;
+  /** The LENGTH hint: bytes of the transfer from `va` on. */
+  hint: number;
+  write: boolean;
+  side: string;
+  sid: number;
+  node: number;
+  channel: number;
+  transfer: number;
+  stall: boolean;
+  stag: number;
+  region: Region;
+  /** Offset of the faulting page in `region`. */
+  offset: number;
+}
+
+export type Policy = 'touch' | 'ahead';
+
+export interface FaultLibraryOptions {
+  /** The process's regions, to find the one a faulting VA belongs to. */
+  regions: Region[];
+  /** touch: one page per fault; ahead: the LENGTH hint on the first fault (Touch-Ahead). */
+  policy?: Policy;
+  /** METHOD attribute of the answer (cost-model input); default 'touch' or 'gup' by policy. */
+  method?: ResolveMethod;
+  /** Make [offset, offset+length) of `region` resident; default region.populate(). */
+  resolve?: (region: Region, offset: number, length: number, note: FaultNote) => void;
+  /** Make nothing resident (answer only). */
+  noResolve?: boolean;
+  /** STATUS of the answer (default SUCCESS). */
+  status?: IommuPageResponseCode;
+  /** Wait for this before resolving and answering (per fault); undefined: answer at once. */
+  hold?: (note: FaultNote) => Promise<void> | undefined;
+  /** Never answer. */
+  silent?: boolean;
+}
+
+/**
+ * The fault library of one process: on NlCmd.FAULT it makes the page(s) resident (one page,
+ * or Touch-Ahead: the LENGTH hint) and answers NlCmd.RESOLVED with SID, VA, STATUS, LENGTH,
+ * METHOD (and STALL, STAG for stalled accesses).
+ */
+export class FaultLibrary {
+  readonly faults: FaultNote[] = [];
+  readonly errors: unknown[] = [];
+  answered = 0;
+  /** Pages made resident, summed over faults. */
+  pagesResolved = 0;
+  #socket: NetlinkSocket;
+  #o: FaultLibraryOptions;
+  #closed = false;
+
+  constructor(socket: NetlinkSocket, options: FaultLibraryOptions) {
+    this.#socket = socket;
+    this.#o = options;
+    socket.onMessage((m) => {
+      if (m.cmd !== NlCmd.FAULT || this.#closed) return;
+      this.#on(m).catch((err: unknown) => this.errors.push(err));
+    });
+  }
+
+  async #on(m: NlMessage): Promise<void> {
+    const va = m.attrs.get(NlAttr.VA) as bigint;
+    const region = this.#o.regions.find((r) => !r.closed && va >= r.address && va < r.address + BigInt(r.size));
+    if (!region) throw new Error(`fault at 0x${va.toString(16)} is in none of the library's regions`);
+    const offset = Number(va - region.address) - (Number(va - region.address) % P);
+    const note: FaultNote = {
+      msg: m,
+      va,
+      hint: Number(m.attrs.get(NlAttr.LENGTH)),
+      write: m.attrs.get(NlAttr.WRITE) === true,
+      side: String(m.attrs.get(NlAttr.SIDE)),
+      sid: Number(m.attrs.get(NlAttr.SID)),
+      node: Number(m.attrs.get(NlAttr.NODE)),
+      channel: Number(m.attrs.get(NlAttr.CHANNEL)),
+      transfer: Number(m.attrs.get(NlAttr.TRANSFER)),
+      stall: m.attrs.get(NlAttr.STALL) === true,
+      stag: Number(m.attrs.get(NlAttr.STAG) ?? 0),
+      region,
+      offset,
+    };
+    this.faults.push(note);
+    const held = this.#o.hold?.(note);
+    if (held) await held;
+    if (this.#closed || this.#o.silent) return;
+    const policy = this.#o.policy ?? 'touch';
+    const wanted = policy === 'ahead' ? Math.max(note.hint, P) : P;
+    const length = Math.min(Math.ceil(wanted / P) * P, region.size - offset);
+    if (!this.#o.noResolve) {
+      if (this.#o.resolve) this.#o.resolve(region, offset, length, note);
+      else region.populate(offset, length);
+      this.pagesResolved += length / P;
+    }
+    this.answer(note, this.#o.status ?? IommuPageResponseCode.SUCCESS, this.#o.noResolve ? 0 : length);
+  }
+
+  answer(note: FaultNote, status: IommuPageResponseCode, length: number): void {
+    answerFault(this.#socket, note, status, length, this.#o.method ?? ((this.#o.policy ?? 'touch') === 'ahead' ? 'gup' : 'touch'));
+    this.answered++;
+  }
+
+  close(): void {
+    this.#closed = true;
+  }
+}
+
+/** Send NlCmd.RESOLVED for `note` on `socket` (tests that answer by hand use this). */
+export function answerFault(socket: NetlinkSocket, note: FaultNote, status: IommuPageResponseCode, length: number, method: ResolveMethod = 'touch'): void {
+  const attrs = new Map<NlAttr, number | bigint | string | boolean>([
+    [NlAttr.SID, note.sid],
+    [NlAttr.VA, note.va],
+    [NlAttr.STATUS, status],
+    [NlAttr.LENGTH, length],
+    [NlAttr.METHOD, method],
+  ]);
+  if (note.stall) {
+    attrs.set(NlAttr.STALL, true);
+    attrs.set(NlAttr.STAG, note.stag);
+  }
+  socket.send(NlCmd.RESOLVED, attrs);
+}
+
+/** Sum of the counters that must agree after a run: what each layer saw. */
+export function layerCounts(sys: SimSystem, node: number): {
+  smmuFaults: number;
+  recorded: number;
+  overflows: number;
+  driverRecords: number;
+  notified: number;
+  driverDropped: number;
+  nlDelivered: number;
+  nlDropped: number;
+} {
+  const n = sys.node(node);
+  const s = n.smmu.counters();
+  const d = n.driver.counters();
+  const nl = n.netlink.counters();
+  return {
+    smmuFaults: Object.values(s.faults).reduce((a, b) => a + b, 0),
+    recorded: s.eventsRecorded,
+    overflows: s.eventQueueOverflows,
+    driverRecords: d.records,
+    notified: d.notified,
+    driverDropped: d.dropped,
+    nlDelivered: nl.delivered,
+    nlDropped: nl.dropped,
+  };
+}
