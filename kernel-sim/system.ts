@@ -8,7 +8,7 @@ import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
 import { CopyEngine } from './pldma/copy-engine.js';
 import { Pldma, type DmaCompletion, type DmaDescriptor } from './pldma/pldma.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
-import { Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
+import { releaseForeignFault, Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
 import { Tracer } from './trace.js';
 
 export interface SystemOptions {
@@ -104,7 +104,12 @@ export class SimSystem {
 
   /** Stall-mode memory of every node is registered on `uffd`; the copy threads are the device. */
   attachStallSource(uffd: UffdLike): void {
-    for (const n of this.nodes) n.smmu.attachStallSource(uffd, this.engine.tids);
+    for (const n of this.nodes) n.smmu.attachStallSource(uffd, this.engine.tids, { listen: false });
+    // One handler for all nodes (a uffd keeps only the last one set): the SMMU whose
+    // stall window covers the access stalls it.
+    uffd.onFault((f) => {
+      if (!this.nodes.some((n) => n.smmu.stallDeviceFault(f))) releaseForeignFault(uffd, f);
+    });
   }
 
   get closed(): boolean {

@@ -240,10 +240,12 @@ export class Smmu implements MemoryObserver {
    * Give the SMMU the userfaultfd on which stall-mode memory is registered and the kernel
    * thread ids of the copy engine (the device): their faults are stalled DMA accesses.
    */
-  attachStallSource(uffd: UffdLike, deviceTids: Iterable<number>): void {
+  attachStallSource(uffd: UffdLike, deviceTids: Iterable<number>, options: { listen?: boolean } = {}): void {
     this.#uffd = uffd;
     for (const t of deviceTids) this.#deviceTids.add(t);
-    uffd.onFault((f) => this.#onDeviceFault(f));
+    // A uffd has one fault handler: when several SMMUs share it, their owner (SimSystem)
+    // listens once and offers each fault to every SMMU (listen: false).
+    if (options.listen ?? true) uffd.onFault((f) => void (this.stallDeviceFault(f) || releaseForeignFault(uffd, f)));
   }
 
   /** Declare a device access in flight on stall-mode memory; returns it (remove with endStallWindow). */
@@ -314,23 +316,18 @@ export class Smmu implements MemoryObserver {
     }
   }
 
-  #onDeviceFault(f: UffdFaultLike): void {
-    const uffd = this.#uffd!;
-    if (f.resolvedBy === 'native') return;
+  /**
+   * A userfaultfd fault: if it is one of this SMMU's device accesses in flight (a copy
+   * thread inside a stall window), stall it and record the event. False if it is not ours.
+   */
+  stallDeviceFault(f: UffdFaultLike): boolean {
+    if (f.resolvedBy === 'native') return true;
     const ps = f.region.pageSize;
     const page = f.offset - (f.offset % ps);
     const win = this.#deviceTids.has(f.threadId)
       ? this.#windows.get(f.region.id)?.find((w) => page + ps > w.offset && page < w.offset + w.length)
       : undefined;
-    if (!win) {
-      // Not a DMA access (another thread, or memory no transfer is using): not ours to stall.
-      try {
-        uffd.zeropage(f.region, page, ps);
-      } catch {
-        /* gone */
-      }
-      return;
-    }
+    if (!win) return false;
     const stag = this.#nextStag;
     this.#nextStag = (this.#nextStag % 0xffff) + 1;
     this.#stalled.set(stag, { sid: win.sid, region: f.region, page, window: win, at: performance.now() });
@@ -341,6 +338,7 @@ export class Smmu implements MemoryObserver {
       this.#stalled.delete(stag);
       this.#finishStall({ sid: win.sid, region: f.region, page, window: win, at: 0 }, false);
     }
+    return true;
   }
 
   // ---- invalidation (the MMU-notifier role) ------------------------------------------
@@ -387,5 +385,16 @@ export class Smmu implements MemoryObserver {
     const ctx = this.#streams.get(sid);
     if (!ctx) throw new Error(`SMMU of node ${this.node}: no stream ${sid}`);
     return ctx;
+  }
+}
+
+/** A fault on stall-source memory that no SMMU claims (not a DMA access): release it. */
+export function releaseForeignFault(uffd: UffdLike, f: UffdFaultLike): void {
+  if (f.resolvedBy === 'native') return;
+  const ps = f.region.pageSize;
+  try {
+    uffd.zeropage(f.region, f.offset - (f.offset % ps), ps);
+  } catch {
+    /* gone */
   }
 }
