@@ -593,8 +593,8 @@ export class Pldma implements Schedulable {
     if (!Number.isInteger(d.channel) || d.channel < 0 || d.channel >= this.channels)
       return { status: DmaStatus.BAD_CHANNEL, reason: `channel ${d.channel} is not in 0..${this.channels - 1}` };
     if (!Number.isSafeInteger(d.length) || d.length <= 0) return { status: DmaStatus.BAD_LENGTH, reason: `length ${d.length} must be a positive integer` };
-    if (typeof d.srcVa !== 'bigint' || typeof d.dstVa !== 'bigint' || d.srcVa < 0n || d.dstVa < 0n)
-      return { status: DmaStatus.SRC_ADDR_ERR, reason: 'addresses must be non-negative bigints' };
+    if (typeof d.srcVa !== 'bigint' || d.srcVa < 0n) return { status: DmaStatus.SRC_ADDR_ERR, reason: 'srcVa must be a non-negative bigint' };
+    if (typeof d.dstVa !== 'bigint' || d.dstVa < 0n) return { status: DmaStatus.DST_ADDR_ERR, reason: 'dstVa must be a non-negative bigint' };
     if (!Number.isInteger(d.dstNode) || !this.#fabric.hasNode(d.dstNode) || !this.#peers.pldma(d.dstNode))
       return { status: DmaStatus.BAD_NODE, reason: `node ${d.dstNode} is not on the fabric` };
     if (!this.#smmu.streamForPd(d.pd)) return { status: DmaStatus.PD_ERR, reason: `node ${this.node} has no stream for protection domain ${d.pd}` };

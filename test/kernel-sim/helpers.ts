@@ -62,9 +62,12 @@ export function useEnv(): Env {
   const middle: { close(): void }[] = [];
   const regions: Region[] = [];
   afterEach(() => {
+    const failed = middle.flatMap((m) => (m instanceof FaultLibrary ? m.errors : []));
     for (const s of systems.splice(0)) s.close();
     for (const m of middle.splice(0).reverse()) m.close();
     for (const r of regions.splice(0).reverse()) r.close();
+    // A fault library that threw would otherwise only show as a timeout.
+    if (failed.length) throw new AggregateError(failed, 'the test fault library failed');
   });
   return {
     system(options) {
