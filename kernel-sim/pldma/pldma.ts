@@ -196,7 +196,8 @@ export class Pldma implements Schedulable {
   #engineRes = new ModelResource();
   #chans = new Map<number, Channel>();
   #transfers = new Map<number, Transfer>();
-  #faultInfo = new Map<string, FaultInfo>();
+  // Transfers waiting on each faulting page (`sid:va`): one resolution serves them all.
+  #faultInfo = new Map<string, FaultInfo[]>();
   #nextTid = 1;
   #inflight = 0;
   #closed = false;
@@ -461,7 +462,7 @@ export class Pldma implements Schedulable {
     this.#c.faults.destination++;
     this.#c.nacksSent++;
     t.faultStarted.push(realNowUs());
-    this.#faultInfo.set(`${sid}:${tr.addr}`, this.#info(t, b, 'destination', sid, tr.addr, true, at, srcNode));
+    this.#waitOn(this.#info(t, b, 'destination', sid, tr.addr, true, at, srcNode));
     this.#trace('fault', t, { side: 'destination', modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode } }, this.node);
     this.#smmu.recordFault(sid, tr, 'write');
   }
@@ -476,7 +477,7 @@ export class Pldma implements Schedulable {
     t.faults[side]++;
     this.#c.faults[side]++;
     t.faultStarted.push(realNowUs());
-    this.#faultInfo.set(`${sid}:${tr.addr}`, this.#info(t, b, side, sid, tr.addr, false, at));
+    this.#waitOn(this.#info(t, b, side, sid, tr.addr, false, at));
     this.#trace('fault', t, { side, modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode: this.node } });
     this.#park(t, b, at);
     this.#smmu.recordFault(sid, tr, access);
@@ -615,7 +616,7 @@ export class Pldma implements Schedulable {
 
   /** The driver looks up what a recorded (terminate-mode) fault belongs to. */
   faultInfo(sid: number, va: bigint): FaultInfo | undefined {
-    return this.#faultInfo.get(`${sid}:${va}`);
+    return this.#faultInfo.get(`${sid}:${va}`)?.at(-1);
   }
 
   /**
@@ -624,10 +625,25 @@ export class Pldma implements Schedulable {
    * side: tell the source over the fabric (ACK resp RESOLVED / UNRESOLVED).
    */
   resolved(info: FaultInfo, ok: boolean, modelUs: number): void {
-    this.#faultInfo.delete(`${info.sid}:${info.va}`);
+    const key = `${info.sid}:${info.va}`;
+    // Several transfers may have faulted on the same page before the answer: it serves them
+    // all (the driver merges their notifications into one pending fault).
+    const waiters = this.#faultInfo.get(key) ?? [info];
+    this.#faultInfo.delete(key);
+    for (const w of waiters) this.#resolvedOne(w, ok, modelUs);
+  }
+
+  #waitOn(info: FaultInfo): void {
+    const key = `${info.sid}:${info.va}`;
+    const list = this.#faultInfo.get(key);
+    if (list) list.push(info);
+    else this.#faultInfo.set(key, [info]);
+  }
+
+  #resolvedOne(info: FaultInfo, ok: boolean, modelUs: number): void {
     if (info.side === 'source') {
       const t = this.#transfers.get(info.tid);
-      if (!t) return;
+      if (!t || t.blocks[info.seq]?.state !== 'parked') return; // retried meanwhile: a late answer
       this.#trace('resolved', t, { side: 'source', modelUs, detail: { seq: info.seq, srcNode: info.srcNode } });
       if (ok) this.#unpark(t, modelUs);
       else this.#fail(t, undefined, DmaStatus.FAULT_UNRESOLVED, `the fault library could not resolve the source fault at 0x${info.va.toString(16)}`, modelUs);
@@ -644,7 +660,7 @@ export class Pldma implements Schedulable {
   onPacket(p: Packet): void {
     if (p.type !== 'ack') return;
     const t = this.#transfers.get(p.tid);
-    if (!t) return;
+    if (!t || t.blocks[p.seq]?.state !== 'parked') return; // retried meanwhile: a late answer
     if (p.resp === AckResp.RESOLVED) this.#unpark(t, p.arrivesAt);
     else if (p.resp === AckResp.UNRESOLVED)
       this.#fail(t, undefined, DmaStatus.FAULT_UNRESOLVED, `node ${p.src}'s fault library could not resolve the destination fault`, p.arrivesAt);

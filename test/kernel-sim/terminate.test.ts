@@ -395,6 +395,44 @@ describe('channels and processes', () => {
     expect(new Set(lib.faults.map((f) => f.channel))).toEqual(new Set(Array.from({ length: n }, (_, i) => i)));
   });
 
+  test.each(['destination', 'source'] as const)(
+    'two transfers faulting on the same %s page: one resolution serves both, no retry timer',
+    async (side) => {
+      // A long retry timer: a transfer left waiting for it would time the test out.
+      const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+      const shared = env.region(P);
+      const others = [env.region(P), env.region(P)];
+      const data = side === 'source' ? fill(shared, 0x55) : others.map((o, i) => fill(o, 0x66 + i))[0]!;
+      if (side === 'source') {
+        shared.evict();
+        others.forEach((o) => o.populate());
+      }
+      const a = proc(sys.node(0), 100, 7, side === 'source' ? [shared] : others);
+      const b = proc(sys.node(1), 200, 7, side === 'source' ? others : [shared]);
+      const lib = env.track(
+        new FaultLibrary(side === 'source' ? a.socket : b.socket, {
+          regions: [shared],
+          resolve: (r, off, len) => (side === 'source' ? new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) : r.populate(off, len)),
+        }),
+      );
+      const cs = await within(
+        'both transfers',
+        Promise.all([0, 1].map((i) => (side === 'source' ? post(sys.node(0), shared, others[i]!, { channel: i }) : post(sys.node(0), others[i]!, shared, { channel: i })))),
+        5000,
+      );
+      for (const c of cs) {
+        expect(c.status).toBe(DmaStatus.SUCCESS);
+        expect(c.faults[side]).toBe(1);
+        expect(c.retransmittedBlocks).toBe(1);
+      }
+      // Two faults, two notifications, and the first answer released both transfers.
+      expect(lib.faults).toHaveLength(2);
+      expect(sys.node(0).pldma.counters().retryTimeouts).toBe(0);
+      if (side === 'source') others.forEach((o) => expect(bytesOf(o).equals(data)).toBe(true));
+      else expect(others.some((o) => bytesOf(o).equals(bytesOf(shared)))).toBe(true); // one of the two writes, whole
+    },
+  );
+
   test('a process hears only its own faults and cannot answer another process\'s', async () => {
     const sys = env.system({ nodes: 2 });
     const src = env.region(P);
