@@ -4,7 +4,7 @@
 // the transfer completes with ABORTED.
 import { describe, expect, test } from 'vitest';
 import type { Fault, Region, Userfaultfd } from '../../lib/index.js';
-import { CMD_STALL_TERM, DmaStatus, type DriverFault, IommuPageResponseCode, type SimSystem } from '../../kernel-sim/index.js';
+import { CMD_STALL_TERM, DmaStatus, EvtId, type DriverFault, IommuPageResponseCode, type SimSystem } from '../../kernel-sim/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, until, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -219,6 +219,43 @@ describe('stall mode, destination', () => {
     const ca = await within('A', pa);
     expect(ca.status).toBe(DmaStatus.SUCCESS);
     expect(bytesOf(dstA).equals(dataA)).toBe(true);
+  });
+
+  test('a stalled access whose notification is dropped (no socket) is terminated: ABORTED, never left stalled', async () => {
+    const { sys, uffd, src, dst, b } = rig(1);
+    b.socket.close();
+    const c = await within('transfer', post(sys.node(0), src, dst));
+    expect(c.status).toBe(DmaStatus.ABORTED);
+    expect(sys.node(1).driver.counters()).toMatchObject({ dropped: 1, notified: 0, resumes: 1 });
+    expect(sys.node(1).netlink.counters().noListener).toBe(1);
+    expect(smmuOf(sys, 1).counters().resumes).toEqual({ TERM: 1, RETRY: 0, ABORT: 0 });
+    expect(smmuOf(sys, 1).stalled).toBe(0);
+    expect(uffd.pending).toBe(0);
+  });
+
+  test('a stalled access whose record is lost (event queue full) is terminated: ABORTED, counted', async () => {
+    const sys = env.system({ nodes: 2, eventQueueDepth: 1 });
+    const uffd = env.uffd();
+    const src = env.region(P);
+    const dst = env.region(P);
+    fill(src);
+    uffd.register(dst);
+    sys.attachStallSource(uffd);
+    proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst], 'stall');
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    // The 'fault' event runs just before the SMMU sees the fault: fill the one-entry queue
+    // with another record there, so the stall's own record has no room.
+    uffd.on('fault', () => sys.node(1).smmu.recordFault(b.stream.sid, { id: EvtId.F_ADDR_SIZE, addr: 0n }, 'write'));
+    const c = await within('transfer', post(sys.node(0), src, dst));
+    expect(c.status).toBe(DmaStatus.ABORTED);
+    const s = smmuOf(sys, 1).counters();
+    expect(s.eventQueueOverflows).toBe(1);
+    expect(s.stalls).toBe(1);
+    expect(smmuOf(sys, 1).stalled).toBe(0);
+    expect(lib.faults).toHaveLength(0);
+    expect(sys.node(1).driver.counters()).toMatchObject({ records: 1, unrecoverable: 1, notified: 0 });
+    expect(uffd.pending).toBe(0);
   });
 
   test('closing the system while an access is stalled flushes the transfer and leaves nothing blocked', async () => {
