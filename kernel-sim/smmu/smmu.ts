@@ -258,6 +258,9 @@ export class Smmu implements MemoryObserver {
   }
 
   endStallWindow(win: StallWindow): void {
+    // The access is over, so none of its stalls can still be waiting (one the userfaultfd's
+    // own handler timeout released, say): forget them so no late CMD_RESUME finds them.
+    for (const [stag, s] of this.#stalled) if (s.window === win) this.#stalled.delete(stag);
     const list = this.#windows.get(win.region.id);
     if (!list) return;
     const i = list.indexOf(win);

@@ -4,7 +4,7 @@
 // the transfer completes with ABORTED.
 import { describe, expect, test } from 'vitest';
 import type { Fault, Region, Userfaultfd } from '../../lib/index.js';
-import { CMD_STALL_TERM, DmaStatus, EvtId, type DriverFault, IommuPageResponseCode, type SimSystem } from '../../kernel-sim/index.js';
+import { CMD_RESUME, CMD_STALL_TERM, DmaStatus, EvtId, ResumeResp, type DriverFault, IommuPageResponseCode, type SimSystem } from '../../kernel-sim/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, until, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -256,6 +256,28 @@ describe('stall mode, destination', () => {
     expect(lib.faults).toHaveLength(0);
     expect(sys.node(1).driver.counters()).toMatchObject({ records: 1, unrecoverable: 1, notified: 0 });
     expect(uffd.pending).toBe(0);
+  });
+
+  test('a stall released by the userfaultfd\'s own handler timeout completes and is not left listed as stalled', async () => {
+    const sys = env.system({ nodes: 2 });
+    const uffd = env.uffd({ timeoutMs: 30 });
+    uffd.on('error', () => {}); // the timeout is reported as an error event; expected here
+    const src = env.region(P);
+    const dst = env.region(P);
+    const data = fill(src);
+    uffd.register(dst);
+    sys.attachStallSource(uffd);
+    proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst], 'stall');
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], silent: true }));
+    const c = await within('transfer', post(sys.node(0), src, dst), 5000);
+    // The kernel-side timeout placed a zero page and woke the copy thread, which then wrote.
+    expect(c.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(lib.faults).toHaveLength(1);
+    expect(smmuOf(sys, 1).stalled).toBe(0);
+    // A late answer finds nothing to resume.
+    expect(smmuOf(sys, 1).command({ opcode: CMD_RESUME, sid: b.stream.sid, stag: lib.faults[0]!.stag, resp: ResumeResp.RETRY })).toBe(false);
   });
 
   test('closing the system while an access is stalled flushes the transfer and leaves nothing blocked', async () => {
