@@ -33,15 +33,16 @@ const TARGETS: ReadonlyMap<number, number> = new Map([
   [256, 1.2],
 ]);
 
-type HandlerName = 'c' | 'c-relay' | 'ts';
+type HandlerName = 'c' | 'c-relay' | 'ts' | 'ts-thread';
 
 const HANDLER_LABEL: Record<HandlerName, string> = {
   c: 'C handler thread (poll+read, UFFDIO_COPY)',
   'c-relay': 'C reader -> eventfd -> resolver thread',
-  ts: 'TypeScript (lib: reader thread -> JS onFault)',
+  ts: "TypeScript (lib, delivery 'event-loop': JS thread polls the uffd)",
+  'ts-thread': "TypeScript (lib, delivery 'thread': reader thread -> JS)",
 };
 
-const HANDLER_SHORT: Record<HandlerName, string> = { c: 'C', 'c-relay': 'C relay', ts: 'TS' };
+const HANDLER_SHORT: Record<HandlerName, string> = { c: 'C', 'c-relay': 'C relay', ts: 'TS', 'ts-thread': 'TS thread' };
 
 /** Where the threads may run: anywhere the process may ('free'), or all on one CPU. */
 interface Placement {
@@ -205,9 +206,9 @@ function cTrace(out: COutput): Trace {
   return trace;
 }
 
-async function runTs(pages: number, perFault: number, source: Buffer, trace: boolean): Promise<Round> {
+async function runTs(pages: number, perFault: number, source: Buffer, trace: boolean, delivery: 'event-loop' | 'thread'): Promise<Round> {
   const region = mapRegion(pages * PAGE_SIZE);
-  const uffd = Userfaultfd.open();
+  const uffd = Userfaultfd.open({ delivery });
   const errors: Error[] = [];
   uffd.on('error', (err: Error) => errors.push(err));
   try {
@@ -359,13 +360,14 @@ async function measure(opts: Options, handlers: readonly HandlerName[], run: Run
     for (const h of handlers) {
       const s = summary[h];
       const isTs = h === 'ts';
+      const threadRatio = h === 'ts-thread' ? `${(s.medianUs / summary.c.medianUs).toFixed(2)}x` : '';
       rows.push([
         String(perFault),
         HANDLER_LABEL[h],
         f2(s.medianUs),
         f2(s.p99Us),
         f2(s.roundMedianUs),
-        isTs ? `${ratio.toFixed(2)}x` : '',
+        isTs ? `${ratio.toFixed(2)}x` : threadRatio,
         isTs && target !== undefined ? `<= ${target}x ${met ? 'met' : 'MISSED'}` : '',
       ]);
     }
@@ -427,7 +429,7 @@ async function main(): Promise<void> {
   const root = packageRoot();
   const binary = compileHandler(root);
   const machine = machineInfo(root);
-  const handlers: HandlerName[] = opts.relay ? ['c', 'c-relay', 'ts'] : ['c', 'ts'];
+  const handlers: HandlerName[] = opts.relay ? ['c', 'c-relay', 'ts', 'ts-thread'] : ['c', 'ts', 'ts-thread'];
   const source = Buffer.alloc(Math.max(...opts.pagesPerFault) * PAGE_SIZE, FILL);
   const original = allowedCpus();
 
@@ -448,7 +450,9 @@ async function main(): Promise<void> {
     for (const placement of opts.placements) {
       setAffinity(placement.cpu === null ? original : String(placement.cpu));
       const run: RunFn = (h, perFault, trace = false) =>
-        h === 'ts' ? runTs(opts.pages, perFault, source, trace) : runC(binary, opts.pages, perFault, h === 'c' ? 'direct' : 'relay', placement);
+        h === 'ts' || h === 'ts-thread'
+          ? runTs(opts.pages, perFault, source, trace, h === 'ts' ? 'event-loop' : 'thread')
+          : runC(binary, opts.pages, perFault, h === 'c' ? 'direct' : 'relay', placement);
       results.push(...(await measure(opts, handlers, run, placement)));
       if (opts.breakdown) breakdowns[placement.name] = await breakdown(opts, handlers, run, placement);
     }

@@ -82,6 +82,14 @@ export interface UffdOpenOptions {
   userModeOnly?: boolean;
   /** Extra UFFD_FEATURE_* bits to request when available. */
   features?: bigint;
+  /**
+   * How faults reach the handler. 'event-loop' (default): this thread's event loop reads
+   * the uffd itself, and the native reader thread only steps in when this thread stops
+   * reading (blocked in a fault of its own, or busy): two thread hand-offs per fault.
+   * 'thread': the native reader thread reads every event and hands batches over through a
+   * thread-safe function: one more hand-off per fault. See docs/threads.md.
+   */
+  delivery?: 'event-loop' | 'thread';
 }
 
 export interface RegisterOptions {
@@ -209,6 +217,8 @@ export class Userfaultfd extends EventEmitter implements RegionObserver {
     const userModeOnly = checkBool('Userfaultfd.open: options.userModeOnly', opts.userModeOnly, false);
     const timeoutMs = opts.timeoutMs === undefined ? 5000 : checkInt('Userfaultfd.open: options.timeoutMs', opts.timeoutMs, 1, 3_600_000);
     if (opts.handler !== undefined) checkFunction('Userfaultfd.open: options.handler', opts.handler);
+    const delivery = opts.delivery ?? 'event-loop';
+    if (delivery !== 'event-loop' && delivery !== 'thread') throw invalidArg(`Userfaultfd.open: options.delivery must be 'event-loop' or 'thread', got ${String(delivery)}`);
     let extra = 0n;
     if (opts.features !== undefined) {
       if (typeof opts.features !== 'bigint' || opts.features < 0n) throw invalidArg('Userfaultfd.open: options.features must be a non-negative bigint');
@@ -218,7 +228,7 @@ export class Userfaultfd extends EventEmitter implements RegionObserver {
     const uffd = new Userfaultfd(raw.handle, raw.features, raw.ioctls, raw.how, raw.handlerTid);
     binding.uffdSetTimeout(raw.handle, timeoutMs);
     if (opts.handler) uffd.#handler = opts.handler as FaultHandler;
-    binding.uffdStart(raw.handle, (events) => uffd.#onEvents(events));
+    binding.uffdStart(raw.handle, (events) => uffd.#onEvents(events), delivery === 'event-loop');
     return uffd;
   }
 

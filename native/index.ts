@@ -91,7 +91,7 @@ export interface Binding {
   gettid(): number;
 
   uffdOpen(features: bigint, required: bigint, userModeOnly: boolean): RawUffd;
-  uffdStart(handle: number, callback: (events: Float64Array) => void): void;
+  uffdStart(handle: number, callback: (events: Float64Array) => void, eventLoop: boolean): void;
   uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number): bigint;
   uffdUnregister(handle: number, address: bigint, length: number): void;
   uffdCopy(

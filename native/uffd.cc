@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <atomic>
 #include <map>
@@ -88,6 +89,14 @@ class Uffd {
   bool started = false;
   std::thread reader;
   Tsfn tsfn;
+  // Event-loop delivery: the JS thread reads the uffd itself from a uv_poll_t (two thread
+  // hand-offs per fault, like a C handler), and the reader thread only guards: it takes
+  // over when the JS thread stops reading (blocked in a fault of its own, or busy).
+  bool event_loop = false;
+  uv_poll_t* poll_handle = nullptr;
+  Napi::FunctionReference callback;
+  std::unique_ptr<Napi::AsyncContext> async;
+  std::atomic<uint64_t> main_polls{0};
 
   std::mutex mu;  // guards ranges and outstanding
   std::map<uint64_t, Range> ranges;
@@ -264,8 +273,26 @@ class Uffd {
     return static_cast<int>((next - now) / 1'000'000ull) + 1;
   }
 
-  void ReadLoop() {
+  // Read everything pending, one read() per 64 messages.
+  void Drain(Batch* b) {
     uffd_msg msgs[64];
+    for (;;) {
+      ssize_t got = read(fd, msgs, sizeof(msgs));
+      if (got <= 0) break;
+      st_reads++;
+      size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
+      for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
+      if (count < 64) break;
+    }
+  }
+
+  bool Readable() {
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+  }
+
+  void ReadLoop() {
+    if (event_loop) return GuardLoop();
     pollfd pfds[2] = {{fd, POLLIN, 0}, {stopfd, POLLIN, 0}};
     int wait_ms = -1;
     for (;;) {
@@ -273,16 +300,7 @@ class Uffd {
       if (n < 0 && errno != EINTR) break;
       if (pfds[1].revents) break;
       Batch* b = new Batch();
-      if (n > 0 && (pfds[0].revents & POLLIN)) {
-        for (;;) {  // drain everything pending, one read() per 64 messages
-          ssize_t got = read(fd, msgs, sizeof(msgs));
-          if (got <= 0) break;
-          st_reads++;
-          size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
-          for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
-          if (count < 64) break;
-        }
-      }
+      if (n > 0 && (pfds[0].revents & POLLIN)) Drain(b);
       if (pfds[0].revents & (POLLERR | POLLHUP)) {
         Deliver(b);
         break;
@@ -292,10 +310,85 @@ class Uffd {
     }
   }
 
+  // The guard of event-loop delivery. It does not wake on every fault (that would add a
+  // context switch to each one); it ticks, every 10 ms when all is quiet and every 1 ms
+  // while faults are pending. If events stay unread across a tick with no poll callback on
+  // the JS thread, that thread is not reading: the guard becomes the reader (resolving the
+  // JS thread's own faults natively, handing the others over through the thread-safe
+  // function) until the JS thread polls again or 2 ms pass without events.
+  void GuardLoop() {
+    pollfd stop{stopfd, POLLIN, 0};
+    pollfd both[2] = {{fd, POLLIN, 0}, {stopfd, POLLIN, 0}};
+    bool taking_over = false, was_readable = false;
+    uint64_t mark = main_polls.load();
+    int wait_ms = 10;
+    for (;;) {
+      int n = taking_over ? poll(both, 2, 2) : poll(&stop, 1, wait_ms);
+      if (n < 0 && errno != EINTR) break;
+      if ((taking_over ? both[1].revents : stop.revents) != 0) break;
+      Batch* b = new Batch();
+      if (taking_over) {
+        if (main_polls.load() != mark || n == 0) {
+          taking_over = false;  // the JS thread reads again, or all is quiet
+        } else if (both[0].revents & POLLIN) {
+          Drain(b);
+        }
+        if (both[0].revents & (POLLERR | POLLHUP)) {
+          Deliver(b);
+          break;
+        }
+      } else {
+        bool readable = Readable();
+        if (readable && was_readable && main_polls.load() == mark) {
+          taking_over = true;
+          Drain(b);
+        }
+        was_readable = readable;
+      }
+      mark = main_polls.load();
+      int next = Watchdog(b);
+      Deliver(b);
+      bool busy = was_readable || taking_over;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        busy = busy || !outstanding.empty();
+      }
+      wait_ms = busy ? 1 : 10;
+      if (next >= 0) wait_ms = std::min(wait_ms, next);
+    }
+  }
+
+  // The JS thread's uv_poll callback: read and hand the batch to JS directly.
+  static void OnReadable(uv_poll_t* handle, int status, int events) {
+    Uffd* u = static_cast<Uffd*>(handle->data);
+    u->main_polls++;
+    if (u->closed) return;
+    Batch b;
+    u->Drain(&b);
+    if (b.events.empty() || u->callback.IsEmpty()) return;
+    Napi::Env env(u->env);
+    Napi::HandleScope scope(env);
+    try {
+      Napi::Float64Array arr = Napi::Float64Array::New(env, b.events.size());
+      std::copy(b.events.begin(), b.events.end(), arr.Data());
+      u->callback.MakeCallback(env.Global(), {arr}, *u->async);
+    } catch (const Napi::Error& e) {
+      napi_fatal_exception(u->env, e.Value());  // as an uncaught exception of a JS callback
+    }
+  }
+
+  void StopPolling() {
+    if (!poll_handle) return;
+    uv_poll_stop(poll_handle);
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_handle), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+    poll_handle = nullptr;
+  }
+
   // Stop the reader, resolve whatever is still pending with the default, unregister every
   // range (waking anyone left), close. Called on the JS thread; never waits on JS.
   void Close() {
     if (closed.exchange(true)) return;
+    StopPolling();
     if (started) {
       uint64_t one = 1;
       if (write(stopfd, &one, sizeof(one)) < 0) { /* the poll will see POLLHUP at close */ }
@@ -327,6 +420,8 @@ class Uffd {
       Ioctl(UFFDIO_UNREGISTER, &rr);
     }
     if (started) tsfn.Release();
+    callback.Reset();
+    async.reset();
   }
 };
 
@@ -428,16 +523,36 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// uffdStart(handle, callback(Float64Array)): start the reader thread.
+// uffdStart(handle, callback(Float64Array), eventLoop): start delivery. eventLoop: the JS
+// thread polls the uffd and the reader thread guards; otherwise the reader thread reads
+// everything and hands it over through the thread-safe function.
 Napi::Value UffdStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
   if (u->started) throw Napi::Error::New(env, "reader already started");
   if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "callback must be a function");
+  bool event_loop = ArgBool(info, 2);
   auto* ctx = new std::shared_ptr<Uffd>(u);
   u->tsfn = Tsfn::New(env, info[1].As<Napi::Function>(), "pagefault-rdma:uffd", 0, 1, ctx,
                       [](Napi::Env, void*, std::shared_ptr<Uffd>* c) { delete c; });
   u->tsfn.Unref(env);  // a uffd alone does not keep the process alive
+  if (event_loop) {
+    uv_loop_t* loop = nullptr;
+    if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) throw Napi::Error::New(env, "no event loop for this environment");
+    u->callback = Napi::Persistent(info[1].As<Napi::Function>());
+    u->async = std::make_unique<Napi::AsyncContext>(env, "pagefault-rdma:uffd");
+    u->poll_handle = new uv_poll_t();
+    int err = uv_poll_init(loop, u->poll_handle, u->fd);
+    if (err != 0) {
+      delete u->poll_handle;
+      u->poll_handle = nullptr;
+      ThrowSystemError(env, -err, "uv_poll_init");
+    }
+    u->poll_handle->data = u.get();
+    uv_poll_start(u->poll_handle, UV_READABLE, Uffd::OnReadable);
+    uv_unref(reinterpret_cast<uv_handle_t*>(u->poll_handle));
+    u->event_loop = true;
+  }
   u->started = true;
   u->reader = std::thread([u] { u->ReadLoop(); });
   return env.Undefined();
