@@ -142,6 +142,32 @@ std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& idv, con
 
 namespace {
 
+// Hand a new mapping to JS: an ArrayBuffer over it (no copy), a table entry, the id.
+Napi::Object Publish(Napi::Env env, std::shared_ptr<Mapping> m) {
+  auto* hold = new BufferHold{0, m};
+  Napi::ArrayBuffer buffer;
+  try {
+    buffer = Napi::ArrayBuffer::New(env, m->addr, m->size, FinalizeBuffer, hold);
+  } catch (...) {
+    delete hold;
+    throw;
+  }
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    id = g_next_id++;
+    hold->id = id;
+    g_regions[id] = Entry{m, hold};
+  }
+  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(m->size));
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("id", Napi::Number::New(env, id));
+  out.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(m->addr))));
+  out.Set("buffer", buffer);
+  out.Set("pageSize", Napi::Number::New(env, static_cast<double>(PageSize())));
+  return out;
+}
+
 // mapRegion(size, shared, hugePages) -> { id, address, buffer, pageSize }
 Napi::Value MapRegion(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -189,29 +215,7 @@ Napi::Value MapRegion(const Napi::CallbackInfo& info) {
   // test counting one fault per page would be at the mercy of the THP setting.
   if (madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) != 0 && huge) ThrowSystemError(env, errno, "madvise(MADV_HUGEPAGE)");
 
-  auto* hold = new BufferHold{0, m};
-  Napi::ArrayBuffer buffer;
-  try {
-    buffer = Napi::ArrayBuffer::New(env, addr, size, FinalizeBuffer, hold);
-  } catch (...) {
-    delete hold;
-    throw;
-  }
-  uint32_t id;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    id = g_next_id++;
-    hold->id = id;
-    g_regions[id] = Entry{m, hold};
-  }
-  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(size));
-
-  Napi::Object out = Napi::Object::New(env);
-  out.Set("id", Napi::Number::New(env, id));
-  out.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr))));
-  out.Set("buffer", buffer);
-  out.Set("pageSize", Napi::Number::New(env, static_cast<double>(PageSize())));
-  return out;
+  return Publish(env, std::move(m));
 }
 
 // closeRegion(id, buffer): detach first so JS can never read unmapped memory, then let go.
@@ -332,22 +336,7 @@ Napi::Value MapAlias(const Napi::CallbackInfo& info) {
   if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
   m->addr = static_cast<uint8_t*>(addr);
   madvise(addr, m->size, MADV_NOHUGEPAGE);
-  auto* hold = new BufferHold{0, m};
-  Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, addr, m->size, FinalizeBuffer, hold);
-  uint32_t nid;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    nid = g_next_id++;
-    hold->id = nid;
-    g_regions[nid] = Entry{m, hold};
-  }
-  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(m->size));
-  Napi::Object out = Napi::Object::New(env);
-  out.Set("id", Napi::Number::New(env, nid));
-  out.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr))));
-  out.Set("buffer", buffer);
-  out.Set("pageSize", Napi::Number::New(env, static_cast<double>(PageSize())));
-  return out;
+  return Publish(env, std::move(m));
 }
 
 Napi::Value MemlockLimit(const Napi::CallbackInfo& info) {

@@ -273,7 +273,7 @@ export class QueuePair {
       const at = mr.resolve(sge.addr, sge.length);
       if (!at) return fail(WcStatus.LOC_PROT_ERR);
       this.context.simNode.smmu.map(this.pd.stream.sid, at.region);
-      if (mr.policy === 'prefault') at.region.populate(at.offset - (at.offset % at.region.pageSize), roundUp(sge.length + (at.offset % at.region.pageSize), at.region.pageSize));
+      prefaultIfAsked(mr, at.region, at.offset, sge.length);
       local.push({ sge, mr, ...at });
     }
     const total = wr.sgList.reduce((s, x) => s + x.length, 0);
@@ -394,7 +394,7 @@ export class QueuePair {
     const at = mr.resolve(addr, length);
     if (!at) return undefined;
     this.context.simNode.smmu.map(this.pd.stream.sid, at.region);
-    if (mr.policy === 'prefault') at.region.populate(at.offset - (at.offset % at.region.pageSize), roundUp(length + (at.offset % at.region.pageSize), at.region.pageSize));
+    prefaultIfAsked(mr, at.region, at.offset, length);
     return { mr };
   }
 
@@ -405,7 +405,7 @@ export class QueuePair {
       const at = mr.resolve(sge.addr, sge.length);
       if (!at) return false;
       this.context.simNode.smmu.map(this.pd.stream.sid, at.region);
-      if (mr.policy === 'prefault') at.region.populate(at.offset - (at.offset % at.region.pageSize), roundUp(sge.length + (at.offset % at.region.pageSize), at.region.pageSize));
+      prefaultIfAsked(mr, at.region, at.offset, sge.length);
     }
     return true;
   }
@@ -480,8 +480,12 @@ function offsetOf(sges: Sge[], i: number): number {
   return o;
 }
 
-function roundUp(n: number, to: number): number {
-  return Math.ceil(n / to) * to;
+// The 'prefault' baseline: touch the whole buffer before each transfer.
+function prefaultIfAsked(mr: MemoryRegion, region: Region, offset: number, length: number): void {
+  if (mr.policy !== 'prefault') return;
+  const ps = region.pageSize;
+  const start = offset - (offset % ps);
+  region.populate(start, Math.min(region.size - start, Math.ceil((length + offset - start) / ps) * ps));
 }
 
 // Split the bytes of `from` SGEs over `to` SGEs, in order.
