@@ -2,12 +2,48 @@
 // or exit with a fault in flight. The children are plain .mjs scripts in test/fixtures that
 // import the built library from dist/ (npm test builds it first).
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const NOBODY = 65534;
+
+/** True if a user with no rights of its own can reach and read `dir` (o+x on every ancestor). */
+function reachableByOthers(dir: string): boolean {
+  for (let d = dir; ; d = dirname(d)) {
+    if ((statSync(d).mode & 0o001) === 0) return false;
+    if (dirname(d) === d) return true;
+  }
+}
+
+function chmodTree(path: string): void {
+  const st = statSync(path);
+  chmodSync(path, st.isDirectory() || st.mode & 0o100 ? 0o755 : 0o644);
+  if (st.isDirectory()) for (const n of readdirSync(path)) chmodTree(join(path, n));
+}
+
+let staged: string | undefined;
+/**
+ * Where a child running as nobody can load the library from: the checkout itself when it is
+ * readable by others, else (a CI clone in a private directory) a copy of what the child needs
+ * in a temporary directory open to everyone.
+ */
+function rootForNobody(): string {
+  if (reachableByOthers(ROOT)) return ROOT;
+  if (staged) return staged;
+  const dir = mkdtempSync(join(tmpdir(), 'pfr-nobody-'));
+  for (const p of ['package.json', 'binding.gyp', 'dist', 'test/fixtures', 'node_modules/node-gyp-build', 'build/Release/pagefault_rdma.node', 'prebuilds']) {
+    if (!existsSync(join(ROOT, p))) continue;
+    mkdirSync(dirname(join(dir, p)), { recursive: true });
+    cpSync(join(ROOT, p), join(dir, p), { recursive: true });
+  }
+  chmodTree(dir);
+  staged = dir;
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
 
 /** Throws unless dist/ holds a build of lib/ at least as new as its sources. */
 export function requireDist(): void {
@@ -38,14 +74,16 @@ export interface ChildResult {
 
 /** Run test/fixtures/<name> with node; resolves when it exits (killed after timeoutMs). */
 export function runFixture(name: string, args: string[] = [], options: ChildOptions = {}): Promise<ChildResult> {
-  const script = join(ROOT, 'test/fixtures', name);
+  const asNobody = options.asNobody === true && process.getuid?.() === 0;
+  const root = asNobody ? rootForNobody() : ROOT;
+  const script = join(root, 'test/fixtures', name);
   const [cmd, argv] =
     options.memlockKiB === undefined
       ? [process.execPath, [script, ...args]]
       : ['/bin/sh', ['-c', `ulimit -l ${options.memlockKiB} && exec "$0" "$@"`, process.execPath, script, ...args]];
-  const drop = options.asNobody && process.getuid?.() === 0 ? { uid: NOBODY, gid: NOBODY } : {};
+  const drop = asNobody ? { uid: NOBODY, gid: NOBODY } : {};
   return new Promise((resolve, reject) => {
-    const child = spawn(cmd, argv, { cwd: ROOT, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'], ...drop });
+    const child = spawn(cmd, argv, { cwd: root, env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'], ...drop });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
