@@ -221,12 +221,13 @@ export class Context {
     if (typeof length !== 'number') throw invalidArg('regMr: length must be a number for an explicit MR');
     const s = region.span('regMr', offset, length);
     if ((access & Access.HUGETLB) && !region.hugePages) throw verbsError('ibv_reg_mr', 'EINVAL', 'Access.HUGETLB needs a region mapped with { hugePages: true }');
+    const policy = options.policy ?? lib.defaultPolicy;
     let pinned = false;
-    if (!odp) {
+    if (!odp || policy === 'pin') {
+      // Pinned MRs, and ODP MRs whose policy is the 'pin' baseline: mlock now.
       region.pin(s.offset, s.length); // throws the RLIMIT_MEMLOCK advice on failure
       pinned = true;
     }
-    const policy = options.policy ?? lib.defaultPolicy;
     const registration = odp ? lib.register(region, s.offset, s.length, policy, options.policyOptions ?? {}) : undefined;
     this.simNode.smmu.map(pd.stream.sid, region);
     const mr = this.cluster.newKey((key) => new MemoryRegion(pd, key, region, s.offset, s.length, access, registration, pinned));

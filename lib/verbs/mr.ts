@@ -106,11 +106,26 @@ export class MemoryRegion {
     return this.registration?.policy ?? (this.#pinned ? 'pin' : this.pd.context.faultLibrary.defaultPolicy);
   }
 
-  /** Change the ODP policy at run time. */
+  /** Change the ODP policy at run time ('pin' mlocks the range; leaving 'pin' unlocks it). */
   setPolicy(policy: PolicyName, options?: PolicyOptions): void {
     this.#check();
-    if (!this.registration) throw new TypeError('setPolicy: only explicit ODP MRs have a policy of their own');
-    this.pd.context.faultLibrary.setPolicy(this.registration, policy, options);
+    const reg = this.registration;
+    if (!reg) throw new TypeError('setPolicy: only explicit ODP MRs have a policy of their own');
+    const lib = this.pd.context.faultLibrary;
+    const old = { policy: reg.policy, options: reg.options };
+    lib.setPolicy(reg, policy, options); // validates
+    try {
+      if (policy === 'pin' && !this.#pinned) {
+        this.region!.pin(this.offset, this.length);
+        this.#pinned = true;
+      } else if (policy !== 'pin' && this.#pinned) {
+        this.region!.unpin(this.offset, this.length);
+        this.#pinned = false;
+      }
+    } catch (err) {
+      lib.setPolicy(reg, old.policy, old.options);
+      throw err;
+    }
   }
 
   /**
