@@ -109,6 +109,8 @@ export class QueuePair {
   #sq: SendWr[] = [];
   #rq: RecvWr[] = [];
   #running = false;
+  /** The send WR being executed, if any. */
+  #current: SendWr | undefined;
   #destroyed = false;
   #rqWaiters: Array<() => void> = [];
   #scratch: Region | undefined;
@@ -223,6 +225,14 @@ export class QueuePair {
     if (this.#destroyed) return;
     this.#toError();
     this.#destroyed = true;
+    // Work in flight and queued behind it (left to the running loop by #toError) is flushed
+    // now, in posting order; the loop drops the in-flight outcome when it arrives.
+    const current = this.#current;
+    this.#current = undefined;
+    for (const wr of current ? [current, ...this.#sq.splice(0)] : this.#sq.splice(0)) this.#complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+    // A peer's receive queue may be holding our SEND in an RNR wait: let it see we are gone.
+    const peer = this.context.cluster.qp(this.#attr.destNode, this.#attr.destQpNum);
+    if (peer) peer.#wakeRecvWaiters();
     this.#scratch?.close();
     this.context.releaseQp(this);
   }
@@ -251,12 +261,14 @@ export class QueuePair {
         continue;
       }
       let out: Outcome;
+      this.#current = wr;
       try {
         out = await this.#execute(wr);
       } catch {
         out = { status: WcStatus.GENERAL_ERR, byteLen: 0, odp: emptyOdp() };
       }
-      if (this.#destroyed) return;
+      if (this.#destroyed) return; // destroy() flushed it already
+      this.#current = undefined;
       const signaled = this.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
       if (signaled || out.status !== WcStatus.SUCCESS) this.#complete(this.sendCq, wr.wrId, out.status, WC_OPCODE[wr.opcode], out.byteLen, undefined, out.odp);
       if (out.status !== WcStatus.SUCCESS) this.#toError();
@@ -288,14 +300,14 @@ export class QueuePair {
         const results = await this.#move(local.map((l, i) => ({ from: this, fromVa: l.sge.addr, to: peer, toVa: wr.rdma!.remoteAddr + BigInt(offsetOf(wr.sgList, i)), length: l.sge.length })));
         const status = statusOf(results);
         if (status !== WcStatus.SUCCESS || wr.opcode === WrOpcode.RDMA_WRITE) return done(status, total, results);
-        const rwqe = await peer.#takeRecv(this.#attr.rnrRetry);
+        const rwqe = await peer.#takeRecv(this.#attr.rnrRetry, this);
         if (!rwqe) return done(WcStatus.RNR_RETRY_EXC_ERR, 0, results);
         peer.#complete(peer.recvCq, rwqe.wrId, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, total, wr.immData ?? 0, undefined, this.qpNum);
         return done(WcStatus.SUCCESS, total, results);
       }
       case WrOpcode.SEND:
       case WrOpcode.SEND_WITH_IMM: {
-        const rwqe = await peer.#takeRecv(this.#attr.rnrRetry);
+        const rwqe = await peer.#takeRecv(this.#attr.rnrRetry, this);
         if (!rwqe) return fail(WcStatus.RNR_RETRY_EXC_ERR);
         const targets = peer.#localSges(rwqe.sgList, true);
         if (!targets) {
@@ -412,8 +424,10 @@ export class QueuePair {
 
   // Wait for a receive WQE like a requester retrying on RNR NAKs: min_rnr_timer apart,
   // rnrRetry times (7 = forever, until a receive is posted or the QP goes away).
-  async #takeRecv(rnrRetry: number): Promise<RecvWr | undefined> {
+  async #takeRecv(rnrRetry: number, requester: QueuePair): Promise<RecvWr | undefined> {
     for (let attempt = 0; ; attempt++) {
+      // The requester stops retrying when it is destroyed or in ERR.
+      if (requester.#destroyed || requester.#state === QpState.ERR) return undefined;
       if (this.#rq.length && this.#state !== QpState.ERR) return this.#rq.shift();
       if (this.#destroyed || this.#state === QpState.ERR) return undefined;
       if (rnrRetry !== 7 && attempt >= rnrRetry) return undefined;
@@ -426,6 +440,10 @@ export class QueuePair {
         this.#rqWaiters.push(done);
       });
     }
+  }
+
+  #wakeRecvWaiters(): void {
+    for (const w of this.#rqWaiters.splice(0)) w();
   }
 
   #complete(cq: CompletionQueue, wrId: bigint | number, status: WcStatus, opcode: WcOpcode, byteLen: number, immData?: number, odp?: Outcome['odp'], srcQp?: number): void {
