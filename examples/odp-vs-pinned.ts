@@ -24,7 +24,8 @@ export interface OdpVsPinnedOptions {
   policies?: readonly PolicyName[];
 }
 
-interface Row {
+/** One row of the table: medians over the writes of one size and policy. */
+export interface OdpRow {
   size: number;
   policy: PolicyName;
   iters: number;
@@ -38,7 +39,7 @@ interface Row {
 
 const ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE;
 
-export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Row[]> {
+export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<OdpRow[]> {
   const minSize = options.minSize ?? 4096;
   const maxSize = options.maxSize ?? 16 * 2 ** 20;
   const iters = options.iters ?? 5;
@@ -53,7 +54,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Row
     // Warm up once per policy (JIT, copy threads), unrecorded.
     for (const policy of policies) await measure(pair, PAGE_SIZE, policy, 2, evict);
 
-    const rows: Row[] = [];
+    const rows: OdpRow[] = [];
     for (const size of sizes) {
       const n = size >= bigSize ? 1 : iters;
       for (const policy of policies) rows.push(await measure(pair, size, policy, n, evict));
@@ -100,13 +101,13 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Row
   }
 }
 
-async function measure(pair: Pair, size: number, policy: PolicyName, iters: number, evict: 'dst' | 'both'): Promise<Row> {
+async function measure(pair: Pair, size: number, policy: PolicyName, iters: number, evict: 'dst' | 'both'): Promise<OdpRow> {
   const { ctx, pd, cq, qp } = pair;
   const costs = pair.cluster.system.costs;
   const src = mapRegion(size);
   const dst = mapRegion(size);
   const pages = size / PAGE_SIZE;
-  const samples: Array<Required<Pick<Row, 'faults' | 'madeResident' | 'retransmitted' | 'modelUs' | 'realUs'>>> = [];
+  const samples: Array<Required<Pick<OdpRow, 'faults' | 'madeResident' | 'retransmitted' | 'modelUs' | 'realUs'>>> = [];
   try {
     for (let i = 0; i < iters; i++) {
       fillPattern(src, i);
