@@ -268,6 +268,26 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
   });
 
+  test('a destination fault is an RNR NAK: with rnrRetry 0 the write into evicted memory ends in RNR_RETRY_EXC_ERR', async () => {
+    const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
+    client.fill(0x51, 0, 4 * P);
+    server.region.evict();
+    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 4 * P)], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
+    expect(wc.odp!.faults.destination).toBe(1);
+    await expectFlushedAfter(client, server);
+  });
+
+  test('with rnrRetry 1 the same write succeeds after one retransmission', async () => {
+    const { client, server } = createPlayers({ rc: { rnrRetry: 1 } });
+    client.fill(0x51, 0, 4 * P);
+    server.region.evict();
+    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 4 * P)], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp).toMatchObject({ faults: { source: 0, destination: 1 }, retransmittedBlocks: 1 });
+    expect(server.bytes(0, 4 * P).every((b) => b === 0x51)).toBe(true);
+  });
+
   test('rnrRetry 7 (infinite): the SEND waits for a receive posted late, then succeeds', async () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 7, minRnrTimer: 1 } });
     client.fill(0x31);
