@@ -261,15 +261,15 @@ Napi::Value Pagemap(const Napi::CallbackInfo& info) {
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   size_t pages = (len + PageSize() - 1) / PageSize();
   Napi::Uint8Array out = Napi::Uint8Array::New(env, pages);
-  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ThrowSystemError(env, errno, "open(/proc/self/pagemap)");
+  // Opened once: the SMMU model walks it on every IOTLB miss.
+  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  static const int open_err = fd < 0 ? errno : 0;
+  if (fd < 0) ThrowSystemError(env, open_err, "open(/proc/self/pagemap)");
   std::vector<uint64_t> entries(pages);
   off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
   ssize_t want = static_cast<ssize_t>(pages * 8);
   ssize_t got = pread(fd, entries.data(), want, pos);
-  int err = errno;
-  close(fd);
-  if (got != want) ThrowSystemError(env, got < 0 ? err : EIO, "pread(/proc/self/pagemap)");
+  if (got != want) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
   for (size_t i = 0; i < pages; i++) out[i] = (entries[i] >> 63) & 1;
   return out;
 }

@@ -56,7 +56,11 @@ export interface DmaDescriptor {
   pd: number;
   /** Protection domain whose stream translates the destination (default: `pd`, as ExaNet's PDID). */
   dstPd?: number;
-  /** Retransmissions allowed per block after faults (default: the engine's retryLimit; Infinity: no limit). */
+  /**
+   * Retransmissions allowed per block after destination faults (NACKs, like InfiniBand's
+   * rnr_retry; default: the engine's retryLimit; Infinity: no limit). Source faults are the
+   * engine's own and always use the engine's retryLimit.
+   */
   retryLimit?: number;
   /** Ask for a completion notification at the destination too (ExaNet notif_enable). */
   notify?: boolean;
@@ -92,6 +96,9 @@ interface Block {
   length: number;
   state: 'pending' | 'inflight' | 'parked' | 'acked';
   attempts: number;
+  /** Faults taken by this block at each side (bounded by the retry limits). */
+  srcFaults: number;
+  dstNacks: number;
   ackAt: number;
 }
 
@@ -278,7 +285,7 @@ export class Pldma implements Schedulable {
         return;
       }
       for (let off = 0, seq = 0; off < desc.length; off += this.blockSize, seq++) {
-        t.blocks.push({ seq, offset: off, length: Math.min(this.blockSize, desc.length - off), state: 'pending', attempts: 0, ackAt: 0 });
+        t.blocks.push({ seq, offset: off, length: Math.min(this.blockSize, desc.length - off), state: 'pending', attempts: 0, srcFaults: 0, dstNacks: 0, ackAt: 0 });
       }
       this.#transfers.set(tid, t);
       let ch = this.#chans.get(desc.channel);
@@ -344,7 +351,7 @@ export class Pldma implements Schedulable {
         t.nacks++;
         this.#c.nacksReceived++;
         this.#trace('nack', t, { side: 'destination', modelUs: nackAt, detail: { seq: b.seq } });
-        this.#park(t, b, nackAt);
+        this.#park(t, b, nackAt, 'destination');
       } else {
         this.#fail(t, b, verdict.status, verdict.reason, nackAt);
       }
@@ -399,7 +406,7 @@ export class Pldma implements Schedulable {
       peer.#destinationFault(t, b, this.node, verdict.sid, tr, arrive);
       t.nacks++;
       this.#c.nacksReceived++;
-      this.#park(t, b, arrive + c.linkLatencyUs);
+      this.#park(t, b, arrive + c.linkLatencyUs, 'destination');
       return;
     }
     if (r.status !== CopyStatus.Ok) {
@@ -479,7 +486,7 @@ export class Pldma implements Schedulable {
     t.faultStarted.push(realNowUs());
     this.#waitOn(this.#info(t, b, side, sid, tr.addr, false, at));
     this.#trace('fault', t, { side, modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode: this.node } });
-    this.#park(t, b, at);
+    this.#park(t, b, at, side);
     this.#smmu.recordFault(sid, tr, access);
   }
 
@@ -501,15 +508,16 @@ export class Pldma implements Schedulable {
   }
 
   // The failed block waits for the retransmission request (or the timeout).
-  #park(t: Transfer, b: Block, at: number): void {
+  #park(t: Transfer, b: Block, at: number, side: Side): void {
     b.state = 'parked';
     t.parked = true;
     t.inflight--;
     this.#inflight--;
     t.modelReady = Math.max(t.modelReady, at);
-    const limit = t.desc.retryLimit ?? this.retryLimit;
-    if (b.attempts > limit) {
-      this.#fail(t, b, DmaStatus.RETRY_EXCEEDED, `block ${b.seq} faulted ${b.attempts} times (retry limit ${limit})`, at);
+    const faults = side === 'source' ? ++b.srcFaults : ++b.dstNacks;
+    const limit = side === 'source' ? this.retryLimit : (t.desc.retryLimit ?? this.retryLimit);
+    if (faults > limit) {
+      this.#fail(t, b, DmaStatus.RETRY_EXCEEDED, `block ${b.seq} took ${faults} ${side} faults (retry limit ${limit})`, at);
       return;
     }
     clearTimeout(t.parkTimer);

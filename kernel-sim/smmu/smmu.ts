@@ -1,7 +1,8 @@
 // The SMMU of one node. Translation walks the *real* state of the owning process's memory
-// (mincore through the addon), the way the ExaNeSt SMMU walked the process's own page
-// tables: a page that is not resident is a translation fault. An IOTLB caches what the walk
-// found and is invalidated when pages are evicted or regions unmapped.
+// (its page-table entries, /proc/self/pagemap, through the addon), the way the ExaNeSt SMMU
+// walked the process's own page tables: a page that is not mapped is a translation fault.
+// An IOTLB caches what the walk found and is invalidated when pages are evicted or regions
+// unmapped.
 //
 // Fault models per stream: terminate (the access aborts, the engine sees the error; the
 // thesis's choice) and stall (the engine's copy thread blocks in a genuine userfaultfd fault
@@ -185,7 +186,10 @@ export class Smmu implements MemoryObserver {
     this.#walks++;
     const from = missing[0]!;
     const to = Math.min(missing[missing.length - 1]! + g, region.size);
-    const resident = binding.residency(region.id, from, to - from);
+    // The process's own page table (SVA): a page-table entry must be present. For memfd
+    // memory that is stricter than residency: a page can be in the page cache yet unmapped
+    // here (a minor fault).
+    const resident = binding.pagemap(region.id, from, to - from);
     const ps = region.pageSize;
     this.#pagesWalked += missing.length;
     for (const p of missing) {

@@ -97,6 +97,19 @@ export class MemoryRegion {
     return this.#pinned;
   }
 
+  /**
+   * Modelled cost of pinning this MR for a transfer (pages × the cost model's pinPageUs:
+   * get_user_pages pin + unpin); 0 when it is not pinned. The pinning baseline adds it to
+   * each transfer's modelled time.
+   */
+  get modelPinUs(): number {
+    if (!this.#pinned || !this.region) return 0;
+    const ps = this.region.pageSize;
+    const first = this.offset - (this.offset % ps);
+    const pages = Math.ceil((this.offset + this.length - first) / ps);
+    return pages * this.pd.context.cluster.system.costs.pinPageUs;
+  }
+
   get closed(): boolean {
     return this.#closed;
   }

@@ -86,6 +86,15 @@ describe('calibration (modelled time)', () => {
     expect(oneWay).toBeLessThan(1);
     console.log(`[calibration] 64 B fault-free: completion ${r.c.model.us.toFixed(3)} µs, one way ${oneWay.toFixed(3)} µs`);
   });
+
+  test('4 MB pinned for the transfer (pin + unpin every page) vs the same transfer on resident memory: 1.46× ± 10%', async () => {
+    const pages = 1024;
+    const r = await run(pages, { fault: false });
+    expect(r.c.faults).toEqual({ source: 0, destination: 0 });
+    const pinned = r.c.model.us + pages * DEFAULT_COSTS.pinPageUs;
+    within10(pinned / r.c.model.us, 1.46);
+    console.log(`[calibration] 4 MB: resident ${r.c.model.us.toFixed(1)} µs, pinned ${pinned.toFixed(1)} µs (×${(pinned / r.c.model.us).toFixed(3)}, target 1.46)`);
+  });
 });
 
 describe('modelled time is a model', () => {

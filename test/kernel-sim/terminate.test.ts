@@ -488,3 +488,26 @@ describe('channels and processes', () => {
     expect(pattern(1, 1).equals(bytesOf(dst))).toBe(true);
   });
 });
+
+describe('minor faults (shared memory)', () => {
+  test('a destination page in the page cache but not mapped faults (minor), resolves without losing its neighbours', async () => {
+    const pages = 4;
+    const sys = env.system({ nodes: 2 });
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P, { shared: true });
+    const data = fill(src, 1);
+    dst.populate();
+    dst.unmapPages(0, 2 * P); // page-table entries gone, page cache kept
+    expect(dst.residentPages()).toBe(pages); // mincore: still in memory
+    expect([...dst.mapped()]).toEqual([0, 0, 1, 1]); // but not mapped here
+    proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], policy: 'touch' }));
+    const c = await within('transfer', post(sys.node(0), src, dst));
+    expect(c.status).toBe(DmaStatus.SUCCESS);
+    expect(c.faults).toEqual({ source: 0, destination: 2 });
+    expect(lib.faults.map((f) => f.offset)).toEqual([0, P]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect([...dst.mapped()]).toEqual([1, 1, 1, 1]);
+  });
+});
