@@ -1,8 +1,8 @@
 // The copy engine: native threads that move the bytes of DMA blocks on real memory.
 // The modelled PLDMA (kernel-sim/pldma) decides what to copy and when; these threads do
 // the copying. A job may first walk the real page tables (mincore) of its source and
-// destination pages, the way a terminate-mode SMMU translation would, and report the
-// first non-resident page instead of copying. Without that check the copy simply runs,
+// destination pages, the way a terminate-mode SMMU translation would: it then copies only
+// the bytes before the first non-resident page and reports that page. Without that check the copy simply runs,
 // and a non-resident page registered with a userfaultfd blocks the thread in the kernel
 // until the fault is resolved: stall mode with a genuine fault.
 #include <sys/mman.h>
@@ -78,17 +78,28 @@ struct Engine {
         busy++;
       }
       uint64_t t0 = NowNs();
+      // Walk both sides; the first missing page (in the job's own order) ends the copy:
+      // the bytes before it are moved, the rest are left for the retransmission.
       int status = kOk;
       int64_t fault = -1;
+      size_t copy_len = job.len;
       if (job.flags & kCheckSource) {
-        fault = FirstMissing(*job.src, job.src_off, job.len);
-        if (fault >= 0) status = kSourceFault;
+        int64_t f = FirstMissing(*job.src, job.src_off, job.len);
+        if (f >= 0) {
+          status = kSourceFault;
+          fault = f;
+          copy_len = static_cast<size_t>(std::max<int64_t>(0, f - static_cast<int64_t>(job.src_off)));
+        }
       }
-      if (status == kOk && (job.flags & kCheckDest)) {
-        fault = FirstMissing(*job.dst, job.dst_off, job.len);
-        if (fault >= 0) status = kDestFault;
+      if (job.flags & kCheckDest) {
+        int64_t f = FirstMissing(*job.dst, job.dst_off, copy_len);
+        if (f >= 0) {
+          status = kDestFault;
+          fault = f;
+          copy_len = static_cast<size_t>(std::max<int64_t>(0, f - static_cast<int64_t>(job.dst_off)));
+        }
       }
-      if (status == kOk) memmove(job.dst->addr + job.dst_off, job.src->addr + job.src_off, job.len);
+      if (copy_len) memmove(job.dst->addr + job.dst_off, job.src->addr + job.src_off, copy_len);
       uint64_t ns = NowNs() - t0;
       job.src.reset();
       job.dst.reset();

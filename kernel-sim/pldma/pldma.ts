@@ -107,6 +107,7 @@ interface Transfer {
   desc: DmaDescriptor;
   blocks: Block[];
   next: number; // first block not yet acked, in order
+  acked: number;
   inflight: number;
   parked: boolean;
   parkTimer: NodeJS.Timeout | undefined;
@@ -121,6 +122,8 @@ interface Transfer {
   faultUs: number[];
   resolve: (c: DmaCompletion) => void;
   done: boolean;
+  /** An error that ends the transfer once the blocks already in flight have landed. */
+  failing: { status: DmaStatus; reason: string } | undefined;
 }
 
 interface Channel {
@@ -179,6 +182,50 @@ export interface PldmaCounters {
   retryTimeouts: number;
 }
 
+/** Blocks one copy-engine job may carry (a run of translated, contiguous blocks). */
+const MAX_RUN_BLOCKS = 64;
+
+/** The destination's answer to a block's write: translated, or refused (NACK / error ACK). */
+interface Accepted {
+  ok: true;
+  region: MemoryLike;
+  offset: number;
+  sid: number;
+  walkUs: number;
+  stall: boolean;
+  openStall: () => StallWindow;
+}
+interface Refused {
+  ok: false;
+  resp: AckResp;
+  status: DmaStatus;
+  reason: string;
+  at: number;
+}
+
+/** A block whose translations held at both ends, on its way to the copy engine. */
+interface Sent {
+  b: Block;
+  peer: Pldma;
+  srcSid: number;
+  src: Extract<Translation, { ok: true }>;
+  dst: Accepted;
+  issueAt: number;
+  arrive: number;
+  srcWin?: StallWindow;
+  dstWin?: StallWindow;
+}
+
+/** True if `s` continues `prev` at both ends, so one copy can carry both. */
+function follows(prev: Sent, s: Sent): boolean {
+  return (
+    s.src.region === prev.src.region &&
+    s.dst.region === prev.dst.region &&
+    s.src.offset === prev.src.offset + prev.b.length &&
+    s.dst.offset === prev.dst.offset + prev.b.length
+  );
+}
+
 const STATUS_FOR: Partial<Record<EvtId, { read: DmaStatus; write: DmaStatus }>> = {
   [EvtId.F_ADDR_SIZE]: { read: DmaStatus.SRC_ADDR_ERR, write: DmaStatus.DST_ADDR_ERR },
   [EvtId.F_PERMISSION]: { read: DmaStatus.SRC_PERM_ERR, write: DmaStatus.DST_PERM_ERR },
@@ -206,7 +253,7 @@ export class Pldma implements Schedulable {
   // Transfers waiting on each faulting page (`sid:va`): one resolution serves them all.
   #faultInfo = new Map<string, FaultInfo[]>();
   #nextTid = 1;
-  #inflight = 0;
+  #jobs = 0; // copy-engine jobs in flight
   #closed = false;
   #c: PldmaCounters = {
     posted: 0,
@@ -241,8 +288,9 @@ export class Pldma implements Schedulable {
     this.scheduler = new Scheduler(this, this.channels);
   }
 
+  /** Copy-engine jobs in flight (the scheduler's capacity is in jobs). */
   get inflight(): number {
-    return this.#inflight;
+    return this.#jobs;
   }
 
   /** Transfers posted and not yet completed. */
@@ -264,6 +312,7 @@ export class Pldma implements Schedulable {
         desc: { ...desc },
         blocks: [],
         next: 0,
+        acked: 0,
         inflight: 0,
         parked: false,
         parkTimer: undefined,
@@ -278,6 +327,7 @@ export class Pldma implements Schedulable {
         faultUs: [],
         resolve,
         done: false,
+        failing: undefined,
       };
       const bad = this.#validate(desc);
       if (bad) {
@@ -303,16 +353,43 @@ export class Pldma implements Schedulable {
 
   runnable(channel: number): boolean {
     const t = this.#chans.get(channel)?.queue[0];
-    if (!t || t.parked || t.done) return false;
+    if (!t || t.parked || t.done || t.failing) return false;
     // One block of a transfer in flight at a time: a fault parks the transfer before any
     // later block of it goes out, so each non-resident page faults exactly once.
-    return t.inflight === 0 && t.blocks.some((b) => b.state === 'pending');
+    // While it is neither parked nor in flight, every block not acked is pending.
+    return t.inflight === 0 && t.acked < t.blocks.length;
   }
 
+  /**
+   * Issue the next blocks of the channel's transfer. Each block is translated on its own,
+   * in order (its modelled costs, its faults); the consecutive blocks whose translations
+   * hold at both ends then go to the copy engine as one job, so the real cost of a native
+   * thread hand-off is paid per run of blocks, not per block. A block that faults ends the
+   * run: the transfer parks (terminate) while the blocks before it are copied. Stall-mode
+   * blocks go one per job: each has its own stall window.
+   */
   issue(channel: number): void {
     const ch = this.#chans.get(channel)!;
     const t = ch.queue[0]!;
-    const b = t.blocks.find((x) => x.state === 'pending')!;
+    let run: Sent[] = [];
+    for (let i = t.next; i < t.blocks.length; i++) {
+      const b = t.blocks[i]!;
+      if (b.state !== 'pending') continue;
+      if (run.length >= MAX_RUN_BLOCKS || t.parked || t.done) break;
+      this.#start(ch, t, b);
+      const s = this.#send(ch, t, b);
+      if (!s) break;
+      if (run.length && !follows(run[run.length - 1]!, s)) {
+        this.#copy(t, run);
+        run = [];
+      }
+      run.push(s);
+      if (s.srcWin || s.dstWin) break;
+    }
+    if (run.length) this.#copy(t, run);
+  }
+
+  #start(ch: Channel, t: Transfer, b: Block): void {
     b.state = 'inflight';
     b.attempts++;
     if (b.attempts > 1) {
@@ -323,13 +400,13 @@ export class Pldma implements Schedulable {
       if (started !== undefined) t.faultUs.push(realNowUs() - started);
     }
     t.inflight++;
-    this.#inflight++;
     this.#c.blocksIssued++;
     if (this.#tracer.active) this.#trace('block', t, { modelUs: Math.max(ch.cursor, t.modelReady), detail: { seq: b.seq, attempt: b.attempts } });
-    void this.#runBlock(ch, t, b);
   }
 
-  async #runBlock(ch: Channel, t: Transfer, b: Block): Promise<void> {
+  // Translate one block at both ends (modelled time advances); undefined if it faulted or
+  // failed, which is then already handled (parked, NACKed or completed with an error).
+  #send(ch: Channel, t: Transfer, b: Block): Sent | undefined {
     const c = this.#costs;
     const d = t.desc;
     const issueAt = Math.max(ch.cursor, t.modelReady);
@@ -339,7 +416,7 @@ export class Pldma implements Schedulable {
     ch.cursor = engineDone;
     if (!srcTr.ok) {
       this.#blockFault(t, b, 'source', srcCtx.sid, srcTr, issueAt + c.scheduleUs + this.#walkCost(srcTr), 'read');
-      return;
+      return undefined;
     }
     const peer = this.#peers.pldma(d.dstNode)!;
     const arrive = this.#fabric.transmit(this.node, d.dstNode, b.length, engineDone);
@@ -355,66 +432,103 @@ export class Pldma implements Schedulable {
       } else {
         this.#fail(t, b, verdict.status, verdict.reason, nackAt);
       }
-      return;
+      return undefined;
     }
+    const s: Sent = { b, peer, srcSid: srcCtx.sid, src: srcTr, dst: verdict, issueAt, arrive };
+    if (srcCtx.faultModel === 'stall') {
+      s.srcWin = this.#smmu.beginStallWindow({
+        sid: srcCtx.sid,
+        region: srcTr.region,
+        offset: srcTr.offset,
+        length: b.length,
+        access: 'read',
+        tag: this.#info(t, b, 'source', srcCtx.sid, d.srcVa + BigInt(b.offset), false, engineDone),
+      });
+    }
+    if (verdict.stall) s.dstWin = verdict.openStall();
+    return s;
+  }
 
-    // Both translations hold: the copy engine moves the bytes. Terminate-mode sides are
-    // walked again by the copy thread right before copying (a page evicted meanwhile is a
-    // fault, not silent zeros); stall-mode sides are left to fault for real.
-    const srcStall = srcCtx.faultModel === 'stall';
-    const dstStall = verdict.stall;
-    const flags = (srcStall ? 0 : CopyFlag.CheckSource) | (dstStall ? 0 : CopyFlag.CheckDest);
-    const srcWin = srcStall
-      ? this.#smmu.beginStallWindow({ sid: srcCtx.sid, region: srcTr.region, offset: srcTr.offset, length: b.length, access: 'read', tag: this.#info(t, b, 'source', srcCtx.sid, d.srcVa + BigInt(b.offset), false, engineDone) })
-      : undefined;
-    const dstWin = dstStall ? verdict.openStall() : undefined;
+  // One copy-engine job for a run of blocks contiguous at both ends. Terminate-mode sides
+  // are walked again by the copy thread right before copying (a page evicted meanwhile is a
+  // fault, not silent zeros); stall-mode sides are left to fault for real.
+  async #copy(t: Transfer, run: Sent[]): Promise<void> {
+    const c = this.#costs;
+    const first = run[0]!;
+    const length = run.reduce((n, s) => n + s.b.length, 0);
+    const flags = (first.srcWin ? 0 : CopyFlag.CheckSource) | (first.dst.stall ? 0 : CopyFlag.CheckDest);
+    this.#jobs++;
     let r;
     try {
-      r = await this.#engine.copy(srcTr.region, srcTr.offset, verdict.region, verdict.offset, b.length, flags);
-    } catch (err) {
+      r = await this.#engine.copy(first.src.region, first.src.offset, first.dst.region, first.dst.offset, length, flags);
+    } catch {
       r = { status: -1 as CopyStatus, faultOffset: -1, ns: 0, tid: 0 };
     } finally {
-      if (srcWin) this.#smmu.endStallWindow(srcWin);
-      if (dstWin) peer.#smmu.endStallWindow(dstWin);
+      this.#jobs--;
+      if (first.srcWin) this.#smmu.endStallWindow(first.srcWin);
+      if (first.dstWin) first.peer.#smmu.endStallWindow(first.dstWin);
     }
     if (t.done) return;
+    const srcWin = first.srcWin;
+    const dstWin = first.dstWin;
     const stalls = (srcWin?.stalls ?? 0) + (dstWin?.stalls ?? 0);
     const stallDelay = stalls * this.#stallDelay();
     if (stalls) {
       // A stalled access holds the engine until the resume: later blocks wait behind it.
-      this.#engineRes.reserve(arrive, stallDelay);
-      t.modelReady = Math.max(t.modelReady, arrive + stallDelay);
+      this.#engineRes.reserve(first.arrive, stallDelay);
+      t.modelReady = Math.max(t.modelReady, first.arrive + stallDelay);
       // Each stall is a fault whose access was retried in place (no retransmission).
       t.faults.source += srcWin?.stalls ?? 0;
       t.faults.destination += dstWin?.stalls ?? 0;
       this.#c.faults.source += srcWin?.stalls ?? 0;
-      peer.#c.faults.destination += dstWin?.stalls ?? 0;
+      first.peer.#c.faults.destination += dstWin?.stalls ?? 0;
     }
     if (srcWin?.aborted || dstWin?.aborted) {
-      this.#fail(t, b, DmaStatus.ABORTED, `a stalled ${srcWin?.aborted ? 'source read' : 'destination write'} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`, arrive + stallDelay);
+      this.#fail(t, first.b, DmaStatus.ABORTED, `a stalled ${srcWin?.aborted ? 'source read' : 'destination write'} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`, first.arrive + stallDelay);
       return;
     }
-    if (r.status === CopyStatus.SourceFault) {
-      const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr: srcTr.region.address + BigInt(r.faultOffset), recoverable: true, reason: 'source page evicted before the copy' };
-      this.#smmu.iotlb.invalidateRange(tr.addr, srcTr.region.pageSize, srcTr.region.pageSize);
-      this.#blockFault(t, b, 'source', srcCtx.sid, tr, issueAt + c.scheduleUs, 'read');
+    if (r.status !== CopyStatus.Ok && r.status !== CopyStatus.SourceFault && r.status !== CopyStatus.DestFault) {
+      for (const x of run) {
+        x.b.state = 'pending';
+        t.inflight--;
+      }
+      this.#fail(t, undefined, DmaStatus.FLUSHED, 'the copy engine was closed', first.arrive);
       return;
     }
-    if (r.status === CopyStatus.DestFault) {
-      const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr: verdict.region.address + BigInt(r.faultOffset), recoverable: true, reason: 'destination page evicted before the write' };
-      peer.#smmu.iotlb.invalidateRange(tr.addr, verdict.region.pageSize, verdict.region.pageSize);
-      peer.#destinationFault(t, b, this.node, verdict.sid, tr, arrive);
+    // The copy thread stops at the first page it finds missing: blocks before it were
+    // copied, the block holding it faults, blocks after it were never sent.
+    const side = r.status === CopyStatus.SourceFault ? 'source' : 'destination';
+    let faulted = -1;
+    if (r.status !== CopyStatus.Ok) {
+      faulted = run.findIndex((s) => {
+        const at = side === 'source' ? s.src.offset : s.dst.offset;
+        return r.faultOffset < at + s.b.length;
+      });
+      if (faulted < 0) faulted = run.length - 1;
+    }
+    run.forEach((s, i) => {
+      if (faulted < 0 || i < faulted) this.#ack(t, s.b, s.arrive + s.dst.walkUs + stallDelay + c.linkLatencyUs);
+      else if (i > faulted) {
+        s.b.state = 'pending';
+        s.b.attempts--;
+        t.inflight--;
+      }
+    });
+    if (faulted < 0) return this.#settle(t);
+    const s = run[faulted]!;
+    if (side === 'source') {
+      const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr: s.src.region.address + BigInt(r.faultOffset), recoverable: true, reason: 'source page evicted before the copy' };
+      this.#smmu.iotlb.invalidateRange(tr.addr, s.src.region.pageSize, s.src.region.pageSize);
+      this.#blockFault(t, s.b, 'source', s.srcSid, tr, s.issueAt + c.scheduleUs, 'read');
+    } else {
+      const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr: s.dst.region.address + BigInt(r.faultOffset), recoverable: true, reason: 'destination page evicted before the write' };
+      s.peer.#smmu.iotlb.invalidateRange(tr.addr, s.dst.region.pageSize, s.dst.region.pageSize);
+      s.peer.#destinationFault(t, s.b, this.node, s.dst.sid, tr, s.arrive);
       t.nacks++;
       this.#c.nacksReceived++;
-      this.#park(t, b, arrive + c.linkLatencyUs, 'destination');
-      return;
+      this.#park(t, s.b, s.arrive + c.linkLatencyUs, 'destination');
     }
-    if (r.status !== CopyStatus.Ok) {
-      this.#fail(t, b, DmaStatus.FLUSHED, 'the copy engine was closed', arrive);
-      return;
-    }
-    const ackAt = arrive + verdict.walkUs + stallDelay + c.linkLatencyUs;
-    this.#ack(t, b, ackAt);
+    this.#settle(t);
   }
 
   // Destination side: translate the incoming write on this node's SMMU.
@@ -423,9 +537,7 @@ export class Pldma implements Schedulable {
     b: Block,
     srcNode: number,
     arrive: number,
-  ):
-    | { ok: true; region: MemoryLike; offset: number; sid: number; walkUs: number; stall: boolean; openStall: () => StallWindow }
-    | { ok: false; resp: AckResp; status: DmaStatus; reason: string; at: number } {
+  ): Accepted | Refused {
     const d = t.desc;
     const pd = d.dstPd ?? d.pd;
     const ctx = this.#smmu.streamForPd(pd);
@@ -512,7 +624,6 @@ export class Pldma implements Schedulable {
     b.state = 'parked';
     t.parked = true;
     t.inflight--;
-    this.#inflight--;
     t.modelReady = Math.max(t.modelReady, at);
     const faults = side === 'source' ? ++b.srcFaults : ++b.dstNacks;
     const limit = side === 'source' ? this.retryLimit : (t.desc.retryLimit ?? this.retryLimit);
@@ -536,7 +647,7 @@ export class Pldma implements Schedulable {
     if (t.done) return;
     clearTimeout(t.parkTimer);
     t.parkTimer = undefined;
-    for (const b of t.blocks) if (b.state === 'parked') b.state = 'pending';
+    for (let i = t.next; i < t.blocks.length; i++) if (t.blocks[i]!.state === 'parked') t.blocks[i]!.state = 'pending';
     t.parked = false;
     t.modelReady = Math.max(t.modelReady, at);
     this.scheduler.wake(t.desc.channel);
@@ -546,20 +657,28 @@ export class Pldma implements Schedulable {
     b.state = 'acked';
     b.ackAt = ackAt;
     t.inflight--;
-    this.#inflight--;
     this.#c.blocksAcked++;
     t.modelEnd = Math.max(t.modelEnd, ackAt);
-    if (t.blocks.every((x) => x.state === 'acked')) this.#finish(t, DmaStatus.SUCCESS);
+    t.acked++;
+    while (t.blocks[t.next]?.state === 'acked') t.next++;
+    if (t.acked === t.blocks.length) this.#finish(t, DmaStatus.SUCCESS);
     else this.scheduler.kick();
   }
 
   #fail(t: Transfer, b: Block | undefined, status: DmaStatus, reason: string, at: number): void {
     if (b && b.state === 'inflight') {
+      b.state = 'pending';
       t.inflight--;
-      this.#inflight--;
     }
     t.modelEnd = Math.max(t.modelEnd, at);
-    this.#finish(t, status, reason);
+    // Blocks sent before this one are still being copied: complete after they land, so the
+    // completion counts exactly the bytes that arrived.
+    t.failing ??= { status, reason };
+    this.#settle(t);
+  }
+
+  #settle(t: Transfer): void {
+    if (t.failing && t.inflight === 0) this.#finish(t, t.failing.status, t.failing.reason);
   }
 
   #finish(t: Transfer, status: DmaStatus, reason?: string): void {

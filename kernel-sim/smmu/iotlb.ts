@@ -1,10 +1,17 @@
 // The IOTLB: cached translations (page → resident) of one SMMU. Eviction or unmapping must
 // invalidate it (the MMU-notifier role) so the next access walks and faults again.
 
+// Keys are numbers (4 KiB frame of the VA × 2^16 + StreamID): exact below 2^53 for 47-bit
+// virtual addresses, and much cheaper than strings on the per-block path.
+const FRAME = 4096;
+const SIDS = 65536;
+const keyOf = (sid: number, page: bigint): number => Math.floor(Number(page) / FRAME) * SIDS + (sid % SIDS);
+
 export class Iotlb {
   readonly capacity: number;
-  // key: `${sid}:${pageVA}`; Map order doubles as LRU order
-  #entries = new Map<string, true>();
+  // Map order doubles as LRU order
+  #entries = new Map<number, true>();
+  #sids = new Set<number>();
   hits = 0;
   misses = 0;
   invalidations = 0;
@@ -14,7 +21,7 @@ export class Iotlb {
   }
 
   lookup(sid: number, page: bigint): boolean {
-    const k = `${sid}:${page}`;
+    const k = keyOf(sid, page);
     if (this.#entries.delete(k)) {
       this.#entries.set(k, true);
       this.hits++;
@@ -25,34 +32,34 @@ export class Iotlb {
   }
 
   insert(sid: number, page: bigint): void {
-    const k = `${sid}:${page}`;
+    const k = keyOf(sid, page);
     this.#entries.delete(k);
     this.#entries.set(k, true);
-    if (this.#entries.size > this.capacity) this.#entries.delete(this.#entries.keys().next().value as string);
+    this.#sids.add(sid % SIDS);
+    if (this.#entries.size > this.capacity) this.#entries.delete(this.#entries.keys().next().value as number);
   }
 
   /** Drop every cached page of [start, start+length) for all streams. */
   invalidateRange(start: bigint, length: number, pageSize: number): number {
     let n = 0;
-    const ps = BigInt(pageSize);
-    const first = start - (start % ps);
-    const end = start + BigInt(length);
-    if (BigInt(this.#entries.size) < (end - first) / ps) {
+    const first = Math.floor(Number(start) / pageSize) * pageSize;
+    const end = Number(start) + length;
+    if (this.#entries.size * 2 < ((end - first) / FRAME) * this.#sids.size) {
       for (const k of [...this.#entries.keys()]) {
-        const page = BigInt(k.slice(k.indexOf(':') + 1));
-        if (page >= first && page < end && this.#entries.delete(k)) n++;
+        const va = Math.floor(k / SIDS) * FRAME;
+        if (va >= first && va < end && this.#entries.delete(k)) n++;
       }
     } else {
-      const sids = new Set<string>();
-      for (const k of this.#entries.keys()) sids.add(k.slice(0, k.indexOf(':')));
-      for (let p = first; p < end; p += ps) for (const s of sids) if (this.#entries.delete(`${s}:${p}`)) n++;
+      for (let va = first; va < end; va += pageSize) {
+        for (const s of this.#sids) if (this.#entries.delete((va / FRAME) * SIDS + s)) n++;
+      }
     }
     this.invalidations += n;
     return n;
   }
 
   invalidateStream(sid: number): void {
-    for (const k of [...this.#entries.keys()]) if (k.startsWith(`${sid}:`)) this.#entries.delete(k);
+    for (const k of [...this.#entries.keys()]) if (k % SIDS === sid % SIDS) this.#entries.delete(k);
   }
 
   get size(): number {

@@ -13,6 +13,9 @@ import { EventQueue } from './event-queue.js';
 import { Iotlb } from './iotlb.js';
 import { CMD_RESUME, CMD_STALL_TERM, EvtClass, EvtId, ResumeResp, type SmmuCommand, type SmmuEventRecord } from './records.js';
 
+/** How far ahead one real page-table read looks (not a modelled cost). */
+const WALK_AHEAD_BYTES = 256 * 1024;
+
 export type FaultModel = 'terminate' | 'stall';
 export type Access = 'read' | 'write';
 
@@ -92,6 +95,7 @@ export class Smmu implements MemoryObserver {
   #translations = 0;
   #walks = 0;
   #pagesWalked = 0;
+  #walkCache: { region: MemoryLike; from: number; to: number; present: Uint8Array } | undefined;
   // stall model
   #uffd: UffdLike | undefined;
   #deviceTids = new Set<number>();
@@ -186,17 +190,14 @@ export class Smmu implements MemoryObserver {
     this.#walks++;
     const from = missing[0]!;
     const to = Math.min(missing[missing.length - 1]! + g, region.size);
-    // The process's own page table (SVA): a page-table entry must be present. For memfd
-    // memory that is stricter than residency: a page can be in the page cache yet unmapped
-    // here (a minor fault).
-    const resident = binding.pagemap(region.id, from, to - from);
+    const walk = this.#walk(region, from, to);
     const ps = region.pageSize;
     this.#pagesWalked += missing.length;
     for (const p of missing) {
       // A granule is resident when its first and last 4 KiB pages are (a THP maps all or nothing).
-      const a = (p - from) / ps;
-      const b = Math.min(p + g, to) - from - ps;
-      if (!resident[a] || !resident[b / ps]) {
+      const a = (p - walk.base) / ps;
+      const b = (Math.min(p + g, to) - ps - walk.base) / ps;
+      if (!walk.present[a] || !walk.present[b]) {
         return {
           ok: false,
           id: EvtId.F_TRANSLATION,
@@ -208,6 +209,23 @@ export class Smmu implements MemoryObserver {
       this.iotlb.insert(sid, region.address + BigInt(p));
     }
     return { ok: true, region, offset, walked: missing.length, hit: false };
+  }
+
+  /**
+   * The process's own page table (SVA): a page-table entry must be present. For memfd memory
+   * that is stricter than residency: a page can be in the page cache yet unmapped here (a
+   * minor fault). One read of /proc/self/pagemap serves the rest of this synchronous turn for
+   * the pages ahead (a transfer walks consecutive pages); the modelled walk cost is still
+   * charged per page walked.
+   */
+  #walk(region: MemoryLike, from: number, to: number): { base: number; present: Uint8Array } {
+    const c = this.#walkCache;
+    if (c && c.region === region && from >= c.from && to <= c.to) return { base: c.from, present: c.present };
+    const end = Math.min(region.size, Math.max(to, from + WALK_AHEAD_BYTES));
+    const present = binding.pagemap(region.id, from, end - from);
+    if (!this.#walkCache) queueMicrotask(() => (this.#walkCache = undefined));
+    this.#walkCache = { region, from, to: end, present };
+    return { base: from, present };
   }
 
   /** Write a fault record into the event queue and raise the IRQ. False if the queue overflowed. */
@@ -351,10 +369,12 @@ export class Smmu implements MemoryObserver {
   // ---- invalidation (the MMU-notifier role) ------------------------------------------
 
   regionEvicted(region: MemoryLike, offset: number, length: number): void {
+    this.#walkCache = undefined;
     this.iotlb.invalidateRange(region.address + BigInt(offset), length, region.granule);
   }
 
   regionClosing(region: MemoryLike): void {
+    this.#walkCache = undefined;
     this.iotlb.invalidateRange(region.address, region.size, region.granule);
     for (const ctx of this.#streams.values()) {
       const i = ctx.mappings.findIndex((m) => m.region === region);
