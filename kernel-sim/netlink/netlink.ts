@@ -138,6 +138,7 @@ export class NetlinkFamily {
   #sockets = new Map<number, NetlinkSocket>();
   #kernel: ((m: NlMessage, from: NetlinkSocket) => void) | undefined;
   #seq = 1;
+  #monitors: Array<(m: NlMessage, to: number | undefined) => void> = [];
   #counters: NetlinkCounters = { sent: 0, delivered: 0, dropped: 0, noListener: 0, acks: 0 };
   #capacity: number;
 
@@ -159,6 +160,17 @@ export class NetlinkFamily {
     return this.#sockets.get(pid);
   }
 
+  /**
+   * Watch every message of the family, both ways, like nlmon: `to` is the pid a kernel
+   * message was sent to (undefined for messages from a process). Returns an unsubscribe.
+   */
+  monitor(listener: (m: NlMessage, to: number | undefined) => void): () => void {
+    this.#monitors.push(listener);
+    return () => {
+      this.#monitors = this.#monitors.filter((l) => l !== listener);
+    };
+  }
+
   /** The kernel side's receive hook (the SMMU driver). */
   onKernelMessage(handler: (m: NlMessage, from: NetlinkSocket) => void): void {
     this.#kernel = handler;
@@ -177,7 +189,9 @@ export class NetlinkFamily {
       this.#counters.dropped++;
       return -1;
     }
-    const ok = s.deliver({ family: this.name, cmd, seq, portId: 0, attrs, sentAt: performance.now() });
+    const msg: NlMessage = { family: this.name, cmd, seq, portId: 0, attrs, sentAt: performance.now() };
+    for (const mon of this.#monitors) mon(msg, pid);
+    const ok = s.deliver(msg);
     if (!ok) {
       this.#counters.dropped++;
       return -1;
@@ -190,6 +204,7 @@ export class NetlinkFamily {
   fromUser(s: NetlinkSocket, cmd: NlCmd, attrs: Map<NlAttr, number | bigint | string | boolean>, ack: boolean): number {
     const seq = this.#seq++;
     const m: NlMessage = { family: this.name, cmd, seq, portId: s.pid, attrs, sentAt: performance.now() };
+    for (const mon of this.#monitors) mon(m, undefined);
     this.#kernel?.(m, s);
     if (!ack) return seq;
     this.#counters.acks++;

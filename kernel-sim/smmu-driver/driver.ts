@@ -95,6 +95,17 @@ export class SmmuDriver {
     } else {
       info = this.#pldma?.faultInfo(record.sid, record.addr);
     }
+    if (info && this.#tracer.active) {
+      this.#tracer.emit({
+        kind: 'irq',
+        node: this.node,
+        tid: info.tid,
+        channel: info.channel,
+        side: info.side,
+        modelUs: info.modelUs + this.#costs.eventRecordUs + this.#costs.irqUs,
+        detail: { seq: info.seq, srcNode: info.srcNode, sid: record.sid, event: eventName(record.id) },
+      });
+    }
     const fault: DriverFault = {
       record,
       name: eventName(record.id),

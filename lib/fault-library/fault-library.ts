@@ -48,6 +48,13 @@ export interface ResolvedFault {
   status: IommuPageResponseCode;
   /** Measured time the library spent resolving, µs. */
   realUs: number;
+  /** When the notification reached the library (performance.now(), ms). */
+  receivedAt: number;
+  /** The transfer it belongs to: posting node, transfer id, block, channel. */
+  srcNode: number;
+  transfer: number;
+  block: number;
+  channel: number;
 }
 
 interface Pending {
@@ -245,7 +252,24 @@ export class FaultLibrary {
     this.#pending.set(pkey, p);
 
     this.#socket.send(NlCmd.RESOLVED, reply);
-    const rf: ResolvedFault = { side, node: this.node, va, write, stall, region, policy, bytes, pagesMadeResident: made, status, realUs: (doneReal - recvReal) * 1000 };
+    const rf: ResolvedFault = {
+      side,
+      node: this.node,
+      va,
+      write,
+      stall,
+      region,
+      policy,
+      bytes,
+      pagesMadeResident: made,
+      status,
+      realUs: (doneReal - recvReal) * 1000,
+      receivedAt: recvReal,
+      srcNode: Number(m.attrs.get(NlAttr.SRC_NODE)),
+      transfer: Number(m.attrs.get(NlAttr.TRANSFER)),
+      block: Number(m.attrs.get(NlAttr.BLOCK)),
+      channel: Number(m.attrs.get(NlAttr.CHANNEL)),
+    };
     for (const l of this.#listeners) l(rf);
   }
 

@@ -511,3 +511,22 @@ describe('minor faults (shared memory)', () => {
     expect([...dst.mapped()]).toEqual([1, 1, 1, 1]);
   });
 });
+
+describe('watching the path', () => {
+  test('netlink monitor sees each notification and answer; the trace has one irq per record', async () => {
+    const { sys, src, dst, b } = rig({ pages: 3 });
+    const seen: string[] = [];
+    const stop = sys.node(1).netlink.monitor((m, to) => seen.push(`${to === undefined ? 'from' : 'to'} ${m.portId || to} cmd ${m.cmd}`));
+    const kinds: string[] = [];
+    const untrace = sys.tracer.on((e) => kinds.push(e.kind));
+    env.track(new FaultLibrary(b.socket, { regions: [dst], policy: 'touch' }));
+    const c = await within('transfer', post(sys.node(0), src, dst));
+    stop();
+    untrace();
+    expect(c.status).toBe(DmaStatus.SUCCESS);
+    expect(seen).toEqual(Array.from({ length: 3 }, () => ['to 200 cmd 1', 'from 200 cmd 2']).flat());
+    expect(kinds.filter((k) => k === 'irq')).toHaveLength(3);
+    expect(kinds.filter((k) => k === 'fault')).toHaveLength(3);
+    expect(kinds.filter((k) => k === 'retransmit')).toHaveLength(3);
+  });
+});
