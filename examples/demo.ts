@@ -23,8 +23,8 @@ console.log(`"real" is ${MEASURED_LABEL}, the software path in this one process.
 heading('1. Genuine page faults, handled in TypeScript');
 say(
   'A native thread reads fresh memory registered with userfaultfd. Each page is a missing fault: the kernel',
-  "suspends the thread and hands the fault to the addon's reader thread, which forwards it to a TypeScript handler;",
-  'the handler places the bytes with UFFDIO_COPY and the thread goes on. (npm run example:faults)',
+  'suspends the thread and queues the fault on the userfaultfd, which this JS thread polls on its event loop; the',
+  'TypeScript handler places the bytes with UFFDIO_COPY and the thread goes on. (npm run example:faults)',
 );
 await firstFaults();
 
