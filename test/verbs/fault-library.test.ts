@@ -1,0 +1,126 @@
+// The fault library's own outputs: statistics per process and per registration, phase
+// histograms (measured and modelled), the Chrome trace, and the prefetcher's window.
+import { afterEach, describe, expect, test } from 'vitest';
+import { MODEL_LABEL } from '../../kernel-sim/index.js';
+import { Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent } from '../../lib/index.js';
+import { closeAll, createPlayers, P, pollOk } from './helpers.js';
+
+afterEach(closeAll);
+
+/** One RDMA write of `pages` pages from the client into the server's evicted buffer. */
+async function faultingWrite(pages: number, policy: 'touch' | 'touch-ahead') {
+  const players = createPlayers({ size: pages * P, policy });
+  const { client, server } = players;
+  client.fill(0x5a, 0, pages * P);
+  server.region.evict();
+  client.qp.postSend({
+    wrId: 1,
+    opcode: WrOpcode.RDMA_WRITE,
+    sendFlags: SendFlags.SIGNALED,
+    sgList: [client.sge(0, pages * P)],
+    rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey },
+  });
+  const wc = await pollOk(client.cq);
+  return { ...players, wc };
+}
+
+describe('statistics', () => {
+  test('process and registration stats count what happened: faults by side and kind, pages, retransmissions', async () => {
+    const { server, client, wc } = await faultingWrite(8, 'touch');
+    expect(wc.odp!.faults).toEqual({ source: 0, destination: 8 });
+    const s = server.ctx.faultLibrary.stats();
+    expect(s.faults).toEqual({ source: 0, destination: 8, byKind: { 'F_TRANSLATION/write': 8 } });
+    expect(s.notifications).toBe(8);
+    expect(s.pagesMadeResident).toBe(8);
+    expect(s.resolveCalls).toBe(8);
+    expect(s.retransmittedBlocks).toBe(8);
+    expect(s.unresolved).toBe(0);
+    // The MR's registration saw the same faults; the client's library saw none.
+    expect(server.mr.registration!.stats.snapshot().faults.destination).toBe(8);
+    expect(client.ctx.faultLibrary.stats().faults).toMatchObject({ source: 0, destination: 0 });
+    expect(server.region.residentPages()).toBe(8);
+  });
+
+  test('phase histograms: one sample per fault, measured and modelled; the modelled resolve phase prices a touch', async () => {
+    const { server } = await faultingWrite(4, 'touch');
+    const { real, model } = server.ctx.faultLibrary.stats().phases;
+    expect(real.resolve.count).toBe(4);
+    expect(real.notify.count).toBe(4);
+    expect(real.retransmit.count).toBe(4);
+    expect(model.notify.count).toBe(4);
+    expect(model.resolve.count).toBe(4);
+    // Modelled: netlink + wake-up + one touched page + the request, the same for every fault.
+    expect(model.resolve.min).toBeCloseTo(model.resolve.max, 6);
+    expect(model.resolve.mean).toBeGreaterThan(0);
+    expect(real.resolve.min).toBeGreaterThan(0);
+  });
+
+  test('touch-ahead: one fault makes the whole rest of the transfer resident in one call', async () => {
+    const { server, wc } = await faultingWrite(32, 'touch-ahead');
+    expect(wc.odp!.faults.destination).toBe(1);
+    const s = server.ctx.faultLibrary.stats();
+    expect([s.notifications, s.resolveCalls, s.pagesMadeResident]).toEqual([1, 1, 32]);
+  });
+});
+
+describe('trace', () => {
+  test('Chrome trace-event JSON: both timelines, every step of the fault, serialisable', async () => {
+    const { server } = await faultingWrite(2, 'touch');
+    const trace = server.ctx.faultLibrary.exportChromeTrace();
+    const json = JSON.parse(JSON.stringify(trace)) as { traceEvents: ChromeTraceEvent[]; otherData: { model: string } };
+    expect(json.otherData.model).toBe(MODEL_LABEL);
+    const names = json.traceEvents.filter((e) => e.ph === 'i' && e.pid === 2).map((e) => e.name); // node 1, modelled
+    expect(names.filter((n) => n === 'fault (destination)')).toHaveLength(2);
+    expect(names.filter((n) => n === 'irq (destination)')).toHaveLength(2);
+    expect(names.filter((n) => n === 'notify (destination)')).toHaveLength(2);
+    expect(names.filter((n) => n === 'resolved (destination)')).toHaveLength(2);
+    const sources = json.traceEvents.filter((e) => e.ph === 'i' && e.pid === 0).map((e) => e.name); // node 0, modelled
+    expect(sources.filter((n) => n === 'retransmit')).toHaveLength(2);
+    expect(sources.filter((n) => n === 'complete')).toHaveLength(1);
+    // Each event is on both timelines (model: pid 2n, real: pid 2n+1), named by metadata.
+    expect(json.traceEvents.filter((e) => e.ph === 'i' && e.pid === 3)).toHaveLength(names.length);
+    const meta = json.traceEvents.filter((e) => e.ph === 'M').map((e) => e.args!['name']);
+    expect(meta).toContain(`node 1: ${MODEL_LABEL}`);
+    expect(meta).toContain('node 1: measured (real time)');
+    // Modelled timestamps of one fault's steps are in order.
+    const order = ['fault (destination)', 'irq (destination)', 'notify (destination)', 'resolved (destination)'];
+    const ts = order.map((n) => json.traceEvents.find((e) => e.pid === 2 && e.name === n)!.ts);
+    expect([...ts].sort((a, b) => a - b)).toEqual(ts);
+  });
+});
+
+describe('prefetcher', () => {
+  test('sequential faults double the window up to the maximum; a jump shrinks it', () => {
+    const p = new Prefetcher(4, 32);
+    expect(p.next(0).pages).toBe(4); // first fault: nothing to learn yet
+    expect(p.next(4).pages).toBe(8); // right after the last window
+    expect(p.next(12).pages).toBe(16);
+    expect(p.next(28).pages).toBe(32);
+    expect(p.next(60).pages).toBe(32); // capped
+    expect(p.next(1000).pages).toBe(16); // a miss halves it
+    expect([p.hits, p.misses]).toEqual([4, 2]);
+  });
+
+  test('a constant stride is learned', () => {
+    const p = new Prefetcher(1, 64);
+    p.next(0);
+    p.next(100); // stride 100: not predicted yet
+    const w = p.window;
+    p.next(200); // predicted by the stride
+    expect(p.window).toBe(w * 2);
+  });
+});
+
+describe('histogram', () => {
+  test('counts, mean, quantiles and log2 buckets', () => {
+    const h = new Histogram();
+    for (const v of [0.5, 1, 2, 3, 100]) h.add(v);
+    h.add(-1); // ignored
+    expect(h.count).toBe(5);
+    expect(h.mean).toBeCloseTo(21.3, 6);
+    expect(h.quantile(0.5)).toBe(2);
+    expect(h.summary()).toMatchObject({ count: 5, min: 0.5, max: 100 });
+    expect(h.buckets[0]).toBe(1); // < 1 µs
+    expect(h.buckets.reduce((a, b) => a + b, 0)).toBe(5);
+  });
+});
