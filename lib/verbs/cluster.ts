@@ -10,7 +10,7 @@ import { checkInt, checkObject, invalidArg } from '../validate.js';
 import { Access, AdviseMrAdvice, AdviseMrFlags, knownAccess, OdpGeneralCaps, OdpTransportCaps, SIZE_MAX } from './constants.js';
 import { CompletionQueue } from './cq.js';
 import { verbsError } from './errors.js';
-import { MemoryRegion, ProtectionDomain, type RegMrOptions } from './mr.js';
+import { claimRegion, MemoryRegion, ProtectionDomain, type RegMrOptions } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 
 export interface ClusterOptions extends SystemOptions {
@@ -230,6 +230,7 @@ export class Context {
     }
     const registration = odp ? lib.register(region, s.offset, s.length, policy, options.policyOptions ?? {}) : undefined;
     this.simNode.smmu.map(pd.stream.sid, region);
+    claimRegion(region, this);
     const mr = this.cluster.newKey((key) => new MemoryRegion(pd, key, region, s.offset, s.length, access, registration, pinned));
     this.#mrs.add(mr);
     return mr;

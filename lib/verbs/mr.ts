@@ -10,6 +10,16 @@ import { findRegion, Region } from '../region.js';
 import { Access } from './constants.js';
 import type { Context } from './cluster.js';
 
+// All simulated nodes live in one OS process, so every region is in one address space.
+// A region registered by a context belongs to that context's (simulated) process: another
+// process's implicit key must not reach it.
+const owners = new WeakMap<Region, Context>();
+
+/** @internal record that `ctx`'s process owns `region` (its first registration wins). */
+export function claimRegion(region: Region, ctx: Context): void {
+  if (!owners.has(region)) owners.set(region, ctx);
+}
+
 export class ProtectionDomain {
   /** Cluster-wide id; the SMMU stream of this PD on its node carries it (ExaNet's PDID). */
   readonly handle: number;
@@ -149,7 +159,9 @@ export class MemoryRegion {
     if (this.#closed) return undefined;
     if (this.implicit) {
       const r = findRegion(addr, Math.max(1, length));
-      return r ? { region: r, offset: Number(addr - r.address) } : undefined;
+      const owner = r && owners.get(r);
+      if (!r || (owner && owner !== this.pd.context)) return undefined;
+      return { region: r, offset: Number(addr - r.address) };
     }
     const end = this.addr + BigInt(this.length);
     if (addr < this.addr || addr + BigInt(length) > end || this.region!.closed) return undefined;

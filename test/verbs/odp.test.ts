@@ -14,6 +14,7 @@ import {
   delta,
   int8b,
   MSG,
+  next,
   ODP_ACCESS,
   P,
   pollOk,
@@ -480,5 +481,28 @@ describe('query and capabilities', () => {
     const r = await pollOk(server.cq);
     expect(r).toMatchObject({ wrId: 9n, status: WcStatus.SUCCESS, opcode: WcOpcode.RECV, byteLen: MSG, immData: 0xdeadbeef, wcFlags: 2, srcQp: client.qp.qpNum, qpNum: server.qp.qpNum });
     allBytes(server.bytes(), 0x21);
+  });
+});
+
+describe('implicit ODP stays inside its process', () => {
+  test("an implicit rkey reaches its own process's memory, not memory another process registered", async () => {
+    const { client, server } = createPlayers({ implicit: true });
+    // The client registers a region of its own explicitly: it belongs to the client's process.
+    const mine = region(4 * P);
+    const mineMr = client.ctx.regMr(client.pd, mine, 0, mine.size, ODP_ACCESS);
+    client.fill(0x11, 0, P);
+    // Through the server's implicit key, aim at the client's region: the server's process
+    // does not own it, so the responder refuses.
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [client.sge(0, 64)],
+      rdma: { remoteAddr: mine.address, rkey: server.mr.rkey },
+    });
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.REM_ACCESS_ERR);
+    expect(Buffer.from(mine.buffer, 0, 64).every((b) => b === 0)).toBe(true);
+    mineMr.dereg();
   });
 });
