@@ -5,3 +5,16 @@ export { ProtectionDomain, MemoryRegion, type RegMrOptions } from './mr.js';
 export { CompletionQueue, type WorkCompletion } from './cq.js';
 export { QueuePair, connectQps, type QpAttr, type QpCap, type QpInitAttr, type SendWr, type RecvWr } from './qp.js';
 export { verbsError } from './errors.js';
+
+import type { CompletionQueue, WorkCompletion } from './cq.js';
+import type { MemoryRegion } from './mr.js';
+
+/** ibv_poll_cq(cq, n): up to `n` completions, oldest first (none if the queue is empty). */
+export function pollCq(cq: CompletionQueue, n = 1): WorkCompletion[] {
+  return cq.poll(n);
+}
+
+/** ibv_dereg_mr(mr). */
+export function deregMr(mr: MemoryRegion): void {
+  mr.dereg();
+}

@@ -2,7 +2,7 @@
 // anywhere (posted work flushed), RESET from anywhere (and back up again). Invalid
 // transitions and posting in the wrong state fail at once with EINVAL, like libibverbs.
 import { afterEach, describe, expect, test } from 'vitest';
-import { Access, connectQps, QP_DEFAULTS, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode } from '../../lib/index.js';
+import { Access, connectQps, deregMr, pollCq, QP_DEFAULTS, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode } from '../../lib/index.js';
 import { allBytes, closeAll, createPlayers, next, pollOk, sleep, thrown } from './helpers.js';
 
 afterEach(closeAll);
@@ -186,5 +186,25 @@ describe('ERR and RESET', () => {
     qp.postSend([1, 2].map((id) => ({ wrId: id, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } })));
     expect((await pollOk(client.cq)).wrId).toBe(1n);
     expect((await pollOk(client.cq)).wrId).toBe(2n);
+  });
+});
+
+describe('ibv_poll_cq and ibv_dereg_mr', () => {
+  test('pollCq returns nothing on an empty CQ, then the completions in order; a deregistered key is a local protection error', async () => {
+    const { client, server } = createPlayers();
+    expect(pollCq(client.cq, 4)).toEqual([]);
+    for (const wrId of [1, 2]) {
+      client.qp.postSend({ wrId, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED, sgList: [client.sge(0, 64)], rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey } });
+    }
+    for (let i = 0; i < 500 && client.cq.length < 2; i++) await sleep(10); // bounded: 5 s
+    const wcs = pollCq(client.cq, 4);
+    expect(wcs.map((w) => [w.wrId, w.status])).toEqual([
+      [1n, WcStatus.SUCCESS],
+      [2n, WcStatus.SUCCESS],
+    ]);
+    deregMr(client.mr);
+    expect(client.mr.closed).toBe(true);
+    client.qp.postSend({ wrId: 3, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED, sgList: [client.sge(0, 64)], rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey } });
+    expect((await next(client.cq)).status).toBe(WcStatus.LOC_PROT_ERR);
   });
 });
