@@ -134,12 +134,14 @@ async function measure(pair: Pair, size: number, policy: PolicyName, iters: numb
       });
       const wc = await cq[0].next({ timeoutMs: 600_000 });
       const realUs = (performance.now() - t0) * 1000;
+      // Both nodes pin at once: the pinning baseline's modelled set-up is one side's.
+      const pinUs = s.modelPinUs;
       s.dereg();
       d.dereg();
       if (wc.status !== WcStatus.SUCCESS) return { size, policy, iters, error: `work completion ${wc.statusStr}` };
       if (!Buffer.from(dst.buffer).equals(Buffer.from(src.buffer))) return { size, policy, iters, error: 'the destination does not hold the source bytes' };
       const odp = wc.odp!;
-      const setupUs = policy === 'pin' ? pages * costs.pinPageUs : policy === 'prefault' ? Math.max(...missing) * costs.touchPageUs : 0;
+      const setupUs = policy === 'pin' ? pinUs : policy === 'prefault' ? Math.max(...missing) * costs.touchPageUs : 0;
       samples.push({
         faults: odp.faults,
         madeResident: missing[0]! + missing[1]! - (pages - src.residentPages()) - (pages - dst.residentPages()),
