@@ -21,7 +21,9 @@ export interface QpCap {
 }
 
 export interface QpInitAttr {
+  /** ibv_qp_init_attr.qp_type: RC only (default). `type` is accepted as a synonym. */
   qpType?: QpType | 'RC';
+  type?: QpType | 'RC';
   sendCq: CompletionQueue;
   recvCq: CompletionQueue;
   cap?: Partial<QpCap>;
@@ -118,8 +120,8 @@ export class QueuePair {
   /** @internal use Context.createQp */
   constructor(context: Context, pd: ProtectionDomain, qpNum: number, init: QpInitAttr) {
     checkObject('createQp: init', init);
-    if (init.qpType !== undefined && init.qpType !== QpType.RC && init.qpType !== 'RC')
-      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', 'only RC queue pairs are modelled');
+    const type = init.qpType ?? init.type;
+    if (type !== undefined && type !== QpType.RC && type !== 'RC') throw verbsError('ibv_create_qp', 'EOPNOTSUPP', 'only RC queue pairs are modelled');
     if (!init.sendCq || !init.recvCq) throw invalidArg('createQp: sendCq and recvCq are required');
     this.context = context;
     this.pd = pd;

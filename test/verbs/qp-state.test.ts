@@ -26,6 +26,14 @@ describe('bring-up', () => {
     }
   });
 
+  test("createQp takes { type: 'RC' } (or qpType) and refuses other transports with EOPNOTSUPP", () => {
+    const { client } = createPlayers({ connect: false });
+    const qp = client.ctx.createQp(client.pd, { type: 'RC', sendCq: client.cq, recvCq: client.cq });
+    expect(qp.qpType).toBe(QpType.RC);
+    expect(thrown(() => client.ctx.createQp(client.pd, { type: 4 as QpType, sendCq: client.cq, recvCq: client.cq })).code).toBe('EOPNOTSUPP');
+    qp.destroy();
+  });
+
   test('step by step, with the attributes each state needs', async () => {
     const { client, server } = createPlayers({ connect: false });
     for (const [a, b] of [
