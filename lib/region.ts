@@ -24,6 +24,8 @@ export interface RegionObserver {
   regionClosing(region: Region): void;
   /** Pages of the range stopped being resident (evict, unmapPages): drop cached translations. */
   regionEvicted?(region: Region, offset: number, length: number): void;
+  /** This thread is about to make a call that may block until a userfaultfd reader acts. */
+  regionWillBlock?(region: Region): void;
 }
 
 const MMAP_FIXES = {
@@ -123,6 +125,7 @@ export class Region {
   populate(offset?: number, length?: number, options?: PopulateOptions): void {
     const s = this.span('populate', offset, length);
     const write = checkBool('populate: options.write', checkObject('populate: options', options).write, true);
+    this.#willBlock();
     sys('populate', {
       EINVAL: 'MADV_POPULATE needs Linux 5.14 or newer',
       EFAULT: 'Populating a userfaultfd range opened in user-mode-only mode cannot fault from the kernel; touch the pages from a thread instead',
@@ -137,6 +140,7 @@ export class Region {
    */
   evict(offset?: number, length?: number): void {
     const s = this.span('evict', offset, length);
+    this.#willBlock();
     sys('evict', { EINVAL: 'Pinned (mlocked) anonymous pages cannot be evicted: unpin() first' }, () => binding.evict(this.id, s.offset, s.length));
     this.#notifyEvicted(s.offset, s.length);
   }
@@ -148,8 +152,13 @@ export class Region {
    */
   unmapPages(offset?: number, length?: number): void {
     const s = this.span('unmapPages', offset, length);
+    this.#willBlock();
     sys('unmapPages', {}, () => binding.zap(this.id, s.offset, s.length));
     this.#notifyEvicted(s.offset, s.length);
+  }
+
+  #willBlock(): void {
+    for (const o of this.#observers) o.regionWillBlock?.(this);
   }
 
   // The MMU-notifier role: whoever caches translations of these pages must drop them.

@@ -385,6 +385,14 @@ export class Userfaultfd extends EventEmitter implements RegionObserver {
     this.close();
   }
 
+  /**
+   * @internal this thread is about to evict or populate registered memory: the call blocks
+   * until the uffd is read (REMOVE events, its own faults), so have the guard read now.
+   */
+  regionWillBlock(): void {
+    if (!this.#closed) binding.uffdKick(this.#handle);
+  }
+
   /** @internal a region is closing: unregister it so nothing stays blocked on it. */
   regionClosing(region: Region): void {
     if (this.#closed) return;

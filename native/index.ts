@@ -109,6 +109,7 @@ export interface Binding {
   uffdWake(handle: number, address: bigint, length: number): void;
   uffdSetTimeout(handle: number, timeoutMs: number): void;
   uffdPending(handle: number): number;
+  uffdKick(handle: number): void;
   uffdStats(handle: number): RawUffdStats;
   uffdClose(handle: number): void;
 

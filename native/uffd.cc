@@ -79,6 +79,7 @@ class Uffd {
  public:
   int fd = -1;
   int stopfd = -1;
+  int kickfd = -1;
   uint64_t features = 0;
   uint64_t ioctls = 0;
   std::string how;  // "syscall", "user-mode-only" or "/dev/userfaultfd"
@@ -108,6 +109,7 @@ class Uffd {
   ~Uffd() {
     if (fd >= 0) close(fd);
     if (stopfd >= 0) close(stopfd);
+    if (kickfd >= 0) close(kickfd);
   }
 
   const Range* FindRangeLocked(uint64_t addr) const {
@@ -317,26 +319,35 @@ class Uffd {
   // JS thread's own faults natively, handing the others over through the thread-safe
   // function) until the JS thread polls again or 2 ms pass without events.
   void GuardLoop() {
-    pollfd stop{stopfd, POLLIN, 0};
-    pollfd both[2] = {{fd, POLLIN, 0}, {stopfd, POLLIN, 0}};
+    // [0] the uffd (watched only while taking over), [1] stop, [2] kick: the JS thread is
+    // about to block in a call that needs the reader (evict, populate on registered pages).
+    pollfd fds[3] = {{fd, POLLIN, 0}, {stopfd, POLLIN, 0}, {kickfd, POLLIN, 0}};
     bool taking_over = false, was_readable = false;
     uint64_t mark = main_polls.load();
     int wait_ms = 10;
     for (;;) {
-      int n = taking_over ? poll(both, 2, 2) : poll(&stop, 1, wait_ms);
+      int n = taking_over ? poll(fds, 3, 2) : poll(fds + 1, 2, wait_ms);
       if (n < 0 && errno != EINTR) break;
-      if ((taking_over ? both[1].revents : stop.revents) != 0) break;
+      if (fds[1].revents != 0) break;
       Batch* b = new Batch();
+      bool kicked = (fds[2].revents & POLLIN) != 0;
+      if (kicked) {
+        uint64_t v;
+        if (read(kickfd, &v, sizeof(v)) < 0) { /* nothing to clear */ }
+      }
       if (taking_over) {
-        if (main_polls.load() != mark || n == 0) {
+        if (!kicked && (main_polls.load() != mark || n == 0)) {
           taking_over = false;  // the JS thread reads again, or all is quiet
-        } else if (both[0].revents & POLLIN) {
+        } else if (fds[0].revents & POLLIN) {
           Drain(b);
         }
-        if (both[0].revents & (POLLERR | POLLHUP)) {
+        if (fds[0].revents & (POLLERR | POLLHUP)) {
           Deliver(b);
           break;
         }
+      } else if (kicked) {
+        taking_over = true;  // watch the uffd from the next poll on
+        Drain(b);
       } else {
         bool readable = Readable();
         if (readable && was_readable && main_polls.load() == mark) {
@@ -345,6 +356,7 @@ class Uffd {
         }
         was_readable = readable;
       }
+      fds[0].revents = fds[2].revents = 0;
       mark = main_polls.load();
       int next = Watchdog(b);
       Deliver(b);
@@ -356,6 +368,15 @@ class Uffd {
       wait_ms = busy ? 1 : 10;
       if (next >= 0) wait_ms = std::min(wait_ms, next);
     }
+  }
+
+  // Ask the guard to read the uffd now: the JS thread is about to make a call that blocks
+  // until an event is read (MADV_DONTNEED on a registered range queues REMOVE) or until
+  // its own faults are resolved (populate on registered pages).
+  void Kick() {
+    if (!event_loop) return;
+    uint64_t one = 1;
+    if (write(kickfd, &one, sizeof(one)) < 0) { /* the counter is saturated: a kick is pending anyway */ }
   }
 
   // The JS thread's uv_poll callback: read and hand the batch to JS directly.
@@ -505,6 +526,8 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   u->ioctls = api.ioctls;
   u->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (u->stopfd < 0) ThrowSystemError(env, errno, "eventfd");
+  u->kickfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (u->kickfd < 0) ThrowSystemError(env, errno, "eventfd");
   u->handler_tid = Gettid();
   u->env = env;
 
@@ -742,6 +765,12 @@ Napi::Value UffdSetTimeout(const Napi::CallbackInfo& info) {
 }
 
 // uffdPending(handle) -> number of forwarded faults not yet resolved
+// uffdKick(handle): the JS thread is about to block on the reader (see Uffd::Kick).
+Napi::Value UffdKick(const Napi::CallbackInfo& info) {
+  Require(info)->Kick();
+  return info.Env().Undefined();
+}
+
 Napi::Value UffdPending(const Napi::CallbackInfo& info) {
   auto u = Require(info);
   std::lock_guard<std::mutex> lock(u->mu);
@@ -807,6 +836,7 @@ void InitUffd(Napi::Env env, Napi::Object exports) {
   exports.Set("uffdWake", Napi::Function::New(env, UffdWake, "uffdWake"));
   exports.Set("uffdSetTimeout", Napi::Function::New(env, UffdSetTimeout, "uffdSetTimeout"));
   exports.Set("uffdPending", Napi::Function::New(env, UffdPending, "uffdPending"));
+  exports.Set("uffdKick", Napi::Function::New(env, UffdKick, "uffdKick"));
   exports.Set("uffdStats", Napi::Function::New(env, UffdStats, "uffdStats"));
   exports.Set("uffdClose", Napi::Function::New(env, UffdClose, "uffdClose"));
   napi_env raw = env;
