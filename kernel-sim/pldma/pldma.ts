@@ -380,13 +380,13 @@ export class Pldma implements Schedulable {
       const s = this.#send(ch, t, b);
       if (!s) break;
       if (run.length && !follows(run[run.length - 1]!, s)) {
-        this.#copy(t, run);
+        void this.#copy(t, run);
         run = [];
       }
       run.push(s);
       if (s.srcWin || s.dstWin) break;
     }
-    if (run.length) this.#copy(t, run);
+    if (run.length) void this.#copy(t, run);
   }
 
   #start(ch: Channel, t: Transfer, b: Block): void {
