@@ -24,25 +24,21 @@ function chmodTree(path: string): void {
   if (st.isDirectory()) for (const n of readdirSync(path)) chmodTree(join(path, n));
 }
 
-let staged: string | undefined;
 /**
  * Where a child running as nobody can load the library from: the checkout itself when it is
  * readable by others, else (a CI clone in a private directory) a copy of what the child needs
- * in a temporary directory open to everyone.
+ * in a temporary directory open to everyone; `cleanup` removes that copy.
  */
-function rootForNobody(): string {
-  if (reachableByOthers(ROOT)) return ROOT;
-  if (staged) return staged;
-  const dir = mkdtempSync(join(tmpdir(), 'pfr-nobody-'));
+function rootForNobody(): { root: string; cleanup(): void } {
+  if (reachableByOthers(ROOT)) return { root: ROOT, cleanup: () => {} };
+  const dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-nobody-'));
   for (const p of ['package.json', 'binding.gyp', 'dist', 'test/fixtures', 'node_modules/node-gyp-build', 'build/Release/pagefault_rdma.node', 'prebuilds']) {
     if (!existsSync(join(ROOT, p))) continue;
     mkdirSync(dirname(join(dir, p)), { recursive: true });
     cpSync(join(ROOT, p), join(dir, p), { recursive: true });
   }
   chmodTree(dir);
-  staged = dir;
-  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
-  return dir;
+  return { root: dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 /** Throws unless dist/ holds a build of lib/ at least as new as its sources. */
@@ -75,7 +71,7 @@ export interface ChildResult {
 /** Run test/fixtures/<name> with node; resolves when it exits (killed after timeoutMs). */
 export function runFixture(name: string, args: string[] = [], options: ChildOptions = {}): Promise<ChildResult> {
   const asNobody = options.asNobody === true && process.getuid?.() === 0;
-  const root = asNobody ? rootForNobody() : ROOT;
+  const { root, cleanup } = asNobody ? rootForNobody() : { root: ROOT, cleanup: () => {} };
   const script = join(root, 'test/fixtures', name);
   const [cmd, argv] =
     options.memlockKiB === undefined
@@ -89,9 +85,13 @@ export function runFixture(name: string, args: string[] = [], options: ChildOpti
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 20_000);
-    child.on('error', reject);
+    child.on('error', (err) => {
+      cleanup();
+      reject(err);
+    });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
+      cleanup();
       resolve({ code, signal, stdout, stderr });
     });
   });

@@ -14,8 +14,7 @@ import {
   type SendWr,
   type WorkCompletion,
 } from '../../lib/index.js';
-import { report, requireDist } from '../child.js';
-import { runAsNobody } from './child.js';
+import { report, requireDist, runFixture } from '../child.js';
 import { closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, sleep, thrown, type Player } from './helpers.js';
 
 afterEach(closeAll);
@@ -353,7 +352,7 @@ describe('verbs that fail at once (errno codes)', () => {
 
   test('regMr: pinning past RLIMIT_MEMLOCK fails with the limit and the fix (child as nobody, ulimit -l 64)', async () => {
     requireDist();
-    const r = await runAsNobody('memlock.mjs', 64);
+    const r = await runFixture('memlock.mjs', [], { asNobody: true, memlockKiB: 64 });
     expect(r.code).toBe(0);
     expect(r.stderr).toBe('');
     const out = report<{ uid: number; soft: number; small: string; big: { code: string; syscall: string; message: string } | null; odp: string }>(r);
