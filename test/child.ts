@@ -46,9 +46,10 @@ export function requireDist(): void {
   const built = join(ROOT, 'dist/lib/index.js');
   if (!existsSync(built)) throw new Error(`${built} is missing: run "npm run build:ts" (npm test does it)`);
   const builtAt = statSync(built).mtimeMs;
-  for (const dir of ['lib', 'native']) {
-    for (const f of readdirSync(join(ROOT, dir)).filter((n) => n.endsWith('.ts'))) {
-      if (statSync(join(ROOT, dir, f)).mtimeMs > builtAt) throw new Error(`dist/ is older than ${dir}/${f}: run "npm run build:ts" (npm test does it)`);
+  for (const dir of ['lib', 'native', 'kernel-sim']) {
+    for (const f of readdirSync(join(ROOT, dir), { recursive: true }) as string[]) {
+      if (f.endsWith('.ts') && statSync(join(ROOT, dir, f)).mtimeMs > builtAt)
+        throw new Error(`dist/ is older than ${dir}/${f}: run "npm run build:ts" (npm test does it)`);
     }
   }
 }
