@@ -2,7 +2,7 @@
 // small test fault library (a netlink listener that makes pages resident and answers
 // RESOLVED), and cleanup that closes systems, userfaultfds and regions after each test.
 import { afterEach } from 'vitest';
-import { mapRegion, PAGE_SIZE, Userfaultfd, type MapOptions, type Region, type UffdOpenOptions } from '../../lib/index.js';
+import { mapRegion, Userfaultfd, type MapOptions, type Region, type UffdOpenOptions } from '../../lib/index.js';
 import {
   IommuPageResponseCode,
   NlAttr,
@@ -18,32 +18,10 @@ import {
   type StreamContext,
   type SystemOptions,
 } from '../../kernel-sim/index.js';
+import { P, pattern } from '../helpers.js';
 
-export const P = PAGE_SIZE;
-
-/** `pages` pages, page i filled with the byte `base + i`. */
-export function pattern(pages: number, base = 1): Buffer {
-  const b = Buffer.alloc(pages * P);
-  for (let i = 0; i < pages; i++) b.fill((base + i) & 0xff, i * P, (i + 1) * P);
-  return b;
-}
-
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-export function deferred<T = void>(): { promise: Promise<T>; resolve(value: T): void } {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
-}
-
-/** Wait until `cond` holds; fails with `what` instead of hanging. */
-export async function until(what: string, cond: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(2);
-  }
-}
+// The small helpers every suite shares.
+export { deferred, P, pattern, sleep, until } from '../helpers.js';
 
 /**
  * Everything a test opens, closed after it in a safe order: systems first (every transfer
