@@ -100,6 +100,9 @@ interface Block {
   srcFaults: number;
   dstNacks: number;
   ackAt: number;
+  /** When this attempt was issued (modelled µs, real performance.now() ms), for the trace. */
+  issuedUs: number;
+  issuedMs: number;
 }
 
 interface Transfer {
@@ -335,7 +338,7 @@ export class Pldma implements Schedulable {
         return;
       }
       for (let off = 0, seq = 0; off < desc.length; off += this.blockSize, seq++) {
-        t.blocks.push({ seq, offset: off, length: Math.min(this.blockSize, desc.length - off), state: 'pending', attempts: 0, srcFaults: 0, dstNacks: 0, ackAt: 0 });
+        t.blocks.push({ seq, offset: off, length: Math.min(this.blockSize, desc.length - off), state: 'pending', attempts: 0, srcFaults: 0, dstNacks: 0, ackAt: 0, issuedUs: 0, issuedMs: 0 });
       }
       this.#transfers.set(tid, t);
       let ch = this.#chans.get(desc.channel);
@@ -401,7 +404,11 @@ export class Pldma implements Schedulable {
     }
     t.inflight++;
     this.#c.blocksIssued++;
-    if (this.#tracer.active) this.#trace('block', t, { modelUs: Math.max(ch.cursor, t.modelReady), detail: { seq: b.seq, attempt: b.attempts } });
+    if (this.#tracer.active) {
+      b.issuedUs = Math.max(ch.cursor, t.modelReady);
+      b.issuedMs = performance.now();
+      this.#trace('block', t, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
+    }
   }
 
   // Translate one block at both ends (modelled time advances); undefined if it faulted or
@@ -582,7 +589,7 @@ export class Pldma implements Schedulable {
     this.#c.nacksSent++;
     t.faultStarted.push(realNowUs());
     this.#waitOn(this.#info(t, b, 'destination', sid, tr.addr, true, at, srcNode));
-    this.#trace('fault', t, { side: 'destination', modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode } }, this.node);
+    this.#trace('fault', t, { side: 'destination', modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode, issuedUs: b.issuedUs, issuedMs: b.issuedMs } }, this.node);
     this.#smmu.recordFault(sid, tr, 'write');
   }
 
@@ -597,7 +604,7 @@ export class Pldma implements Schedulable {
     this.#c.faults[side]++;
     t.faultStarted.push(realNowUs());
     this.#waitOn(this.#info(t, b, side, sid, tr.addr, false, at));
-    this.#trace('fault', t, { side, modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode: this.node } });
+    this.#trace('fault', t, { side, modelUs: at, detail: { seq: b.seq, va: tr.addr, srcNode: this.node, issuedUs: b.issuedUs, issuedMs: b.issuedMs } });
     this.#park(t, b, at, side);
     this.#smmu.recordFault(sid, tr, access);
   }

@@ -284,24 +284,19 @@ export class FaultLibrary {
     if (seq === undefined || e.tid === undefined) return;
     const src = (e.detail?.['srcNode'] as number | undefined) ?? e.node;
     const at = { real: e.realMs, model: e.modelUs };
-    if (e.kind === 'block') {
-      // A block's issue precedes any fault of it: remember it for both sides.
-      for (const side of ['source', 'destination']) {
-        const k = `${src}:${e.tid}:${seq}:${side}`;
-        const p = this.#pending.get(k) ?? { stats: [] };
-        p.block = at;
-        this.#pending.set(k, p);
-        if (this.#pending.size > 100_000) this.#pending.delete(this.#pending.keys().next().value as string);
-      }
-      return;
-    }
     const k = `${src}:${e.tid}:${seq}:${e.side ?? ''}`;
     if (e.kind === 'fault' || e.kind === 'notify' || e.kind === 'resolved') {
       const p = this.#pending.get(k) ?? { stats: [] };
-      if (e.kind === 'fault') p.fault = at;
+      if (e.kind === 'fault') {
+        // The engine says when the faulting block was issued: the detect phase starts there.
+        p.block = { real: Number(e.detail?.['issuedMs']), model: Number(e.detail?.['issuedUs']) };
+        p.fault = at;
+      }
       else if (e.kind === 'notify') p.notify = at;
       else p.resolved = { real: p.resolved?.real ?? at.real, model: at.model };
       this.#pending.set(k, p);
+      // Faults of transfers that ended without a retransmission are never closed: keep it bounded.
+      if (this.#pending.size > 10_000) this.#pending.delete(this.#pending.keys().next().value as string);
       return;
     }
     if (e.kind === 'retransmit') {
