@@ -14,7 +14,8 @@ export type PfrErrorCode =
   | 'ERR_PFR_NOT_REGISTERED'
   | 'ERR_PFR_HANDLER_FAILED'
   | 'ERR_PFR_HANDLER_TIMEOUT'
-  | 'ERR_PFR_UNSUPPORTED';
+  | 'ERR_PFR_UNSUPPORTED'
+  | 'ERR_PFR_ACCESS_FAILED';
 
 export class PfrError extends Error {
   readonly code: PfrErrorCode;
