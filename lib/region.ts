@@ -308,9 +308,8 @@ export class Region {
   alias(): Region {
     this.#check();
     if (!this.shared) throw invalidArg('alias: only shared (memfd) regions have a second view; map with { shared: true }');
-    if (this.hugetlb) throw invalidArg('alias: hugetlb regions have no second view here');
     const raw = sys('alias', MMAP_FIXES, () => binding.mapAlias(this.id));
-    return new Region(raw, this.size, true, false, this);
+    return new Region(raw, this.size, true, false, this, this.hugetlb);
   }
 
   /** @internal registrations (userfaultfd) that must be undone before munmap. */

@@ -478,11 +478,14 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     }
     const a = region.address + BigInt(s.offset), b = source.address + BigInt(src.offset);
     if (a < b + BigInt(s.length) && b < a + BigInt(s.length)) throw invalidArg('move: the source and destination ranges overlap');
-    return sys('move', {
+    const holesBefore = holes ? src.length / source.pageSize - source.residentPages(src.offset, src.length) : 0;
+    const moved = sys('move', {
       ...RESOLVE_FIXES,
       EBUSY: 'A source page is shared (after fork, KSM or pinning) and cannot be moved; copy it instead',
       EINVAL: 'UFFDIO_MOVE needs both ranges in anonymous private memory, page-aligned, and the destination registered here',
     }, () => binding.uffdMove(this.#handle, a, b, s.length, !wake, holes));
+    // With ALLOW_SRC_HOLES the kernel counts a hole as moved; report the pages really moved.
+    return moved - holesBefore * source.pageSize;
   }
 
   /**

@@ -402,10 +402,14 @@ Napi::Value MapAlias(const Napi::CallbackInfo& info) {
   m->fd = dup(src->fd);
   if (m->fd < 0) ThrowSystemError(env, errno, "dup");
   m->size = src->size;
-  void* addr = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, m->fd, 0);
+  m->hugetlb = src->hugetlb;
+  // hugetlbfs: reserve at mmap, as MapHugetlb does, so a short pool is ENOMEM here rather
+  // than SIGBUS at a write through this view.
+  int flags = MAP_SHARED | (src->hugetlb ? 0 : MAP_NORESERVE);
+  void* addr = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, flags, m->fd, 0);
   if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
   m->addr = static_cast<uint8_t*>(addr);
-  madvise(addr, m->size, MADV_NOHUGEPAGE);
+  if (!src->hugetlb) madvise(addr, m->size, MADV_NOHUGEPAGE);
   return Publish(env, std::move(m));
 }
 

@@ -742,7 +742,9 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
   bool wake = !ArgBool(info, 6);
   uint64_t mode = (ArgBool(info, 5) ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE);
   const uint64_t ps = u->GranuleAt(dst);
-  Restorer restore{u.get(), u->Take(dst, len)};
+  // Without a wake the faults still wait: they stay tracked until the caller's wake, or the
+  // watchdog's default resolution (EEXIST there, then a wake) if it never comes.
+  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
   uint64_t done = 0, placed = 0;
   uint64_t deadline = NowNs() + 1'000'000'000ull;
   while (done < len) {
@@ -808,7 +810,7 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
   uint64_t deadline = NowNs() + 1'000'000'000ull;
   uint64_t done = 0, placed = 0;
   const uint64_t ps = u->GranuleAt(start);
-  Restorer restore{u.get(), u->Take(start, len)};
+  Restorer restore{u.get(), wake ? u->Take(start, len) : Uffd::Taken{}};
   while (done < len) {
     T arg{};
     arg.range = {start + done, len - done};
@@ -872,7 +874,7 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
   bool wake = !ArgBool(info, 4);
   uint64_t holes = ArgBool(info, 5) ? UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES : 0;
   const uint64_t ps = u->GranuleAt(dst);
-  Restorer restore{u.get(), u->Take(dst, len)};
+  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
   uint64_t done = 0, moved = 0, skipped = 0;
   uint64_t deadline = NowNs() + 1'000'000'000ull;
   while (done < len) {
@@ -911,7 +913,7 @@ Napi::Value UffdWriteProtect(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 2, "length");
   bool on = ArgBool(info, 3);
   bool dontwake = ArgBool(info, 4);
-  Restorer restore{u.get(), on ? Uffd::Taken{} : u->Take(start, len)};
+  Restorer restore{u.get(), on || dontwake ? Uffd::Taken{} : u->Take(start, len)};
   uffdio_writeprotect wp{{start, len}, (on ? UFFDIO_WRITEPROTECT_MODE_WP : 0) | (dontwake ? UFFDIO_WRITEPROTECT_MODE_DONTWAKE : 0)};
   if (ioctl(u->fd, UFFDIO_WRITEPROTECT, &wp) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_WRITEPROTECT)");
   restore.done = true;
