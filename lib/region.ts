@@ -215,17 +215,21 @@ export class Region {
    * MADV_COLLAPSE (Linux 6.1): make the range transparent huge pages now, the way
    * khugepaged would later. Every 4 KiB frame of a collapsed 2 MiB range is replaced (its
    * physical address changes), pinned (mlocked) or not: pinning does not keep a DMA
-   * address stable. Needs a region mapped with { hugePages: true } and THP not "never".
+   * address stable. The range must be whole 2 MiB pages (a region whose size is a multiple of
+   * 2 MiB is 2 MiB aligned); it stays eligible for huge pages afterwards. shmem (shared)
+   * regions also need /sys/kernel/mm/transparent_hugepage/shmem_enabled other than "never".
    */
   collapse(offset?: number, length?: number): void {
     const s = this.span('collapse', offset, length);
-    if (!this.hugePages) throw invalidArg('collapse: the region must be mapped with { hugePages: true } (2 MiB aligned, MADV_HUGEPAGE)');
-    if (s.offset % HUGE_PAGE_SIZE !== 0 || s.length % HUGE_PAGE_SIZE !== 0) {
-      throw invalidArg(`collapse: offset and length must be multiples of 2 MiB, got ${s.offset} and ${s.length}`);
+    if (this.hugetlb) throw invalidArg('collapse: hugetlb regions are huge pages already');
+    if (this.address % BigInt(HUGE_PAGE_SIZE) !== 0n || s.offset % HUGE_PAGE_SIZE !== 0 || s.length % HUGE_PAGE_SIZE !== 0) {
+      throw invalidArg(`collapse: the range must be whole 2 MiB pages (map a multiple of 2 MiB; offset ${s.offset}, length ${s.length})`);
     }
     this.#willBlock();
     sys('collapse', {
-      EINVAL: 'MADV_COLLAPSE needs Linux 6.1+ and transparent huge pages not set to "never" (/sys/kernel/mm/transparent_hugepage/enabled)',
+      EINVAL:
+        'MADV_COLLAPSE needs Linux 6.1+ and transparent huge pages not set to "never" (/sys/kernel/mm/transparent_hugepage/enabled; ' +
+        'for shared regions also shmem_enabled)',
       EAGAIN: 'The kernel could not collapse the range right now (pages locked or busy); retry',
       ENOMEM: 'No free 2 MiB page to collapse into; free memory or retry later',
     }, () => binding.advise(this.id, s.offset, s.length, MADV_COLLAPSE));

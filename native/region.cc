@@ -208,8 +208,9 @@ Napi::Value MapRegion(const Napi::CallbackInfo& info) {
   }
 
   void* addr;
-  if (huge) {
-    // THP needs 2 MiB-aligned virtual addresses: reserve more, then trim both ends.
+  if (huge || size % kHugePage == 0) {
+    // THP needs 2 MiB-aligned virtual addresses: reserve more, then trim both ends. Regions
+    // of whole 2 MiB units are aligned too, so collapse() can make them huge pages later.
     size_t span = size + kHugePage;
     void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
@@ -339,6 +340,10 @@ Napi::Value Advise(const Napi::CallbackInfo& info) {
   uint32_t advice = ArgU32(info, 3, "advice");
   const char* name = advice == MADV_COLLAPSE ? "madvise(MADV_COLLAPSE)" : advice == MADV_PAGEOUT ? "madvise(MADV_PAGEOUT)" : nullptr;
   if (name == nullptr) throw Napi::RangeError::New(env, "advice must be MADV_COLLAPSE or MADV_PAGEOUT");
+  // Regions are mapped MADV_NOHUGEPAGE (4 KiB faults), which MADV_COLLAPSE refuses: make the
+  // range THP-eligible first. It stays so: a huge page is what the caller asked for.
+  if (advice == MADV_COLLAPSE && !m->huge && !m->hugetlb && len && madvise(m->addr + off, len, MADV_HUGEPAGE) != 0)
+    ThrowSystemError(env, errno, "madvise(MADV_HUGEPAGE)");
   if (len && madvise(m->addr + off, len, static_cast<int>(advice)) != 0) ThrowSystemError(env, errno, name);
   return env.Undefined();
 }
