@@ -35,3 +35,4 @@ export { POLICIES, Prefetcher, type PolicyName, type PolicyOptions } from './fau
 export { FaultStats, Histogram, PHASES, type FaultStatsSnapshot, type Phase } from './fault-library/stats.js';
 export { TraceRecorder, type ChromeTraceEvent } from './fault-library/trace.js';
 export * from './verbs/index.js';
+export * from './remote-paging/index.js';

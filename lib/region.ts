@@ -51,6 +51,15 @@ export interface PagemapScanOptions {
   writeProtect?: boolean;
 }
 
+/** A region as `share()` describes it to another thread. */
+export interface SharedRegion {
+  id: number;
+  size: number;
+  shared: boolean;
+  hugePages: boolean;
+  hugetlb: boolean;
+}
+
 /** A run of pages PAGEMAP_SCAN reported, with the categories it has. */
 export interface PageRun {
   offset: number;
@@ -314,6 +323,24 @@ export class Region {
     if (!this.shared) throw invalidArg('alias: only shared (memfd) regions have a second view; map with { shared: true }');
     const raw = sys('alias', MMAP_FIXES, () => binding.mapAlias(this.id));
     return new Region(raw, this.size, true, false, this, this.hugetlb);
+  }
+
+  /**
+   * What another JS thread (a worker_thread) needs to open this same memory with
+   * `Region.attach()`: plain data, so it can be posted. The memory stays mapped until every
+   * thread's Region is closed.
+   */
+  share(): SharedRegion {
+    this.#check();
+    return { id: this.id, size: this.size, shared: this.shared, hugePages: this.hugePages, hugetlb: this.hugetlb };
+  }
+
+  /** Open, in this thread, a region another thread shared with `share()`. */
+  static attach(handle: SharedRegion): Region {
+    const h = checkObject('Region.attach: handle', handle) as Partial<SharedRegion>;
+    const id = checkInt('Region.attach: handle.id', h.id, 1, 0xffffffff);
+    const raw = sys('Region.attach', {}, () => binding.regionShare(id));
+    return new Region(raw, checkInt('Region.attach: handle.size', h.size, 1), h.shared === true, h.hugePages === true, undefined, h.hugetlb === true);
   }
 
   /** @internal registrations (userfaultfd) that must be undone before munmap. */

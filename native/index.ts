@@ -87,6 +87,7 @@ export interface Binding {
   pageSize: number;
   mapRegion(size: number, shared: boolean, hugePages: boolean, hugetlb: boolean): RawMapping;
   mapAlias(id: number): RawMapping;
+  regionShare(id: number): RawMapping;
   closeRegion(id: number, buffer: ArrayBuffer): void;
   residency(id: number, offset: number, length: number): Uint8Array;
   pagemap(id: number, offset: number, length: number): Uint8Array;

@@ -418,6 +418,16 @@ Napi::Value MapAlias(const Napi::CallbackInfo& info) {
   return Publish(env, std::move(m));
 }
 
+// regionShare(id) -> { id, address, buffer, pageSize }: a new handle on an existing mapping,
+// for another JS thread (a worker). It holds the mapping like any handle: the memory stays
+// mapped until every handle is closed and no native thread works on it.
+Napi::Value RegionShare(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto m = FindRegion(ArgU32(info, 0, "id"));
+  if (!m) throw Napi::TypeError::New(env, "region is closed or unknown");
+  return Publish(env, std::move(m));
+}
+
 Napi::Value MemlockLimit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   rlimit rl{};
@@ -435,6 +445,7 @@ Napi::Value Tid(const Napi::CallbackInfo& info) { return Napi::Number::New(info.
 void InitRegion(Napi::Env env, Napi::Object exports) {
   exports.Set("mapRegion", Napi::Function::New(env, MapRegion, "mapRegion"));
   exports.Set("mapAlias", Napi::Function::New(env, MapAlias, "mapAlias"));
+  exports.Set("regionShare", Napi::Function::New(env, RegionShare, "regionShare"));
   exports.Set("closeRegion", Napi::Function::New(env, CloseRegion, "closeRegion"));
   exports.Set("residency", Napi::Function::New(env, Residency, "residency"));
   exports.Set("pagemap", Napi::Function::New(env, Pagemap, "pagemap"));
