@@ -511,7 +511,11 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     return out;
   }
 
-  /** UFFDIO_WRITEPROTECT: protect (on) or unprotect (off, which resolves WP faults) the range. */
+  /**
+   * UFFDIO_WRITEPROTECT: protect (on) or unprotect (off, which resolves WP faults) the range.
+   * Only unprotecting wakes (as the kernel does); after protecting a page a thread waits on,
+   * call wake().
+   */
   writeProtect(region: Region, offset: number, length: number, on: boolean, options?: ResolveOptions): void {
     this.#check();
     const s = this.#registered('writeProtect', region, offset, length);

@@ -256,6 +256,7 @@ export class DmHandler {
         } else {
           this.#uffd.zeropage(this.#region, off, this.#ps, { wake: false });
           this.#uffd.writeProtect(this.#region, off, this.#ps, true);
+          this.#wake(page); // protecting never wakes: the kernel wakes on unprotect only
         }
         this.#lspt.placed(page, this.#zeroCrc);
         if (faulting) this.#add(Counter.minorFaults);
