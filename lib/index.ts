@@ -12,6 +12,7 @@ export {
   type CopyOptions,
   type ResolveOptions,
   type UffdStats,
+  type UserfaultfdEvents,
 } from './uffd.js';
 export { touch, type TouchOptions, type TouchResult } from './toucher.js';
 export { PfrError, type PfrErrorCode, type SystemError } from './errors.js';

@@ -168,12 +168,30 @@ const RESOLVE_FIXES: Record<string, string> = {
   EFAULT: 'The source buffer is not readable',
 };
 
+/** The events a Userfaultfd emits, with their arguments (typed `on` / `once` / `emit`). */
+export interface UserfaultfdEvents {
+  /** A fault for the handler (also what `onFault` handlers receive). */
+  fault: [fault: Fault];
+  /**
+   * A handler threw or did not answer in time (`ERR_PFR_HANDLER_FAILED`, with `region` and
+   * `offset` where known): the fault was resolved with the zero page. Without a listener it
+   * is a process warning.
+   */
+  error: [err: PfrError & { region?: Region; offset?: number; fault?: Fault }];
+  /** Registered memory was discarded (MADV_DONTNEED / MADV_REMOVE). */
+  remove: [range: { address: bigint; length: number }];
+  /** Registered memory was unmapped. */
+  unmap: [range: { address: bigint; length: number }];
+  /** Registered memory was moved by mremap. */
+  remap: [range: { from: bigint; to: bigint; length: number }];
+}
+
 /**
  * A userfaultfd. Faults of any thread but this JS thread (native toucher and copy-engine
  * threads, worker threads) reach the handler; this thread's own faults are resolved
  * natively at once so it can always read and write registered memory.
  */
-export class Userfaultfd extends EventEmitter implements RegionObserver {
+export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements RegionObserver {
   readonly features: UffdFeatures;
   /** How the fd was obtained: 'syscall', 'user-mode-only' or '/dev/userfaultfd'. */
   readonly mode: 'syscall' | 'user-mode-only' | '/dev/userfaultfd';
@@ -528,7 +546,7 @@ export class Userfaultfd extends EventEmitter implements RegionObserver {
     }
   }
 
-  #emitError(err: Error): void {
+  #emitError(err: PfrError): void {
     // An 'error' event without a listener would throw from the reader callback; report instead.
     if (this.listenerCount('error')) this.emit('error', err);
     else process.emitWarning(err.message, { code: (err as PfrError).code });
