@@ -1,0 +1,38 @@
+// A program's --trace file: the Chrome trace of every process it ran (each context's own
+// export), runs of several clusters side by side under distinct pids, plus any events a
+// program traces itself (the userfaultfd programs, which have no fault library).
+import { writeFileSync } from 'node:fs';
+import { MODEL_LABEL } from '../../kernel-sim/index.js';
+import type { ChromeTraceEvent, Context } from '../../lib/index.js';
+
+export class TraceFile {
+  readonly events: ChromeTraceEvent[] = [];
+  #runs = 0;
+
+  /** The traces of `contexts` (call before the cluster closes or after: traces outlive it). */
+  addContexts(contexts: readonly Context[], label?: string): void {
+    // Each cluster's node n is pid 2n / 2n+1 in its own export; later runs move up by 100.
+    const offset = this.#runs++ * 100;
+    for (const c of contexts) {
+      for (const e of c.faultLibrary.exportChromeTrace().traceEvents) {
+        const ev = { ...e, pid: e.pid + offset };
+        if (e.id !== undefined) ev.id = `${offset}:${e.id}`; // flow ids restart with each cluster
+        if (label && e.ph === 'M' && e.name === 'process_name') ev.args = { name: `${label}: ${String(e.args?.['name'])}` };
+        this.events.push(ev);
+      }
+    }
+  }
+
+  /** The pid a program's own events go under, after the clusters'. */
+  nextPid(): number {
+    return this.#runs++ * 100;
+  }
+
+  add(...events: ChromeTraceEvent[]): void {
+    this.events.push(...events);
+  }
+
+  write(file: string): void {
+    writeFileSync(file, JSON.stringify({ traceEvents: this.events, displayTimeUnit: 'ns', otherData: { producer: 'pagefault-rdma', model: MODEL_LABEL } }));
+  }
+}
