@@ -11,6 +11,7 @@ import { ROOT } from './child.js';
 
 let dir: string;
 let tarball: string;
+let app = '';
 const SKIP = new Set(['node_modules', 'build', 'dist', 'prebuilds', '.git', 'docs/api', 'bench/results']);
 
 function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env) {
@@ -63,7 +64,7 @@ describe('npm pack', () => {
     const env = { ...process.env, PATH: bin };
     for (const tool of ['g++', 'cc', 'make', 'python3']) expect(spawnSync('sh', ['-c', `command -v ${tool}`], { env }).status).not.toBe(0);
 
-    const app = join(dir, 'app');
+    app = join(dir, 'app');
     mkdirSync(app);
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
     run(join(bin, 'npm'), ['install', tarball, '--prefer-offline', '--no-audit', '--no-fund'], app, env);
@@ -95,4 +96,19 @@ uffd.close(); region.close();
     expect(lib).toEqual({ faults: 8, pages: 8, byte: 7 });
     expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.node');
   }, 300_000);
+
+  // A read-only install: the package folder bind-mounted read-only in a mount namespace.
+  const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
+  test.skipIf(!canUnshare)('the benchmark runs from a read-only install and writes its JSON to a temporary folder', () => {
+    expect(app).not.toBe('');
+    const installed = join(app, 'node_modules', 'pagefault-rdma');
+    const results = join(dir, 'tmp');
+    mkdirSync(results);
+    const bench = `node_modules/.bin/pagefault-rdma bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
+    const r = run('unshare', ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`], app, { ...process.env, TMPDIR: results });
+    expect(r.stdout).toContain('JSON: ');
+    const doc = JSON.parse(readFileSync(join(results, 'pagefault-rdma-results', 'faults.json'), 'utf8')) as { results: Array<{ pagesPerFault: number }> };
+    expect(doc.results.map((x) => x.pagesPerFault)).toEqual([1, 16]);
+    expect(existsSync(join(installed, 'bench', 'results'))).toBe(false);
+  }, 120_000);
 });
