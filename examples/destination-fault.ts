@@ -278,7 +278,8 @@ function attributeLines(node: number, f: DriverFault): string[] {
 function timelineOf(events: ChromeTraceEvent[], baseUs: number): TimelineSlice[] {
   const threads = new Map(events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => [`${e.pid}:${e.tid}`, String(e.args?.['name'])]));
   return events
-    .filter((e) => e.ph === 'X' && e.pid % 2 === 0)
+    // The watched write only: the warm-up write's faults come before the post.
+    .filter((e) => e.ph === 'X' && e.pid % 2 === 0 && e.ts >= baseUs)
     .map((e) => ({
       node: e.pid / 2,
       thread: threads.get(`${e.pid}:${e.tid}`) ?? String(e.tid),

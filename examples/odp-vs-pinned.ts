@@ -137,7 +137,7 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
     ]);
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: 'One RDMA WRITE into evicted memory: latency by size and policy', subtitle: `modelled: ${MODEL_LABEL}; measured: ${MEASURED_LABEL}` },
+    title: { text: 'One RDMA WRITE into evicted memory: latency by size and policy', subtitle: `dashed: ${MODEL_LABEL}; solid: ${MEASURED_LABEL}` },
     config: PLOT_CONFIG,
     width: 560,
     height: 360,

@@ -120,23 +120,24 @@ export function runSummary(r: Run): Omit<Run, 'modelUs' | 'realUs'> & { model: L
   return { ...rest, model: latencyStats(modelUs), real: latencyStats(realUs) };
 }
 
-/** The distribution of the measured one-way latency of each run (--plot). */
+/** The distribution of the measured one-way latency of each run, as a CDF on a log axis (--plot). */
 export function pingPongPlot(runs: readonly Run[]): PlotSpec {
   const values = runs.flatMap((r) => {
-    const run = `${sizeName(r.size)} B, ${r.evict ? 'evicted before every message' : 'resident'}`;
-    return r.realUs.map((us) => ({ run, us }));
+    const run = `${r.size} B, ${r.evict ? 'evicted before every message' : 'resident'}`;
+    const sorted = [...r.realUs].sort((a, b) => a - b);
+    return sorted.map((us, i) => ({ run, us, fraction: (i + 1) / sorted.length }));
   });
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: 'RC ping-pong on ODP memory: one-way latency distribution', subtitle: `measured: ${MEASURED_LABEL}` },
-    config: PLOT_CONFIG,
+    title: { text: 'RC ping-pong on ODP memory: one-way latency distribution', subtitle: `${MEASURED_LABEL}; round trip / 2, as ib_send_lat` },
+    config: { ...PLOT_CONFIG, legend: { labelLimit: 360 } },
     width: 560,
     height: 320,
     data: { values },
-    mark: { type: 'bar', opacity: 0.7 },
+    mark: { type: 'line', interpolate: 'step-after' },
     encoding: {
-      x: { field: 'us', type: 'quantitative', bin: { maxbins: 60 }, title: 'one-way latency [µs] (round trip / 2)' },
-      y: { aggregate: 'count', type: 'quantitative', title: 'round trips', stack: null },
+      x: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'one-way latency [µs]' },
+      y: { field: 'fraction', type: 'quantitative', title: 'fraction of round trips at or below', scale: { domain: [0, 1] } },
       color: { field: 'run', type: 'nominal', title: 'buffers' },
     },
   };

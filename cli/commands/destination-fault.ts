@@ -31,8 +31,8 @@ export default defineProgram<{ size: number; policy: PolicyName; evictSource: bo
 function timelinePlot(slices: readonly TimelineSlice[]): PlotSpec {
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: 'A faulting RDMA write: each phase of each fault', subtitle: `modelled: ${MODEL_LABEL}` },
-    config: PLOT_CONFIG,
+    title: { text: 'A faulting RDMA write: each phase of each fault', subtitle: MODEL_LABEL },
+    config: { ...PLOT_CONFIG, axisY: { labelLimit: 320 } },
     width: 600,
     data: { values: slices.map((s) => ({ ...s, lane: `node ${s.node}: ${s.thread}`, endUs: Math.max(s.endUs, s.startUs + 0.05) })) },
     mark: { type: 'bar', height: { band: 0.7 } },
