@@ -25,7 +25,7 @@ import os from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from 'commander';
-import { Histogram, mapRegion, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent } from '../lib/index.js';
+import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent } from '../lib/index.js';
 import { print, Table } from '../examples/support/format.js';
 import { progress, type Progress } from '../examples/support/progress.js';
 import type { TraceFile } from '../examples/support/trace-file.js';
@@ -300,8 +300,6 @@ function faultSamples(pageNs: ArrayLike<number>, perFault: number): number[] {
   return out;
 }
 
-// The package's one percentile definition (lib/latency.ts).
-const median = (values: readonly number[]): number => (values.length ? Histogram.of(values).quantile(0.5) : NaN);
 
 function summarize(rounds: readonly Round[], perFault: number): Summary {
   const samples = Histogram.of(rounds.flatMap((r) => faultSamples(r.pageNs, perFault)));

@@ -4,7 +4,7 @@
 // the source) is evicted with MADV_DONTNEED, then both buffers are registered, the write is
 // posted and completed, and the MRs are deregistered: registration is part of the cost,
 // because that is where pinning pays.
-import { Access, Histogram, mapRegion, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type MemoryRegion, type PolicyName, type Region } from '../lib/index.js';
+import { Access, mapRegion, median, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type MemoryRegion, type PolicyName, type Region } from '../lib/index.js';
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';
@@ -235,7 +235,3 @@ function tryRegMr(reg: () => MemoryRegion): MemoryRegion | Error {
   }
 }
 
-// The package's one percentile definition (lib/latency.ts).
-function median(xs: number[]): number {
-  return Histogram.of(xs).quantile(0.5);
-}

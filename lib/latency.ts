@@ -96,3 +96,9 @@ export class Histogram {
 export function latencyStats(samples: Iterable<number>): LatencyStats {
   return Histogram.of(samples).latency();
 }
+
+/** The median of `samples` in the package's one percentile definition (NaN when empty). */
+export function median(samples: Iterable<number>): number {
+  const h = Histogram.of(samples);
+  return h.count ? h.quantile(0.5) : NaN;
+}

@@ -1,7 +1,7 @@
 // The package's one latency statistics: exact moments, HdrHistogram percentiles (3 significant
 // digits), perftest's columns, and zero-µs samples (a modelled phase can take no time).
 import { describe, expect, test } from 'vitest';
-import { Histogram, latencyStats } from '../lib/index.js';
+import { Histogram, latencyStats, median } from '../lib/index.js';
 
 describe('latency statistics', () => {
   test("perftest's columns of 1..1000 µs: median, 99%, 99.9%, exact mean and population stdev", () => {
@@ -25,6 +25,8 @@ describe('latency statistics', () => {
 
   test('no samples: a clear error, not NaN columns', () => {
     expect(() => latencyStats([])).toThrow(RangeError);
+    expect(median([])).toBeNaN();
+    expect(median([3, 1, 2])).toBe(2);
     expect(new Histogram().summary()).toEqual({ count: 0, mean: 0, p50: 0, p99: 0, min: 0, max: 0 });
   });
 });
