@@ -7,15 +7,17 @@ import type { ChromeTraceEvent, Context } from '../../lib/index.js';
 
 export class TraceFile {
   readonly events: ChromeTraceEvent[] = [];
-  #runs = 0;
+  // The first pid no run has used yet.
+  #base = 0;
 
   /** The traces of `contexts` (call before the cluster closes or after: traces outlive it). */
   addContexts(contexts: readonly Context[], label?: string): void {
-    // Each cluster's node n is pid 2n / 2n+1 in its own export; later runs move up by 100.
-    const offset = this.#runs++ * 100;
+    // Each cluster's node n is pid 2n / 2n+1 in its own export; each run gets pids of its own.
+    const offset = this.#base;
     for (const c of contexts) {
       for (const e of c.faultLibrary.exportChromeTrace().traceEvents) {
         const ev = { ...e, pid: e.pid + offset };
+        this.#base = Math.max(this.#base, ev.pid + 1);
         if (e.id !== undefined) ev.id = `${offset}:${e.id}`; // flow ids restart with each cluster
         if (label && e.ph === 'M' && e.name === 'process_name') ev.args = { name: `${label}: ${String(e.args?.['name'])}` };
         this.events.push(ev);
@@ -23,9 +25,9 @@ export class TraceFile {
     }
   }
 
-  /** The pid a program's own events go under, after the clusters'. */
+  /** A pid of its own for a program's own events. */
   nextPid(): number {
-    return this.#runs++ * 100;
+    return this.#base++;
   }
 
   add(...events: ChromeTraceEvent[]): void {

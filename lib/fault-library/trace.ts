@@ -108,19 +108,26 @@ export class TraceRecorder {
       both(e.node, tid, lane, (pid, at) => ({ name, cat: e.kind, ph: 'i', s: 't', ts: ts(time(e), at), pid, tid, args }));
     }
 
-    // The phases of each fault, from the events of every node (kept in order of emission).
+    // The phases of each fault, from the events of every node (kept in order of emission):
+    // the later steps of each block, indexed by kind, node, source node, transfer, block, side.
+    const stepKey = (kind: TraceEvent['kind'], node: number, src: number, tid: number | undefined, seq: unknown, side: string | undefined) =>
+      `${kind}:${node}:${src}:${String(tid)}:${String(seq)}:${kind === 'retransmit' || kind === 'ack' ? '' : (side ?? '')}`;
+    const steps = new Map<string, number[]>();
+    this.events.forEach((e, k) => {
+      if (e.kind !== 'notify' && e.kind !== 'resolved' && e.kind !== 'retransmit' && e.kind !== 'ack') return;
+      const key = stepKey(e.kind, e.node, (e.detail?.['srcNode'] as number | undefined) ?? e.node, e.tid, e.detail?.['seq'], e.side);
+      const list = steps.get(key);
+      if (list) list.push(k);
+      else steps.set(key, [k]);
+    });
     for (let i = 0; i < this.events.length; i++) {
       const f = this.events[i]!;
       if (f.kind !== 'fault' || f.tid === undefined) continue;
       const seq = f.detail?.['seq'];
       const src = (f.detail?.['srcNode'] as number | undefined) ?? f.node;
-      const same = (e: TraceEvent, kind: TraceEvent['kind'], node: number) =>
-        e.kind === kind && e.node === node && e.tid === f.tid && e.detail?.['seq'] === seq && (kind === 'retransmit' || kind === 'ack' || e.side === f.side);
+      // The first step of `kind` of this block after index `from`.
       const find = (from: number, kind: TraceEvent['kind'], node: number, also: (e: TraceEvent) => boolean = () => true) => {
-        for (let k = from; k < this.events.length; k++) {
-          const e = this.events[k]!;
-          if (same(e, kind, node) && also(e)) return k;
-        }
+        for (const k of steps.get(stepKey(kind, node, src, f.tid, seq, f.side)) ?? []) if (k >= from && also(this.events[k]!)) return k;
         return -1;
       };
       const n = find(i + 1, 'notify', f.node);
