@@ -35,7 +35,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 describe('npm pack', () => {
   test('the tarball carries the linux-x64 prebuild, the CLI, the license and what README links to; no tests, no sources', () => {
     const files = run('tar', ['tzf', tarball], dir).stdout.split('\n').filter(Boolean);
-    expect(files).toContain('package/prebuilds/linux-x64/pagefault-rdma.node');
+    expect(files).toContain('package/prebuilds/linux-x64/pagefault-rdma.glibc.node');
     for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/cli/main.js', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'bench/c/uffd-handler.c', 'binding.gyp'])
       expect(files).toContain(`package/${f}`);
     // Every relative link of README resolves inside the tarball.
@@ -94,7 +94,7 @@ uffd.close(); region.close();
     );
     const lib = JSON.parse(run(join(bin, 'node'), ['faults.mjs'], app, env).stdout) as { faults: number; pages: number; byte: number };
     expect(lib).toEqual({ faults: 8, pages: 8, byte: 7 });
-    expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.node');
+    expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.glibc.node');
   }, 300_000);
 
   // A read-only install: the package folder bind-mounted read-only in a mount namespace.
