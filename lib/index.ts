@@ -1,5 +1,16 @@
 // pagefault-rdma: the user-space library.
-export { mapRegion, findRegion, Region, PAGE_SIZE, HUGE_PAGE_SIZE, type MapOptions, type PopulateOptions } from './region.js';
+export {
+  mapRegion,
+  findRegion,
+  Region,
+  PAGE_SIZE,
+  HUGE_PAGE_SIZE,
+  PageCategory,
+  type MapOptions,
+  type PopulateOptions,
+  type PagemapScanOptions,
+  type PageRun,
+} from './region.js';
 export {
   Userfaultfd,
   UffdFeature,
@@ -10,11 +21,14 @@ export {
   type UffdOpenOptions,
   type RegisterOptions,
   type CopyOptions,
+  type ContinueOptions,
+  type MoveOptions,
+  type DirtyPagesOptions,
   type ResolveOptions,
   type UffdStats,
   type UserfaultfdEvents,
 } from './uffd.js';
-export { touch, type TouchOptions, type TouchResult } from './toucher.js';
+export { touch, type TouchOptions, type TouchResult, type AccessFailedError } from './toucher.js';
 export { PfrError, type PfrErrorCode, type SystemError } from './errors.js';
 export { FaultLibrary, type Registration, type ResolvedFault, type FaultLibraryOptions } from './fault-library/fault-library.js';
 export { POLICIES, Prefetcher, type PolicyName, type PolicyOptions } from './fault-library/policy.js';
@@ -22,3 +36,4 @@ export { Histogram, latencyStats, median, type LatencyStats } from './latency.js
 export { FaultStats, PHASES, type FaultStatsSnapshot, type Phase } from './fault-library/stats.js';
 export { TraceRecorder, FAULT_PHASES, type ChromeTrace, type ChromeTraceEvent, type FaultPhase, type TraceScope } from './fault-library/trace.js';
 export * from './verbs/index.js';
+export * from './remote-paging/index.js';

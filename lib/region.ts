@@ -1,5 +1,6 @@
 // Memory regions: mmap'd memory whose residency is real and observable. The ArrayBuffer is
 // the mapping itself (no copy); close() detaches it before munmap.
+import { readFileSync } from 'node:fs';
 import { binding, type RawMapping } from '../native/index.js';
 import { closedError, sys, systemError } from './errors.js';
 import { checkBool, checkInt, checkObject, checkSpan, invalidArg } from './validate.js';
@@ -12,6 +13,58 @@ export interface MapOptions {
   shared?: boolean;
   /** Ask for transparent huge pages (MADV_HUGEPAGE, 2 MiB aligned). Default false (MADV_NOHUGEPAGE: 4 KiB faults). */
   hugePages?: boolean;
+  /**
+   * hugetlbfs memory (MAP_HUGETLB; with `shared`, a memfd with MFD_HUGETLB): 2 MiB pages from
+   * the pool reserved with vm.nr_hugepages. Missing, minor and write-protect faults come in
+   * 2 MiB units, and `pageSize` is 2 MiB. Default false.
+   */
+  hugetlb?: boolean;
+}
+
+/** PAGEMAP_SCAN page categories (linux/fs.h PAGE_IS_*). */
+export const PageCategory = {
+  /** Registered with a userfaultfd for async write-protect (WP_ASYNC). */
+  WPALLOWED: 1 << 0,
+  /** Written since it was last write-protected (the dirty bit of WP_ASYNC). */
+  WRITTEN: 1 << 1,
+  FILE: 1 << 2,
+  PRESENT: 1 << 3,
+  SWAPPED: 1 << 4,
+  PFNZERO: 1 << 5,
+  HUGE: 1 << 6,
+} as const;
+
+export interface PagemapScanOptions {
+  offset?: number;
+  length?: number;
+  /** Pages must have every one of these categories (PageCategory bits). */
+  all?: number;
+  /** Pages must have none of these. */
+  none?: number;
+  /** Pages must have at least one of these (when non-zero). */
+  any?: number;
+  /**
+   * Write-protect the pages reported (PM_SCAN_WP_MATCHING): re-arms dirty tracking, so a
+   * page written after the scan is WRITTEN again at the next one. Needs a userfaultfd
+   * opened with WP_ASYNC and the range registered for write-protect.
+   */
+  writeProtect?: boolean;
+}
+
+/** A region as `share()` describes it to another thread. */
+export interface SharedRegion {
+  id: number;
+  size: number;
+  shared: boolean;
+  hugePages: boolean;
+  hugetlb: boolean;
+}
+
+/** A run of pages PAGEMAP_SCAN reported, with the categories it has. */
+export interface PageRun {
+  offset: number;
+  length: number;
+  categories: number;
 }
 
 export interface PopulateOptions {
@@ -53,6 +106,8 @@ export class Region {
   readonly pageSize: number;
   readonly shared: boolean;
   readonly hugePages: boolean;
+  /** hugetlbfs memory: `pageSize` is 2 MiB. */
+  readonly hugetlb: boolean;
   /** The region this one is a second view of (see alias()), or undefined. */
   readonly aliasOf: Region | undefined;
   #buffer: ArrayBuffer;
@@ -60,13 +115,14 @@ export class Region {
   #observers = new Set<RegionObserver>();
 
   /** @internal use mapRegion() */
-  constructor(raw: RawMapping, size: number, shared: boolean, hugePages: boolean, aliasOf?: Region) {
+  constructor(raw: RawMapping, size: number, shared: boolean, hugePages: boolean, aliasOf?: Region, hugetlb = false) {
     this.id = raw.id;
     this.address = raw.address;
     this.size = size;
-    this.pageSize = raw.pageSize;
+    this.pageSize = hugetlb ? HUGE_PAGE_SIZE : raw.pageSize;
     this.shared = shared;
     this.hugePages = hugePages;
+    this.hugetlb = hugetlb;
     this.aliasOf = aliasOf;
     this.#buffer = raw.buffer;
     openRegions.add(this);
@@ -88,9 +144,9 @@ export class Region {
     return this.#closed;
   }
 
-  /** The translation granule: 2 MiB with huge pages, else the page size. */
+  /** The translation granule: 2 MiB with huge pages (THP or hugetlb), else the page size. */
   get granule(): number {
-    return this.hugePages ? HUGE_PAGE_SIZE : this.pageSize;
+    return this.hugePages || this.hugetlb ? HUGE_PAGE_SIZE : this.pageSize;
   }
 
   /** Page-granular check of a sub-range; returns it with defaults filled in. */
@@ -99,10 +155,17 @@ export class Region {
     return checkSpan(what, this.size, offset, length, this.pageSize, alignLength);
   }
 
-  /** One entry per page of the range: 1 if resident (mincore), 0 if not. */
+  /** One entry per page (of `pageSize`) of the range: 1 if resident (mincore), 0 if not. */
   residency(offset?: number, length?: number): Uint8Array {
     const s = this.span('residency', offset, length);
-    return sys('residency', {}, () => binding.residency(this.id, s.offset, s.length));
+    return this.#perPage(sys('residency', {}, () => binding.residency(this.id, s.offset, s.length)));
+  }
+
+  // The kernel answers per base page; a hugetlb page is resident or not as a whole.
+  #perPage(basePages: Uint8Array): Uint8Array {
+    const ratio = this.pageSize / binding.pageSize;
+    if (ratio === 1) return basePages;
+    return Uint8Array.from({ length: Math.ceil(basePages.length / ratio) }, (_, i) => basePages[i * ratio]!);
   }
 
   /** Number of resident pages in the range. */
@@ -118,7 +181,7 @@ export class Region {
    */
   mapped(offset?: number, length?: number): Uint8Array {
     const s = this.span('mapped', offset, length);
-    return sys('mapped', { EACCES: 'Reading /proc/self/pagemap was refused' }, () => binding.pagemap(this.id, s.offset, s.length));
+    return this.#perPage(sys('mapped', { EACCES: 'Reading /proc/self/pagemap was refused' }, () => binding.pagemap(this.id, s.offset, s.length)));
   }
 
   /** Make the range resident: MADV_POPULATE_WRITE (or _READ), the user-space get_user_pages. */
@@ -155,6 +218,71 @@ export class Region {
     this.#willBlock();
     sys('unmapPages', {}, () => binding.zap(this.id, s.offset, s.length));
     this.#notifyEvicted(s.offset, s.length);
+  }
+
+  /**
+   * MADV_COLLAPSE (Linux 6.1): make the range transparent huge pages now, the way
+   * khugepaged would later. Every 4 KiB frame of a collapsed 2 MiB range is replaced (its
+   * physical address changes), pinned (mlocked) or not: pinning does not keep a DMA
+   * address stable. The range must be whole 2 MiB pages (a region whose size is a multiple of
+   * 2 MiB is 2 MiB aligned); it stays eligible for huge pages afterwards. shmem (shared)
+   * regions also need /sys/kernel/mm/transparent_hugepage/shmem_enabled other than "never".
+   */
+  collapse(offset?: number, length?: number): void {
+    const s = this.span('collapse', offset, length);
+    if (this.hugetlb) throw invalidArg('collapse: hugetlb regions are huge pages already');
+    if (this.address % BigInt(HUGE_PAGE_SIZE) !== 0n || s.offset % HUGE_PAGE_SIZE !== 0 || s.length % HUGE_PAGE_SIZE !== 0) {
+      throw invalidArg(`collapse: the range must be whole 2 MiB pages (map a multiple of 2 MiB; offset ${s.offset}, length ${s.length})`);
+    }
+    this.#willBlock();
+    sys('collapse', {
+      EINVAL:
+        'MADV_COLLAPSE needs Linux 6.1+ and transparent huge pages not set to "never" (/sys/kernel/mm/transparent_hugepage/enabled; ' +
+        'for shared regions also shmem_enabled)',
+      EAGAIN: 'The kernel could not collapse the range right now (pages locked or busy); retry',
+      ENOMEM: 'No free 2 MiB page to collapse into; free memory or retry later',
+    }, () => binding.advise(this.id, s.offset, s.length, MADV_COLLAPSE));
+    this.#notifyEvicted(s.offset, s.length);
+  }
+
+  /**
+   * MADV_PAGEOUT (Linux 5.4): reclaim the range now. Anonymous pages go to swap (without
+   * swap they stay resident); clean file and shmem pages leave memory. Returns the number
+   * of pages of the range that left memory.
+   */
+  pageout(offset?: number, length?: number): number {
+    const s = this.span('pageout', offset, length);
+    const before = this.residentPages(s.offset, s.length);
+    sys('pageout', { EINVAL: 'MADV_PAGEOUT needs Linux 5.4+, and cannot reclaim locked (pinned) pages' }, () =>
+      binding.advise(this.id, s.offset, s.length, MADV_PAGEOUT),
+    );
+    const gone = before - this.residentPages(s.offset, s.length);
+    if (gone > 0) this.#notifyEvicted(s.offset, s.length);
+    return Math.max(0, gone);
+  }
+
+  /**
+   * PAGEMAP_SCAN (Linux 6.7): the runs of pages of the range that match the categories
+   * (PageCategory bits), optionally write-protecting them (dirty tracking with WP_ASYNC).
+   */
+  pagemapScan(options?: PagemapScanOptions): PageRun[] {
+    const opts = checkObject('pagemapScan: options', options);
+    const s = this.span('pagemapScan', opts.offset as number | undefined, opts.length as number | undefined);
+    const all = opts.all === undefined ? 0 : checkInt('pagemapScan: options.all', opts.all, 0, 0x7f);
+    const none = opts.none === undefined ? 0 : checkInt('pagemapScan: options.none', opts.none, 0, 0x7f);
+    const any = opts.any === undefined ? 0 : checkInt('pagemapScan: options.any', opts.any, 0, 0x7f);
+    const wp = checkBool('pagemapScan: options.writeProtect', opts.writeProtect, false);
+    if (wp && all === 0 && none === 0 && any === 0) {
+      throw invalidArg('pagemapScan: writeProtect needs a category filter (e.g. { all: PageCategory.WRITTEN })');
+    }
+    // The kernel takes "inverted" bits as part of the mask: a page must lack them.
+    const raw = sys('pagemapScan', {
+      EINVAL: 'PAGEMAP_SCAN needs Linux 6.7+; writeProtect also needs the range registered for write-protect on a userfaultfd opened with WP_ASYNC',
+      ENOTTY: 'PAGEMAP_SCAN needs Linux 6.7 or newer',
+    }, () => binding.pagemapScan(this.id, s.offset, s.length, wp ? PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC : 0, all | none, none, any, 0x7f));
+    const runs: PageRun[] = [];
+    for (let i = 0; i < raw.length; i += 3) runs.push({ offset: raw[i]!, length: raw[i + 1]! - raw[i]!, categories: raw[i + 2]! });
+    return runs;
   }
 
   #willBlock(): void {
@@ -194,7 +322,25 @@ export class Region {
     this.#check();
     if (!this.shared) throw invalidArg('alias: only shared (memfd) regions have a second view; map with { shared: true }');
     const raw = sys('alias', MMAP_FIXES, () => binding.mapAlias(this.id));
-    return new Region(raw, this.size, true, false, this);
+    return new Region(raw, this.size, true, false, this, this.hugetlb);
+  }
+
+  /**
+   * What another JS thread (a worker_thread) needs to open this same memory with
+   * `Region.attach()`: plain data, so it can be posted. The memory stays mapped until every
+   * thread's Region is closed.
+   */
+  share(): SharedRegion {
+    this.#check();
+    return { id: this.id, size: this.size, shared: this.shared, hugePages: this.hugePages, hugetlb: this.hugetlb };
+  }
+
+  /** Open, in this thread, a region another thread shared with `share()`. */
+  static attach(handle: SharedRegion): Region {
+    const h = checkObject('Region.attach: handle', handle) as Partial<SharedRegion>;
+    const id = checkInt('Region.attach: handle.id', h.id, 1, 0xffffffff);
+    const raw = sys('Region.attach', {}, () => binding.regionShare(id));
+    return new Region(raw, checkInt('Region.attach: handle.size', h.size, 1), h.shared === true, h.hugePages === true, undefined, h.hugetlb === true);
   }
 
   /** @internal registrations (userfaultfd) that must be undone before munmap. */
@@ -230,16 +376,42 @@ export class Region {
   }
 }
 
-/** Map `bytes` of memory (a multiple of the page size; of 2 MiB with huge pages). */
+const MADV_PAGEOUT = 21;
+const MADV_COLLAPSE = 25;
+const PM_SCAN_WP_MATCHING = 1;
+const PM_SCAN_CHECK_WPASYNC = 2;
+
+/** The hugetlb pool as the kernel reports it, for error messages. */
+function hugetlbPool(): string {
+  try {
+    const reserved = readFileSync('/proc/sys/vm/nr_hugepages', 'utf8').trim();
+    const free = /HugePages_Free:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? '?';
+    return `vm.nr_hugepages is ${reserved}, ${free} free`;
+  } catch {
+    return 'vm.nr_hugepages could not be read';
+  }
+}
+
+/** Map `bytes` of memory (a multiple of the page size; of 2 MiB with huge pages or hugetlb). */
 export function mapRegion(bytes: number, options?: MapOptions): Region {
   const opts = checkObject('mapRegion: options', options);
   const shared = checkBool('mapRegion: options.shared', opts.shared, false);
   const hugePages = checkBool('mapRegion: options.hugePages', opts.hugePages, false);
+  const hugetlb = checkBool('mapRegion: options.hugetlb', opts.hugetlb, false);
+  if (hugePages && hugetlb) throw invalidArg('mapRegion: choose hugePages (transparent huge pages) or hugetlb (hugetlbfs), not both');
   const size = checkInt('mapRegion: bytes', bytes, 1);
-  const unit = hugePages ? HUGE_PAGE_SIZE : PAGE_SIZE;
+  const unit = hugePages || hugetlb ? HUGE_PAGE_SIZE : PAGE_SIZE;
   if (size % unit !== 0) {
-    throw invalidArg(`mapRegion: bytes (${size}) must be a multiple of ${unit}${hugePages ? ' with hugePages' : ' (the page size)'}; round it up`);
+    throw invalidArg(`mapRegion: bytes (${size}) must be a multiple of ${unit}${hugePages ? ' with hugePages' : hugetlb ? ' with hugetlb' : ' (the page size)'}; round it up`);
   }
-  const raw = sys('mapRegion', MMAP_FIXES, () => binding.mapRegion(size, shared, hugePages));
+  if (hugetlb) {
+    const pages = size / HUGE_PAGE_SIZE;
+    const fix = `Reserve 2 MiB pages first, e.g. "sysctl vm.nr_hugepages=${pages}" as root (${hugetlbPool()})`;
+    const raw = sys('mapRegion', { ENOMEM: `Not enough free huge pages for ${pages} × 2 MiB. ${fix}`, EINVAL: `hugetlbfs is not available. ${fix}` }, () =>
+      binding.mapRegion(size, shared, false, true),
+    );
+    return new Region(raw, size, shared, false, undefined, true);
+  }
+  const raw = sys('mapRegion', MMAP_FIXES, () => binding.mapRegion(size, shared, hugePages, false));
   return new Region(raw, size, shared, hugePages);
 }

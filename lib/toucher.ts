@@ -2,6 +2,7 @@
 // pool) that reads or writes a range page by page and reports what it saw. Its faults
 // are genuine faults of a non-JS thread, like those of a DMA engine's copy thread.
 import { binding, TouchMode } from '../native/index.js';
+import { PfrError } from './errors.js';
 import type { Region } from './region.js';
 import { checkBool, checkInt, checkObject, invalidArg } from './validate.js';
 
@@ -32,7 +33,21 @@ export interface TouchResult {
   pageNs?: Float64Array;
 }
 
-/** Read or write a range of `region` from a native thread; resolves when the walk is done. */
+/** The error of a touch whose access to some pages raised SIGBUS (code ERR_PFR_ACCESS_FAILED). */
+export interface AccessFailedError extends PfrError {
+  signal: 'SIGBUS';
+  /** Region offsets of the pages whose access failed. */
+  offsets: number[];
+  /** What the walk saw of the other pages (failed pages read as zeros). */
+  result: TouchResult;
+}
+
+/**
+ * Read or write a range of `region` from a native thread; resolves when the walk is done.
+ * A page whose access raises SIGBUS (poisoned with UFFDIO_POISON, or missing under a
+ * userfaultfd opened with the SIGBUS feature) does not kill the process: the walk goes on
+ * and the promise rejects with ERR_PFR_ACCESS_FAILED naming the pages.
+ */
 export async function touch(region: Region, options?: TouchOptions): Promise<TouchResult> {
   const opts = checkObject('touch: options', options);
   const s = region.span('touch', opts.offset as number | undefined, opts.length as number | undefined);
@@ -46,5 +61,14 @@ export async function touch(region: Region, options?: TouchOptions): Promise<Tou
   const out: TouchResult = { threadId: r.tid, pages: r.pages, ns: r.ns, checksum: r.checksum };
   if (r.data) out.data = r.data;
   if (r.pageNs) out.pageNs = r.pageNs;
+  if (r.failed) {
+    const offsets = Array.from(r.failed);
+    const err = new PfrError(
+      'ERR_PFR_ACCESS_FAILED',
+      `touch: the access to ${offsets.length} page(s) failed with SIGBUS (first at offset ${offsets[0]}): ` +
+        'the page is poisoned (UFFDIO_POISON) or missing under a userfaultfd opened with the SIGBUS feature',
+    );
+    throw Object.assign(err, { signal: 'SIGBUS' as const, offsets, result: out });
+  }
   return out;
 }

@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import { binding, UFFD_EVENT_WIDTH, UffdEventKind, UffdFaultFlag, type RawUffdStats } from '../native/index.js';
 import { closedError, PfrError, sys } from './errors.js';
-import type { Region, RegionObserver } from './region.js';
+import { PageCategory, type Region, type RegionObserver } from './region.js';
 import { checkBool, checkFunction, checkInt, checkObject, invalidArg, rangeError } from './validate.js';
 
 /** UFFD_FEATURE_* bits (linux/userfaultfd.h). */
@@ -31,16 +31,39 @@ export const UffdFeature = {
 const REGISTER_MISSING = 1;
 const REGISTER_WP = 2;
 const REGISTER_MINOR = 4;
+const CONTINUE_MODE_WP = 2;
 
-/** What the kernel granted at the UFFDIO_API handshake. */
+/**
+ * The features this userfaultfd has: the ones it asked for at the UFFDIO_API handshake and
+ * the kernel enabled. (On output the kernel lists every feature it *offers*; that set is
+ * `available`, and a feature there but not in `raw` is off for this uffd.)
+ */
 export interface UffdFeatures {
-  /** The raw UFFD_FEATURE_* mask. */
+  /** The UFFD_FEATURE_* mask enabled on this uffd. */
   raw: bigint;
+  /** The UFFD_FEATURE_* mask the kernel offers (what open({ features }) could ask for). */
+  available: bigint;
   threadId: boolean;
   exactAddress: boolean;
+  /** Write-protect faults on anonymous memory (5.7). */
   writeProtect: boolean;
+  /** Write-protect faults on shmem and hugetlbfs (5.19). */
+  writeProtectShmem: boolean;
+  /** Write-protecting unpopulated pages (6.4). */
+  writeProtectUnpopulated: boolean;
+  /** Asynchronous write-protect: the kernel resolves WP faults itself, PAGEMAP_SCAN reads them (6.7). */
+  writeProtectAsync: boolean;
   minor: boolean;
+  minorHugetlbfs: boolean;
   missingShmem: boolean;
+  missingHugetlbfs: boolean;
+  /** Missing faults raise SIGBUS in the faulting thread instead of an event. */
+  sigbus: boolean;
+  /** UFFDIO_POISON (6.6). */
+  poison: boolean;
+  /** UFFDIO_MOVE (6.8). */
+  move: boolean;
+  eventFork: boolean;
   eventRemove: boolean;
   eventUnmap: boolean;
   eventRemap: boolean;
@@ -115,6 +138,39 @@ export interface CopyOptions extends ResolveOptions {
   writeProtect?: boolean;
 }
 
+export interface ContinueOptions extends ResolveOptions {
+  /** Map the pages write-protected (UFFDIO_CONTINUE_MODE_WP, Linux 6.4): the next write is a write-protect fault. */
+  writeProtect?: boolean;
+}
+
+export interface MoveOptions extends ResolveOptions {
+  /** Skip source pages that are not there instead of failing with ENOENT (UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES). */
+  allowSourceHoles?: boolean;
+}
+
+export interface DirtyPagesOptions {
+  offset?: number;
+  length?: number;
+  /** Write-protect the dirty pages again, so the next call reports only newer writes. Default true. */
+  rearm?: boolean;
+}
+
+/** Events of a Userfaultfd. */
+export interface UserfaultfdEvents {
+  /** Every fault the uffd saw (before the handler runs, and the JS thread's own ones). */
+  fault: [fault: Fault];
+  /** A handler that threw, rejected or timed out (ERR_PFR_HANDLER_*), or a failed native resolution. */
+  error: [err: PfrError];
+  /** Pages of a registered range were dropped (MADV_DONTNEED, MADV_REMOVE: evict()). */
+  remove: [event: { address: bigint; length: number }];
+  /** A registered range was unmapped. */
+  unmap: [event: { address: bigint; length: number }];
+  /** A registered range was moved by mremap. */
+  remap: [event: { from: bigint; to: bigint; length: number }];
+  /** The process forked (features EVENT_FORK); the child's copy of the registrations was dropped. */
+  fork: [event: Record<string, never>];
+}
+
 export interface UffdStats extends RawUffdStats {
   /** Faults the handler resolved (or that resolved while it ran). */
   handled: number;
@@ -136,12 +192,23 @@ const WANTED =
   UffdFeature.EXACT_ADDRESS |
   UffdFeature.PAGEFAULT_FLAG_WP |
   UffdFeature.MINOR_SHMEM |
+  UffdFeature.MINOR_HUGETLBFS |
   UffdFeature.MISSING_SHMEM |
+  UffdFeature.MISSING_HUGETLBFS |
   UffdFeature.WP_HUGETLBFS_SHMEM |
   UffdFeature.WP_UNPOPULATED |
+  UffdFeature.POISON |
+  UffdFeature.MOVE |
   UffdFeature.EVENT_REMOVE |
   UffdFeature.EVENT_UNMAP |
   UffdFeature.EVENT_REMAP;
+
+// Features that change what a fault does; asked for only through open({ features }).
+// SIGBUS: missing faults raise SIGBUS in the faulting thread (the native toucher reports
+// the access as failed; the JS thread cannot survive one). EVENT_FORK: fork() waits until
+// the reader reads the event (it then drops the child's registrations). WP_ASYNC: the
+// kernel resolves write-protect faults itself and PAGEMAP_SCAN reports the written pages.
+const KNOWN = Object.values(UffdFeature).reduce((a, b) => a | b, 0n);
 
 const OPEN_FIXES: Record<string, string> = {
   EPERM:
@@ -160,31 +227,13 @@ const REGISTER_FIXES: Record<string, string> = {
 };
 
 const RESOLVE_FIXES: Record<string, string> = {
-  ENOENT: 'The range is not registered (or was unregistered): register it first',
+  ENOENT: 'The range is not registered (or was unregistered), or a source page of a move is missing: register it first, or pass allowSourceHoles',
   EINVAL: 'The range or mode is not valid for this memory (zeropage is for missing faults of anonymous/shmem memory; continue is for minor faults of shmem)',
   ESRCH: 'The faulting process is gone',
   EAGAIN: 'The address space kept changing; retry',
   ENOMEM: 'Not enough memory to place the pages',
   EFAULT: 'The source buffer is not readable',
 };
-
-/** The events a Userfaultfd emits, with their arguments (typed `on` / `once` / `emit`). */
-export interface UserfaultfdEvents {
-  /** A fault for the handler (also what `onFault` handlers receive). */
-  fault: [fault: Fault];
-  /**
-   * A handler threw or did not answer in time (`ERR_PFR_HANDLER_FAILED`, with `region` and
-   * `offset` where known): the fault was resolved with the zero page. Without a listener it
-   * is a process warning.
-   */
-  error: [err: PfrError & { region?: Region; offset?: number; fault?: Fault }];
-  /** Registered memory was discarded (MADV_DONTNEED / MADV_REMOVE). */
-  remove: [range: { address: bigint; length: number }];
-  /** Registered memory was unmapped. */
-  unmap: [range: { address: bigint; length: number }];
-  /** Registered memory was moved by mremap. */
-  remap: [range: { from: bigint; to: bigint; length: number }];
-}
 
 /**
  * A userfaultfd. Faults of any thread but this JS thread (native toucher and copy-engine
@@ -207,22 +256,33 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   #handlerErrors = 0;
   #handlerTimeouts = 0;
 
-  private constructor(handle: number, features: bigint, ioctls: bigint, how: Userfaultfd['mode'], tid: number) {
+  private constructor(handle: number, features: bigint, available: bigint, ioctls: bigint, how: Userfaultfd['mode'], tid: number) {
     super();
     this.#handle = handle;
     this.mode = how;
     this.ioctls = ioctls;
     this.handlerThreadId = tid;
+    const has = (bit: bigint): boolean => (features & bit) !== 0n;
     this.features = {
       raw: features,
-      threadId: (features & UffdFeature.THREAD_ID) !== 0n,
-      exactAddress: (features & UffdFeature.EXACT_ADDRESS) !== 0n,
-      writeProtect: (features & UffdFeature.PAGEFAULT_FLAG_WP) !== 0n,
-      minor: (features & UffdFeature.MINOR_SHMEM) !== 0n,
-      missingShmem: (features & UffdFeature.MISSING_SHMEM) !== 0n,
-      eventRemove: (features & UffdFeature.EVENT_REMOVE) !== 0n,
-      eventUnmap: (features & UffdFeature.EVENT_UNMAP) !== 0n,
-      eventRemap: (features & UffdFeature.EVENT_REMAP) !== 0n,
+      available,
+      threadId: has(UffdFeature.THREAD_ID),
+      exactAddress: has(UffdFeature.EXACT_ADDRESS),
+      writeProtect: has(UffdFeature.PAGEFAULT_FLAG_WP),
+      writeProtectShmem: has(UffdFeature.WP_HUGETLBFS_SHMEM),
+      writeProtectUnpopulated: has(UffdFeature.WP_UNPOPULATED),
+      writeProtectAsync: has(UffdFeature.WP_ASYNC),
+      minor: has(UffdFeature.MINOR_SHMEM),
+      minorHugetlbfs: has(UffdFeature.MINOR_HUGETLBFS),
+      missingShmem: has(UffdFeature.MISSING_SHMEM),
+      missingHugetlbfs: has(UffdFeature.MISSING_HUGETLBFS),
+      sigbus: has(UffdFeature.SIGBUS),
+      poison: has(UffdFeature.POISON),
+      move: has(UffdFeature.MOVE),
+      eventFork: has(UffdFeature.EVENT_FORK),
+      eventRemove: has(UffdFeature.EVENT_REMOVE),
+      eventUnmap: has(UffdFeature.EVENT_UNMAP),
+      eventRemap: has(UffdFeature.EVENT_REMAP),
     };
   }
 
@@ -240,10 +300,17 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     let extra = 0n;
     if (opts.features !== undefined) {
       if (typeof opts.features !== 'bigint' || opts.features < 0n) throw invalidArg('Userfaultfd.open: options.features must be a non-negative bigint');
+      if ((opts.features & ~KNOWN) !== 0n) {
+        throw invalidArg(`Userfaultfd.open: options.features has bits no UFFD_FEATURE_* names (0x${(opts.features & ~KNOWN).toString(16)}); use UffdFeature.*`);
+      }
       extra = opts.features;
     }
-    const raw = sys('Userfaultfd.open', OPEN_FIXES, () => binding.uffdOpen(WANTED | extra, UffdFeature.THREAD_ID, userModeOnly));
-    const uffd = new Userfaultfd(raw.handle, raw.features, raw.ioctls, raw.how, raw.handlerTid);
+    const fixes =
+      extra & UffdFeature.EVENT_FORK
+        ? { ...OPEN_FIXES, EPERM: 'UFFD_FEATURE_EVENT_FORK needs CAP_SYS_PTRACE (run as root), or leave EVENT_FORK out of options.features' }
+        : OPEN_FIXES;
+    const raw = sys('Userfaultfd.open', fixes, () => binding.uffdOpen(WANTED | extra, UffdFeature.THREAD_ID, userModeOnly));
+    const uffd = new Userfaultfd(raw.handle, raw.features, raw.available, raw.ioctls, raw.how, raw.handlerTid);
     binding.uffdSetTimeout(raw.handle, timeoutMs);
     if (opts.handler) uffd.#handler = opts.handler as FaultHandler;
     binding.uffdStart(raw.handle, (events) => uffd.#onEvents(events), delivery === 'event-loop');
@@ -283,12 +350,16 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const wp = checkBool('register: options.writeProtect', opts.writeProtect, false);
     const minor = checkBool('register: options.minor', opts.minor, false);
     if (!missing && !wp && !minor) throw invalidArg('register: at least one of missing, writeProtect, minor must be true');
-    if (wp && !this.features.writeProtect) throw new PfrError('ERR_PFR_UNSUPPORTED', 'register: this kernel did not grant write-protect faults (Linux 5.7+)');
+    const unsupported = (what: string): PfrError => new PfrError('ERR_PFR_UNSUPPORTED', `register: this kernel did not grant ${what}`);
+    if (wp && !this.features.writeProtect) throw unsupported('write-protect faults (Linux 5.7+)');
+    if (wp && (region.shared || region.hugetlb) && !this.features.writeProtectShmem) throw unsupported('write-protect faults on shmem / hugetlbfs (Linux 5.19+)');
     if (minor && !region.shared) throw invalidArg('register: minor faults need shared memory; map the region with { shared: true }');
-    if (minor && !this.features.minor) throw new PfrError('ERR_PFR_UNSUPPORTED', 'register: this kernel did not grant minor faults on shmem (Linux 5.14+)');
+    if (minor && !region.hugetlb && !this.features.minor) throw unsupported('minor faults on shmem (Linux 5.14+)');
+    if (minor && region.hugetlb && !this.features.minorHugetlbfs) throw unsupported('minor faults on hugetlbfs (Linux 5.13+)');
+    if (missing && region.hugetlb && !this.features.missingHugetlbfs) throw unsupported('missing faults on hugetlbfs (Linux 4.11+)');
     const mode = (missing ? REGISTER_MISSING : 0) | (wp ? REGISTER_WP : 0) | (minor ? REGISTER_MINOR : 0);
     const ioctls = sys('register', REGISTER_FIXES, () =>
-      binding.uffdRegister(this.#handle, region.id, region.address + BigInt(s.offset), s.length, mode),
+      binding.uffdRegister(this.#handle, region.id, region.address + BigInt(s.offset), s.length, mode, region.pageSize),
     );
     let list = this.#regions.get(region.id);
     if (!list) {
@@ -339,20 +410,105 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     );
   }
 
-  /** UFFDIO_ZEROPAGE: map zero pages over the range (missing faults). */
-  zeropage(region: Region, offset: number, length: number, options?: ResolveOptions): void {
+  /**
+   * UFFDIO_ZEROPAGE: map zero pages over the range (missing faults). Returns the bytes it
+   * mapped (pages already there are skipped). hugetlbfs has no zero page: use copy().
+   */
+  zeropage(region: Region, offset: number, length: number, options?: ResolveOptions): number {
     this.#check();
     const s = this.#registered('zeropage', region, offset, length);
     const wake = checkBool('zeropage: options.wake', checkObject('zeropage: options', options).wake, true);
-    sys('zeropage', RESOLVE_FIXES, () => binding.uffdZeropage(this.#handle, region.address + BigInt(s.offset), s.length, !wake));
+    if (region.hugetlb) throw invalidArg('zeropage: hugetlbfs has no zero page (UFFDIO_ZEROPAGE is EINVAL there); resolve with copy() of zeros');
+    return sys('zeropage', RESOLVE_FIXES, () => binding.uffdZeropage(this.#handle, region.address + BigInt(s.offset), s.length, !wake));
   }
 
-  /** UFFDIO_CONTINUE: map the page-cache pages already there (minor faults). */
-  continue(region: Region, offset: number, length: number, options?: ResolveOptions): void {
+  /**
+   * UFFDIO_CONTINUE: map the page-cache pages already there (minor faults), optionally
+   * write-protected (UFFDIO_CONTINUE_MODE_WP, Linux 6.4). Returns the bytes it mapped.
+   */
+  continue(region: Region, offset: number, length: number, options?: ContinueOptions): number {
     this.#check();
     const s = this.#registered('continue', region, offset, length);
-    const wake = checkBool('continue: options.wake', checkObject('continue: options', options).wake, true);
-    sys('continue', RESOLVE_FIXES, () => binding.uffdContinue(this.#handle, region.address + BigInt(s.offset), s.length, !wake));
+    const opts = checkObject('continue: options', options);
+    const wake = checkBool('continue: options.wake', opts.wake, true);
+    const wp = checkBool('continue: options.writeProtect', opts.writeProtect, false);
+    if (wp) {
+      // CONTINUE_MODE_WP came with WP_UNPOPULATED in Linux 6.4: an older kernel says EINVAL.
+      if ((this.features.available & UffdFeature.WP_UNPOPULATED) === 0n) {
+        throw new PfrError('ERR_PFR_UNSUPPORTED', 'continue: { writeProtect: true } needs UFFDIO_CONTINUE_MODE_WP (Linux 6.4+)');
+      }
+      this.#requireMode(region, s.offset, s.length, REGISTER_WP, 'continue: { writeProtect: true } needs the range registered with { writeProtect: true } too');
+    }
+    return sys('continue', RESOLVE_FIXES, () =>
+      binding.uffdContinue(this.#handle, region.address + BigInt(s.offset), s.length, !wake, wp ? CONTINUE_MODE_WP : 0),
+    );
+  }
+
+  /**
+   * UFFDIO_POISON (Linux 6.6): mark the range's missing pages poisoned and wake the
+   * faulting threads. Their access then fails: a native thread (the toucher) reports it as
+   * failed; the JS thread, which cannot survive SIGBUS, must not touch them. For a page
+   * that could not be fetched, instead of silently handing out zeros. Returns the bytes poisoned.
+   */
+  poison(region: Region, offset: number, length: number, options?: ResolveOptions): number {
+    this.#check();
+    const s = this.#registered('poison', region, offset, length);
+    const wake = checkBool('poison: options.wake', checkObject('poison: options', options).wake, true);
+    if (!this.features.poison) throw new PfrError('ERR_PFR_UNSUPPORTED', 'poison: UFFDIO_POISON needs Linux 6.6 or newer');
+    return sys('poison', RESOLVE_FIXES, () => binding.uffdPoison(this.#handle, region.address + BigInt(s.offset), s.length, !wake));
+  }
+
+  /**
+   * UFFDIO_MOVE (Linux 6.8): move the pages of `source` (anonymous private memory of this
+   * process) into `region` at `offset` (registered here), without copying: place fetched
+   * pages, or take a page out of a registered region into a staging one (which must be
+   * registered here too). Destination pages that are there already are skipped. Returns
+   * the bytes moved.
+   */
+  move(region: Region, offset: number, source: Region, sourceOffset: number, length: number, options?: MoveOptions): number {
+    this.#check();
+    const s = this.#registered('move', region, offset, length);
+    const src = source.span('move: source', sourceOffset, s.length, true);
+    const opts = checkObject('move: options', options);
+    const wake = checkBool('move: options.wake', opts.wake, true);
+    const holes = checkBool('move: options.allowSourceHoles', opts.allowSourceHoles, false);
+    if (!this.features.move) throw new PfrError('ERR_PFR_UNSUPPORTED', 'move: UFFDIO_MOVE needs Linux 6.8 or newer');
+    for (const r of [region, source]) {
+      if (r.shared || r.hugetlb) throw invalidArg('move: UFFDIO_MOVE moves anonymous private pages only; map both regions without shared or hugetlb');
+    }
+    const a = region.address + BigInt(s.offset), b = source.address + BigInt(src.offset);
+    if (a < b + BigInt(s.length) && b < a + BigInt(s.length)) throw invalidArg('move: the source and destination ranges overlap');
+    const holesBefore = holes ? src.length / source.pageSize - source.residentPages(src.offset, src.length) : 0;
+    const moved = sys('move', {
+      ...RESOLVE_FIXES,
+      EBUSY: 'A source page is shared (after fork, KSM or pinning) and cannot be moved; copy it instead',
+      EINVAL: 'UFFDIO_MOVE needs both ranges in anonymous private memory, page-aligned, and the destination registered here',
+    }, () => binding.uffdMove(this.#handle, a, b, s.length, !wake, holes));
+    // With ALLOW_SRC_HOLES the kernel counts a hole as moved; report the pages really moved.
+    return moved - holesBefore * source.pageSize;
+  }
+
+  /**
+   * The pages of the range written since they were last write-protected, with
+   * UFFD_FEATURE_WP_ASYNC (Linux 6.7; open({ features: UffdFeature.WP_ASYNC })) and the
+   * PAGEMAP_SCAN ioctl: dirty-page tracking without a fault per first write. Start
+   * tracking with writeProtect(region, …, true); each call re-arms what it reports unless
+   * `rearm` is false. Returns region offsets, one per dirty page.
+   */
+  dirtyPages(region: Region, options?: DirtyPagesOptions): number[] {
+    this.#check();
+    const opts = checkObject('dirtyPages: options', options);
+    const s = this.#registered('dirtyPages', region, opts.offset as number | undefined ?? 0, opts.length as number | undefined ?? region.size);
+    const rearm = checkBool('dirtyPages: options.rearm', opts.rearm, true);
+    if (!this.features.writeProtectAsync) {
+      throw new PfrError('ERR_PFR_UNSUPPORTED', 'dirtyPages: open the userfaultfd with { features: UffdFeature.WP_ASYNC } (Linux 6.7+)');
+    }
+    this.#requireMode(region, s.offset, s.length, REGISTER_WP, 'dirtyPages: register the range with { writeProtect: true } first');
+    const out: number[] = [];
+    for (const run of region.pagemapScan({ offset: s.offset, length: s.length, all: PageCategory.WRITTEN, writeProtect: rearm })) {
+      for (let o = run.offset; o < run.offset + run.length; o += region.pageSize) out.push(o);
+    }
+    return out;
   }
 
   /** UFFDIO_WRITEPROTECT: protect (on) or unprotect (off, which resolves WP faults) the range. */
@@ -379,6 +535,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const ps = fault.region.pageSize;
     if (fault.kind === 'minor') this.continue(fault.region, fault.offset, ps);
     else if (fault.kind === 'write-protect') this.writeProtect(fault.region, fault.offset, ps, false);
+    else if (fault.region.hugetlb) this.copy(fault.region, fault.offset, new Uint8Array(ps));
     else this.zeropage(fault.region, fault.offset, ps);
   }
 
@@ -422,6 +579,14 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
       }
     }
     this.#regions.delete(region.id);
+  }
+
+  /** Every page of the range must be registered here with `mode` (a REGISTER_* bit). */
+  #requireMode(region: Region, offset: number, length: number, mode: number, message: string): void {
+    const covered = (this.#regions.get(region.id) ?? []).filter((r) => r.mode & mode);
+    for (let o = offset; o < offset + length; o += region.pageSize) {
+      if (!covered.some((r) => o >= r.offset && o < r.offset + r.length)) throw new PfrError('ERR_PFR_NOT_REGISTERED', message);
+    }
   }
 
   #registered(what: string, region: Region, offset: number, length: number): { offset: number; length: number } {
@@ -489,6 +654,9 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
         case UffdEventKind.Remap:
           this.emit('remap', { from: address, to: BigInt(ev[i + 4]!), length: ev[i + 6]! });
           break;
+        case UffdEventKind.Fork:
+          this.emit('fork', {});
+          break;
       }
     }
   }
@@ -538,7 +706,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const ps = BigInt(binding.pageSize);
     const page = address - (address % ps);
     try {
-      if (flags & UffdFaultFlag.Minor) binding.uffdContinue(this.#handle, page, binding.pageSize, false);
+      if (flags & UffdFaultFlag.Minor) binding.uffdContinue(this.#handle, page, binding.pageSize, false, 0);
       else if (flags & UffdFaultFlag.WriteProtect) binding.uffdWriteProtect(this.#handle, page, binding.pageSize, false, false);
       else binding.uffdZeropage(this.#handle, page, binding.pageSize, false);
     } catch {

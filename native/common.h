@@ -30,7 +30,8 @@ struct Mapping {
   uint8_t* addr = nullptr;
   size_t size = 0;
   int fd = -1;  // memfd for shared regions, -1 for anonymous private memory
-  bool huge = false;
+  bool huge = false;     // transparent huge pages asked for (MADV_HUGEPAGE)
+  bool hugetlb = false;  // hugetlbfs memory: 2 MiB pages from the reserved pool
   ~Mapping();
 };
 

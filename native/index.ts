@@ -15,7 +15,10 @@ export interface RawMapping {
 
 export interface RawUffd {
   handle: number;
+  /** The features this uffd asked for and the kernel enabled. */
   features: bigint;
+  /** Every feature the kernel offers. */
+  available: bigint;
   ioctls: bigint;
   how: 'syscall' | 'user-mode-only' | '/dev/userfaultfd';
   handlerTid: number;
@@ -28,6 +31,7 @@ export interface RawUffdStats {
   resolvedNatively: number;
   timeouts: number;
   duplicates: number;
+  forks: number;
 }
 
 export interface RawTouchResult {
@@ -37,6 +41,8 @@ export interface RawTouchResult {
   checksum: number;
   data?: Buffer;
   pageNs?: Float64Array;
+  /** Region offsets of the pages whose access raised SIGBUS. */
+  failed?: Float64Array;
 }
 
 /** Event kinds in the Float64Array batches of the uffd reader (7 numbers per event). */
@@ -48,6 +54,7 @@ export enum UffdEventKind {
   Unmap = 4,
   Remap = 5,
   ResolveError = 6,
+  Fork = 7,
 }
 export const UFFD_EVENT_WIDTH = 7;
 export enum UffdFaultFlag {
@@ -78,21 +85,33 @@ export const COPY_COMPLETION_WIDTH = 5;
 
 export interface Binding {
   pageSize: number;
-  mapRegion(size: number, shared: boolean, hugePages: boolean): RawMapping;
+  mapRegion(size: number, shared: boolean, hugePages: boolean, hugetlb: boolean): RawMapping;
   mapAlias(id: number): RawMapping;
+  regionShare(id: number): RawMapping;
   closeRegion(id: number, buffer: ArrayBuffer): void;
   residency(id: number, offset: number, length: number): Uint8Array;
   pagemap(id: number, offset: number, length: number): Uint8Array;
   populate(id: number, offset: number, length: number, write: boolean): void;
   evict(id: number, offset: number, length: number): void;
   zap(id: number, offset: number, length: number): void;
+  advise(id: number, offset: number, length: number, advice: number): void;
+  pagemapScan(
+    id: number,
+    offset: number,
+    length: number,
+    flags: number,
+    categoryMask: number,
+    categoryInverted: number,
+    anyofMask: number,
+    returnMask: number,
+  ): Float64Array;
   pin(id: number, offset: number, length: number, on: boolean): void;
   memlockLimit(): { soft: number; hard: number };
   gettid(): number;
 
   uffdOpen(features: bigint, required: bigint, userModeOnly: boolean): RawUffd;
   uffdStart(handle: number, callback: (events: Float64Array) => void, eventLoop: boolean): void;
-  uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number): bigint;
+  uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number, granule: number): bigint;
   uffdUnregister(handle: number, address: bigint, length: number): void;
   uffdCopy(
     handle: number,
@@ -103,8 +122,10 @@ export interface Binding {
     writeProtect: boolean,
     dontWake: boolean,
   ): number;
-  uffdZeropage(handle: number, address: bigint, length: number, dontWake: boolean): void;
-  uffdContinue(handle: number, address: bigint, length: number, dontWake: boolean): void;
+  uffdZeropage(handle: number, address: bigint, length: number, dontWake: boolean): number;
+  uffdContinue(handle: number, address: bigint, length: number, dontWake: boolean, mode: number): number;
+  uffdPoison(handle: number, address: bigint, length: number, dontWake: boolean): number;
+  uffdMove(handle: number, destination: bigint, source: bigint, length: number, dontWake: boolean, allowSourceHoles: boolean): number;
   uffdWriteProtect(handle: number, address: bigint, length: number, on: boolean, dontWake: boolean): void;
   uffdWake(handle: number, address: bigint, length: number): void;
   uffdSetTimeout(handle: number, timeoutMs: number): void;

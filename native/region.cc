@@ -1,7 +1,6 @@
 // Memory regions: mmap'd anonymous or memfd memory exposed to JS as an ArrayBuffer with
 // no copy, plus the residency syscalls (mincore, madvise populate/evict, mlock).
 #include <fcntl.h>
-#include <linux/falloc.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -12,13 +11,7 @@
 #include <vector>
 
 #include "common.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
+#include "kernel_abi.h"
 
 namespace pfr {
 
@@ -168,13 +161,38 @@ Napi::Object Publish(Napi::Env env, std::shared_ptr<Mapping> m) {
   return out;
 }
 
-// mapRegion(size, shared, hugePages) -> { id, address, buffer, pageSize }
+// hugetlbfs memory: 2 MiB pages from the pool the administrator reserved (vm.nr_hugepages).
+// No MAP_NORESERVE: the reservation is checked at mmap (ENOMEM when the pool is short)
+// rather than by a SIGBUS at the first fault.
+std::shared_ptr<Mapping> MapHugetlb(Napi::Env env, size_t size, bool shared) {
+  if (size % kHugePage != 0) throw Napi::RangeError::New(env, "size must be a multiple of 2 MiB for hugetlb");
+  auto m = std::make_shared<Mapping>();
+  m->size = size;
+  m->hugetlb = true;
+  int flags;
+  if (shared) {
+    m->fd = memfd_create("pagefault-rdma-hugetlb", MFD_CLOEXEC | MFD_HUGETLB);
+    if (m->fd < 0) ThrowSystemError(env, errno, "memfd_create(MFD_HUGETLB)");
+    if (ftruncate(m->fd, static_cast<off_t>(size)) != 0) ThrowSystemError(env, errno, "ftruncate");
+    flags = MAP_SHARED;
+  } else {
+    flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB;
+  }
+  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, m->fd, 0);
+  if (addr == MAP_FAILED) ThrowSystemError(env, errno, shared ? "mmap(hugetlbfs memfd)" : "mmap(MAP_HUGETLB)");
+  m->addr = static_cast<uint8_t*>(addr);
+  return m;
+}
+
+// mapRegion(size, shared, hugePages, hugetlb) -> { id, address, buffer, pageSize }
 Napi::Value MapRegion(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t size = ArgSize(info, 0, "size");
   bool shared = ArgBool(info, 1);
   bool huge = ArgBool(info, 2);
+  bool hugetlb = ArgBool(info, 3);
   if (size == 0 || size % PageSize() != 0) throw Napi::RangeError::New(env, "size must be a positive multiple of the page size");
+  if (hugetlb) return Publish(env, MapHugetlb(env, size, shared));
 
   auto m = std::make_shared<Mapping>();
   m->size = size;
@@ -190,8 +208,9 @@ Napi::Value MapRegion(const Napi::CallbackInfo& info) {
   }
 
   void* addr;
-  if (huge) {
-    // THP needs 2 MiB-aligned virtual addresses: reserve more, then trim both ends.
+  if (huge || size % kHugePage == 0) {
+    // THP needs 2 MiB-aligned virtual addresses: reserve more, then trim both ends. Regions
+    // of whole 2 MiB units are aligned too, so collapse() can make them huge pages later.
     size_t span = size + kHugePage;
     void* raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
@@ -285,16 +304,17 @@ Napi::Value Populate(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// evict(id, offset, length): anonymous memory -> MADV_DONTNEED; memfd -> punch a hole in the
-// file (the pages leave the page cache too, so the next access is a missing fault again).
+// evict(id, offset, length): anonymous memory -> MADV_DONTNEED; memfd -> MADV_REMOVE, which
+// punches a hole in the file (the pages leave the page cache too, so the next access is a
+// missing fault again) and, unlike fallocate, tells this mapping's userfaultfd
+// (UFFD_EVENT_REMOVE), as MADV_DONTNEED does for anonymous memory.
 Napi::Value Evict(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t off, len;
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   if (!len) return env.Undefined();
   if (m->fd >= 0) {
-    if (fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len)) != 0)
-      ThrowSystemError(env, errno, "fallocate(FALLOC_FL_PUNCH_HOLE)");
+    if (madvise(m->addr + off, len, MADV_REMOVE) != 0) ThrowSystemError(env, errno, "madvise(MADV_REMOVE)");
   } else if (madvise(m->addr + off, len, MADV_DONTNEED) != 0) {
     ThrowSystemError(env, errno, "madvise(MADV_DONTNEED)");
   }
@@ -309,6 +329,61 @@ Napi::Value Zap(const Napi::CallbackInfo& info) {
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   if (len && madvise(m->addr + off, len, MADV_DONTNEED) != 0) ThrowSystemError(env, errno, "madvise(MADV_DONTNEED)");
   return env.Undefined();
+}
+
+// advise(id, offset, length, advice): MADV_COLLAPSE (make the range one transparent huge
+// page, migrating every frame; 6.1) or MADV_PAGEOUT (reclaim the range now; 5.4).
+Napi::Value Advise(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  uint32_t advice = ArgU32(info, 3, "advice");
+  const char* name = advice == MADV_COLLAPSE ? "madvise(MADV_COLLAPSE)" : advice == MADV_PAGEOUT ? "madvise(MADV_PAGEOUT)" : nullptr;
+  if (name == nullptr) throw Napi::RangeError::New(env, "advice must be MADV_COLLAPSE or MADV_PAGEOUT");
+  // Regions are mapped MADV_NOHUGEPAGE (4 KiB faults), which MADV_COLLAPSE refuses: make the
+  // range THP-eligible first. It stays so: a huge page is what the caller asked for.
+  if (advice == MADV_COLLAPSE && !m->huge && !m->hugetlb && len && madvise(m->addr + off, len, MADV_HUGEPAGE) != 0)
+    ThrowSystemError(env, errno, "madvise(MADV_HUGEPAGE)");
+  if (len && madvise(m->addr + off, len, static_cast<int>(advice)) != 0) ThrowSystemError(env, errno, name);
+  return env.Undefined();
+}
+
+// pagemapScan(id, offset, length, flags, categoryMask, categoryInverted, anyofMask, returnMask)
+// -> Float64Array of (startOffset, endOffset, categories) runs. The PAGEMAP_SCAN ioctl on
+// /proc/self/pagemap (6.7); with PM_SCAN_WP_MATCHING it write-protects (re-arms) what it
+// reports: the dirty-page scan of UFFD_FEATURE_WP_ASYNC.
+Napi::Value PagemapScan(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) ThrowSystemError(env, errno, "open(/proc/self/pagemap)");
+  std::vector<page_region> vec(256);
+  std::vector<double> runs;
+  uint64_t start = reinterpret_cast<uint64_t>(m->addr + off), end = start + len;
+  const uint64_t base = reinterpret_cast<uint64_t>(m->addr);
+  while (start < end) {
+    pm_scan_arg arg{};
+    arg.size = sizeof(arg);
+    arg.flags = ArgAddr(info, 3, "flags");
+    arg.start = start;
+    arg.end = end;
+    arg.vec = reinterpret_cast<uint64_t>(vec.data());
+    arg.vec_len = vec.size();
+    arg.category_mask = ArgAddr(info, 4, "categoryMask");
+    arg.category_inverted = ArgAddr(info, 5, "categoryInverted");
+    arg.category_anyof_mask = ArgAddr(info, 6, "anyofMask");
+    arg.return_mask = ArgAddr(info, 7, "returnMask");
+    long n = ioctl(fd, PAGEMAP_SCAN, &arg);
+    if (n < 0) ThrowSystemError(env, errno, "ioctl(PAGEMAP_SCAN)");
+    for (long i = 0; i < n; i++)
+      runs.insert(runs.end(), {static_cast<double>(vec[i].start - base), static_cast<double>(vec[i].end - base), static_cast<double>(vec[i].categories)});
+    if (arg.walk_end <= start) break;  // no progress: nothing more to say
+    start = arg.walk_end;
+  }
+  auto out = Napi::Float64Array::New(env, runs.size());
+  std::copy(runs.begin(), runs.end(), out.Data());
+  return out;
 }
 
 Napi::Value Pin(const Napi::CallbackInfo& info) {
@@ -332,10 +407,24 @@ Napi::Value MapAlias(const Napi::CallbackInfo& info) {
   m->fd = dup(src->fd);
   if (m->fd < 0) ThrowSystemError(env, errno, "dup");
   m->size = src->size;
-  void* addr = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, m->fd, 0);
+  m->hugetlb = src->hugetlb;
+  // hugetlbfs: reserve at mmap, as MapHugetlb does, so a short pool is ENOMEM here rather
+  // than SIGBUS at a write through this view.
+  int flags = MAP_SHARED | (src->hugetlb ? 0 : MAP_NORESERVE);
+  void* addr = mmap(nullptr, m->size, PROT_READ | PROT_WRITE, flags, m->fd, 0);
   if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
   m->addr = static_cast<uint8_t*>(addr);
-  madvise(addr, m->size, MADV_NOHUGEPAGE);
+  if (!src->hugetlb) madvise(addr, m->size, MADV_NOHUGEPAGE);
+  return Publish(env, std::move(m));
+}
+
+// regionShare(id) -> { id, address, buffer, pageSize }: a new handle on an existing mapping,
+// for another JS thread (a worker). It holds the mapping like any handle: the memory stays
+// mapped until every handle is closed and no native thread works on it.
+Napi::Value RegionShare(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto m = FindRegion(ArgU32(info, 0, "id"));
+  if (!m) throw Napi::TypeError::New(env, "region is closed or unknown");
   return Publish(env, std::move(m));
 }
 
@@ -356,12 +445,15 @@ Napi::Value Tid(const Napi::CallbackInfo& info) { return Napi::Number::New(info.
 void InitRegion(Napi::Env env, Napi::Object exports) {
   exports.Set("mapRegion", Napi::Function::New(env, MapRegion, "mapRegion"));
   exports.Set("mapAlias", Napi::Function::New(env, MapAlias, "mapAlias"));
+  exports.Set("regionShare", Napi::Function::New(env, RegionShare, "regionShare"));
   exports.Set("closeRegion", Napi::Function::New(env, CloseRegion, "closeRegion"));
   exports.Set("residency", Napi::Function::New(env, Residency, "residency"));
   exports.Set("pagemap", Napi::Function::New(env, Pagemap, "pagemap"));
   exports.Set("populate", Napi::Function::New(env, Populate, "populate"));
   exports.Set("evict", Napi::Function::New(env, Evict, "evict"));
   exports.Set("zap", Napi::Function::New(env, Zap, "zap"));
+  exports.Set("advise", Napi::Function::New(env, Advise, "advise"));
+  exports.Set("pagemapScan", Napi::Function::New(env, PagemapScan, "pagemapScan"));
   exports.Set("pin", Napi::Function::New(env, Pin, "pin"));
   exports.Set("memlockLimit", Napi::Function::New(env, MemlockLimit, "memlockLimit"));
   exports.Set("gettid", Napi::Function::New(env, Tid, "gettid"));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common.h"
+#include "sigbus.h"
 
 namespace pfr {
 
@@ -22,6 +23,7 @@ struct TouchJob {
   bool timings = false;
   std::vector<uint8_t> data;       // kReadCopy: the bytes read
   std::vector<double> page_ns;     // per-page access time when timings
+  std::vector<double> failed;      // offsets of pages whose access raised SIGBUS
   uint64_t checksum = 0;           // probes: sum of the first byte of every page
   uint64_t ns = 0;
   pid_t tid = 0;
@@ -41,6 +43,11 @@ void Settle(Napi::Env env, Napi::Function, TouchJob* job, void*) {
   out.Set("pages", Napi::Number::New(env, static_cast<double>((job->length + PageSize() - 1) / PageSize())));
   out.Set("checksum", Napi::Number::New(env, static_cast<double>(job->checksum)));
   if (job->mode == kReadCopy) out.Set("data", Napi::Buffer<uint8_t>::Copy(env, job->data.data(), job->data.size()));
+  if (!job->failed.empty()) {
+    auto arr = Napi::Float64Array::New(env, job->failed.size());
+    std::copy(job->failed.begin(), job->failed.end(), arr.Data());
+    out.Set("failed", arr);
+  }
   if (job->timings) {
     auto arr = Napi::Float64Array::New(env, job->page_ns.size());
     std::copy(job->page_ns.begin(), job->page_ns.end(), arr.Data());
@@ -56,29 +63,49 @@ void Run(TouchJob* job, Tsfn tsfn) {
   if (job->mode == kReadCopy) job->data.resize(job->length);
   if (job->timings) job->page_ns.reserve(job->length / ps + 1);
   uint64_t start = NowNs();
-  uint64_t last = start;
-  for (size_t off = 0; off < job->length; off += ps) {
-    size_t n = std::min(ps, job->length - off);
-    volatile uint8_t* p = base + off;
-    switch (job->mode) {
-      case kReadCopy:
-        memcpy(job->data.data() + off, base + off, n);
-        break;
-      case kWriteFill:
-        memset(base + off, job->fill, n);
-        break;
-      case kProbeRead:
-        job->checksum += p[0];
-        break;
-      case kProbeWrite:
-        p[0] = job->fill;
-        break;
+  // Locals changed between sigsetjmp and a siglongjmp back to it must be volatile.
+  volatile uint64_t last = start;
+  volatile size_t off = 0;
+  SigbusGuard guard;
+  while (off < job->length) {
+    if (sigsetjmp(guard.env, 0) != 0) {
+      // The access to this page raised SIGBUS (poisoned, or a SIGBUS-mode userfaultfd):
+      // report it as failed and go on with the next page.
+      CurrentSigbusGuard() = nullptr;
+      job->failed.push_back(static_cast<double>(job->offset + off));
+      if (job->timings) {
+        uint64_t now = NowNs();
+        job->page_ns.push_back(static_cast<double>(now - last));
+        last = now;
+      }
+      off = off + ps;
+      continue;
     }
-    if (job->timings) {
-      uint64_t now = NowNs();
-      job->page_ns.push_back(static_cast<double>(now - last));
-      last = now;
+    CurrentSigbusGuard() = &guard;
+    for (; off < job->length; off = off + ps) {
+      size_t n = std::min(ps, job->length - off);
+      volatile uint8_t* p = base + off;
+      switch (job->mode) {
+        case kReadCopy:
+          memcpy(job->data.data() + off, base + off, n);
+          break;
+        case kWriteFill:
+          memset(base + off, job->fill, n);
+          break;
+        case kProbeRead:
+          job->checksum += p[0];
+          break;
+        case kProbeWrite:
+          p[0] = job->fill;
+          break;
+      }
+      if (job->timings) {
+        uint64_t now = NowNs();
+        job->page_ns.push_back(static_cast<double>(now - last));
+        last = now;
+      }
     }
+    CurrentSigbusGuard() = nullptr;
   }
   job->ns = NowNs() - start;
   job->mapping.reset();  // the region may be unmapped as soon as we are done
@@ -93,6 +120,7 @@ Napi::Value Touch(const Napi::CallbackInfo& info) {
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   uint32_t mode = ArgU32(info, 3, "mode");
   if (mode > kProbeWrite) throw Napi::RangeError::New(env, "unknown touch mode");
+  InstallSigbusHandler();
   auto* job = new TouchJob(env);
   job->mapping = std::move(m);
   job->offset = off;

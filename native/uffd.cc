@@ -10,29 +10,27 @@
 //   thread (native toucher, copy-engine threads, workers) to JS through a thread-safe
 //   function. It also runs the watchdog: a forwarded fault not resolved in time is resolved
 //   with the default and reported, so no thread stays blocked.
+//
+// Fork: with UFFD_FEATURE_EVENT_FORK the forking thread waits in the kernel until the FORK
+// event is read, and glibc's fork() holds every malloc arena lock meanwhile. So the reader
+// allocates nothing between poll() and read(): its batch lives on the stack until the
+// events are read, and the watchdog works in a fixed array.
 #include <fcntl.h>
-#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "common.h"
-
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
-#ifndef UFFD_FEATURE_WP_UNPOPULATED
-#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
-#endif
+#include "kernel_abi.h"
 
 namespace pfr {
 
@@ -47,6 +45,7 @@ enum EventKind : int {
   kUnmap = 4,
   kRemap = 5,
   kResolveError = 6,   // a native resolution failed (errno in the last field)
+  kFork = 7,           // the process forked (UFFD_FEATURE_EVENT_FORK); the child's uffd was closed
 };
 constexpr int kEventWidth = 7;
 
@@ -65,7 +64,20 @@ struct Range {
   uint64_t len;
   uint32_t region;
   uint64_t mode;
+  uint64_t granule;  // the page size of the memory: 4 KiB, or 2 MiB for hugetlb
 };
+
+// A read-only anonymous mapping of zeros as large as the largest page (2 MiB hugetlb):
+// the source of UFFDIO_COPY where UFFDIO_ZEROPAGE does not exist (hugetlb). Made once, on
+// the JS thread, so the reader never allocates for it.
+constexpr uint64_t kMaxGranule = 2u << 20;
+const uint8_t* Zeros() {
+  static const uint8_t* zeros = [] {
+    void* p = mmap(nullptr, kMaxGranule, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<const uint8_t*>(p);
+  }();
+  return zeros;
+}
 
 // A forwarded fault awaiting the handler. The kind is kept because the default resolution
 // depends on it: a zero page does not end a write-protect or a minor fault (the page is
@@ -73,14 +85,20 @@ struct Range {
 struct Pending {
   uint64_t deadline;  // ns
   int flags;
+  uint64_t granule;
 };
+
+// Two faults of one page are the same fault only if they are of the same kind: a
+// write-protect fault that follows a copy at once is a new fault, never a duplicate.
+inline bool SameKind(int a, int b) { return (a & (kWp | kMinor)) == (b & (kWp | kMinor)); }
 
 class Uffd {
  public:
   int fd = -1;
   int stopfd = -1;
   int kickfd = -1;
-  uint64_t features = 0;
+  uint64_t features = 0;   // what this uffd asked for and the kernel enabled
+  uint64_t available = 0;  // what the kernel offers
   uint64_t ioctls = 0;
   std::string how;  // "syscall", "user-mode-only" or "/dev/userfaultfd"
   pid_t handler_tid = 0;
@@ -104,7 +122,7 @@ class Uffd {
   std::unordered_map<uint64_t, Pending> outstanding;  // page address -> deadline and kind
 
   // statistics, read by JS
-  std::atomic<uint64_t> st_reads{0}, st_events{0}, st_forwarded{0}, st_native{0}, st_timeouts{0}, st_duplicates{0};
+  std::atomic<uint64_t> st_reads{0}, st_events{0}, st_forwarded{0}, st_native{0}, st_timeouts{0}, st_duplicates{0}, st_forks{0};
 
   ~Uffd() {
     if (fd >= 0) close(fd);
@@ -120,6 +138,12 @@ class Uffd {
     return addr < r.start + r.len ? &r : nullptr;
   }
 
+  uint64_t GranuleAt(uint64_t addr) {
+    std::lock_guard<std::mutex> lock(mu);
+    const Range* r = FindRangeLocked(addr);
+    return r ? r->granule : static_cast<uint64_t>(PageSize());
+  }
+
   int Ioctl(unsigned long req, void* arg) { return ioctl(fd, req, arg) == 0 ? 0 : errno; }
 
   int Wake(uint64_t start, uint64_t len) {
@@ -129,8 +153,7 @@ class Uffd {
 
   // Resolve one page with the region's default content. EEXIST means someone resolved it
   // first: wake, success. Returns 0 or an errno.
-  int ResolveDefault(uint64_t page, int flags) {
-    const uint64_t ps = static_cast<uint64_t>(PageSize());
+  int ResolveDefault(uint64_t page, int flags, uint64_t ps) {
     int err;
     for (int attempt = 0; attempt < 100; attempt++) {
       if (flags & kWp) {
@@ -142,9 +165,8 @@ class Uffd {
       } else {
         uffdio_zeropage z{{page, ps}, 0, 0};
         err = Ioctl(UFFDIO_ZEROPAGE, &z);
-        if (err == EINVAL || err == ENOTSUP) {  // a range type without ZEROPAGE: copy zeros
-          static const std::vector<uint8_t> zeros(ps, 0);
-          uffdio_copy cp{page, reinterpret_cast<uint64_t>(zeros.data()), ps, 0, 0};
+        if ((err == EINVAL || err == ENOTSUP) && Zeros() != nullptr && ps <= kMaxGranule) {  // hugetlb has no ZEROPAGE: copy zeros
+          uffdio_copy cp{page, reinterpret_cast<uint64_t>(Zeros()), ps, 0, 0};
           err = Ioctl(UFFDIO_COPY, &cp);
         }
       }
@@ -156,16 +178,42 @@ class Uffd {
     return err;
   }
 
-  void ForgetRange(uint64_t start, uint64_t len) {
+  using Taken = std::vector<std::pair<uint64_t, Pending>>;
+
+  // Stop tracking the forwarded faults of a range. Called *before* the ioctl that resolves
+  // and wakes them: a thread woken by it may fault on the same page at once (a write after
+  // a write-protected copy), and the reader must see that as a new fault, not a duplicate.
+  Taken Take(uint64_t start, uint64_t len) {
+    Taken out;
     std::lock_guard<std::mutex> lock(mu);
-    if (outstanding.empty()) return;
+    if (outstanding.empty()) return out;
     const uint64_t ps = static_cast<uint64_t>(PageSize());
     if (len / ps > outstanding.size()) {
-      for (auto it = outstanding.begin(); it != outstanding.end();)
-        it = (it->first >= start && it->first < start + len) ? outstanding.erase(it) : std::next(it);
+      for (auto it = outstanding.begin(); it != outstanding.end();) {
+        if (it->first >= start && it->first < start + len) {
+          out.emplace_back(*it);
+          it = outstanding.erase(it);
+        } else {
+          ++it;
+        }
+      }
     } else {
-      for (uint64_t p = start; p < start + len; p += ps) outstanding.erase(p);
+      for (uint64_t p = start; p < start + len; p += ps) {
+        auto it = outstanding.find(p);
+        if (it == outstanding.end()) continue;
+        out.emplace_back(*it);
+        outstanding.erase(it);
+      }
     }
+    return out;
+  }
+
+  // The resolution failed: its faults are still waiting, so the watchdog must cover them
+  // again (unless a newer fault of the page came in meanwhile).
+  void Restore(const Taken& taken) {
+    if (taken.empty()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& kv : taken) outstanding.emplace(kv.first, kv.second);
   }
 
   void Push(Batch* b, int kind, int flags, uint64_t addr, double tid, double region, double offset, double extra) {
@@ -173,21 +221,21 @@ class Uffd {
                                        extra});
   }
 
-  void Deliver(Batch* b) {
-    if (b->events.empty()) {
-      delete b;
-      return;
-    }
-    if (tsfn.NonBlockingCall(b) != napi_ok) delete b;
+  // Hand a batch to JS through the thread-safe function. The batch was filled on the
+  // reader's stack; only now, after the read, is anything allocated.
+  void Deliver(Batch& b) {
+    if (b.events.empty()) return;
+    Batch* heap = new Batch{std::move(b.events)};
+    b.events.clear();
+    if (tsfn.NonBlockingCall(heap) != napi_ok) delete heap;
   }
 
   void HandleMessage(const uffd_msg& msg, Batch* b) {
-    const uint64_t ps = static_cast<uint64_t>(PageSize());
     st_events++;
     switch (msg.event) {
       case UFFD_EVENT_PAGEFAULT: {
         uint64_t addr = msg.arg.pagefault.address;
-        uint64_t page = addr & ~(ps - 1);
+        uint64_t ps = static_cast<uint64_t>(PageSize());
         int flags = 0;
         if (msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) flags |= kWrite;
         if (msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) flags |= kWp;
@@ -195,24 +243,30 @@ class Uffd {
         pid_t tid = static_cast<pid_t>(msg.arg.pagefault.feat.ptid);
         uint32_t region = 0;
         uint64_t offset = 0;
+        uint64_t page;
         {
           std::lock_guard<std::mutex> lock(mu);
-          const Range* r = FindRangeLocked(page);
+          const Range* r = FindRangeLocked(addr);
+          if (r) ps = r->granule;
+          page = addr & ~(ps - 1);
           if (r) {
             region = r->region;
             offset = page - r->start;
           }
           if (tid != handler_tid) {
-            if (outstanding.count(page)) {
+            auto it = outstanding.find(page);
+            if (it != outstanding.end() && SameKind(it->second.flags, flags)) {
+              // Another thread waits on the same unresolved page: the resolution of the
+              // first event wakes every waiter of the page, so this one needs no handler call.
               st_duplicates++;
-              return;  // one event per page: the resolution wakes every waiter
+              return;
             }
-            outstanding[page] = Pending{NowNs() + timeout_ns.load(), flags};
+            outstanding[page] = Pending{NowNs() + timeout_ns.load(), flags, ps};
           }
         }
         if (tid == handler_tid) {
           st_native++;
-          int err = ResolveDefault(page, flags);
+          int err = ResolveDefault(page, flags, ps);
           Push(b, err ? kResolveError : kFaultResolved, flags, addr, tid, region, offset, err);
         } else {
           st_forwarded++;
@@ -236,6 +290,15 @@ class Uffd {
       case UFFD_EVENT_REMAP:
         Push(b, kRemap, 0, msg.arg.remap.from, 0, static_cast<double>(msg.arg.remap.to), 0, static_cast<double>(msg.arg.remap.len));
         break;
+      case UFFD_EVENT_FORK:
+        // The kernel gave us a uffd for the child's copy of the registered ranges. A Node
+        // child (child_process) execs at once and never serves faults from our handler, so
+        // close it: the child's memory becomes ordinary memory. Reading the event is what
+        // let the forking thread go on.
+        close(static_cast<int>(msg.arg.fork.ufd));
+        st_forks++;
+        Push(b, kFork, 0, 0, 0, 0, 0, 0);
+        break;
       default:
         break;
     }
@@ -243,13 +306,16 @@ class Uffd {
 
   // Resolve forwarded faults whose deadline passed. Returns ms until the next deadline (-1: none).
   int Watchdog(Batch* b) {
-    std::vector<std::pair<uint64_t, int>> expired;
+    // A fixed array: the watchdog may run while a fork holds the malloc locks. What does
+    // not fit is left for the next pass, which comes at once (next deadline = now).
+    std::array<std::pair<uint64_t, Pending>, 64> expired;
+    size_t count = 0;
     uint64_t now = NowNs(), next = UINT64_MAX;
     {
       std::lock_guard<std::mutex> lock(mu);
       for (auto it = outstanding.begin(); it != outstanding.end();) {
-        if (it->second.deadline <= now) {
-          expired.emplace_back(it->first, it->second.flags);
+        if (it->second.deadline <= now && count < expired.size()) {
+          expired[count++] = *it;
           it = outstanding.erase(it);
         } else {
           next = std::min(next, it->second.deadline);
@@ -257,9 +323,11 @@ class Uffd {
         }
       }
     }
-    for (auto [page, flags] : expired) {
+    for (size_t i = 0; i < count; i++) {
+      uint64_t page = expired[i].first;
+      int flags = expired[i].second.flags;
       st_timeouts++;  // counted before the wake, so whoever the wake releases sees it
-      int err = ResolveDefault(page, flags);
+      int err = ResolveDefault(page, flags, expired[i].second.granule);
       uint32_t region = 0;
       uint64_t offset = 0;
       {
@@ -272,6 +340,7 @@ class Uffd {
       Push(b, kTimeout, flags, page, 0, region, offset, err);
     }
     if (next == UINT64_MAX) return -1;
+    if (next <= now) return 0;
     return static_cast<int>((next - now) / 1'000'000ull) + 1;
   }
 
@@ -301,13 +370,13 @@ class Uffd {
       int n = poll(pfds, 2, wait_ms);
       if (n < 0 && errno != EINTR) break;
       if (pfds[1].revents) break;
-      Batch* b = new Batch();
-      if (n > 0 && (pfds[0].revents & POLLIN)) Drain(b);
+      Batch b;
+      if (n > 0 && (pfds[0].revents & POLLIN)) Drain(&b);
       if (pfds[0].revents & (POLLERR | POLLHUP)) {
         Deliver(b);
         break;
       }
-      wait_ms = Watchdog(b);
+      wait_ms = Watchdog(&b);
       Deliver(b);
     }
   }
@@ -329,7 +398,7 @@ class Uffd {
       int n = taking_over ? poll(fds, 3, 2) : poll(fds + 1, 2, wait_ms);
       if (n < 0 && errno != EINTR) break;
       if (fds[1].revents != 0) break;
-      Batch* b = new Batch();
+      Batch b;
       bool kicked = (fds[2].revents & POLLIN) != 0;
       if (kicked) {
         uint64_t v;
@@ -339,7 +408,7 @@ class Uffd {
         if (!kicked && (main_polls.load() != mark || n == 0)) {
           taking_over = false;  // the JS thread reads again, or all is quiet
         } else if (fds[0].revents & POLLIN) {
-          Drain(b);
+          Drain(&b);
         }
         if (fds[0].revents & (POLLERR | POLLHUP)) {
           Deliver(b);
@@ -347,18 +416,18 @@ class Uffd {
         }
       } else if (kicked) {
         taking_over = true;  // watch the uffd from the next poll on
-        Drain(b);
+        Drain(&b);
       } else {
         bool readable = Readable();
         if (readable && was_readable && main_polls.load() == mark) {
           taking_over = true;
-          Drain(b);
+          Drain(&b);
         }
         was_readable = readable;
       }
       fds[0].revents = fds[2].revents = 0;
       mark = main_polls.load();
-      int next = Watchdog(b);
+      int next = Watchdog(&b);
       Deliver(b);
       bool busy = was_readable || taking_over;
       {
@@ -415,23 +484,24 @@ class Uffd {
       if (write(stopfd, &one, sizeof(one)) < 0) { /* the poll will see POLLHUP at close */ }
       if (reader.joinable()) reader.join();
     }
-    const uint64_t ps = static_cast<uint64_t>(PageSize());
     uffd_msg msgs[64];
     for (;;) {
       ssize_t got = read(fd, msgs, sizeof(msgs));
       if (got <= 0) break;
       for (size_t i = 0; i < static_cast<size_t>(got) / sizeof(uffd_msg); i++) {
+        if (msgs[i].event == UFFD_EVENT_FORK) close(static_cast<int>(msgs[i].arg.fork.ufd));
         if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
         int flags = 0;
         if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) flags |= kWp;
         if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_MINOR) flags |= kMinor;
-        ResolveDefault(msgs[i].arg.pagefault.address & ~(ps - 1), flags);
+        uint64_t g = GranuleAt(msgs[i].arg.pagefault.address);
+        ResolveDefault(msgs[i].arg.pagefault.address & ~(g - 1), flags, g);
       }
     }
     std::vector<Range> all;
     {
       std::lock_guard<std::mutex> lock(mu);
-      for (auto& kv : outstanding) ResolveDefault(kv.first, kv.second.flags);
+      for (auto& kv : outstanding) ResolveDefault(kv.first, kv.second.flags, kv.second.granule);
       outstanding.clear();
       for (auto& kv : ranges) all.push_back(kv.second);
       ranges.clear();
@@ -515,14 +585,18 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   // handshake fails outright on an unknown bit), then do the real handshake on a new fd.
   uffdio_api api{UFFD_API, 0, 0};
   if (ioctl(u->fd, UFFDIO_API, &api) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_API)");
-  uint64_t grant = (api.features & wanted) | required;
+  const uint64_t available = api.features;
+  uint64_t grant = (available & wanted) | required;
   close(u->fd);
   std::string how;
   u->fd = OpenFd(flags, &how);
   if (u->fd < 0) ThrowSystemError(env, errno, "userfaultfd");
   api = {UFFD_API, grant, 0};
   if (ioctl(u->fd, UFFDIO_API, &api) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_API)");
-  u->features = api.features;
+  // On output the kernel lists every feature it has, not the ones it enabled: what this uffd
+  // has is what it asked for, since the handshake took all of it.
+  u->features = grant;
+  u->available = available;
   u->ioctls = api.ioctls;
   u->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (u->stopfd < 0) ThrowSystemError(env, errno, "eventfd");
@@ -530,6 +604,7 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   if (u->kickfd < 0) ThrowSystemError(env, errno, "eventfd");
   u->handler_tid = Gettid();
   u->env = env;
+  Zeros();  // made here, on the JS thread, never by the reader
 
   uint32_t id;
   {
@@ -540,6 +615,7 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("handle", Napi::Number::New(env, id));
   out.Set("features", Napi::BigInt::New(env, static_cast<uint64_t>(u->features)));
+  out.Set("available", Napi::BigInt::New(env, static_cast<uint64_t>(u->available)));
   out.Set("ioctls", Napi::BigInt::New(env, static_cast<uint64_t>(u->ioctls)));
   out.Set("how", Napi::String::New(env, u->how));
   out.Set("handlerTid", Napi::Number::New(env, u->handler_tid));
@@ -581,7 +657,7 @@ Napi::Value UffdStart(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// uffdRegister(handle, region, address, length, mode) -> ioctls (bigint)
+// uffdRegister(handle, region, address, length, mode, granule) -> ioctls (bigint)
 Napi::Value UffdRegister(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
@@ -589,11 +665,13 @@ Napi::Value UffdRegister(const Napi::CallbackInfo& info) {
   uint64_t start = ArgAddr(info, 2, "address");
   uint64_t len = ArgAddr(info, 3, "length");
   uint64_t mode = ArgAddr(info, 4, "mode");
+  uint64_t granule = ArgAddr(info, 5, "granule");
+  if (granule == 0 || (granule & (granule - 1)) != 0 || granule > kMaxGranule) throw Napi::RangeError::New(env, "granule must be a power of two up to 2 MiB");
   uffdio_register reg{{start, len}, mode, 0};
   if (ioctl(u->fd, UFFDIO_REGISTER, &reg) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_REGISTER)");
   {
     std::lock_guard<std::mutex> lock(u->mu);
-    u->ranges[start] = Range{start, len, region, mode};
+    u->ranges[start] = Range{start, len, region, mode, granule};
   }
   return Napi::BigInt::New(env, static_cast<uint64_t>(reg.ioctls));
 }
@@ -605,66 +683,101 @@ Napi::Value UffdUnregister(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 2, "length");
   uffdio_range r{start, len};
   if (ioctl(u->fd, UFFDIO_UNREGISTER, &r) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_UNREGISTER)");
-  u->ForgetRange(start, len);
+  u->Take(start, len);  // the unregister woke them
   std::lock_guard<std::mutex> lock(u->mu);
   for (auto it = u->ranges.begin(); it != u->ranges.end();)
     it = (it->second.start >= start && it->second.start + it->second.len <= start + len) ? u->ranges.erase(it) : std::next(it);
   return env.Undefined();
 }
 
-// uffdCopy(handle, dst, length, src (TypedArray|ArrayBuffer), srcOffset, writeProtect, dontWake) -> bytes
-// Loops over partial copies (EAGAIN with progress); EEXIST = a racing resolution won:
-// wake and report success.
+// Every resolution below takes the range's forwarded faults out of the table before its
+// ioctl (see Uffd::Take) and puts them back if it fails. `Restorer` does the putting back
+// on every error path, including a thrown error.
+struct Restorer {
+  Uffd* u;
+  Uffd::Taken taken;
+  bool done = false;
+  ~Restorer() {
+    if (!done) u->Restore(taken);
+  }
+};
+
+// The source bytes of a copy: a TypedArray, Buffer, DataView or ArrayBuffer.
+uint8_t* SourceBytes(const Napi::Value& v, size_t* avail) {
+  if (v.IsTypedArray() || v.IsDataView()) {
+    napi_value ab;
+    void* data;
+    size_t len, off;
+    if (v.IsTypedArray()) {
+      auto ta = v.As<Napi::TypedArray>();
+      *avail = ta.ByteLength();
+      return static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+    }
+    if (napi_get_dataview_info(v.Env(), v, &len, &data, &ab, &off) != napi_ok) return nullptr;
+    *avail = len;
+    return static_cast<uint8_t*>(data);
+  }
+  if (v.IsArrayBuffer()) {
+    auto ab = v.As<Napi::ArrayBuffer>();
+    *avail = ab.ByteLength();
+    return static_cast<uint8_t*>(ab.Data());
+  }
+  return nullptr;
+}
+
+// uffdCopy(handle, dst, length, src, srcOffset, writeProtect, dontWake) -> bytes placed
+// Loops over partial copies (EAGAIN with progress). EEXIST: part of the range was there
+// already (a racing resolution won): the rest is placed page by page, and the bytes
+// returned are only those this call placed.
 Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
   uint64_t dst = ArgAddr(info, 1, "address");
   uint64_t len = ArgAddr(info, 2, "length");
-  uint8_t* src;
-  size_t avail;
-  if (info[3].IsTypedArray()) {
-    auto ta = info[3].As<Napi::TypedArray>();
-    src = static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-    avail = ta.ByteLength();
-  } else if (info[3].IsArrayBuffer()) {
-    auto ab = info[3].As<Napi::ArrayBuffer>();
-    src = static_cast<uint8_t*>(ab.Data());
-    avail = ab.ByteLength();
-  } else {
-    throw Napi::TypeError::New(env, "source must be a TypedArray, Buffer or ArrayBuffer");
-  }
+  size_t avail = 0;
+  uint8_t* src = SourceBytes(info[3], &avail);
+  if (src == nullptr) throw Napi::TypeError::New(env, "source must be a TypedArray, Buffer, DataView or ArrayBuffer");
   size_t soff = ArgSize(info, 4, "sourceOffset");
   if (soff > avail || len > avail - soff) throw Napi::RangeError::New(env, "source is shorter than the range");
-  uint64_t mode = (ArgBool(info, 5) ? UFFDIO_COPY_MODE_WP : 0) | (ArgBool(info, 6) ? UFFDIO_COPY_MODE_DONTWAKE : 0);
-  uint64_t done = 0;
+  bool wake = !ArgBool(info, 6);
+  uint64_t mode = (ArgBool(info, 5) ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE);
+  const uint64_t ps = u->GranuleAt(dst);
+  // Without a wake the faults still wait: they stay tracked until the caller's wake, or the
+  // watchdog's default resolution (EEXIST there, then a wake) if it never comes.
+  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
+  uint64_t done = 0, placed = 0;
   uint64_t deadline = NowNs() + 1'000'000'000ull;
   while (done < len) {
     uffdio_copy c{dst + done, reinterpret_cast<uint64_t>(src + soff + done), len - done, mode, 0};
     if (ioctl(u->fd, UFFDIO_COPY, &c) == 0) {
+      placed += len - done;
       done = len;
       break;
     }
     int err = errno;
     if (c.copy > 0) {
       done += static_cast<uint64_t>(c.copy);
+      placed += static_cast<uint64_t>(c.copy);
       continue;
     }
     if (err == EEXIST) {
       // Part of the range was resolved already: copy the rest page by page so one
       // resident page does not leave its neighbours blocked. Wake once at the end: a
       // wake per page would let the faulting thread run ahead into pages not yet copied.
-      const uint64_t ps = static_cast<uint64_t>(PageSize());
-      for (uint64_t p = done; p < len; p += ps) {
+      for (uint64_t p = done; p < len;) {
         uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + soff + p), std::min(ps, len - p), mode | UFFDIO_COPY_MODE_DONTWAKE, 0};
-        if (ioctl(u->fd, UFFDIO_COPY, &one) != 0 && errno != EEXIST) {
-          int e2 = errno;
-          if (e2 != EAGAIN) ThrowSystemError(env, e2, "ioctl(UFFDIO_COPY)");
-          p -= ps;  // mmap changing: retry this page
+        if (ioctl(u->fd, UFFDIO_COPY, &one) == 0) {
+          placed += one.len;
+        } else if (errno == EAGAIN && one.copy <= 0) {
           if (NowNs() > deadline) ThrowSystemError(env, EAGAIN, "ioctl(UFFDIO_COPY)");
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          std::this_thread::sleep_for(std::chrono::microseconds(50));  // mmap changing: retry this page
+          continue;
+        } else if (errno != EEXIST) {
+          ThrowSystemError(env, errno, "ioctl(UFFDIO_COPY)");
         }
+        p += ps;
       }
-      if (!(mode & UFFDIO_COPY_MODE_DONTWAKE)) u->Wake(dst, len);
+      if (wake) u->Wake(dst, len);
       done = len;
       break;
     }
@@ -674,44 +787,55 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
     }
     ThrowSystemError(env, err, "ioctl(UFFDIO_COPY)");
   }
-  u->ForgetRange(dst, len);
-  return Napi::Number::New(env, static_cast<double>(done));
+  restore.done = true;
+  return Napi::Number::New(env, static_cast<double>(placed));
 }
 
+// The range ioctls that share one shape: a range, a mode whose bit 0 is DONTWAKE, and a
+// progress field (bytes done, or -errno).
 int64_t Progress(const uffdio_zeropage& z) { return z.zeropage; }
 int64_t Progress(const uffdio_continue& c) { return c.mapped; }
+int64_t Progress(const uffdio_poison& p) { return p.updated; }
 
-// A range ioctl with the same EEXIST / EAGAIN rules: zeropage, continue.
+// A range ioctl with the same EEXIST / EAGAIN rules as copy: zeropage, continue, poison.
+// Returns the bytes this call resolved.
 template <typename T, unsigned long Req>
 Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
   Napi::Env env = info.Env();
   auto u = Require(info);
   uint64_t start = ArgAddr(info, 1, "address");
   uint64_t len = ArgAddr(info, 2, "length");
-  bool dontwake = ArgBool(info, 3);
+  bool wake = !ArgBool(info, 3);
+  uint64_t extra = info.Length() > 4 ? ArgAddr(info, 4, "mode") : 0;  // e.g. UFFDIO_CONTINUE_MODE_WP
   uint64_t deadline = NowNs() + 1'000'000'000ull;
-  uint64_t done = 0;
-  const uint64_t ps = static_cast<uint64_t>(PageSize());
+  uint64_t done = 0, placed = 0;
+  const uint64_t ps = u->GranuleAt(start);
+  Restorer restore{u.get(), wake ? u->Take(start, len) : Uffd::Taken{}};
   while (done < len) {
     T arg{};
     arg.range = {start + done, len - done};
-    arg.mode = dontwake ? 1 : 0;  // *_MODE_DONTWAKE is bit 0 for both
-    if (ioctl(u->fd, Req, &arg) == 0) break;
+    arg.mode = (wake ? 0 : 1) | extra;
+    if (ioctl(u->fd, Req, &arg) == 0) {
+      placed += len - done;
+      break;
+    }
     int err = errno;
     int64_t progress = Progress(arg);
     if (progress > 0) {
       done += static_cast<uint64_t>(progress);
+      placed += static_cast<uint64_t>(progress);
       continue;
     }
     if (err == EEXIST) {
       // Some page of the range is already there: resolve the others one by one.
       for (uint64_t p = done; p < len; p += ps) {
         T one{};
-        one.range = {start + p, ps};
-        one.mode = 1;
-        if (ioctl(u->fd, Req, &one) != 0 && errno != EEXIST) ThrowSystemError(env, errno, name);
+        one.range = {start + p, std::min(ps, len - p)};
+        one.mode = 1 | extra;
+        if (ioctl(u->fd, Req, &one) == 0) placed += one.range.len;
+        else if (errno != EEXIST) ThrowSystemError(env, errno, name);
       }
-      if (!dontwake) u->Wake(start, len);
+      if (wake) u->Wake(start, len);
       break;
     }
     if (err == EAGAIN && NowNs() < deadline) {
@@ -720,15 +844,65 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
     }
     ThrowSystemError(env, err, name);
   }
-  u->ForgetRange(start, len);
-  return env.Undefined();
+  restore.done = true;
+  return Napi::Number::New(env, static_cast<double>(placed));
 }
 
+// uffdZeropage(handle, address, length, dontWake) -> bytes
 Napi::Value UffdZeropage(const Napi::CallbackInfo& info) {
   return RangeOp<uffdio_zeropage, UFFDIO_ZEROPAGE>(info, "ioctl(UFFDIO_ZEROPAGE)");
 }
+// uffdContinue(handle, address, length, dontWake, mode) -> bytes; mode may hold UFFDIO_CONTINUE_MODE_WP
 Napi::Value UffdContinue(const Napi::CallbackInfo& info) {
   return RangeOp<uffdio_continue, UFFDIO_CONTINUE>(info, "ioctl(UFFDIO_CONTINUE)");
+}
+// uffdPoison(handle, address, length, dontWake) -> bytes
+Napi::Value UffdPoison(const Napi::CallbackInfo& info) {
+  return RangeOp<uffdio_poison, UFFDIO_POISON>(info, "ioctl(UFFDIO_POISON)");
+}
+
+// uffdMove(handle, dst, src, length, dontWake, allowSrcHoles) -> bytes moved
+// UFFDIO_MOVE: the source pages themselves (anonymous, this process) become the
+// destination's, no copy. A destination page that is there already (EEXIST) is skipped:
+// its source page stays where it was, and the bytes returned leave it out.
+Napi::Value UffdMove(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto u = Require(info);
+  uint64_t dst = ArgAddr(info, 1, "destination");
+  uint64_t src = ArgAddr(info, 2, "source");
+  uint64_t len = ArgAddr(info, 3, "length");
+  bool wake = !ArgBool(info, 4);
+  uint64_t holes = ArgBool(info, 5) ? UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES : 0;
+  const uint64_t ps = u->GranuleAt(dst);
+  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
+  uint64_t done = 0, moved = 0, skipped = 0;
+  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  while (done < len) {
+    uffdio_move m{dst + done, src + done, len - done, UFFDIO_MOVE_MODE_DONTWAKE | holes, 0};
+    if (ioctl(u->fd, UFFDIO_MOVE, &m) == 0) {
+      moved += len - done;
+      break;
+    }
+    int err = errno;
+    if (m.move > 0) {
+      done += static_cast<uint64_t>(m.move);
+      moved += static_cast<uint64_t>(m.move);
+      continue;
+    }
+    if (err == EEXIST) {
+      done += ps;  // this destination page is there already
+      skipped++;
+      continue;
+    }
+    if (err == EAGAIN && NowNs() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    ThrowSystemError(env, err, "ioctl(UFFDIO_MOVE)");
+  }
+  if (wake && (moved || skipped)) u->Wake(dst, len);
+  restore.done = true;
+  return Napi::Number::New(env, static_cast<double>(moved));
 }
 
 // uffdWriteProtect(handle, address, length, on, dontWake)
@@ -739,9 +913,10 @@ Napi::Value UffdWriteProtect(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 2, "length");
   bool on = ArgBool(info, 3);
   bool dontwake = ArgBool(info, 4);
+  Restorer restore{u.get(), on || dontwake ? Uffd::Taken{} : u->Take(start, len)};
   uffdio_writeprotect wp{{start, len}, (on ? UFFDIO_WRITEPROTECT_MODE_WP : 0) | (dontwake ? UFFDIO_WRITEPROTECT_MODE_DONTWAKE : 0)};
   if (ioctl(u->fd, UFFDIO_WRITEPROTECT, &wp) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_WRITEPROTECT)");
-  if (!on) u->ForgetRange(start, len);
+  restore.done = true;
   return env.Undefined();
 }
 
@@ -752,7 +927,7 @@ Napi::Value UffdWake(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 2, "length");
   // A bare wake leaves the page unresolved: the thread faults again, and that new fault
   // must reach the handler rather than be dropped as a duplicate of the old one.
-  u->ForgetRange(start, len);
+  u->Take(start, len);
   int err = u->Wake(start, len);
   if (err) ThrowSystemError(env, err, "ioctl(UFFDIO_WAKE)");
   return env.Undefined();
@@ -787,6 +962,7 @@ Napi::Value UffdStats(const Napi::CallbackInfo& info) {
   o.Set("resolvedNatively", Napi::Number::New(env, static_cast<double>(u->st_native.load())));
   o.Set("timeouts", Napi::Number::New(env, static_cast<double>(u->st_timeouts.load())));
   o.Set("duplicates", Napi::Number::New(env, static_cast<double>(u->st_duplicates.load())));
+  o.Set("forks", Napi::Number::New(env, static_cast<double>(u->st_forks.load())));
   return o;
 }
 
@@ -832,6 +1008,8 @@ void InitUffd(Napi::Env env, Napi::Object exports) {
   exports.Set("uffdCopy", Napi::Function::New(env, UffdCopy, "uffdCopy"));
   exports.Set("uffdZeropage", Napi::Function::New(env, UffdZeropage, "uffdZeropage"));
   exports.Set("uffdContinue", Napi::Function::New(env, UffdContinue, "uffdContinue"));
+  exports.Set("uffdPoison", Napi::Function::New(env, UffdPoison, "uffdPoison"));
+  exports.Set("uffdMove", Napi::Function::New(env, UffdMove, "uffdMove"));
   exports.Set("uffdWriteProtect", Napi::Function::New(env, UffdWriteProtect, "uffdWriteProtect"));
   exports.Set("uffdWake", Napi::Function::New(env, UffdWake, "uffdWake"));
   exports.Set("uffdSetTimeout", Napi::Function::New(env, UffdSetTimeout, "uffdSetTimeout"));

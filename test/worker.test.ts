@@ -16,3 +16,21 @@ it('workers handle faults on their own userfaultfd; terminate() with a fault in 
   ]);
   expect(out.terminated).toBe(true);
 });
+
+it("a worker's JS thread reading its own registered memory is resolved natively at once, not by its own handler", async () => {
+  const r = await runFixture('worker-own-fault.mjs', [], { timeoutMs: 20_000 });
+  expect(r.code).toBe(0);
+  type Row = { delivery: string; workerTid: number; pid: number; handlerTid: number; sum: number; elapsedMs: number; handlerCalls: number; faults: string[]; stats: { resolvedNatively: number; timeouts: number; forwarded: number } };
+  const rows = report<Row[]>(r);
+  expect(rows.map((x) => x.delivery)).toEqual(['event-loop', 'thread']);
+  for (const x of rows) {
+    expect(x.workerTid).not.toBe(x.pid); // off the main thread: thread id and process id differ
+    expect(x.handlerTid).toBe(x.workerTid);
+    expect(x.sum).toBe(0);
+    expect(x.faults).toEqual(['native', 'native', 'native', 'native']);
+    expect(x.handlerCalls).toBe(0);
+    expect(x.stats).toMatchObject({ resolvedNatively: 4, timeouts: 0, forwarded: 0 });
+    // Routed to its own handler, each fault would wait for the 5 s watchdog.
+    expect(x.elapsedMs).toBeLessThan(1000);
+  }
+});

@@ -1,0 +1,476 @@
+// EDM's DM-Handler on userfaultfd: serves the page faults of a remote-paged region from a page
+// store, and keeps the resident pages between two watermarks with an eviction worker (LPET).
+// It runs in a worker_thread (see pager.ts): every thread of the process, the main JS thread
+// included, may fault on the region and simply waits for its page, because the thread that
+// resolves faults never touches the region's missing pages itself.
+//
+// A fault, step by step: the worker's userfaultfd reports it; a page being evicted is waited
+// for; at the high watermark the eviction worker is woken; the page joins the next batch of
+// fetches (every fault of one delivery, plus the prefetch window, in one store request); a
+// page never stored is resolved with UFFDIO_ZEROPAGE, a stored one with UFFDIO_COPY of its
+// checked bytes (write-protected: dirty tracking); the copy wakes every thread waiting on it.
+//
+// Dirty pages: with UFFD_FEATURE_WP_ASYNC (6.7) the kernel clears the protection on the first
+// write by itself and PAGEMAP_SCAN reports the pages written ('wp-async'); on older kernels
+// the first write is a write-protect fault the handler records ('wp-sync', as UMap does).
+// Eviction ('wp-async' also needs UFFDIO_MOVE, 6.8): the victim is moved out of the region
+// into a staging page in one step, so a racing access faults and waits for the eviction
+// instead of writing into a page on its way out; its bytes are written to the store and
+// acknowledged before the staging page is dropped. A page the scan calls clean is checked
+// against the checksum it was placed with (a write between the scan and the move would
+// otherwise be lost) and dropped without a write when it matches. 'wp-sync' write-protects
+// the victim instead of moving it, so a racing write waits in its fault.
+import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
+import { PfrError } from '../errors.js';
+import { mapRegion, Region, type SharedRegion } from '../region.js';
+import { UffdFeature, Userfaultfd, type Fault } from '../uffd.js';
+import { ResidentPageTable } from './lspt.js';
+import { Counter, type Counters } from './counters.js';
+import { decodePage, EmbeddedStore, encodePage, pageCrc, type PageStore, type StoredPage } from './store.js';
+import { RedisStore, type RedisStoreOptions } from './redis-store.js';
+
+export type DirtyTracking = 'wp-async' | 'wp-sync';
+
+/** What the pager hands the worker (plain data: it crosses threads). */
+export interface DmHandlerConfig {
+  region: SharedRegion;
+  pageSize: number;
+  highPages: number;
+  lowPages: number;
+  prefetch: number;
+  fillWorkers: number;
+  evictWorkers: number;
+  evictBatch: number;
+  timeoutMs: number;
+  tracking: DirtyTracking;
+  store: { kind: 'embedded' } | { kind: 'redis'; options: RedisStoreOptions };
+  counters: SharedArrayBuffer;
+}
+
+interface Batch {
+  pages: number[];
+  /** Pages some thread faulted on (the others are read ahead). */
+  faulting: Set<number>;
+  receivedAt: Map<number, number>;
+  settled: Promise<void>;
+  done: () => void;
+}
+
+export interface LatencySummary {
+  count: number;
+  p50Us: number;
+  p99Us: number;
+  maxUs: number;
+}
+
+export class DmHandler {
+  readonly tracking: DirtyTracking;
+  #cfg: DmHandlerConfig;
+  #uffd: Userfaultfd;
+  #region: Region;
+  #staging: Region | undefined;
+  #store: PageStore;
+  #lspt = new ResidentPageTable();
+  #counters: Counters;
+  #pending: Batch | undefined;
+  #queued: Batch[] = [];
+  #fills = 0;
+  #evictor: Promise<void> | undefined;
+  // One eviction at a time per group of staging slots (an eviction worker's).
+  #slots: Promise<unknown>[] = [];
+  #closed = false;
+  #onError: (err: PfrError) => void;
+  #zeroCrc: number;
+  #zeros: Uint8Array;
+  readonly major: RecordableHistogram = createHistogram();
+  readonly minor: RecordableHistogram = createHistogram();
+
+  private constructor(cfg: DmHandlerConfig, store: PageStore, onError: (err: PfrError) => void) {
+    this.#cfg = cfg;
+    this.tracking = cfg.tracking;
+    this.#store = store;
+    this.#onError = onError;
+    this.#counters = new BigInt64Array(cfg.counters);
+    this.#zeros = new Uint8Array(cfg.pageSize);
+    this.#zeroCrc = pageCrc(this.#zeros);
+    this.#region = Region.attach(cfg.region);
+    const features = cfg.tracking === 'wp-async' ? UffdFeature.WP_ASYNC : 0n;
+    // The store's timeout ends a fetch first; the uffd's watchdog is the last resort.
+    this.#uffd = Userfaultfd.open({ features, timeoutMs: cfg.timeoutMs * 3 + 1000, handler: (f) => this.#onFault(f) });
+    this.#uffd.on('error', (err) => this.#report(err));
+    this.#uffd.on('remove', (e) => this.#onRemove(e.address, e.length));
+    this.#uffd.register(this.#region, { missing: true, writeProtect: true });
+    if (cfg.tracking === 'wp-async') {
+      if (!this.#uffd.features.writeProtectAsync || !this.#uffd.features.move) {
+        throw new PfrError('ERR_PFR_UNSUPPORTED', "remote paging: dirtyTracking 'wp-async' needs WP_ASYNC (Linux 6.7) and UFFDIO_MOVE (6.8); use 'wp-sync'");
+      }
+      this.#uffd.writeProtect(this.#region, 0, this.#region.size, true);
+      this.#staging = mapRegion(cfg.evictWorkers * cfg.evictBatch * cfg.pageSize);
+      this.#uffd.register(this.#staging);
+    }
+  }
+
+  static async start(cfg: DmHandlerConfig, onError: (err: PfrError) => void): Promise<DmHandler> {
+    const store = cfg.store.kind === 'redis' ? await RedisStore.connect({ timeoutMs: cfg.timeoutMs, ...cfg.store.options }) : new EmbeddedStore();
+    return new DmHandler(cfg, store, onError);
+  }
+
+  get #ps(): number {
+    return this.#cfg.pageSize;
+  }
+
+  // EDM stores a page under its address.
+  #key(page: number): string {
+    return (this.#region.address + BigInt(page * this.#ps)).toString(16);
+  }
+
+  #add(c: Counter, n = 1): void {
+    Atomics.add(this.#counters, c, BigInt(n));
+  }
+
+  #setResident(): void {
+    Atomics.store(this.#counters, Counter.resident, BigInt(this.#lspt.resident));
+  }
+
+  #report(err: PfrError): void {
+    this.#add(Counter.errors);
+    this.#onError(err);
+  }
+
+  // ---- faults -------------------------------------------------------------------------
+
+  async #onFault(f: Fault): Promise<void> {
+    if (f.region !== this.#region) {
+      this.#uffd.resolveDefault(f); // the staging area is only ever touched when resident
+      return;
+    }
+    const page = Math.floor(f.offset / this.#ps);
+    if (f.kind === 'write-protect') return this.#onWrite(page);
+    this.#add(Counter.faults);
+    let e = this.#lspt.get(page);
+    if (e?.state === 'fetching') {
+      this.#add(Counter.minorFaults); // coalesced: that fetch's copy wakes this thread too
+      return e.settled;
+    }
+    if (e?.state === 'evicting') {
+      await e.settled;
+      e = this.#lspt.get(page);
+      if (e?.state === 'resident') {
+        this.#wake(page); // the write-back failed and the page came back
+        return;
+      }
+    }
+    if (e) this.#lspt.drop(page); // dropped behind the table's back (e.g. evict() on the region)
+    return this.#queueFetch(page, f.receivedAt);
+  }
+
+  // 'wp-sync': the first write to a page placed write-protected.
+  async #onWrite(page: number): Promise<void> {
+    const e = this.#lspt.get(page);
+    if (e?.state === 'evicting') {
+      await e.settled; // gone (the writer faults again, on a missing page) or back, unprotected
+      this.#wake(page);
+      return;
+    }
+    this.#lspt.markDirty(page);
+    this.#uffd.writeProtect(this.#region, page * this.#ps, this.#ps, false);
+  }
+
+  #wake(page: number): void {
+    if (!this.#closed) this.#uffd.wake(this.#region, page * this.#ps, this.#ps);
+  }
+
+  #onRemove(address: bigint, length: number): void {
+    const start = address - this.#region.address;
+    if (start < 0n || start >= BigInt(this.#region.size)) return; // the staging area
+    const first = Math.floor(Number(start) / this.#ps), last = Math.ceil((Number(start) + length) / this.#ps);
+    for (let p = first; p < last; p++) if (this.#lspt.get(p)?.state === 'resident') this.#lspt.drop(p);
+    this.#setResident();
+  }
+
+  #queueFetch(page: number, receivedAt: number): Promise<void> {
+    let b = this.#pending;
+    if (!b) {
+      let done!: () => void;
+      const settled = new Promise<void>((r) => (done = r));
+      b = this.#pending = { pages: [], faulting: new Set(), receivedAt: new Map(), settled, done };
+      // Every fault of this delivery joins the batch: one store request for all of them.
+      queueMicrotask(() => this.#startBatch());
+    }
+    b.pages.push(page);
+    b.faulting.add(page);
+    b.receivedAt.set(page, receivedAt);
+    this.#lspt.fetching(page, b.settled);
+    return b.settled;
+  }
+
+  #startBatch(): void {
+    const b = this.#pending!;
+    this.#pending = undefined;
+    const total = this.#region.size / this.#ps;
+    for (const p of [...b.faulting].sort((x, y) => x - y)) {
+      for (let q = p + 1; q <= p + this.#cfg.prefetch && q < total; q++) {
+        if (this.#lspt.get(q)) continue;
+        b.pages.push(q);
+        this.#lspt.fetching(q, b.settled);
+      }
+    }
+    if (this.#fills >= this.#cfg.fillWorkers) this.#queued.push(b);
+    else void this.#fill(b);
+  }
+
+  async #fill(b: Batch): Promise<void> {
+    this.#fills++;
+    if (this.#lspt.resident >= this.#cfg.highPages) this.#wakeEvictor();
+    try {
+      let values: (Buffer | null)[];
+      try {
+        values = await this.#store.getMany(b.pages.map((p) => this.#key(p)));
+      } catch (err) {
+        this.#failFetch(b, err);
+        return;
+      }
+      b.pages.forEach((page, i) => this.#place(b, page, values[i] ?? null));
+    } finally {
+      this.#setResident();
+      this.#fills--;
+      b.done();
+      const next = this.#queued.shift();
+      if (next) void this.#fill(next);
+      if (this.#lspt.resident > this.#cfg.highPages) this.#wakeEvictor();
+    }
+  }
+
+  #place(b: Batch, page: number, value: Buffer | null): void {
+    if (this.#closed) return;
+    const off = page * this.#ps;
+    const faulting = b.faulting.has(page);
+    try {
+      if (value === null) {
+        // Never stored: zeros, as EDM does, placed write-protected like any other page so its
+        // first write counts. 'wp-sync': UFFDIO_ZEROPAGE, then protect it (and only then wake).
+        // 'wp-async' protected the whole region while unpopulated, and UFFDIO_ZEROPAGE refuses
+        // such a page (EEXIST on the protection marker) where UFFDIO_COPY does not.
+        if (this.tracking === 'wp-async') {
+          this.#uffd.copy(this.#region, off, this.#zeros, { writeProtect: true });
+        } else {
+          this.#uffd.zeropage(this.#region, off, this.#ps, { wake: false });
+          this.#uffd.writeProtect(this.#region, off, this.#ps, true);
+        }
+        this.#lspt.placed(page, this.#zeroCrc);
+        if (faulting) this.#add(Counter.minorFaults);
+      } else {
+        const { page: bytes, crc } = decodePage(this.#key(page), value, this.#ps);
+        this.#uffd.copy(this.#region, off, bytes, { writeProtect: true });
+        this.#lspt.placed(page, crc);
+        this.#add(Counter.pagesFetched);
+        this.#add(Counter.bytesIn, value.length);
+        this.#add(faulting ? Counter.majorFaults : Counter.prefetched);
+      }
+      if (faulting) (value === null ? this.minor : this.major).record(Math.max(1, Math.round((performance.now() - b.receivedAt.get(page)!) * 1e6)));
+    } catch (err) {
+      this.#lspt.drop(page);
+      if (err instanceof PfrError && err.code === 'ERR_PFR_PAGE_CORRUPT') this.#add(Counter.corrupt);
+      if (faulting) this.#failPage(page, err);
+    }
+  }
+
+  #failFetch(b: Batch, cause: unknown): void {
+    for (const page of b.pages) {
+      this.#lspt.drop(page);
+      if (b.faulting.has(page)) this.#failPage(page, cause, false);
+    }
+    this.#report(asPfrError(cause, 'ERR_PFR_STORE_UNAVAILABLE'));
+  }
+
+  // A page that could not be had must not read as zeros: poison it, so the access fails
+  // (SIGBUS), where the kernel has UFFDIO_POISON; else the zero page, reported.
+  #failPage(page: number, cause: unknown, report = true): void {
+    const off = page * this.#ps;
+    try {
+      if (this.#uffd.features.poison) {
+        this.#uffd.poison(this.#region, off, this.#ps);
+        this.#add(Counter.poisoned);
+      } else {
+        this.#uffd.zeropage(this.#region, off, this.#ps);
+      }
+    } catch {
+      // closing: the unregister wakes the thread
+    }
+    if (report) this.#report(asPfrError(cause, 'ERR_PFR_STORE_UNAVAILABLE'));
+  }
+
+  // ---- eviction (LPET) --------------------------------------------------------------------
+
+  #wakeEvictor(): void {
+    if (this.#evictor || this.#closed) return;
+    this.#evictor = this.#evictDown().finally(() => (this.#evictor = undefined));
+  }
+
+  async #evictDown(): Promise<void> {
+    while (!this.#closed && this.#lspt.resident > this.#cfg.lowPages) {
+      const runs: Promise<boolean>[] = [];
+      for (let w = 0; w < this.#cfg.evictWorkers; w++) {
+        const want = Math.min(this.#cfg.evictBatch, this.#lspt.resident - this.#cfg.lowPages);
+        if (want <= 0) break;
+        this.#scanDirty();
+        const victims = this.#lspt.victims(want);
+        if (!victims.length) break;
+        runs.push(this.#inSlots(w, () => this.#evictBatch(victims, w * this.#cfg.evictBatch)));
+      }
+      if (!runs.length || !(await Promise.all(runs)).every(Boolean)) return; // a failed write-back: retried at the next fault
+    }
+  }
+
+  #inSlots<T>(w: number, fn: () => Promise<T>): Promise<T> {
+    const run = (this.#slots[w] ?? Promise.resolve()).then(fn);
+    this.#slots[w] = run.catch(() => undefined);
+    return run;
+  }
+
+  // 'wp-async': what was written since the last scan is dirty; the scan re-arms it.
+  #scanDirty(): void {
+    if (this.tracking !== 'wp-async' || this.#closed) return;
+    for (const off of this.#uffd.dirtyPages(this.#region)) this.#lspt.markDirty(Math.floor(off / this.#ps));
+  }
+
+  /** Evict `victims` through staging slots from `slot` on; true if all went to the store. */
+  async #evictBatch(victims: number[], slot: number): Promise<boolean> {
+    let done!: () => void;
+    const settled = new Promise<void>((r) => (done = r));
+    const taken: { page: number; slot: number; crc: number; write: boolean }[] = [];
+    const writes: StoredPage[] = [];
+    try {
+      for (const page of victims) {
+        const e = this.#lspt.get(page);
+        if (e?.state !== 'resident') continue; // taken by another eviction, or refetching
+        e.state = 'evicting';
+        e.settled = settled;
+        const bytes = this.#takeOut(page, slot + taken.length);
+        if (!bytes) {
+          this.#lspt.drop(page); // not there any more
+          continue;
+        }
+        const crc = pageCrc(bytes);
+        const write = e.dirty || crc !== e.crc;
+        taken.push({ page, slot: slot + taken.length, crc, write });
+        if (write) writes.push({ key: this.#key(page), value: encodePage(bytes, crc) });
+      }
+      try {
+        await this.#store.setMany(writes);
+      } catch (err) {
+        for (const t of taken) this.#putBack(t.page, t.slot, t.crc);
+        this.#report(asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE'));
+        return false;
+      }
+      for (const t of taken) {
+        this.#drop(t.page, t.slot);
+        this.#lspt.drop(t.page);
+        this.#add(Counter.evicted);
+        this.#add(t.write ? Counter.writtenBack : Counter.droppedClean);
+      }
+      for (const w of writes) this.#add(Counter.bytesOut, w.value.length);
+      return true;
+    } finally {
+      this.#setResident();
+      done();
+    }
+  }
+
+  // The victim's bytes, taken so that no write can slip past the eviction (see the header).
+  #takeOut(page: number, slot: number): Buffer | undefined {
+    const ps = this.#ps, off = page * ps;
+    if (this.tracking === 'wp-async') {
+      if (this.#uffd.move(this.#staging!, slot * ps, this.#region, off, ps, { allowSourceHoles: true }) !== ps) return undefined;
+      return Buffer.from(this.#staging!.buffer, slot * ps, ps);
+    }
+    if (this.#region.residentPages(off, ps) !== ps / this.#region.pageSize) return undefined;
+    this.#uffd.writeProtect(this.#region, off, ps, true);
+    return Buffer.from(this.#region.buffer, off, ps); // resident: reading it takes no fault
+  }
+
+  #drop(page: number, slot: number): void {
+    if (this.tracking === 'wp-async') this.#staging!.evict(slot * this.#ps, this.#ps);
+    else this.#region.evict(page * this.#ps, this.#ps);
+  }
+
+  // The store refused the page: it goes back where it was, dirty.
+  #putBack(page: number, slot: number, crc: number): void {
+    const ps = this.#ps;
+    if (this.tracking === 'wp-async') {
+      this.#uffd.move(this.#region, page * ps, this.#staging!, slot * ps, ps);
+      this.#staging!.evict(slot * ps, ps);
+    } else {
+      this.#uffd.writeProtect(this.#region, page * ps, ps, false);
+    }
+    this.#lspt.placed(page, crc);
+    this.#lspt.markDirty(page);
+  }
+
+  // ---- requests from the pager ------------------------------------------------------------
+
+  /** Write every dirty resident page back (UMap's umap_flush); returns the pages written. */
+  async flush(): Promise<number> {
+    this.#scanDirty();
+    const writes: StoredPage[] = [];
+    const crcs: [number, number][] = [];
+    for (const page of this.#lspt.pages()) {
+      const e = this.#lspt.get(page)!;
+      const off = page * this.#ps;
+      if (this.#region.residentPages(off, this.#ps) !== this.#ps / this.#region.pageSize) continue;
+      const bytes = Buffer.from(this.#region.buffer, off, this.#ps);
+      const crc = pageCrc(bytes);
+      if (!e.dirty && crc === e.crc) continue;
+      writes.push({ key: this.#key(page), value: encodePage(bytes, crc) });
+      crcs.push([page, crc]);
+    }
+    await this.#store.setMany(writes);
+    for (const [page, crc] of crcs) {
+      const e = this.#lspt.get(page);
+      if (e?.state === 'resident') Object.assign(e, { crc, dirty: false });
+    }
+    this.#add(Counter.writtenBack, writes.length);
+    for (const w of writes) this.#add(Counter.bytesOut, w.value.length);
+    return writes.length;
+  }
+
+  /** Evict the resident pages of [offset, offset+length) now, whatever the watermarks. */
+  async evict(offset: number, length: number): Promise<number> {
+    const first = offset / this.#ps, last = (offset + length) / this.#ps;
+    const pages = this.#lspt.pages().filter((p) => p >= first && p < last);
+    let evicted = 0;
+    for (let i = 0; i < pages.length; i += this.#cfg.evictBatch) {
+      this.#scanDirty();
+      const batch = pages.slice(i, i + this.#cfg.evictBatch).filter((p) => this.#lspt.get(p)?.state === 'resident');
+      if (!(await this.#inSlots(0, () => this.#evictBatch(batch, 0)))) throw new PfrError('ERR_PFR_STORE_UNAVAILABLE', 'evict: the store refused the pages; they stay resident');
+      evicted += batch.length;
+    }
+    return evicted;
+  }
+
+  latency(): { major: LatencySummary; minor: LatencySummary } {
+    const sum = (h: RecordableHistogram): LatencySummary => ({
+      count: h.count,
+      p50Us: h.count ? h.percentile(50) / 1000 : 0,
+      p99Us: h.count ? h.percentile(99) / 1000 : 0,
+      maxUs: h.count ? h.max / 1000 : 0,
+    });
+    return { major: sum(this.major), minor: sum(this.minor) };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    await this.#evictor;
+    await Promise.all(this.#slots);
+    this.#closed = true;
+    this.#uffd.close();
+    this.#staging?.close();
+    this.#region.close();
+    await this.#store.close();
+  }
+}
+
+function asPfrError(err: unknown, code: 'ERR_PFR_STORE_UNAVAILABLE'): PfrError {
+  if (err instanceof PfrError) return err;
+  return new PfrError(code, `remote paging: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+}

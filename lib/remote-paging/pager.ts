@@ -1,0 +1,238 @@
+// Remote paging for the application: a region whose pages live in a page store (embedded,
+// or Redis) and come back on demand, through EDM's DM-Handler (dm-handler.ts) running in a
+// worker thread. Every thread may read and write the region at any time; a page that is not
+// resident is fetched while the faulting thread waits, the main JS thread included.
+import { EventEmitter } from 'node:events';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { closedError, PfrError, type PfrErrorCode } from '../errors.js';
+import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
+import { UffdFeature, Userfaultfd } from '../uffd.js';
+import { checkInt, checkObject, invalidArg, rangeError } from '../validate.js';
+import { newCounters, readCounters } from './counters.js';
+import type { DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handler.js';
+import type { RedisStoreOptions } from './redis-store.js';
+import type { Request } from './worker.js';
+
+export interface RemotePagerOptions {
+  /** Bytes of the region (a multiple of pageSize). */
+  size: number;
+  /** Where evicted pages go: 'embedded' (default, in the DM-Handler's thread) or a Redis server. */
+  store?: 'embedded' | { redis: RedisStoreOptions };
+  /** The unit of fetch and eviction: a multiple of the system page (UMap's UMAP_PAGESIZE). Default the system page. */
+  pageSize?: number;
+  /** Resident bytes the region may hold (UMap's buffer size). Default: all of it (no eviction). */
+  residentLimit?: number;
+  /** Fraction of residentLimit at which the eviction worker starts (default 0.9) and down to which it evicts (default 0.7). */
+  highWatermark?: number;
+  lowWatermark?: number;
+  /** Pages read ahead after a faulting page, in the same store request (default 0). */
+  prefetch?: number;
+  /** Fetch batches in flight at once (UMap's fill workers; default 2). */
+  fillWorkers?: number;
+  /** Eviction batches in flight at once (evict workers; default 1), and pages per batch (default 32). */
+  evictWorkers?: number;
+  evictBatch?: number;
+  /** A store request not answered in this time fails: the access fails (poisoned page) and an 'error' event says why. Default 2000 ms. */
+  timeoutMs?: number;
+  /** 'auto' (default): 'wp-async' where the kernel has WP_ASYNC and UFFDIO_MOVE (6.8), else 'wp-sync'. */
+  dirtyTracking?: 'auto' | DirtyTracking;
+}
+
+export interface RemotePagingStats {
+  faults: number;
+  /** Faults served from the store. */
+  majorFaults: number;
+  /** Faults served without the store: a page never stored (zero page), or one already on its way. */
+  minorFaults: number;
+  pagesFetched: number;
+  /** Pages read ahead (prefetch) with a faulting one. */
+  prefetched: number;
+  evicted: number;
+  writtenBack: number;
+  droppedClean: number;
+  bytesIn: number;
+  bytesOut: number;
+  resident: number;
+  errors: number;
+  poisoned: number;
+  corrupt: number;
+}
+
+const TRACKINGS = ['auto', 'wp-async', 'wp-sync'] as const;
+
+function workerPath(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const sibling = join(here, 'worker.js');
+  if (existsSync(sibling)) return sibling;
+  // Run from the TypeScript sources (tests): the worker is the compiled one.
+  const built = join(here, '..', '..', 'dist', 'lib', 'remote-paging', 'worker.js');
+  if (existsSync(built)) return built;
+  throw new PfrError('ERR_PFR_UNSUPPORTED', `remote paging: the worker script is not built (${built}); run "npm run build:ts"`);
+}
+
+export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
+  /** The remote-paged memory. Read and write it freely; never evict() it directly. */
+  readonly region: Region;
+  readonly pageSize: number;
+  readonly tracking: DirtyTracking;
+  #worker: Worker;
+  #counters: SharedArrayBuffer;
+  #next = 1;
+  #waiting = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
+  #closed = false;
+
+  private constructor(region: Region, worker: Worker, counters: SharedArrayBuffer, pageSize: number, tracking: DirtyTracking) {
+    super();
+    this.region = region;
+    this.#worker = worker;
+    this.#counters = counters;
+    this.pageSize = pageSize;
+    this.tracking = tracking;
+    worker.on('message', (m: { id?: number; event?: string; result?: unknown; error?: { code: string; message: string } }) => {
+      if (m.event === 'error') return this.#emitError(m.error!);
+      const w = m.id === undefined ? undefined : this.#waiting.get(m.id);
+      if (!w) return;
+      this.#waiting.delete(m.id!);
+      if (this.#waiting.size === 0) worker.unref();
+      if (m.error) w.reject(Object.assign(new PfrError(m.error.code as PfrErrorCode, m.error.message)));
+      else w.resolve(m.result);
+    });
+    worker.on('exit', () => {
+      for (const w of this.#waiting.values()) w.reject(new PfrError('ERR_PFR_CLOSED', 'remote paging: the DM-Handler thread ended'));
+      this.#waiting.clear();
+    });
+    worker.unref(); // an idle pager does not keep the process alive
+  }
+
+  /** Map the region, start the DM-Handler thread, connect it to the store. */
+  static async create(options: RemotePagerOptions): Promise<RemotePager> {
+    const o = checkObject('RemotePager.create: options', options) as unknown as RemotePagerOptions;
+    const pageSize = o.pageSize === undefined ? PAGE_SIZE : checkInt('RemotePager.create: options.pageSize', o.pageSize, PAGE_SIZE, 1 << 30);
+    if (pageSize % PAGE_SIZE !== 0) throw invalidArg(`RemotePager.create: options.pageSize (${pageSize}) must be a multiple of the system page (${PAGE_SIZE})`);
+    const size = checkInt('RemotePager.create: options.size', o.size, pageSize);
+    if (size % pageSize !== 0) throw invalidArg(`RemotePager.create: options.size (${size}) must be a multiple of pageSize (${pageSize})`);
+    const limit = o.residentLimit === undefined ? size : checkInt('RemotePager.create: options.residentLimit', o.residentLimit, pageSize);
+    const high = o.highWatermark ?? 0.9, low = o.lowWatermark ?? 0.7;
+    if (!(typeof high === 'number' && typeof low === 'number' && low > 0 && low < high && high <= 1)) {
+      throw rangeError(`RemotePager.create: watermarks must satisfy 0 < lowWatermark < highWatermark <= 1 (got ${String(low)}, ${String(high)})`);
+    }
+    const limitPages = Math.floor(limit / pageSize);
+    const evictBatch = o.evictBatch === undefined ? 32 : checkInt('RemotePager.create: options.evictBatch', o.evictBatch, 1, 4096);
+    const tracking = o.dirtyTracking ?? 'auto';
+    if (!TRACKINGS.includes(tracking)) throw invalidArg(`RemotePager.create: options.dirtyTracking must be one of ${TRACKINGS.join(', ')}`);
+    let store: DmHandlerConfig['store'] = { kind: 'embedded' };
+    if (o.store !== undefined && o.store !== 'embedded') {
+      const s = checkObject('RemotePager.create: options.store', o.store) as { redis?: RedisStoreOptions };
+      if (!s.redis || typeof s.redis !== 'object') throw invalidArg("RemotePager.create: options.store must be 'embedded' or { redis: { socket | host, port | url, prefix } }");
+      store = { kind: 'redis', options: s.redis };
+    }
+    const region = mapRegion(size);
+    const counters = newCounters();
+    const cfg: DmHandlerConfig = {
+      region: region.share(),
+      pageSize,
+      highPages: Math.max(1, Math.floor(limitPages * high)),
+      lowPages: Math.max(0, Math.floor(limitPages * low)),
+      prefetch: o.prefetch === undefined ? 0 : checkInt('RemotePager.create: options.prefetch', o.prefetch, 0, 4096),
+      fillWorkers: o.fillWorkers === undefined ? 2 : checkInt('RemotePager.create: options.fillWorkers', o.fillWorkers, 1, 64),
+      evictWorkers: o.evictWorkers === undefined ? 1 : checkInt('RemotePager.create: options.evictWorkers', o.evictWorkers, 1, 64),
+      evictBatch,
+      timeoutMs: o.timeoutMs === undefined ? 2000 : checkInt('RemotePager.create: options.timeoutMs', o.timeoutMs, 1, 600_000),
+      tracking: tracking === 'auto' ? defaultTracking() : tracking,
+      store,
+      counters,
+    };
+    const worker = new Worker(workerPath(), { workerData: cfg });
+    try {
+      const ready = await new Promise<{ tracking: DirtyTracking }>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new PfrError('ERR_PFR_STORE_UNAVAILABLE', 'remote paging: the DM-Handler did not start within 10 s')), 10_000);
+        worker.once('error', (e) => (clearTimeout(timer), reject(e)));
+        worker.on('message', function first(m: { event?: string; tracking?: DirtyTracking; error?: { code: string; message: string } }) {
+          if (m.event !== 'ready' && m.event !== 'failed') return;
+          worker.off('message', first);
+          clearTimeout(timer);
+          if (m.event === 'ready') resolve({ tracking: m.tracking! });
+          else reject(new PfrError(m.error!.code as PfrErrorCode, m.error!.message));
+        });
+      });
+      return new RemotePager(region, worker, counters, pageSize, ready.tracking);
+    } catch (err) {
+      await worker.terminate();
+      region.close();
+      throw err;
+    }
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** The counters, read at once from shared memory (no message to the DM-Handler). */
+  stats(): RemotePagingStats {
+    return readCounters(this.#counters);
+  }
+
+  /** Fault latency (receipt to resolution, in the DM-Handler's thread), major and minor. */
+  latency(): Promise<{ major: LatencySummary; minor: LatencySummary }> {
+    return this.#request({ op: 'latency' }) as Promise<{ major: LatencySummary; minor: LatencySummary }>;
+  }
+
+  /** Write every dirty resident page to the store (pages stay resident). Resolves to the pages written. */
+  flush(): Promise<number> {
+    return this.#request({ op: 'flush' }) as Promise<number>;
+  }
+
+  /** Evict the resident pages of a range now (dirty ones written back first). Resolves to the pages evicted. */
+  evict(offset = 0, length = this.region.size - offset): Promise<number> {
+    const s = this.region.span('RemotePager.evict', offset, length);
+    if (s.offset % this.pageSize || s.length % this.pageSize) throw invalidArg(`RemotePager.evict: offset and length must be multiples of pageSize (${this.pageSize})`);
+    return this.#request({ op: 'evict', offset: s.offset, length: s.length }) as Promise<number>;
+  }
+
+  /**
+   * Stop the DM-Handler (it finishes the evictions under way), close its store connection,
+   * unmap the region. Pages that were evicted are gone with it.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    try {
+      await this.#request({ op: 'close' });
+    } catch {
+      // the thread is gone already
+    }
+    this.#closed = true;
+    await this.#worker.terminate();
+    this.region.close();
+  }
+
+  #request(req: DistributiveOmit<Request, 'id'>): Promise<unknown> {
+    if (this.#closed) return Promise.reject(closedError('RemotePager'));
+    const id = this.#next++;
+    this.#worker.ref();
+    return new Promise((resolve, reject) => {
+      this.#waiting.set(id, { resolve, reject });
+      this.#worker.postMessage({ ...req, id });
+    });
+  }
+
+  #emitError(e: { code: string; message: string }): void {
+    const err = new PfrError(e.code as PfrErrorCode, e.message);
+    if (this.listenerCount('error')) this.emit('error', err);
+    else process.emitWarning(err.message, { code: err.code });
+  }
+}
+
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+function defaultTracking(): DirtyTracking {
+  const probe = Userfaultfd.open();
+  try {
+    const a = probe.features.available;
+    return (a & UffdFeature.WP_ASYNC) !== 0n && (a & UffdFeature.MOVE) !== 0n ? 'wp-async' : 'wp-sync';
+  } finally {
+    probe.close();
+  }
+}
