@@ -2,7 +2,8 @@
 // results, like perftest's --out_json), --trace FILE.json (Chrome trace-event JSON of every
 // fault) and, where the program draws one, --plot FILE.svg. A program is one file in
 // cli/commands/ that default-exports defineProgram({...}); main.ts finds it there.
-import { writeFileSync } from 'node:fs';
+import { accessSync, constants, statSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { writePlot, type PlotSpec } from '../examples/support/plot.js';
 import { TraceFile } from '../examples/support/trace-file.js';
@@ -54,6 +55,21 @@ export function addProgram(cli: Command, program: Program<never>): void {
   cmd.option('--json <file>', 'write the results as JSON to FILE (like perftest --out_json)');
   cmd.option('--trace <file>', 'write a Chrome trace-event JSON of every fault to FILE (open in Perfetto)');
   if (program.plot) cmd.option('--plot <file>', `draw ${program.plot} to FILE as SVG`);
+  // Output files are written at the end: a folder that cannot take them is refused up front.
+  cmd.hook('preAction', (c) => {
+    const opts = c.opts<CommonOptions>();
+    for (const flag of ['json', 'trace', 'plot'] as const) {
+      const file = opts[flag];
+      if (file === undefined) continue;
+      const dir = dirname(resolve(file));
+      try {
+        if (!statSync(dir).isDirectory()) throw new Error('not a folder');
+        accessSync(dir, constants.W_OK);
+      } catch {
+        c.error(`error: --${flag} ${file}: the folder ${dir} does not exist or cannot be written`, { code: 'ERR_PFR_OUTPUT' });
+      }
+    }
+  });
   cmd.action(async (opts: CommonOptions, command: Command) => {
     const io: RunIo = { trace: opts.trace ? new TraceFile() : undefined };
     const outcome = await (program as Program<object>).run(opts, io);

@@ -67,6 +67,14 @@ describe('the programs and their --help', () => {
     expect(scripts['bench:faults']).toContain('node dist/cli/main.js bench-faults');
   });
 
+  test('an output file in a folder that does not exist is refused before the program runs', () => {
+    const r = cli('destination-fault', '--json', join(dir, 'no-such-folder', 'r.json'));
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('--json');
+    expect(r.stderr).toContain('does not exist or cannot be written');
+    expect(r.stdout).toBe('');
+  });
+
   test('a size that is not one is refused with a message, before anything runs', () => {
     const r = cli('pingpong', '-s', '64Q');
     expect(r.status).not.toBe(0);
