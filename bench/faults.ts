@@ -15,14 +15,20 @@
 // 'free' (the scheduler places the threads on any CPU) and one CPU (every thread of the
 // benchmark, and of the C handler it starts, on the same CPU).
 //
-// It is a script that prints real measurements, never a test.
+// It is a program that prints real measurements (pagefault-rdma bench-faults, npm run
+// bench:faults), never a test. It runs from a checkout or an installed package alike: the C
+// handler is compiled into a temporary folder, and the JSON goes to bench/results/ (not
+// tracked) when the package folder is writable, else to a temporary folder, or to --json.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Command, InvalidArgumentError, Option } from 'commander';
-import { mapRegion, PAGE_SIZE, touch, Userfaultfd } from '../lib/index.js';
+import { InvalidArgumentError } from 'commander';
+import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent } from '../lib/index.js';
+import { print, Table } from '../examples/support/format.js';
+import { progress, type Progress } from '../examples/support/progress.js';
+import type { TraceFile } from '../examples/support/trace-file.js';
 
 /** Byte both handlers place in every page: the faulting thread's checksum proves where pages came from. */
 const FILL = 0xa7;
@@ -55,6 +61,8 @@ interface Round {
   pageNs: ArrayLike<number>;
   totalNs: number;
   trace?: Trace;
+  /** Traced TypeScript rounds: when each fault reached the handler and when its copy returned (ms). */
+  stamps?: { receivedMs: number[]; copiedMs: number[]; handlerThread: number; faulterThread: number };
 }
 
 /** Per-fault stage times in ns, one entry per fault after the first (see BREAKDOWN_STAGES). */
@@ -83,15 +91,19 @@ interface Summary {
   roundsUs: number[];
 }
 
-interface Options {
+export interface BenchFaultsOptions {
   pages: number;
   rounds: number;
   pagesPerFault: number[];
   placements: Placement[];
   relay: boolean;
   breakdown: boolean;
-  out: string;
+  /** Where the JSON goes (default: bench/results/faults.json, or a temporary folder); false: not written. */
+  json?: string | false;
+  trace?: TraceFile;
 }
+
+type Options = BenchFaultsOptions;
 
 function positiveInt(value: string): number {
   const n = Number(value);
@@ -99,11 +111,11 @@ function positiveInt(value: string): number {
   return n;
 }
 
-function intList(value: string): number[] {
+export function intList(value: string): number[] {
   return value.split(',').map((v) => positiveInt(v.trim()));
 }
 
-function placementList(value: string): Placement[] {
+export function placementList(value: string): Placement[] {
   return value.split(',').map((v) => {
     const name = v.trim();
     if (name === 'free') return { name, cpu: null };
@@ -117,27 +129,39 @@ function placementList(value: string): Placement[] {
 
 function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(join(dir, 'package.json')) || !existsSync(join(dir, 'bench', 'c'))) {
+  while (!existsSync(join(dir, 'package.json')) || !existsSync(join(dir, 'bench', 'c', 'uffd-handler.c'))) {
     const up = dirname(dir);
-    if (up === dir) throw new Error('bench/faults: cannot find the package root (package.json beside bench/c)');
+    if (up === dir) throw new Error('bench-faults: cannot find bench/c/uffd-handler.c beside the package.json above this script');
     dir = up;
   }
   return dir;
 }
 
-/** Builds the C handler with the system compiler; returns the binary's path. */
-function compileHandler(root: string): string {
+/** Builds the C handler with the system compiler into `outDir`; returns the binary's path. */
+function compileHandler(root: string, outDir: string): string {
   const source = join(root, 'bench', 'c', 'uffd-handler.c');
-  const outDir = join(root, 'bench', '.build');
   const binary = join(outDir, 'uffd-handler');
-  mkdirSync(outDir, { recursive: true });
   const cc = spawnSync('cc', ['-O2', '-pthread', '-Wall', '-Wextra', '-o', binary, source], { encoding: 'utf8' });
   if (cc.error && (cc.error as NodeJS.ErrnoException).code === 'ENOENT') {
-    throw new Error('bench/faults: no C compiler: "cc" is not on PATH. Install one (Debian/Ubuntu: apt-get install build-essential) and run again');
+    throw new Error('bench-faults: no C compiler: "cc" is not on PATH. Install one (Debian/Ubuntu: apt-get install build-essential) and run again');
   }
-  if (cc.error) throw new Error(`bench/faults: running cc failed: ${cc.error.message}`);
-  if (cc.status !== 0) throw new Error(`bench/faults: cc could not compile ${relative(root, source)}:\n${cc.stderr}`);
+  if (cc.error) throw new Error(`bench-faults: running cc failed: ${cc.error.message}`);
+  if (cc.status !== 0) throw new Error(`bench-faults: cc could not compile ${relative(root, source)}:\n${cc.stderr}`);
   return binary;
+}
+
+/** bench/results/ of the package when it can be written (a checkout), else a temporary folder. */
+function defaultResults(root: string): string {
+  const dir = join(root, 'bench', 'results');
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+    return join(dir, 'faults.json');
+  } catch {
+    const tmp = join(os.tmpdir(), 'pagefault-rdma-results');
+    mkdirSync(tmp, { recursive: true });
+    return join(tmp, 'faults.json');
+  }
 }
 
 function allowedCpus(): string {
@@ -255,6 +279,7 @@ async function runTs(pages: number, perFault: number, source: Buffer, trace: boo
         serviceNs.push((copied[g]! - received[g]!) * 1e6);
       }
       round.trace = { gapNs, serviceNs };
+      round.stamps = { receivedMs: received, copiedMs: copied, handlerThread: uffd.handlerThreadId, faulterThread: r.threadId };
     }
     return round;
   } finally {
@@ -275,18 +300,11 @@ function faultSamples(pageNs: ArrayLike<number>, perFault: number): number[] {
   return out;
 }
 
-/** Nearest-rank quantile of an ascending array. */
-function quantile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
-}
-
-const median = (values: readonly number[]): number => quantile([...values].sort((a, b) => a - b), 0.5);
 
 function summarize(rounds: readonly Round[], perFault: number): Summary {
-  const samples = rounds.flatMap((r) => faultSamples(r.pageNs, perFault)).sort((a, b) => a - b);
+  const samples = Histogram.of(rounds.flatMap((r) => faultSamples(r.pageNs, perFault)));
   const roundsUs = rounds.map((r) => r.totalNs / r.pageNs.length / 1e3);
-  return { samples: samples.length, medianUs: quantile(samples, 0.5), p99Us: quantile(samples, 0.99), roundMedianUs: median(roundsUs), roundsUs };
+  return { samples: samples.count, medianUs: samples.quantile(0.5), p99Us: samples.quantile(0.99), roundMedianUs: median(roundsUs), roundsUs };
 }
 
 /** Median µs per fault of each recorded stage, over all traced rounds. */
@@ -321,28 +339,22 @@ function machineInfo(root: string): Record<string, unknown> {
 
 const f2 = (n: number | undefined): string => (n !== undefined && Number.isFinite(n) ? n.toFixed(2) : '-');
 
-function printTable(header: string[], rows: string[][], textColumns = 2): void {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]): string =>
-    cells.map((c, i) => (i < textColumns ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ').trimEnd();
-  console.log(line(header));
-  console.log(widths.map((w) => '-'.repeat(w)).join('  '));
-  let group = rows[0]?.[0];
-  for (const row of rows) {
-    if (row[0] !== group) {
-      console.log('');
-      group = row[0];
-    }
-    console.log(line(row));
-  }
-}
-
 type RunFn = (h: HandlerName, perFault: number, trace?: boolean) => Promise<Round> | Round;
 
 /** Measured rounds of every handler at every touch-ahead size under the current placement. */
-async function measure(opts: Options, handlers: readonly HandlerName[], run: RunFn, placement: Placement): Promise<unknown[]> {
+async function measure(opts: Options, handlers: readonly HandlerName[], run: RunFn, placement: Placement, bar: Progress): Promise<unknown[]> {
   const results: unknown[] = [];
-  const rows: string[][] = [];
+  print(`\nPlacement: ${placement.cpu === null ? `free (the scheduler picks among CPUs ${allowedCpus()})` : `every thread on ${placement.name}`}`);
+  const table = new Table([
+    { header: 'pages/fault', width: 5 },
+    { header: 'handler', width: 9, left: true },
+    { header: 'median [us/page]', width: 8 },
+    { header: 'p99 [us/page]', width: 8 },
+    { header: 'round median', width: 8 },
+    { header: 'TS/C median', width: 6 },
+    { header: 'target', width: 13, left: true },
+  ]);
+  table.header();
   for (const perFault of opts.pagesPerFault) {
     const rounds = new Map<HandlerName, Round[]>(handlers.map((h) => [h, []]));
     for (const h of handlers) await run(h, perFault); // warm-up: JIT, allocator, page cache
@@ -351,6 +363,7 @@ async function measure(opts: Options, handlers: readonly HandlerName[], run: Run
       for (let i = 0; i < handlers.length; i++) {
         const h = handlers[(i + r) % handlers.length]!;
         rounds.get(h)!.push(await run(h, perFault));
+        bar.tick(`${placement.name}, ${perFault} pages/fault, ${HANDLER_SHORT[h]}`);
       }
     }
     const summary = Object.fromEntries(handlers.map((h) => [h, summarize(rounds.get(h)!, perFault)])) as Record<HandlerName, Summary>;
@@ -361,9 +374,9 @@ async function measure(opts: Options, handlers: readonly HandlerName[], run: Run
       const s = summary[h];
       const isTs = h === 'ts';
       const threadRatio = h === 'ts-thread' ? `${(s.medianUs / summary.c.medianUs).toFixed(2)}x` : '';
-      rows.push([
+      table.row([
         String(perFault),
-        HANDLER_LABEL[h],
+        HANDLER_SHORT[h],
         f2(s.medianUs),
         f2(s.p99Us),
         f2(s.roundMedianUs),
@@ -381,8 +394,6 @@ async function measure(opts: Options, handlers: readonly HandlerName[], run: Run
       targetMet: met ?? null,
     });
   }
-  console.log(`\nPlacement: ${placement.cpu === null ? `free (the scheduler picks among CPUs ${allowedCpus()})` : `every thread on ${placement.name}`}`);
-  printTable(['pages/fault', 'handler', 'median', 'p99', 'round median', 'TS/C median', 'target'], rows);
   return results;
 }
 
@@ -390,7 +401,9 @@ async function measure(opts: Options, handlers: readonly HandlerName[], run: Run
 async function breakdown(opts: Options, handlers: readonly HandlerName[], run: RunFn, placement: Placement): Promise<unknown> {
   const rounds = Math.max(3, Math.ceil(opts.rounds / 2));
   const result: Record<string, Record<string, Record<string, number>>> = {};
-  const rows: string[][] = [];
+  print(`\nBreakdown, placement ${placement.name} (${rounds} instrumented rounds per handler; median µs per fault, not per page)`);
+  const table = new Table([{ header: 'pages/fault', width: 5 }, { header: 'stage', width: 48, left: true }, ...handlers.map((h) => ({ header: HANDLER_SHORT[h], width: 7 }))]);
+  table.header();
   for (const perFault of opts.pagesPerFault) {
     const per: Record<string, Record<string, number>> = {};
     for (const h of handlers) {
@@ -401,51 +414,64 @@ async function breakdown(opts: Options, handlers: readonly HandlerName[], run: R
     result[String(perFault)] = per;
     for (const [stage, label] of BREAKDOWN_STAGES) {
       const key = stage.replace(/Ns$/, 'Us');
-      rows.push([String(perFault), label, ...handlers.map((h) => f2(per[h]![key]))]);
+      table.row([String(perFault), label, ...handlers.map((h) => f2(per[h]![key]))]);
     }
   }
-  console.log(`\nBreakdown, placement ${placement.name} (${rounds} instrumented rounds per handler; median µs per fault, not per page)`);
-  printTable(['pages/fault', 'stage', ...handlers.map((h) => HANDLER_SHORT[h])], rows);
   return result;
 }
 
-async function main(): Promise<void> {
-  const opts = new Command('bench:faults')
-    .description('userfaultfd fault round trip: TypeScript handler vs C handler, side by side')
-    .option('--pages <n>', 'pages per round (4 KiB each)', positiveInt, 16384)
-    .option('--rounds <n>', 'measured rounds per handler and touch-ahead size (after one warm-up round)', positiveInt, 7)
-    .addOption(new Option('--pages-per-fault <list>', 'touch-ahead sizes, comma-separated').argParser(intList).default([1, 16, 256], '1,16,256'))
-    .addOption(
-      new Option('--placements <list>', '"free" and/or CPU numbers (every thread on that CPU), comma-separated')
-        .argParser(placementList)
-        .default(placementList('free,0'), 'free,0'),
-    )
-    .option('--no-relay', 'skip the C reference that crosses the same thread hop as the library')
-    .option('--breakdown', 'also run instrumented rounds and print where the time of one fault goes', false)
-    .option('--out <file>', 'where to write the JSON results', 'bench/results/faults.json')
-    .parse()
-    .opts<Options>();
+/** One traced TypeScript round per touch-ahead size, as trace slices (--trace). */
+async function traceRounds(opts: Options, run: RunFn, trace: TraceFile): Promise<void> {
+  const pid = trace.nextPid();
+  const events: ChromeTraceEvent[] = [{ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid, tid: 0, args: { name: 'bench-faults: TypeScript handler, measured (real time)' } }];
+  const threads = new Map<number, string>();
+  for (const perFault of opts.pagesPerFault) {
+    const r = await run('ts', perFault, true);
+    const st = r.stamps!;
+    threads.set(st.handlerThread, `JS thread ${st.handlerThread} (fault handler)`);
+    threads.set(st.faulterThread, `toucher thread ${st.faulterThread}`);
+    st.receivedMs.forEach((at, i) => {
+      const end = st.copiedMs[i]!;
+      events.push({ name: 'resolve', cat: 'uffd', ph: 'X', ts: at * 1000, dur: Math.max(0, (end - at) * 1000), pid, tid: st.handlerThread, args: { pagesPerFault: perFault, fault: i } });
+    });
+  }
+  for (const [tid, name] of threads) events.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid, tid, args: { name } });
+  trace.add(...events);
+}
 
+/** Run the benchmark; returns the JSON document it wrote. */
+export async function benchFaults(opts: Options): Promise<Record<string, unknown>> {
   const root = packageRoot();
-  const binary = compileHandler(root);
+  const buildDir = mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-bench-'));
+  try {
+    const binary = compileHandler(root, buildDir);
+    return await benchWith(opts, root, binary);
+  } finally {
+    rmSync(buildDir, { recursive: true, force: true });
+  }
+}
+
+async function benchWith(opts: Options, root: string, binary: string): Promise<Record<string, unknown>> {
   const machine = machineInfo(root);
   const handlers: HandlerName[] = opts.relay ? ['c', 'c-relay', 'ts', 'ts-thread'] : ['c', 'ts', 'ts-thread'];
   const source = Buffer.alloc(Math.max(...opts.pagesPerFault) * PAGE_SIZE, FILL);
   const original = allowedCpus();
 
-  console.log('userfaultfd fault round trip, TypeScript handler vs C handler: real measurements on this machine, now');
-  console.log(
-    `${machine.cpus} x ${machine.cpuModel}, Linux ${machine.kernel}, Node ${machine.node}, library ${machine.commit}` +
-      `${machine.libraryModified ? ' + uncommitted changes' : ''}; ${opts.pages} pages (${(opts.pages * PAGE_SIZE) / 2 ** 20} MiB) ` +
+  print('userfaultfd fault round trip, TypeScript handler vs C handler: real measurements on this machine, now');
+  print(
+    `${machine['cpus']} x ${machine['cpuModel']}, Linux ${machine['kernel']}, Node ${machine['node']}, library ${machine['commit']}` +
+      `${machine['libraryModified'] ? ' + uncommitted changes' : ''}; ${opts.pages} pages (${(opts.pages * PAGE_SIZE) / 2 ** 20} MiB) ` +
       `per round, ${opts.rounds} rounds per handler after a warm-up round, interleaved.`,
   );
-  console.log(
-    "A sample = one fault: time the faulting thread spent on the fault's group of pages / pages in the group, in µs per 4 KiB page.\n" +
+  print(
+    "A sample = one fault: time the faulting thread spent on the fault's group of pages / pages in the group, in µs per 4 KiB page. " +
       'median, p99: over all faults of all rounds; round median: median over rounds of (round wall time / pages).',
   );
+  for (const h of handlers) print(`  ${HANDLER_SHORT[h].padEnd(9)}  ${HANDLER_LABEL[h]}`);
 
   const results: unknown[] = [];
   const breakdowns: Record<string, unknown> = {};
+  const bar = progress(opts.placements.length * opts.pagesPerFault.length * opts.rounds * handlers.length, 'bench-faults');
   try {
     for (const placement of opts.placements) {
       setAffinity(placement.cpu === null ? original : String(placement.cpu));
@@ -453,22 +479,22 @@ async function main(): Promise<void> {
         h === 'ts' || h === 'ts-thread'
           ? runTs(opts.pages, perFault, source, trace, h === 'ts' ? 'event-loop' : 'thread')
           : runC(binary, opts.pages, perFault, h === 'c' ? 'direct' : 'relay', placement);
-      results.push(...(await measure(opts, handlers, run, placement)));
+      results.push(...(await measure(opts, handlers, run, placement, bar)));
       if (opts.breakdown) breakdowns[placement.name] = await breakdown(opts, handlers, run, placement);
+      if (opts.trace && placement === opts.placements[0]) await traceRounds(opts, run, opts.trace);
     }
   } finally {
+    bar.stop();
     setAffinity(original);
   }
   if (opts.breakdown) {
-    console.log(
-      '\nTS handler start = Fault.receivedAt (the JS thread enters the reader thread\'s callback); "-": not visible from TypeScript.\n' +
-        'Stages are stamps of different threads: when the woken faulter runs before the waker\'s UFFDIO_COPY returns (same CPU,\n' +
+    print(
+      '\nTS handler start = Fault.receivedAt (the JS thread enters the reader thread\'s callback); "-": not visible from TypeScript. ' +
+        'Stages are stamps of different threads: when the woken faulter runs before the waker\'s UFFDIO_COPY returns (same CPU, ' +
         'wake-up preemption), "runs again" is negative and "handler start -> UFFDIO_COPY returned" includes the faulter\'s run.',
     );
   }
 
-  const out = resolve(root, opts.out);
-  mkdirSync(dirname(out), { recursive: true });
   const doc = {
     benchmark: 'userfaultfd fault round trip, TypeScript handler vs C handler',
     measured: 'per fault: ns the faulting thread spent on the group of pages one fault resolved / pages per fault, in µs per 4 KiB page',
@@ -484,11 +510,11 @@ async function main(): Promise<void> {
     results,
     ...(opts.breakdown ? { breakdown: breakdowns } : {}),
   };
-  writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
-  console.log(`\nJSON: ${relative(process.cwd(), out) || out}`);
+  if (opts.json !== false) {
+    const out = resolve(opts.json ?? defaultResults(root));
+    mkdirSync(dirname(out), { recursive: true });
+    writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
+    print(`\nJSON: ${relative(process.cwd(), out) || out}`);
+  }
+  return doc;
 }
-
-main().catch((err: unknown) => {
-  console.error(err instanceof Error ? err.message : err);
-  process.exitCode = 1;
-});

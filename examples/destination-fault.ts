@@ -6,7 +6,6 @@
 //
 // Every step prints its modelled time (the calibrated hardware cost model) and its measured
 // time (this process, real memory), both counted from the post.
-import { Command, Option } from 'commander';
 import {
   AckResp,
   EvtClass,
@@ -25,8 +24,9 @@ import {
   type DriverFault,
   type TraceEvent,
 } from '../kernel-sim/index.js';
-import { Access, mapRegion, PAGE_SIZE, POLICIES, SendFlags, WrOpcode, type PolicyName, type ResolvedFault } from '../lib/index.js';
-import { heading, isMain, MEASURED_LABEL, MODEL_LABEL, parsePositiveInt, us } from './support/format.js';
+import { Access, mapRegion, PAGE_SIZE, SendFlags, WrOpcode, type ChromeTraceEvent, type PolicyName, type ResolvedFault } from '../lib/index.js';
+import { MEASURED_LABEL, MODEL_LABEL, print, us } from './support/format.js';
+import type { TraceFile } from './support/trace-file.js';
 import { connectedPair } from './support/pair.js';
 
 export interface DestinationFaultOptions {
@@ -36,6 +36,8 @@ export interface DestinationFaultOptions {
   policy?: PolicyName;
   /** Evict the source buffer too, so the source side faults first (default false). */
   evictSource?: boolean;
+  /** Where to put the trace of both processes (--trace). */
+  trace?: TraceFile;
 }
 
 export interface DestinationFaultResult {
@@ -44,6 +46,18 @@ export interface DestinationFaultResult {
   faults: { source: number; destination: number };
   retransmittedBlocks: number;
   dataOk: boolean;
+  /** Each phase of each fault (the trace's slices), modelled µs from the post. */
+  timeline: TimelineSlice[];
+}
+
+/** One phase of one fault on one node's thread, modelled µs. */
+export interface TimelineSlice {
+  node: number;
+  thread: string;
+  phase: string;
+  startUs: number;
+  endUs: number;
+  block: number;
 }
 
 interface Step {
@@ -86,14 +100,14 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     dst.evict();
     if (options.evictSource) src.evict();
 
-    console.log(
+    print(
       `node 0 RDMA-writes ${size} B (${pages} page${pages > 1 ? 's' : ''}) into node 1's ODP buffer at ${hex(dstMr.addr)} (rkey ${hex(dstMr.rkey)}), policy '${policy}'.`,
     );
-    console.log(
+    print(
       `node 1 evicted it with MADV_DONTNEED: ${dst.residentPages()} of ${pages} pages resident (mincore).` +
         (options.evictSource ? ` The source was evicted too: ${src.residentPages()} of ${pages} resident.` : ' The source is resident.'),
     );
-    console.log(`model µs: ${MODEL_LABEL}; real µs: ${MEASURED_LABEL}. Both count from the post.\n`);
+    print(`model µs: ${MODEL_LABEL}; real µs: ${MEASURED_LABEL}. Both count from the post.\n`);
 
     const traces: TraceEvent[] = [];
     const driverFaults: Array<{ node: number; f: DriverFault; realMs: number }> = [];
@@ -189,23 +203,25 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
       }
     }
     steps.sort((a, b) => a.modelUs - b.modelUs || a.order - b.order);
-    console.log('   model µs    real µs  step');
+    print('   model µs    real µs  step');
     steps.forEach((s, i) => {
       const num = `${i + 1}.`.padEnd(4);
-      console.log(`${us(s.modelUs - base).padStart(11)} ${us((s.realMs - post.realMs) * 1000).padStart(10)}  ${num}${s.text[0]}`);
-      for (const t of s.text.slice(1)) console.log(`${' '.repeat(28)}${t}`);
+      print(`${us(s.modelUs - base).padStart(11)} ${us((s.realMs - post.realMs) * 1000).padStart(10)}  ${num}${s.text[0]}`, 28);
+      for (const t of s.text.slice(1)) print(`${' '.repeat(28)}${t}`, 30);
     });
 
     const odp = wc.odp ?? { faults: { source: 0, destination: 0 }, retransmittedBlocks: 0, modelUs: 0, realUs: 0 };
     const nacks = cluster.system.nodes.reduce((a, n, i) => a + n.pldma.counters().nacksReceived - nacksBefore[i]!, 0);
     const dataOk = Buffer.from(dst.buffer).equals(Buffer.from(src.buffer));
-    console.log('\nWhat happened');
-    console.log(`  work completion: ${wc.statusStr}, ${wc.byteLen} B; wc.odp: faults source ${odp.faults.source}, destination ${odp.faults.destination}; retransmitted blocks ${odp.retransmittedBlocks}; NACKs ${nacks}`);
-    console.log(`  pages resident now: destination ${dst.residentPages()} of ${pages}, source ${src.residentPages()} of ${pages} (mincore)`);
-    console.log(`  modelled end to end: ${us(odp.modelUs)} µs${pages === 1 && !options.evictSource ? ' (the cost model is calibrated to the published ≈38 µs)' : ''}`);
-    console.log(`  measured end to end: ${us(odp.realUs)} µs (JavaScript model of the engine, native copy threads, real page faults)`);
-    console.log(`  node 1's buffer holds node 0's bytes: ${dataOk}`);
-    return { modelUs: odp.modelUs, realUs: odp.realUs, faults: odp.faults, retransmittedBlocks: odp.retransmittedBlocks, dataOk };
+    print('\nWhat happened');
+    print(`  work completion: ${wc.statusStr}, ${wc.byteLen} B; wc.odp: faults source ${odp.faults.source}, destination ${odp.faults.destination}; retransmitted blocks ${odp.retransmittedBlocks}; NACKs ${nacks}`);
+    print(`  pages resident now: destination ${dst.residentPages()} of ${pages}, source ${src.residentPages()} of ${pages} (mincore)`);
+    print(`  modelled end to end: ${us(odp.modelUs)} µs${pages === 1 && !options.evictSource ? ' (the cost model is calibrated to the published ≈38 µs)' : ''}`);
+    print(`  measured end to end: ${us(odp.realUs)} µs (JavaScript model of the engine, native copy threads, real page faults)`);
+    print(`  node 1's buffer holds node 0's bytes: ${dataOk}`);
+    options.trace?.addContexts(ctx);
+    const timeline = timelineOf([...ctx[0].faultLibrary.exportChromeTrace().traceEvents, ...ctx[1].faultLibrary.exportChromeTrace().traceEvents], base);
+    return { modelUs: odp.modelUs, realUs: odp.realUs, faults: odp.faults, retransmittedBlocks: odp.retransmittedBlocks, dataOk, timeline };
   } finally {
     cluster.close();
   }
@@ -255,21 +271,22 @@ function attributeLines(node: number, f: DriverFault): string[] {
     [NlAttr.STALL, bit(f.record.stall)],
     [NlAttr.STAG, f.record.stag],
   ];
-  const parts = attrs.map(([k, v]) => `${NlAttr[k]}=${String(v)}`);
-  return [`  attributes: ${parts.slice(0, 7).join(' ')}`, `              ${parts.slice(7).join(' ')}`];
+  return [`  attributes: ${attrs.map(([k, v]) => `${NlAttr[k]}=${String(v)}`).join(' ')}`];
 }
 
-if (isMain(import.meta.url)) {
-  const program = new Command()
-    .name('example:destination-fault')
-    .description('An RDMA write into an evicted remote buffer: the fault, the NACK and the retransmission, step by step')
-    .option('--pages <n>', 'pages to write', parsePositiveInt, 1)
-    .addOption(new Option('--policy <name>', 'fault library policy of the MRs').choices(POLICIES.filter((p) => p !== 'pin')).default('touch'))
-    .option('--evict-source', 'evict the source buffer too (a source fault first)', false)
-    .parse();
-  const o = program.opts<{ pages: number; policy: PolicyName; evictSource: boolean }>();
-  const t = performance.now();
-  heading('A destination fault, step by step (terminate mode, the thesis\'s design)');
-  await destinationFault(o);
-  console.log(`\n(run time ${((performance.now() - t) / 1000).toFixed(2)} s)`);
+// The modelled phase slices of every fault, from the processes' traces, as a timeline.
+function timelineOf(events: ChromeTraceEvent[], baseUs: number): TimelineSlice[] {
+  const threads = new Map(events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => [`${e.pid}:${e.tid}`, String(e.args?.['name'])]));
+  return events
+    // The watched write only: the warm-up write's faults come before the post.
+    .filter((e) => e.ph === 'X' && e.pid % 2 === 0 && e.ts >= baseUs)
+    .map((e) => ({
+      node: e.pid / 2,
+      thread: threads.get(`${e.pid}:${e.tid}`) ?? String(e.tid),
+      phase: e.name,
+      startUs: e.ts - baseUs,
+      endUs: e.ts + (e.dur ?? 0) - baseUs,
+      block: Number(e.args?.['block']),
+    }))
+    .sort((a, b) => a.startUs - b.startUs);
 }

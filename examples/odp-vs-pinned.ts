@@ -4,10 +4,13 @@
 // the source) is evicted with MADV_DONTNEED, then both buffers are registered, the write is
 // posted and completed, and the MRs are deregistered: registration is part of the cost,
 // because that is where pinning pays.
-import { Command, InvalidArgumentError, Option } from 'commander';
-import { Access, mapRegion, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type MemoryRegion, type PolicyName, type Region } from '../lib/index.js';
-import { heading, isMain, MEASURED_LABEL, MODEL_LABEL, parsePositiveInt, parseSize, printTable, sizeName, us } from './support/format.js';
+import { Access, mapRegion, median, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type MemoryRegion, type PolicyName, type Region } from '../lib/index.js';
+import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
+import type { PlotSpec } from './support/plot.js';
+import { PLOT_CONFIG } from './support/plot.js';
+import { progress } from './support/progress.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export const TABLE_POLICIES: readonly PolicyName[] = ['pin', 'prefault', 'touch', 'touch-ahead', 'prefetch'];
 
@@ -15,6 +18,8 @@ export interface OdpVsPinnedOptions {
   /** Smallest and largest write (default 4 KiB … 16 MiB, ×4 apart). */
   minSize?: number;
   maxSize?: number;
+  /** The sizes to write, instead of minSize … maxSize ×4 apart (perftest -a: every power of two). */
+  sizes?: readonly number[];
   /** Writes per size and policy below `bigSize` (default 5); one write at and above it. */
   iters?: number;
   /** From this size on, one write per policy (default 4 MiB). */
@@ -22,6 +27,8 @@ export interface OdpVsPinnedOptions {
   /** Evict the destination only (default), or both buffers. */
   evict?: 'dst' | 'both';
   policies?: readonly PolicyName[];
+  /** Where to put the trace of both processes (--trace). */
+  trace?: TraceFile;
 }
 
 /** One row of the table: medians over the writes of one size and policy. */
@@ -46,59 +53,105 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   const bigSize = options.bigSize ?? 4 * 2 ** 20;
   const evict = options.evict ?? 'dst';
   const policies = options.policies ?? TABLE_POLICIES;
-  const sizes: number[] = [];
-  for (let s = minSize; s <= maxSize; s *= 4) sizes.push(s);
+  const sizes: number[] = options.sizes ? [...options.sizes] : [];
+  if (!options.sizes) for (let s = minSize; s <= maxSize; s *= 4) sizes.push(s);
 
   const pair = connectedPair();
+  const bar = progress(policies.length * (sizes.length + 1), 'odp-vs-pinned');
   try {
     // Warm up once per policy (JIT, copy threads), unrecorded.
-    for (const policy of policies) await measure(pair, PAGE_SIZE, policy, 2, evict);
+    for (const policy of policies) {
+      await measure(pair, PAGE_SIZE, policy, 2, evict);
+      bar.tick('warm-up');
+    }
 
+    print(`One RDMA WRITE from node 0 to node 1 per row; evicted before each write: ${evict === 'both' ? 'source and destination' : 'the destination (the source holds fresh data)'}.`);
+    print('Times are medians, from ibv_reg_mr of both buffers to the completion (registration included).');
+    print(`  t_model: ${MODEL_LABEL}`);
+    print(`  t_real:  ${MEASURED_LABEL}`);
+    const table = new Table([
+      { header: '#bytes', width: 8 },
+      { header: 'policy', width: 11, left: true },
+      { header: '#iter' },
+      { header: 'faults src/dst', width: 9 },
+      { header: 'pages made resident', width: 8 },
+      { header: 'retx blocks', width: 6 },
+      { header: 't_model [usec]', width: 9 },
+      { header: 't_real [usec]', width: 9 },
+      { header: 'model ×pin', width: 6 },
+      { header: 'real ×pin', width: 6 },
+    ]);
+    table.header();
     const rows: OdpRow[] = [];
+    const errors: string[] = [];
+    const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
+    // Each row is printed as soon as it is measured; 'pin' goes first, so ×pin is known.
     for (const size of sizes) {
       const n = size >= bigSize ? 1 : iters;
-      for (const policy of policies) rows.push(await measure(pair, size, policy, n, evict));
-    }
-
-    console.log(`One RDMA WRITE from node 0 to node 1 per row; evicted before each write: ${evict === 'both' ? 'source and destination' : 'the destination (the source holds fresh data)'}.`);
-    console.log(`Times are medians, from ibv_reg_mr of both buffers to the completion (registration included).`);
-    console.log(`  t_model: ${MODEL_LABEL}`);
-    console.log(`  t_real:  ${MEASURED_LABEL}`);
-    const header = ['#bytes', 'policy', '#iter', 'faults src/dst', 'pages made resident', 'retx blocks', 't_model[usec]', 't_real[usec]', 'model ×pin', 'real ×pin'];
-    const table: string[][] = [];
-    const errors: string[] = [];
-    for (const r of rows) {
-      const pin = rows.find((x) => x.size === r.size && x.policy === 'pin' && !x.error);
-      const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
-      if (r.error) {
-        errors.push(`${sizeName(r.size)} ${r.policy}: ${r.error}`);
-        table.push([String(r.size), r.policy, String(r.iters), `failed (${errors.length})`, '-', '-', '-', '-', '-', '-']);
-        continue;
+      for (const policy of policies) {
+        const r = await measure(pair, size, policy, n, evict);
+        bar.tick(`${sizeName(size)} ${policy}`);
+        rows.push(r);
+        if (r.error) {
+          errors.push(`${sizeName(r.size)} ${r.policy}: ${r.error}`);
+          table.row([String(r.size), r.policy, String(r.iters), `failed (${errors.length})`, '-', '-', '-', '-', '-', '-']);
+          continue;
+        }
+        const pin = rows.find((x) => x.size === r.size && x.policy === 'pin' && !x.error);
+        table.row([
+          String(r.size),
+          r.policy,
+          String(r.iters),
+          `${r.faults!.source}/${r.faults!.destination}`,
+          String(r.madeResident),
+          String(r.retransmitted),
+          us(r.modelUs!),
+          us(r.realUs!),
+          ratio(r.modelUs, pin?.modelUs),
+          ratio(r.realUs, pin?.realUs),
+        ]);
       }
-      table.push([
-        String(r.size),
-        r.policy,
-        String(r.iters),
-        `${r.faults!.source}/${r.faults!.destination}`,
-        String(r.madeResident),
-        String(r.retransmitted),
-        us(r.modelUs!),
-        us(r.realUs!),
-        ratio(r.modelUs, pin?.modelUs),
-        ratio(r.realUs, pin?.realUs),
-      ]);
     }
-    printTable(header, table, new Set([1]));
-    errors.forEach((e, i) => console.log(` (${i + 1}) ${e}`));
+    bar.stop();
+    errors.forEach((e, i) => print(` (${i + 1}) ${e}`));
     const c = pair.cluster.system.costs;
-    console.log('Modelled set-up added to the transfer:');
-    console.log(`  pin: pages × ${c.pinPageUs} µs (mlock at registration; the two nodes pin at once; here, one process, they share its RLIMIT_MEMLOCK)`);
-    console.log(`  prefault: pages not resident × ${c.touchPageUs} µs (the buffer touched before the write)`);
-    console.log('Faults, pages and retransmissions are per write (medians); ×pin compares with the pinned row of the same size.');
+    print('Modelled set-up added to the transfer:');
+    print(`  pin: pages × ${c.pinPageUs} µs (mlock at registration; the two nodes pin at once; here, one process, they share its RLIMIT_MEMLOCK)`);
+    print(`  prefault: pages not resident × ${c.touchPageUs} µs (the buffer touched before the write)`);
+    print('Faults, pages and retransmissions are per write (medians); ×pin compares with the pinned row of the same size.');
+    options.trace?.addContexts(pair.ctx);
     return rows;
   } finally {
+    bar.stop();
     pair.cluster.close();
   }
+}
+
+/** Latency against size per policy, log-log, modelled and measured (--plot). */
+export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
+  const values = rows
+    .filter((r) => !r.error)
+    .flatMap((r) => [
+      { bytes: r.size, policy: r.policy, time: 'modelled', us: r.modelUs! },
+      { bytes: r.size, policy: r.policy, time: 'measured', us: r.realUs! },
+    ]);
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: { text: 'One RDMA WRITE into evicted memory: latency by size and policy', subtitle: `dashed: ${MODEL_LABEL}; solid: ${MEASURED_LABEL}` },
+    config: PLOT_CONFIG,
+    width: 560,
+    height: 360,
+    data: { values },
+    mark: { type: 'line', point: true },
+    encoding: {
+      x: { field: 'bytes', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'bytes written' },
+      y: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'latency [µs], registration included' },
+      color: { field: 'policy', type: 'nominal', sort: [...TABLE_POLICIES] },
+      strokeDash: { field: 'time', type: 'nominal', title: 'time' },
+      shape: { field: 'time', type: 'nominal', title: 'time' },
+      detail: [{ field: 'policy' }, { field: 'time' }],
+    },
+  };
 }
 
 async function measure(pair: Pair, size: number, policy: PolicyName, iters: number, evict: 'dst' | 'both'): Promise<OdpRow> {
@@ -159,9 +212,9 @@ async function measure(pair: Pair, size: number, policy: PolicyName, iters: numb
     size,
     policy,
     iters,
-    faults: { source: med((x) => x.faults.source), destination: med((x) => x.faults.destination) },
-    madeResident: med((x) => x.madeResident),
-    retransmitted: med((x) => x.retransmitted),
+    faults: { source: Math.round(med((x) => x.faults.source)), destination: Math.round(med((x) => x.faults.destination)) },
+    madeResident: Math.round(med((x) => x.madeResident)),
+    retransmitted: Math.round(med((x) => x.retransmitted)),
     modelUs: med((x) => x.modelUs),
     realUs: med((x) => x.realUs),
   };
@@ -182,34 +235,3 @@ function tryRegMr(reg: () => MemoryRegion): MemoryRegion | Error {
   }
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[s.length >> 1]!;
-}
-
-function policyList(value: string): PolicyName[] {
-  const list = value.split(',').map((s) => s.trim()) as PolicyName[];
-  for (const p of list) if (!TABLE_POLICIES.includes(p)) throw new InvalidArgumentError(`unknown policy '${p}' (choose from ${TABLE_POLICIES.join(', ')})`);
-  return list;
-}
-
-if (isMain(import.meta.url)) {
-  const program = new Command()
-    .name('example:odp-vs-pinned')
-    .description('One RDMA WRITE per size under pinning and each on-demand paging policy, as one table')
-    .option('--min-size <bytes>', 'smallest write (sizes grow ×4)', parseSize, 4096)
-    .option('--max-size <bytes>', 'largest write (64M for the whole range)', parseSize, 16 * 2 ** 20)
-    .option('--iters <n>', 'writes per size and policy below --big-size (median reported)', parsePositiveInt, 5)
-    .option('--big-size <bytes>', 'from this size on, one write per policy', parseSize, 4 * 2 ** 20)
-    .addOption(new Option('--evict <which>', 'buffers evicted before each write').choices(['dst', 'both']).default('dst'))
-    .addOption(new Option('--policies <list>', 'comma-separated subset of ' + TABLE_POLICIES.join(',')).argParser(policyList))
-    .parse();
-  const o = program.opts<{ minSize: number; maxSize: number; iters: number; bigSize: number; evict: 'dst' | 'both'; policies?: PolicyName[] }>();
-  if (o.minSize % PAGE_SIZE !== 0 || o.maxSize < o.minSize) program.error(`--min-size must be a multiple of ${PAGE_SIZE} and no larger than --max-size`);
-  const t = performance.now();
-  heading('ODP vs pinned: one RDMA WRITE per size and policy');
-  const opts: OdpVsPinnedOptions = { minSize: o.minSize, maxSize: o.maxSize, iters: o.iters, bigSize: o.bigSize, evict: o.evict };
-  if (o.policies) opts.policies = o.policies;
-  await odpVsPinned(opts);
-  console.log(`\n(run time ${((performance.now() - t) / 1000).toFixed(1)} s)`);
-}

@@ -7,35 +7,34 @@
 // with the buffers left resident gives the fault-free latency beside it.
 //
 // Latency is reported as perftest's ib_send_lat does: one way = round trip / 2.
-import { Command, Option } from 'commander';
-import { Access, mapRegion, PAGE_SIZE, POLICIES, SendFlags, WcStatus, WrOpcode, type PolicyName, type Region, type Sge, type WorkCompletion } from '../lib/index.js';
-import {
-  heading,
-  isMain,
-  LATENCY_HEADER,
-  latencyCells,
-  latencyStats,
-  MEASURED_LABEL,
-  MODEL_LABEL,
-  parsePositiveInt,
-  printTable,
-  us,
-} from './support/format.js';
+import { Access, latencyStats, mapRegion, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type PolicyName, type Region, type Sge, type WorkCompletion, type LatencyStats } from '../lib/index.js';
+import { LATENCY_COLUMNS, latencyCells, MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
+import { PLOT_CONFIG, type PlotSpec } from './support/plot.js';
+import { progress, type Progress } from './support/progress.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export interface PingPongOptions {
   /** Message size in bytes (default 4096, rc_pingpong's). */
   size?: number;
+  /** Several message sizes, one after the other (perftest -a). Overrides `size`. */
+  sizes?: readonly number[];
   /** Round trips (default 1000, rc_pingpong's). */
   iters?: number;
   /** Fault library policy of both buffers (default 'touch-ahead'). */
   policy?: PolicyName;
   /** Also run with the buffers left resident (default true). */
   baseline?: boolean;
+  /** Where to put the trace of both processes (--trace). */
+  trace?: TraceFile;
 }
 
-interface Run {
+/** One run: `iters` round trips of `size` bytes, buffers evicted before every message or not. */
+export interface Run {
+  size: number;
+  iters: number;
   evict: boolean;
+  /** One-way latency of each round trip, µs. */
   modelUs: number[];
   realUs: number[];
   seconds: number;
@@ -47,66 +46,109 @@ interface Run {
 }
 
 export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
-  const size = options.size ?? 4096;
+  const sizes = options.sizes ?? [options.size ?? 4096];
   const iters = options.iters ?? 1000;
   const policy = options.policy ?? 'touch-ahead';
-  const pair = connectedPair();
-  const { ctx, pd, qp } = pair;
-  const bytes = Math.ceil(size / PAGE_SIZE) * PAGE_SIZE;
-  const buf: [Region, Region] = [mapRegion(bytes), mapRegion(bytes)];
+  const baseline = options.baseline ?? true;
+  const runs: Run[] = [];
+  const bar = progress(sizes.length * (baseline ? 2 : 1) * iters, 'pingpong');
   try {
-    const access = Access.LOCAL_WRITE | Access.ON_DEMAND;
-    const mr = [ctx[0].regMr(pd[0], buf[0], 0, bytes, access, { policy }), ctx[1].regMr(pd[1], buf[1], 0, bytes, access, { policy })] as const;
-    const sge = (side: 0 | 1) => [{ addr: mr[side].addr, length: size, lkey: mr[side].lkey }];
-    console.log(
-      `client: node 0, QPN 0x${qp[0].qpNum.toString(16).padStart(6, '0')}, buffer ${bytes / PAGE_SIZE} page(s) at 0x${mr[0].addr.toString(16)}; ` +
-        `server: node 1, QPN 0x${qp[1].qpNum.toString(16).padStart(6, '0')}, buffer at 0x${mr[1].addr.toString(16)}`,
-    );
-    console.log(`${size} B per message, ${iters} round trips, ODP policy '${policy}'.`);
+    // #iterations is said above the table: perftest's other columns fit 100 columns then.
+    const table = new Table([{ header: '#bytes', width: 7 }, ...LATENCY_COLUMNS, { header: 'time', width: 5, left: true }, { header: 'buffers', width: 8, left: true }]);
+    for (const [k, size] of sizes.entries()) {
+      const pair = connectedPair();
+      const { ctx, pd, qp } = pair;
+      const bytes = Math.ceil(size / PAGE_SIZE) * PAGE_SIZE;
+      const buf: [Region, Region] = [mapRegion(bytes), mapRegion(bytes)];
+      try {
+        const access = Access.LOCAL_WRITE | Access.ON_DEMAND;
+        const mr = [ctx[0].regMr(pd[0], buf[0], 0, bytes, access, { policy }), ctx[1].regMr(pd[1], buf[1], 0, bytes, access, { policy })] as const;
+        const sge = (side: 0 | 1) => [{ addr: mr[side].addr, length: size, lkey: mr[side].lkey }];
+        if (k === 0) {
+          print(
+            `client: node 0, QPN 0x${qp[0].qpNum.toString(16).padStart(6, '0')}, buffer at 0x${mr[0].addr.toString(16)}; ` +
+              `server: node 1, QPN 0x${qp[1].qpNum.toString(16).padStart(6, '0')}, buffer at 0x${mr[1].addr.toString(16)}`,
+          );
+          print(`${sizes.length === 1 ? `${size} B` : `${sizeName(size)} to ${sizeName(sizes[sizes.length - 1]!)}`} per message, ${iters} round trips, ODP policy '${policy}'.`);
+          print(`One-way latency (round trip / 2, as ib_send_lat), ${iters} iterations per row. model: ${MODEL_LABEL}; real: ${MEASURED_LABEL}.`);
+          print('buffers: evicted = both evicted before every message (a fault at each end); resident = no faults.');
+          table.header();
+        }
 
-    qp[1].postRecv({ wrId: 0, sgList: sge(1) });
-    qp[0].postRecv({ wrId: 0, sgList: sge(0) });
-    // Warm up (JIT, copy threads), unrecorded.
-    await run(pair, buf, sge, size, Math.min(50, iters), true);
-    const runs = [await run(pair, buf, sge, size, iters, true)];
-    if (options.baseline ?? true) runs.push(await run(pair, buf, sge, size, iters, false));
-
-    console.log(`\nOne-way latency (round trip / 2, as ib_send_lat). model: ${MODEL_LABEL}; real: ${MEASURED_LABEL}.`);
-    const rows: string[][] = [];
-    for (const r of runs) {
-      const what = r.evict ? 'evicted before every message' : 'resident (no faults)';
-      rows.push([String(size), String(iters), ...latencyCells(latencyStats(r.modelUs)), 'model', what]);
-      rows.push([String(size), String(iters), ...latencyCells(latencyStats(r.realUs)), 'real', what]);
+        qp[1].postRecv({ wrId: 0, sgList: sge(1) });
+        qp[0].postRecv({ wrId: 0, sgList: sge(0) });
+        // Warm up (JIT, copy threads), unrecorded.
+        await run(pair, buf, sge, size, Math.min(50, iters), true);
+        for (const evict of baseline ? [true, false] : [true]) {
+          const r = await run(pair, buf, sge, size, iters, evict, bar);
+          runs.push(r);
+          const what = r.evict ? 'evicted' : 'resident';
+          table.row([String(size), ...latencyCells(latencyStats(r.modelUs)), 'model', what]);
+          table.row([String(size), ...latencyCells(latencyStats(r.realUs)), 'real', what]);
+        }
+        options.trace?.addContexts(ctx, sizes.length > 1 ? `${sizeName(size)} B` : undefined);
+      } finally {
+        pair.cluster.close();
+        for (const b of buf) b.close();
+      }
     }
-    printTable(['#bytes', '#iterations', ...LATENCY_HEADER, 'time', 'buffers'], rows, new Set([9, 10]));
+    bar.stop();
 
     for (const r of runs) {
-      const perMsg = (x: number) => (x / (2 * iters)).toFixed(2);
-      console.log(
-        `\n${r.evict ? 'Evicted' : 'Resident'}: faults source ${r.faults.source}, destination ${r.faults.destination} ` +
+      const perMsg = (x: number) => (x / (2 * r.iters)).toFixed(2);
+      print(
+        `\n${sizeName(r.size)} B, ${r.evict ? 'evicted' : 'resident'}: faults source ${r.faults.source}, destination ${r.faults.destination} ` +
           `(${perMsg(r.faults.source)} + ${perMsg(r.faults.destination)} per message); pages made resident by the fault libraries ${r.pagesMadeResident}; ` +
           `retransmitted blocks ${r.retransmitted}; NACKs ${r.nacks}; failed completions or payloads ${r.errors}.`,
       );
       // rc_pingpong's own closing lines (measured).
-      const total = 2 * size * iters;
-      console.log(
+      const total = 2 * r.size * r.iters;
+      print(
         `  ${total} bytes in ${r.seconds.toFixed(2)} seconds = ${((total * 8) / r.seconds / 1e6).toFixed(2)} Mbit/sec (measured); ` +
-          `${iters} iters in ${r.seconds.toFixed(2)} seconds = ${us((r.seconds * 1e6) / iters)} usec/iter`,
+          `${r.iters} iters in ${r.seconds.toFixed(2)} seconds = ${us((r.seconds * 1e6) / r.iters)} usec/iter`,
       );
     }
     return runs;
   } finally {
-    pair.cluster.close();
-    for (const b of buf) b.close();
+    bar.stop();
   }
 }
 
+/** A run as --json writes it: perftest's latency columns instead of every sample. */
+export function runSummary(r: Run): Omit<Run, 'modelUs' | 'realUs'> & { model: LatencyStats; real: LatencyStats } {
+  const { modelUs, realUs, ...rest } = r;
+  return { ...rest, model: latencyStats(modelUs), real: latencyStats(realUs) };
+}
+
+/** The distribution of the measured one-way latency of each run, as a CDF on a log axis (--plot). */
+export function pingPongPlot(runs: readonly Run[]): PlotSpec {
+  const values = runs.flatMap((r) => {
+    const run = `${r.size} B, ${r.evict ? 'evicted before every message' : 'resident'}`;
+    const sorted = [...r.realUs].sort((a, b) => a - b);
+    return sorted.map((us, i) => ({ run, us, fraction: (i + 1) / sorted.length }));
+  });
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: { text: 'RC ping-pong on ODP memory: one-way latency distribution', subtitle: `${MEASURED_LABEL}; round trip / 2, as ib_send_lat` },
+    config: { ...PLOT_CONFIG, legend: { labelLimit: 360 } },
+    width: 560,
+    height: 320,
+    data: { values },
+    mark: { type: 'line', interpolate: 'step-after' },
+    encoding: {
+      x: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'one-way latency [µs]' },
+      y: { field: 'fraction', type: 'quantitative', title: 'fraction of round trips at or below', scale: { domain: [0, 1] } },
+      color: { field: 'run', type: 'nominal', title: 'buffers' },
+    },
+  };
+}
+
 // Each side has one receive posted on entry and again on return.
-async function run(pair: Pair, buf: [Region, Region], sge: (side: 0 | 1) => Sge[], size: number, iters: number, evict: boolean): Promise<Run> {
+async function run(pair: Pair, buf: [Region, Region], sge: (side: 0 | 1) => Sge[], size: number, iters: number, evict: boolean, bar?: Progress): Promise<Run> {
   const { ctx, cq, qp, cluster } = pair;
   const before = ctx.map((c) => c.faultLibrary.stats());
   const nacksBefore = cluster.system.nodes.reduce((a, n) => a + n.pldma.counters().nacksReceived, 0);
-  const r: Run = { evict, modelUs: [], realUs: [], seconds: 0, faults: { source: 0, destination: 0 }, pagesMadeResident: 0, retransmitted: 0, nacks: 0, errors: 0 };
+  const r: Run = { size, iters, evict, modelUs: [], realUs: [], seconds: 0, faults: { source: 0, destination: 0 }, pagesMadeResident: 0, retransmitted: 0, nacks: 0, errors: 0 };
   const check = (wc: WorkCompletion, imm?: number) => {
     if (wc.status !== WcStatus.SUCCESS || (imm !== undefined && wc.immData !== imm)) r.errors++;
     return wc;
@@ -139,6 +181,7 @@ async function run(pair: Pair, buf: [Region, Region], sge: (side: 0 | 1) => Sge[
     r.realUs.push(rtt / 2);
     r.modelUs.push(((ping.odp?.modelUs ?? 0) + (pong.odp?.modelUs ?? 0)) / 2);
     r.retransmitted += (ping.odp?.retransmittedBlocks ?? 0) + (pong.odp?.retransmittedBlocks ?? 0);
+    bar?.tick(`${sizeName(size)} B ${evict ? 'evicted' : 'resident'}`);
   }
   r.seconds = (performance.now() - start) / 1000;
 
@@ -150,20 +193,4 @@ async function run(pair: Pair, buf: [Region, Region], sge: (side: 0 | 1) => Sge[
   }
   r.nacks = cluster.system.nodes.reduce((a, n) => a + n.pldma.counters().nacksReceived, 0) - nacksBefore;
   return r;
-}
-
-if (isMain(import.meta.url)) {
-  const program = new Command()
-    .name('example:pingpong')
-    .description('RC ping-pong like ibv_rc_pingpong, with ODP buffers evicted before every message')
-    .option('-s, --size <bytes>', 'message size', parsePositiveInt, 4096)
-    .option('-n, --iters <n>', 'round trips', parsePositiveInt, 1000)
-    .addOption(new Option('--policy <name>', 'fault library policy of both buffers').choices(POLICIES.filter((p) => p !== 'pin')).default('touch-ahead'))
-    .option('--no-baseline', 'skip the run with resident buffers')
-    .parse();
-  const o = program.opts<{ size: number; iters: number; policy: PolicyName; baseline: boolean }>();
-  const t = performance.now();
-  heading('RC ping-pong with on-demand paging (like ibv_rc_pingpong)');
-  await pingPong(o);
-  console.log(`\n(run time ${((performance.now() - t) / 1000).toFixed(1)} s)`);
 }

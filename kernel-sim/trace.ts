@@ -12,6 +12,8 @@ export type TraceKind =
   | 'resolved'
   | 'nack'
   | 'retransmit'
+  /** A retransmitted block acknowledged: its copy is done (detail.thread: the copy thread). */
+  | 'ack'
   | 'stall'
   | 'resume'
   | 'complete';

@@ -32,7 +32,8 @@ export { touch, type TouchOptions, type TouchResult, type AccessFailedError } fr
 export { PfrError, type PfrErrorCode, type SystemError } from './errors.js';
 export { FaultLibrary, type Registration, type ResolvedFault, type FaultLibraryOptions } from './fault-library/fault-library.js';
 export { POLICIES, Prefetcher, type PolicyName, type PolicyOptions } from './fault-library/policy.js';
-export { FaultStats, Histogram, PHASES, type FaultStatsSnapshot, type Phase } from './fault-library/stats.js';
-export { TraceRecorder, type ChromeTraceEvent } from './fault-library/trace.js';
+export { Histogram, latencyStats, median, type LatencyStats } from './latency.js';
+export { FaultStats, PHASES, type FaultStatsSnapshot, type Phase } from './fault-library/stats.js';
+export { TraceRecorder, FAULT_PHASES, type ChromeTrace, type ChromeTraceEvent, type FaultPhase, type TraceScope } from './fault-library/trace.js';
 export * from './verbs/index.js';
 export * from './remote-paging/index.js';

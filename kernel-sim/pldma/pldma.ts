@@ -514,8 +514,12 @@ export class Pldma implements Schedulable {
       if (faulted < 0) faulted = run.length - 1;
     }
     run.forEach((s, i) => {
-      if (faulted < 0 || i < faulted) this.#ack(t, s.b, s.arrive + s.dst.walkUs + stallDelay + c.linkLatencyUs);
-      else if (i > faulted) {
+      if (faulted < 0 || i < faulted) {
+        const ackAt = s.arrive + s.dst.walkUs + stallDelay + c.linkLatencyUs;
+        // A retransmitted block's copy closes its fault in the trace: which thread copied it.
+        if (s.b.attempts > 1) this.#trace('ack', t, { modelUs: ackAt, detail: { seq: s.b.seq, attempt: s.b.attempts, srcNode: this.node, thread: r.tid, copyNs: r.ns } });
+        this.#ack(t, s.b, ackAt);
+      } else if (i > faulted) {
         s.b.state = 'pending';
         s.b.attempts--;
         t.inflight--;

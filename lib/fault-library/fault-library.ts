@@ -19,7 +19,7 @@ import { checkInt, invalidArg } from '../validate.js';
 import { closedError } from '../errors.js';
 import { POLICIES, Prefetcher, spanFor, type PolicyName, type PolicyOptions } from './policy.js';
 import { FaultStats, type FaultStatsSnapshot, type Phase } from './stats.js';
-import { TraceRecorder } from './trace.js';
+import { TraceRecorder, type ChromeTrace } from './trace.js';
 
 /** A range of memory the library resolves with one policy. */
 export interface Registration {
@@ -98,7 +98,7 @@ export class FaultLibrary {
     this.#socket = options.socket;
     this.#uffd = options.uffd;
     this.defaultPolicy = options.defaultPolicy ?? 'touch-ahead';
-    this.trace = new TraceRecorder();
+    this.trace = new TraceRecorder(undefined, { node: this.node, pid: this.pid });
     const tracing = options.trace ?? true;
     this.#untrace = options.system.tracer.on((e) => this.#onTrace(e, tracing));
     this.#socket.onMessage((m) => this.#onMessage(m));
@@ -146,8 +146,8 @@ export class FaultLibrary {
     return this.#stats.snapshot();
   }
 
-  /** The trace as Chrome trace-event JSON (Perfetto, chrome://tracing). */
-  exportChromeTrace(): ReturnType<TraceRecorder['toChromeTrace']> {
+  /** This process's trace as Chrome trace-event JSON (Perfetto, chrome://tracing). */
+  exportChromeTrace(): ChromeTrace {
     return this.trace.toChromeTrace();
   }
 

@@ -1,43 +1,7 @@
 // Fault statistics: counts by side and kind, pages made resident, retransmitted blocks, and
 // time per phase (detect → notify → resolve → retransmit) as log2 histograms, real and
-// modelled.
-
-/** A log2-bucketed histogram of µs values. */
-export class Histogram {
-  readonly buckets: number[] = []; // bucket i: [2^(i-1), 2^i) µs, bucket 0: < 1 µs
-  count = 0;
-  sum = 0;
-  min = Infinity;
-  max = 0;
-  #values: number[] = [];
-
-  add(us: number): void {
-    if (!Number.isFinite(us) || us < 0) return;
-    const i = us < 1 ? 0 : Math.floor(Math.log2(us)) + 1;
-    while (this.buckets.length <= i) this.buckets.push(0);
-    this.buckets[i]!++;
-    this.count++;
-    this.sum += us;
-    this.min = Math.min(this.min, us);
-    this.max = Math.max(this.max, us);
-    if (this.#values.length < 100_000) this.#values.push(us);
-  }
-
-  get mean(): number {
-    return this.count ? this.sum / this.count : 0;
-  }
-
-  /** Quantile q in [0, 1] of the recorded values (first 100 000 kept). */
-  quantile(q: number): number {
-    if (!this.#values.length) return 0;
-    const v = [...this.#values].sort((a, b) => a - b);
-    return v[Math.min(v.length - 1, Math.floor(q * v.length))]!;
-  }
-
-  summary(): { count: number; mean: number; p50: number; p99: number; min: number; max: number } {
-    return { count: this.count, mean: this.mean, p50: this.quantile(0.5), p99: this.quantile(0.99), min: this.count ? this.min : 0, max: this.max };
-  }
-}
+// modelled, in the package's one latency histogram (lib/latency.ts).
+import { Histogram } from '../latency.js';
 
 export type Phase = 'detect' | 'notify' | 'resolve' | 'retransmit';
 export const PHASES: readonly Phase[] = ['detect', 'notify', 'resolve', 'retransmit'];

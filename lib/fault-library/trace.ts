@@ -1,28 +1,63 @@
-// A trace of every fault event, exportable as Chrome trace-event JSON (open it in
-// Perfetto or chrome://tracing). Two timelines per node: the modelled hardware time and
-// the real time of the software path, so both can be read side by side.
+// A trace of every fault event, exportable as Chrome trace-event JSON (open it in Perfetto or
+// chrome://tracing). Two timelines per node: the modelled hardware time and the real time of
+// the software path. Each fault becomes complete ("X") slices, one per phase, on the thread
+// that did the work (detect: the SMMU; notify: the SMMU driver's IRQ handler; resolve: the
+// fault library; retransmit: the engine's channel; copy: the native copy thread), and a flow
+// event ties the block's fault to its retransmission, across nodes for a destination fault.
+// A recorder scoped to one process exports only that process; the other nodes' events are
+// kept only to time the phases that end there (a destination fault is retransmitted by the
+// source).
 import { MODEL_LABEL, type TraceEvent } from '../../kernel-sim/index.js';
 
 export interface ChromeTraceEvent {
   name: string;
   cat: string;
-  ph: 'i' | 'X' | 'M';
+  /** i: instant, X: complete slice, M: metadata, s / f: flow start / finish. */
+  ph: 'i' | 'X' | 'M' | 's' | 'f';
   ts: number;
   dur?: number;
   pid: number;
   tid: number;
   s?: 't' | 'p' | 'g';
+  id?: string;
+  bp?: 'e';
   args?: Record<string, unknown>;
 }
+
+export interface ChromeTrace {
+  traceEvents: ChromeTraceEvent[];
+  displayTimeUnit: 'ns';
+  otherData: Record<string, string>;
+}
+
+/** The phases of one fault, in order, as the trace names its slices. */
+export const FAULT_PHASES = ['detect', 'notify', 'resolve', 'retransmit', 'copy'] as const;
+export type FaultPhase = (typeof FAULT_PHASES)[number];
+
+/** Which process a recorder belongs to: its node (and its pid, for notifications). */
+export interface TraceScope {
+  node: number;
+  pid?: number;
+}
+
+// Thread lanes of a node (Chrome "tid"): fixed ones, the engine's channels, and the copy
+// threads under their real Linux thread ids.
+const LANE_SMMU = 1;
+const LANE_DRIVER = 2;
+const LANE_LIBRARY = 3;
+const LANE_CHANNEL = 1_000_000;
+
+type Time = { model: number; real: number };
 
 export class TraceRecorder {
   readonly events: TraceEvent[] = [];
   readonly limit: number;
+  readonly scope: TraceScope | undefined;
   dropped = 0;
-  #t0 = performance.now();
 
-  constructor(limit = 200_000) {
+  constructor(limit = 200_000, scope?: TraceScope) {
     this.limit = limit;
+    this.scope = scope;
   }
 
   record(e: TraceEvent): void {
@@ -36,26 +71,141 @@ export class TraceRecorder {
   clear(): void {
     this.events.length = 0;
     this.dropped = 0;
-    this.#t0 = performance.now();
   }
 
-  /** Chrome trace-event JSON: pid 2n = node n (modelled µs), pid 2n+1 = node n (real µs). */
-  toChromeTrace(): { traceEvents: ChromeTraceEvent[]; displayTimeUnit: 'ns'; otherData: Record<string, string> } {
+  /**
+   * Chrome trace-event JSON: pid 2n = node n in modelled µs, pid 2n+1 = node n in real µs
+   * (performance.now(), so exports of one run line up). Scoped: only this process's node.
+   */
+  toChromeTrace(): ChromeTrace {
     const out: ChromeTraceEvent[] = [];
+    const lanes = new Map<string, { pid: number; tid: number; name: string }>();
+    const own = (node: number) => this.scope === undefined || node === this.scope.node;
+    const ownPid = (e: TraceEvent) => {
+      const pid = e.detail?.['pid'];
+      return this.scope?.pid === undefined || pid === undefined || pid === this.scope.pid;
+    };
+    // One event on both timelines, and the lane it is on named once.
+    const both = (node: number, tid: number, lane: string, make: (pid: number, at: 'model' | 'real') => ChromeTraceEvent | undefined) => {
+      for (const at of ['model', 'real'] as const) {
+        const pid = node * 2 + (at === 'model' ? 0 : 1);
+        const ev = make(pid, at);
+        if (!ev) continue;
+        out.push(ev);
+        lanes.set(`${pid}:${tid}`, { pid, tid, name: lane });
+      }
+    };
+    const ts = (t: Time, at: 'model' | 'real') => (at === 'model' ? t.model : t.real * 1000);
+    const time = (e: TraceEvent): Time => ({ model: e.modelUs, real: e.realMs });
+
     const nodes = new Set<number>();
     for (const e of this.events) {
+      if (!own(e.node) || !ownPid(e)) continue;
       nodes.add(e.node);
       const args: Record<string, unknown> = { side: e.side, tid: e.tid, ...stringify(e.detail ?? {}) };
       const name = e.side ? `${e.kind} (${e.side})` : e.kind;
-      const lane = e.channel ?? 0;
-      out.push({ name, cat: e.kind, ph: 'i', s: 't', ts: e.modelUs, pid: e.node * 2, tid: lane, args });
-      out.push({ name, cat: e.kind, ph: 'i', s: 't', ts: (e.realMs - this.#t0) * 1000, pid: e.node * 2 + 1, tid: lane, args });
+      const [tid, lane] = laneOf(e);
+      both(e.node, tid, lane, (pid, at) => ({ name, cat: e.kind, ph: 'i', s: 't', ts: ts(time(e), at), pid, tid, args }));
     }
+
+    // The phases of each fault, from the events of every node (kept in order of emission):
+    // the later steps of each block, indexed by kind, node, source node, transfer, block, side.
+    const stepKey = (kind: TraceEvent['kind'], node: number, src: number, tid: number | undefined, seq: unknown, side: string | undefined) =>
+      `${kind}:${node}:${src}:${String(tid)}:${String(seq)}:${kind === 'retransmit' || kind === 'ack' ? '' : (side ?? '')}`;
+    const steps = new Map<string, number[]>();
+    this.events.forEach((e, k) => {
+      if (e.kind !== 'notify' && e.kind !== 'resolved' && e.kind !== 'retransmit' && e.kind !== 'ack') return;
+      const key = stepKey(e.kind, e.node, (e.detail?.['srcNode'] as number | undefined) ?? e.node, e.tid, e.detail?.['seq'], e.side);
+      const list = steps.get(key);
+      if (list) list.push(k);
+      else steps.set(key, [k]);
+    });
+    for (let i = 0; i < this.events.length; i++) {
+      const f = this.events[i]!;
+      if (f.kind !== 'fault' || f.tid === undefined) continue;
+      const seq = f.detail?.['seq'];
+      const src = (f.detail?.['srcNode'] as number | undefined) ?? f.node;
+      // The first step of `kind` of this block after index `from`.
+      const find = (from: number, kind: TraceEvent['kind'], node: number, also: (e: TraceEvent) => boolean = () => true) => {
+        for (const k of steps.get(stepKey(kind, node, src, f.tid, seq, f.side)) ?? []) if (k >= from && also(this.events[k]!)) return k;
+        return -1;
+      };
+      const n = find(i + 1, 'notify', f.node);
+      const notify = n >= 0 ? this.events[n]! : undefined;
+      if (notify && !ownPid(notify) && own(f.node)) continue; // another process's fault on this node
+      const r = find(Math.max(i, n) + 1, 'resolved', f.node);
+      const resolved = r >= 0 ? this.events[r]! : undefined;
+      const x = resolved ? find(r + 1, 'retransmit', src) : -1;
+      const retransmit = x >= 0 ? this.events[x]! : undefined;
+      const a = retransmit ? find(x + 1, 'ack', src, (e) => e.detail?.['attempt'] === retransmit.detail?.['attempt']) : -1;
+      const ack = a >= 0 ? this.events[a]! : undefined;
+
+      const issued: Time = { model: Number(f.detail?.['issuedUs'] ?? f.modelUs), real: Number(f.detail?.['issuedMs'] ?? f.realMs) };
+      const args = { side: f.side, transfer: f.tid, block: seq, srcNode: src, va: stringify({ va: f.detail?.['va'] })['va'] };
+      const channelLane = LANE_CHANNEL + (f.channel ?? 0);
+      const slices: Array<[FaultPhase, number, number, string, Time, Time | undefined]> = [
+        ['detect', f.node, LANE_SMMU, 'SMMU', issued, time(f)],
+        ['notify', f.node, LANE_DRIVER, 'SMMU driver (IRQ handler)', time(f), notify && time(notify)],
+        ['resolve', f.node, LANE_LIBRARY, 'fault library', notify ? time(notify) : time(f), resolved && time(resolved)],
+        ['retransmit', src, channelLane, `PLDMA channel ${f.channel ?? 0}`, resolved ? time(resolved) : time(f), retransmit && time(retransmit)],
+      ];
+      if (retransmit && ack) {
+        const thread = Number(ack.detail?.['thread'] ?? 0);
+        slices.push(['copy', src, thread || channelLane, thread ? `copy engine thread ${thread}` : `PLDMA channel ${f.channel ?? 0}`, time(retransmit), time(ack)]);
+      }
+      for (const [phase, node, tid, lane, start, end] of slices) {
+        if (!end || !own(node)) continue;
+        nodes.add(node);
+        both(node, tid, lane, (pid, at) => {
+          const t0 = ts(start, at);
+          return { name: phase, cat: 'fault', ph: 'X', ts: t0, dur: Math.max(0, ts(end, at) - t0), pid, tid, args };
+        });
+      }
+      // The flow: from the faulting block's detection to the block's retransmission.
+      if (retransmit) {
+        const id = `${src}:${f.tid}:${String(seq)}:${f.side}:${String(retransmit.detail?.['attempt'])}`;
+        const flow = { name: 'fault -> retransmission', cat: 'fault' };
+        if (own(f.node)) both(f.node, LANE_SMMU, 'SMMU', (pid, at) => ({ ...flow, ph: 's', id: `${at}:${id}`, ts: ts(issued, at), pid, tid: LANE_SMMU }));
+        if (own(src)) {
+          both(src, channelLane, `PLDMA channel ${f.channel ?? 0}`, (pid, at) => ({
+            ...flow,
+            ph: 'f',
+            bp: 'e',
+            id: `${at}:${id}`,
+            ts: ts(resolved ? time(resolved) : time(f), at),
+            pid,
+            tid: channelLane,
+          }));
+        }
+      }
+    }
+
+    const scopePid = this.scope?.pid === undefined ? '' : ` (pid ${this.scope.pid})`;
     for (const n of nodes) {
       out.push({ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2, tid: 0, args: { name: `node ${n}: ${MODEL_LABEL}` } });
       out.push({ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2 + 1, tid: 0, args: { name: `node ${n}: measured (real time)` } });
+      out.push({ name: 'process_labels', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2, tid: 0, args: { labels: `node ${n}${scopePid}` } });
+      out.push({ name: 'process_labels', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2 + 1, tid: 0, args: { labels: `node ${n}${scopePid}` } });
     }
+    for (const l of lanes.values()) out.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: l.pid, tid: l.tid, args: { name: l.name } });
     return { traceEvents: out, displayTimeUnit: 'ns', otherData: { producer: 'pagefault-rdma', model: MODEL_LABEL } };
+  }
+}
+
+// The thread an instant event happened on.
+function laneOf(e: TraceEvent): [number, string] {
+  switch (e.kind) {
+    case 'fault':
+      return [LANE_SMMU, 'SMMU'];
+    case 'irq':
+    case 'notify':
+    case 'notify-dropped':
+    case 'resume':
+      return [LANE_DRIVER, 'SMMU driver (IRQ handler)'];
+    case 'resolved':
+      return [LANE_LIBRARY, 'fault library'];
+    default:
+      return [LANE_CHANNEL + (e.channel ?? 0), `PLDMA channel ${e.channel ?? 0}`];
   }
 }
 

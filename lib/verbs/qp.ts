@@ -304,8 +304,10 @@ export class QueuePair {
         if (status !== WcStatus.SUCCESS || wr.opcode === WrOpcode.RDMA_WRITE) return done(status, total, results);
         const rwqe = await peer.#takeRecv(this.#attr.rnrRetry, this);
         if (!rwqe) return done(WcStatus.RNR_RETRY_EXC_ERR, 0, results);
-        peer.#complete(peer.recvCq, rwqe.wrId, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, total, wr.immData ?? 0, undefined, this.qpNum);
-        return done(WcStatus.SUCCESS, total, results);
+        // The receive completion reports the same faults as the sender's: one transfer.
+        const out = done(WcStatus.SUCCESS, total, results);
+        peer.#complete(peer.recvCq, rwqe.wrId, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, total, wr.immData ?? 0, out.odp, this.qpNum);
+        return out;
       }
       case WrOpcode.SEND:
       case WrOpcode.SEND_WITH_IMM: {
@@ -327,8 +329,9 @@ export class QueuePair {
         const results = await this.#move(pieces);
         const status = statusOf(results);
         const imm = wr.opcode === WrOpcode.SEND_WITH_IMM ? (wr.immData ?? 0) : undefined;
-        peer.#complete(peer.recvCq, rwqe.wrId, status === WcStatus.SUCCESS ? WcStatus.SUCCESS : WcStatus.LOC_PROT_ERR, WcOpcode.RECV, total, imm, undefined, this.qpNum);
-        return done(status, total, results);
+        const out = done(status, total, results);
+        peer.#complete(peer.recvCq, rwqe.wrId, status === WcStatus.SUCCESS ? WcStatus.SUCCESS : WcStatus.LOC_PROT_ERR, WcOpcode.RECV, total, imm, out.odp, this.qpNum);
+        return out;
       }
       case WrOpcode.RDMA_READ: {
         const remote = peer.#remote(wr.rdma!.rkey, wr.rdma!.remoteAddr, total, Access.REMOTE_READ);

@@ -65,7 +65,7 @@ describe('statistics', () => {
 
 describe('trace', () => {
   test('Chrome trace-event JSON: both timelines, every step of the fault, serialisable', async () => {
-    const { server } = await faultingWrite(2, 'touch');
+    const { server, client } = await faultingWrite(2, 'touch');
     const trace = server.ctx.faultLibrary.exportChromeTrace();
     const json = JSON.parse(JSON.stringify(trace)) as { traceEvents: ChromeTraceEvent[]; otherData: { model: string } };
     expect(json.otherData.model).toBe(MODEL_LABEL);
@@ -74,7 +74,11 @@ describe('trace', () => {
     expect(names.filter((n) => n === 'irq (destination)')).toHaveLength(2);
     expect(names.filter((n) => n === 'notify (destination)')).toHaveLength(2);
     expect(names.filter((n) => n === 'resolved (destination)')).toHaveLength(2);
-    const sources = json.traceEvents.filter((e) => e.ph === 'i' && e.pid === 0).map((e) => e.name); // node 0, modelled
+    // Each context's export holds only its own process: node 0's steps are in the client's.
+    expect(json.traceEvents.filter((e) => e.pid === 0 || e.pid === 1)).toEqual([]);
+    const clientTrace = client.ctx.faultLibrary.exportChromeTrace().traceEvents;
+    expect(clientTrace.filter((e) => e.pid >= 2)).toEqual([]);
+    const sources = clientTrace.filter((e) => e.ph === 'i' && e.pid === 0).map((e) => e.name); // node 0, modelled
     expect(sources.filter((n) => n === 'retransmit')).toHaveLength(2);
     expect(sources.filter((n) => n === 'complete')).toHaveLength(1);
     // Each event is on both timelines (model: pid 2n, real: pid 2n+1), named by metadata.
@@ -86,6 +90,27 @@ describe('trace', () => {
     const order = ['fault (destination)', 'irq (destination)', 'notify (destination)', 'resolved (destination)'];
     const ts = order.map((n) => json.traceEvents.find((e) => e.pid === 2 && e.name === n)!.ts);
     expect([...ts].sort((a, b) => a - b)).toEqual(ts);
+  });
+
+  test('complete slices per phase on the thread that did it, and a flow from each fault to its retransmission', async () => {
+    const { server, client } = await faultingWrite(2, 'touch');
+    const dst = server.ctx.faultLibrary.exportChromeTrace().traceEvents;
+    const src = client.ctx.faultLibrary.exportChromeTrace().traceEvents;
+    const slices = (events: ChromeTraceEvent[], pid: number) => events.filter((e) => e.ph === 'X' && e.pid === pid);
+    // The destination faulted twice: detect, notify and resolve there, each on its own thread.
+    for (const phase of ['detect', 'notify', 'resolve']) expect(slices(dst, 2).filter((e) => e.name === phase)).toHaveLength(2);
+    expect(new Set(slices(dst, 2).map((e) => e.tid)).size).toBe(3);
+    // The source retransmitted both blocks and a copy thread copied them.
+    for (const phase of ['retransmit', 'copy']) expect(slices(src, 0).filter((e) => e.name === phase)).toHaveLength(2);
+    const threadNames = (events: ChromeTraceEvent[]) => events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => String(e.args!['name']));
+    expect(threadNames(dst)).toEqual(expect.arrayContaining(['SMMU', 'SMMU driver (IRQ handler)', 'fault library']));
+    expect(threadNames(src).some((n) => /^copy engine thread \d+$/.test(n))).toBe(true);
+    for (const e of [...dst, ...src].filter((x) => x.ph === 'X')) expect(e.dur).toBeGreaterThanOrEqual(0);
+    // Flows: started by the fault on node 1, finished by the retransmission on node 0.
+    const starts = dst.filter((e) => e.ph === 's' && e.pid === 2).map((e) => e.id);
+    const ends = src.filter((e) => e.ph === 'f' && e.pid === 0).map((e) => e.id);
+    expect(starts).toHaveLength(2);
+    expect(ends.sort()).toEqual(starts.sort());
   });
 });
 

@@ -91,6 +91,41 @@ describe('RC SEND/RECV traffic with ODP (test_odp_rc_traffic)', () => {
   });
 });
 
+describe('receive completions carry the transfer\'s odp field', () => {
+  test('a SEND into an evicted receive buffer: the RECV completion reports the destination faults', async () => {
+    const { client, server } = createPlayers({ policy: 'touch' });
+    client.fill(0x63, 0, 2 * P);
+    server.region.evict();
+    server.qp.postRecv({ wrId: 7, sgList: [server.sge(0, 2 * P)] });
+    client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, sgList: [client.sge(0, 2 * P)], sendFlags: SendFlags.SIGNALED });
+    const sent = await pollOk(client.cq);
+    const recv = await pollOk(server.cq);
+    expect(recv.opcode).toBe(WcOpcode.RECV);
+    expect(recv.odp!.faults).toEqual({ source: 0, destination: 2 });
+    expect(recv.odp!.retransmittedBlocks).toBe(2);
+    expect(recv.odp).toEqual(sent.odp);
+    allBytes(server.bytes(0, 2 * P), 0x63);
+  });
+
+  test('RDMA WRITE_WITH_IMM: the RECV_RDMA_WITH_IMM completion has the odp field too', async () => {
+    const { client, server } = createPlayers({ policy: 'touch' });
+    server.region.evict();
+    server.qp.postRecv({ wrId: 3, sgList: [] });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE_WITH_IMM,
+      immData: 5,
+      sgList: [client.sge(0, P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    await pollOk(client.cq);
+    const recv = await pollOk(server.cq);
+    expect(recv.opcode).toBe(WcOpcode.RECV_RDMA_WITH_IMM);
+    expect(recv.odp!.faults.destination).toBe(1);
+  });
+});
+
 describe('mixed ODP and pinned MRs in one WR (test_odp_rc_mixed_mr)', () => {
   test('two SGEs per SEND and RECV, one per MR: both halves arrive; only the ODP half faults', async () => {
     const { client, server } = createPlayers({ mixed: true });

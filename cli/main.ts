@@ -1,0 +1,38 @@
+#!/usr/bin/env node
+// pagefault-rdma: the command-line programs. Every file in commands/ is a subcommand (it
+// default-exports defineProgram({...})), so adding a program is adding one file.
+import { readdirSync, readFileSync } from 'node:fs';
+import { Command } from 'commander';
+import { addProgram, type Program } from './program.js';
+
+// A reader that goes away early (`| head`) ends the program quietly, as cat or ls do.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(0);
+    throw err;
+  });
+}
+
+const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string; description: string };
+const cli = new Command('pagefault-rdma')
+  .description('RDMA-style programs on unpinned memory: genuine page faults, detected, resolved and retransmitted')
+  .version(pkg.version)
+  .showHelpAfterError()
+  .configureHelp({ helpWidth: 100 })
+  .addHelpText('after', '\nSizes are written as perftest takes them: 4096, 64K, 16M. Each command has --help.');
+
+const dir = new URL('./commands/', import.meta.url);
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith('.js'))
+  .sort();
+for (const f of files) {
+  const mod = (await import(new URL(f, dir).href)) as { default?: Program<never> };
+  if (mod.default) addProgram(cli, mod.default);
+}
+
+try {
+  await cli.parseAsync();
+} catch (err) {
+  console.error(`pagefault-rdma: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
+}

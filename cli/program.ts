@@ -1,0 +1,91 @@
+// What every subcommand of `pagefault-rdma` shares: its own options plus --json FILE (the
+// results, like perftest's --out_json), --trace FILE.json (Chrome trace-event JSON of every
+// fault) and, where the program draws one, --plot FILE.svg. A program is one file in
+// cli/commands/ that default-exports defineProgram({...}); main.ts finds it there.
+import { accessSync, constants, statSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import type { Command } from 'commander';
+import { writePlot, type PlotSpec } from '../examples/support/plot.js';
+import { TraceFile } from '../examples/support/trace-file.js';
+
+/** The options every program takes. */
+export interface CommonOptions {
+  json?: string;
+  trace?: string;
+  plot?: string;
+}
+
+/** What a program's run gets besides its options: where its clusters' traces go. */
+export interface RunIo {
+  /** Set when --trace was given: hand every cluster's contexts to it. */
+  trace: TraceFile | undefined;
+}
+
+export interface RunOutcome {
+  /** What --json writes under "results" (bigints become hex strings). */
+  results: unknown;
+  /** What --plot draws, for programs that draw. */
+  plot?: PlotSpec;
+}
+
+export interface Program<O extends object = Record<string, unknown>> {
+  /** The subcommand's name. */
+  name: string;
+  /** One line for the list of commands. */
+  summary: string;
+  /** The --help text (default: the summary). */
+  description?: string;
+  /** What --plot draws; programs without it take no --plot. */
+  plot?: string;
+  /** Add the program's own options (and checks) to its command. */
+  options?(cmd: Command): void;
+  /** Run with the parsed options; print rows as they finish; return what --json and --plot take. */
+  run(options: O & CommonOptions, io: RunIo): Promise<RunOutcome>;
+}
+
+/** Declare a program: `export default defineProgram({ name, summary, options, run })`. */
+export function defineProgram<O extends object>(program: Program<O>): Program<O> {
+  return program;
+}
+
+/** Add `program` to the CLI as a subcommand with the shared options. */
+export function addProgram(cli: Command, program: Program<never>): void {
+  const cmd = cli.command(program.name).summary(program.summary).description(program.description ?? program.summary);
+  program.options?.(cmd);
+  cmd.option('--json <file>', 'write the results as JSON to FILE (like perftest --out_json)');
+  cmd.option('--trace <file>', 'write a Chrome trace-event JSON of every fault to FILE (open in Perfetto)');
+  if (program.plot) cmd.option('--plot <file>', `draw ${program.plot} to FILE as SVG`);
+  // Output files are written at the end: a folder that cannot take them is refused up front.
+  cmd.hook('preAction', (c) => {
+    const opts = c.opts<CommonOptions>();
+    for (const flag of ['json', 'trace', 'plot'] as const) {
+      const file = opts[flag];
+      if (file === undefined) continue;
+      const dir = dirname(resolve(file));
+      try {
+        if (!statSync(dir).isDirectory()) throw new Error('not a folder');
+        accessSync(dir, constants.W_OK);
+      } catch {
+        c.error(`error: --${flag} ${file}: the folder ${dir} does not exist or cannot be written`, { code: 'ERR_PFR_OUTPUT' });
+      }
+    }
+  });
+  cmd.action(async (opts: CommonOptions, command: Command) => {
+    const io: RunIo = { trace: opts.trace ? new TraceFile() : undefined };
+    const outcome = await (program as Program<object>).run(opts, io);
+    if (opts.json) {
+      const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'plot'].includes(k)));
+      const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
+      writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');
+      console.error(`results: ${opts.json}`);
+    }
+    if (io.trace && opts.trace) {
+      io.trace.write(opts.trace);
+      console.error(`trace: ${opts.trace} (${io.trace.events.length} events; open it in https://ui.perfetto.dev)`);
+    }
+    if (opts.plot && outcome.plot) {
+      await writePlot(opts.plot, outcome.plot);
+      console.error(`plot: ${opts.plot}`);
+    }
+  });
+}

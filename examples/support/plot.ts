@@ -1,0 +1,25 @@
+// Pictures of the programs' results: a Vega-Lite spec compiled and rendered to SVG by vega in
+// Node (no browser, no canvas: vega's SVG renderer writes the marks as text).
+import { writeFileSync } from 'node:fs';
+import * as vega from 'vega';
+import { compile, type TopLevelSpec } from 'vega-lite';
+
+export type PlotSpec = TopLevelSpec;
+
+/** Render a Vega-Lite spec to an SVG document. */
+export async function renderSvg(spec: PlotSpec): Promise<string> {
+  const view = new vega.View(vega.parse(compile(spec).spec), { renderer: 'none' });
+  try {
+    return await view.toSVG();
+  } finally {
+    view.finalize();
+  }
+}
+
+/** Render `spec` and write it to `file`. */
+export async function writePlot(file: string, spec: PlotSpec): Promise<void> {
+  writeFileSync(file, await renderSvg(spec));
+}
+
+/** The look every plot shares: white background, readable fonts. */
+export const PLOT_CONFIG = { background: 'white', font: 'sans-serif', axis: { labelFontSize: 11, titleFontSize: 12 } } as const;

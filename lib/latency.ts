@@ -1,0 +1,104 @@
+// Latency statistics, one implementation for the whole package: the fault library's phase
+// histograms, the examples' perftest columns and the benchmark. Percentiles come from Node's
+// HdrHistogram (perf_hooks.createHistogram, 3 significant digits, values kept as ns); count,
+// mean, stdev, min and max are exact. One percentile definition everywhere: HdrHistogram's
+// value at percentile (the smallest recorded value with at least p% of the samples at or
+// below it, to 3 significant digits).
+import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
+
+/** The latency columns of perftest (ib_send_lat, ib_write_lat), in µs. */
+export interface LatencyStats {
+  count: number;
+  min: number;
+  max: number;
+  /** perftest's t_typical: the median. */
+  typical: number;
+  avg: number;
+  stdev: number;
+  p99: number;
+  p999: number;
+}
+
+/** A histogram of µs values: exact moments, HdrHistogram percentiles, log2 bucket counts. */
+export class Histogram {
+  /** Bucket i counts values in [2^(i-1), 2^i) µs; bucket 0 those below 1 µs. */
+  readonly buckets: number[] = [];
+  count = 0;
+  sum = 0;
+  min = Infinity;
+  max = 0;
+  #sumSq = 0;
+  // Recorded as ns + 1: HdrHistogram takes integers >= 1, and a 0 µs model phase is real.
+  #hdr: RecordableHistogram = createHistogram();
+
+  /** Record one value in µs; negative or non-finite values are ignored. */
+  add(us: number): void {
+    if (!Number.isFinite(us) || us < 0) return;
+    const i = us < 1 ? 0 : Math.floor(Math.log2(us)) + 1;
+    while (this.buckets.length <= i) this.buckets.push(0);
+    this.buckets[i]!++;
+    this.count++;
+    this.sum += us;
+    this.#sumSq += us * us;
+    this.min = Math.min(this.min, us);
+    this.max = Math.max(this.max, us);
+    this.#hdr.record(Math.round(us * 1000) + 1);
+  }
+
+  get mean(): number {
+    return this.count ? this.sum / this.count : 0;
+  }
+
+  /** Population standard deviation, as perftest prints it. */
+  get stdev(): number {
+    if (!this.count) return 0;
+    return Math.sqrt(Math.max(0, this.#sumSq / this.count - this.mean ** 2));
+  }
+
+  /** The value at quantile q in [0, 1] (the package's one percentile definition), µs. */
+  quantile(q: number): number {
+    if (!this.count) return 0;
+    if (q <= 0) return this.min;
+    if (q >= 1) return this.max;
+    // Clamp to the exact extremes: HdrHistogram's buckets are 3 significant digits wide.
+    const v = (this.#hdr.percentile(q * 100) - 1) / 1000;
+    return Math.min(this.max, Math.max(this.min, v));
+  }
+
+  summary(): { count: number; mean: number; p50: number; p99: number; min: number; max: number } {
+    return { count: this.count, mean: this.mean, p50: this.quantile(0.5), p99: this.quantile(0.99), min: this.count ? this.min : 0, max: this.max };
+  }
+
+  /** perftest's latency columns. */
+  latency(): LatencyStats {
+    if (!this.count) throw new RangeError('Histogram.latency: no samples');
+    return {
+      count: this.count,
+      min: this.min,
+      max: this.max,
+      typical: this.quantile(0.5),
+      avg: this.mean,
+      stdev: this.stdev,
+      p99: this.quantile(0.99),
+      p999: this.quantile(0.999),
+    };
+  }
+
+  /** A histogram of `samples` (µs). */
+  static of(samples: Iterable<number>): Histogram {
+    const h = new Histogram();
+    for (const s of samples) h.add(s);
+    return h;
+  }
+}
+
+/** perftest's latency columns of `samples` (µs). */
+export function latencyStats(samples: Iterable<number>): LatencyStats {
+  return Histogram.of(samples).latency();
+}
+
+/** The median of `samples` in the package's one percentile definition (NaN when empty). */
+export function median(samples: Iterable<number>): number {
+  const h = Histogram.of(samples);
+  return h.count ? h.quantile(0.5) : NaN;
+}

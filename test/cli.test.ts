@@ -1,0 +1,193 @@
+// The command-line programs as a user runs them: `pagefault-rdma <program>` from dist/, with
+// perftest-style sizes, --json, --trace (validated against the trace-event format), --plot
+// (the SVG holds the marks it should), lines within 100 columns, and a reader that closes
+// the pipe early.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { requireDist, ROOT } from './child.js';
+import { traceFormatErrors, type TraceEventLike } from './trace-format.js';
+
+const MAIN = join(ROOT, 'dist/cli/main.js');
+const PROGRAMS = ['demo', 'faults', 'destination-fault', 'odp-vs-pinned', 'pingpong', 'bench-faults'];
+const PLOTTING = ['destination-fault', 'odp-vs-pinned', 'pingpong'];
+let dir: string;
+
+beforeAll(() => {
+  requireDist();
+  dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-cli-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function cli(...args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, FORCE_COLOR: '0' } });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+function ok(...args: string[]): string {
+  const r = cli(...args);
+  expect(r.stderr.includes('Error') ? r.stderr : '', `pagefault-rdma ${args.join(' ')}`).toBe('');
+  expect(r.status).toBe(0);
+  const long = r.stdout.split('\n').filter((l) => l.length > 100);
+  expect(long, 'lines over 100 columns').toEqual([]);
+  return r.stdout;
+}
+
+const file = (name: string) => join(dir, name);
+const json = <T>(name: string): T => JSON.parse(readFileSync(file(name), 'utf8')) as T;
+type Trace = { traceEvents: Array<TraceEventLike & { name: string; ph: string; pid: number; tid: number; args?: Record<string, unknown> }> };
+
+/** Marks of one kind in a vega SVG: the <path> elements inside its <g class="mark-TYPE role-mark"> group. */
+function marks(svg: string, type: string): number {
+  let n = 0;
+  for (const m of svg.matchAll(new RegExp(`<g class="mark-${type} role-mark[^"]*"[^>]*>(.*?)</g>`, 'gs'))) n += (m[1]!.match(/<path/g) ?? []).length;
+  return n;
+}
+
+describe('the programs and their --help', () => {
+  test('every program is a subcommand; each --help names its options, --json and --trace, --plot where it draws', () => {
+    const top = ok('--help');
+    for (const p of PROGRAMS) expect(top).toContain(p);
+    for (const p of PROGRAMS) {
+      const help = ok(p, '--help');
+      expect(help).toContain(`Usage: pagefault-rdma ${p}`);
+      expect(help).toContain('--json <file>');
+      expect(help).toContain('--trace <file>');
+      expect(help.includes('--plot <file>')).toBe(PLOTTING.includes(p));
+    }
+  });
+
+  test('the npm scripts run the CLI', () => {
+    const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string>; bin: Record<string, string> }).scripts;
+    expect(scripts['start']).toBe('node dist/cli/main.js demo');
+    for (const [name, program] of [['example:faults', 'faults'], ['example:destination-fault', 'destination-fault'], ['example:odp-vs-pinned', 'odp-vs-pinned'], ['example:pingpong', 'pingpong']])
+      expect(scripts[name]).toBe(`node dist/cli/main.js ${program}`);
+    expect(scripts['bench:faults']).toContain('node dist/cli/main.js bench-faults');
+  });
+
+  test('an output file in a folder that does not exist is refused before the program runs', () => {
+    const r = cli('destination-fault', '--json', join(dir, 'no-such-folder', 'r.json'));
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('--json');
+    expect(r.stderr).toContain('does not exist or cannot be written');
+    expect(r.stdout).toBe('');
+  });
+
+  test('a size that is not one is refused with a message, before anything runs', () => {
+    const r = cli('pingpong', '-s', '64Q');
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('expected a size such as 4096, 64K or 16M');
+    expect(r.stdout).toBe('');
+  });
+});
+
+describe('faults', () => {
+  test('genuine faults handled in TypeScript; --json counts them, --trace has a resolve slice per fault', () => {
+    const out = ok('faults', '-s', '64K', '--json', file('faults.json'), '--trace', file('faults-trace.json'));
+    expect(out).toContain('faults handled in TypeScript: 16');
+    const r = json<{ results: { pages: number; faultsHandled: number; bytesOk: boolean } }>('faults.json').results;
+    expect(r).toMatchObject({ pages: 16, faultsHandled: 16, bytesOk: true });
+    const t = json<Trace>('faults-trace.json');
+    expect(traceFormatErrors(t)).toEqual([]);
+    // 16 cold faults and up to 16 warm ones, each a slice on the handler thread.
+    expect(t.traceEvents.filter((e) => e.ph === 'X' && e.name === 'resolve').length).toBeGreaterThanOrEqual(16);
+  });
+});
+
+describe('destination-fault', () => {
+  test('-s 8K: every step printed; --json, a valid --trace with every phase and flows, a --plot timeline', () => {
+    const out = ok('destination-fault', '-s', '8K', '--json', file('df.json'), '--trace', file('df-trace.json'), '--plot', file('df.svg'));
+    expect(out).toContain('retransmission: node 0 re-issues block 1');
+    const r = json<{ results: { faults: { destination: number }; dataOk: boolean; timeline: unknown[] } }>('df.json').results;
+    expect(r.faults.destination).toBe(2);
+    expect(r.dataOk).toBe(true);
+
+    const t = json<Trace>('df-trace.json');
+    expect(traceFormatErrors(t)).toEqual([]);
+    const slices = t.traceEvents.filter((e) => e.ph === 'X');
+    for (const phase of ['detect', 'notify', 'resolve', 'retransmit', 'copy']) expect(slices.some((e) => e.name === phase), phase).toBe(true);
+    // Both nodes, both timelines; a flow from each fault to its retransmission.
+    expect(new Set(slices.map((e) => e.pid))).toEqual(new Set([0, 1, 2, 3]));
+    const flowStarts = t.traceEvents.filter((e) => e.ph === 's');
+    expect(flowStarts.length).toBeGreaterThanOrEqual(2 * 2); // two faults, two timelines
+    const threads = t.traceEvents.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => String(e.args?.['name']));
+    expect(threads).toEqual(expect.arrayContaining(['SMMU', 'SMMU driver (IRQ handler)', 'fault library']));
+
+    const svg = readFileSync(file('df.svg'), 'utf8');
+    expect(svg.startsWith('<svg')).toBe(true);
+    // One bar per modelled slice of the timeline.
+    expect(marks(svg, 'rect')).toBe(r.timeline.length);
+    expect(r.timeline.length).toBeGreaterThanOrEqual(2 * 5);
+  });
+});
+
+describe('odp-vs-pinned', () => {
+  test('-a --max-size 16K: rows for 4K, 8K, 16K; --plot draws a line per policy and time, log-log', () => {
+    const out = ok('odp-vs-pinned', '-a', '--max-size', '16K', '-n', '1', '--policies', 'pin,touch,touch-ahead', '--json', file('odp.json'), '--plot', file('odp.svg'), '--trace', file('odp-trace.json'));
+    const rows = json<{ results: Array<{ size: number; policy: string; error?: string; faults?: { destination: number } }> }>('odp.json').results;
+    expect(rows.map((r) => `${r.size} ${r.policy}`)).toEqual(['4096 pin', '4096 touch', '4096 touch-ahead', '8192 pin', '8192 touch', '8192 touch-ahead', '16384 pin', '16384 touch', '16384 touch-ahead']);
+    expect(rows.find((r) => r.size === 16384 && r.policy === 'touch')!.faults!.destination).toBe(4);
+    expect(rows.find((r) => r.size === 16384 && r.policy === 'touch-ahead')!.faults!.destination).toBe(1);
+    expect(out).toMatch(/^ +16384 +touch-ahead /m);
+    const svg = readFileSync(file('odp.svg'), 'utf8');
+    // 3 policies x (modelled, measured) lines, and a point per row and time.
+    expect(marks(svg, 'line')).toBe(6);
+    expect(marks(svg, 'symbol')).toBe(rows.filter((r) => !r.error).length * 2);
+    expect(svg).toContain('touch-ahead');
+    expect(svg).toContain('modelled');
+    expect(svg).toContain('measured');
+    expect(traceFormatErrors(json('odp-trace.json'))).toEqual([]);
+  });
+
+  test('a pipe closed early (| head) ends the program quietly', () => {
+    const r = spawnSync('bash', ['-c', `set -o pipefail; "${process.execPath}" "${MAIN}" odp-vs-pinned -a --max-size 1M -n 1 | head -n 3`], { encoding: 'utf8', timeout: 120_000 });
+    expect(r.stdout.trimEnd().split('\n')).toHaveLength(3);
+    expect(r.stdout).toContain('ODP vs pinned');
+    expect(r.stderr).not.toMatch(/EPIPE|Error/);
+    expect(r.status).toBe(0);
+  });
+});
+
+describe('pingpong', () => {
+  test('-s 64K: sizes as perftest takes them; the evicted run faults every message; --plot draws the distribution', () => {
+    const out = ok('pingpong', '-s', '64K', '-n', '20', '--json', file('pp.json'), '--plot', file('pp.svg'), '--trace', file('pp-trace.json'));
+    expect(out).toContain('t_typical');
+    const runs = json<{ results: Array<{ size: number; evict: boolean; faults: { source: number; destination: number }; errors: number; real: { count: number; typical: number } }> }>('pp.json').results;
+    expect(runs.map((r) => [r.size, r.evict])).toEqual([
+      [65536, true],
+      [65536, false],
+    ]);
+    expect(runs[0]!.faults.destination).toBeGreaterThanOrEqual(40); // 20 round trips, two messages each
+    expect(runs[1]!.faults).toEqual({ source: 0, destination: 0 });
+    expect(runs.every((r) => r.errors === 0 && r.real.count === 20 && r.real.typical > 0)).toBe(true);
+    const svg = readFileSync(file('pp.svg'), 'utf8');
+    expect(marks(svg, 'line')).toBe(2); // one distribution per run
+    expect(svg).toContain('evicted before every message');
+    const t = json<Trace>('pp-trace.json');
+    expect(traceFormatErrors(t)).toEqual([]);
+    expect(t.traceEvents.filter((e) => e.ph === 'X' && e.name === 'copy').length).toBeGreaterThan(0);
+  });
+});
+
+describe('demo', () => {
+  test('the guided tour runs every part, within 100 columns, with --json and a valid --trace', () => {
+    const out = ok('demo', '--json', file('demo.json'), '--trace', file('demo-trace.json'));
+    for (const part of ['1. Genuine page faults', '2. An RDMA write', '3. On-demand paging vs pinning', '4. Ping-pong']) expect(out).toContain(part);
+    const r = json<{ results: { destinationFault: { dataOk: boolean }; odpVsPinned: unknown[] } }>('demo.json').results;
+    expect(r.destinationFault.dataOk).toBe(true);
+    expect(r.odpVsPinned.length).toBeGreaterThan(0);
+    expect(traceFormatErrors(json('demo-trace.json'))).toEqual([]);
+  }, 120_000);
+});
+
+describe('bench-faults', () => {
+  test('small run: JSON to the file given (nothing written into the package), a valid trace', () => {
+    ok('bench-faults', '--pages', '64', '--rounds', '1', '--placements', 'free', '--pages-per-fault', '1,16', '--no-relay', '--json', file('bench.json'), '--trace', file('bench-trace.json'));
+    const doc = json<{ results: { results: Array<{ pagesPerFault: number; handlers: Record<string, { samples: number }> }> } }>('bench.json').results;
+    expect(doc.results.map((r) => r.pagesPerFault)).toEqual([1, 16]);
+    expect(doc.results[0]!.handlers['ts']!.samples).toBe(64);
+    expect(traceFormatErrors(json('bench-trace.json'))).toEqual([]);
+  }, 120_000);
+});

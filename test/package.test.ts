@@ -1,0 +1,114 @@
+// The package as its users get it: `npm pack` makes the prebuilds itself (prepack), and the
+// tarball installs into a fresh project with no compiler on PATH and takes real faults.
+// Packed from a copy of the checkout, so that rebuilding the addon never races the other
+// test files loading it.
+import { spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { ROOT } from './child.js';
+
+let dir: string;
+let tarball: string;
+let app = '';
+const SKIP = new Set(['node_modules', 'build', 'dist', 'prebuilds', '.git', 'docs/api', 'bench/results']);
+
+function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env) {
+  const r = spawnSync(cmd, args, { cwd, env, encoding: 'utf8', timeout: 300_000, maxBuffer: 64 << 20 });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}): ${r.error?.message ?? ''}\n${r.stdout}\n${r.stderr}`);
+  return r;
+}
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-pack-'));
+  const src = join(dir, 'src');
+  cpSync(ROOT, src, { recursive: true, filter: (from) => !SKIP.has(from.slice(ROOT.length).replace(/^\/+/, '')) });
+  symlinkSync(join(ROOT, 'node_modules'), join(src, 'node_modules'));
+  const out = run('npm', ['pack', '--json', '--pack-destination', dir], src);
+  const packed = JSON.parse(out.stdout.slice(out.stdout.indexOf('['))) as Array<{ filename: string }>;
+  tarball = join(dir, packed[0]!.filename);
+}, 300_000);
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('npm pack', () => {
+  test('the tarball carries the linux-x64 prebuild, the CLI, the license and what README links to; no tests, no sources', () => {
+    const files = run('tar', ['tzf', tarball], dir).stdout.split('\n').filter(Boolean);
+    expect(files).toContain('package/prebuilds/linux-x64/pagefault-rdma.glibc.node');
+    for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/cli/main.js', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'bench/c/uffd-handler.c', 'binding.gyp'])
+      expect(files).toContain(`package/${f}`);
+    // Every relative link of README resolves inside the tarball.
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const links = [...readme.matchAll(/\]\((?!https?:|#)([^)#\s]+)/g)].map((m) => m[1]!);
+    expect(links.length).toBeGreaterThan(0);
+    for (const l of links) expect(files.some((f) => f === `package/${l}` || f.startsWith(`package/${l.replace(/\/$/, '')}/`)), l).toBe(true);
+    expect(files.filter((f) => /^package\/(test|lib|kernel-sim\/[a-z-]+\/|examples|cli)\//.test(f) || f.endsWith('.test.js'))).toEqual([]);
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as Record<string, unknown>;
+    expect(pkg['license']).toBe('MIT');
+    expect(readFileSync(join(ROOT, 'LICENSE'), 'utf8')).toContain('MIT License');
+    expect(pkg).toHaveProperty('repository.url');
+    expect(pkg).toHaveProperty('bugs.url');
+    expect(typeof pkg['homepage']).toBe('string');
+    expect(pkg).toHaveProperty('engines.node');
+  });
+
+  test('installs into a fresh project without a compiler on PATH and takes real faults', () => {
+    // PATH with node, npm and a shell only: no g++, cc, make or python3.
+    const bin = join(dir, 'bin');
+    mkdirSync(bin);
+    const npmCli = join(process.execPath, '../../lib/node_modules/npm/bin/npm-cli.js');
+    symlinkSync(process.execPath, join(bin, 'node'));
+    symlinkSync(existsSync(npmCli) ? npmCli : run('sh', ['-c', 'command -v npm'], dir).stdout.trim(), join(bin, 'npm'));
+    symlinkSync('/bin/sh', join(bin, 'sh'));
+    const env = { ...process.env, PATH: bin };
+    for (const tool of ['g++', 'cc', 'make', 'python3']) expect(spawnSync('sh', ['-c', `command -v ${tool}`], { env }).status).not.toBe(0);
+
+    app = join(dir, 'app');
+    mkdirSync(app);
+    writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', version: '1.0.0', private: true, type: 'module' }));
+    run(join(bin, 'npm'), ['install', tarball, '--prefer-offline', '--no-audit', '--no-fund'], app, env);
+    const installed = join(app, 'node_modules', 'pagefault-rdma');
+    expect(existsSync(join(installed, 'build'))).toBe(false); // nothing was compiled
+
+    // The CLI from the installed package: a write into evicted memory, 4 genuine faults.
+    const out = join(app, 'df.json');
+    run(join(app, 'node_modules/.bin/pagefault-rdma'), ['destination-fault', '-s', '16K', '--json', out], app, env);
+    const r = (JSON.parse(readFileSync(out, 'utf8')) as { results: { faults: { destination: number }; dataOk: boolean } }).results;
+    expect(r.faults.destination).toBe(4);
+    expect(r.dataOk).toBe(true);
+
+    // The library itself, as README's "use it in your project" imports it.
+    writeFileSync(
+      join(app, 'faults.mjs'),
+      `import { mapRegion, Userfaultfd, touch, PAGE_SIZE } from 'pagefault-rdma';
+const region = mapRegion(8 * PAGE_SIZE);
+const uffd = Userfaultfd.open();
+uffd.register(region);
+let faults = 0;
+uffd.onFault((f) => { faults++; uffd.copy(f.region, f.offset, Buffer.alloc(PAGE_SIZE, 7)); });
+const t = await touch(region);
+console.log(JSON.stringify({ faults, pages: t.pages, byte: new Uint8Array(region.buffer)[5 * PAGE_SIZE] }));
+uffd.close(); region.close();
+`,
+    );
+    const lib = JSON.parse(run(join(bin, 'node'), ['faults.mjs'], app, env).stdout) as { faults: number; pages: number; byte: number };
+    expect(lib).toEqual({ faults: 8, pages: 8, byte: 7 });
+    expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.glibc.node');
+  }, 300_000);
+
+  // A read-only install: the package folder bind-mounted read-only in a mount namespace.
+  const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
+  test.skipIf(!canUnshare)('the benchmark runs from a read-only install and writes its JSON to a temporary folder', () => {
+    expect(app).not.toBe('');
+    const installed = join(app, 'node_modules', 'pagefault-rdma');
+    const results = join(dir, 'tmp');
+    mkdirSync(results);
+    const bench = `node_modules/.bin/pagefault-rdma bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
+    const r = run('unshare', ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`], app, { ...process.env, TMPDIR: results });
+    expect(r.stdout).toContain('JSON: ');
+    const doc = JSON.parse(readFileSync(join(results, 'pagefault-rdma-results', 'faults.json'), 'utf8')) as { results: Array<{ pagesPerFault: number }> };
+    expect(doc.results.map((x) => x.pagesPerFault)).toEqual([1, 16]);
+    expect(existsSync(join(installed, 'bench', 'results'))).toBe(false);
+  }, 120_000);
+});
