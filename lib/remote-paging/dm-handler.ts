@@ -160,7 +160,14 @@ export class DmHandler {
         return;
       }
     }
-    if (e) this.#lspt.drop(page); // dropped behind the table's back (e.g. evict() on the region)
+    if (e?.state === 'resident') {
+      if (this.#region.residentPages(page * this.#ps, this.#ps) === this.#ps / this.#region.pageSize) {
+        this.#add(Counter.minorFaults); // a fault reported before its page was placed: nothing to fetch
+        this.#wake(page);
+        return;
+      }
+      this.#lspt.drop(page); // dropped behind the table's back (e.g. evict() on the region)
+    }
     return this.#queueFetch(page, f.receivedAt);
   }
 
@@ -230,7 +237,14 @@ export class DmHandler {
         this.#failFetch(b, err);
         return;
       }
+      // Placed without waking, then woken at once: a thread woken by its page's copy would
+      // run ahead into the next page of the batch before that one is placed.
       b.pages.forEach((page, i) => this.#place(b, page, values[i] ?? null));
+      this.#setResident(); // before the wake: whoever it releases sees the count
+      if (!this.#closed && b.pages.length) {
+        const lo = Math.min(...b.pages), hi = Math.max(...b.pages) + 1;
+        this.#uffd.wake(this.#region, lo * this.#ps, (hi - lo) * this.#ps);
+      }
     } finally {
       this.#setResident();
       this.#fills--;
@@ -252,17 +266,16 @@ export class DmHandler {
         // 'wp-async' protected the whole region while unpopulated, and UFFDIO_ZEROPAGE refuses
         // such a page (EEXIST on the protection marker) where UFFDIO_COPY does not.
         if (this.tracking === 'wp-async') {
-          this.#uffd.copy(this.#region, off, this.#zeros, { writeProtect: true });
+          this.#uffd.copy(this.#region, off, this.#zeros, { writeProtect: true, wake: false });
         } else {
           this.#uffd.zeropage(this.#region, off, this.#ps, { wake: false });
-          this.#uffd.writeProtect(this.#region, off, this.#ps, true);
-          this.#wake(page); // protecting never wakes: the kernel wakes on unprotect only
+          this.#uffd.writeProtect(this.#region, off, this.#ps, true); // (protecting never wakes)
         }
         this.#lspt.placed(page, this.#zeroCrc);
         if (faulting) this.#add(Counter.minorFaults);
       } else {
         const { page: bytes, crc } = decodePage(this.#key(page), value, this.#ps);
-        this.#uffd.copy(this.#region, off, bytes, { writeProtect: true });
+        this.#uffd.copy(this.#region, off, bytes, { writeProtect: true, wake: false });
         this.#lspt.placed(page, crc);
         this.#add(Counter.pagesFetched);
         this.#add(Counter.bytesIn, value.length);

@@ -134,7 +134,8 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     const cfg: DmHandlerConfig = {
       region: region.share(),
       pageSize,
-      highPages: Math.max(1, Math.floor(limitPages * high)),
+      // Without a limit nothing is evicted (but what evict() asks for).
+      highPages: o.residentLimit === undefined ? Number.MAX_SAFE_INTEGER : Math.max(1, Math.floor(limitPages * high)),
       lowPages: Math.max(0, Math.floor(limitPages * low)),
       prefetch: o.prefetch === undefined ? 0 : checkInt('RemotePager.create: options.prefetch', o.prefetch, 0, 4096),
       fillWorkers: o.fillWorkers === undefined ? 2 : checkInt('RemotePager.create: options.fillWorkers', o.fillWorkers, 1, 64),

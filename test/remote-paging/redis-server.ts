@@ -1,0 +1,77 @@
+// A real redis-server for the tests: Debian's package `redis-server`, started on a Unix
+// socket in a temporary folder (no TCP port), stopped by the test. Persistence is off unless
+// asked for (appendonly, for the restart in the soak test).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createClient, RESP_TYPES } from 'redis';
+
+export interface RedisOptions {
+  maxmemory?: string;
+  appendonly?: boolean;
+}
+
+export interface RedisServer {
+  socket: string;
+  dir: string;
+  /** A client of the test's own (binary values), connected. */
+  client(): Promise<ReturnType<typeof binaryClient>>;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  /** Stop for good and remove the folder. */
+  dispose(): Promise<void>;
+}
+
+const binaryClient = (socket: string) => createClient({ socket: { path: socket, reconnectStrategy: false } }).withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+
+export async function startRedis(options: RedisOptions = {}): Promise<RedisServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'pfr-redis-'));
+  const socket = join(dir, 'redis.sock');
+  const args = ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--save', '', '--daemonize', 'no', '--loglevel', 'warning'];
+  if (options.appendonly) args.push('--appendonly', 'yes', '--appendfsync', 'always');
+  if (options.maxmemory) args.push('--maxmemory', options.maxmemory, '--maxmemory-policy', 'noeviction');
+  let proc: ChildProcess | undefined;
+  const clients: ReturnType<typeof binaryClient>[] = [];
+
+  const start = async (): Promise<void> => {
+    proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let failed: Error | undefined;
+    proc.once('error', (e) => (failed = Object.assign(new Error(`redis-server could not start (${e.message}); install Debian's package redis-server`), { cause: e })));
+    const end = Date.now() + 10_000;
+    while (!existsSync(socket)) {
+      if (failed) throw failed;
+      if (Date.now() > end) throw new Error('redis-server did not open its socket within 10 s');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  const stop = async (): Promise<void> => {
+    const p = proc;
+    proc = undefined;
+    if (!p || p.exitCode !== null) return;
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGTERM'); // redis flushes its append-only file and exits
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+    if (p.exitCode === null) p.kill('SIGKILL');
+    rmSync(socket, { force: true });
+  };
+  await start();
+  return {
+    socket,
+    dir,
+    async client() {
+      const c = binaryClient(socket);
+      c.on('error', () => undefined);
+      await c.connect();
+      clients.push(c);
+      return c;
+    },
+    stop,
+    start,
+    async dispose() {
+      for (const c of clients.splice(0)) c.destroy();
+      await stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
