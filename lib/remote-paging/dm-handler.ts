@@ -79,6 +79,7 @@ export class DmHandler {
   // One eviction at a time per group of staging slots (an eviction worker's).
   #slots: Promise<unknown>[] = [];
   #closed = false;
+  #refused: PfrError | undefined; // why the store last refused an eviction
   #onError: (err: PfrError) => void;
   #zeroCrc: number;
   #zeros: Uint8Array;
@@ -360,7 +361,14 @@ export class DmHandler {
         if (e?.state !== 'resident') continue; // taken by another eviction, or refetching
         e.state = 'evicting';
         e.settled = settled;
-        const bytes = this.#takeOut(page, slot + taken.length);
+        let bytes: Buffer | undefined;
+        try {
+          bytes = this.#takeOut(page, slot + taken.length);
+        } catch (err) {
+          e.state = 'resident'; // it stays: evicted another time
+          this.#report(asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE'));
+          continue;
+        }
         if (!bytes) {
           this.#lspt.drop(page); // not there any more
           continue;
@@ -374,7 +382,8 @@ export class DmHandler {
         await this.#store.setMany(writes);
       } catch (err) {
         for (const t of taken) this.#putBack(t.page, t.slot, t.crc);
-        this.#report(asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE'));
+        this.#refused = asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE');
+        this.#report(this.#refused);
         return false;
       }
       for (const t of taken) {
@@ -395,7 +404,18 @@ export class DmHandler {
   #takeOut(page: number, slot: number): Buffer | undefined {
     const ps = this.#ps, off = page * ps;
     if (this.tracking === 'wp-async') {
-      if (this.#uffd.move(this.#staging!, slot * ps, this.#region, off, ps, { allowSourceHoles: true }) !== ps) return undefined;
+      let moved: number;
+      try {
+        moved = this.#uffd.move(this.#staging!, slot * ps, this.#region, off, ps, { allowSourceHoles: true });
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'EBUSY') throw err;
+        // A fork (any child_process) left the page shared copy-on-write, and UFFDIO_MOVE only
+        // takes pages this process owns alone. A write fault makes it ours again without
+        // changing a byte: MADV_POPULATE_WRITE (the checksum still tells whether it is dirty).
+        this.#region.populate(off, ps, { write: true });
+        moved = this.#uffd.move(this.#staging!, slot * ps, this.#region, off, ps, { allowSourceHoles: true });
+      }
+      if (moved !== ps) return undefined;
       return Buffer.from(this.#staging!.buffer, slot * ps, ps);
     }
     if (this.#region.residentPages(off, ps) !== ps / this.#region.pageSize) return undefined;
@@ -456,7 +476,9 @@ export class DmHandler {
     for (let i = 0; i < pages.length; i += this.#cfg.evictBatch) {
       this.#scanDirty();
       const batch = pages.slice(i, i + this.#cfg.evictBatch).filter((p) => this.#lspt.get(p)?.state === 'resident');
-      if (!(await this.#inSlots(0, () => this.#evictBatch(batch, 0)))) throw new PfrError('ERR_PFR_STORE_UNAVAILABLE', 'evict: the store refused the pages; they stay resident');
+      if (!(await this.#inSlots(0, () => this.#evictBatch(batch, 0)))) {
+        throw new PfrError(this.#refused!.code, `evict: the pages stay resident: ${this.#refused!.message}`);
+      }
       evicted += batch.length;
     }
     return evicted;

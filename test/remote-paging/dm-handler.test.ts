@@ -1,6 +1,7 @@
 // EDM's DM-Handler with the embedded store: the main JS thread reads and writes a region
 // larger than its resident limit and always sees its own bytes; pages are fetched, evicted,
 // written back or dropped clean as the counters say.
+import { spawnSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RemotePager, touch, type RemotePagerOptions } from '../../lib/index.js';
 import { codeOf, P, until } from '../helpers.js';
@@ -61,6 +62,18 @@ describe.each(['wp-async', 'wp-sync'] as const)('DM-Handler, embedded store (%s)
 });
 
 describe('DM-Handler behaviour', () => {
+  it('after a fork (child_process), eviction still takes every page and loses none', async () => {
+    const p = await pager({ size: 64 * P });
+    const b = new Uint8Array(p.region.buffer);
+    for (let i = 0; i < 64; i++) b[i * P] = i + 1;
+    // fork() leaves every resident page shared copy-on-write, which UFFDIO_MOVE refuses (EBUSY).
+    expect(spawnSync('true').status).toBe(0);
+    expect(await p.evict()).toBe(64);
+    expect(p.region.residentPages()).toBe(0);
+    for (let i = 0; i < 64; i++) expect(b[i * P]).toBe(i + 1);
+    expect(p.stats().errors).toBe(0);
+  });
+
   it('a page never stored reads as zeros (a minor fault); a fault of a page on its way in is coalesced', async () => {
     const p = await pager({ size: 64 * P });
     const [a, b] = await Promise.all([touch(p.region, { probe: true }), touch(p.region, { probe: true })]);
