@@ -20,6 +20,7 @@
 // against the checksum it was placed with (a write between the scan and the move would
 // otherwise be lost) and dropped without a write when it matches. 'wp-sync' write-protects
 // the victim instead of moving it, so a racing write waits in its fault.
+import { writeSync } from 'node:fs';
 import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 import { PfrError } from '../errors.js';
 import { mapRegion, Region, type SharedRegion } from '../region.js';
@@ -52,6 +53,8 @@ interface Batch {
   /** Pages some thread faulted on (the others are read ahead). */
   faulting: Set<number>;
   receivedAt: Map<number, number>;
+  /** The thread that faulted on each page (the main JS thread's id is the process id). */
+  threads: Map<number, number>;
   settled: Promise<void>;
   done: () => void;
 }
@@ -169,7 +172,7 @@ export class DmHandler {
       }
       this.#lspt.drop(page); // dropped behind the table's back (e.g. evict() on the region)
     }
-    return this.#queueFetch(page, f.receivedAt);
+    return this.#queueFetch(page, f.receivedAt, f.threadId);
   }
 
   // 'wp-sync': the first write to a page placed write-protected.
@@ -196,18 +199,19 @@ export class DmHandler {
     this.#setResident();
   }
 
-  #queueFetch(page: number, receivedAt: number): Promise<void> {
+  #queueFetch(page: number, receivedAt: number, thread: number): Promise<void> {
     let b = this.#pending;
     if (!b) {
       let done!: () => void;
       const settled = new Promise<void>((r) => (done = r));
-      b = this.#pending = { pages: [], faulting: new Set(), receivedAt: new Map(), settled, done };
+      b = this.#pending = { pages: [], faulting: new Set(), receivedAt: new Map(), threads: new Map(), settled, done };
       // Every fault of this delivery joins the batch: one store request for all of them.
       queueMicrotask(() => this.#startBatch());
     }
     b.pages.push(page);
     b.faulting.add(page);
     b.receivedAt.set(page, receivedAt);
+    b.threads.set(page, thread);
     this.#lspt.fetching(page, b.settled);
     return b.settled;
   }
@@ -286,22 +290,27 @@ export class DmHandler {
     } catch (err) {
       this.#lspt.drop(page);
       if (err instanceof PfrError && err.code === 'ERR_PFR_PAGE_CORRUPT') this.#add(Counter.corrupt);
-      if (faulting) this.#failPage(page, err);
+      if (faulting) this.#failPage(page, b.threads.get(page)!, err);
     }
   }
 
   #failFetch(b: Batch, cause: unknown): void {
     for (const page of b.pages) {
       this.#lspt.drop(page);
-      if (b.faulting.has(page)) this.#failPage(page, cause, false);
+      if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, cause, false);
     }
     this.#report(asPfrError(cause, 'ERR_PFR_STORE_UNAVAILABLE'));
   }
 
   // A page that could not be had must not read as zeros: poison it, so the access fails
   // (SIGBUS), where the kernel has UFFDIO_POISON; else the zero page, reported.
-  #failPage(page: number, cause: unknown, report = true): void {
+  #failPage(page: number, thread: number, cause: unknown, report = true): void {
     const off = page * this.#ps;
+    if (thread === process.pid) {
+      // The main JS thread dies of the SIGBUS before any event reaches it: say why now.
+      const why = cause instanceof Error ? cause.message : String(cause);
+      writeSync(2, `pagefault-rdma: the main thread's page at 0x${(this.#region.address + BigInt(off)).toString(16)} could not be had (${why}); its access fails with SIGBUS\n`);
+    }
     try {
       if (this.#uffd.features.poison) {
         this.#uffd.poison(this.#region, off, this.#ps);
