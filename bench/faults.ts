@@ -127,7 +127,7 @@ export function placementList(value: string): Placement[] {
   });
 }
 
-function packageRoot(): string {
+export function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   while (!existsSync(join(dir, 'package.json')) || !existsSync(join(dir, 'bench', 'c', 'uffd-handler.c'))) {
     const up = dirname(dir);
@@ -137,30 +137,33 @@ function packageRoot(): string {
   return dir;
 }
 
-/** Builds the C handler with the system compiler into `outDir`; returns the binary's path. */
-function compileHandler(root: string, outDir: string): string {
-  const source = join(root, 'bench', 'c', 'uffd-handler.c');
-  const binary = join(outDir, 'uffd-handler');
-  const cc = spawnSync('cc', ['-O2', '-pthread', '-Wall', '-Wextra', '-o', binary, source], { encoding: 'utf8' });
+/**
+ * Builds bench/c/NAME.c with the system compiler into `outDir`; returns the binary's path.
+ * `libs` are linked (-l), and `missing` says which package to install when compiling fails.
+ */
+export function compileC(root: string, outDir: string, name: string, libs: string[] = [], missing = ''): string {
+  const source = join(root, 'bench', 'c', `${name}.c`);
+  const binary = join(outDir, name);
+  const cc = spawnSync('cc', ['-O2', '-pthread', '-Wall', '-Wextra', '-o', binary, source, ...libs.map((l) => `-l${l}`)], { encoding: 'utf8' });
   if (cc.error && (cc.error as NodeJS.ErrnoException).code === 'ENOENT') {
-    throw new Error('bench-faults: no C compiler: "cc" is not on PATH. Install one (Debian/Ubuntu: apt-get install build-essential) and run again');
+    throw new Error('bench: no C compiler: "cc" is not on PATH. Install one (Debian/Ubuntu: apt-get install build-essential) and run again');
   }
-  if (cc.error) throw new Error(`bench-faults: running cc failed: ${cc.error.message}`);
-  if (cc.status !== 0) throw new Error(`bench-faults: cc could not compile ${relative(root, source)}:\n${cc.stderr}`);
+  if (cc.error) throw new Error(`bench: running cc failed: ${cc.error.message}`);
+  if (cc.status !== 0) throw new Error(`bench: cc could not compile ${relative(root, source)}${missing ? ` (${missing})` : ''}:\n${cc.stderr}`);
   return binary;
 }
 
-/** bench/results/ of the package when it can be written (a checkout), else a temporary folder. */
-function defaultResults(root: string): string {
+/** bench/results/FILE of the package when it can be written (a checkout), else a temporary folder. */
+export function defaultResults(root: string, file = 'faults.json'): string {
   const dir = join(root, 'bench', 'results');
   try {
     mkdirSync(dir, { recursive: true });
     accessSync(dir, constants.W_OK);
-    return join(dir, 'faults.json');
+    return join(dir, file);
   } catch {
     const tmp = join(os.tmpdir(), 'pagefault-rdma-results');
     mkdirSync(tmp, { recursive: true });
-    return join(tmp, 'faults.json');
+    return join(tmp, file);
   }
 }
 
@@ -321,7 +324,7 @@ function git(root: string, ...args: string[]): string {
   return spawnSync('git', ['-C', root, ...args], { encoding: 'utf8' }).stdout?.trim() ?? '';
 }
 
-function machineInfo(root: string): Record<string, unknown> {
+export function machineInfo(root: string): Record<string, unknown> {
   const cpus = os.cpus();
   return {
     cpus: cpus.length,
@@ -444,7 +447,7 @@ export async function benchFaults(opts: Options): Promise<Record<string, unknown
   const root = packageRoot();
   const buildDir = mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-bench-'));
   try {
-    const binary = compileHandler(root, buildDir);
+    const binary = compileC(root, buildDir, 'uffd-handler');
     return await benchWith(opts, root, binary);
   } finally {
     rmSync(buildDir, { recursive: true, force: true });

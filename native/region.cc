@@ -30,6 +30,7 @@ struct BufferHold {
 struct Entry {
   std::shared_ptr<Mapping> mapping;
   BufferHold* hold;
+  bool accounted;  // reported to V8 as external memory (see Publish)
 };
 
 std::mutex g_mu;
@@ -41,7 +42,7 @@ void FinalizeBuffer(Napi::Env env, void* /*data*/, BufferHold* hold) {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_regions.find(hold->id);
     if (it != g_regions.end() && it->second.hold == hold) {
-      if (it->second.mapping) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(it->second.mapping->size));
+      if (it->second.mapping && it->second.accounted) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(it->second.mapping->size));
       g_regions.erase(it);
     }
   }
@@ -136,7 +137,10 @@ std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& idv, con
 namespace {
 
 // Hand a new mapping to JS: an ArrayBuffer over it (no copy), a table entry, the id.
-Napi::Object Publish(Napi::Env env, std::shared_ptr<Mapping> m) {
+// `account`: report the mapping to V8 as external memory. Only its first handle does: a
+// second one (another thread's) would count the same memory twice, and V8 answers external
+// memory with full garbage collections.
+Napi::Object Publish(Napi::Env env, std::shared_ptr<Mapping> m, bool account = true) {
   auto* hold = new BufferHold{0, m};
   Napi::ArrayBuffer buffer;
   try {
@@ -150,9 +154,9 @@ Napi::Object Publish(Napi::Env env, std::shared_ptr<Mapping> m) {
     std::lock_guard<std::mutex> lock(g_mu);
     id = g_next_id++;
     hold->id = id;
-    g_regions[id] = Entry{m, hold};
+    g_regions[id] = Entry{m, hold, account};
   }
-  Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(m->size));
+  if (account) Napi::MemoryManagement::AdjustExternalMemory(env, static_cast<int64_t>(m->size));
   Napi::Object out = Napi::Object::New(env);
   out.Set("id", Napi::Number::New(env, id));
   out.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(m->addr))));
@@ -247,15 +251,17 @@ Napi::Value CloseRegion(const Napi::CallbackInfo& info) {
     if (!buffer.IsDetached()) buffer.Detach();
   }
   std::shared_ptr<Mapping> last;
+  bool accounted;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_regions.find(id);
     if (it == g_regions.end()) return env.Undefined();
     last = std::move(it->second.mapping);
+    accounted = it->second.accounted;
     if (it->second.hold) it->second.hold->mapping.reset();
     g_regions.erase(it);
   }
-  Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(last->size));
+  if (accounted) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(last->size));
   return env.Undefined();
 }
 
@@ -425,7 +431,7 @@ Napi::Value RegionShare(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto m = FindRegion(ArgU32(info, 0, "id"));
   if (!m) throw Napi::TypeError::New(env, "region is closed or unknown");
-  return Publish(env, std::move(m));
+  return Publish(env, std::move(m), false);
 }
 
 Napi::Value MemlockLimit(const Napi::CallbackInfo& info) {

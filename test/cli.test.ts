@@ -11,7 +11,7 @@ import { requireDist, ROOT } from './child.js';
 import { traceFormatErrors, type TraceEventLike } from './trace-format.js';
 
 const MAIN = join(ROOT, 'dist/cli/main.js');
-const PROGRAMS = ['demo', 'faults', 'destination-fault', 'odp-vs-pinned', 'pingpong', 'bench-faults'];
+const PROGRAMS = ['demo', 'faults', 'destination-fault', 'odp-vs-pinned', 'pingpong', 'remote-paging', 'bench-faults', 'bench-remote'];
 const PLOTTING = ['destination-fault', 'odp-vs-pinned', 'pingpong'];
 let dir: string;
 
@@ -62,9 +62,10 @@ describe('the programs and their --help', () => {
   test('the npm scripts run the CLI', () => {
     const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string>; bin: Record<string, string> }).scripts;
     expect(scripts['start']).toBe('node dist/cli/main.js demo');
-    for (const [name, program] of [['example:faults', 'faults'], ['example:destination-fault', 'destination-fault'], ['example:odp-vs-pinned', 'odp-vs-pinned'], ['example:pingpong', 'pingpong']])
+    for (const [name, program] of [['example:faults', 'faults'], ['example:destination-fault', 'destination-fault'], ['example:odp-vs-pinned', 'odp-vs-pinned'], ['example:pingpong', 'pingpong'], ['example:remote-paging', 'remote-paging']])
       expect(scripts[name]).toBe(`node dist/cli/main.js ${program}`);
     expect(scripts['bench:faults']).toContain('node dist/cli/main.js bench-faults');
+    expect(scripts['bench:remote']).toContain('node dist/cli/main.js bench-remote');
   });
 
   test('an output file in a folder that does not exist is refused before the program runs', () => {
@@ -189,5 +190,34 @@ describe('bench-faults', () => {
     expect(doc.results.map((r) => r.pagesPerFault)).toEqual([1, 16]);
     expect(doc.results[0]!.handlers['ts']!.samples).toBe(64);
     expect(traceFormatErrors(json('bench-trace.json'))).toEqual([]);
+  }, 120_000);
+});
+
+describe('remote-paging', () => {
+  test('a working set 4× the resident limit, every byte verified, the counters in the JSON', () => {
+    const out = ok('remote-paging', '-s', '4M', '--resident', '1M', '--updates', '512', '--json', file('remote.json'));
+    expect(out).toContain('all bytes are what the application wrote');
+    const r = json<{ results: { badPages: number; stats: { majorFaults: number; evicted: number; writtenBack: number; resident: number } } }>('remote.json').results;
+    expect(r.badPages).toBe(0);
+    expect(r.stats.evicted).toBeGreaterThan(768);
+    expect(r.stats.majorFaults).toBeGreaterThan(0);
+    expect(r.stats.resident).toBeLessThanOrEqual(256);
+  }, 120_000);
+
+  test('with a Redis server of its own', () => {
+    const out = ok('remote-paging', '--store', 'redis', '-s', '2M', '--resident', '512K', '--updates', '256');
+    expect(out.replace(/\s+/g, ' ')).toContain('a redis-server started for this run');
+    expect(out).toContain('all bytes are what the application wrote');
+  }, 120_000);
+});
+
+describe('bench-remote', () => {
+  test('small run: every case measured, the ratios in the JSON', () => {
+    ok('bench-remote', '--pages', '128', '--rounds', '1', '--prefetch', '15', '--json', file('bench-remote.json'));
+    const doc = json<{ results: { results: Record<string, { medianUs: number; rounds: unknown[] }>; ratios: { tsOverC: number; prefetchSpeedup: number } } }>('bench-remote.json').results;
+    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'prefetch']);
+    for (const r of Object.values(doc.results)) expect(r.rounds).toHaveLength(1);
+    expect(doc.ratios.tsOverC).toBeGreaterThan(0);
+    expect(doc.results['c']!.medianUs).toBeGreaterThan(0);
   }, 120_000);
 });

@@ -3,7 +3,7 @@
 // checked against a shadow copy. Bounded: a few seconds.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, type PfrError } from '../../lib/index.js';
-import { startRedis, type RedisServer } from './redis-server.js';
+import { startRedis, type RedisServer } from '../../examples/support/redis-server.js';
 
 let redis: RedisServer;
 beforeAll(async () => {

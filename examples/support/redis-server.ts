@@ -1,4 +1,4 @@
-// A real redis-server for the tests: Debian's package `redis-server`, started on a Unix
+// A real redis-server for the tests and bench:remote: Debian's package `redis-server`, started on a Unix
 // socket in a temporary folder (no TCP port), stopped by the test. Persistence is off unless
 // asked for (appendonly, for the restart in the soak test).
 import { spawn, type ChildProcess } from 'node:child_process';

@@ -1,0 +1,32 @@
+// `pagefault-rdma bench-remote` (npm run bench:remote): remote paging's major fault, the
+// TypeScript DM-Handler against a C program with hiredis, and prefetch on a sequential scan.
+// Needs redis-server, a C compiler and libhiredis-dev.
+import { benchRemote } from '../../bench/remote.js';
+import { heading, parsePositiveInt } from '../../examples/support/format.js';
+import { defineProgram } from '../program.js';
+
+interface Options {
+  pages: number;
+  rounds: number;
+  prefetch: number;
+}
+
+export default defineProgram<Options>({
+  name: 'bench-remote',
+  summary: 'benchmark: remote paging major fault, TypeScript vs C + hiredis; prefetch (needs redis-server, cc, libhiredis-dev)',
+  description:
+    'The major fault of remote paging (fault -> Redis GET -> UFFDIO_COPY) through the TypeScript DM-Handler against a C ' +
+    'program doing the same with hiredis on the same server, the embedded store, and a sequential scan with and without ' +
+    'prefetch; side by side, interleaved. JSON to bench/results/remote.json (not tracked), a temporary folder, or --json. ' +
+    "Needs Debian's redis-server and libhiredis-dev, and a C compiler.",
+  options(cmd) {
+    cmd
+      .option('--pages <n>', 'pages per round (4 KiB each)', parsePositiveInt, 2048)
+      .option('--rounds <n>', 'measured rounds per case (after one warm-up round)', parsePositiveInt, 5)
+      .option('--prefetch <n>', 'prefetch window of the prefetch case, in pages', parsePositiveInt, 31);
+  },
+  async run(o) {
+    heading('Benchmark: remote paging major fault, TypeScript vs C');
+    return { results: await benchRemote({ pages: o.pages, rounds: o.rounds, prefetch: o.prefetch, json: o.json ? false : undefined }) };
+  },
+});
