@@ -9,6 +9,8 @@ export * from './smmu/smmu.js';
 export * from './smmu-driver/iopf.js';
 export { SmmuDriver, type DriverFault, type DriverCounters, type ResolveMethod } from './smmu-driver/driver.js';
 export * from './netlink/netlink.js';
+export * from './fabric/packets.js';
+export * from './fabric/transport.js';
 export * from './fabric/fabric.js';
 export * from './scheduler/scheduler.js';
 export * from './pldma/copy-engine.js';

@@ -47,15 +47,14 @@ export class SimNode {
     if (options.faultTimeoutMs !== undefined) p.faultTimeoutMs = options.faultTimeoutMs;
     this.pldma = new Pldma(p, {
       smmu: this.smmu,
-      fabric: system.fabric,
+      transport: system.fabric,
       costs: system.costs,
       engine: system.engine,
-      peers: { pldma: (n) => system.nodes[n]?.pldma },
       tracer: system.tracer,
       clock: system.clock,
     });
     this.driver.attachEngine(this.pldma);
-    system.fabric.addNode(id, (packet) => this.pldma.onPacket(packet));
+    system.fabric.attach(id, (packet) => this.pldma.onPacket(packet));
   }
 
   /**

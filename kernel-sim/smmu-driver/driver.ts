@@ -5,7 +5,7 @@
 // permission) are logged and counted only: the engine already ended those transfers.
 import type { CostModel } from '../cost-model/index.js';
 import { NlAttr, NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
-import type { FaultInfo, Pldma } from '../pldma/pldma.js';
+import type { FaultInfo } from '../pldma/types.js';
 import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
@@ -36,13 +36,18 @@ export interface DriverCounters {
   resumes: number;
 }
 
+/** Where the driver sends the fault library's answers to terminated faults (its node's engine). */
+export interface FaultAnswers {
+  resolved(info: FaultInfo, ok: boolean, modelUs: number): void;
+}
+
 export class SmmuDriver {
   readonly node: number;
   #smmu: Smmu;
   #netlink: NetlinkFamily;
   #costs: CostModel;
   #tracer: Tracer;
-  #pldma: Pldma | undefined;
+  #engine: FaultAnswers | undefined;
   #pending = new Map<string, FaultInfo>(); // notified and waiting for the library
   #watchers: Array<(f: DriverFault) => void> = [];
   #c: DriverCounters = { interrupts: 0, records: 0, notified: 0, dropped: 0, unrecoverable: 0, unknownStream: 0, responses: 0, resumes: 0 };
@@ -57,8 +62,9 @@ export class SmmuDriver {
     this.#netlink.onKernelMessage((m, from) => this.#onMessage(m, from));
   }
 
-  attachEngine(pldma: Pldma): void {
-    this.#pldma = pldma;
+  /** The engine of this node, told when the fault library has answered a terminated fault. */
+  attachEngine(engine: FaultAnswers): void {
+    this.#engine = engine;
   }
 
   /** Watch every fault the driver handles, with its iommu_fault_page_request form. */
@@ -93,7 +99,7 @@ export class SmmuDriver {
       const s = this.#smmu.stalledAccess(record.stag);
       if (s) info = { ...(s.window.tag as FaultInfo), va: record.addr, stall: { stag: record.stag, window: s.window } };
     } else {
-      info = this.#pldma?.faultInfo(record.sid, record.addr);
+      info = this.#smmu.takeFaultContext(record.stag) as FaultInfo | undefined;
     }
     if (info && this.#tracer.active) {
       this.#tracer.emit({
@@ -185,7 +191,7 @@ export class SmmuDriver {
       this.#resume(sid, stag, resumeFor(code));
       return;
     }
-    this.#pldma?.resolved(info, code === IommuPageResponseCode.SUCCESS, modelUs);
+    this.#engine?.resolved(info, code === IommuPageResponseCode.SUCCESS, modelUs);
   }
 
   /** Modelled cost of what the library did to make pages resident. */

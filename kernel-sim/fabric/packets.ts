@@ -1,0 +1,81 @@
+// The packets nodes exchange, and nothing else crosses from one node to another. A write
+// carries one block of a transfer with its payload; the responder answers with an ACK (the
+// block landed), a NACK (a fault: send it again later) or an error ACK; a destination's
+// fault library's answer comes back as an ACK with resp RESOLVED / UNRESOLVED. Fields follow
+// ExaNet's headers: the protection domain, the destination VA, tid and seq, a 4-bit resp.
+import type { MemoryLike } from '../memory.js';
+
+/** The ACK's 4-bit resp field. */
+export enum AckResp {
+  OK = 0,
+  /** Translation fault at the destination: retransmit later (like InfiniBand's RNR NAK). */
+  FAULT = 1,
+  /** The destination has no stream for this protection domain. */
+  PD_ERR = 2,
+  /** The destination refused the access (permission). */
+  ACCESS_ERR = 3,
+  /** The destination VA is in no region of that protection domain. */
+  ADDR_ERR = 4,
+  /** The destination's fault library resolved the fault: retransmit now. */
+  RESOLVED = 5,
+  /** The destination's fault library could not resolve the fault. */
+  UNRESOLVED = 6,
+  /** The destination aborted a stalled access (CMD_RESUME ABORT / TERM). */
+  ABORTED = 7,
+  /** The payload could not be read: a source page went away before the write (the requester's fault). */
+  SOURCE_FAULT = 8,
+  /** The destination's engine is closed: the block was not written. */
+  FLUSHED = 9,
+}
+
+/**
+ * The bytes a write carries. In one process the in-process transport hands over a view of
+ * the source memory, read by the destination's copy engine when it writes; a transport
+ * between processes serialises these bytes instead.
+ */
+export interface Payload {
+  region: MemoryLike;
+  offset: number;
+}
+
+interface Header {
+  src: number;
+  dst: number;
+  /** Protection-domain id (16 bits in ExaNet headers): the destination's stream. */
+  pd: number;
+  /** Destination virtual address (write) or the VA the ACK refers to. */
+  va: bigint;
+  /** Transfer id (per source node) and block sequence number. */
+  tid: number;
+  seq: number;
+  length: number;
+  /** Modelled arrival time (µs). */
+  arrivesAt: number;
+}
+
+export interface WritePacket extends Header {
+  type: 'write';
+  channel: number;
+  payload: Payload;
+  /** Bytes of the transfer from `va` on (the Touch-Ahead hint a destination fault carries). */
+  lengthHint: number;
+  /** The source reads the payload under a stall window: its faults stall instead of failing. */
+  sourceStall: boolean;
+  /** When the block was issued (modelled µs, performance.now() ms), for the trace. */
+  issuedUs: number;
+  issuedMs: number;
+}
+
+export interface AckPacket extends Header {
+  type: 'ack';
+  resp: AckResp;
+  /** Why the block was refused, for an error resp. */
+  reason?: string;
+  /** SOURCE_FAULT: offset in the payload's region of the page that was missing. */
+  faultOffset?: number;
+  /** Stalls the destination took while writing (each a fault retried in place). */
+  stalls?: number;
+}
+
+export type Packet = WritePacket | AckPacket;
+export type PacketType = Packet['type'];
