@@ -64,6 +64,9 @@ export interface WritePacket extends Header {
   /** When the block was issued (modelled µs, performance.now() ms), for the trace. */
   issuedUs: number;
   issuedMs: number;
+  /** The memory key and QP the write is for (an upper layer's RETH / BTH), checked on every block by the destination. */
+  key?: number;
+  qpn?: number;
 }
 
 export interface AckPacket extends Header {
@@ -77,5 +80,14 @@ export interface AckPacket extends Header {
   stalls?: number;
 }
 
-export type Packet = WritePacket | AckPacket;
+/** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */
+export interface MessagePacket {
+  type: 'message';
+  src: number;
+  dst: number;
+  body: unknown;
+  arrivesAt: number;
+}
+
+export type Packet = WritePacket | AckPacket | MessagePacket;
 export type PacketType = Packet['type'];

@@ -18,7 +18,7 @@ import { Completer } from './completer.js';
 import type { CopyEngine } from './copy-engine.js';
 import { FaultWaiters } from './fault-waiters.js';
 import { Requester } from './requester.js';
-import { Responder } from './responder.js';
+import { type Admission, Responder } from './responder.js';
 import { DmaStatus, type DmaCompletion, type DmaDescriptor, type EngineState, type FaultInfo, type PldmaCounters, type PldmaOptions } from './types.js';
 
 export * from './types.js';
@@ -102,7 +102,12 @@ export class Pldma {
   /** A packet for this node: a write for its responder, an answer for its completer. */
   onPacket(p: Packet): void {
     if (p.type === 'write') void this.#responder.onWrite(p);
-    else this.#completer.onAck(p);
+    else if (p.type === 'ack') this.#completer.onAck(p);
+  }
+
+  /** Check the key and QP of every incoming write that names them (see DmaDescriptor.key). */
+  setAdmission(admit: Admission | undefined): void {
+    this.#responder.admit = admit;
   }
 
   /**

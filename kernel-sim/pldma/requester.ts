@@ -167,6 +167,8 @@ export class Requester implements Schedulable {
       issuedUs: b.issuedUs,
       issuedMs: b.issuedMs,
     };
+    if (d.key !== undefined) packet.key = d.key;
+    if (d.dstQp !== undefined) packet.qpn = d.dstQp;
     s.transport.deliver(packet);
   }
 

@@ -26,8 +26,12 @@ export interface ResponderDeps {
   waiters: FaultWaiters;
 }
 
+/** The destination's own check of the key and QP a write names (the verbs responder's rkey check, per block). */
+export type Admission = (p: WritePacket) => boolean;
+
 export class Responder {
   #d: ResponderDeps;
+  admit: Admission | undefined;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
 
@@ -37,6 +41,8 @@ export class Responder {
 
   async onWrite(p: WritePacket): Promise<void> {
     const { smmu, costs: c } = this.#d;
+    if (this.admit && (p.key !== undefined || p.qpn !== undefined) && !this.admit(p))
+      return this.#answer(p, AckResp.ACCESS_ERR, p.arrivesAt + c.linkLatencyUs, { reason: `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}` });
     const ctx = smmu.streamForPd(p.pd);
     if (!ctx) return this.#answer(p, AckResp.PD_ERR, p.arrivesAt + c.linkLatencyUs, { reason: `node ${this.#d.node} has no stream for protection domain ${p.pd}` });
     const tr = smmu.translate(ctx.sid, p.va, p.length, 'write');

@@ -56,6 +56,12 @@ export interface DmaDescriptor {
   retryLimit?: number;
   /** Ask for a completion notification at the destination too (ExaNet notif_enable). */
   notify?: boolean;
+  /**
+   * The memory key and QP number the destination's admission check (SimNode.admit) is asked
+   * about on every block: a key or QP revoked mid-transfer stops the next block (DST_PERM_ERR).
+   */
+  key?: number;
+  dstQp?: number;
 }
 
 export interface FaultCounts {
