@@ -1,8 +1,9 @@
 // Memory regions: mmap'd memory whose residency is real and observable. The ArrayBuffer is
 // the mapping itself (no copy); close() detaches it before munmap.
+import { kMaxLength } from 'node:buffer';
 import { binding, type RawMapping } from '../native/index.js';
 import { closedError, sys, systemError } from './errors.js';
-import { checkBool, checkInt, checkObject, checkSpan, invalidArg } from './validate.js';
+import { checkBool, checkInt, checkObject, checkSpan, invalidArg, rangeError } from './validate.js';
 
 export const PAGE_SIZE: number = binding.pageSize;
 export const HUGE_PAGE_SIZE = 2 * 1024 * 1024;
@@ -240,6 +241,9 @@ export function mapRegion(bytes: number, options?: MapOptions): Region {
   if (size % unit !== 0) {
     throw invalidArg(`mapRegion: bytes (${size}) must be a multiple of ${unit}${hugePages ? ' with hugePages' : ' (the page size)'}; round it up`);
   }
+  // Before the mmap: the mapping is handed to JavaScript as one ArrayBuffer, and a size the
+  // platform cannot give one would fail after the mapping exists (and abort the process).
+  if (size > kMaxLength) throw rangeError(`mapRegion: bytes (${size}) is more than one ArrayBuffer can hold on this platform (${kMaxLength}); map several smaller regions`);
   const raw = sys('mapRegion', MMAP_FIXES, () => binding.mapRegion(size, shared, hugePages));
   return new Region(raw, size, shared, hugePages);
 }
