@@ -4,14 +4,15 @@
 // requests (terminate) or CMD_RESUME (stall). Unrecoverable faults (address size,
 // permission) are logged and counted only: the engine already ended those transfers.
 import type { CostModel } from '../cost-model/index.js';
-import { NlAttr, NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
+import { decodeResolved, encodeFault, type ResolveMethod } from '../netlink/messages.js';
+import { NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
 import type { FaultInfo } from '../pldma/types.js';
 import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
 import { IommuPageResponseCode, isRecoverable, resumeFor, toPageRequest, type IommuFaultPageRequest } from './iopf.js';
 
-export type ResolveMethod = 'touch' | 'gup' | 'uffd' | 'none';
+export type { ResolveMethod };
 
 /** One fault as the driver handled it (for users who want to watch). */
 export interface DriverFault {
@@ -125,22 +126,22 @@ export class SmmuDriver {
     } else if (!isRecoverable(record) || !info) {
       this.#c.unrecoverable++;
     } else {
-      const attrs = new Map<NlAttr, number | bigint | string | boolean>([
-        [NlAttr.PID, ctx.pid],
-        [NlAttr.VA, record.addr],
-        [NlAttr.LENGTH, info.lengthHint],
-        [NlAttr.WRITE, !record.rnw],
-        [NlAttr.NODE, this.node],
-        [NlAttr.CHANNEL, info.channel],
-        [NlAttr.TRANSFER, info.tid],
-        [NlAttr.SRC_NODE, info.srcNode],
-        [NlAttr.BLOCK, info.seq],
-        [NlAttr.SIDE, info.side],
-        [NlAttr.SID, record.sid],
-        [NlAttr.EVENT, record.id],
-        [NlAttr.STALL, record.stall],
-        [NlAttr.STAG, record.stag],
-      ]);
+      const attrs = encodeFault({
+        pid: ctx.pid,
+        va: record.addr,
+        length: info.lengthHint,
+        write: !record.rnw,
+        node: this.node,
+        channel: info.channel,
+        transfer: info.tid,
+        srcNode: info.srcNode,
+        block: info.seq,
+        side: info.side,
+        sid: record.sid,
+        event: record.id,
+        stall: record.stall,
+        stag: record.stag,
+      });
       const key = this.#key(record.sid, record.addr, record.stall ? record.stag : 0);
       this.#pending.set(key, info); // before sending: the answer may come at once
       const seq = this.#netlink.unicast(ctx.pid, NlCmd.FAULT, attrs);
@@ -169,21 +170,18 @@ export class SmmuDriver {
   }
 
   #onMessage(m: NlMessage, from: NetlinkSocket): void {
-    if (m.cmd !== NlCmd.RESOLVED) return;
-    const sid = Number(m.attrs.get(NlAttr.SID) ?? -1);
-    const va = m.attrs.get(NlAttr.VA);
-    const stag = Number(m.attrs.get(NlAttr.STAG) ?? 0);
-    const stall = m.attrs.get(NlAttr.STALL) === true;
-    if (typeof va !== 'bigint') return;
+    const r = decodeResolved(m);
+    if (!r) return;
+    const { sid, va, stag, stall } = r;
     const key = this.#key(sid, va, stall ? stag : 0);
     const info = this.#pending.get(key);
     // A process may only answer its own faults.
     if (!info || this.#smmu.stream(sid)?.pid !== from.pid) return;
     this.#pending.delete(key);
     this.#c.responses++;
-    const code = Number(m.attrs.get(NlAttr.STATUS) ?? IommuPageResponseCode.SUCCESS) as IommuPageResponseCode;
-    const method = String(m.attrs.get(NlAttr.METHOD) ?? 'touch') as ResolveMethod;
-    const bytes = Number(m.attrs.get(NlAttr.LENGTH) ?? 0);
+    const code = r.status;
+    const method = r.method;
+    const bytes = r.length;
     const c = this.#costs;
     const modelUs =
       info.modelUs + c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + this.resolveCost(method, bytes, info) + c.requestUs;

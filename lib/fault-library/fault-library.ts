@@ -4,14 +4,17 @@
 // engine to retransmit (terminate) or resume (stall). Everything it does happens to real
 // memory; the time it takes is measured, and the hardware's share is modelled.
 import {
+  decodeFault,
+  encodeResolved,
+  EvtId,
   IommuPageResponseCode,
-  NlAttr,
   NlCmd,
+  type FaultNotice,
   type NetlinkSocket,
   type NlMessage,
+  type ResolveMethod,
   type SimSystem,
   type TraceEvent,
-  EvtId,
 } from '../../kernel-sim/index.js';
 import { HUGE_PAGE_SIZE, findRegion, type Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
@@ -174,20 +177,17 @@ export class FaultLibrary {
   }
 
   #onMessage(m: NlMessage): void {
-    if (m.cmd !== NlCmd.FAULT || this.#closed) return;
+    const n = decodeFault(m);
+    if (!n || this.#closed) return;
     const recvReal = performance.now();
-    const va = m.attrs.get(NlAttr.VA) as bigint;
-    const side = m.attrs.get(NlAttr.SIDE) as 'source' | 'destination';
-    const stall = m.attrs.get(NlAttr.STALL) === true;
-    const write = m.attrs.get(NlAttr.WRITE) === true;
-    const hint = Number(m.attrs.get(NlAttr.LENGTH) ?? 0);
+    const { va, side, stall, write, length: hint } = n;
     const { reg, region } = this.#find(va);
     const policy = reg?.policy ?? (region ? this.defaultPolicy : undefined);
 
     let status = IommuPageResponseCode.INVALID;
     let bytes = 0;
     let made = 0;
-    let method: 'touch' | 'gup' | 'uffd' | 'none' = 'none';
+    let method: ResolveMethod = 'none';
     if (region && policy) {
       const ps = region.pageSize;
       const off = Number(va - region.address);
@@ -222,19 +222,11 @@ export class FaultLibrary {
       }
     }
     const doneReal = performance.now();
-    const reply = new Map<NlAttr, number | bigint | string | boolean>([
-      [NlAttr.SID, m.attrs.get(NlAttr.SID)!],
-      [NlAttr.VA, va],
-      [NlAttr.STATUS, status],
-      [NlAttr.LENGTH, bytes],
-      [NlAttr.METHOD, method],
-      [NlAttr.STALL, stall],
-      [NlAttr.STAG, m.attrs.get(NlAttr.STAG) ?? 0],
-    ]);
+    const reply = encodeResolved({ sid: n.sid, va, status, length: bytes, method, stall, stag: n.stag });
 
     // Statistics, process-wide and per registration.
     const targets = reg ? [this.#stats, reg.stats] : [this.#stats];
-    const kind = `${EvtId[Number(m.attrs.get(NlAttr.EVENT))] ?? 'F_?'}/${write ? 'write' : 'read'}${stall ? '/stall' : ''}`;
+    const kind = `${EvtId[n.event] ?? 'F_?'}/${write ? 'write' : 'read'}${stall ? '/stall' : ''}`;
     for (const s of targets) {
       s.faults[side]++;
       s.byKind[kind] = (s.byKind[kind] ?? 0) + 1;
@@ -245,7 +237,7 @@ export class FaultLibrary {
       s.real.resolve.add((doneReal - recvReal) * 1000);
       s.real.notify.add((recvReal - m.sentAt) * 1000);
     }
-    const pkey = this.#pendingKey(m);
+    const pkey = this.#pendingKey(n);
     const p = this.#pending.get(pkey) ?? { stats: targets };
     p.stats = targets;
     p.resolved = { real: doneReal, model: 0 };
@@ -265,17 +257,17 @@ export class FaultLibrary {
       status,
       realUs: (doneReal - recvReal) * 1000,
       receivedAt: recvReal,
-      srcNode: Number(m.attrs.get(NlAttr.SRC_NODE)),
-      transfer: Number(m.attrs.get(NlAttr.TRANSFER)),
-      block: Number(m.attrs.get(NlAttr.BLOCK)),
-      channel: Number(m.attrs.get(NlAttr.CHANNEL)),
+      srcNode: n.srcNode,
+      transfer: n.transfer,
+      block: n.block,
+      channel: n.channel,
     };
     for (const l of this.#listeners) l(rf);
   }
 
   // Correlates the library's faults with the engine's trace events: srcNode:tid:seq.
-  #pendingKey(m: NlMessage): string {
-    return `${m.attrs.get(NlAttr.SRC_NODE)}:${m.attrs.get(NlAttr.TRANSFER)}:${m.attrs.get(NlAttr.BLOCK)}:${m.attrs.get(NlAttr.SIDE)}`;
+  #pendingKey(n: FaultNotice): string {
+    return `${n.srcNode}:${n.transfer}:${n.block}:${n.side}`;
   }
 
   #onTrace(e: TraceEvent, tracing: boolean): void {

@@ -6,6 +6,7 @@
 // lands there afterwards. MRs and PDs know their device and process, never the Cluster.
 import type { StreamContext } from '../../kernel-sim/index.js';
 import { closedError } from '../errors.js';
+import { invalidArg } from '../validate.js';
 import type { FaultLibrary, Registration } from '../fault-library/fault-library.js';
 import type { PolicyName, PolicyOptions } from '../fault-library/policy.js';
 import { findRegion, type Region } from '../region.js';
@@ -183,7 +184,7 @@ export class MemoryRegion {
   setPolicy(policy: PolicyName, options?: PolicyOptions): void {
     this.#check();
     const reg = this.registration;
-    if (!reg) throw new TypeError('setPolicy: only explicit ODP MRs have a policy of their own');
+    if (!reg) throw invalidArg('setPolicy: only explicit ODP MRs have a policy of their own');
     const lib = this.pd.context.faultLibrary;
     const old = { policy: reg.policy, options: reg.options };
     lib.setPolicy(reg, policy, options); // validates

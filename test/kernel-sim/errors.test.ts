@@ -2,7 +2,7 @@
 // and counter, never an exception, a hang or a crash. No stream translates another
 // stream's memory.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus, type DmaCompletion, type DmaDescriptor, IommuPageResponseCode, type NlMessage, NlAttr, NlCmd } from '../../kernel-sim/index.js';
+import { decodeFault, DmaStatus, type DmaCompletion, type DmaDescriptor, IommuPageResponseCode, type NlMessage } from '../../kernel-sim/index.js';
 import { answerFault, bytesOf, FaultLibrary, type FaultNote, fill, layerCounts, P, post, proc, until, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -118,12 +118,13 @@ describe('lost notifications', () => {
       for (;;) {
         const m = await b.socket.recv();
         if (!m) return;
-        if (m.cmd !== NlCmd.FAULT) continue;
+        const n = decodeFault(m);
+        if (!n) continue;
         heard.push(m);
-        const va = m.attrs.get(NlAttr.VA) as bigint;
+        const va = n.va;
         const r = dsts.find((d) => va >= d.address && va < d.address + BigInt(d.size))!;
         r.populate(Number(va - r.address), P);
-        answerFault(b.socket, { sid: Number(m.attrs.get(NlAttr.SID)), va, stall: false, stag: 0 } as FaultNote, IommuPageResponseCode.SUCCESS, P);
+        answerFault(b.socket, { sid: n.sid, va, stall: false, stag: 0 } as FaultNote, IommuPageResponseCode.SUCCESS, P);
       }
     })();
     const cs = await within('transfers', Promise.all(ps), 5000);
