@@ -30,6 +30,24 @@ export interface FaultNotice {
   stall: boolean;
   /** The record's STAG: a stalled access's tag, or the grpid naming a terminated fault's context. */
   stag: number;
+  /** The fault's timeline so far, for the library's statistics: modelled µs and real ms. */
+  issuedUs: number;
+  issuedMs: number;
+  detectedUs: number;
+  detectedMs: number;
+  notifyUs: number;
+}
+
+/**
+ * The ACK of a RESOLVED sent with NLM_F_ACK: the kernel sends it once the answer has been
+ * acted on, with when it reached the engine and, for a terminated fault, when the block
+ * went out again (the statistics of the last two phases).
+ */
+export interface ResolvedAck {
+  seq: number;
+  resolvedUs: number;
+  retransmitUs?: number;
+  retransmitMs?: number;
 }
 
 /** PFR_CMD_RESOLVED: the answer to a fault (STALL and STAG only for a stalled access). */
@@ -60,6 +78,11 @@ export function encodeFault(n: FaultNotice): NlAttrs {
     [NlAttr.EVENT, n.event],
     [NlAttr.STALL, n.stall],
     [NlAttr.STAG, n.stag],
+    [NlAttr.ISSUED_US, n.issuedUs],
+    [NlAttr.ISSUED_MS, n.issuedMs],
+    [NlAttr.DETECTED_US, n.detectedUs],
+    [NlAttr.DETECTED_MS, n.detectedMs],
+    [NlAttr.NOTIFY_US, n.notifyUs],
   ]);
 }
 
@@ -84,7 +107,29 @@ export function decodeFault(m: NlMessage): FaultNotice | undefined {
     event: Number(a.get(NlAttr.EVENT)),
     stall: a.get(NlAttr.STALL) === true,
     stag: Number(a.get(NlAttr.STAG) ?? 0),
+    issuedUs: Number(a.get(NlAttr.ISSUED_US) ?? 0),
+    issuedMs: Number(a.get(NlAttr.ISSUED_MS) ?? 0),
+    detectedUs: Number(a.get(NlAttr.DETECTED_US) ?? 0),
+    detectedMs: Number(a.get(NlAttr.DETECTED_MS) ?? 0),
+    notifyUs: Number(a.get(NlAttr.NOTIFY_US) ?? 0),
   };
+}
+
+export function encodeResolvedAck(a: Omit<ResolvedAck, 'seq'>): NlAttrs {
+  const attrs: NlAttrs = new Map([[NlAttr.RESOLVED_US, a.resolvedUs]]);
+  if (a.retransmitUs !== undefined) attrs.set(NlAttr.RETRANSMIT_US, a.retransmitUs);
+  if (a.retransmitMs !== undefined) attrs.set(NlAttr.RETRANSMIT_MS, a.retransmitMs);
+  return attrs;
+}
+
+/** The ACK of a RESOLVED, or undefined for any other message. */
+export function decodeResolvedAck(m: NlMessage): ResolvedAck | undefined {
+  if (m.cmd !== NlCmd.ACK || !m.attrs.has(NlAttr.RESOLVED_US)) return undefined;
+  const a = m.attrs;
+  const out: ResolvedAck = { seq: m.seq, resolvedUs: Number(a.get(NlAttr.RESOLVED_US)) };
+  if (a.has(NlAttr.RETRANSMIT_US)) out.retransmitUs = Number(a.get(NlAttr.RETRANSMIT_US));
+  if (a.has(NlAttr.RETRANSMIT_MS)) out.retransmitMs = Number(a.get(NlAttr.RETRANSMIT_MS));
+  return out;
 }
 
 export function encodeResolved(r: ResolvedAnswer): NlAttrs {

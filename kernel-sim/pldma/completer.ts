@@ -130,6 +130,7 @@ export class Completer {
       write: false,
       lengthHint: Math.max(0, t.desc.length - Number(tr.addr - t.desc.srcVa)),
       modelUs: at,
+      detectedMs: performance.now(),
       issuedUs: b.issuedUs,
       issuedMs: b.issuedMs,
     };

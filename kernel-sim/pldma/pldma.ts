@@ -19,7 +19,7 @@ import type { CopyEngine } from './copy-engine.js';
 import { FaultWaiters } from './fault-waiters.js';
 import { Requester } from './requester.js';
 import { type Admission, Responder } from './responder.js';
-import { DmaStatus, type DmaCompletion, type DmaDescriptor, type EngineState, type FaultInfo, type PldmaCounters, type PldmaOptions } from './types.js';
+import { DmaStatus, type DmaCompletion, type DmaDescriptor, type EngineState, type FaultInfo, type PldmaCounters, type PldmaOptions, type Retransmitted } from './types.js';
 
 export * from './types.js';
 
@@ -72,6 +72,7 @@ export class Pldma {
       transfers: new Map(),
       counters,
       closed: false,
+      retransmitted: undefined,
     };
     this.#s = state as EngineState;
     this.#completer = new Completer(this.#s, this.#waiters);
@@ -103,6 +104,12 @@ export class Pldma {
   onPacket(p: Packet): void {
     if (p.type === 'write') void this.#responder.onWrite(p);
     else if (p.type === 'ack') this.#completer.onAck(p);
+  }
+
+  /** Hear about every block sent again after a fault, at this node's source or destination. */
+  onRetransmit(listener: Retransmitted | undefined): void {
+    this.#s.retransmitted = listener;
+    this.#responder.retransmitted = listener;
   }
 
   /** Check the key and QP of every incoming write that names them (see DmaDescriptor.key). */

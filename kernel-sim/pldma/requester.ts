@@ -143,6 +143,7 @@ export class Requester implements Schedulable {
               write: false,
               lengthHint: Math.max(0, d.length - b.offset),
               modelUs: engineDone,
+              detectedMs: performance.now(),
               issuedUs: b.issuedUs,
               issuedMs: b.issuedMs,
             },
@@ -188,11 +189,11 @@ export class Requester implements Schedulable {
     }
     t.inflight++;
     s.counters.blocksIssued++;
-    if (s.tracer.active) {
-      b.issuedUs = Math.max(ch.cursor, t.modelReady);
-      b.issuedMs = performance.now();
-      traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
-    }
+    b.issuedUs = Math.max(ch.cursor, t.modelReady);
+    b.issuedMs = performance.now();
+    traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
+    // A source fault of this block answered by this node's fault library: its statistics end here.
+    if (b.attempts > 1) s.retransmitted?.(s.node, t.tid, b.seq, 'source', b.issuedUs, b.issuedMs);
   }
 
   #validate(d: DmaDescriptor): { status: DmaStatus; reason: string } | undefined {

@@ -13,7 +13,7 @@ import type { Tracer } from '../trace.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus } from './copy-engine.js';
 import type { FaultWaiters } from './fault-waiters.js';
-import { DmaStatus, type FaultInfo, type PldmaCounters, stallDelay, traceTransfer, walkCost } from './types.js';
+import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, stallDelay, traceTransfer, walkCost } from './types.js';
 
 export interface ResponderDeps {
   node: number;
@@ -32,6 +32,7 @@ export type Admission = (p: WritePacket) => boolean;
 export class Responder {
   #d: ResponderDeps;
   admit: Admission | undefined;
+  retransmitted: Retransmitted | undefined;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
 
@@ -41,6 +42,7 @@ export class Responder {
 
   async onWrite(p: WritePacket): Promise<void> {
     const { smmu, costs: c } = this.#d;
+    this.retransmitted?.(p.src, p.tid, p.seq, 'destination', p.issuedUs, p.issuedMs);
     if (this.admit && (p.key !== undefined || p.qpn !== undefined) && !this.admit(p))
       return this.#answer(p, AckResp.ACCESS_ERR, p.arrivesAt + c.linkLatencyUs, { reason: `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}` });
     const ctx = smmu.streamForPd(p.pd);
@@ -141,6 +143,7 @@ export class Responder {
       write: true,
       lengthHint: Math.max(0, p.lengthHint - Number(va - p.va)),
       modelUs: at,
+      detectedMs: performance.now(),
       issuedUs: p.issuedUs,
       issuedMs: p.issuedMs,
     };

@@ -108,8 +108,9 @@ export interface FaultInfo {
   write: boolean;
   /** Bytes of the transfer from the faulting address on (the Touch-Ahead hint). */
   lengthHint: number;
-  /** Modelled time of detection, µs. */
+  /** Modelled time of detection, µs, and the real one (performance.now() ms). */
   modelUs: number;
+  detectedMs: number;
   /** When the faulting block was issued (modelled µs, real performance.now() ms). */
   issuedUs: number;
   issuedMs: number;
@@ -211,7 +212,12 @@ export interface EngineState {
   readonly counters: PldmaCounters;
   scheduler: Scheduler;
   closed: boolean;
+  /** Told when a block goes out again after a fault (the driver closes the fault's statistics). */
+  retransmitted: Retransmitted | undefined;
 }
+
+/** A block of transfer `tid` of `srcNode` was sent again after a fault at `side`, at these times. */
+export type Retransmitted = (srcNode: number, tid: number, seq: number, side: Side, modelUs: number, realMs: number) => void;
 
 /** Modelled cost of one translation: an IOTLB hit, or a walk per page walked. */
 export function walkCost(costs: CostModel, tr: Translation): number {

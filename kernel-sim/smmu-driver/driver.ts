@@ -4,7 +4,7 @@
 // requests (terminate) or CMD_RESUME (stall). Unrecoverable faults (address size,
 // permission) are logged and counted only: the engine already ended those transfers.
 import type { CostModel } from '../cost-model/index.js';
-import { decodeResolved, encodeFault, type ResolveMethod } from '../netlink/messages.js';
+import { decodeResolved, encodeFault, encodeResolvedAck, type NlAttrs, type ResolveMethod } from '../netlink/messages.js';
 import { NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
 import type { FaultInfo } from '../pldma/types.js';
 import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
@@ -50,6 +50,8 @@ export class SmmuDriver {
   #tracer: Tracer;
   #engine: FaultAnswers | undefined;
   #pending = new Map<string, FaultInfo>(); // notified and waiting for the library
+  // Answers that asked for an ACK, waiting for their block to go out again (srcNode:tid:seq:side).
+  #acks = new Map<string, { socket: NetlinkSocket; seq: number; resolvedUs: number }>();
   #watchers: Array<(f: DriverFault) => void> = [];
   #c: DriverCounters = { interrupts: 0, records: 0, notified: 0, dropped: 0, unrecoverable: 0, unknownStream: 0, responses: 0, resumes: 0 };
 
@@ -60,7 +62,7 @@ export class SmmuDriver {
     this.#costs = deps.costs;
     this.#tracer = deps.tracer;
     this.#smmu.onInterrupt(() => this.#irq());
-    this.#netlink.onKernelMessage((m, from) => this.#onMessage(m, from));
+    this.#netlink.onKernelMessage((m, from, wantsAck) => this.#onMessage(m, from, wantsAck));
   }
 
   /** The engine of this node, told when the fault library has answered a terminated fault. */
@@ -141,6 +143,11 @@ export class SmmuDriver {
         event: record.id,
         stall: record.stall,
         stag: record.stag,
+        issuedUs: info.issuedUs,
+        issuedMs: info.issuedMs,
+        detectedUs: info.modelUs,
+        detectedMs: info.detectedMs,
+        notifyUs: info.modelUs + this.#costs.eventRecordUs + this.#costs.irqUs + this.#costs.driverUs + this.#costs.netlinkUs,
       });
       const key = this.#key(record.sid, record.addr, record.stall ? record.stag : 0);
       this.#pending.set(key, info); // before sending: the answer may come at once
@@ -169,14 +176,14 @@ export class SmmuDriver {
     for (const w of this.#watchers) w(fault);
   }
 
-  #onMessage(m: NlMessage, from: NetlinkSocket): void {
+  #onMessage(m: NlMessage, from: NetlinkSocket, wantsAck: boolean): NlAttrs | 'defer' | undefined {
     const r = decodeResolved(m);
-    if (!r) return;
+    if (!r) return undefined;
     const { sid, va, stag, stall } = r;
     const key = this.#key(sid, va, stall ? stag : 0);
     const info = this.#pending.get(key);
     // A process may only answer its own faults.
-    if (!info || this.#smmu.stream(sid)?.pid !== from.pid) return;
+    if (!info || this.#smmu.stream(sid)?.pid !== from.pid) return undefined;
     this.#pending.delete(key);
     this.#c.responses++;
     const code = r.status;
@@ -187,9 +194,28 @@ export class SmmuDriver {
       info.modelUs + c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + this.resolveCost(method, bytes, info) + c.requestUs;
     if (stall && info.stall) {
       this.#resume(sid, stag, resumeFor(code));
-      return;
+      return encodeResolvedAck({ resolvedUs: modelUs });
     }
-    this.#engine?.resolved(info, code === IommuPageResponseCode.SUCCESS, modelUs);
+    const ok = code === IommuPageResponseCode.SUCCESS;
+    // The ACK of an answer that asks for a retransmission waits for it: it tells the library
+    // when the block went out again (the last phase of the fault's statistics).
+    const deferred = wantsAck && ok;
+    if (deferred) {
+      this.#acks.set(`${info.srcNode}:${info.tid}:${info.seq}:${info.side}`, { socket: from, seq: m.seq, resolvedUs: modelUs });
+      // Transfers that end without sending the block again never claim theirs: keep it bounded.
+      if (this.#acks.size > 10_000) this.#acks.delete(this.#acks.keys().next().value as string);
+    }
+    this.#engine?.resolved(info, ok, modelUs);
+    return deferred ? 'defer' : encodeResolvedAck({ resolvedUs: modelUs });
+  }
+
+  /** The engine sent a block again after a fault this node's library answered: acknowledge that answer now. */
+  retransmitted(srcNode: number, tid: number, seq: number, side: 'source' | 'destination', modelUs: number, realMs: number): void {
+    const key = `${srcNode}:${tid}:${seq}:${side}`;
+    const a = this.#acks.get(key);
+    if (!a) return;
+    this.#acks.delete(key);
+    if (!a.socket.closed) this.#netlink.ack(a.socket, a.seq, encodeResolvedAck({ resolvedUs: a.resolvedUs, retransmitUs: modelUs, retransmitMs: realMs }));
   }
 
   /** Modelled cost of what the library did to make pages resident. */
