@@ -5,7 +5,7 @@ import { costModel, type CostModel } from './cost-model/index.js';
 import { Fabric } from './fabric/fabric.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
-import { CopyEngine } from './pldma/copy-engine.js';
+import { CopyEngine, type CopyTag } from './pldma/copy-engine.js';
 import { Pldma, type DmaCompletion, type DmaDescriptor } from './pldma/pldma.js';
 import type { Admission } from './pldma/responder.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
@@ -61,6 +61,7 @@ export class SimNode {
   readonly pldma: Pldma;
   #fabric: Fabric;
   #costs: CostModel;
+  #engine: CopyEngine;
   #onMessage: ((body: unknown, from: number) => void) | undefined;
 
   /** @internal */
@@ -68,6 +69,7 @@ export class SimNode {
     this.id = id;
     this.#fabric = system.fabric;
     this.#costs = system.costs;
+    this.#engine = system.engine;
     const smmuOpts: ConstructorParameters<typeof Smmu>[0] = { node: id };
     if (options.eventQueueDepth !== undefined) smmuOpts.eventQueueDepth = options.eventQueueDepth;
     if (options.iotlbEntries !== undefined) smmuOpts.iotlbEntries = options.iotlbEntries;
@@ -146,6 +148,15 @@ export class SimNode {
 
   post(desc: DmaDescriptor): Promise<DmaCompletion> {
     return this.pldma.post(desc);
+  }
+
+  /**
+   * Wait until no copy written for this memory key or QP is running; queued ones are
+   * cancelled. With the admission check refusing them, nothing more lands for them once it
+   * returns. False if a stall-mode copy was still held after `timeoutMs`.
+   */
+  fence(tag: CopyTag, timeoutMs?: number): boolean {
+    return this.#engine.fence(tag, timeoutMs);
   }
 
   /** The check the node's responder makes of the key and QP every incoming write names. */

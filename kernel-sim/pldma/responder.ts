@@ -77,7 +77,10 @@ export class Responder {
     let status: CopyStatus;
     let faultOffset = -1;
     try {
-      const r = await this.#d.engine.copy(p.payload.region, p.payload.offset, tr.region, tr.offset, p.length, flags);
+      const tag: { key?: number; qp?: number } = {};
+      if (p.key !== undefined) tag.key = p.key;
+      if (p.qpn !== undefined) tag.qp = p.qpn;
+      const r = await this.#d.engine.copy(p.payload.region, p.payload.offset, tr.region, tr.offset, p.length, flags, tag);
       status = r.status;
       faultOffset = r.faultOffset;
     } catch {
@@ -102,6 +105,9 @@ export class Responder {
         this.#fault(p, ctx.sid, evicted, p.arrivesAt);
         return this.#answer(p, AckResp.FAULT, p.arrivesAt + c.linkLatencyUs, extra);
       }
+      case CopyStatus.Cancelled:
+        // Fenced while queued: the key or QP it was written for went away.
+        return this.#answer(p, AckResp.ACCESS_ERR, p.arrivesAt + c.linkLatencyUs, { ...extra, reason: `node ${this.#d.node} revoked key 0x${(p.key ?? 0).toString(16)} / QP ${p.qpn} before the write` });
       default:
         return this.#answer(p, AckResp.FLUSHED, p.arrivesAt, { ...extra, reason: 'the copy engine was closed' });
     }

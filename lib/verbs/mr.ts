@@ -229,6 +229,8 @@ export class MemoryRegion {
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
     this.pd.device.tables.removeMr(this.lkey);
+    // Refused from the next block on; and the block being written right now lands before we return.
+    this.pd.device.sim.fence({ key: this.lkey });
     this.#objects.mrs.delete(this);
   }
 

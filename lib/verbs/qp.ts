@@ -122,11 +122,13 @@ export class QueuePair {
       maxSendSge: checkInt('cap.maxSendSge', cap.maxSendSge ?? 4, 1, 16),
       maxRecvSge: checkInt('cap.maxRecvSge', cap.maxRecvSge ?? 4, 1, 16),
     };
-    const self = this;
+    const attr = this.#attr;
+    const state = () => this.#state;
+    const destroyed = () => this.#destroyed;
     this.#completer = new Completer({
       qpNum,
       get destQpNum() {
-        return self.#attr.destQpNum;
+        return attr.destQpNum;
       },
       toError: () => this.#toError(),
     });
@@ -142,10 +144,10 @@ export class QueuePair {
       rq: this.#rq,
       completer: this.#completer,
       get state() {
-        return self.#state;
+        return state();
       },
       get destroyed() {
-        return self.#destroyed;
+        return destroyed();
       },
       scratch: () => this.#scratchRegion(),
       toError: () => this.#toError(),
@@ -243,6 +245,8 @@ export class QueuePair {
     this.#scratch?.close();
     this.pd.users.delete(this);
     this.#device.tables.removeQp(this.qpNum);
+    // Refused from the next block on; and the block being written right now lands before we return.
+    this.#device.sim.fence({ qp: this.qpNum });
     this.#objects.qps.delete(this);
   }
 
