@@ -20,8 +20,4 @@ export class FaultWaiters {
     this.#waiting.delete(key);
     return list;
   }
-
-  get size(): number {
-    return this.#waiting.size;
-  }
 }

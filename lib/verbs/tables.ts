@@ -21,10 +21,6 @@ export class KeyAllocator {
     this.#stride = stride | 1;
   }
 
-  get size(): number {
-    return this.#live.size;
-  }
-
   /** Whether `key` is live on any device (keys are unique cluster-wide, as they are per fabric). */
   has(key: number): boolean {
     return this.#live.has(key);
@@ -60,10 +56,6 @@ export class IdAllocator {
     this.#max = max;
   }
 
-  get size(): number {
-    return this.#live.size;
-  }
-
   alloc(what: string): number {
     if (this.#live.size > this.#max - this.#first) throw verbsError(what, 'ENOMEM', 'no free id left');
     for (;;) {
@@ -87,7 +79,7 @@ export function qpNumbers(): IdAllocator {
 }
 
 /** Device limits (ibv_query_device), enforced by the tables. */
-export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, maxSge: 16, maxPd: 1 << 16 } as const;
+export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, maxSge: 16 } as const;
 
 /** One device's (node's) tables: what its responder looks up, by key and by QP number. */
 export class DeviceTables<MR, QP> {
@@ -104,14 +96,6 @@ export class DeviceTables<MR, QP> {
     this.node = node;
     this.keys = keys;
     this.#qpns = qpns;
-  }
-
-  get mrCount(): number {
-    return this.#mrs.size;
-  }
-
-  get qpCount(): number {
-    return this.#qps.size;
   }
 
   addMr(make: (key: number) => MR): MR {
