@@ -11,6 +11,12 @@ interface Link {
   bytes: number;
 }
 
+/** A link's model: the payload is serialised after the link is free, and arrives one latency later. */
+export function linkArrival(costs: CostModel, linkFreeAt: number, bytes: number, atUs: number): { freeAt: number; arrive: number } {
+  const freeAt = Math.max(atUs, linkFreeAt) + bytes / costs.linkBytesPerUs;
+  return { freeAt, arrive: freeAt + costs.linkLatencyUs };
+}
+
 export class Fabric implements Transport {
   readonly costs: CostModel;
   #links = new Map<string, Link>();
@@ -40,6 +46,10 @@ export class Fabric implements Transport {
     link.bytes += bytes;
     const sent = link.resource.reserve(atUs, bytes / this.costs.linkBytesPerUs);
     return sent + this.costs.linkLatencyUs;
+  }
+
+  linkFreeAt(src: number, dst: number): number {
+    return this.#link(src, dst).resource.freeAt;
   }
 
   deliver(p: Packet): void {

@@ -53,31 +53,61 @@ interface Header {
   arrivesAt: number;
 }
 
+/** One block of a write: where it goes, its payload, when it arrives (modelled). */
+export interface WireBlock {
+  seq: number;
+  va: bigint;
+  length: number;
+  payload: Payload;
+  arrivesAt: number;
+  /** Bytes of the transfer from `va` on (the Touch-Ahead hint a destination fault carries). */
+  lengthHint: number;
+  /** When the block was issued (modelled µs, performance.now() ms). */
+  issuedUs: number;
+  issuedMs: number;
+}
+
+/**
+ * A write: a run of consecutive blocks of one transfer (the header fields are its first
+ * block's). The responder handles them in order and stops at the first it cannot write;
+ * the blocks after that one come back unanswered, to be sent again.
+ */
 export interface WritePacket extends Header {
   type: 'write';
   channel: number;
-  payload: Payload;
-  /** Bytes of the transfer from `va` on (the Touch-Ahead hint a destination fault carries). */
-  lengthHint: number;
+  blocks: WireBlock[];
   /** The source reads the payload under a stall window: its faults stall instead of failing. */
   sourceStall: boolean;
-  /** When the block was issued (modelled µs, performance.now() ms), for the trace. */
-  issuedUs: number;
-  issuedMs: number;
   /** The memory key and QP the write is for (an upper layer's RETH / BTH), checked on every block by the destination. */
   key?: number;
   qpn?: number;
 }
 
-export interface AckPacket extends Header {
-  type: 'ack';
+/** The responder's answer for one block of a write. */
+export interface Verdict {
+  seq: number;
   resp: AckResp;
+  /** Modelled µs the destination's translation took. */
+  walkUs: number;
+  /** The fault was found by the copy (the page went away after the translation), not by the walk. */
+  late?: boolean;
   /** Why the block was refused, for an error resp. */
   reason?: string;
   /** SOURCE_FAULT: offset in the payload's region of the page that was missing. */
   faultOffset?: number;
   /** Stalls the destination took while writing (each a fault retried in place). */
   stalls?: number;
+}
+
+/**
+ * An ACK: the answer to a write (a verdict per block it handled, and the blocks it did not
+ * get to), or, with resp RESOLVED / UNRESOLVED, a destination fault library's answer.
+ */
+export interface AckPacket extends Header {
+  type: 'ack';
+  resp: AckResp;
+  verdicts?: Verdict[];
+  returned?: number[];
 }
 
 /** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */

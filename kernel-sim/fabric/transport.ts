@@ -13,6 +13,8 @@ export interface Transport {
    * arrival time (µs).
    */
   transmit(src: number, dst: number, bytes: number, atUs: number): number;
+  /** When the link from `src` to `dst` is next free (modelled µs): what a sender plans a run of packets with. */
+  linkFreeAt(src: number, dst: number): number;
   /** Hand a packet whose arrival time is already modelled to its destination node. */
   deliver(p: Packet): void;
   /** Model the transmission of a packet sent at `atUs` and deliver it; returns it with its arrival time. */

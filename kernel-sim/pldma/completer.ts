@@ -3,7 +3,7 @@
 // fault library answers (or its timer runs out), enforces the retry limits, and completes
 // the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
-import { AckResp, type AckPacket } from '../fabric/packets.js';
+import { AckResp, type AckPacket, type Verdict } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { FaultWaiters } from './fault-waiters.js';
@@ -17,6 +17,7 @@ import {
   stallDelay,
   traceTransfer,
   type Transfer,
+  walkCost,
 } from './types.js';
 
 const STATUS_FOR: Partial<Record<EvtId, { read: DmaStatus; write: DmaStatus }>> = {
@@ -48,63 +49,117 @@ export class Completer {
     this.#waiters = waiters;
   }
 
-  /** An ACK for this node: the answer to one of its blocks, or a destination's fault library's answer. */
+  /** An ACK for this node: the answer to one of its writes, or a destination fault library's answer. */
   onAck(p: AckPacket): void {
     if (p.resp === AckResp.RESOLVED || p.resp === AckResp.UNRESOLVED) return this.#onResolvedAck(p);
     this.outstanding--;
     const s = this.#s;
     const t = s.transfers.get(p.tid);
-    const b = t?.blocks[p.seq];
-    const sent = b?.sent;
-    if (b) b.sent = undefined;
-    if (sent?.window) s.smmu.endStallWindow(sent.window);
-    if (!t || t.done || !b || !sent || b.state !== 'inflight') {
-      s.scheduler.kick();
-      return;
+    const live = t !== undefined && !t.done;
+    for (const v of p.verdicts ?? []) {
+      const b = t?.blocks[v.seq];
+      const sent = b?.sent;
+      if (!b || !sent) continue;
+      b.sent = undefined;
+      if (sent.window) s.smmu.endStallWindow(sent.window);
+      if (live && b.state === 'inflight') this.#verdict(t, b, sent, v);
     }
+    // After a destination fault, runs start small again: the blocks sent after a fault are
+    // translated for nothing.
+    if (live) t.runLimit = (p.returned?.length ?? 0) > 0 || t.parked ? 2 : Math.min(64, t.runLimit * 2);
+    for (const seq of p.returned ?? []) {
+      const b = t?.blocks[seq];
+      if (!b?.sent) continue;
+      if (b.sent.window) s.smmu.endStallWindow(b.sent.window);
+      b.sent = undefined;
+      if (live && b.state === 'inflight') this.#unsend(t, b);
+    }
+    if (live) this.#settle(t);
+    s.scheduler.kick();
+  }
+
+  // One block's answer. Its modelled engine and link time is reserved now, in block order.
+  #verdict(t: Transfer, b: Block, sent: NonNullable<Block['sent']>, v: Verdict): void {
+    const s = this.#s;
+    const c = s.costs;
+    const ch = s.chans.get(t.desc.channel)!;
+    const issueAt = Math.max(ch.cursor, t.modelReady);
+    const engineDone = s.engineRes.reserve(issueAt, sent.cost);
+    ch.cursor = engineDone;
+    const arrive = s.transport.transmit(s.node, t.desc.dstNode, b.length, engineDone);
     const srcStalls = sent.window?.stalls ?? 0;
-    const stalls = srcStalls + (p.stalls ?? 0);
-    const delay = stalls * stallDelay(s.costs);
+    const stalls = srcStalls + (v.stalls ?? 0);
+    const delay = stalls * stallDelay(c);
     if (stalls) {
       // A stalled access holds the engine until the resume: later blocks wait behind it.
-      s.engineRes.reserve(sent.arrive, delay);
-      t.modelReady = Math.max(t.modelReady, sent.arrive + delay);
+      s.engineRes.reserve(arrive, delay);
+      t.modelReady = Math.max(t.modelReady, arrive + delay);
       // Each stall is a fault whose access was retried in place (no retransmission).
       t.faults.source += srcStalls;
-      t.faults.destination += p.stalls ?? 0;
+      t.faults.destination += v.stalls ?? 0;
       s.counters.faults.source += srcStalls;
     }
-    if (sent.window?.aborted || p.resp === AckResp.ABORTED) {
+    if (sent.window?.aborted || v.resp === AckResp.ABORTED) {
       const which = sent.window?.aborted ? 'source read' : 'destination write';
-      this.fail(t, b, DmaStatus.ABORTED, `a stalled ${which} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`, sent.arrive + delay, sent.window?.aborted ? 'source' : 'destination');
+      this.fail(t, b, DmaStatus.ABORTED, `a stalled ${which} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`, arrive + delay, sent.window?.aborted ? 'source' : 'destination');
       return;
     }
-    switch (p.resp) {
+    switch (v.resp) {
       case AckResp.OK:
-        this.ack(t, b, p.arrivesAt + srcStalls * stallDelay(s.costs));
+        this.ack(t, b, arrive + v.walkUs + delay + c.linkLatencyUs);
         return;
-      case AckResp.FAULT:
+      case AckResp.FAULT: {
+        const at = v.late ? arrive + c.linkLatencyUs : arrive + v.walkUs + c.linkLatencyUs;
         t.nacks++;
         t.faults.destination++;
         t.faultStarted.push(realNowUs());
         s.counters.nacksReceived++;
-        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: p.arrivesAt, detail: { seq: b.seq } });
-        this.park(t, b, p.arrivesAt, 'destination');
+        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq: b.seq } });
+        this.park(t, b, at, 'destination');
         return;
+      }
       case AckResp.SOURCE_FAULT: {
         // The page was there when translated and gone when the payload was read.
-        const addr = sent.region.address + BigInt(p.faultOffset ?? sent.offset);
+        const addr = sent.region.address + BigInt(v.faultOffset ?? sent.offset);
         const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr, recoverable: true, reason: 'source page evicted before the copy' };
         s.smmu.iotlb.invalidateRange(addr, sent.region.pageSize, sent.region.pageSize);
-        this.blockFault(t, b, sent.sid, tr, sent.issueAt + s.costs.scheduleUs);
+        this.blockFault(t, b, sent.sid, tr, issueAt + c.scheduleUs);
         return;
       }
       case AckResp.FLUSHED:
-        this.fail(t, b, DmaStatus.FLUSHED, p.reason ?? 'the copy engine was closed', sent.arrive, 'destination');
+        this.fail(t, b, DmaStatus.FLUSHED, v.reason ?? 'the copy engine was closed', arrive, 'destination');
         return;
       default:
-        this.fail(t, b, STATUS_OF_RESP[p.resp] ?? DmaStatus.DST_ADDR_ERR, p.reason ?? `destination answered ${AckResp[p.resp]}`, p.arrivesAt, 'destination');
+        this.fail(t, b, STATUS_OF_RESP[v.resp] ?? DmaStatus.DST_ADDR_ERR, v.reason ?? `destination answered ${AckResp[v.resp]}`, arrive + v.walkUs + c.linkLatencyUs, 'destination');
     }
+  }
+
+  // A block the responder did not get to: as if it had never been sent.
+  #unsend(t: Transfer, b: Block): void {
+    b.state = 'pending';
+    b.attempts--;
+    t.inflight--;
+    this.#s.counters.blocksIssued--;
+  }
+
+  // After a write's answers: a source fault found right after the run counts only if the
+  // run landed whole; a transfer that is failing ends once nothing of it is on the wire.
+  #settle(t: Transfer): void {
+    const h = t.held;
+    if (h && t.inflight === 1) {
+      t.held = undefined;
+      if (t.parked || t.failing) {
+        this.#unsend(t, h.b);
+      } else {
+        const s = this.#s;
+        const c = s.costs;
+        const ch = s.chans.get(t.desc.channel)!;
+        const issueAt = Math.max(ch.cursor, t.modelReady);
+        ch.cursor = s.engineRes.reserve(issueAt, h.cost);
+        this.blockFault(t, h.b, h.sid, h.tr, issueAt + c.scheduleUs + walkCost(c, h.tr));
+      }
+    }
+    if (t.failing && t.inflight === 0) this.finish(t, t.failing.status, t.failing.reason, t.failing.side);
   }
 
   /** A source-side fault of one block: an error if it cannot be resolved, else wait for the fault library. */

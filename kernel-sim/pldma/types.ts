@@ -158,8 +158,11 @@ export interface Block {
   /** When this attempt was issued (modelled µs, real performance.now() ms), for the trace. */
   issuedUs: number;
   issuedMs: number;
-  /** The attempt on the wire: its modelled issue and arrival, its source translation. */
-  sent: { issueAt: number; arrive: number; sid: number; region: MemoryLike; offset: number; window: StallWindow | undefined } | undefined;
+  /**
+   * The attempt on the wire: its engine cost and planned arrival (modelled; the reservations
+   * are made when its answer comes back, in order), its source translation.
+   */
+  sent: { cost: number; arrive: number; sid: number; region: MemoryLike; offset: number; window: StallWindow | undefined } | undefined;
 }
 
 /** @internal */
@@ -185,6 +188,13 @@ export interface Transfer {
   done: boolean;
   /** An error that ends the transfer once the blocks already in flight have landed. */
   failing: { status: DmaStatus; reason: string; side: Side | undefined } | undefined;
+  /**
+   * A block whose source faulted right after a run was sent: its fault counts only if the
+   * whole run lands (a block of the run that faults first stops the transfer before it).
+   */
+  held: { b: Block; sid: number; tr: Extract<Translation, { ok: false }>; cost: number } | undefined;
+  /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to 64). */
+  runLimit: number;
 }
 
 /** @internal */

@@ -2,7 +2,7 @@
 // drives through the SimNode surface, and the dispatch of what arrives for it: request and
 // response headers go to the QP they name, and every incoming write block is admitted only
 // if the QP and key it names still accept it. It only ever looks in its own tables.
-import type { CostModel, SimNode, WritePacket } from '../../kernel-sim/index.js';
+import type { CostModel, SimNode, WireBlock, WritePacket } from '../../kernel-sim/index.js';
 import type { Region } from '../region.js';
 import { WcStatus } from './constants.js';
 import type { DeviceTables } from './tables.js';
@@ -39,7 +39,7 @@ export class Device {
     sim.onMessage((body, from) => {
       if (isMessage(body)) this.#dispatch(body, from);
     });
-    sim.admit((p) => this.#admit(p));
+    sim.admit((p, block) => this.#admit(p, block));
   }
 
   /** Send a header to a QP on node `dst`. */
@@ -69,8 +69,8 @@ export class Device {
     if (m.op !== 'send-fin') this.send(from, { kind: 'response', srcQpn: m.dstQpn, dstQpn: m.srcQpn, psn: m.psn, status: WcStatus.RETRY_EXC_ERR });
   }
 
-  #admit(p: WritePacket): boolean {
+  #admit(p: WritePacket, block: WireBlock): boolean {
     const qp = p.qpn === undefined ? undefined : this.tables.qp(p.qpn);
-    return qp !== undefined && qp.accepts(p.src, p.key, p.va, p.length, p.pd);
+    return qp !== undefined && qp.accepts(p.src, p.key, block.va, block.length, p.pd);
   }
 }

@@ -256,18 +256,18 @@ describe('lifetimes while a block is being copied', () => {
   test.each(['deregMr', 'qp.destroy'] as const)('%s at any moment of a long write: what it returns after, stays', async (how) => {
     let caughtMidway = 0;
     for (let round = 0; round < 12; round++) {
-      const { client, server } = createPlayers({ size: 256 * P });
-      client.fill(0x5a, 0, 256 * P);
-      server.fill(0x11, 0, 256 * P);
-      client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 256 * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+      const { client, server } = createPlayers({ size: 1024 * P });
+      client.fill(0x5a, 0, 1024 * P);
+      server.fill(0x11, 0, 1024 * P);
+      client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 1024 * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
       // Revoke at a different moment each round, while blocks are moving.
-      await new Promise((r) => setTimeout(r, 1 + (round % 6)));
+      await new Promise((r) => setTimeout(r, 1 + round));
       if (how === 'deregMr') server.mr.dereg();
       else server.qp.destroy();
-      const snapshot = Buffer.from(server.bytes(0, 256 * P));
+      const snapshot = Buffer.from(server.bytes(0, 1024 * P));
       const wc = await next(client.cq);
       await new Promise((r) => setTimeout(r, 5));
-      expect(Buffer.from(server.bytes(0, 256 * P)).equals(snapshot)).toBe(true);
+      expect(Buffer.from(server.bytes(0, 1024 * P)).equals(snapshot)).toBe(true);
       if (wc.status !== WcStatus.SUCCESS && snapshot.includes(0x5a) && snapshot.includes(0x11)) caughtMidway++;
       closeAll();
     }
