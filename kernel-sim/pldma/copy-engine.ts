@@ -80,13 +80,21 @@ export class CopyEngine {
     this.#pending.clear();
   }
 
+  // Completions settle on the next turn of the event loop, not inside the native callback:
+  // Node drains a thread-safe function's queue in one go, and a transfer whose next job
+  // finishes while that drain runs would otherwise complete without the event loop (timers,
+  // I/O, setImmediate) ever getting a turn.
   #onCompletions(c: Float64Array): void {
+    const done: Array<[(r: CopyResult) => void, CopyResult]> = [];
     for (let i = 0; i < c.length; i += COPY_COMPLETION_WIDTH) {
       const resolve = this.#pending.get(c[i]!);
       if (!resolve) continue;
       this.#pending.delete(c[i]!);
-      resolve({ status: c[i + 1]! as CopyStatus, faultOffset: c[i + 2]!, ns: c[i + 3]!, tid: c[i + 4]! });
+      done.push([resolve, { status: c[i + 1]! as CopyStatus, faultOffset: c[i + 2]!, ns: c[i + 3]!, tid: c[i + 4]! }]);
     }
     if (this.#pending.size === 0 && !this.#closed) binding.engineUnref(this.#handle);
+    if (done.length) setImmediate(() => {
+      for (const [resolve, r] of done) resolve(r);
+    });
   }
 }
