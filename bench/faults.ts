@@ -154,8 +154,8 @@ function setAffinity(cpus: string): void {
     execFileSync('taskset', ['--all-tasks', '--pid', '--cpu-list', cpus, String(process.pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: Buffer };
-    if (e.code === 'ENOENT') throw new Error('bench/faults: "taskset" is not on PATH (Debian/Ubuntu: util-linux); run with --placements free');
-    throw new Error(`bench/faults: taskset could not set the CPU affinity to ${cpus}: ${e.stderr?.toString().trim() ?? e.message}`);
+    if (e.code === 'ENOENT') throw new Error('bench/faults: "taskset" is not on PATH (Debian/Ubuntu: util-linux); run with --placements free', { cause: err });
+    throw new Error(`bench/faults: taskset could not set the CPU affinity to ${cpus}: ${e.stderr?.toString().trim() ?? e.message}`, { cause: err });
   }
 }
 
