@@ -181,8 +181,9 @@ function setAffinity(cpus: string): void {
     execFileSync('taskset', ['--all-tasks', '--pid', '--cpu-list', cpus, String(process.pid)], { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: Buffer };
-    if (e.code === 'ENOENT') throw new Error('bench/faults: "taskset" is not on PATH (Debian/Ubuntu: util-linux); run with --placements free');
-    throw new Error(`bench/faults: taskset could not set the CPU affinity to ${cpus}: ${e.stderr?.toString().trim() ?? e.message}`);
+    if (e.code === 'ENOENT')
+      throw new Error('bench/faults: "taskset" is not on PATH (Debian/Ubuntu: util-linux); run with --placements free', { cause: err });
+    throw new Error(`bench/faults: taskset could not set the CPU affinity to ${cpus}: ${e.stderr?.toString().trim() ?? e.message}`, { cause: err });
   }
 }
 
@@ -303,7 +304,6 @@ function faultSamples(pageNs: ArrayLike<number>, perFault: number): number[] {
   return out;
 }
 
-
 function summarize(rounds: readonly Round[], perFault: number): Summary {
   const samples = Histogram.of(rounds.flatMap((r) => faultSamples(r.pageNs, perFault)));
   const roundsUs = rounds.map((r) => r.totalNs / r.pageNs.length / 1e3);
@@ -405,7 +405,11 @@ async function breakdown(opts: Options, handlers: readonly HandlerName[], run: R
   const rounds = Math.max(3, Math.ceil(opts.rounds / 2));
   const result: Record<string, Record<string, Record<string, number>>> = {};
   print(`\nBreakdown, placement ${placement.name} (${rounds} instrumented rounds per handler; median µs per fault, not per page)`);
-  const table = new Table([{ header: 'pages/fault', width: 5 }, { header: 'stage', width: 48, left: true }, ...handlers.map((h) => ({ header: HANDLER_SHORT[h], width: 7 }))]);
+  const table = new Table([
+    { header: 'pages/fault', width: 5 },
+    { header: 'stage', width: 48, left: true },
+    ...handlers.map((h) => ({ header: HANDLER_SHORT[h], width: 7 })),
+  ]);
   table.header();
   for (const perFault of opts.pagesPerFault) {
     const per: Record<string, Record<string, number>> = {};
@@ -426,7 +430,17 @@ async function breakdown(opts: Options, handlers: readonly HandlerName[], run: R
 /** One traced TypeScript round per touch-ahead size, as trace slices (--trace). */
 async function traceRounds(opts: Options, run: RunFn, trace: TraceFile): Promise<void> {
   const pid = trace.nextPid();
-  const events: ChromeTraceEvent[] = [{ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid, tid: 0, args: { name: 'bench-faults: TypeScript handler, measured (real time)' } }];
+  const events: ChromeTraceEvent[] = [
+    {
+      name: 'process_name',
+      cat: '__metadata',
+      ph: 'M',
+      ts: 0,
+      pid,
+      tid: 0,
+      args: { name: 'bench-faults: TypeScript handler, measured (real time)' },
+    },
+  ];
   const threads = new Map<number, string>();
   for (const perFault of opts.pagesPerFault) {
     const r = await run('ts', perFault, true);
@@ -435,7 +449,16 @@ async function traceRounds(opts: Options, run: RunFn, trace: TraceFile): Promise
     threads.set(st.faulterThread, `toucher thread ${st.faulterThread}`);
     st.receivedMs.forEach((at, i) => {
       const end = st.copiedMs[i]!;
-      events.push({ name: 'resolve', cat: 'uffd', ph: 'X', ts: at * 1000, dur: Math.max(0, (end - at) * 1000), pid, tid: st.handlerThread, args: { pagesPerFault: perFault, fault: i } });
+      events.push({
+        name: 'resolve',
+        cat: 'uffd',
+        ph: 'X',
+        ts: at * 1000,
+        dur: Math.max(0, (end - at) * 1000),
+        pid,
+        tid: st.handlerThread,
+        args: { pagesPerFault: perFault, fault: i },
+      });
     });
   }
   for (const [tid, name] of threads) events.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid, tid, args: { name } });
@@ -493,7 +516,7 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
   if (opts.breakdown) {
     print(
       '\nTS handler start = Fault.receivedAt (the JS thread enters the reader thread\'s callback); "-": not visible from TypeScript. ' +
-        'Stages are stamps of different threads: when the woken faulter runs before the waker\'s UFFDIO_COPY returns (same CPU, ' +
+        "Stages are stamps of different threads: when the woken faulter runs before the waker's UFFDIO_COPY returns (same CPU, " +
         'wake-up preemption), "runs again" is negative and "handler start -> UFFDIO_COPY returned" includes the faulter\'s run.',
     );
   }

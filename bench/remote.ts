@@ -78,7 +78,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     print(
       `${opts.pages} pages of ${PAGE_SIZE} B per round, ${opts.rounds} rounds after a warm-up, cases interleaved; redis-server on a ` +
         'Unix socket. A sample = one access of a native thread to an evicted page (µs). mean = pass time / pages. The C program ' +
-        'copies the stored bytes without checking them; the DM-Handler checks each page\'s crc32 first.',
+        "copies the stored bytes without checking them; the DM-Handler checks each page's crc32 first.",
     );
     const rounds: Record<Case, Round[]> = { c: [], redis: [], embedded: [], prefetch: [] };
     const bar = progress((opts.rounds + 1) * 4, 'bench-remote');
@@ -99,7 +99,10 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
       p99Us: median(rounds[c].map((r) => r.p99Us)),
       meanUs: median(rounds[c].map((r) => r.meanUs)),
     });
-    const results = Object.fromEntries((Object.keys(CASES) as Case[]).map((c) => [c, { ...sum(c), rounds: rounds[c] }])) as Record<Case, Round & { rounds: Round[] }>;
+    const results = Object.fromEntries((Object.keys(CASES) as Case[]).map((c) => [c, { ...sum(c), rounds: rounds[c] }])) as Record<
+      Case,
+      Round & { rounds: Round[] }
+    >;
     const table = new Table([
       { header: 'case', width: 9, left: true },
       { header: 'median µs', width: 10 },
@@ -115,7 +118,9 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     for (const c of Object.keys(CASES) as Case[]) print(`  ${c.padEnd(9)} ${CASES[c]}${c === 'prefetch' ? ` (${opts.prefetch} pages)` : ''}`);
     const ratio = results.redis.medianUs / results.c.medianUs;
     const speedup = results.redis.meanUs / results.prefetch.meanUs;
-    print(`\nTypeScript major fault / C: ${ratio.toFixed(2)}× (target ≤ 1.3×); sequential scan, prefetch ${opts.prefetch}: ${speedup.toFixed(1)}× faster (target ≥ 4×).`);
+    print(
+      `\nTypeScript major fault / C: ${ratio.toFixed(2)}× (target ≤ 1.3×); sequential scan, prefetch ${opts.prefetch}: ${speedup.toFixed(1)}× faster (target ≥ 4×).`,
+    );
 
     const doc = {
       benchmark: 'remote paging major fault: fault -> store -> UFFDIO_COPY',

@@ -50,7 +50,10 @@ export function defineProgram<O extends object>(program: Program<O>): Program<O>
 
 /** Add `program` to the CLI as a subcommand with the shared options. */
 export function addProgram(cli: Command, program: Program<never>): void {
-  const cmd = cli.command(program.name).summary(program.summary).description(program.description ?? program.summary);
+  const cmd = cli
+    .command(program.name)
+    .summary(program.summary)
+    .description(program.description ?? program.summary);
   program.options?.(cmd);
   cmd.option('--json <file>', 'write the results as JSON to FILE (like perftest --out_json)');
   cmd.option('--trace <file>', 'write a Chrome trace-event JSON of every fault to FILE (open in Perfetto)');

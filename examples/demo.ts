@@ -62,14 +62,16 @@ export async function demo(options: { trace?: TraceFile } = {}): Promise<DemoRes
   if (pin && ahead && touch1) {
     // The pinned row without its registration is the fault-free transfer.
     const faultFree = pin.modelUs! - (2 ** 20 / PAGE_SIZE) * DEFAULT_COSTS.pinPageUs;
-    print([
-      '',
-      `Reading it (modelled): at 1 MiB, touch-ahead took ${ahead.faults!.destination} fault and ${(ahead.modelUs! / faultFree).toFixed(2)}× the fault-free transfer`,
-      `(the published figure is 2.6×), ${(ahead.modelUs! / pin.modelUs!).toFixed(2)}× pinning with its registration; touch took ${touch1.faults!.destination} faults, ` +
-        `${(touch1.modelUs! / pin.modelUs!).toFixed(1)}× pinning.`,
-      'The measured column is this process (a JavaScript model of the engine moving 4 KiB blocks through native threads,',
-      'real faults, real copies) and varies from run to run.',
-    ].join('\n'));
+    print(
+      [
+        '',
+        `Reading it (modelled): at 1 MiB, touch-ahead took ${ahead.faults!.destination} fault and ${(ahead.modelUs! / faultFree).toFixed(2)}× the fault-free transfer`,
+        `(the published figure is 2.6×), ${(ahead.modelUs! / pin.modelUs!).toFixed(2)}× pinning with its registration; touch took ${touch1.faults!.destination} faults, ` +
+          `${(touch1.modelUs! / pin.modelUs!).toFixed(1)}× pinning.`,
+        'The measured column is this process (a JavaScript model of the engine moving 4 KiB blocks through native threads,',
+        'real faults, real copies) and varies from run to run.',
+      ].join('\n'),
+    );
   }
 
   heading('4. Ping-pong with a fault on every message');
@@ -88,7 +90,8 @@ export async function demo(options: { trace?: TraceFile } = {}): Promise<DemoRes
     'npx pagefault-rdma bench-faults        the TypeScript fault round trip against a C handler',
     'Every program takes --help, --json FILE and --trace FILE.json (Perfetto).',
     'README.md for the API; docs/threads.md for which thread touches what.',
-  ]) print(line);
+  ])
+    print(line);
   const seconds = (performance.now() - start) / 1000;
   print(`(demo run time ${seconds.toFixed(1)} s)`);
   return { firstFaults: first, destinationFault: dest, odpVsPinned: rows, pingPong: runs, seconds };

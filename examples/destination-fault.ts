@@ -127,7 +127,11 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     const steps: Step[] = [];
     const add = (modelUs: number, realMs: number, ...text: string[]) => steps.push({ modelUs, realMs, order: steps.length, text });
 
-    add(post.modelUs, post.realMs, `post: RDMA_WRITE ${size} B, local ${hex(srcMr.addr)} lkey ${hex(srcMr.lkey)} -> node 1 ${hex(dstMr.addr)} rkey ${hex(dstMr.rkey)} (doorbell; transfer ${post.tid}, channel ${post.channel})`);
+    add(
+      post.modelUs,
+      post.realMs,
+      `post: RDMA_WRITE ${size} B, local ${hex(srcMr.addr)} lkey ${hex(srcMr.lkey)} -> node 1 ${hex(dstMr.addr)} rkey ${hex(dstMr.rkey)} (doorbell; transfer ${post.tid}, channel ${post.channel})`,
+    );
     let detailed = false;
     let attributesShown = false;
     const resolvedByNode = new Map<number, number>();
@@ -135,13 +139,23 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
       const seq = e.detail?.['seq'];
       switch (e.kind) {
         case 'block':
-          if (e.detail?.['attempt'] === 1) add(e.modelUs, e.realMs, `node ${e.node}'s PLDMA issues block ${seq} (${Math.min(PAGE_SIZE, size)} B); its SMMU translates the source (a read)`);
+          if (e.detail?.['attempt'] === 1)
+            add(
+              e.modelUs,
+              e.realMs,
+              `node ${e.node}'s PLDMA issues block ${seq} (${Math.min(PAGE_SIZE, size)} B); its SMMU translates the source (a read)`,
+            );
           break;
         case 'fault': {
           const side = e.side!;
           const d = driverFaults.find((x) => x.node === e.node && x.f.record.addr === e.detail?.['va'] && x.f.info?.side === side);
-          const where = side === 'destination' ? `the write arrives; node ${e.node}'s SMMU translates the destination (a write)` : `node ${e.node}'s SMMU translates the source (a read)`;
-          const lines = [`${where}: page ${hex(e.detail?.['va'] as bigint)} not resident -> event record ${d?.f.name ?? 'F_TRANSLATION'} (terminate: the access is aborted)`];
+          const where =
+            side === 'destination'
+              ? `the write arrives; node ${e.node}'s SMMU translates the destination (a write)`
+              : `node ${e.node}'s SMMU translates the source (a read)`;
+          const lines = [
+            `${where}: page ${hex(e.detail?.['va'] as bigint)} not resident -> event record ${d?.f.name ?? 'F_TRANSLATION'} (terminate: the access is aborted)`,
+          ];
           if (d && !detailed) {
             detailed = true;
             lines.push(...recordLines(d.f));
@@ -152,16 +166,26 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
             // notification from inside: its measured time is that of the notify event.
             const irqAt = e.modelUs + costs.eventRecordUs + costs.irqUs;
             const notify = traces.find((n) => n.kind === 'notify' && n.node === d.node && n.side === side && n.detail?.['seq'] === seq);
-            add(irqAt, notify?.realMs ?? d.realMs, `IRQ on node ${d.node}: the SMMU driver drains the event queue, decodes the record, StreamID ${d.f.record.sid} -> pid ${d.f.pid} (handler ${us(costs.driverUs)} µs)`);
+            add(
+              irqAt,
+              notify?.realMs ?? d.realMs,
+              `IRQ on node ${d.node}: the SMMU driver drains the event queue, decodes the record, StreamID ${d.f.record.sid} -> pid ${d.f.pid} (handler ${us(costs.driverUs)} µs)`,
+            );
           }
           break;
         }
         case 'nack':
-          add(e.modelUs, e.realMs, `NACK: node 1 -> node ${e.node}, ACK resp FAULT (${AckResp.FAULT}) for transfer ${e.tid} block ${seq}; node ${e.node} parks the block and serves other channels`);
+          add(
+            e.modelUs,
+            e.realMs,
+            `NACK: node 1 -> node ${e.node}, ACK resp FAULT (${AckResp.FAULT}) for transfer ${e.tid} block ${seq}; node ${e.node} parks the block and serves other channels`,
+          );
           break;
         case 'notify': {
           const d = driverFaults.find((x) => x.node === e.node && x.f.info?.seq === seq && x.f.info?.side === e.side);
-          const lines = [`netlink: PFR_CMD_FAULT (${NlCmd.FAULT}) unicast to pid ${e.detail?.['pid']} on node ${e.node}` + (d ? `, nlmsg seq ${d.f.seq}` : '')];
+          const lines = [
+            `netlink: PFR_CMD_FAULT (${NlCmd.FAULT}) unicast to pid ${e.detail?.['pid']} on node ${e.node}` + (d ? `, nlmsg seq ${d.f.seq}` : ''),
+          ];
           if (d && !attributesShown) {
             attributesShown = true;
             lines.push(...attributeLines(d.node, d.f));
@@ -196,7 +220,11 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
           add(e.modelUs, e.realMs, `retransmission: node ${e.node} re-issues block ${seq} (attempt ${e.detail?.['attempt']})`);
           break;
         case 'complete':
-          add(e.modelUs, e.realMs, `completion: every block acknowledged, transfer ${e.tid} ${e.detail?.['status']}; a work completion goes to node 0's CQ`);
+          add(
+            e.modelUs,
+            e.realMs,
+            `completion: every block acknowledged, transfer ${e.tid} ${e.detail?.['status']}; a work completion goes to node 0's CQ`,
+          );
           break;
         default:
           break;
@@ -214,13 +242,20 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     const nacks = cluster.system.nodes.reduce((a, n, i) => a + n.pldma.counters().nacksReceived - nacksBefore[i]!, 0);
     const dataOk = Buffer.from(dst.buffer).equals(Buffer.from(src.buffer));
     print('\nWhat happened');
-    print(`  work completion: ${wc.statusStr}, ${wc.byteLen} B; wc.odp: faults source ${odp.faults.source}, destination ${odp.faults.destination}; retransmitted blocks ${odp.retransmittedBlocks}; NACKs ${nacks}`);
+    print(
+      `  work completion: ${wc.statusStr}, ${wc.byteLen} B; wc.odp: faults source ${odp.faults.source}, destination ${odp.faults.destination}; retransmitted blocks ${odp.retransmittedBlocks}; NACKs ${nacks}`,
+    );
     print(`  pages resident now: destination ${dst.residentPages()} of ${pages}, source ${src.residentPages()} of ${pages} (mincore)`);
-    print(`  modelled end to end: ${us(odp.modelUs)} µs${pages === 1 && !options.evictSource ? ' (the cost model is calibrated to the published ≈38 µs)' : ''}`);
+    print(
+      `  modelled end to end: ${us(odp.modelUs)} µs${pages === 1 && !options.evictSource ? ' (the cost model is calibrated to the published ≈38 µs)' : ''}`,
+    );
     print(`  measured end to end: ${us(odp.realUs)} µs (JavaScript model of the engine, native copy threads, real page faults)`);
     print(`  node 1's buffer holds node 0's bytes: ${dataOk}`);
     options.trace?.addContexts(ctx);
-    const timeline = timelineOf([...ctx[0].faultLibrary.exportChromeTrace().traceEvents, ...ctx[1].faultLibrary.exportChromeTrace().traceEvents], base);
+    const timeline = timelineOf(
+      [...ctx[0].faultLibrary.exportChromeTrace().traceEvents, ...ctx[1].faultLibrary.exportChromeTrace().traceEvents],
+      base,
+    );
     return { modelUs: odp.modelUs, realUs: odp.realUs, faults: odp.faults, retransmittedBlocks: odp.retransmittedBlocks, dataOk, timeline };
   } finally {
     cluster.close();
@@ -243,7 +278,11 @@ function recordLines(f: DriverFault): string[] {
     [IOMMU_FAULT_PERM_EXEC, 'EXEC'],
     [IOMMU_FAULT_PERM_PRIV, 'PRIV'],
   ] as const;
-  const names = (v: number, table: ReadonlyArray<readonly [number, string]>) => table.filter(([b]) => v & b).map(([, n]) => n).join('|') || '0';
+  const names = (v: number, table: ReadonlyArray<readonly [number, string]>) =>
+    table
+      .filter(([b]) => v & b)
+      .map(([, n]) => n)
+      .join('|') || '0';
   return [
     `  record: ID ${EvtId[r.id]} (${hex(r.id)})  SID ${r.sid}  SSV ${bit(r.ssv)}  SSID ${r.ssid}  STAG ${r.stag}  STALL ${bit(r.stall)}  PnU ${bit(r.pnu)}  InD ${bit(r.ind)}` +
       `  RnW ${bit(r.rnw)} (${r.rnw ? 'read' : 'write'})  S2 ${bit(r.s2)}  CLASS ${EvtClass[r.class]}  ADDR ${hex(r.addr)}`,
@@ -277,16 +316,18 @@ function attributeLines(node: number, f: DriverFault): string[] {
 // The modelled phase slices of every fault, from the processes' traces, as a timeline.
 function timelineOf(events: ChromeTraceEvent[], baseUs: number): TimelineSlice[] {
   const threads = new Map(events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => [`${e.pid}:${e.tid}`, String(e.args?.['name'])]));
-  return events
-    // The watched write only: the warm-up write's faults come before the post.
-    .filter((e) => e.ph === 'X' && e.pid % 2 === 0 && e.ts >= baseUs)
-    .map((e) => ({
-      node: e.pid / 2,
-      thread: threads.get(`${e.pid}:${e.tid}`) ?? String(e.tid),
-      phase: e.name,
-      startUs: e.ts - baseUs,
-      endUs: e.ts + (e.dur ?? 0) - baseUs,
-      block: Number(e.args?.['block']),
-    }))
-    .sort((a, b) => a.startUs - b.startUs);
+  return (
+    events
+      // The watched write only: the warm-up write's faults come before the post.
+      .filter((e) => e.ph === 'X' && e.pid % 2 === 0 && e.ts >= baseUs)
+      .map((e) => ({
+        node: e.pid / 2,
+        thread: threads.get(`${e.pid}:${e.tid}`) ?? String(e.tid),
+        phase: e.name,
+        startUs: e.ts - baseUs,
+        endUs: e.ts + (e.dur ?? 0) - baseUs,
+        block: Number(e.args?.['block']),
+      }))
+      .sort((a, b) => a.startUs - b.startUs)
+  );
 }

@@ -36,7 +36,9 @@ export async function firstFaults(options: FirstFaultsOptions = {}): Promise<Fir
     slices.push({ name, cat: 'uffd', ph: 'X', ts: startMs * 1000, dur: Math.max(0, (endMs - startMs) * 1000), pid, tid, args });
   try {
     uffd.register(region);
-    print(`userfaultfd opened via ${uffd.mode}; exact addresses: ${uffd.features.exactAddress}; handler thread (this JS thread) ${uffd.handlerThreadId}`);
+    print(
+      `userfaultfd opened via ${uffd.mode}; exact addresses: ${uffd.features.exactAddress}; handler thread (this JS thread) ${uffd.handlerThreadId}`,
+    );
     print(`resident before: ${region.residentPages()} of ${pages} pages (mincore)`);
 
     const seen: number[] = [];
@@ -44,7 +46,13 @@ export async function firstFaults(options: FirstFaultsOptions = {}): Promise<Fir
       seen.push(fault.offset / PAGE_SIZE);
       // Fill the page with its own number, so the reader can tell who put what where.
       uffd.copy(fault.region, fault.offset, Buffer.alloc(PAGE_SIZE, fault.offset / PAGE_SIZE));
-      if (options.trace) slice('resolve', uffd.handlerThreadId, fault.receivedAt, performance.now(), { offset: fault.offset, kind: fault.kind, thread: fault.threadId, by: 'UFFDIO_COPY' });
+      if (options.trace)
+        slice('resolve', uffd.handlerThreadId, fault.receivedAt, performance.now(), {
+          offset: fault.offset,
+          kind: fault.kind,
+          thread: fault.threadId,
+          by: 'UFFDIO_COPY',
+        });
     });
 
     let t0 = performance.now();
@@ -52,7 +60,9 @@ export async function firstFaults(options: FirstFaultsOptions = {}): Promise<Fir
     if (options.trace) slice('touch', result.threadId, t0, performance.now(), { pages: result.pages });
     const bytesOk = result.data!.every((byte, i) => byte === Math.floor(i / PAGE_SIZE) % 256);
     const coldUsPerPage = result.ns / 1e3 / result.pages;
-    print(`toucher thread ${result.threadId} read ${result.pages} pages in ${(result.ns / 1e3).toFixed(0)} µs (measured: ${coldUsPerPage.toFixed(1)} µs per faulting page, cold)`);
+    print(
+      `toucher thread ${result.threadId} read ${result.pages} pages in ${(result.ns / 1e3).toFixed(0)} µs (measured: ${coldUsPerPage.toFixed(1)} µs per faulting page, cold)`,
+    );
     print(`faults handled in TypeScript: ${seen.length} (pages ${seen.slice(0, 8).join(', ')}, …), each answered with UFFDIO_COPY`);
     print(`bytes read back match what the handler placed: ${bytesOk}`);
     print(`resident after: ${region.residentPages()} of ${pages} pages`);
@@ -78,11 +88,31 @@ export async function firstFaults(options: FirstFaultsOptions = {}): Promise<Fir
         `(resolvedNatively +${resolvedNatively}): the JS thread never waits for its own handler`,
     );
     const stats = uffd.stats();
-    print(`uffd stats: ${Object.entries(stats).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+    print(
+      `uffd stats: ${Object.entries(stats)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+    );
     if (options.trace) {
-      const meta = (tid: number, name: string): ChromeTraceEvent => ({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid, tid, args: { name } });
+      const meta = (tid: number, name: string): ChromeTraceEvent => ({
+        name: 'thread_name',
+        cat: '__metadata',
+        ph: 'M',
+        ts: 0,
+        pid,
+        tid,
+        args: { name },
+      });
       options.trace.add(
-        { name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid, tid: 0, args: { name: 'this process: userfaultfd faults, measured (real time)' } },
+        {
+          name: 'process_name',
+          cat: '__metadata',
+          ph: 'M',
+          ts: 0,
+          pid,
+          tid: 0,
+          args: { name: 'this process: userfaultfd faults, measured (real time)' },
+        },
         meta(uffd.handlerThreadId, `JS thread ${uffd.handlerThreadId} (fault handler)`),
         meta(result.threadId, `toucher thread ${result.threadId}`),
         ...(again.threadId !== result.threadId ? [meta(again.threadId, `toucher thread ${again.threadId}`)] : []),

@@ -4,7 +4,18 @@
 // the source) is evicted with MADV_DONTNEED, then both buffers are registered, the write is
 // posted and completed, and the MRs are deregistered: registration is part of the cost,
 // because that is where pinning pays.
-import { Access, mapRegion, median, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type MemoryRegion, type PolicyName, type Region } from '../lib/index.js';
+import {
+  Access,
+  mapRegion,
+  median,
+  PAGE_SIZE,
+  SendFlags,
+  WcStatus,
+  WrOpcode,
+  type MemoryRegion,
+  type PolicyName,
+  type Region,
+} from '../lib/index.js';
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';
@@ -65,7 +76,9 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
       bar.tick('warm-up');
     }
 
-    print(`One RDMA WRITE from node 0 to node 1 per row; evicted before each write: ${evict === 'both' ? 'source and destination' : 'the destination (the source holds fresh data)'}.`);
+    print(
+      `One RDMA WRITE from node 0 to node 1 per row; evicted before each write: ${evict === 'both' ? 'source and destination' : 'the destination (the source holds fresh data)'}.`,
+    );
     print('Times are medians, from ibv_reg_mr of both buffers to the completion (registration included).');
     print(`  t_model: ${MODEL_LABEL}`);
     print(`  t_real:  ${MEASURED_LABEL}`);
@@ -192,7 +205,8 @@ async function measure(pair: Pair, size: number, policy: PolicyName, iters: numb
       s.dereg();
       d.dereg();
       if (wc.status !== WcStatus.SUCCESS) return { size, policy, iters, error: `work completion ${wc.statusStr}` };
-      if (!Buffer.from(dst.buffer).equals(Buffer.from(src.buffer))) return { size, policy, iters, error: 'the destination does not hold the source bytes' };
+      if (!Buffer.from(dst.buffer).equals(Buffer.from(src.buffer)))
+        return { size, policy, iters, error: 'the destination does not hold the source bytes' };
       const odp = wc.odp!;
       const setupUs = policy === 'pin' ? pinUs : policy === 'prefault' ? Math.max(...missing) * costs.touchPageUs : 0;
       samples.push({
@@ -234,4 +248,3 @@ function tryRegMr(reg: () => MemoryRegion): MemoryRegion | Error {
     return err instanceof Error ? err : new Error(String(err));
   }
 }
-

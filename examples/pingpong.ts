@@ -7,7 +7,20 @@
 // with the buffers left resident gives the fault-free latency beside it.
 //
 // Latency is reported as perftest's ib_send_lat does: one way = round trip / 2.
-import { Access, latencyStats, mapRegion, PAGE_SIZE, SendFlags, WcStatus, WrOpcode, type PolicyName, type Region, type Sge, type WorkCompletion, type LatencyStats } from '../lib/index.js';
+import {
+  Access,
+  latencyStats,
+  mapRegion,
+  PAGE_SIZE,
+  SendFlags,
+  WcStatus,
+  WrOpcode,
+  type PolicyName,
+  type Region,
+  type Sge,
+  type WorkCompletion,
+  type LatencyStats,
+} from '../lib/index.js';
 import { LATENCY_COLUMNS, latencyCells, MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import { PLOT_CONFIG, type PlotSpec } from './support/plot.js';
@@ -54,7 +67,12 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
   const bar = progress(sizes.length * (baseline ? 2 : 1) * iters, 'pingpong');
   try {
     // #iterations is said above the table: perftest's other columns fit 100 columns then.
-    const table = new Table([{ header: '#bytes', width: 7 }, ...LATENCY_COLUMNS, { header: 'time', width: 5, left: true }, { header: 'buffers', width: 8, left: true }]);
+    const table = new Table([
+      { header: '#bytes', width: 7 },
+      ...LATENCY_COLUMNS,
+      { header: 'time', width: 5, left: true },
+      { header: 'buffers', width: 8, left: true },
+    ]);
     for (const [k, size] of sizes.entries()) {
       const pair = connectedPair();
       const { ctx, pd, qp } = pair;
@@ -69,7 +87,9 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
             `client: node 0, QPN 0x${qp[0].qpNum.toString(16).padStart(6, '0')}, buffer at 0x${mr[0].addr.toString(16)}; ` +
               `server: node 1, QPN 0x${qp[1].qpNum.toString(16).padStart(6, '0')}, buffer at 0x${mr[1].addr.toString(16)}`,
           );
-          print(`${sizes.length === 1 ? `${size} B` : `${sizeName(size)} to ${sizeName(sizes[sizes.length - 1]!)}`} per message, ${iters} round trips, ODP policy '${policy}'.`);
+          print(
+            `${sizes.length === 1 ? `${size} B` : `${sizeName(size)} to ${sizeName(sizes[sizes.length - 1]!)}`} per message, ${iters} round trips, ODP policy '${policy}'.`,
+          );
           print(`One-way latency (round trip / 2, as ib_send_lat), ${iters} iterations per row. model: ${MODEL_LABEL}; real: ${MEASURED_LABEL}.`);
           print('buffers: evicted = both evicted before every message (a fault at each end); resident = no faults.');
           table.header();
@@ -144,11 +164,31 @@ export function pingPongPlot(runs: readonly Run[]): PlotSpec {
 }
 
 // Each side has one receive posted on entry and again on return.
-async function run(pair: Pair, buf: [Region, Region], sge: (side: 0 | 1) => Sge[], size: number, iters: number, evict: boolean, bar?: Progress): Promise<Run> {
+async function run(
+  pair: Pair,
+  buf: [Region, Region],
+  sge: (side: 0 | 1) => Sge[],
+  size: number,
+  iters: number,
+  evict: boolean,
+  bar?: Progress,
+): Promise<Run> {
   const { ctx, cq, qp, cluster } = pair;
   const before = ctx.map((c) => c.faultLibrary.stats());
   const nacksBefore = cluster.system.nodes.reduce((a, n) => a + n.pldma.counters().nacksReceived, 0);
-  const r: Run = { size, iters, evict, modelUs: [], realUs: [], seconds: 0, faults: { source: 0, destination: 0 }, pagesMadeResident: 0, retransmitted: 0, nacks: 0, errors: 0 };
+  const r: Run = {
+    size,
+    iters,
+    evict,
+    modelUs: [],
+    realUs: [],
+    seconds: 0,
+    faults: { source: 0, destination: 0 },
+    pagesMadeResident: 0,
+    retransmitted: 0,
+    nacks: 0,
+    errors: 0,
+  };
   const check = (wc: WorkCompletion, imm?: number) => {
     if (wc.status !== WcStatus.SUCCESS || (imm !== undefined && wc.immData !== imm)) r.errors++;
     return wc;

@@ -92,7 +92,19 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
         `(receipt to resolution, in the DM-Handler's thread).`,
     );
     for (const e of errors) print(`error: ${e}`);
-    return { size: o.size, resident: o.resident, store: o.store, tracking: pager.tracking, prefetch: o.prefetch, passes: o.passes, badPages: bad, seconds, stats, latency, errors };
+    return {
+      size: o.size,
+      resident: o.resident,
+      store: o.store,
+      tracking: pager.tracking,
+      prefetch: o.prefetch,
+      passes: o.passes,
+      badPages: bad,
+      seconds,
+      stats,
+      latency,
+      errors,
+    };
   } finally {
     if (timer) clearInterval(timer);
     await pager.close();

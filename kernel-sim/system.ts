@@ -5,8 +5,9 @@ import { costModel, type CostModel } from './cost-model/index.js';
 import { Fabric } from './fabric/fabric.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
-import { CopyEngine } from './pldma/copy-engine.js';
+import { CopyEngine, type CopyTag } from './pldma/copy-engine.js';
 import { Pldma, type DmaCompletion, type DmaDescriptor } from './pldma/pldma.js';
+import type { Admission } from './pldma/responder.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
 import { releaseForeignFault, Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
 import { Tracer } from './trace.js';
@@ -24,16 +25,55 @@ export interface SystemOptions {
   iotlbEntries?: number;
 }
 
+function optionError(name: string, value: unknown, want: string): Error {
+  const e = (
+    typeof value === 'number'
+      ? new RangeError(`${name} must be ${want}, got ${value}`)
+      : new TypeError(`${name} must be ${want}, got ${typeof value}`)
+  ) as Error & { code: string };
+  e.code = typeof value === 'number' ? 'ERR_OUT_OF_RANGE' : 'ERR_INVALID_ARG_TYPE';
+  return e;
+}
+
+/** Every option checked up front, with an error naming it (a bad block size would spin, NaN would throw late). */
+export function checkSystemOptions(o: SystemOptions): void {
+  if (o === null || typeof o !== 'object') throw optionError('options', o, 'an object');
+  const int = (name: keyof SystemOptions, min: number, max: number, infinity = false) => {
+    const v = o[name];
+    if (v === undefined) return;
+    if (typeof v !== 'number' || Number.isNaN(v) || (!Number.isInteger(v) && !(infinity && v === Infinity)) || v < min || v > max)
+      throw optionError(name, v, `an integer in ${min}..${max}${infinity ? ' or Infinity' : ''}`);
+  };
+  int('nodes', 1, 1024);
+  int('channels', 1, 1 << 16);
+  int('blockSize', 4096, 1 << 30);
+  if (o.blockSize !== undefined && o.blockSize % 4096 !== 0) throw optionError('blockSize', o.blockSize, 'a multiple of the page size (4096)');
+  int('retryLimit', 0, 1 << 30, true);
+  int('faultTimeoutMs', 1, 2 ** 31 - 1);
+  int('engineThreads', 1, 64);
+  int('eventQueueDepth', 1, 1 << 20);
+  int('netlinkQueue', 1, 1 << 20);
+  int('iotlbEntries', 1, 1 << 24);
+}
+
 export class SimNode {
   readonly id: number;
+  /** The node's hardware and kernel parts, for tests and tools that watch them; lib/ uses the methods below. */
   readonly smmu: Smmu;
   readonly netlink: NetlinkFamily;
   readonly driver: SmmuDriver;
   readonly pldma: Pldma;
+  #fabric: Fabric;
+  #costs: CostModel;
+  #engine: CopyEngine;
+  #onMessage: ((body: unknown, from: number) => void) | undefined;
 
   /** @internal */
   constructor(id: number, system: SimSystem, options: SystemOptions) {
     this.id = id;
+    this.#fabric = system.fabric;
+    this.#costs = system.costs;
+    this.#engine = system.engine;
     const smmuOpts: ConstructorParameters<typeof Smmu>[0] = { node: id };
     if (options.eventQueueDepth !== undefined) smmuOpts.eventQueueDepth = options.eventQueueDepth;
     if (options.iotlbEntries !== undefined) smmuOpts.iotlbEntries = options.iotlbEntries;
@@ -47,15 +87,28 @@ export class SimNode {
     if (options.faultTimeoutMs !== undefined) p.faultTimeoutMs = options.faultTimeoutMs;
     this.pldma = new Pldma(p, {
       smmu: this.smmu,
-      fabric: system.fabric,
+      transport: system.fabric,
       costs: system.costs,
       engine: system.engine,
-      peers: { pldma: (n) => system.nodes[n]?.pldma },
       tracer: system.tracer,
       clock: system.clock,
     });
     this.driver.attachEngine(this.pldma);
-    system.fabric.addNode(id, (packet) => this.pldma.onPacket(packet));
+    this.pldma.onRetransmit((src, tid, seq, side, us, ms) => this.driver.retransmitted(src, tid, seq, side, us, ms));
+    system.fabric.attach(id, (packet) => {
+      if (packet.type === 'message') this.#onMessage?.(packet.body, packet.src);
+      else this.pldma.onPacket(packet);
+    });
+  }
+
+  /** Whether node `node` is on this node's fabric. */
+  hasPeer(node: number): boolean {
+    return this.#fabric.hasNode(node);
+  }
+
+  /** Virtual channels of the node's engine. */
+  get channels(): number {
+    return this.pldma.channels;
   }
 
   /**
@@ -67,13 +120,63 @@ export class SimNode {
     return { stream, socket: this.netlink.bind(config.pid) };
   }
 
+  /** Open a process's netlink socket (its fault library listens on it). */
+  openProcess(pid: number): NetlinkSocket {
+    return this.netlink.bind(pid);
+  }
+
+  /** A stream (SMMU context) for protection domain `pd` of process `pid`. */
+  allocStream(config: { pid: number; pd: number; faultModel?: FaultModel }): StreamContext {
+    return this.smmu.attach(config);
+  }
+
+  /** Remove a stream: every later access through it fails (PD_ERR), stalled accesses end. */
+  freeStream(stream: StreamContext): void {
+    this.smmu.detach(stream.sid);
+  }
+
   /** Map a region into a stream's address space with permissions. */
   map(stream: StreamContext, region: MemoryLike, perms?: { read?: boolean; write?: boolean }): void {
     this.smmu.map(stream.sid, region, perms);
   }
 
+  unmap(stream: StreamContext, region: MemoryLike): void {
+    if (this.smmu.stream(stream.sid)) this.smmu.unmap(stream.sid, region);
+  }
+
+  /** Post the translations of resident pages of [offset, offset+length) to the IOTLB (ibv_advise_mr's device part). */
+  prefetchTranslations(stream: StreamContext, region: MemoryLike, offset: number, length: number): void {
+    const ps = region.pageSize;
+    for (let p = offset - (offset % ps); p < offset + length && p < region.size; p += ps)
+      this.smmu.translate(stream.sid, region.address + BigInt(p), ps, 'read');
+  }
+
   post(desc: DmaDescriptor): Promise<DmaCompletion> {
     return this.pldma.post(desc);
+  }
+
+  /**
+   * Wait until no copy written for this memory key or QP is running; queued ones are
+   * cancelled. With the admission check refusing them, nothing more lands for them once it
+   * returns. False if a stall-mode copy was still held after `timeoutMs`.
+   */
+  fence(tag: CopyTag, timeoutMs?: number): boolean {
+    return this.#engine.fence(tag, timeoutMs);
+  }
+
+  /** The check the node's responder makes of the key and QP every incoming write names. */
+  admit(check: Admission | undefined): void {
+    this.pldma.setAdmission(check);
+  }
+
+  /** Receive upper-layer messages (request and response headers) sent to this node. */
+  onMessage(handler: ((body: unknown, from: number) => void) | undefined): void {
+    this.#onMessage = handler;
+  }
+
+  /** Send an upper-layer message to node `dst`; it arrives on a later turn (one link latency later, modelled). */
+  sendMessage(dst: number, body: unknown): void {
+    this.#fabric.deliver({ type: 'message', src: this.id, dst, body, arrivesAt: this.#costs.linkLatencyUs });
   }
 }
 
@@ -88,8 +191,8 @@ export class SimSystem {
   #closed = false;
 
   constructor(options: SystemOptions = {}) {
+    checkSystemOptions(options);
     const n = options.nodes ?? 2;
-    if (!Number.isInteger(n) || n < 1 || n > 1024) throw new RangeError(`nodes must be an integer in 1..1024, got ${n}`);
     this.costs = costModel(options.costs);
     this.fabric = new Fabric(this.costs);
     this.engine = new CopyEngine(options.engineThreads ?? 2);

@@ -1,9 +1,10 @@
 // Memory regions: mmap'd memory whose residency is real and observable. The ArrayBuffer is
 // the mapping itself (no copy); close() detaches it before munmap.
+import { kMaxLength } from 'node:buffer';
 import { readFileSync } from 'node:fs';
 import { binding, type RawMapping } from '../native/index.js';
 import { closedError, sys, systemError } from './errors.js';
-import { checkBool, checkInt, checkObject, checkSpan, invalidArg } from './validate.js';
+import { checkBool, checkInt, checkObject, checkSpan, invalidArg, rangeError } from './validate.js';
 
 export const PAGE_SIZE: number = binding.pageSize;
 export const HUGE_PAGE_SIZE = 2 * 1024 * 1024;
@@ -189,11 +190,15 @@ export class Region {
     const s = this.span('populate', offset, length);
     const write = checkBool('populate: options.write', checkObject('populate: options', options).write, true);
     this.#willBlock();
-    sys('populate', {
-      EINVAL: 'MADV_POPULATE needs Linux 5.14 or newer',
-      EFAULT: 'Populating a userfaultfd range opened in user-mode-only mode cannot fault from the kernel; touch the pages from a thread instead',
-      ENOMEM: 'Not enough memory to make the range resident',
-    }, () => binding.populate(this.id, s.offset, s.length, write));
+    sys(
+      'populate',
+      {
+        EINVAL: 'MADV_POPULATE needs Linux 5.14 or newer',
+        EFAULT: 'Populating a userfaultfd range opened in user-mode-only mode cannot fault from the kernel; touch the pages from a thread instead',
+        ENOMEM: 'Not enough memory to make the range resident',
+      },
+      () => binding.populate(this.id, s.offset, s.length, write),
+    );
   }
 
   /**
@@ -235,13 +240,17 @@ export class Region {
       throw invalidArg(`collapse: the range must be whole 2 MiB pages (map a multiple of 2 MiB; offset ${s.offset}, length ${s.length})`);
     }
     this.#willBlock();
-    sys('collapse', {
-      EINVAL:
-        'MADV_COLLAPSE needs Linux 6.1+ and transparent huge pages not set to "never" (/sys/kernel/mm/transparent_hugepage/enabled; ' +
-        'for shared regions also shmem_enabled)',
-      EAGAIN: 'The kernel could not collapse the range right now (pages locked or busy); retry',
-      ENOMEM: 'No free 2 MiB page to collapse into; free memory or retry later',
-    }, () => binding.advise(this.id, s.offset, s.length, MADV_COLLAPSE));
+    sys(
+      'collapse',
+      {
+        EINVAL:
+          'MADV_COLLAPSE needs Linux 6.1+ and transparent huge pages not set to "never" (/sys/kernel/mm/transparent_hugepage/enabled; ' +
+          'for shared regions also shmem_enabled)',
+        EAGAIN: 'The kernel could not collapse the range right now (pages locked or busy); retry',
+        ENOMEM: 'No free 2 MiB page to collapse into; free memory or retry later',
+      },
+      () => binding.advise(this.id, s.offset, s.length, MADV_COLLAPSE),
+    );
     this.#notifyEvicted(s.offset, s.length);
   }
 
@@ -276,10 +285,14 @@ export class Region {
       throw invalidArg('pagemapScan: writeProtect needs a category filter (e.g. { all: PageCategory.WRITTEN })');
     }
     // The kernel takes "inverted" bits as part of the mask: a page must lack them.
-    const raw = sys('pagemapScan', {
-      EINVAL: 'PAGEMAP_SCAN needs Linux 6.7+; writeProtect also needs the range registered for write-protect on a userfaultfd opened with WP_ASYNC',
-      ENOTTY: 'PAGEMAP_SCAN needs Linux 6.7 or newer',
-    }, () => binding.pagemapScan(this.id, s.offset, s.length, wp ? PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC : 0, all | none, none, any, 0x7f));
+    const raw = sys(
+      'pagemapScan',
+      {
+        EINVAL: 'PAGEMAP_SCAN needs Linux 6.7+; writeProtect also needs the range registered for write-protect on a userfaultfd opened with WP_ASYNC',
+        ENOTTY: 'PAGEMAP_SCAN needs Linux 6.7 or newer',
+      },
+      () => binding.pagemapScan(this.id, s.offset, s.length, wp ? PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC : 0, all | none, none, any, 0x7f),
+    );
     const runs: PageRun[] = [];
     for (let i = 0; i < raw.length; i += 3) runs.push({ offset: raw[i]!, length: raw[i + 1]! - raw[i]!, categories: raw[i + 2]! });
     return runs;
@@ -402,13 +415,23 @@ export function mapRegion(bytes: number, options?: MapOptions): Region {
   const size = checkInt('mapRegion: bytes', bytes, 1);
   const unit = hugePages || hugetlb ? HUGE_PAGE_SIZE : PAGE_SIZE;
   if (size % unit !== 0) {
-    throw invalidArg(`mapRegion: bytes (${size}) must be a multiple of ${unit}${hugePages ? ' with hugePages' : hugetlb ? ' with hugetlb' : ' (the page size)'}; round it up`);
+    throw invalidArg(
+      `mapRegion: bytes (${size}) must be a multiple of ${unit}${hugePages ? ' with hugePages' : hugetlb ? ' with hugetlb' : ' (the page size)'}; round it up`,
+    );
   }
+  // Before the mmap: the mapping is handed to JavaScript as one ArrayBuffer, and a size the
+  // platform cannot give one would fail after the mapping exists (and abort the process).
+  if (size > kMaxLength)
+    throw rangeError(
+      `mapRegion: bytes (${size}) is more than one ArrayBuffer can hold on this platform (${kMaxLength}); map several smaller regions`,
+    );
   if (hugetlb) {
     const pages = size / HUGE_PAGE_SIZE;
     const fix = `Reserve 2 MiB pages first, e.g. "sysctl vm.nr_hugepages=${pages}" as root (${hugetlbPool()})`;
-    const raw = sys('mapRegion', { ENOMEM: `Not enough free huge pages for ${pages} × 2 MiB. ${fix}`, EINVAL: `hugetlbfs is not available. ${fix}` }, () =>
-      binding.mapRegion(size, shared, false, true),
+    const raw = sys(
+      'mapRegion',
+      { ENOMEM: `Not enough free huge pages for ${pages} × 2 MiB. ${fix}`, EINVAL: `hugetlbfs is not available. ${fix}` },
+      () => binding.mapRegion(size, shared, false, true),
     );
     return new Region(raw, size, shared, false, undefined, true);
   }

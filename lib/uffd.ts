@@ -228,7 +228,8 @@ const REGISTER_FIXES: Record<string, string> = {
 
 const RESOLVE_FIXES: Record<string, string> = {
   ENOENT: 'The range is not registered (or was unregistered), or a source page of a move is missing: register it first, or pass allowSourceHoles',
-  EINVAL: 'The range or mode is not valid for this memory (zeropage is for missing faults of anonymous/shmem memory; continue is for minor faults of shmem)',
+  EINVAL:
+    'The range or mode is not valid for this memory (zeropage is for missing faults of anonymous/shmem memory; continue is for minor faults of shmem)',
   ESRCH: 'The faulting process is gone',
   EAGAIN: 'The address space kept changing; retry',
   ENOMEM: 'Not enough memory to place the pages',
@@ -296,12 +297,16 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const timeoutMs = opts.timeoutMs === undefined ? 5000 : checkInt('Userfaultfd.open: options.timeoutMs', opts.timeoutMs, 1, 3_600_000);
     if (opts.handler !== undefined) checkFunction('Userfaultfd.open: options.handler', opts.handler);
     const delivery = opts.delivery ?? 'event-loop';
-    if (delivery !== 'event-loop' && delivery !== 'thread') throw invalidArg(`Userfaultfd.open: options.delivery must be 'event-loop' or 'thread', got ${String(delivery)}`);
+    if (delivery !== 'event-loop' && delivery !== 'thread')
+      throw invalidArg(`Userfaultfd.open: options.delivery must be 'event-loop' or 'thread', got ${String(delivery)}`);
     let extra = 0n;
     if (opts.features !== undefined) {
-      if (typeof opts.features !== 'bigint' || opts.features < 0n) throw invalidArg('Userfaultfd.open: options.features must be a non-negative bigint');
+      if (typeof opts.features !== 'bigint' || opts.features < 0n)
+        throw invalidArg('Userfaultfd.open: options.features must be a non-negative bigint');
       if ((opts.features & ~KNOWN) !== 0n) {
-        throw invalidArg(`Userfaultfd.open: options.features has bits no UFFD_FEATURE_* names (0x${(opts.features & ~KNOWN).toString(16)}); use UffdFeature.*`);
+        throw invalidArg(
+          `Userfaultfd.open: options.features has bits no UFFD_FEATURE_* names (0x${(opts.features & ~KNOWN).toString(16)}); use UffdFeature.*`,
+        );
       }
       extra = opts.features;
     }
@@ -352,7 +357,8 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     if (!missing && !wp && !minor) throw invalidArg('register: at least one of missing, writeProtect, minor must be true');
     const unsupported = (what: string): PfrError => new PfrError('ERR_PFR_UNSUPPORTED', `register: this kernel did not grant ${what}`);
     if (wp && !this.features.writeProtect) throw unsupported('write-protect faults (Linux 5.7+)');
-    if (wp && (region.shared || region.hugetlb) && !this.features.writeProtectShmem) throw unsupported('write-protect faults on shmem / hugetlbfs (Linux 5.19+)');
+    if (wp && (region.shared || region.hugetlb) && !this.features.writeProtectShmem)
+      throw unsupported('write-protect faults on shmem / hugetlbfs (Linux 5.19+)');
     if (minor && !region.shared) throw invalidArg('register: minor faults need shared memory; map the region with { shared: true }');
     if (minor && !region.hugetlb && !this.features.minor) throw unsupported('minor faults on shmem (Linux 5.14+)');
     if (minor && region.hugetlb && !this.features.minorHugetlbfs) throw unsupported('minor faults on hugetlbfs (Linux 5.13+)');
@@ -405,9 +411,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const s = this.#registered('copy', region, offset, length);
     const wp = checkBool('copy: options.writeProtect', opts.writeProtect, false);
     const wake = checkBool('copy: options.wake', opts.wake, true);
-    return sys('copy', RESOLVE_FIXES, () =>
-      binding.uffdCopy(this.#handle, region.address + BigInt(s.offset), s.length, data, 0, wp, !wake),
-    );
+    return sys('copy', RESOLVE_FIXES, () => binding.uffdCopy(this.#handle, region.address + BigInt(s.offset), s.length, data, 0, wp, !wake));
   }
 
   /**
@@ -437,7 +441,13 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
       if ((this.features.available & UffdFeature.WP_UNPOPULATED) === 0n) {
         throw new PfrError('ERR_PFR_UNSUPPORTED', 'continue: { writeProtect: true } needs UFFDIO_CONTINUE_MODE_WP (Linux 6.4+)');
       }
-      this.#requireMode(region, s.offset, s.length, REGISTER_WP, 'continue: { writeProtect: true } needs the range registered with { writeProtect: true } too');
+      this.#requireMode(
+        region,
+        s.offset,
+        s.length,
+        REGISTER_WP,
+        'continue: { writeProtect: true } needs the range registered with { writeProtect: true } too',
+      );
     }
     return sys('continue', RESOLVE_FIXES, () =>
       binding.uffdContinue(this.#handle, region.address + BigInt(s.offset), s.length, !wake, wp ? CONTINUE_MODE_WP : 0),
@@ -476,14 +486,19 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     for (const r of [region, source]) {
       if (r.shared || r.hugetlb) throw invalidArg('move: UFFDIO_MOVE moves anonymous private pages only; map both regions without shared or hugetlb');
     }
-    const a = region.address + BigInt(s.offset), b = source.address + BigInt(src.offset);
+    const a = region.address + BigInt(s.offset),
+      b = source.address + BigInt(src.offset);
     if (a < b + BigInt(s.length) && b < a + BigInt(s.length)) throw invalidArg('move: the source and destination ranges overlap');
     const holesBefore = holes ? src.length / source.pageSize - source.residentPages(src.offset, src.length) : 0;
-    const moved = sys('move', {
-      ...RESOLVE_FIXES,
-      EBUSY: 'A source page is shared (after fork, KSM or pinning) and cannot be moved; copy it instead',
-      EINVAL: 'UFFDIO_MOVE needs both ranges in anonymous private memory, page-aligned, and the destination registered here',
-    }, () => binding.uffdMove(this.#handle, a, b, s.length, !wake, holes));
+    const moved = sys(
+      'move',
+      {
+        ...RESOLVE_FIXES,
+        EBUSY: 'A source page is shared (after fork, KSM or pinning) and cannot be moved; copy it instead',
+        EINVAL: 'UFFDIO_MOVE needs both ranges in anonymous private memory, page-aligned, and the destination registered here',
+      },
+      () => binding.uffdMove(this.#handle, a, b, s.length, !wake, holes),
+    );
     // With ALLOW_SRC_HOLES the kernel counts a hole as moved; report the pages really moved.
     return moved - holesBefore * source.pageSize;
   }
@@ -498,7 +513,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   dirtyPages(region: Region, options?: DirtyPagesOptions): number[] {
     this.#check();
     const opts = checkObject('dirtyPages: options', options);
-    const s = this.#registered('dirtyPages', region, opts.offset as number | undefined ?? 0, opts.length as number | undefined ?? region.size);
+    const s = this.#registered('dirtyPages', region, (opts.offset as number | undefined) ?? 0, (opts.length as number | undefined) ?? region.size);
     const rearm = checkBool('dirtyPages: options.rearm', opts.rearm, true);
     if (!this.features.writeProtectAsync) {
       throw new PfrError('ERR_PFR_UNSUPPORTED', 'dirtyPages: open the userfaultfd with { features: UffdFeature.WP_ASYNC } (Linux 6.7+)');
@@ -522,8 +537,10 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     checkBool('writeProtect: on', on, false);
     const wake = checkBool('writeProtect: options.wake', checkObject('writeProtect: options', options).wake, true);
     // The kernel says ENOENT both for an unregistered range and for one registered without WP.
-    sys('writeProtect', { ...RESOLVE_FIXES, ENOENT: 'The range is not registered for write-protect faults: register it with { writeProtect: true } first' }, () =>
-      binding.uffdWriteProtect(this.#handle, region.address + BigInt(s.offset), s.length, on, !wake),
+    sys(
+      'writeProtect',
+      { ...RESOLVE_FIXES, ENOENT: 'The range is not registered for write-protect faults: register it with { writeProtect: true } first' },
+      () => binding.uffdWriteProtect(this.#handle, region.address + BigInt(s.offset), s.length, on, !wake),
     );
   }
 
@@ -565,14 +582,14 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   }
 
   /**
-   * @internal this thread is about to evict or populate registered memory: the call blocks
+   * RegionObserver (not for applications): this thread is about to evict or populate registered memory: the call blocks
    * until the uffd is read (REMOVE events, its own faults), so have the guard read now.
    */
   regionWillBlock(): void {
     if (!this.#closed) binding.uffdKick(this.#handle);
   }
 
-  /** @internal a region is closing: unregister it so nothing stays blocked on it. */
+  /** RegionObserver (not for applications): a region is closing; unregister it so nothing stays blocked on it. */
   regionClosing(region: Region): void {
     if (this.#closed) return;
     for (const r of this.#regions.get(region.id) ?? []) {

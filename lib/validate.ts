@@ -51,20 +51,12 @@ export interface Span {
  * A range [offset, offset+length) inside a region of `size` bytes. `align` requires the
  * offset (and, with `alignLength`, the length) to be multiples of it.
  */
-export function checkSpan(
-  what: string,
-  size: number,
-  offset: unknown,
-  length: unknown,
-  align: number,
-  alignLength: boolean,
-): Span {
+export function checkSpan(what: string, size: number, offset: unknown, length: unknown, align: number, alignLength: boolean): Span {
   const off = offset === undefined ? 0 : checkInt(`${what}: offset`, offset, 0, size);
   const len = length === undefined ? size - off : checkInt(`${what}: length`, length, 0);
   if (len <= 0) throw rangeError(`${what}: length must be positive, got ${len}`);
   if (off + len > size) throw rangeError(`${what}: range ${off}..${off + len} is outside the region (size ${size})`);
   if (off % align !== 0) throw rangeError(`${what}: offset ${off} is not a multiple of ${align} (page size); align it down`);
-  if (alignLength && len % align !== 0)
-    throw rangeError(`${what}: length ${len} is not a multiple of ${align} (page size); round it up`);
+  if (alignLength && len % align !== 0) throw rangeError(`${what}: length ${len} is not a multiple of ${align} (page size); round it up`);
   return { offset: off, length: len };
 }

@@ -7,6 +7,7 @@
 // until the fault is resolved: stall mode with a genuine fault.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -20,7 +21,7 @@ namespace pfr {
 namespace {
 
 enum JobFlag : uint32_t { kCheckSource = 1, kCheckDest = 2 };
-enum Status : int { kOk = 0, kSourceFault = 1, kDestFault = 2 };
+enum Status : int { kOk = 0, kSourceFault = 1, kDestFault = 2, kCancelled = 3 };
 constexpr int kCompletionWidth = 5;  // jobId, status, faultOffset, ns, tid
 
 struct Job {
@@ -28,6 +29,10 @@ struct Job {
   std::shared_ptr<Mapping> src, dst;
   size_t src_off, dst_off, len;
   uint32_t flags;
+  // What the bytes are written for (a memory key, a QP number; -1: nothing): a fence on
+  // either cancels the job if it is still queued and waits for it if it is running.
+  double key = -1, qp = -1;
+  bool cancelled = false;
 };
 
 struct Engine;
@@ -45,6 +50,8 @@ struct Engine {
   Tsfn tsfn;
   napi_env env = nullptr;
   size_t busy = 0;
+  std::vector<std::pair<double, double>> running;  // key, qp of the jobs being copied
+  std::condition_variable idle;                    // a running job finished (fences wait on it)
 
   // First page in [off, off+len) of m that mincore says is not resident, or -1.
   static int64_t FirstMissing(const Mapping& m, size_t off, size_t len) {
@@ -76,6 +83,7 @@ struct Engine {
         job = std::move(queue.front());
         queue.pop_front();
         busy++;
+        running.emplace_back(job.key, job.qp);
       }
       uint64_t t0 = NowNs();
       // Walk both sides; the first missing page (in the job's own order) ends the copy:
@@ -83,7 +91,10 @@ struct Engine {
       int status = kOk;
       int64_t fault = -1;
       size_t copy_len = job.len;
-      if (job.flags & kCheckSource) {
+      if (job.cancelled) {
+        status = kCancelled;
+        copy_len = 0;
+      } else if (job.flags & kCheckSource) {
         int64_t f = FirstMissing(*job.src, job.src_off, job.len);
         if (f >= 0) {
           status = kSourceFault;
@@ -91,7 +102,7 @@ struct Engine {
           copy_len = static_cast<size_t>(std::max<int64_t>(0, f - static_cast<int64_t>(job.src_off)));
         }
       }
-      if (job.flags & kCheckDest) {
+      if (!job.cancelled && (job.flags & kCheckDest)) {
         int64_t f = FirstMissing(*job.dst, job.dst_off, copy_len);
         if (f >= 0) {
           status = kDestFault;
@@ -107,13 +118,18 @@ struct Engine {
       {
         std::lock_guard<std::mutex> lock(mu);
         busy--;
+        auto it = std::find(running.begin(), running.end(), std::make_pair(job.key, job.qp));
+        if (it != running.end()) running.erase(it);
         done.insert(done.end(), {job.id, static_cast<double>(status), static_cast<double>(fault), static_cast<double>(ns),
                                  static_cast<double>(Gettid())});
         if (!signalled && !stopping) signalled = call = true;
       }
       if (call) tsfn.NonBlockingCall();
+      idle.notify_all();
     }
   }
+
+  bool Matches(double k, double q, double key, double qp) const { return (key >= 0 && k == key) || (qp >= 0 && q == qp); }
 };
 
 void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, void*) {
@@ -177,7 +193,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// engineSubmit(handle, jobId, srcRegion, srcOffset, dstRegion, dstOffset, length, flags)
+// engineSubmit(handle, jobId, srcRegion, srcOffset, dstRegion, dstOffset, length, flags[, key, qp])
 Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto e = Require(info);
@@ -187,6 +203,10 @@ Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
   job.src = RequireRange(env, info[2], info[3], info[6], &job.src_off, &job.len);
   job.dst = RequireRange(env, info[4], info[5], info[6], &job.dst_off, &len);
   job.flags = ArgU32(info, 7, "flags");
+  if (info.Length() > 9 && info[8].IsNumber() && info[9].IsNumber()) {
+    job.key = info[8].As<Napi::Number>().DoubleValue();
+    job.qp = info[9].As<Napi::Number>().DoubleValue();
+  }
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->stopping) throw Napi::TypeError::New(env, "copy engine is closed");
@@ -195,6 +215,27 @@ Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
   e->tsfn.Ref(env);  // work in flight keeps the process alive; JS unrefs when idle
   e->cv.notify_one();
   return env.Undefined();
+}
+
+// engineFence(handle, key, qp, timeoutMs) -> boolean: the jobs written for `key` or `qp`
+// (-1: none) that are still queued are cancelled (they complete with kCancelled, copying
+// nothing); the call returns once none is being copied, true, or false after timeoutMs (a
+// stall-mode copy may be held in a fault only the JS thread can resolve: never wait forever).
+Napi::Value EngineFence(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto e = Require(info);
+  double key = info[1].As<Napi::Number>().DoubleValue();
+  double qp = info[2].As<Napi::Number>().DoubleValue();
+  uint32_t timeout = ArgU32(info, 3, "timeoutMs");
+  std::unique_lock<std::mutex> lock(e->mu);
+  for (auto& job : e->queue)
+    if (e->Matches(job.key, job.qp, key, qp)) job.cancelled = true;
+  bool idle = e->idle.wait_for(lock, std::chrono::milliseconds(timeout), [&] {
+    for (auto& r : e->running)
+      if (e->Matches(r.first, r.second, key, qp)) return false;
+    return true;
+  });
+  return Napi::Boolean::New(env, idle);
 }
 
 // engineUnref(handle): let the process exit when nothing is queued (called by JS when all
@@ -254,6 +295,7 @@ void InitCopyEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineCreate", Napi::Function::New(env, EngineCreate, "engineCreate"));
   exports.Set("engineSubmit", Napi::Function::New(env, EngineSubmit, "engineSubmit"));
   exports.Set("engineUnref", Napi::Function::New(env, EngineUnref, "engineUnref"));
+  exports.Set("engineFence", Napi::Function::New(env, EngineFence, "engineFence"));
   exports.Set("engineClose", Napi::Function::New(env, EngineClose, "engineClose"));
   napi_env raw = env;
   env.AddCleanupHook([raw] { CleanupEnv(raw); });

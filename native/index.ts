@@ -80,6 +80,8 @@ export enum CopyStatus {
   Ok = 0,
   SourceFault = 1,
   DestFault = 2,
+  /** Cancelled by a fence before it ran: nothing was copied. */
+  Cancelled = 3,
 }
 export const COPY_COMPLETION_WIDTH = 5;
 
@@ -146,7 +148,10 @@ export interface Binding {
     dstOffset: number,
     length: number,
     flags: number,
+    key?: number,
+    qp?: number,
   ): void;
+  engineFence(handle: number, key: number, qp: number, timeoutMs: number): boolean;
   engineUnref(handle: number): void;
   engineClose(handle: number): void;
 }

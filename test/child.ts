@@ -32,7 +32,15 @@ function chmodTree(path: string): void {
 function rootForNobody(): { root: string; cleanup(): void } {
   if (reachableByOthers(ROOT)) return { root: ROOT, cleanup: () => {} };
   const dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-nobody-'));
-  for (const p of ['package.json', 'binding.gyp', 'dist', 'test/fixtures', 'node_modules/node-gyp-build', 'build/Release/pagefault_rdma.node', 'prebuilds']) {
+  for (const p of [
+    'package.json',
+    'binding.gyp',
+    'dist',
+    'test/fixtures',
+    'node_modules/node-gyp-build',
+    'build/Release/pagefault_rdma.node',
+    'prebuilds',
+  ]) {
     if (!existsSync(join(ROOT, p))) continue;
     mkdirSync(dirname(join(dir, p)), { recursive: true });
     cpSync(join(ROOT, p), join(dir, p), { recursive: true });

@@ -60,9 +60,16 @@ describe('the programs and their --help', () => {
   });
 
   test('the npm scripts run the CLI', () => {
-    const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string>; bin: Record<string, string> }).scripts;
+    const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string>; bin: Record<string, string> })
+      .scripts;
     expect(scripts['start']).toBe('node dist/cli/main.js demo');
-    for (const [name, program] of [['example:faults', 'faults'], ['example:destination-fault', 'destination-fault'], ['example:odp-vs-pinned', 'odp-vs-pinned'], ['example:pingpong', 'pingpong'], ['example:remote-paging', 'remote-paging']])
+    for (const [name, program] of [
+      ['example:faults', 'faults'],
+      ['example:destination-fault', 'destination-fault'],
+      ['example:odp-vs-pinned', 'odp-vs-pinned'],
+      ['example:pingpong', 'pingpong'],
+      ['example:remote-paging', 'remote-paging'],
+    ])
       expect(scripts[name]).toBe(`node dist/cli/main.js ${program}`);
     expect(scripts['bench:faults']).toContain('node dist/cli/main.js bench-faults');
     expect(scripts['bench:remote']).toContain('node dist/cli/main.js bench-remote');
@@ -108,7 +115,11 @@ describe('destination-fault', () => {
     const t = json<Trace>('df-trace.json');
     expect(traceFormatErrors(t)).toEqual([]);
     const slices = t.traceEvents.filter((e) => e.ph === 'X');
-    for (const phase of ['detect', 'notify', 'resolve', 'retransmit', 'copy']) expect(slices.some((e) => e.name === phase), phase).toBe(true);
+    for (const phase of ['detect', 'notify', 'resolve', 'retransmit', 'copy'])
+      expect(
+        slices.some((e) => e.name === phase),
+        phase,
+      ).toBe(true);
     // Both nodes, both timelines; a flow from each fault to its retransmission.
     expect(new Set(slices.map((e) => e.pid))).toEqual(new Set([0, 1, 2, 3]));
     const flowStarts = t.traceEvents.filter((e) => e.ph === 's');
@@ -126,9 +137,34 @@ describe('destination-fault', () => {
 
 describe('odp-vs-pinned', () => {
   test('-a --max-size 16K: rows for 4K, 8K, 16K; --plot draws a line per policy and time, log-log', () => {
-    const out = ok('odp-vs-pinned', '-a', '--max-size', '16K', '-n', '1', '--policies', 'pin,touch,touch-ahead', '--json', file('odp.json'), '--plot', file('odp.svg'), '--trace', file('odp-trace.json'));
+    const out = ok(
+      'odp-vs-pinned',
+      '-a',
+      '--max-size',
+      '16K',
+      '-n',
+      '1',
+      '--policies',
+      'pin,touch,touch-ahead',
+      '--json',
+      file('odp.json'),
+      '--plot',
+      file('odp.svg'),
+      '--trace',
+      file('odp-trace.json'),
+    );
     const rows = json<{ results: Array<{ size: number; policy: string; error?: string; faults?: { destination: number } }> }>('odp.json').results;
-    expect(rows.map((r) => `${r.size} ${r.policy}`)).toEqual(['4096 pin', '4096 touch', '4096 touch-ahead', '8192 pin', '8192 touch', '8192 touch-ahead', '16384 pin', '16384 touch', '16384 touch-ahead']);
+    expect(rows.map((r) => `${r.size} ${r.policy}`)).toEqual([
+      '4096 pin',
+      '4096 touch',
+      '4096 touch-ahead',
+      '8192 pin',
+      '8192 touch',
+      '8192 touch-ahead',
+      '16384 pin',
+      '16384 touch',
+      '16384 touch-ahead',
+    ]);
     expect(rows.find((r) => r.size === 16384 && r.policy === 'touch')!.faults!.destination).toBe(4);
     expect(rows.find((r) => r.size === 16384 && r.policy === 'touch-ahead')!.faults!.destination).toBe(1);
     expect(out).toMatch(/^ +16384 +touch-ahead /m);
@@ -143,7 +179,10 @@ describe('odp-vs-pinned', () => {
   });
 
   test('a pipe closed early (| head) ends the program quietly', () => {
-    const r = spawnSync('bash', ['-c', `set -o pipefail; "${process.execPath}" "${MAIN}" odp-vs-pinned -a --max-size 1M -n 1 | head -n 3`], { encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync('bash', ['-c', `set -o pipefail; "${process.execPath}" "${MAIN}" odp-vs-pinned -a --max-size 1M -n 1 | head -n 3`], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
     expect(r.stdout.trimEnd().split('\n')).toHaveLength(3);
     expect(r.stdout).toContain('ODP vs pinned');
     expect(r.stderr).not.toMatch(/EPIPE|Error/);
@@ -155,7 +194,15 @@ describe('pingpong', () => {
   test('-s 64K: sizes as perftest takes them; the evicted run faults every message; --plot draws the distribution', () => {
     const out = ok('pingpong', '-s', '64K', '-n', '20', '--json', file('pp.json'), '--plot', file('pp.svg'), '--trace', file('pp-trace.json'));
     expect(out).toContain('t_typical');
-    const runs = json<{ results: Array<{ size: number; evict: boolean; faults: { source: number; destination: number }; errors: number; real: { count: number; typical: number } }> }>('pp.json').results;
+    const runs = json<{
+      results: Array<{
+        size: number;
+        evict: boolean;
+        faults: { source: number; destination: number };
+        errors: number;
+        real: { count: number; typical: number };
+      }>;
+    }>('pp.json').results;
     expect(runs.map((r) => [r.size, r.evict])).toEqual([
       [65536, true],
       [65536, false],
@@ -185,7 +232,22 @@ describe('demo', () => {
 
 describe('bench-faults', () => {
   test('small run: JSON to the file given (nothing written into the package), a valid trace', () => {
-    ok('bench-faults', '--pages', '64', '--rounds', '1', '--placements', 'free', '--pages-per-fault', '1,16', '--no-relay', '--json', file('bench.json'), '--trace', file('bench-trace.json'));
+    ok(
+      'bench-faults',
+      '--pages',
+      '64',
+      '--rounds',
+      '1',
+      '--placements',
+      'free',
+      '--pages-per-fault',
+      '1,16',
+      '--no-relay',
+      '--json',
+      file('bench.json'),
+      '--trace',
+      file('bench-trace.json'),
+    );
     const doc = json<{ results: { results: Array<{ pagesPerFault: number; handlers: Record<string, { samples: number }> }> } }>('bench.json').results;
     expect(doc.results.map((r) => r.pagesPerFault)).toEqual([1, 16]);
     expect(doc.results[0]!.handlers['ts']!.samples).toBe(64);
@@ -197,7 +259,9 @@ describe('remote-paging', () => {
   test('a working set 4× the resident limit, every byte verified, the counters in the JSON', () => {
     const out = ok('remote-paging', '-s', '4M', '--resident', '1M', '--updates', '512', '--json', file('remote.json'));
     expect(out).toContain('all bytes are what the application wrote');
-    const r = json<{ results: { badPages: number; stats: { majorFaults: number; evicted: number; writtenBack: number; resident: number } } }>('remote.json').results;
+    const r = json<{ results: { badPages: number; stats: { majorFaults: number; evicted: number; writtenBack: number; resident: number } } }>(
+      'remote.json',
+    ).results;
     expect(r.badPages).toBe(0);
     expect(r.stats.evicted).toBeGreaterThan(768);
     expect(r.stats.majorFaults).toBeGreaterThan(0);
@@ -214,7 +278,9 @@ describe('remote-paging', () => {
 describe('bench-remote', () => {
   test('small run: every case measured, the ratios in the JSON', () => {
     ok('bench-remote', '--pages', '128', '--rounds', '1', '--prefetch', '15', '--json', file('bench-remote.json'));
-    const doc = json<{ results: { results: Record<string, { medianUs: number; rounds: unknown[] }>; ratios: { tsOverC: number; prefetchSpeedup: number } } }>('bench-remote.json').results;
+    const doc = json<{
+      results: { results: Record<string, { medianUs: number; rounds: unknown[] }>; ratios: { tsOverC: number; prefetchSpeedup: number } };
+    }>('bench-remote.json').results;
     expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'prefetch']);
     for (const r of Object.values(doc.results)) expect(r.rounds).toHaveLength(1);
     expect(doc.ratios.tsOverC).toBeGreaterThan(0);

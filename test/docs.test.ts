@@ -11,7 +11,11 @@ test('the API reference documents the public API and leaves @internal members ou
   try {
     const out = join(dir, 'api.json');
     // The same configuration as npm run docs (typedoc.json), written as JSON instead of HTML.
-    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typedoc/bin/typedoc'), '--json', out, '--out', join(dir, 'html'), '--emit', 'docs'], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync(
+      process.execPath,
+      [join(ROOT, 'node_modules/typedoc/bin/typedoc'), '--json', out, '--out', join(dir, 'html'), '--emit', 'docs'],
+      { cwd: ROOT, encoding: 'utf8', timeout: 120_000 },
+    );
     expect(r.status, r.stdout + r.stderr).toBe(0);
     const names = new Set<string>();
     const walk = (n: { name?: string; children?: unknown[] }) => {
@@ -19,7 +23,18 @@ test('the API reference documents the public API and leaves @internal members ou
       for (const c of n.children ?? []) walk(c as { name?: string; children?: unknown[] });
     };
     walk(JSON.parse(readFileSync(out, 'utf8')) as { children?: unknown[] });
-    for (const name of ['Cluster', 'Context', 'QueuePair', 'Userfaultfd', 'mapRegion', 'Histogram', 'TraceRecorder', 'exportChromeTrace', 'SimSystem']) expect(names, name).toContain(name);
+    for (const name of [
+      'Cluster',
+      'Context',
+      'QueuePair',
+      'Userfaultfd',
+      'mapRegion',
+      'Histogram',
+      'TraceRecorder',
+      'exportChromeTrace',
+      'SimSystem',
+    ])
+      expect(names, name).toContain(name);
     // Members marked @internal in the TSDoc (Cluster's id tables, Context's node handle).
     for (const name of ['newPdHandle', 'mrByKey', 'forgetContext', 'simNode']) expect(names, name).not.toContain(name);
   } finally {

@@ -16,7 +16,8 @@ const SKIP = new Set(['node_modules', 'build', 'dist', 'prebuilds', '.git', 'doc
 
 function run(cmd: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = process.env) {
   const r = spawnSync(cmd, args, { cwd, env, encoding: 'utf8', timeout: 300_000, maxBuffer: 64 << 20 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}): ${r.error?.message ?? ''}\n${r.stdout}\n${r.stderr}`);
+  if (r.status !== 0)
+    throw new Error(`${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}): ${r.error?.message ?? ''}\n${r.stdout}\n${r.stderr}`);
   return r;
 }
 
@@ -36,13 +37,26 @@ describe('npm pack', () => {
   test('the tarball carries the linux-x64 prebuild, the CLI, the license and what README links to; no tests, no sources', () => {
     const files = run('tar', ['tzf', tarball], dir).stdout.split('\n').filter(Boolean);
     expect(files).toContain('package/prebuilds/linux-x64/pagefault-rdma.glibc.node');
-    for (const f of ['LICENSE', 'README.md', 'package.json', 'dist/cli/main.js', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'bench/c/uffd-handler.c', 'binding.gyp'])
+    for (const f of [
+      'LICENSE',
+      'README.md',
+      'package.json',
+      'dist/cli/main.js',
+      'dist/lib/index.js',
+      'dist/lib/index.d.ts',
+      'bench/c/uffd-handler.c',
+      'binding.gyp',
+    ])
       expect(files).toContain(`package/${f}`);
     // Every relative link of README resolves inside the tarball.
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
     const links = [...readme.matchAll(/\]\((?!https?:|#)([^)#\s]+)/g)].map((m) => m[1]!);
     expect(links.length).toBeGreaterThan(0);
-    for (const l of links) expect(files.some((f) => f === `package/${l}` || f.startsWith(`package/${l.replace(/\/$/, '')}/`)), l).toBe(true);
+    for (const l of links)
+      expect(
+        files.some((f) => f === `package/${l}` || f.startsWith(`package/${l.replace(/\/$/, '')}/`)),
+        l,
+      ).toBe(true);
     expect(files.filter((f) => /^package\/(test|lib|kernel-sim\/[a-z-]+\/|examples|cli)\//.test(f) || f.endsWith('.test.js'))).toEqual([]);
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as Record<string, unknown>;
     expect(pkg['license']).toBe('MIT');
@@ -99,16 +113,27 @@ uffd.close(); region.close();
 
   // A read-only install: the package folder bind-mounted read-only in a mount namespace.
   const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
-  test.skipIf(!canUnshare)('the benchmark runs from a read-only install and writes its JSON to a temporary folder', () => {
-    expect(app).not.toBe('');
-    const installed = join(app, 'node_modules', 'pagefault-rdma');
-    const results = join(dir, 'tmp');
-    mkdirSync(results);
-    const bench = `node_modules/.bin/pagefault-rdma bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
-    const r = run('unshare', ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`], app, { ...process.env, TMPDIR: results });
-    expect(r.stdout).toContain('JSON: ');
-    const doc = JSON.parse(readFileSync(join(results, 'pagefault-rdma-results', 'faults.json'), 'utf8')) as { results: Array<{ pagesPerFault: number }> };
-    expect(doc.results.map((x) => x.pagesPerFault)).toEqual([1, 16]);
-    expect(existsSync(join(installed, 'bench', 'results'))).toBe(false);
-  }, 120_000);
+  test.skipIf(!canUnshare)(
+    'the benchmark runs from a read-only install and writes its JSON to a temporary folder',
+    () => {
+      expect(app).not.toBe('');
+      const installed = join(app, 'node_modules', 'pagefault-rdma');
+      const results = join(dir, 'tmp');
+      mkdirSync(results);
+      const bench = `node_modules/.bin/pagefault-rdma bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
+      const r = run(
+        'unshare',
+        ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`],
+        app,
+        { ...process.env, TMPDIR: results },
+      );
+      expect(r.stdout).toContain('JSON: ');
+      const doc = JSON.parse(readFileSync(join(results, 'pagefault-rdma-results', 'faults.json'), 'utf8')) as {
+        results: Array<{ pagesPerFault: number }>;
+      };
+      expect(doc.results.map((x) => x.pagesPerFault)).toEqual([1, 16]);
+      expect(existsSync(join(installed, 'bench', 'results'))).toBe(false);
+    },
+    120_000,
+  );
 });

@@ -21,7 +21,12 @@ test("README's RDMA-write example prints what its comments promise", () => {
     writeFileSync(file, block.replaceAll("from 'pagefault-rdma'", `from '${pathToFileURL(join(ROOT, 'dist/lib/index.js')).href}'`));
     const r = spawnSync(process.execPath, [file], { encoding: 'utf8', timeout: 60_000 });
     expect(r.stderr).toBe('');
-    expect(r.stdout.trim().split('\n').map((l) => l.trim())).toEqual(expected);
+    expect(
+      r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.trim()),
+    ).toEqual(expected);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -21,7 +21,8 @@ export function traceFormatErrors(doc: unknown): string[] {
   const errors: string[] = [];
   if (typeof doc !== 'object' || doc === null || !Array.isArray((doc as { traceEvents?: unknown }).traceEvents)) return ['no traceEvents array'];
   const d = doc as { traceEvents: TraceEventLike[]; displayTimeUnit?: unknown };
-  if (d.displayTimeUnit !== undefined && d.displayTimeUnit !== 'ms' && d.displayTimeUnit !== 'ns') errors.push(`displayTimeUnit ${String(d.displayTimeUnit)}`);
+  if (d.displayTimeUnit !== undefined && d.displayTimeUnit !== 'ms' && d.displayTimeUnit !== 'ns')
+    errors.push(`displayTimeUnit ${String(d.displayTimeUnit)}`);
   const flows = new Map<string, { s: number; f: number }>();
   const named = new Set<string>();
   const used = new Set<string>();

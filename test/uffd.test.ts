@@ -111,7 +111,11 @@ describe('missing faults', () => {
     expect(h.faults).toHaveLength(N);
 
     region.evict(4 * P, 3 * P);
-    expect(Array.from(region.residency()).map((v, i) => (v ? -1 : i)).filter((i) => i >= 0)).toEqual([4, 5, 6]);
+    expect(
+      Array.from(region.residency())
+        .map((v, i) => (v ? -1 : i))
+        .filter((i) => i >= 0),
+    ).toEqual([4, 5, 6]);
     h.faults.length = 0;
     const again = await touch(region, { probe: true });
     expect(offsets(h.faults)).toEqual([4, 5, 6]);

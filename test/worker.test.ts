@@ -20,7 +20,17 @@ it('workers handle faults on their own userfaultfd; terminate() with a fault in 
 it("a worker's JS thread reading its own registered memory is resolved natively at once, not by its own handler", async () => {
   const r = await runFixture('worker-own-fault.mjs', [], { timeoutMs: 20_000 });
   expect(r.code).toBe(0);
-  type Row = { delivery: string; workerTid: number; pid: number; handlerTid: number; sum: number; elapsedMs: number; handlerCalls: number; faults: string[]; stats: { resolvedNatively: number; timeouts: number; forwarded: number } };
+  type Row = {
+    delivery: string;
+    workerTid: number;
+    pid: number;
+    handlerTid: number;
+    sum: number;
+    elapsedMs: number;
+    handlerCalls: number;
+    faults: string[];
+    stats: { resolvedNatively: number; timeouts: number; forwarded: number };
+  };
   const rows = report<Row[]>(r);
   expect(rows.map((x) => x.delivery)).toEqual(['event-loop', 'thread']);
   for (const x of rows) {

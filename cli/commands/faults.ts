@@ -6,7 +6,7 @@ import { defineProgram } from '../program.js';
 
 export default defineProgram<{ size: number; pages?: number }>({
   name: 'faults',
-  summary: 'genuine userfaultfd faults of a native thread, handled in TypeScript; the JS thread\'s own resolved natively',
+  summary: "genuine userfaultfd faults of a native thread, handled in TypeScript; the JS thread's own resolved natively",
   options(cmd) {
     cmd.option('-s, --size <bytes>', 'fresh memory the native thread reads (a multiple of 4K)', parseSize, 64 * PAGE_SIZE);
     cmd.option('--pages <n>', 'pages of fresh memory (instead of -s)', parsePositiveInt);

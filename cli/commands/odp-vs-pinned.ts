@@ -33,7 +33,8 @@ export default defineProgram<Options>({
     cmd.hook('preAction', (c) => {
       const o = c.opts() as Options;
       const sizes = [o.size ?? o.minSize, o.maxSize];
-      if (sizes.some((s) => s % PAGE_SIZE) || o.maxSize < o.minSize) c.error(`error: sizes must be multiples of ${PAGE_SIZE} and --min-size no larger than --max-size`);
+      if (sizes.some((s) => s % PAGE_SIZE) || o.maxSize < o.minSize)
+        c.error(`error: sizes must be multiples of ${PAGE_SIZE} and --min-size no larger than --max-size`);
     });
   },
   async run(o, io) {
@@ -51,6 +52,7 @@ export default defineProgram<Options>({
 
 function policyList(value: string): PolicyName[] {
   const list = value.split(',').map((s) => s.trim()) as PolicyName[];
-  for (const p of list) if (!TABLE_POLICIES.includes(p)) throw new InvalidArgumentError(`unknown policy '${p}' (choose from ${TABLE_POLICIES.join(', ')})`);
+  for (const p of list)
+    if (!TABLE_POLICIES.includes(p)) throw new InvalidArgumentError(`unknown policy '${p}' (choose from ${TABLE_POLICIES.join(', ')})`);
   return list;
 }

@@ -24,13 +24,21 @@ export default defineProgram<Options>({
       .option('-a, --all', 'every power of two from 2 B to --max-size (perftest -a)', false)
       .option('--max-size <bytes>', 'largest size with -a', parseSize, 2 ** 23)
       .option('-n, --iters <n>', 'round trips', parsePositiveInt, 1000)
-      .addOption(new Option('--policy <name>', 'fault library policy of both buffers').choices(POLICIES.filter((p) => p !== 'pin')).default('touch-ahead'))
+      .addOption(
+        new Option('--policy <name>', 'fault library policy of both buffers').choices(POLICIES.filter((p) => p !== 'pin')).default('touch-ahead'),
+      )
       .option('--no-baseline', 'skip the run with resident buffers');
   },
   async run(o, io) {
     const t = performance.now();
     heading('RC ping-pong with on-demand paging (like ibv_rc_pingpong)');
-    const runs = await pingPong({ sizes: o.all ? allSizes(2, o.maxSize) : [o.size], iters: o.iters, policy: o.policy, baseline: o.baseline, trace: io.trace });
+    const runs = await pingPong({
+      sizes: o.all ? allSizes(2, o.maxSize) : [o.size],
+      iters: o.iters,
+      policy: o.policy,
+      baseline: o.baseline,
+      trace: io.trace,
+    });
     console.log(`\n(run time ${((performance.now() - t) / 1000).toFixed(1)} s)`);
     return { results: runs.map(runSummary), plot: pingPongPlot(runs) };
   },

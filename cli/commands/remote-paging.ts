@@ -20,7 +20,7 @@ export default defineProgram<Options>({
   name: 'remote-paging',
   summary: "remote paging: a working set 4× the resident limit, served from a page store by EDM's DM-Handler",
   description:
-    'Remote paging (EDM\'s DM-Handler on userfaultfd): the main JS thread writes a region larger than it may keep ' +
+    "Remote paging (EDM's DM-Handler on userfaultfd): the main JS thread writes a region larger than it may keep " +
     'resident, then reads and updates random pages, checking every byte. Pages leave for the store (embedded, or a ' +
     'Redis server) and come back on demand; a live summary line shows faults, fetches, evictions, write-backs.',
   options(cmd) {

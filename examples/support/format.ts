@@ -21,7 +21,7 @@ export function print(text = '', indent?: number): void {
 
 export function wrap(line: string, indent?: number): string[] {
   if (line.length <= COLUMNS) return [line];
-  const lead = indent ?? (/^ */.exec(line)![0].length + 2);
+  const lead = indent ?? /^ */.exec(line)![0].length + 2;
   const out: string[] = [];
   let rest = line;
   let prefix = '';

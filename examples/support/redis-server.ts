@@ -12,32 +12,60 @@ export interface RedisOptions {
   appendonly?: boolean;
 }
 
+/** What the tests do with a client of their own (values as Buffers). */
+export interface RedisClient {
+  keys(pattern: string): Promise<unknown[]>;
+  get(key: string): Promise<unknown>;
+  set(key: string, value: Buffer): Promise<unknown>;
+  dbSize(): Promise<number>;
+  destroy(): void;
+}
+
 export interface RedisServer {
   socket: string;
   dir: string;
   /** A client of the test's own (binary values), connected. */
-  client(): Promise<ReturnType<typeof binaryClient>>;
+  client(): Promise<RedisClient>;
   stop(): Promise<void>;
   start(): Promise<void>;
   /** Stop for good and remove the folder. */
   dispose(): Promise<void>;
 }
 
-const binaryClient = (socket: string) => createClient({ socket: { path: socket, reconnectStrategy: false } }).withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
+const binaryClient = (socket: string): RedisClient & { connect(): Promise<unknown>; on(e: 'error', f: () => void): unknown } =>
+  createClient({ socket: { path: socket, reconnectStrategy: false } }).withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
 
 export async function startRedis(options: RedisOptions = {}): Promise<RedisServer> {
   const dir = mkdtempSync(join(tmpdir(), 'pfr-redis-'));
   const socket = join(dir, 'redis.sock');
-  const args = ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--save', '', '--daemonize', 'no', '--loglevel', 'warning'];
+  const args = [
+    '--port',
+    '0',
+    '--unixsocket',
+    socket,
+    '--unixsocketperm',
+    '700',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--daemonize',
+    'no',
+    '--loglevel',
+    'warning',
+  ];
   if (options.appendonly) args.push('--appendonly', 'yes', '--appendfsync', 'always');
   if (options.maxmemory) args.push('--maxmemory', options.maxmemory, '--maxmemory-policy', 'noeviction');
   let proc: ChildProcess | undefined;
-  const clients: ReturnType<typeof binaryClient>[] = [];
+  const clients: RedisClient[] = [];
 
   const start = async (): Promise<void> => {
     proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let failed: Error | undefined;
-    proc.once('error', (e) => (failed = Object.assign(new Error(`redis-server could not start (${e.message}); install Debian's package redis-server`), { cause: e })));
+    proc.once(
+      'error',
+      (e) => (failed = Object.assign(new Error(`redis-server could not start (${e.message}); install Debian's package redis-server`), { cause: e })),
+    );
     const end = Date.now() + 10_000;
     while (!existsSync(socket)) {
       if (failed) throw failed;

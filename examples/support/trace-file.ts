@@ -35,6 +35,9 @@ export class TraceFile {
   }
 
   write(file: string): void {
-    writeFileSync(file, JSON.stringify({ traceEvents: this.events, displayTimeUnit: 'ns', otherData: { producer: 'pagefault-rdma', model: MODEL_LABEL } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ traceEvents: this.events, displayTimeUnit: 'ns', otherData: { producer: 'pagefault-rdma', model: MODEL_LABEL } }),
+    );
   }
 }

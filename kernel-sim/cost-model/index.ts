@@ -72,12 +72,17 @@ export const DEFAULT_COSTS: Readonly<CostModel> = Object.freeze({
   resumeUs: 1,
 });
 
+function costError(message: string): RangeError {
+  return Object.assign(new RangeError(message), { code: 'ERR_OUT_OF_RANGE' });
+}
+
 export function costModel(overrides?: Partial<CostModel>): CostModel {
   const out = { ...DEFAULT_COSTS, ...overrides };
   for (const [k, v] of Object.entries(out)) {
-    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new RangeError(`cost model: ${k} must be a non-negative finite number of µs, got ${v}`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0)
+      throw costError(`cost model: costs.${k} must be a non-negative finite number of µs, got ${v}`);
   }
-  if (out.linkBytesPerUs <= 0) throw new RangeError('cost model: linkBytesPerUs must be positive');
+  if (out.linkBytesPerUs <= 0) throw costError('cost model: costs.linkBytesPerUs must be positive');
   return out;
 }
 

@@ -1,46 +1,9 @@
-// The fabric: nodes joined by links with latency and bandwidth (modelled time). Packets
-// carry the protection domain, the destination VA, tid and seq as ExaNet's do; ACKs carry
-// a 4-bit resp. Delivery is real (a handler on the destination node runs) and the arrival
-// time is modelled.
+// The fabric: nodes joined by links with latency and bandwidth (modelled time), the
+// in-process Transport. Delivery is real (the destination node's handler runs on a later
+// turn) and the arrival time is modelled.
 import { type CostModel, ModelResource } from '../cost-model/index.js';
-
-/** The ACK's 4-bit resp field. */
-export enum AckResp {
-  OK = 0,
-  /** Translation fault at the destination: retransmit later (like InfiniBand's RNR NAK). */
-  FAULT = 1,
-  /** The destination has no stream for this protection domain. */
-  PD_ERR = 2,
-  /** The destination refused the access (permission). */
-  ACCESS_ERR = 3,
-  /** The destination VA is in no region of that protection domain. */
-  ADDR_ERR = 4,
-  /** The destination's fault library resolved the fault: retransmit now. */
-  RESOLVED = 5,
-  /** The destination's fault library could not resolve the fault. */
-  UNRESOLVED = 6,
-  /** The destination aborted a stalled access (CMD_RESUME ABORT / TERM). */
-  ABORTED = 7,
-}
-
-export type PacketType = 'write' | 'ack';
-
-export interface Packet {
-  type: PacketType;
-  src: number;
-  dst: number;
-  /** Protection-domain id (16 bits in ExaNet headers). */
-  pd: number;
-  /** Destination virtual address (write) or the VA the ACK refers to. */
-  va: bigint;
-  /** Transfer id and block sequence number. */
-  tid: number;
-  seq: number;
-  length: number;
-  resp: AckResp;
-  /** Modelled arrival time (µs). */
-  arrivesAt: number;
-}
+import type { Packet } from './packets.js';
+import type { Transport } from './transport.js';
 
 interface Link {
   resource: ModelResource;
@@ -48,9 +11,14 @@ interface Link {
   bytes: number;
 }
 
-export class Fabric {
+/** A link's model: the payload is serialised after the link is free, and arrives one latency later. */
+export function linkArrival(costs: CostModel, linkFreeAt: number, bytes: number, atUs: number): { freeAt: number; arrive: number } {
+  const freeAt = Math.max(atUs, linkFreeAt) + bytes / costs.linkBytesPerUs;
+  return { freeAt, arrive: freeAt + costs.linkLatencyUs };
+}
+
+export class Fabric implements Transport {
   readonly costs: CostModel;
-  #nodes = new Set<number>();
   #links = new Map<string, Link>();
   #handlers = new Map<number, (p: Packet) => void>();
 
@@ -59,20 +27,19 @@ export class Fabric {
   }
 
   /** Attach a node; every pair of nodes gets a link in each direction. */
-  addNode(node: number, handler: (p: Packet) => void): void {
-    this.#nodes.add(node);
+  attach(node: number, handler: (p: Packet) => void): void {
     this.#handlers.set(node, handler);
   }
 
-  hasNode(node: number): boolean {
-    return this.#nodes.has(node);
+  /** The older name of attach. */
+  addNode(node: number, handler: (p: Packet) => void): void {
+    this.attach(node, handler);
   }
 
-  /**
-   * Modelled transmission: the link serialises the payload after `atUs`, the packet arrives
-   * one latency later. Returns the arrival time; delivery to the destination's handler is
-   * left to `deliver` (the caller decides when real work happens).
-   */
+  hasNode(node: number): boolean {
+    return this.#handlers.has(node);
+  }
+
   transmit(src: number, dst: number, bytes: number, atUs: number): number {
     const link = this.#link(src, dst);
     link.packets++;
@@ -81,12 +48,20 @@ export class Fabric {
     return sent + this.costs.linkLatencyUs;
   }
 
-  /** Send a packet: modelled transmission plus real delivery on the next turn. */
-  send(p: Omit<Packet, 'arrivesAt'>, atUs: number, payloadBytes = 0): Packet {
-    if (!this.#nodes.has(p.dst)) throw new RangeError(`fabric: unknown node ${p.dst}`);
-    const packet: Packet = { ...p, arrivesAt: this.transmit(p.src, p.dst, payloadBytes, atUs) };
-    const handler = this.#handlers.get(p.dst)!;
-    queueMicrotask(() => handler(packet));
+  linkFreeAt(src: number, dst: number): number {
+    return this.#link(src, dst).resource.freeAt;
+  }
+
+  deliver(p: Packet): void {
+    const handler = this.#handlers.get(p.dst);
+    if (!handler) throw new RangeError(`fabric: unknown node ${p.dst}`);
+    queueMicrotask(() => handler(p));
+  }
+
+  send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {
+    if (!this.#handlers.has(p.dst)) throw new RangeError(`fabric: unknown node ${p.dst}`);
+    const packet = { ...p, arrivesAt: this.transmit(p.src, p.dst, payloadBytes, atUs) } as P;
+    this.deliver(packet);
     return packet;
   }
 

@@ -22,6 +22,17 @@ export enum NlAttr {
   METHOD = 15,
   /** Node that posted the transfer (the source). */
   SRC_NODE = 16,
+  /** Modelled µs: when the faulting block was issued, when the fault was detected, when the notice was sent. */
+  ISSUED_US = 17,
+  DETECTED_US = 18,
+  NOTIFY_US = 19,
+  /** Real ms (performance.now()): when the faulting block was issued and when the fault was detected. */
+  ISSUED_MS = 20,
+  DETECTED_MS = 21,
+  /** In the ACK of RESOLVED: when the answer reached the engine (modelled µs), and when the block went out again (modelled µs, real ms). */
+  RESOLVED_US = 22,
+  RETRANSMIT_US = 23,
+  RETRANSMIT_MS = 24,
 }
 
 /** Commands of the family (PFR_CMD_*). */
@@ -52,6 +63,13 @@ export interface NetlinkCounters {
   noListener: number;
   acks: number;
 }
+
+/** The kernel side's handler: attributes for the ACK, or 'defer' (it will call ack() itself). */
+export type KernelHandler = (
+  m: NlMessage,
+  from: NetlinkSocket,
+  wantsAck: boolean,
+) => Map<NlAttr, number | bigint | string | boolean> | 'defer' | void;
 
 /** A process's socket bound to the family. */
 export class NetlinkSocket {
@@ -136,7 +154,7 @@ export class NetlinkFamily {
   readonly name: string;
   readonly node: number;
   #sockets = new Map<number, NetlinkSocket>();
-  #kernel: ((m: NlMessage, from: NetlinkSocket) => void) | undefined;
+  #kernel: KernelHandler | undefined;
   #seq = 1;
   #monitors: Array<(m: NlMessage, to: number | undefined) => void> = [];
   #counters: NetlinkCounters = { sent: 0, delivered: 0, dropped: 0, noListener: 0, acks: 0 };
@@ -171,9 +189,19 @@ export class NetlinkFamily {
     };
   }
 
-  /** The kernel side's receive hook (the SMMU driver). */
-  onKernelMessage(handler: (m: NlMessage, from: NetlinkSocket) => void): void {
+  /**
+   * The kernel side's receive hook (the SMMU driver). It may return attributes for the ACK
+   * of a request that asked for one, or 'defer' to send that ACK later with `ack()` (once
+   * the request has been acted on).
+   */
+  onKernelMessage(handler: KernelHandler): void {
     this.#kernel = handler;
+  }
+
+  /** Acknowledge request `seq` of `socket` (NLMSG_ERROR with error 0), with extra attributes. */
+  ack(socket: NetlinkSocket, seq: number, attrs: Map<NlAttr, number | bigint | string | boolean> = new Map()): void {
+    this.#counters.acks++;
+    socket.deliver({ family: this.name, cmd: NlCmd.ACK, seq, portId: 0, attrs: new Map([[NlAttr.STATUS, 0], ...attrs]), sentAt: performance.now() });
   }
 
   /**
@@ -205,10 +233,8 @@ export class NetlinkFamily {
     const seq = this.#seq++;
     const m: NlMessage = { family: this.name, cmd, seq, portId: s.pid, attrs, sentAt: performance.now() };
     for (const mon of this.#monitors) mon(m, undefined);
-    this.#kernel?.(m, s);
-    if (!ack) return seq;
-    this.#counters.acks++;
-    s.deliver({ family: this.name, cmd: NlCmd.ACK, seq, portId: 0, attrs: new Map([[NlAttr.STATUS, 0]]), sentAt: performance.now() });
+    const extra = this.#kernel?.(m, s, ack);
+    if (ack && extra !== 'defer') this.ack(s, seq, extra ?? new Map());
     return seq;
   }
 

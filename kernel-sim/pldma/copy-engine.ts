@@ -16,6 +16,12 @@ export interface CopyResult {
   tid: number;
 }
 
+/** What a copy's bytes are written for: a memory key, a QP number (a fence may wait for them). */
+export interface CopyTag {
+  key?: number;
+  qp?: number;
+}
+
 export class CopyEngine {
   readonly tids: readonly number[];
   #handle: number;
@@ -41,17 +47,36 @@ export class CopyEngine {
    * Copy `length` bytes. With CheckSource / CheckDest the thread first walks that side's
    * real page tables (mincore) and reports the first non-resident page instead of copying.
    */
-  copy(src: MemoryLike, srcOffset: number, dst: MemoryLike, dstOffset: number, length: number, flags: number): Promise<CopyResult> {
+  copy(
+    src: MemoryLike,
+    srcOffset: number,
+    dst: MemoryLike,
+    dstOffset: number,
+    length: number,
+    flags: number,
+    tag: CopyTag = {},
+  ): Promise<CopyResult> {
     if (this.#closed) return Promise.reject(new Error('copy engine is closed'));
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       try {
-        binding.engineSubmit(this.#handle, id, src.id, srcOffset, dst.id, dstOffset, length, flags);
+        binding.engineSubmit(this.#handle, id, src.id, srcOffset, dst.id, dstOffset, length, flags, tag.key ?? -1, tag.qp ?? -1);
         this.#pending.set(id, resolve);
       } catch (err) {
         reject(err);
       }
     });
+  }
+
+  /**
+   * Fence the copies written for a memory key or a QP: queued ones are cancelled (they
+   * complete with CopyStatus.Cancelled, nothing copied), and the call returns once none is
+   * running: no byte of them lands afterwards. False if one was still running after
+   * `timeoutMs` (a stall-mode copy held in a fault).
+   */
+  fence(tag: CopyTag, timeoutMs = 1000): boolean {
+    if (this.#closed) return true;
+    return binding.engineFence(this.#handle, tag.key ?? -1, tag.qp ?? -1, timeoutMs);
   }
 
   /** Stop: queued jobs are dropped (their promises settle with an error), running ones finish. */
@@ -63,13 +88,22 @@ export class CopyEngine {
     this.#pending.clear();
   }
 
+  // Completions settle on the next turn of the event loop, not inside the native callback:
+  // Node drains a thread-safe function's queue in one go, and a transfer whose next job
+  // finishes while that drain runs would otherwise complete without the event loop (timers,
+  // I/O, setImmediate) ever getting a turn.
   #onCompletions(c: Float64Array): void {
+    const done: Array<[(r: CopyResult) => void, CopyResult]> = [];
     for (let i = 0; i < c.length; i += COPY_COMPLETION_WIDTH) {
       const resolve = this.#pending.get(c[i]!);
       if (!resolve) continue;
       this.#pending.delete(c[i]!);
-      resolve({ status: c[i + 1]! as CopyStatus, faultOffset: c[i + 2]!, ns: c[i + 3]!, tid: c[i + 4]! });
+      done.push([resolve, { status: c[i + 1]! as CopyStatus, faultOffset: c[i + 2]!, ns: c[i + 3]!, tid: c[i + 4]! }]);
     }
     if (this.#pending.size === 0 && !this.#closed) binding.engineUnref(this.#handle);
+    if (done.length)
+      setImmediate(() => {
+        for (const [resolve, r] of done) resolve(r);
+      });
   }
 }

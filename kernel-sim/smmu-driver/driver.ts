@@ -4,14 +4,15 @@
 // requests (terminate) or CMD_RESUME (stall). Unrecoverable faults (address size,
 // permission) are logged and counted only: the engine already ended those transfers.
 import type { CostModel } from '../cost-model/index.js';
-import { NlAttr, NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
-import type { FaultInfo, Pldma } from '../pldma/pldma.js';
+import { decodeResolved, encodeFault, encodeResolvedAck, type NlAttrs, type ResolveMethod } from '../netlink/messages.js';
+import { NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
+import type { FaultInfo } from '../pldma/types.js';
 import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
 import { IommuPageResponseCode, isRecoverable, resumeFor, toPageRequest, type IommuFaultPageRequest } from './iopf.js';
 
-export type ResolveMethod = 'touch' | 'gup' | 'uffd' | 'none';
+export type { ResolveMethod };
 
 /** One fault as the driver handled it (for users who want to watch). */
 export interface DriverFault {
@@ -36,14 +37,21 @@ export interface DriverCounters {
   resumes: number;
 }
 
+/** Where the driver sends the fault library's answers to terminated faults (its node's engine). */
+export interface FaultAnswers {
+  resolved(info: FaultInfo, ok: boolean, modelUs: number): void;
+}
+
 export class SmmuDriver {
   readonly node: number;
   #smmu: Smmu;
   #netlink: NetlinkFamily;
   #costs: CostModel;
   #tracer: Tracer;
-  #pldma: Pldma | undefined;
+  #engine: FaultAnswers | undefined;
   #pending = new Map<string, FaultInfo>(); // notified and waiting for the library
+  // Answers that asked for an ACK, waiting for their block to go out again (srcNode:tid:seq:side).
+  #acks = new Map<string, { socket: NetlinkSocket; seq: number; resolvedUs: number }>();
   #watchers: Array<(f: DriverFault) => void> = [];
   #c: DriverCounters = { interrupts: 0, records: 0, notified: 0, dropped: 0, unrecoverable: 0, unknownStream: 0, responses: 0, resumes: 0 };
 
@@ -54,11 +62,12 @@ export class SmmuDriver {
     this.#costs = deps.costs;
     this.#tracer = deps.tracer;
     this.#smmu.onInterrupt(() => this.#irq());
-    this.#netlink.onKernelMessage((m, from) => this.#onMessage(m, from));
+    this.#netlink.onKernelMessage((m, from, wantsAck) => this.#onMessage(m, from, wantsAck));
   }
 
-  attachEngine(pldma: Pldma): void {
-    this.#pldma = pldma;
+  /** The engine of this node, told when the fault library has answered a terminated fault. */
+  attachEngine(engine: FaultAnswers): void {
+    this.#engine = engine;
   }
 
   /** Watch every fault the driver handles, with its iommu_fault_page_request form. */
@@ -93,7 +102,7 @@ export class SmmuDriver {
       const s = this.#smmu.stalledAccess(record.stag);
       if (s) info = { ...(s.window.tag as FaultInfo), va: record.addr, stall: { stag: record.stag, window: s.window } };
     } else {
-      info = this.#pldma?.faultInfo(record.sid, record.addr);
+      info = this.#smmu.takeFaultContext(record.stag) as FaultInfo | undefined;
     }
     if (info && this.#tracer.active) {
       this.#tracer.emit({
@@ -119,22 +128,27 @@ export class SmmuDriver {
     } else if (!isRecoverable(record) || !info) {
       this.#c.unrecoverable++;
     } else {
-      const attrs = new Map<NlAttr, number | bigint | string | boolean>([
-        [NlAttr.PID, ctx.pid],
-        [NlAttr.VA, record.addr],
-        [NlAttr.LENGTH, info.lengthHint],
-        [NlAttr.WRITE, !record.rnw],
-        [NlAttr.NODE, this.node],
-        [NlAttr.CHANNEL, info.channel],
-        [NlAttr.TRANSFER, info.tid],
-        [NlAttr.SRC_NODE, info.srcNode],
-        [NlAttr.BLOCK, info.seq],
-        [NlAttr.SIDE, info.side],
-        [NlAttr.SID, record.sid],
-        [NlAttr.EVENT, record.id],
-        [NlAttr.STALL, record.stall],
-        [NlAttr.STAG, record.stag],
-      ]);
+      const attrs = encodeFault({
+        pid: ctx.pid,
+        va: record.addr,
+        length: info.lengthHint,
+        write: !record.rnw,
+        node: this.node,
+        channel: info.channel,
+        transfer: info.tid,
+        srcNode: info.srcNode,
+        block: info.seq,
+        side: info.side,
+        sid: record.sid,
+        event: record.id,
+        stall: record.stall,
+        stag: record.stag,
+        issuedUs: info.issuedUs,
+        issuedMs: info.issuedMs,
+        detectedUs: info.modelUs,
+        detectedMs: info.detectedMs,
+        notifyUs: info.modelUs + this.#costs.eventRecordUs + this.#costs.irqUs + this.#costs.driverUs + this.#costs.netlinkUs,
+      });
       const key = this.#key(record.sid, record.addr, record.stall ? record.stag : 0);
       this.#pending.set(key, info); // before sending: the answer may come at once
       const seq = this.#netlink.unicast(ctx.pid, NlCmd.FAULT, attrs);
@@ -162,30 +176,47 @@ export class SmmuDriver {
     for (const w of this.#watchers) w(fault);
   }
 
-  #onMessage(m: NlMessage, from: NetlinkSocket): void {
-    if (m.cmd !== NlCmd.RESOLVED) return;
-    const sid = Number(m.attrs.get(NlAttr.SID) ?? -1);
-    const va = m.attrs.get(NlAttr.VA);
-    const stag = Number(m.attrs.get(NlAttr.STAG) ?? 0);
-    const stall = m.attrs.get(NlAttr.STALL) === true;
-    if (typeof va !== 'bigint') return;
+  #onMessage(m: NlMessage, from: NetlinkSocket, wantsAck: boolean): NlAttrs | 'defer' | undefined {
+    const r = decodeResolved(m);
+    if (!r) return undefined;
+    const { sid, va, stag, stall } = r;
     const key = this.#key(sid, va, stall ? stag : 0);
     const info = this.#pending.get(key);
     // A process may only answer its own faults.
-    if (!info || this.#smmu.stream(sid)?.pid !== from.pid) return;
+    if (!info || this.#smmu.stream(sid)?.pid !== from.pid) return undefined;
     this.#pending.delete(key);
     this.#c.responses++;
-    const code = Number(m.attrs.get(NlAttr.STATUS) ?? IommuPageResponseCode.SUCCESS) as IommuPageResponseCode;
-    const method = String(m.attrs.get(NlAttr.METHOD) ?? 'touch') as ResolveMethod;
-    const bytes = Number(m.attrs.get(NlAttr.LENGTH) ?? 0);
+    const code = r.status;
+    const method = r.method;
+    const bytes = r.length;
     const c = this.#costs;
     const modelUs =
       info.modelUs + c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + this.resolveCost(method, bytes, info) + c.requestUs;
     if (stall && info.stall) {
       this.#resume(sid, stag, resumeFor(code));
-      return;
+      return encodeResolvedAck({ resolvedUs: modelUs });
     }
-    this.#pldma?.resolved(info, code === IommuPageResponseCode.SUCCESS, modelUs);
+    const ok = code === IommuPageResponseCode.SUCCESS;
+    // The ACK of an answer that asks for a retransmission waits for it: it tells the library
+    // when the block went out again (the last phase of the fault's statistics).
+    const deferred = wantsAck && ok;
+    if (deferred) {
+      this.#acks.set(`${info.srcNode}:${info.tid}:${info.seq}:${info.side}`, { socket: from, seq: m.seq, resolvedUs: modelUs });
+      // Transfers that end without sending the block again never claim theirs: keep it bounded.
+      if (this.#acks.size > 10_000) this.#acks.delete(this.#acks.keys().next().value as string);
+    }
+    this.#engine?.resolved(info, ok, modelUs);
+    return deferred ? 'defer' : encodeResolvedAck({ resolvedUs: modelUs });
+  }
+
+  /** The engine sent a block again after a fault this node's library answered: acknowledge that answer now. */
+  retransmitted(srcNode: number, tid: number, seq: number, side: 'source' | 'destination', modelUs: number, realMs: number): void {
+    const key = `${srcNode}:${tid}:${seq}:${side}`;
+    const a = this.#acks.get(key);
+    if (!a) return;
+    this.#acks.delete(key);
+    if (!a.socket.closed)
+      this.#netlink.ack(a.socket, a.seq, encodeResolvedAck({ resolvedUs: a.resolvedUs, retransmitUs: modelUs, retransmitMs: realMs }));
   }
 
   /** Modelled cost of what the library did to make pages resident. */

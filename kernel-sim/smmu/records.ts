@@ -81,13 +81,7 @@ export function encodeEvent(e: SmmuEventRecord): BigUint64Array {
   const d = new BigUint64Array(4);
   d[0] = BigInt(e.id & 0xff) | bit(e.ssv, 11n) | (BigInt(e.ssid & 0xfffff) << 12n) | (BigInt(e.sid >>> 0) << 32n);
   d[1] =
-    BigInt(e.stag & 0xffff) |
-    bit(e.stall, 31n) |
-    bit(e.pnu, 33n) |
-    bit(e.ind, 34n) |
-    bit(e.rnw, 35n) |
-    bit(e.s2, 39n) |
-    (BigInt(e.class & 3) << 40n);
+    BigInt(e.stag & 0xffff) | bit(e.stall, 31n) | bit(e.pnu, 33n) | bit(e.ind, 34n) | bit(e.rnw, 35n) | bit(e.s2, 39n) | (BigInt(e.class & 3) << 40n);
   d[2] = BigInt.asUintN(64, e.addr);
   d[3] = 0n;
   return d;

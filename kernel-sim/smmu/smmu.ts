@@ -101,6 +101,7 @@ export class Smmu implements MemoryObserver {
   #deviceTids = new Set<number>();
   #windows = new Map<number, StallWindow[]>(); // region id -> windows
   #stalled = new Map<number, Stalled>(); // stag -> stalled access
+  #contexts = new Map<number, unknown>(); // stag -> context of a terminated fault, until the driver reads it
   #nextStag = 1;
   #stalls = 0;
   #resumes = { TERM: 0, RETRY: 0, ABORT: 0 };
@@ -171,7 +172,13 @@ export class Smmu implements MemoryObserver {
     const end = va + BigInt(length);
     const m = ctx.mappings.find((x) => !x.region.closed && va >= x.region.address && end <= x.region.address + BigInt(x.region.size));
     if (!m) {
-      return { ok: false, id: EvtId.F_ADDR_SIZE, addr: va, recoverable: false, reason: `address 0x${va.toString(16)}+${length} is in no region of stream ${sid}` };
+      return {
+        ok: false,
+        id: EvtId.F_ADDR_SIZE,
+        addr: va,
+        recoverable: false,
+        reason: `address 0x${va.toString(16)}+${length} is in no region of stream ${sid}`,
+      };
     }
     if ((access === 'write' && !m.write) || (access === 'read' && !m.read)) {
       return { ok: false, id: EvtId.F_PERMISSION, addr: va, recoverable: false, reason: `${access} to a region mapped without ${access} permission` };
@@ -228,17 +235,27 @@ export class Smmu implements MemoryObserver {
     return { base: from, present };
   }
 
-  /** Write a fault record into the event queue and raise the IRQ. False if the queue overflowed. */
-  recordFault(sid: number, fault: { id: EvtId; addr: bigint }, access: Access, stall?: { stag: number }): boolean {
+  /**
+   * Write a fault record into the event queue and raise the IRQ. False if the queue
+   * overflowed. A stalled access passes its STAG; a terminated one may pass the context the
+   * engine gives it (transfer, block, side), which the record's STAG then names, as a page
+   * request's grpid does: the driver reads it with takeFaultContext and never asks the engine.
+   */
+  recordFault(sid: number, fault: { id: EvtId; addr: bigint }, access: Access, tag: { stag?: number; context?: unknown } = {}): boolean {
     const name = EvtId[fault.id] ?? String(fault.id);
     this.#faults[name] = (this.#faults[name] ?? 0) + 1;
+    let stag = tag.stag ?? 0;
+    if (tag.stag === undefined && tag.context !== undefined) {
+      stag = this.#allocStag();
+      this.#contexts.set(stag, tag.context);
+    }
     const record: SmmuEventRecord = {
       id: fault.id,
       sid,
       ssv: false,
       ssid: 0,
-      stag: stall?.stag ?? 0,
-      stall: stall !== undefined,
+      stag,
+      stall: tag.stag !== undefined,
       pnu: false,
       ind: false,
       rnw: access === 'read',
@@ -247,8 +264,22 @@ export class Smmu implements MemoryObserver {
       addr: fault.addr,
     };
     const queued = this.eventq.push(record);
+    if (!queued) this.#contexts.delete(stag);
     this.#raiseIrq();
     return queued;
+  }
+
+  /** The context attached to a terminated fault's record (read once: the record is consumed). */
+  takeFaultContext(stag: number): unknown {
+    const c = this.#contexts.get(stag);
+    this.#contexts.delete(stag);
+    return c;
+  }
+
+  #allocStag(): number {
+    const stag = this.#nextStag;
+    this.#nextStag = (this.#nextStag % 0xffff) + 1;
+    return stag;
   }
 
   /** The driver's interrupt line. */
@@ -353,8 +384,7 @@ export class Smmu implements MemoryObserver {
       ? this.#windows.get(f.region.id)?.find((w) => page + ps > w.offset && page < w.offset + w.length)
       : undefined;
     if (!win) return false;
-    const stag = this.#nextStag;
-    this.#nextStag = (this.#nextStag % 0xffff) + 1;
+    const stag = this.#allocStag();
     this.#stalled.set(stag, { sid: win.sid, region: f.region, page, window: win, at: performance.now() });
     win.stalls++;
     this.#stalls++;

@@ -4,21 +4,24 @@
 // engine to retransmit (terminate) or resume (stall). Everything it does happens to real
 // memory; the time it takes is measured, and the hardware's share is modelled.
 import {
+  decodeFault,
+  decodeResolvedAck,
+  encodeResolved,
+  EvtId,
   IommuPageResponseCode,
-  NlAttr,
   NlCmd,
   type NetlinkSocket,
   type NlMessage,
+  type ResolvedAck,
+  type ResolveMethod,
   type SimSystem,
-  type TraceEvent,
-  EvtId,
 } from '../../kernel-sim/index.js';
 import { HUGE_PAGE_SIZE, findRegion, type Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
 import { checkInt, invalidArg } from '../validate.js';
 import { closedError } from '../errors.js';
 import { POLICIES, Prefetcher, spanFor, type PolicyName, type PolicyOptions } from './policy.js';
-import { FaultStats, type FaultStatsSnapshot, type Phase } from './stats.js';
+import { FaultStats, type FaultStatsSnapshot } from './stats.js';
 import { TraceRecorder, type ChromeTrace } from './trace.js';
 
 /** A range of memory the library resolves with one policy. */
@@ -57,12 +60,12 @@ export interface ResolvedFault {
   channel: number;
 }
 
+/** An answer waiting for its ACK, which brings the modelled resolve and the retransmission. */
 interface Pending {
   stats: FaultStats[];
-  block?: { real: number; model: number };
-  fault?: { real: number; model: number };
-  notify?: { real: number; model: number };
-  resolved?: { real: number; model: number };
+  notifyUs: number;
+  /** When the library had resolved (performance.now() ms). */
+  resolvedMs: number;
 }
 
 export interface FaultLibraryOptions {
@@ -87,7 +90,7 @@ export class FaultLibrary {
   #uffd: Userfaultfd | undefined;
   #regs: Registration[] = [];
   #stats = new FaultStats();
-  #pending = new Map<string, Pending>();
+  #pending = new Map<number, Pending>(); // by the sequence number of the RESOLVED
   #listeners: Array<(f: ResolvedFault) => void> = [];
   #untrace: () => void;
   #closed = false;
@@ -100,7 +103,8 @@ export class FaultLibrary {
     this.defaultPolicy = options.defaultPolicy ?? 'touch-ahead';
     this.trace = new TraceRecorder(undefined, { node: this.node, pid: this.pid });
     const tracing = options.trace ?? true;
-    this.#untrace = options.system.tracer.on((e) => this.#onTrace(e, tracing));
+    // The trace is observation only; the statistics come with the fault notices and the ACKs.
+    this.#untrace = tracing ? options.system.tracer.on((e) => this.trace.record(e)) : () => {};
     this.#socket.onMessage((m) => this.#onMessage(m));
   }
 
@@ -113,7 +117,15 @@ export class FaultLibrary {
     this.#check();
     checkPolicy(policy);
     const s = region.span('register', offset, length);
-    const reg: Registration = { region, offset: s.offset, length: s.length, policy, options: { ...options }, stats: new FaultStats(), prefetcher: undefined };
+    const reg: Registration = {
+      region,
+      offset: s.offset,
+      length: s.length,
+      policy,
+      options: { ...options },
+      stats: new FaultStats(),
+      prefetcher: undefined,
+    };
     this.#applyPolicy(reg);
     this.#regs.push(reg);
     return reg;
@@ -174,20 +186,19 @@ export class FaultLibrary {
   }
 
   #onMessage(m: NlMessage): void {
-    if (m.cmd !== NlCmd.FAULT || this.#closed) return;
+    const ack = decodeResolvedAck(m);
+    if (ack) return this.#onAck(ack);
+    const n = decodeFault(m);
+    if (!n || this.#closed) return;
     const recvReal = performance.now();
-    const va = m.attrs.get(NlAttr.VA) as bigint;
-    const side = m.attrs.get(NlAttr.SIDE) as 'source' | 'destination';
-    const stall = m.attrs.get(NlAttr.STALL) === true;
-    const write = m.attrs.get(NlAttr.WRITE) === true;
-    const hint = Number(m.attrs.get(NlAttr.LENGTH) ?? 0);
+    const { va, side, stall, write, length: hint } = n;
     const { reg, region } = this.#find(va);
     const policy = reg?.policy ?? (region ? this.defaultPolicy : undefined);
 
     let status = IommuPageResponseCode.INVALID;
     let bytes = 0;
     let made = 0;
-    let method: 'touch' | 'gup' | 'uffd' | 'none' = 'none';
+    let method: ResolveMethod = 'none';
     if (region && policy) {
       const ps = region.pageSize;
       const off = Number(va - region.address);
@@ -222,19 +233,11 @@ export class FaultLibrary {
       }
     }
     const doneReal = performance.now();
-    const reply = new Map<NlAttr, number | bigint | string | boolean>([
-      [NlAttr.SID, m.attrs.get(NlAttr.SID)!],
-      [NlAttr.VA, va],
-      [NlAttr.STATUS, status],
-      [NlAttr.LENGTH, bytes],
-      [NlAttr.METHOD, method],
-      [NlAttr.STALL, stall],
-      [NlAttr.STAG, m.attrs.get(NlAttr.STAG) ?? 0],
-    ]);
+    const reply = encodeResolved({ sid: n.sid, va, status, length: bytes, method, stall, stag: n.stag });
 
     // Statistics, process-wide and per registration.
     const targets = reg ? [this.#stats, reg.stats] : [this.#stats];
-    const kind = `${EvtId[Number(m.attrs.get(NlAttr.EVENT))] ?? 'F_?'}/${write ? 'write' : 'read'}${stall ? '/stall' : ''}`;
+    const kind = `${EvtId[n.event] ?? 'F_?'}/${write ? 'write' : 'read'}${stall ? '/stall' : ''}`;
     for (const s of targets) {
       s.faults[side]++;
       s.byKind[kind] = (s.byKind[kind] ?? 0) + 1;
@@ -245,13 +248,16 @@ export class FaultLibrary {
       s.real.resolve.add((doneReal - recvReal) * 1000);
       s.real.notify.add((recvReal - m.sentAt) * 1000);
     }
-    const pkey = this.#pendingKey(m);
-    const p = this.#pending.get(pkey) ?? { stats: targets };
-    p.stats = targets;
-    p.resolved = { real: doneReal, model: 0 };
-    this.#pending.set(pkey, p);
-
-    this.#socket.send(NlCmd.RESOLVED, reply);
+    for (const st of targets) {
+      // The notice brings the fault's timeline so far: issue → detection → notification.
+      st.real.detect.add(Math.max(0, (n.detectedMs - n.issuedMs) * 1000));
+      st.model.detect.add(Math.max(0, n.detectedUs - n.issuedUs));
+      st.model.notify.add(Math.max(0, n.notifyUs - n.detectedUs));
+    }
+    const seq = this.#socket.send(NlCmd.RESOLVED, reply, { ack: true });
+    this.#pending.set(seq, { stats: targets, notifyUs: n.notifyUs, resolvedMs: doneReal });
+    // Answers whose transfer ended without a retransmission are never acknowledged: keep it bounded.
+    if (this.#pending.size > 10_000) this.#pending.delete(this.#pending.keys().next().value as number);
     const rf: ResolvedFault = {
       side,
       node: this.node,
@@ -265,59 +271,26 @@ export class FaultLibrary {
       status,
       realUs: (doneReal - recvReal) * 1000,
       receivedAt: recvReal,
-      srcNode: Number(m.attrs.get(NlAttr.SRC_NODE)),
-      transfer: Number(m.attrs.get(NlAttr.TRANSFER)),
-      block: Number(m.attrs.get(NlAttr.BLOCK)),
-      channel: Number(m.attrs.get(NlAttr.CHANNEL)),
+      srcNode: n.srcNode,
+      transfer: n.transfer,
+      block: n.block,
+      channel: n.channel,
     };
     for (const l of this.#listeners) l(rf);
   }
 
-  // Correlates the library's faults with the engine's trace events: srcNode:tid:seq.
-  #pendingKey(m: NlMessage): string {
-    return `${m.attrs.get(NlAttr.SRC_NODE)}:${m.attrs.get(NlAttr.TRANSFER)}:${m.attrs.get(NlAttr.BLOCK)}:${m.attrs.get(NlAttr.SIDE)}`;
-  }
-
-  #onTrace(e: TraceEvent, tracing: boolean): void {
-    if (tracing) this.trace.record(e);
-    const seq = e.detail?.['seq'];
-    if (seq === undefined || e.tid === undefined) return;
-    const src = (e.detail?.['srcNode'] as number | undefined) ?? e.node;
-    const at = { real: e.realMs, model: e.modelUs };
-    const k = `${src}:${e.tid}:${seq}:${e.side ?? ''}`;
-    if (e.kind === 'fault' || e.kind === 'notify' || e.kind === 'resolved') {
-      const p = this.#pending.get(k) ?? { stats: [] };
-      if (e.kind === 'fault') {
-        // The engine says when the faulting block was issued: the detect phase starts there.
-        p.block = { real: Number(e.detail?.['issuedMs']), model: Number(e.detail?.['issuedUs']) };
-        p.fault = at;
-      }
-      else if (e.kind === 'notify') p.notify = at;
-      else p.resolved = { real: p.resolved?.real ?? at.real, model: at.model };
-      this.#pending.set(k, p);
-      // Faults of transfers that ended without a retransmission are never closed: keep it bounded.
-      if (this.#pending.size > 10_000) this.#pending.delete(this.#pending.keys().next().value as string);
-      return;
-    }
-    if (e.kind === 'retransmit') {
-      for (const side of ['source', 'destination']) {
-        const key = `${src}:${e.tid}:${seq}:${side}`;
-        const p = this.#pending.get(key);
-        if (!p || !p.stats.length || !p.fault) continue;
-        this.#pending.delete(key);
-        for (const s of p.stats) {
-          s.retransmittedBlocks++;
-          const add = (phase: Phase, a?: { real: number; model: number }, b?: { real: number; model: number }) => {
-            if (!a || !b) return;
-            s.real[phase].add(Math.max(0, (b.real - a.real) * 1000));
-            s.model[phase].add(Math.max(0, b.model - a.model));
-          };
-          add('detect', p.block, p.fault);
-          s.model.notify.add(Math.max(0, (p.notify?.model ?? p.fault.model) - p.fault.model));
-          s.model.resolve.add(Math.max(0, (p.resolved?.model ?? 0) - (p.notify?.model ?? p.fault.model)));
-          add('retransmit', p.resolved, at);
-        }
-      }
+  // The kernel acknowledged an answer: when it reached the engine and, once the block went
+  // out again, when that was.
+  #onAck(ack: ResolvedAck): void {
+    const p = this.#pending.get(ack.seq);
+    if (!p) return;
+    this.#pending.delete(ack.seq);
+    for (const s of p.stats) {
+      s.model.resolve.add(Math.max(0, ack.resolvedUs - p.notifyUs));
+      if (ack.retransmitUs === undefined || ack.retransmitMs === undefined) continue;
+      s.retransmittedBlocks++;
+      s.real.retransmit.add(Math.max(0, (ack.retransmitMs - p.resolvedMs) * 1000));
+      s.model.retransmit.add(Math.max(0, ack.retransmitUs - ack.resolvedUs));
     }
   }
 

@@ -25,8 +25,18 @@ export class FaultStats {
   resolveCalls = 0;
   retransmittedBlocks = 0;
   unresolved = 0;
-  readonly real: Record<Phase, Histogram> = { detect: new Histogram(), notify: new Histogram(), resolve: new Histogram(), retransmit: new Histogram() };
-  readonly model: Record<Phase, Histogram> = { detect: new Histogram(), notify: new Histogram(), resolve: new Histogram(), retransmit: new Histogram() };
+  readonly real: Record<Phase, Histogram> = {
+    detect: new Histogram(),
+    notify: new Histogram(),
+    resolve: new Histogram(),
+    retransmit: new Histogram(),
+  };
+  readonly model: Record<Phase, Histogram> = {
+    detect: new Histogram(),
+    notify: new Histogram(),
+    resolve: new Histogram(),
+    retransmit: new Histogram(),
+  };
 
   snapshot(): FaultStatsSnapshot {
     const sum = (h: Record<Phase, Histogram>) =>

@@ -151,7 +151,14 @@ export class TraceRecorder {
       ];
       if (retransmit && ack) {
         const thread = Number(ack.detail?.['thread'] ?? 0);
-        slices.push(['copy', src, thread || channelLane, thread ? `copy engine thread ${thread}` : `PLDMA channel ${f.channel ?? 0}`, time(retransmit), time(ack)]);
+        slices.push([
+          'copy',
+          src,
+          thread || channelLane,
+          thread ? `copy engine thread ${thread}` : `PLDMA channel ${f.channel ?? 0}`,
+          time(retransmit),
+          time(ack),
+        ]);
       }
       for (const [phase, node, tid, lane, start, end] of slices) {
         if (!end || !own(node)) continue;
@@ -165,7 +172,8 @@ export class TraceRecorder {
       if (retransmit) {
         const id = `${src}:${f.tid}:${String(seq)}:${f.side}:${String(retransmit.detail?.['attempt'])}`;
         const flow = { name: 'fault -> retransmission', cat: 'fault' };
-        if (own(f.node)) both(f.node, LANE_SMMU, 'SMMU', (pid, at) => ({ ...flow, ph: 's', id: `${at}:${id}`, ts: ts(issued, at), pid, tid: LANE_SMMU }));
+        if (own(f.node))
+          both(f.node, LANE_SMMU, 'SMMU', (pid, at) => ({ ...flow, ph: 's', id: `${at}:${id}`, ts: ts(issued, at), pid, tid: LANE_SMMU }));
         if (own(src)) {
           both(src, channelLane, `PLDMA channel ${f.channel ?? 0}`, (pid, at) => ({
             ...flow,
@@ -183,11 +191,20 @@ export class TraceRecorder {
     const scopePid = this.scope?.pid === undefined ? '' : ` (pid ${this.scope.pid})`;
     for (const n of nodes) {
       out.push({ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2, tid: 0, args: { name: `node ${n}: ${MODEL_LABEL}` } });
-      out.push({ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2 + 1, tid: 0, args: { name: `node ${n}: measured (real time)` } });
+      out.push({
+        name: 'process_name',
+        cat: '__metadata',
+        ph: 'M',
+        ts: 0,
+        pid: n * 2 + 1,
+        tid: 0,
+        args: { name: `node ${n}: measured (real time)` },
+      });
       out.push({ name: 'process_labels', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2, tid: 0, args: { labels: `node ${n}${scopePid}` } });
       out.push({ name: 'process_labels', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2 + 1, tid: 0, args: { labels: `node ${n}${scopePid}` } });
     }
-    for (const l of lanes.values()) out.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: l.pid, tid: l.tid, args: { name: l.name } });
+    for (const l of lanes.values())
+      out.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: l.pid, tid: l.tid, args: { name: l.name } });
     return { traceEvents: out, displayTimeUnit: 'ns', otherData: { producer: 'pagefault-rdma', model: MODEL_LABEL } };
   }
 }

@@ -106,7 +106,10 @@ export class DmHandler {
     this.#uffd.register(this.#region, { missing: true, writeProtect: true });
     if (cfg.tracking === 'wp-async') {
       if (!this.#uffd.features.writeProtectAsync || !this.#uffd.features.move) {
-        throw new PfrError('ERR_PFR_UNSUPPORTED', "remote paging: dirtyTracking 'wp-async' needs WP_ASYNC (Linux 6.7) and UFFDIO_MOVE (6.8); use 'wp-sync'");
+        throw new PfrError(
+          'ERR_PFR_UNSUPPORTED',
+          "remote paging: dirtyTracking 'wp-async' needs WP_ASYNC (Linux 6.7) and UFFDIO_MOVE (6.8); use 'wp-sync'",
+        );
       }
       this.#uffd.writeProtect(this.#region, 0, this.#region.size, true);
       this.#staging = mapRegion(cfg.evictWorkers * cfg.evictBatch * cfg.pageSize);
@@ -194,7 +197,8 @@ export class DmHandler {
   #onRemove(address: bigint, length: number): void {
     const start = address - this.#region.address;
     if (start < 0n || start >= BigInt(this.#region.size)) return; // the staging area
-    const first = Math.floor(Number(start) / this.#ps), last = Math.ceil((Number(start) + length) / this.#ps);
+    const first = Math.floor(Number(start) / this.#ps),
+      last = Math.ceil((Number(start) + length) / this.#ps);
     for (let p = first; p < last; p++) if (this.#lspt.get(p)?.state === 'resident') this.#lspt.drop(p);
     this.#setResident();
   }
@@ -247,7 +251,8 @@ export class DmHandler {
       b.pages.forEach((page, i) => this.#place(b, page, values[i] ?? null));
       this.#setResident(); // before the wake: whoever it releases sees the count
       if (!this.#closed && b.pages.length) {
-        const lo = Math.min(...b.pages), hi = Math.max(...b.pages) + 1;
+        const lo = Math.min(...b.pages),
+          hi = Math.max(...b.pages) + 1;
         this.#uffd.wake(this.#region, lo * this.#ps, (hi - lo) * this.#ps);
       }
     } finally {
@@ -309,7 +314,10 @@ export class DmHandler {
     if (thread === process.pid) {
       // The main JS thread dies of the SIGBUS before any event reaches it: say why now.
       const why = cause instanceof Error ? cause.message : String(cause);
-      writeSync(2, `pagefault-rdma: the main thread's page at 0x${(this.#region.address + BigInt(off)).toString(16)} could not be had (${why}); its access fails with SIGBUS\n`);
+      writeSync(
+        2,
+        `pagefault-rdma: the main thread's page at 0x${(this.#region.address + BigInt(off)).toString(16)} could not be had (${why}); its access fails with SIGBUS\n`,
+      );
     }
     try {
       if (this.#uffd.features.poison) {
@@ -411,7 +419,8 @@ export class DmHandler {
 
   // The victim's bytes, taken so that no write can slip past the eviction (see the header).
   #takeOut(page: number, slot: number): Buffer | undefined {
-    const ps = this.#ps, off = page * ps;
+    const ps = this.#ps,
+      off = page * ps;
     if (this.tracking === 'wp-async') {
       let moved: number;
       try {
@@ -479,7 +488,8 @@ export class DmHandler {
 
   /** Evict the resident pages of [offset, offset+length) now, whatever the watermarks. */
   async evict(offset: number, length: number): Promise<number> {
-    const first = offset / this.#ps, last = (offset + length) / this.#ps;
+    const first = offset / this.#ps,
+      last = (offset + length) / this.#ps;
     const pages = this.#lspt.pages().filter((p) => p >= first && p < last);
     let evicted = 0;
     for (let i = 0; i < pages.length; i += this.#cfg.evictBatch) {

@@ -111,11 +111,13 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   static async create(options: RemotePagerOptions): Promise<RemotePager> {
     const o = checkObject('RemotePager.create: options', options) as unknown as RemotePagerOptions;
     const pageSize = o.pageSize === undefined ? PAGE_SIZE : checkInt('RemotePager.create: options.pageSize', o.pageSize, PAGE_SIZE, 1 << 30);
-    if (pageSize % PAGE_SIZE !== 0) throw invalidArg(`RemotePager.create: options.pageSize (${pageSize}) must be a multiple of the system page (${PAGE_SIZE})`);
+    if (pageSize % PAGE_SIZE !== 0)
+      throw invalidArg(`RemotePager.create: options.pageSize (${pageSize}) must be a multiple of the system page (${PAGE_SIZE})`);
     const size = checkInt('RemotePager.create: options.size', o.size, pageSize);
     if (size % pageSize !== 0) throw invalidArg(`RemotePager.create: options.size (${size}) must be a multiple of pageSize (${pageSize})`);
     const limit = o.residentLimit === undefined ? size : checkInt('RemotePager.create: options.residentLimit', o.residentLimit, pageSize);
-    const high = o.highWatermark ?? 0.9, low = o.lowWatermark ?? 0.7;
+    const high = o.highWatermark ?? 0.9,
+      low = o.lowWatermark ?? 0.7;
     if (!(typeof high === 'number' && typeof low === 'number' && low > 0 && low < high && high <= 1)) {
       throw rangeError(`RemotePager.create: watermarks must satisfy 0 < lowWatermark < highWatermark <= 1 (got ${String(low)}, ${String(high)})`);
     }
@@ -126,7 +128,8 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     let store: DmHandlerConfig['store'] = { kind: 'embedded' };
     if (o.store !== undefined && o.store !== 'embedded') {
       const s = checkObject('RemotePager.create: options.store', o.store) as { redis?: RedisStoreOptions };
-      if (!s.redis || typeof s.redis !== 'object') throw invalidArg("RemotePager.create: options.store must be 'embedded' or { redis: { socket | host, port | url, prefix } }");
+      if (!s.redis || typeof s.redis !== 'object')
+        throw invalidArg("RemotePager.create: options.store must be 'embedded' or { redis: { socket | host, port | url, prefix } }");
       store = { kind: 'redis', options: s.redis };
     }
     const region = mapRegion(size);
@@ -149,7 +152,10 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     const worker = new Worker(workerPath(), { workerData: cfg });
     try {
       const ready = await new Promise<{ tracking: DirtyTracking }>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new PfrError('ERR_PFR_STORE_UNAVAILABLE', 'remote paging: the DM-Handler did not start within 10 s')), 10_000);
+        const timer = setTimeout(
+          () => reject(new PfrError('ERR_PFR_STORE_UNAVAILABLE', 'remote paging: the DM-Handler did not start within 10 s')),
+          10_000,
+        );
         worker.once('error', (e) => (clearTimeout(timer), reject(e)));
         worker.on('message', function first(m: { event?: string; tracking?: DirtyTracking; error?: { code: string; message: string } }) {
           if (m.event !== 'ready' && m.event !== 'failed') return;
@@ -189,7 +195,8 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   /** Evict the resident pages of a range now (dirty ones written back first). Resolves to the pages evicted. */
   evict(offset = 0, length = this.region.size - offset): Promise<number> {
     const s = this.region.span('RemotePager.evict', offset, length);
-    if (s.offset % this.pageSize || s.length % this.pageSize) throw invalidArg(`RemotePager.evict: offset and length must be multiples of pageSize (${this.pageSize})`);
+    if (s.offset % this.pageSize || s.length % this.pageSize)
+      throw invalidArg(`RemotePager.evict: offset and length must be multiples of pageSize (${this.pageSize})`);
     return this.#request({ op: 'evict', offset: s.offset, length: s.length }) as Promise<number>;
   }
 

@@ -46,7 +46,10 @@ export function decodePage(key: string, value: Buffer, pageSize: number): { page
   const page = value.subarray(HEADER);
   const crc = crc32(page) >>> 0;
   if (crc !== value.readUInt32LE(0)) {
-    throw new PfrError('ERR_PFR_PAGE_CORRUPT', `page ${key}: checksum mismatch (stored ${value.readUInt32LE(0).toString(16)}, got ${crc.toString(16)})`);
+    throw new PfrError(
+      'ERR_PFR_PAGE_CORRUPT',
+      `page ${key}: checksum mismatch (stored ${value.readUInt32LE(0).toString(16)}, got ${crc.toString(16)})`,
+    );
   }
   return { page, crc };
 }

@@ -5,10 +5,17 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { PfrError } from '../errors.js';
 import { DmHandler, type DmHandlerConfig } from './dm-handler.js';
 
-export type Request = { id: number; op: 'flush' } | { id: number; op: 'evict'; offset: number; length: number } | { id: number; op: 'latency' } | { id: number; op: 'close' };
+export type Request =
+  | { id: number; op: 'flush' }
+  | { id: number; op: 'evict'; offset: number; length: number }
+  | { id: number; op: 'latency' }
+  | { id: number; op: 'close' };
 
 const port = parentPort!;
-const errorOf = (err: unknown) => ({ code: (err as PfrError).code ?? 'ERR_PFR_STORE_UNAVAILABLE', message: err instanceof Error ? err.message : String(err) });
+const errorOf = (err: unknown) => ({
+  code: (err as PfrError).code ?? 'ERR_PFR_STORE_UNAVAILABLE',
+  message: err instanceof Error ? err.message : String(err),
+});
 
 try {
   const handler = await DmHandler.start(workerData as DmHandlerConfig, (err) => port.postMessage({ event: 'error', error: errorOf(err) }));

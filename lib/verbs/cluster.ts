@@ -1,17 +1,33 @@
-// A Cluster is N simulated nodes in one process, wired by the modelled fabric; a Context
-// (ibv_context) is one process on one node, with its netlink socket and fault library.
-import { SimSystem, type SystemOptions, type SimNode } from '../../kernel-sim/index.js';
+// A Cluster is N simulated nodes in one process, wired by the modelled fabric, with one
+// RDMA device per node; a Context (ibv_context) is one process on one node, with its
+// netlink socket and fault library. The Cluster and Context create objects; the objects
+// themselves know only their device (its tables) and their process.
+import { checkSystemOptions, SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
 import { closedError } from '../errors.js';
 import { FaultLibrary } from '../fault-library/fault-library.js';
-import type { PolicyName } from '../fault-library/policy.js';
+import { POLICIES, type PolicyName } from '../fault-library/policy.js';
 import { PAGE_SIZE, Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
-import { Access, AdviseMrAdvice, AdviseMrFlags, knownAccess, OdpGeneralCaps, OdpTransportCaps, SIZE_MAX } from './constants.js';
+import { Access, AdviseMrAdvice, AdviseMrFlags, AsyncEventType, knownAccess, OdpGeneralCaps, OdpTransportCaps, SIZE_MAX } from './constants.js';
 import { CompletionQueue } from './cq.js';
+import { Device, type Endpoint, type KeyedMr } from './device.js';
 import { verbsError } from './errors.js';
-import { claimRegion, MemoryRegion, ProtectionDomain, type RegMrOptions } from './mr.js';
+import { MemoryRegion, ProtectionDomain, type ProcessObjects, type RegMrOptions } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
+import type { Sge } from './qp-core.js';
+import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator, KeyAllocator, qpNumbers } from './tables.js';
+
+export type { Sge } from './qp-core.js';
+
+/** An asynchronous event (struct ibv_async_event). */
+export interface AsyncEvent {
+  eventType: AsyncEventType;
+  /** ibv_event_type_str-like name, e.g. 'IBV_EVENT_CQ_ERR'. */
+  name: string;
+  cq?: CompletionQueue;
+  qp?: QueuePair;
+}
 
 export interface ClusterOptions extends SystemOptions {
   /** Default ODP policy of every context (default 'touch-ahead'). */
@@ -30,36 +46,35 @@ export interface DeviceAttr {
   odpCaps: { generalCaps: number; rcOdpCaps: number; ucOdpCaps: number; udOdpCaps: number };
 }
 
-/** One scatter/gather element (struct ibv_sge). */
-export interface Sge {
-  addr: bigint;
-  length: number;
-  lkey: number;
-}
-
 export class Cluster {
   readonly system: SimSystem;
   #contexts = new Set<Context>();
-  #mrs = new Map<number, MemoryRegion>();
-  #qps = new Map<string, QueuePair>();
+  #devices: Device[];
   #nextPid = 1000;
-  #nextPd = 1;
-  #nextKey = 0x1000;
-  #nextQp = 0x11;
+  #pds = new IdAllocator(1, 0xffff);
   #defaultPolicy: PolicyName;
   #closed = false;
-  /** Serialises atomics: the responders' atomic units. */
-  atomicChain: Promise<unknown> = Promise.resolve();
 
   private constructor(options: ClusterOptions) {
     const { defaultPolicy, ...sys } = options;
     this.system = new SimSystem(sys);
     this.#defaultPolicy = defaultPolicy ?? 'touch-ahead';
+    const keys = new KeyAllocator();
+    const qpns = qpNumbers();
+    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, keys, qpns)));
   }
 
-  /** Create `nodes` simulated nodes (default 2) wired by the fabric. */
+  /** Create `nodes` simulated nodes (default 2) wired by the fabric. Every option is checked first. */
   static create(options: ClusterOptions = {}): Cluster {
     checkObject('Cluster.create: options', options);
+    try {
+      checkSystemOptions(options);
+    } catch (e) {
+      (e as Error).message = `Cluster.create: ${(e as Error).message}`;
+      throw e;
+    }
+    if (options.defaultPolicy !== undefined && !POLICIES.includes(options.defaultPolicy))
+      throw invalidArg(`Cluster.create: defaultPolicy must be one of ${POLICIES.join(', ')}, got ${String(options.defaultPolicy)}`);
     return new Cluster(options);
   }
 
@@ -75,49 +90,14 @@ export class Cluster {
   openDevice(node: number, options: { defaultPolicy?: PolicyName; uffd?: Userfaultfd } = {}): Context {
     this.#check();
     checkInt('openDevice: node', node, 0, this.nodes - 1);
-    const ctx = new Context(this, this.system.node(node), this.#nextPid++, options.defaultPolicy ?? this.#defaultPolicy, options.uffd);
+    checkObject('openDevice: options', options);
+    if (options.defaultPolicy !== undefined && !POLICIES.includes(options.defaultPolicy))
+      throw invalidArg(`openDevice: defaultPolicy must be one of ${POLICIES.join(', ')}, got ${String(options.defaultPolicy)}`);
+    const ctx = new Context(this, this.#devices[node]!, this.#nextPid++, options.defaultPolicy ?? this.#defaultPolicy, options.uffd, this.#pds, (c) =>
+      this.#contexts.delete(c),
+    );
     this.#contexts.add(ctx);
     return ctx;
-  }
-
-  /** @internal */
-  newPdHandle(): number {
-    return this.#nextPd++;
-  }
-  /** @internal */
-  newKey(mr: (key: number) => MemoryRegion): MemoryRegion {
-    const key = this.#nextKey;
-    this.#nextKey += 0x101; // keys that are not consecutive small integers, like real ones
-    const m = mr(key);
-    this.#mrs.set(key, m);
-    return m;
-  }
-  /** @internal */
-  mrByKey(key: number): MemoryRegion | undefined {
-    return this.#mrs.get(key);
-  }
-  /** @internal */
-  forgetMr(mr: MemoryRegion): void {
-    this.#mrs.delete(mr.lkey);
-  }
-  /** @internal */
-  newQp(qp: (num: number) => QueuePair): QueuePair {
-    const n = this.#nextQp++;
-    const q = qp(n);
-    this.#qps.set(`${q.context.node}:${n}`, q);
-    return q;
-  }
-  /** @internal */
-  qp(node: number, num: number): QueuePair | undefined {
-    return this.#qps.get(`${node}:${num}`);
-  }
-  /** @internal */
-  forgetQp(qp: QueuePair): void {
-    this.#qps.delete(`${qp.context.node}:${qp.qpNum}`);
-  }
-  /** @internal */
-  forgetContext(ctx: Context): void {
-    this.#contexts.delete(ctx);
   }
 
   /** Close every context (QPs flushed), then the simulated system. Idempotent. */
@@ -125,6 +105,7 @@ export class Cluster {
     if (this.#closed) return;
     this.#closed = true;
     for (const c of [...this.#contexts]) c.close();
+    for (const d of this.#devices) d.close();
     this.system.close();
   }
 
@@ -143,22 +124,33 @@ export class Context {
   /** The (simulated) process id its faults are sent to. */
   readonly pid: number;
   readonly faultLibrary: FaultLibrary;
-  /** @internal */
-  readonly simNode: SimNode;
-  #pds = new Set<ProtectionDomain>();
-  #mrs = new Set<MemoryRegion>();
-  #qps = new Set<QueuePair>();
+  #device: Device;
+  #pdHandles: IdAllocator;
+  #objects: ProcessObjects = { pds: new Set(), mrs: new Set(), qps: new Set() };
   #cqs = new Set<CompletionQueue>();
+  #events: AsyncEvent[] = [];
+  #eventListeners: Array<(e: AsyncEvent) => void> = [];
+  #forget: (c: Context) => void;
   #closed = false;
 
   /** @internal use Cluster.openDevice */
-  constructor(cluster: Cluster, node: SimNode, pid: number, defaultPolicy: PolicyName, uffd: Userfaultfd | undefined) {
+  constructor(
+    cluster: Cluster,
+    device: Device,
+    pid: number,
+    defaultPolicy: PolicyName,
+    uffd: Userfaultfd | undefined,
+    pds: IdAllocator,
+    forget: (c: Context) => void,
+  ) {
     this.cluster = cluster;
-    this.simNode = node;
-    this.node = node.id;
+    this.#device = device;
+    this.#pdHandles = pds;
+    this.#forget = forget;
+    this.node = device.node;
     this.pid = pid;
-    const socket = node.netlink.bind(pid);
-    const opts: ConstructorParameters<typeof FaultLibrary>[0] = { system: cluster.system, node: node.id, pid, socket, defaultPolicy };
+    const socket = device.sim.openProcess(pid);
+    const opts: ConstructorParameters<typeof FaultLibrary>[0] = { system: cluster.system, node: device.node, pid, socket, defaultPolicy };
     if (uffd) opts.uffd = uffd;
     this.faultLibrary = new FaultLibrary(opts);
   }
@@ -167,30 +159,43 @@ export class Context {
     return this.#closed;
   }
 
-  /** ibv_query_device(_ex): limits and ODP capabilities. */
+  /** ibv_query_device(_ex): limits (enforced) and ODP capabilities. */
   queryDevice(): DeviceAttr {
     this.#check();
     const rc = OdpTransportCaps.SEND | OdpTransportCaps.RECV | OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC;
     return {
       name: `pfr${this.node}`,
       node: this.node,
-      maxQp: 1 << 16,
-      maxCqe: 1 << 22,
-      maxMr: 1 << 20,
-      maxSge: 16,
+      maxQp: DEVICE_LIMITS.maxQp,
+      maxCqe: DEVICE_LIMITS.maxCqe,
+      maxMr: DEVICE_LIMITS.maxMr,
+      maxSge: DEVICE_LIMITS.maxSge,
       maxMrSize: SIZE_MAX,
       pageSizeCap: PAGE_SIZE,
       odpCaps: { generalCaps: OdpGeneralCaps.SUPPORT | OdpGeneralCaps.SUPPORT_IMPLICIT, rcOdpCaps: rc, ucOdpCaps: 0, udOdpCaps: 0 },
     };
   }
 
+  /** ibv_get_async_event, without blocking: the events raised so far, oldest first (and forgotten). */
+  pollAsyncEvents(): AsyncEvent[] {
+    return this.#events.splice(0);
+  }
+
+  /** Hear every async event as it is raised (IBV_EVENT_CQ_ERR, …). Returns an unsubscribe. */
+  onAsyncEvent(listener: (e: AsyncEvent) => void): () => void {
+    this.#eventListeners.push(listener);
+    return () => {
+      this.#eventListeners = this.#eventListeners.filter((l) => l !== listener);
+    };
+  }
+
   /** ibv_alloc_pd: a protection domain, with its stream in this node's SMMU. */
   allocPd(): ProtectionDomain {
     this.#check();
-    const handle = this.cluster.newPdHandle();
-    const stream = this.simNode.smmu.attach({ pid: this.pid, pd: handle });
-    const pd = new ProtectionDomain(this, handle, stream);
-    this.#pds.add(pd);
+    const handle = this.#pdHandles.alloc('ibv_alloc_pd');
+    const stream = this.#device.sim.allocStream({ pid: this.pid, pd: handle });
+    const pd = new ProtectionDomain(this, this.#device, handle, stream, this.#objects, (h) => this.#pdHandles.free(h));
+    this.#objects.pds.add(pd);
     return pd;
   }
 
@@ -199,28 +204,38 @@ export class Context {
    * a range of it; or null with offset 0 and length SIZE_MAX (or Infinity) for implicit ODP.
    * Without Access.ON_DEMAND the range is pinned now.
    */
-  regMr(pd: ProtectionDomain, memory: Region | ArrayBuffer | null, offset: number, length: number | bigint, access: number, options: RegMrOptions = {}): MemoryRegion {
+  regMr(
+    pd: ProtectionDomain,
+    memory: Region | ArrayBuffer | null,
+    offset: number,
+    length: number | bigint,
+    access: number,
+    options: RegMrOptions = {},
+  ): MemoryRegion {
     this.#check();
-    pd.check();
-    if (pd.context !== this) throw verbsError('ibv_reg_mr', 'EINVAL', 'the protection domain belongs to another context');
+    this.#ownPd('ibv_reg_mr', pd);
     if (!knownAccess(access)) throw verbsError('ibv_reg_mr', 'EINVAL', `unknown access flags 0x${Number(access).toString(16)}`);
-    if ((access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)) && !(access & Access.LOCAL_WRITE))
+    if (access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(access & Access.LOCAL_WRITE))
       throw verbsError('ibv_reg_mr', 'EINVAL', 'REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in libibverbs)');
     const odp = (access & Access.ON_DEMAND) !== 0;
     const lib = this.faultLibrary;
+    const tables = this.#device.tables;
 
     if (memory === null) {
       if (offset !== 0 || (length !== SIZE_MAX && length !== Infinity))
         throw verbsError('ibv_reg_mr', 'EINVAL', 'an MR without memory is implicit ODP: pass offset 0 and length SIZE_MAX');
       if (!odp) throw verbsError('ibv_reg_mr', 'EINVAL', 'implicit MRs (address 0, length SIZE_MAX) need Access.ON_DEMAND');
-      const mr = this.cluster.newKey((key) => new MemoryRegion(pd, key, undefined, 0, Number.MAX_SAFE_INTEGER, access, undefined, false));
-      this.#mrs.add(mr);
+      const mr = tables.addMr(
+        (key) => new MemoryRegion(pd, key, undefined, 0, Number.MAX_SAFE_INTEGER, access, undefined, false, this.#objects),
+      ) as MemoryRegion;
+      this.#objects.mrs.add(mr);
       return mr;
     }
     const region = memory instanceof Region ? memory : regionOfBuffer(memory);
     if (typeof length !== 'number') throw invalidArg('regMr: length must be a number for an explicit MR');
     const s = region.span('regMr', offset, length);
-    if ((access & Access.HUGETLB) && !region.hugePages) throw verbsError('ibv_reg_mr', 'EINVAL', 'Access.HUGETLB needs a region mapped with { hugePages: true }');
+    if (access & Access.HUGETLB && !region.hugePages)
+      throw verbsError('ibv_reg_mr', 'EINVAL', 'Access.HUGETLB needs a region mapped with { hugePages: true }');
     const policy = options.policy ?? lib.defaultPolicy;
     let pinned = false;
     if (!odp || policy === 'pin') {
@@ -228,12 +243,19 @@ export class Context {
       region.pin(s.offset, s.length); // throws the RLIMIT_MEMLOCK advice on failure
       pinned = true;
     }
-    const registration = odp ? lib.register(region, s.offset, s.length, policy, options.policyOptions ?? {}) : undefined;
-    this.simNode.smmu.map(pd.stream.sid, region);
-    claimRegion(region, this);
-    const mr = this.cluster.newKey((key) => new MemoryRegion(pd, key, region, s.offset, s.length, access, registration, pinned));
-    this.#mrs.add(mr);
-    return mr;
+    let registration: ReturnType<FaultLibrary['register']> | undefined;
+    try {
+      registration = odp ? lib.register(region, s.offset, s.length, policy, options.policyOptions ?? {}) : undefined;
+      claimRegion(region, this);
+      const reg = registration;
+      const mr = tables.addMr((key) => new MemoryRegion(pd, key, region, s.offset, s.length, access, reg, pinned, this.#objects)) as MemoryRegion;
+      this.#objects.mrs.add(mr);
+      return mr;
+    } catch (e) {
+      if (registration) lib.unregister(registration);
+      if (pinned) region.unpin(s.offset, s.length);
+      throw e;
+    }
   }
 
   /**
@@ -243,12 +265,16 @@ export class Context {
    */
   adviseMr(pd: ProtectionDomain, advice: AdviseMrAdvice, flags: number, sgList: Sge[]): Promise<void> {
     this.#check();
-    pd.check();
+    this.#ownPd('ibv_advise_mr', pd);
     if (!(advice in AdviseMrAdvice) || typeof advice !== 'number') throw verbsError('ibv_advise_mr', 'ENOTSUP', `unknown advice ${String(advice)}`);
     if (!Number.isInteger(flags) || (flags & ~AdviseMrFlags.FLUSH) !== 0) throw verbsError('ibv_advise_mr', 'EINVAL', `unknown flags ${flags}`);
     if (!Array.isArray(sgList) || sgList.length === 0) throw verbsError('ibv_advise_mr', 'EINVAL', 'sgList must hold at least one SGE');
     const work = sgList.map((sge) => {
-      const mr = this.cluster.mrByKey(sge.lkey);
+      if (!sge || typeof sge.addr !== 'bigint' || !Number.isInteger(sge.length) || sge.length < 0 || !Number.isInteger(sge.lkey))
+        throw verbsError('ibv_advise_mr', 'EINVAL', 'each SGE needs { addr: bigint, length: integer >= 0, lkey: integer }');
+      const mr = this.#device.tables.mr(sge.lkey) as MemoryRegion | undefined;
+      if ((!mr || mr.closed) && this.#device.tables.keys.has(sge.lkey))
+        throw verbsError('ibv_advise_mr', 'EPERM', 'the lkey belongs to another process');
       if (!mr || mr.closed) throw verbsError('ibv_advise_mr', 'EFAULT', `no MR with lkey 0x${sge.lkey.toString(16)}`);
       if (mr.pd !== pd) throw verbsError('ibv_advise_mr', 'EPERM', 'the lkey belongs to another protection domain');
       if (!mr.onDemand) throw verbsError('ibv_advise_mr', 'EINVAL', 'advise_mr applies to ODP MRs only (Access.ON_DEMAND)');
@@ -256,19 +282,20 @@ export class Context {
         throw verbsError('ibv_advise_mr', 'EPERM', 'PREFETCH_WRITE needs an MR with LOCAL_WRITE');
       const at = mr.resolve(sge.addr, sge.length);
       if (!at) throw verbsError('ibv_advise_mr', 'EFAULT', `range 0x${sge.addr.toString(16)}+${sge.length} is outside the MR`);
-      return { ...at, length: sge.length };
+      return { mr, ...at, length: sge.length };
     });
     const run = () => {
-      const smmu = this.simNode.smmu;
-      for (const { region, offset, length } of work) {
+      for (const { mr, region, offset, length } of work) {
+        if (mr.closed || region.closed) continue;
         const ps = region.pageSize;
         const start = offset - (offset % ps);
         const len = length + (offset - start);
-        smmu.map(pd.stream.sid, region);
-        if (advice !== AdviseMrAdvice.PREFETCH_NO_FAULT) region.populate(start, Math.min(len, region.size - start), { write: advice === AdviseMrAdvice.PREFETCH_WRITE });
+        pd.mapFor(mr, region);
+        if (advice !== AdviseMrAdvice.PREFETCH_NO_FAULT)
+          region.populate(start, Math.min(len, region.size - start), { write: advice === AdviseMrAdvice.PREFETCH_WRITE });
         // Post the translations of resident pages to the device (its IOTLB); NO_FAULT does
         // only this, for the pages that are already there.
-        for (let p = start; p < start + len && p < region.size; p += ps) smmu.translate(pd.stream.sid, region.address + BigInt(p), ps, 'read');
+        this.#device.sim.prefetchTranslations(pd.stream, region, start, len);
       }
     };
     if (flags & AdviseMrFlags.FLUSH) {
@@ -287,54 +314,48 @@ export class Context {
     );
   }
 
-  /** ibv_create_cq */
+  /** ibv_create_cq; depth up to queryDevice().maxCqe. An overrun raises IBV_EVENT_CQ_ERR here. */
   createCq(depth: number): CompletionQueue {
     this.#check();
-    const cq = new CompletionQueue(depth);
+    const cq = new CompletionQueue(depth, (c) => this.#raise({ eventType: AsyncEventType.CQ_ERR, name: 'IBV_EVENT_CQ_ERR', cq: c }));
     this.#cqs.add(cq);
     return cq;
   }
 
-  /** ibv_create_qp (RC). The QP starts in RESET. */
+  /** ibv_create_qp (RC). The QP starts in RESET; QP access flags default to 0 (no remote access). */
   createQp(pd: ProtectionDomain, init: QpInitAttr): QueuePair {
     this.#check();
-    pd.check();
-    if (pd.context !== this) throw verbsError('ibv_create_qp', 'EINVAL', 'the protection domain belongs to another context');
-    const qp = this.cluster.newQp((num) => new QueuePair(this, pd, num, init));
-    this.#qps.add(qp);
+    this.#ownPd('ibv_create_qp', pd);
+    const qp = this.#device.tables.addQp((num) => new QueuePair(this, this.#device, pd, num, init, this.#objects)) as QueuePair;
+    this.#objects.qps.add(qp);
     return qp;
   }
 
-  /** @internal */
-  releasePd(pd: ProtectionDomain): void {
-    this.#pds.delete(pd);
-    this.simNode.smmu.detach(pd.stream.sid);
-  }
-  /** @internal */
-  releaseMr(mr: MemoryRegion): void {
-    this.#mrs.delete(mr);
-    this.cluster.forgetMr(mr);
-  }
-  /** @internal */
-  releaseQp(qp: QueuePair): void {
-    this.#qps.delete(qp);
-    this.cluster.forgetQp(qp);
-  }
-
-  /** ibv_close_device: destroy QPs (flushing their work), deregister MRs, close CQs. */
+  /** ibv_close_device: destroy QPs (flushing their work), deregister MRs, free PDs, close CQs. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const qp of [...this.#qps]) qp.destroy();
-    for (const mr of [...this.#mrs]) mr.dereg();
-    for (const pd of [...this.#pds]) pd.dealloc();
+    for (const qp of [...this.#objects.qps]) qp.destroy();
+    for (const mr of [...this.#objects.mrs]) mr.dereg();
+    for (const pd of [...this.#objects.pds]) pd.dealloc();
     for (const cq of this.#cqs) cq.close();
     this.faultLibrary.close();
-    this.cluster.forgetContext(this);
+    this.#forget(this);
   }
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  #raise(e: AsyncEvent): void {
+    this.#events.push(e);
+    for (const l of this.#eventListeners) l(e);
+  }
+
+  #ownPd(verb: string, pd: ProtectionDomain): void {
+    if (!(pd instanceof ProtectionDomain)) throw verbsError(verb, 'EINVAL', 'pd must be a ProtectionDomain from allocPd()');
+    pd.check();
+    if (pd.context !== this) throw verbsError(verb, 'EINVAL', 'the protection domain belongs to another context');
   }
 
   #check(): void {

@@ -26,11 +26,20 @@ export class CompletionQueue {
   #queue: WorkCompletion[] = [];
   #waiters: Array<{ resolve: (wc: WorkCompletion) => void; reject: (e: Error) => void }> = [];
   #closed = false;
+  #error = false;
+  #onOverrun: (cq: CompletionQueue) => void;
+  /** Completions that found the CQ full (each one moved its QP to ERR). */
   overruns = 0;
 
   /** @internal use Context.createCq */
-  constructor(depth: number) {
+  constructor(depth: number, onOverrun: (cq: CompletionQueue) => void = () => {}) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
+    this.#onOverrun = onOverrun;
+  }
+
+  /** True once the CQ overflowed (IBV_EVENT_CQ_ERR): as on hardware, it stays in error. */
+  get error(): boolean {
+    return this.#error;
   }
 
   get closed(): boolean {
@@ -97,21 +106,28 @@ export class CompletionQueue {
     }
   }
 
-  /** @internal a completion from a queue pair */
-  push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }): void {
-    if (this.#closed) return;
+  /**
+   * @internal a completion from a queue pair. False if the CQ has overrun: the CQ goes to
+   * error and IBV_EVENT_CQ_ERR is reported (once); the caller moves its QP to ERR.
+   */
+  push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }): boolean {
+    if (this.#closed) return true;
     const full: WorkCompletion = { vendorErr: 0, ...wc, statusStr: wcStatusStr(wc.status) };
     const w = this.#waiters.shift();
     if (w) {
       w.resolve(full);
-      return;
+      return true;
     }
-    if (this.#queue.length >= this.depth) {
-      // CQ overrun: on hardware an async error event; here counted and the completion dropped.
+    if (this.#error || this.#queue.length >= this.depth) {
       this.overruns++;
-      return;
+      if (!this.#error) {
+        this.#error = true;
+        this.#onOverrun(this);
+      }
+      return false;
     }
     this.#queue.push(full);
+    return true;
   }
 
   close(): void {

@@ -1,54 +1,105 @@
-// Protection domains and memory regions. An ODP MR (ON_DEMAND) is registered with the fault
-// library and may fault; any other MR is pinned (mlock) at registration, bounded by
-// RLIMIT_MEMLOCK. Implicit ODP (address 0, length SIZE_MAX) gives one key for every region
-// of the process.
+// Protection domains and memory regions (rdma_rxe's rxe_pd / rxe_mr). An ODP MR (ON_DEMAND)
+// is registered with the fault library and may fault; any other MR is pinned (mlock) at
+// registration, bounded by RLIMIT_MEMLOCK. Implicit ODP (address 0, length SIZE_MAX) gives
+// one key for every region of the process. A PD's stream maps a region only while an MR (or
+// a QP's own buffer) of that PD holds it: deregistering the last one unmaps it, so no block
+// lands there afterwards. MRs and PDs know their device and process, never the Cluster.
 import type { StreamContext } from '../../kernel-sim/index.js';
 import { closedError } from '../errors.js';
-import type { Registration } from '../fault-library/fault-library.js';
+import { invalidArg } from '../validate.js';
+import type { FaultLibrary, Registration } from '../fault-library/fault-library.js';
 import type { PolicyName, PolicyOptions } from '../fault-library/policy.js';
-import { findRegion, Region } from '../region.js';
+import { findRegion, type Region } from '../region.js';
 import { Access } from './constants.js';
-import type { Context } from './cluster.js';
+import type { Device } from './device.js';
+import { verbsError } from './errors.js';
+import { claimRegion } from './tables.js';
 
-// All simulated nodes live in one OS process, so every region is in one address space.
-// A region registered by a context belongs to that context's (simulated) process: another
-// process's implicit key must not reach it.
-const owners = new WeakMap<Region, Context>();
+/** What a PD, MR or QP knows of the process (ibv_context) that owns it. */
+export interface VerbsProcess {
+  readonly node: number;
+  readonly pid: number;
+  readonly faultLibrary: FaultLibrary;
+  readonly closed: boolean;
+}
 
-/** @internal record that `ctx`'s process owns `region` (its first registration wins). */
-export function claimRegion(region: Region, ctx: Context): void {
-  if (!owners.has(region)) owners.set(region, ctx);
+/** The objects a process holds, so closing it can release them (the ucontext's lists). */
+export interface ProcessObjects {
+  readonly pds: Set<ProtectionDomain>;
+  readonly mrs: Set<MemoryRegion>;
+  readonly qps: Set<{ destroy(): void }>;
 }
 
 export class ProtectionDomain {
   /** Cluster-wide id; the SMMU stream of this PD on its node carries it (ExaNet's PDID). */
   readonly handle: number;
-  readonly context: Context;
+  readonly context: VerbsProcess;
   /** @internal */
   readonly stream: StreamContext;
+  /** @internal */
+  readonly device: Device;
+  /** @internal MRs and QPs on this PD (ibv_dealloc_pd fails with EBUSY while any is left). */
+  readonly users = new Set<object>();
+  #objects: ProcessObjects;
+  #free: (handle: number) => void;
+  // Which holders (MRs, QPs) keep each region mapped in this PD's stream.
+  #maps = new Map<Region, Set<object>>();
   #closed = false;
 
   /** @internal use Context.allocPd */
-  constructor(context: Context, handle: number, stream: StreamContext) {
+  constructor(context: VerbsProcess, device: Device, handle: number, stream: StreamContext, objects: ProcessObjects, free: (handle: number) => void) {
     this.context = context;
+    this.device = device;
     this.handle = handle;
     this.stream = stream;
+    this.#objects = objects;
+    this.#free = free;
   }
 
   get closed(): boolean {
     return this.#closed;
   }
 
-  /** ibv_dealloc_pd */
+  /** ibv_dealloc_pd: EBUSY while MRs or QPs still use it, as in libibverbs. */
   dealloc(): void {
     if (this.#closed) return;
+    if (this.users.size)
+      throw verbsError(
+        'ibv_dealloc_pd',
+        'EBUSY',
+        `${this.users.size} MR(s)/QP(s) still use this protection domain; deregister and destroy them first`,
+      );
     this.#closed = true;
-    this.context.releasePd(this);
+    this.#maps.clear();
+    // The stream goes: every later block through it, at either end, fails.
+    this.device.sim.freeStream(this.stream);
+    this.#free(this.handle);
+    this.#objects.pds.delete(this);
   }
 
   /** @internal */
   check(): void {
     if (this.#closed) throw closedError('ProtectionDomain');
+  }
+
+  /** @internal map `region` into this PD's stream on behalf of `holder`. */
+  mapFor(holder: object, region: Region): void {
+    let set = this.#maps.get(region);
+    if (!set) {
+      set = new Set();
+      this.#maps.set(region, set);
+      this.device.sim.map(this.stream, region);
+    }
+    set.add(holder);
+  }
+
+  /** @internal `holder` no longer needs any region: unmap the ones nobody else holds. */
+  unmapFor(holder: object): void {
+    for (const [region, set] of this.#maps) {
+      if (!set.delete(holder) || set.size) continue;
+      this.#maps.delete(region);
+      if (!this.#closed) this.device.sim.unmap(this.stream, region);
+    }
   }
 }
 
@@ -74,6 +125,7 @@ export class MemoryRegion {
   readonly registration: Registration | undefined;
   #closed = false;
   #pinned: boolean;
+  #objects: ProcessObjects;
 
   /** @internal use Context.regMr */
   constructor(
@@ -85,6 +137,7 @@ export class MemoryRegion {
     access: number,
     registration: Registration | undefined,
     pinned: boolean,
+    objects: ProcessObjects,
   ) {
     this.pd = pd;
     this.lkey = key;
@@ -97,6 +150,9 @@ export class MemoryRegion {
     this.implicit = region === undefined;
     this.registration = registration;
     this.#pinned = pinned;
+    this.#objects = objects;
+    pd.users.add(this);
+    if (region) pd.mapFor(this, region);
   }
 
   get onDemand(): boolean {
@@ -117,7 +173,7 @@ export class MemoryRegion {
     const ps = this.region.pageSize;
     const first = this.offset - (this.offset % ps);
     const pages = Math.ceil((this.offset + this.length - first) / ps);
-    return pages * this.pd.context.cluster.system.costs.pinPageUs;
+    return pages * this.pd.device.costs.pinPageUs;
   }
 
   get closed(): boolean {
@@ -133,7 +189,7 @@ export class MemoryRegion {
   setPolicy(policy: PolicyName, options?: PolicyOptions): void {
     this.#check();
     const reg = this.registration;
-    if (!reg) throw new TypeError('setPolicy: only explicit ODP MRs have a policy of their own');
+    if (!reg) throw invalidArg('setPolicy: only explicit ODP MRs have a policy of their own');
     const lib = this.pd.context.faultLibrary;
     const old = { policy: reg.policy, options: reg.options };
     lib.setPolicy(reg, policy, options); // validates
@@ -152,15 +208,15 @@ export class MemoryRegion {
   }
 
   /**
-   * The region and offset for [addr, addr+length) if this MR covers it, else undefined
-   * (an implicit MR covers every open region of the process).
+   * The region and offset for [addr, addr+length) if this MR covers it, else undefined. An
+   * implicit MR covers the open regions of its own process: those it registered or first
+   * reached through its implicit key, never another process's or the library's own.
    */
   resolve(addr: bigint, length: number): { region: Region; offset: number } | undefined {
     if (this.#closed) return undefined;
     if (this.implicit) {
       const r = findRegion(addr, Math.max(1, length));
-      const owner = r && owners.get(r);
-      if (!r || (owner && owner !== this.pd.context)) return undefined;
+      if (!r || !claimRegion(r, this.pd.context)) return undefined;
       return { region: r, offset: Number(addr - r.address) };
     }
     const end = this.addr + BigInt(this.length);
@@ -168,14 +224,19 @@ export class MemoryRegion {
     return { region: this.region!, offset: Number(addr - this.region!.address) };
   }
 
-  /** ibv_dereg_mr: unpin a pinned MR, forget the key. Idempotent. */
+  /** ibv_dereg_mr: unpin a pinned MR, forget the key, unmap what only it held. Idempotent. */
   dereg(): void {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#pinned && this.region && !this.region.closed) this.region.unpin(this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);
-    this.pd.context.releaseMr(this);
+    this.pd.unmapFor(this);
+    this.pd.users.delete(this);
+    this.pd.device.tables.removeMr(this.lkey);
+    // Refused from the next block on; and the block being written right now lands before we return.
+    this.pd.device.sim.fence({ key: this.lkey });
+    this.#objects.mrs.delete(this);
   }
 
   [Symbol.dispose](): void {

@@ -93,7 +93,9 @@ describe('calibration (modelled time)', () => {
     expect(r.c.faults).toEqual({ source: 0, destination: 0 });
     const pinned = r.c.model.us + pages * DEFAULT_COSTS.pinPageUs;
     within10(pinned / r.c.model.us, 1.46);
-    console.log(`[calibration] 4 MB: resident ${r.c.model.us.toFixed(1)} µs, pinned ${pinned.toFixed(1)} µs (×${(pinned / r.c.model.us).toFixed(3)}, target 1.46)`);
+    console.log(
+      `[calibration] 4 MB: resident ${r.c.model.us.toFixed(1)} µs, pinned ${pinned.toFixed(1)} µs (×${(pinned / r.c.model.us).toFixed(3)}, target 1.46)`,
+    );
   });
 });
 

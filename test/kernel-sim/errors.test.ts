@@ -2,7 +2,7 @@
 // and counter, never an exception, a hang or a crash. No stream translates another
 // stream's memory.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus, type DmaCompletion, type DmaDescriptor, IommuPageResponseCode, type NlMessage, NlAttr, NlCmd } from '../../kernel-sim/index.js';
+import { decodeFault, DmaStatus, type DmaCompletion, type DmaDescriptor, IommuPageResponseCode, type NlMessage } from '../../kernel-sim/index.js';
 import { answerFault, bytesOf, FaultLibrary, type FaultNote, fill, layerCounts, P, post, proc, until, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -118,12 +118,13 @@ describe('lost notifications', () => {
       for (;;) {
         const m = await b.socket.recv();
         if (!m) return;
-        if (m.cmd !== NlCmd.FAULT) continue;
+        const n = decodeFault(m);
+        if (!n) continue;
         heard.push(m);
-        const va = m.attrs.get(NlAttr.VA) as bigint;
+        const va = n.va;
         const r = dsts.find((d) => va >= d.address && va < d.address + BigInt(d.size))!;
         r.populate(Number(va - r.address), P);
-        answerFault(b.socket, { sid: Number(m.attrs.get(NlAttr.SID)), va, stall: false, stag: 0 } as FaultNote, IommuPageResponseCode.SUCCESS, P);
+        answerFault(b.socket, { sid: n.sid, va, stall: false, stag: 0 } as FaultNote, IommuPageResponseCode.SUCCESS, P);
       }
     })();
     const cs = await within('transfers', Promise.all(ps), 5000);
@@ -140,24 +141,27 @@ describe('lost notifications', () => {
 });
 
 describe('the fault library cannot help', () => {
-  test.each(['destination', 'source'] as const)('retry limit: a library that answers SUCCESS without resolving (%s) → RETRY_EXCEEDED', async (side) => {
-    const sys = env.system({ nodes: 2, retryLimit: 2 });
-    const src = env.region(P);
-    const dst = env.region(P);
-    if (side === 'destination') fill(src);
-    else dst.populate();
-    const a = proc(sys.node(0), 100, 7, [src]);
-    const b = proc(sys.node(1), 200, 7, [dst]);
-    const lib = env.track(new FaultLibrary(side === 'source' ? a.socket : b.socket, { regions: [side === 'source' ? src : dst], noResolve: true }));
-    const c = await within('transfer', post(sys.node(0), src, dst));
-    expect(c.status).toBe(DmaStatus.RETRY_EXCEEDED);
-    expect(c.faults[side]).toBe(3);
-    expect(c.retransmittedBlocks).toBe(2);
-    expect(lib.faults).toHaveLength(3);
-    expect(layerCounts(sys, side === 'source' ? 0 : 1).notified).toBe(3);
-    expect(sys.node(0).pldma.counters().errors).toBe(1);
-    expect(sys.node(0).pldma.counters().retryTimeouts).toBe(0);
-  });
+  test.each(['destination', 'source'] as const)(
+    'retry limit: a library that answers SUCCESS without resolving (%s) → RETRY_EXCEEDED',
+    async (side) => {
+      const sys = env.system({ nodes: 2, retryLimit: 2 });
+      const src = env.region(P);
+      const dst = env.region(P);
+      if (side === 'destination') fill(src);
+      else dst.populate();
+      const a = proc(sys.node(0), 100, 7, [src]);
+      const b = proc(sys.node(1), 200, 7, [dst]);
+      const lib = env.track(new FaultLibrary(side === 'source' ? a.socket : b.socket, { regions: [side === 'source' ? src : dst], noResolve: true }));
+      const c = await within('transfer', post(sys.node(0), src, dst));
+      expect(c.status).toBe(DmaStatus.RETRY_EXCEEDED);
+      expect(c.faults[side]).toBe(3);
+      expect(c.retransmittedBlocks).toBe(2);
+      expect(lib.faults).toHaveLength(3);
+      expect(layerCounts(sys, side === 'source' ? 0 : 1).notified).toBe(3);
+      expect(sys.node(0).pldma.counters().errors).toBe(1);
+      expect(sys.node(0).pldma.counters().retryTimeouts).toBe(0);
+    },
+  );
 
   test('a per-descriptor retry limit of 0 ends at the first fault', async () => {
     const sys = env.system({ nodes: 2 });
@@ -181,7 +185,13 @@ describe('the fault library cannot help', () => {
     else dst.populate();
     const a = proc(sys.node(0), 100, 7, [src]);
     const b = proc(sys.node(1), 200, 7, [dst]);
-    env.track(new FaultLibrary(side === 'source' ? a.socket : b.socket, { regions: [side === 'source' ? src : dst], noResolve: true, status: IommuPageResponseCode.INVALID }));
+    env.track(
+      new FaultLibrary(side === 'source' ? a.socket : b.socket, {
+        regions: [side === 'source' ? src : dst],
+        noResolve: true,
+        status: IommuPageResponseCode.INVALID,
+      }),
+    );
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.FAULT_UNRESOLVED);
     expect(c.faults[side]).toBe(1);
@@ -380,7 +390,7 @@ describe('stream isolation', () => {
     expect(sys.node(1).smmu.counters().faults).toEqual({ F_ADDR_SIZE: 2 });
   });
 
-  test('a read of another stream\'s memory → SRC_ADDR_ERR', async () => {
+  test("a read of another stream's memory → SRC_ADDR_ERR", async () => {
     const { sys, srcA, dstB } = rig();
     const c = await within('transfer', post(sys.node(0), srcA, dstB, { pd: 8 }));
     expect(c.status).toBe(DmaStatus.SRC_ADDR_ERR);

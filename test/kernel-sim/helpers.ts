@@ -4,8 +4,9 @@
 import { afterEach } from 'vitest';
 import { mapRegion, Userfaultfd, type MapOptions, type Region, type UffdOpenOptions } from '../../lib/index.js';
 import {
+  decodeFault,
+  encodeResolved,
   IommuPageResponseCode,
-  NlAttr,
   NlCmd,
   SimSystem,
   type DmaCompletion,
@@ -86,12 +87,7 @@ export function proc(node: SimNode, pid: number, pd: number, regions: Region[] =
 }
 
 /** Post `src` (node 0) → `dst` (node `dstNode`, default 1): whole regions unless told. */
-export function post(
-  node: SimNode,
-  src: Region,
-  dst: Region,
-  d: Partial<DmaDescriptor> = {},
-): Promise<DmaCompletion> {
+export function post(node: SimNode, src: Region, dst: Region, d: Partial<DmaDescriptor> = {}): Promise<DmaCompletion> {
   return node.post({ channel: 0, srcVa: src.address, dstNode: 1, dstVa: dst.address, length: Math.min(src.size, dst.size), pd: 7, ...d });
 }
 
@@ -195,22 +191,23 @@ export class FaultLibrary {
   }
 
   async #on(m: NlMessage): Promise<void> {
-    const va = m.attrs.get(NlAttr.VA) as bigint;
+    const n = decodeFault(m)!;
+    const va = n.va;
     const region = this.#o.regions.find((r) => !r.closed && va >= r.address && va < r.address + BigInt(r.size));
     if (!region) throw new Error(`fault at 0x${va.toString(16)} is in none of the library's regions`);
     const offset = Number(va - region.address) - (Number(va - region.address) % P);
     const note: FaultNote = {
       msg: m,
       va,
-      hint: Number(m.attrs.get(NlAttr.LENGTH)),
-      write: m.attrs.get(NlAttr.WRITE) === true,
-      side: String(m.attrs.get(NlAttr.SIDE)),
-      sid: Number(m.attrs.get(NlAttr.SID)),
-      node: Number(m.attrs.get(NlAttr.NODE)),
-      channel: Number(m.attrs.get(NlAttr.CHANNEL)),
-      transfer: Number(m.attrs.get(NlAttr.TRANSFER)),
-      stall: m.attrs.get(NlAttr.STALL) === true,
-      stag: Number(m.attrs.get(NlAttr.STAG) ?? 0),
+      hint: n.length,
+      write: n.write,
+      side: n.side,
+      sid: n.sid,
+      node: n.node,
+      channel: n.channel,
+      transfer: n.transfer,
+      stall: n.stall,
+      stag: n.stag,
       region,
       offset,
     };
@@ -240,23 +237,22 @@ export class FaultLibrary {
 }
 
 /** Send NlCmd.RESOLVED for `note` on `socket` (tests that answer by hand use this). */
-export function answerFault(socket: NetlinkSocket, note: FaultNote, status: IommuPageResponseCode, length: number, method: ResolveMethod = 'touch'): void {
-  const attrs = new Map<NlAttr, number | bigint | string | boolean>([
-    [NlAttr.SID, note.sid],
-    [NlAttr.VA, note.va],
-    [NlAttr.STATUS, status],
-    [NlAttr.LENGTH, length],
-    [NlAttr.METHOD, method],
-  ]);
-  if (note.stall) {
-    attrs.set(NlAttr.STALL, true);
-    attrs.set(NlAttr.STAG, note.stag);
-  }
+export function answerFault(
+  socket: NetlinkSocket,
+  note: FaultNote,
+  status: IommuPageResponseCode,
+  length: number,
+  method: ResolveMethod = 'touch',
+): void {
+  const attrs = encodeResolved({ sid: note.sid, va: note.va, status, length, method, stall: note.stall, stag: note.stag });
   socket.send(NlCmd.RESOLVED, attrs);
 }
 
 /** Sum of the counters that must agree after a run: what each layer saw. */
-export function layerCounts(sys: SimSystem, node: number): {
+export function layerCounts(
+  sys: SimSystem,
+  node: number,
+): {
   smmuFaults: number;
   recorded: number;
   overflows: number;

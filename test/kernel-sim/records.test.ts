@@ -59,7 +59,21 @@ describe('event records', () => {
   test('a record is 4 × u64 and round-trips through encode/decode', () => {
     const samples: SmmuEventRecord[] = [
       base,
-      { ...base, id: EvtId.F_PERMISSION, sid: 0xffffffff, ssv: true, ssid: 0xfffff, stag: 0xffff, stall: true, pnu: true, ind: true, rnw: true, s2: true, class: EvtClass.TT, addr: 0xffff_ffff_ffff_f000n },
+      {
+        ...base,
+        id: EvtId.F_PERMISSION,
+        sid: 0xffffffff,
+        ssv: true,
+        ssid: 0xfffff,
+        stag: 0xffff,
+        stall: true,
+        pnu: true,
+        ind: true,
+        rnw: true,
+        s2: true,
+        class: EvtClass.TT,
+        addr: 0xffff_ffff_ffff_f000n,
+      },
       { ...base, id: EvtId.F_ADDR_SIZE, sid: 0x1234, ssid: 0x5678, stag: 0x9abc, rnw: true, class: EvtClass.CD, addr: 0x7f12_3456_7000n },
       { ...base, id: EvtId.F_ACCESS, sid: 1, stall: true, stag: 1, addr: 1n },
     ];
@@ -129,7 +143,15 @@ describe('commands', () => {
 describe('IOPF form (iommu_fault_page_request)', () => {
   test('a read fault asks for READ, a write fault for WRITE; LAST_PAGE always; grpid = STAG', () => {
     const r = toPageRequest({ ...base, rnw: true, stag: 42, addr: 0x1000n }, 8192);
-    expect(r).toEqual({ type: IOMMU_FAULT_PAGE_REQ, flags: IOMMU_FAULT_PAGE_REQUEST_LAST_PAGE, pasid: 0, grpid: 42, perm: IOMMU_FAULT_PERM_READ, addr: 0x1000n, length: 8192 });
+    expect(r).toEqual({
+      type: IOMMU_FAULT_PAGE_REQ,
+      flags: IOMMU_FAULT_PAGE_REQUEST_LAST_PAGE,
+      pasid: 0,
+      grpid: 42,
+      perm: IOMMU_FAULT_PERM_READ,
+      addr: 0x1000n,
+      length: 8192,
+    });
     expect(toPageRequest({ ...base, rnw: false }, 0).perm).toBe(IOMMU_FAULT_PERM_WRITE);
   });
 
@@ -195,7 +217,7 @@ describe('IOTLB', () => {
     expect([t.hits, t.misses, t.size]).toEqual([3, 2, 2]);
   });
 
-  test('invalidateRange drops every stream\'s pages of the range, and only those', () => {
+  test("invalidateRange drops every stream's pages of the range, and only those", () => {
     const t = new Iotlb(100);
     for (let p = 0; p < 8; p++) {
       t.insert(1, BigInt(p * 4096));

@@ -4,7 +4,16 @@
 // the transfer completes with ABORTED.
 import { describe, expect, test } from 'vitest';
 import type { Fault, Region, Userfaultfd } from '../../lib/index.js';
-import { CMD_RESUME, CMD_STALL_TERM, DmaStatus, EvtId, ResumeResp, type DriverFault, IommuPageResponseCode, type SimSystem } from '../../kernel-sim/index.js';
+import {
+  CMD_RESUME,
+  CMD_STALL_TERM,
+  DmaStatus,
+  EvtId,
+  ResumeResp,
+  type DriverFault,
+  IommuPageResponseCode,
+  type SimSystem,
+} from '../../kernel-sim/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, until, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -51,7 +60,14 @@ describe('stall mode, destination', () => {
     const gate = deferred();
     let completed = false;
     let held = 0;
-    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd), hold: () => (held++ === 0 ? gate.promise : undefined) }));
+    const lib = env.track(
+      new FaultLibrary(b.socket, {
+        regions: [dst],
+        method: 'uffd',
+        resolve: zeroNoWake(uffd),
+        hold: () => (held++ === 0 ? gate.promise : undefined),
+      }),
+    );
     const pc = post(sys.node(0), src, dst).then((c) => ((completed = true), c));
 
     await until('the first stalled access', () => lib.faults.length === 1);
@@ -258,7 +274,7 @@ describe('stall mode, destination', () => {
     expect(uffd.pending).toBe(0);
   });
 
-  test('a stall released by the userfaultfd\'s own handler timeout completes and is not left listed as stalled', async () => {
+  test("a stall released by the userfaultfd's own handler timeout completes and is not left listed as stalled", async () => {
     const sys = env.system({ nodes: 2 });
     const uffd = env.uffd({ timeoutMs: 30 });
     uffd.on('error', () => {}); // the timeout is reported as an error event; expected here
@@ -318,7 +334,7 @@ describe('stall mode, source', () => {
     expect(smmuOf(sys, 1).counters().stalls).toBe(0);
   });
 
-  test('stalls at both ends of one transfer on one userfaultfd: each node\'s SMMU claims its own', async () => {
+  test("stalls at both ends of one transfer on one userfaultfd: each node's SMMU claims its own", async () => {
     const pages = 2;
     const sys = env.system({ nodes: 2 });
     const uffd = env.uffd();
@@ -332,15 +348,25 @@ describe('stall mode, source', () => {
     const a = proc(sys.node(0), 100, 7, [src], 'stall');
     const b = proc(sys.node(1), 200, 7, [dst], 'stall');
     const srcLib = env.track(
-      new FaultLibrary(a.socket, { regions: [src], method: 'uffd', resolve: (r, off, len) => uffd.copy(r, off, data.subarray(off, off + len), { wake: false }) }),
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        method: 'uffd',
+        resolve: (r, off, len) => uffd.copy(r, off, data.subarray(off, off + len), { wake: false }),
+      }),
     );
     const dstLib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd) }));
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.SUCCESS);
     expect(bytesOf(dst).equals(data)).toBe(true);
     expect(c.faults).toEqual({ source: pages, destination: pages });
-    expect(srcLib.faults.map((f) => [f.side, f.offset])).toEqual([['source', 0], ['source', P]]);
-    expect(dstLib.faults.map((f) => [f.side, f.offset])).toEqual([['destination', 0], ['destination', P]]);
+    expect(srcLib.faults.map((f) => [f.side, f.offset])).toEqual([
+      ['source', 0],
+      ['source', P],
+    ]);
+    expect(dstLib.faults.map((f) => [f.side, f.offset])).toEqual([
+      ['destination', 0],
+      ['destination', P],
+    ]);
     expect(smmuOf(sys, 0).counters().stalls).toBe(pages);
     expect(smmuOf(sys, 1).counters().stalls).toBe(pages);
   });

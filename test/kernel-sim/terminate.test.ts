@@ -5,7 +5,24 @@
 // real residency of the pages before the transfer.
 import { describe, expect, test } from 'vitest';
 import { DmaStatus, type DriverFault, IommuPageResponseCode, IOMMU_FAULT_PERM_READ, IOMMU_FAULT_PERM_WRITE, EvtId } from '../../kernel-sim/index.js';
-import { answerFault, bytesOf, deferred, sleep, FaultLibrary, fill, layerCounts, P, pattern, post, proc, residentPages, until, useEnv, within, type Policy } from './helpers.js';
+import {
+  answerFault,
+  bytesOf,
+  deferred,
+  sleep,
+  FaultLibrary,
+  fill,
+  layerCounts,
+  P,
+  pattern,
+  post,
+  proc,
+  residentPages,
+  until,
+  useEnv,
+  within,
+  type Policy,
+} from './helpers.js';
 
 const env = useEnv();
 
@@ -317,7 +334,7 @@ describe('eviction invalidates cached translations', () => {
     expect(bytesOf(dst).equals(data)).toBe(true);
   });
 
-  test('a stale IOTLB entry (no MMU notifier) is caught by the copy thread\'s walk: a fault, not zeros', async () => {
+  test("a stale IOTLB entry (no MMU notifier) is caught by the copy thread's walk: a fault, not zeros", async () => {
     const pages = 4;
     const { sys, src, dst, data, b } = rig({ pages, dstResident: true });
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
@@ -412,12 +429,17 @@ describe('channels and processes', () => {
       const lib = env.track(
         new FaultLibrary(side === 'source' ? a.socket : b.socket, {
           regions: [shared],
-          resolve: (r, off, len) => (side === 'source' ? new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) : r.populate(off, len)),
+          resolve: (r, off, len) =>
+            side === 'source' ? new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) : r.populate(off, len),
         }),
       );
       const cs = await within(
         'both transfers',
-        Promise.all([0, 1].map((i) => (side === 'source' ? post(sys.node(0), shared, others[i]!, { channel: i }) : post(sys.node(0), others[i]!, shared, { channel: i })))),
+        Promise.all(
+          [0, 1].map((i) =>
+            side === 'source' ? post(sys.node(0), shared, others[i]!, { channel: i }) : post(sys.node(0), others[i]!, shared, { channel: i }),
+          ),
+        ),
         5000,
       );
       for (const c of cs) {
@@ -433,7 +455,7 @@ describe('channels and processes', () => {
     },
   );
 
-  test('a process hears only its own faults and cannot answer another process\'s', async () => {
+  test("a process hears only its own faults and cannot answer another process's", async () => {
     const sys = env.system({ nodes: 2 });
     const src = env.region(P);
     const dst = env.region(P);

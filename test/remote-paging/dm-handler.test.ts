@@ -87,7 +87,8 @@ describe('DM-Handler behaviour', () => {
   });
 
   it('prefetch reads the window ahead in the same store request: a sequential scan takes one major fault per window', async () => {
-    const N = 256, W = 15;
+    const N = 256,
+      W = 15;
     const p = await pager({ size: N * P, prefetch: W });
     const b = new Uint8Array(p.region.buffer);
     for (let i = 0; i < N; i++) b[i * P] = i & 0xff;

@@ -13,10 +13,13 @@ it('the main thread reading a page its dead server held dies by SIGBUS, promptly
   const redis = await startRedis();
   try {
     const child = spawn(process.execPath, [join(ROOT, 'test/fixtures/remote-main-fails.mjs'), redis.socket], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '', err = '';
+    let out = '',
+      err = '';
     child.stdout.on('data', (d: Buffer) => (out += d));
     child.stderr.on('data', (d: Buffer) => (err += d));
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on('close', (code, signal) => r({ code, signal })));
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+      child.on('close', (code, signal) => r({ code, signal })),
+    );
     const end = Date.now() + 15_000;
     while (!out.includes('evicted') && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
     expect(out).toContain('evicted');

@@ -12,8 +12,16 @@ beforeAll(async () => {
 afterAll(async () => redis?.dispose());
 
 it('random writes over 4× the resident limit, Redis restarted mid-run: every byte verified', async () => {
-  const N = 1024, LIMIT = 256, WRITES = 6000;
-  const p = await RemotePager.create({ size: N * P, residentLimit: LIMIT * P, evictBatch: 16, timeoutMs: 5000, store: { redis: { socket: redis.socket, prefix: 'soak' } } });
+  const N = 1024,
+    LIMIT = 256,
+    WRITES = 6000;
+  const p = await RemotePager.create({
+    size: N * P,
+    residentLimit: LIMIT * P,
+    evictBatch: 16,
+    timeoutMs: 5000,
+    store: { redis: { socket: redis.socket, prefix: 'soak' } },
+  });
   const errors: PfrError[] = [];
   p.on('error', (e) => errors.push(e));
   try {
@@ -22,7 +30,10 @@ it('random writes over 4× the resident limit, Redis restarted mid-run: every by
     let seed = 12345;
     const rand = (n: number): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 8) % n;
     const write = (): void => {
-      const page = rand(N), off = page * P + rand(P - 64), len = 1 + rand(64), v = 1 + rand(255);
+      const page = rand(N),
+        off = page * P + rand(P - 64),
+        len = 1 + rand(64),
+        v = 1 + rand(255);
       mem.fill(v, off, off + len);
       shadow.fill(v, off, off + len);
     };

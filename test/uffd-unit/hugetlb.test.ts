@@ -70,7 +70,10 @@ describe.each(DELIVERIES)('hugetlb (%s delivery)', (delivery) => {
     Buffer.from(view.buffer).set(data);
     uffd.register(r, { missing: false, minor: true });
     const res = await touch(r);
-    expect(h.faults.map((f) => [f.kind, f.offset])).toEqual([['minor', 0], ['minor', H]]);
+    expect(h.faults.map((f) => [f.kind, f.offset])).toEqual([
+      ['minor', 0],
+      ['minor', H],
+    ]);
     expect(res.data!.equals(data)).toBe(true);
   });
 

@@ -28,11 +28,13 @@ export function region(pages: number, shared: boolean): Region {
 }
 
 /** Offsets (in pages) of faults of a kind. */
-export const pagesOf = (faults: Fault[], kind?: Fault['kind']): number[] =>
-  faults.filter((f) => !kind || f.kind === kind).map((f) => f.offset / P);
+export const pagesOf = (faults: Fault[], kind?: Fault['kind']): number[] => faults.filter((f) => !kind || f.kind === kind).map((f) => f.offset / P);
 
 /** What touch() rejected with (or undefined if it resolved). */
-export async function touchError(r: Region, options?: Parameters<typeof touch>[1]): Promise<{ code?: string; offsets?: number[]; signal?: string } | undefined> {
+export async function touchError(
+  r: Region,
+  options?: Parameters<typeof touch>[1],
+): Promise<{ code?: string; offsets?: number[]; signal?: string } | undefined> {
   try {
     await touch(r, options);
     return undefined;

@@ -35,7 +35,11 @@ describe.each(ANON)('move ($delivery delivery)', ({ delivery }) => {
     uffd.copy(r, 0, data);
     expect(uffd.move(out, 0, r, P, 2 * P)).toBe(2 * P);
     expect(Array.from(r.residency())).toEqual([1, 0, 0, 1]);
-    expect(Buffer.from(out.buffer).subarray(0, 2 * P).equals(data.subarray(P, 3 * P))).toBe(true);
+    expect(
+      Buffer.from(out.buffer)
+        .subarray(0, 2 * P)
+        .equals(data.subarray(P, 3 * P)),
+    ).toBe(true);
     const h = recording((f, u) => u.zeropage(f.region, f.offset, P));
     uffd.onFault(h.handler);
     await touch(r, { probe: true });

@@ -27,7 +27,9 @@ describe.each(BOTH)('uffd-stress bounce ($delivery delivery, $memory)', ({ deliv
     const regions = [own(region(N, shared)), own(region(N, shared))] as const;
     let src: Region = regions[0];
     let wpRound = false;
-    let missing = 0, wp = 0, retries = 0;
+    let missing = 0,
+      wp = 0,
+      retries = 0;
     const uffd = own(
       open(delivery, (f, u) => {
         if (f.kind === 'write-protect') {
@@ -50,7 +52,9 @@ describe.each(BOTH)('uffd-stress bounce ($delivery delivery, $memory)', ({ deliv
       const slice = N / 2;
       const walks = Array.from({ length: THREADS }, (_, t) => {
         const offset = ((t * N) / (2 * THREADS)) * P; // overlapping halves: pages faulted by 2 threads at once
-        return wpRound ? touch(dst, { offset, length: slice * P, access: 'write', probe: true, fill: 0xf0 + t }) : touch(dst, { offset, length: slice * P, probe: true });
+        return wpRound
+          ? touch(dst, { offset, length: slice * P, access: 'write', probe: true, fill: 0xf0 + t })
+          : touch(dst, { offset, length: slice * P, probe: true });
       });
       await Promise.all(walks);
       // Every page reached: those no thread walked were never faulted in.

@@ -47,7 +47,13 @@ function bigWrite() {
   fillPattern(client);
   server.region.evict();
   const post = () =>
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, PAGES * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, PAGES * P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
   return { ...players, post };
 }
 
@@ -132,7 +138,18 @@ describe('an application thread reading an ODP buffer while DMA faults on it', (
         parentPort.postMessage({ reads, foreign, lastExact: last.exact, lastForeign: last.foreign });
       })().catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
       `,
-      { eval: true, workerData: { gyp: createRequire(import.meta.url).resolve('node-gyp-build'), root: ROOT, id: server.region.id, length: PAGES * P, pages: PAGES, P, flag } },
+      {
+        eval: true,
+        workerData: {
+          gyp: createRequire(import.meta.url).resolve('node-gyp-build'),
+          root: ROOT,
+          id: server.region.id,
+          length: PAGES * P,
+          pages: PAGES,
+          P,
+          flag,
+        },
+      },
     );
     try {
       const messages: Array<Record<string, unknown>> = [];
@@ -219,7 +236,13 @@ describe('several transfers at once', () => {
         [qa, 1],
       ] as const) {
         const slot = (2 * i + k) * 8;
-        q.postSend({ wrId: 2 * i + k, opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [client.sge(P + slot, 8)], sendFlags: SendFlags.SIGNALED, atomic: { remoteAddr: server.at(0), rkey: server.mr.rkey, compareAdd: 1n } });
+        q.postSend({
+          wrId: 2 * i + k,
+          opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+          sgList: [client.sge(P + slot, 8)],
+          sendFlags: SendFlags.SIGNALED,
+          atomic: { remoteAddr: server.at(0), rkey: server.mr.rkey, compareAdd: 1n },
+        });
       }
     }
     for (let i = 0; i < 2 * N; i++) await pollOk(client.cq);
@@ -233,7 +256,15 @@ describe('tearing down with work in flight', () => {
   test('destroying a QP mid-transfer: every posted WR completes once, the unfinished ones with WR_FLUSH_ERR; no hang', async () => {
     const { client, server, post } = bigWrite();
     post();
-    client.qp.postSend([2, 3, 4].map((id) => ({ wrId: id, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } })));
+    client.qp.postSend(
+      [2, 3, 4].map((id) => ({
+        wrId: id,
+        opcode: WrOpcode.RDMA_WRITE,
+        sgList: [client.sge(0, P)],
+        sendFlags: SendFlags.SIGNALED,
+        rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+      })),
+    );
     // Let the first transfer start faulting, then destroy the QP under it.
     const t0 = Date.now();
     while (server.ctx.faultLibrary.stats().faults.destination === 0 && Date.now() - t0 < 2000) await sleep(1);

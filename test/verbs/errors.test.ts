@@ -47,7 +47,31 @@ const LIBIBVERBS_STRINGS = [
 ];
 
 test('WcStatus values and statusStr follow libibverbs (enum ibv_wc_status, ibv_wc_status_str)', () => {
-  const names = ['SUCCESS', 'LOC_LEN_ERR', 'LOC_QP_OP_ERR', 'LOC_EEC_OP_ERR', 'LOC_PROT_ERR', 'WR_FLUSH_ERR', 'MW_BIND_ERR', 'BAD_RESP_ERR', 'LOC_ACCESS_ERR', 'REM_INV_REQ_ERR', 'REM_ACCESS_ERR', 'REM_OP_ERR', 'RETRY_EXC_ERR', 'RNR_RETRY_EXC_ERR', 'LOC_RDD_VIOL_ERR', 'REM_INV_RD_REQ_ERR', 'REM_ABORT_ERR', 'INV_EECN_ERR', 'INV_EEC_STATE_ERR', 'FATAL_ERR', 'RESP_TIMEOUT_ERR', 'GENERAL_ERR', 'TM_ERR'];
+  const names = [
+    'SUCCESS',
+    'LOC_LEN_ERR',
+    'LOC_QP_OP_ERR',
+    'LOC_EEC_OP_ERR',
+    'LOC_PROT_ERR',
+    'WR_FLUSH_ERR',
+    'MW_BIND_ERR',
+    'BAD_RESP_ERR',
+    'LOC_ACCESS_ERR',
+    'REM_INV_REQ_ERR',
+    'REM_ACCESS_ERR',
+    'REM_OP_ERR',
+    'RETRY_EXC_ERR',
+    'RNR_RETRY_EXC_ERR',
+    'LOC_RDD_VIOL_ERR',
+    'REM_INV_RD_REQ_ERR',
+    'REM_ABORT_ERR',
+    'INV_EECN_ERR',
+    'INV_EEC_STATE_ERR',
+    'FATAL_ERR',
+    'RESP_TIMEOUT_ERR',
+    'GENERAL_ERR',
+    'TM_ERR',
+  ];
   names.forEach((n, i) => {
     expect(WcStatus[n as keyof typeof WcStatus]).toBe(i);
     expect(wcStatusStr(i)).toBe(LIBIBVERBS_STRINGS[i]);
@@ -66,7 +90,13 @@ async function expectFlushedAfter(p: Player, peer: Player): Promise<void> {
   expect(p.qp.state).toBe(QpState.ERR);
   p.fill(0x11);
   p.qp.postSend([
-    { wrId: 100, opcode: WrOpcode.RDMA_WRITE, sgList: [p.sge()], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: peer.at(0), rkey: peer.mr.rkey } },
+    {
+      wrId: 100,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [p.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: peer.at(0), rkey: peer.mr.rkey },
+    },
     { wrId: 101, opcode: WrOpcode.SEND, sgList: [p.sge()] },
   ]);
   const a = await next(p.cq, 3000);
@@ -89,8 +119,18 @@ async function expectFlushedAfter(p: Player, peer: Player): Promise<void> {
 describe('LOC_PROT_ERR: the local SGE is not covered by a usable MR', () => {
   test('wrong lkey', async () => {
     const { client, server } = createPlayers();
-    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [{ ...client.sge(), lkey: client.mr.lkey + 1 }], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
-    expect(wc).toMatchObject({ wrId: 1n, status: WcStatus.LOC_PROT_ERR, statusStr: 'local protection error', opcode: WcOpcode.RDMA_WRITE, qpNum: client.qp.qpNum });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [{ ...client.sge(), lkey: client.mr.lkey + 1 }],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect(wc).toMatchObject({
+      wrId: 1n,
+      status: WcStatus.LOC_PROT_ERR,
+      statusStr: 'local protection error',
+      opcode: WcOpcode.RDMA_WRITE,
+      qpNum: client.qp.qpNum,
+    });
     await expectFlushedAfter(client, server);
   });
 
@@ -125,7 +165,11 @@ describe('LOC_PROT_ERR: the local SGE is not covered by a usable MR', () => {
   test('RDMA READ into an MR without LOCAL_WRITE', async () => {
     const { client, server } = createPlayers();
     const ro = client.ctx.regMr(client.pd, region(4 * P), 0, 4 * P, Access.ON_DEMAND);
-    const wc = await fails(client, { opcode: WrOpcode.RDMA_READ, sgList: [{ addr: ro.addr, length: MSG, lkey: ro.lkey }], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [{ addr: ro.addr, length: MSG, lkey: ro.lkey }],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect(wc.status).toBe(WcStatus.LOC_PROT_ERR);
   });
 
@@ -146,7 +190,11 @@ describe('REM_ACCESS_ERR: the remote key does not allow the access', () => {
   test('wrong rkey', async () => {
     const { client, server } = createPlayers();
     client.fill(0x11);
-    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey ^ 0x40 } });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge()],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey ^ 0x40 },
+    });
     expect(wc).toMatchObject({ status: WcStatus.REM_ACCESS_ERR, statusStr: 'remote access error', byteLen: 0 });
     await expectFlushedAfter(client, server);
   });
@@ -159,11 +207,35 @@ describe('REM_ACCESS_ERR: the remote key does not allow the access', () => {
   });
 
   const missing: Array<[string, number, (c: Player, s: Player) => Omit<SendWr, 'wrId' | 'sendFlags'>]> = [
-    ['REMOTE_WRITE', Access.REMOTE_WRITE, (c, s) => ({ opcode: WrOpcode.RDMA_WRITE, sgList: [c.sge()], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } })],
-    ['REMOTE_WRITE (WRITE_WITH_IMM)', Access.REMOTE_WRITE, (c, s) => ({ opcode: WrOpcode.RDMA_WRITE_WITH_IMM, immData: 1, sgList: [c.sge()], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } })],
-    ['REMOTE_READ', Access.REMOTE_READ, (c, s) => ({ opcode: WrOpcode.RDMA_READ, sgList: [c.sge()], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } })],
-    ['REMOTE_ATOMIC (FETCH_AND_ADD)', Access.REMOTE_ATOMIC, (c, s) => ({ opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [c.sge(0, 8)], atomic: { remoteAddr: s.at(0), rkey: s.mr.rkey, compareAdd: 1n } })],
-    ['REMOTE_ATOMIC (CMP_AND_SWP)', Access.REMOTE_ATOMIC, (c, s) => ({ opcode: WrOpcode.ATOMIC_CMP_AND_SWP, sgList: [c.sge(0, 8)], atomic: { remoteAddr: s.at(0), rkey: s.mr.rkey, compareAdd: 0n, swap: 1n } })],
+    [
+      'REMOTE_WRITE',
+      Access.REMOTE_WRITE,
+      (c, s) => ({ opcode: WrOpcode.RDMA_WRITE, sgList: [c.sge()], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } }),
+    ],
+    [
+      'REMOTE_WRITE (WRITE_WITH_IMM)',
+      Access.REMOTE_WRITE,
+      (c, s) => ({ opcode: WrOpcode.RDMA_WRITE_WITH_IMM, immData: 1, sgList: [c.sge()], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } }),
+    ],
+    [
+      'REMOTE_READ',
+      Access.REMOTE_READ,
+      (c, s) => ({ opcode: WrOpcode.RDMA_READ, sgList: [c.sge()], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } }),
+    ],
+    [
+      'REMOTE_ATOMIC (FETCH_AND_ADD)',
+      Access.REMOTE_ATOMIC,
+      (c, s) => ({ opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [c.sge(0, 8)], atomic: { remoteAddr: s.at(0), rkey: s.mr.rkey, compareAdd: 1n } }),
+    ],
+    [
+      'REMOTE_ATOMIC (CMP_AND_SWP)',
+      Access.REMOTE_ATOMIC,
+      (c, s) => ({
+        opcode: WrOpcode.ATOMIC_CMP_AND_SWP,
+        sgList: [c.sge(0, 8)],
+        atomic: { remoteAddr: s.at(0), rkey: s.mr.rkey, compareAdd: 0n, swap: 1n },
+      }),
+    ],
   ];
   test.each(missing)('the remote MR lacks %s', async (_, flag, wr) => {
     const { client, server } = createPlayers();
@@ -196,7 +268,11 @@ describe('REM_ACCESS_ERR: the remote key does not allow the access', () => {
     const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], rdma: { remoteAddr: addr(server), rkey: server.mr.rkey } });
     expect(wc.status).toBe(WcStatus.REM_ACCESS_ERR);
     const rd = createPlayers();
-    const wc2 = await fails(rd.client, { opcode: WrOpcode.RDMA_READ, sgList: [rd.client.sge()], rdma: { remoteAddr: addr(rd.server), rkey: rd.server.mr.rkey } });
+    const wc2 = await fails(rd.client, {
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [rd.client.sge()],
+      rdma: { remoteAddr: addr(rd.server), rkey: rd.server.mr.rkey },
+    });
     expect(wc2.status).toBe(WcStatus.REM_ACCESS_ERR);
   });
 
@@ -242,10 +318,18 @@ describe('length and request errors', () => {
 
   test('an atomic on a misaligned remote address: REM_INV_REQ_ERR; a local SGE not 8 bytes: LOC_LEN_ERR', async () => {
     const { client, server } = createPlayers();
-    const wc = await fails(client, { opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [client.sge(0, 8)], atomic: { remoteAddr: server.at(4), rkey: server.mr.rkey, compareAdd: 1n } });
+    const wc = await fails(client, {
+      opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+      sgList: [client.sge(0, 8)],
+      atomic: { remoteAddr: server.at(4), rkey: server.mr.rkey, compareAdd: 1n },
+    });
     expect(wc.status).toBe(WcStatus.REM_INV_REQ_ERR);
     const b = createPlayers();
-    const wc2 = await fails(b.client, { opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [b.client.sge(0, 16)], atomic: { remoteAddr: b.server.at(0), rkey: b.server.mr.rkey, compareAdd: 1n } });
+    const wc2 = await fails(b.client, {
+      opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+      sgList: [b.client.sge(0, 16)],
+      atomic: { remoteAddr: b.server.at(0), rkey: b.server.mr.rkey, compareAdd: 1n },
+    });
     expect(wc2.status).toBe(WcStatus.LOC_LEN_ERR);
   });
 });
@@ -263,7 +347,12 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
 
   test('rnrRetry 1 and WRITE_WITH_IMM with no receive to consume the immediate: RNR_RETRY_EXC_ERR too', async () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 1, minRnrTimer: 1 } });
-    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE_WITH_IMM, immData: 3, sgList: [client.sge()], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_WRITE_WITH_IMM,
+      immData: 3,
+      sgList: [client.sge()],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
   });
 
@@ -271,7 +360,11 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
     client.fill(0x51, 0, 4 * P);
     server.region.evict();
-    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 4 * P)], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, 4 * P)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
     expect(wc.odp!.faults.destination).toBe(1);
     await expectFlushedAfter(client, server);
@@ -281,7 +374,11 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 1 } });
     client.fill(0x51, 0, 4 * P);
     server.region.evict();
-    const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 4 * P)], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, 4 * P)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect(wc.status).toBe(WcStatus.SUCCESS);
     expect(wc.odp).toMatchObject({ faults: { source: 0, destination: 1 }, retransmittedBlocks: 1 });
     expect(server.bytes(0, 4 * P).every((b) => b === 0x51)).toBe(true);

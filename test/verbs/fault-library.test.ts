@@ -102,7 +102,8 @@ describe('trace', () => {
     expect(new Set(slices(dst, 2).map((e) => e.tid)).size).toBe(3);
     // The source retransmitted both blocks and a copy thread copied them.
     for (const phase of ['retransmit', 'copy']) expect(slices(src, 0).filter((e) => e.name === phase)).toHaveLength(2);
-    const threadNames = (events: ChromeTraceEvent[]) => events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => String(e.args!['name']));
+    const threadNames = (events: ChromeTraceEvent[]) =>
+      events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => String(e.args!['name']));
     expect(threadNames(dst)).toEqual(expect.arrayContaining(['SMMU', 'SMMU driver (IRQ handler)', 'fault library']));
     expect(threadNames(src).some((n) => /^copy engine thread \d+$/.test(n))).toBe(true);
     for (const e of [...dst, ...src].filter((x) => x.ph === 'X')) expect(e.dur).toBeGreaterThanOrEqual(0);

@@ -162,7 +162,10 @@ export async function pollOk(cq: CompletionQueue, timeoutMs = WAIT_MS): Promise<
 }
 
 /** Difference of two fault-library snapshots, the counts only. */
-export function delta(after: FaultStatsSnapshot, before: FaultStatsSnapshot): { source: number; destination: number; pages: number; retransmitted: number; unresolved: number } {
+export function delta(
+  after: FaultStatsSnapshot,
+  before: FaultStatsSnapshot,
+): { source: number; destination: number; pages: number; retransmitted: number; unresolved: number } {
   return {
     source: after.faults.source - before.faults.source,
     destination: after.faults.destination - before.faults.destination,
@@ -209,7 +212,8 @@ export interface IterationFaults {
 export async function traffic(c: Player, s: Player, o: TrafficOptions): Promise<IterationFaults[]> {
   const msg = o.msg ?? MSG;
   const ro = o.recvOffset ?? 0;
-  const sgl = (p: Player, off: number): Sge[] => (o.mixed ? [p.sge(off, msg), { addr: p.pinned!.region.address, length: msg, lkey: p.pinned!.mr.lkey }] : [p.sge(off, msg)]);
+  const sgl = (p: Player, off: number): Sge[] =>
+    o.mixed ? [p.sge(off, msg), { addr: p.pinned!.region.address, length: msg, lkey: p.pinned!.mr.lkey }] : [p.sge(off, msg)];
   const postRecv = (p: Player, id: number) => p.qp.postRecv({ wrId: id, sgList: sgl(p, ro) });
   const fillAll = (p: Player, byte: number) => {
     p.fill(byte, 0, msg);
@@ -270,7 +274,12 @@ export async function traffic(c: Player, s: Player, o: TrafficOptions): Promise<
  * buffer is evicted, for READ the requester's (the side holding the data was just written
  * by its CPU). Returns the send completions.
  */
-export async function rdmaTraffic(c: Player, s: Player, op: WrOpcode.RDMA_WRITE | WrOpcode.RDMA_READ | WrOpcode.RDMA_WRITE_WITH_IMM, o: { iters: number; msg?: number; evict?: boolean }): Promise<WorkCompletion[]> {
+export async function rdmaTraffic(
+  c: Player,
+  s: Player,
+  op: WrOpcode.RDMA_WRITE | WrOpcode.RDMA_READ | WrOpcode.RDMA_WRITE_WITH_IMM,
+  o: { iters: number; msg?: number; evict?: boolean },
+): Promise<WorkCompletion[]> {
   const msg = o.msg ?? MSG;
   const out: WorkCompletion[] = [];
   for (let i = 0; i < o.iters; i++) {
@@ -286,7 +295,14 @@ export async function rdmaTraffic(c: Player, s: Player, op: WrOpcode.RDMA_WRITE 
       if (op === WrOpcode.RDMA_READ) resp.fill(theirs, 0, msg);
       else req.fill(mine, 0, msg);
       if (op === WrOpcode.RDMA_WRITE_WITH_IMM) resp.qp.postRecv({ wrId: 1000 + i, sgList: [] });
-      req.qp.postSend({ wrId: i, opcode: op, sgList: [req.sge(0, msg)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: resp.at(0), rkey: resp.mr.rkey }, immData: 0x1000 + i });
+      req.qp.postSend({
+        wrId: i,
+        opcode: op,
+        sgList: [req.sge(0, msg)],
+        sendFlags: SendFlags.SIGNALED,
+        rdma: { remoteAddr: resp.at(0), rkey: resp.mr.rkey },
+        immData: 0x1000 + i,
+      });
       const wc = await pollOk(req.cq);
       expect(wc.byteLen).toBe(msg);
       if (op === WrOpcode.RDMA_READ) {
@@ -343,7 +359,13 @@ export async function atomicTraffic(
       if (o.evictLocal) req.region.evict();
       else setU64(req, sender);
       setU64(resp, receiver);
-      req.qp.postSend({ wrId: i, opcode: op, sgList: [req.sge(0, 8)], sendFlags: SendFlags.SIGNALED, atomic: { remoteAddr: resp.at(0), rkey: resp.mr.rkey, compareAdd: sender, swap: 0n } });
+      req.qp.postSend({
+        wrId: i,
+        opcode: op,
+        sgList: [req.sge(0, 8)],
+        sendFlags: SendFlags.SIGNALED,
+        atomic: { remoteAddr: resp.at(0), rkey: resp.mr.rkey, compareAdd: sender, swap: 0n },
+      });
       const wc = await pollOk(req.cq);
       expect(wc.opcode).toBe(op === WrOpcode.ATOMIC_FETCH_AND_ADD ? WcOpcode.FETCH_ADD : WcOpcode.COMP_SWAP);
       expect(wc.byteLen).toBe(8);
@@ -360,7 +382,10 @@ export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeou
 /** Rejects with `what` if `p` does not settle within `ms`. */
 export function within<T>(what: string, p: Promise<T>, ms = WAIT_MS): Promise<T> {
   let t: NodeJS.Timeout;
-  return Promise.race([p, new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)))]).finally(() => clearTimeout(t));
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => (t = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms))),
+  ]).finally(() => clearTimeout(t));
 }
 
 /** The error `fn` throws (fails the test if it does not). */

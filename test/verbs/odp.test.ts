@@ -91,7 +91,7 @@ describe('RC SEND/RECV traffic with ODP (test_odp_rc_traffic)', () => {
   });
 });
 
-describe('receive completions carry the transfer\'s odp field', () => {
+describe("receive completions carry the transfer's odp field", () => {
   test('a SEND into an evicted receive buffer: the RECV completion reports the destination faults', async () => {
     const { client, server } = createPlayers({ policy: 'touch' });
     client.fill(0x63, 0, 2 * P);
@@ -175,7 +175,13 @@ describe('RDMA READ and WRITE with ODP (test_odp_rc_rdma_read / rdma_write)', ()
     server.fill(0x73, 0, 8 * P);
     server.region.evict();
     client.fill(0xee, 0, 8 * P);
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_READ, sgList: [client.sge(0, 8 * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge(0, 8 * P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     const wc = await pollOk(client.cq);
     expect(wc.odp!.faults).toEqual({ source: 8, destination: 0 });
     expect(server.ctx.faultLibrary.stats().faults).toMatchObject({ source: 8, destination: 0 });
@@ -187,7 +193,13 @@ describe('RDMA READ and WRITE with ODP (test_odp_rc_rdma_read / rdma_write)', ()
     client.region.evict();
     server.fill(0xee, 0, 4 * P);
     server.region.evict();
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 4 * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, 4 * P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     const wc = await pollOk(client.cq);
     expect(wc.odp!.faults).toEqual({ source: 4, destination: 4 });
     expect(client.ctx.faultLibrary.stats().faults).toMatchObject({ source: 4, destination: 0 });
@@ -315,7 +327,13 @@ describe('prefetch with ibv_advise_mr (test_odp_*_prefetch_rc_traffic)', () => {
     const { client, server } = createPlayers({ policy: 'touch' });
     client.region.evict();
     if (prefetch) await prefetch(client);
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 8 * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, 8 * P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     const wc = await pollOk(client.cq);
     return { wc, client, server };
   }
@@ -365,7 +383,13 @@ describe('prefetch with ibv_advise_mr (test_odp_*_prefetch_rc_traffic)', () => {
       if (noFault) await client.ctx.adviseMr(client.pd, AdviseMrAdvice.PREFETCH_NO_FAULT, AdviseMrFlags.FLUSH, [client.sge(0, 8 * P)]);
       const smmu = cluster.system.node(0).smmu;
       const before = smmu.counters();
-      client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 8 * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+      client.qp.postSend({
+        wrId: 1,
+        opcode: WrOpcode.RDMA_WRITE,
+        sgList: [client.sge(0, 8 * P)],
+        sendFlags: SendFlags.SIGNALED,
+        rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+      });
       const wc = await pollOk(client.cq);
       allBytes(server.bytes(0, 8 * P), 0x5a);
       return { wc, walks: smmu.counters().walks - before.walks };
@@ -514,7 +538,16 @@ describe('query and capabilities', () => {
     client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND_WITH_IMM, immData: 0xdeadbeef, sgList: [client.sge(0, MSG)], sendFlags: SendFlags.SIGNALED });
     await pollOk(client.cq);
     const r = await pollOk(server.cq);
-    expect(r).toMatchObject({ wrId: 9n, status: WcStatus.SUCCESS, opcode: WcOpcode.RECV, byteLen: MSG, immData: 0xdeadbeef, wcFlags: 2, srcQp: client.qp.qpNum, qpNum: server.qp.qpNum });
+    expect(r).toMatchObject({
+      wrId: 9n,
+      status: WcStatus.SUCCESS,
+      opcode: WcOpcode.RECV,
+      byteLen: MSG,
+      immData: 0xdeadbeef,
+      wcFlags: 2,
+      srcQp: client.qp.qpNum,
+      qpNum: server.qp.qpNum,
+    });
     allBytes(server.bytes(), 0x21);
   });
 });

@@ -16,7 +16,13 @@ async function write64(client: Player, server: Player, byte = 0x5a) {
   client.fill(byte, 0, PAGES * P);
   if (!server.mr.pinned) server.region.evict();
   const before = server.ctx.faultLibrary.stats();
-  client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, PAGES * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+  client.qp.postSend({
+    wrId: 1,
+    opcode: WrOpcode.RDMA_WRITE,
+    sgList: [client.sge(0, PAGES * P)],
+    sendFlags: SendFlags.SIGNALED,
+    rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+  });
   const wc = await pollOk(client.cq);
   allBytes(server.bytes(0, PAGES * P), byte);
   expect(server.region.residentPages()).toBe(PAGES);
@@ -113,11 +119,23 @@ describe('changing the policy at run time (mr.setPolicy)', () => {
     const { client, server } = createPlayers({ policy: 'touch', size: PAGES * P });
     server.region.populate();
     client.region.evict();
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, PAGES * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, PAGES * P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect((await pollOk(client.cq)).odp!.faults).toEqual({ source: 64, destination: 0 });
     client.mr.setPolicy('touch-ahead');
     client.region.evict();
-    client.qp.postSend({ wrId: 2, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, PAGES * P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, PAGES * P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect((await pollOk(client.cq)).odp!.faults).toEqual({ source: 1, destination: 0 });
   });
 

@@ -22,7 +22,14 @@ describe('bring-up', () => {
     ] as const) {
       const q = a.qp.query();
       expect(q.qpState).toBe(QpState.RTS);
-      expect(q).toMatchObject({ destQpNum: b.qp.qpNum, destNode: b.ctx.node, timeout: QP_DEFAULTS.timeout, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: 7, minRnrTimer: 12 });
+      expect(q).toMatchObject({
+        destQpNum: b.qp.qpNum,
+        destNode: b.ctx.node,
+        timeout: QP_DEFAULTS.timeout,
+        retryCnt: QP_DEFAULTS.retryCnt,
+        rnrRetry: 7,
+        minRnrTimer: 12,
+      });
     }
   });
 
@@ -49,7 +56,13 @@ describe('bring-up', () => {
       expect(a.qp.query()).toMatchObject({ qpState: QpState.RTS, rnrRetry: 5, retryCnt: 6, timeout: 10, minRnrTimer: 3 });
     }
     client.fill(0x41);
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     await pollOk(client.cq);
     allBytes(server.bytes(), 0x41);
   });
@@ -130,7 +143,9 @@ describe('invalid transitions and posting in the wrong state: EINVAL', () => {
     expect(code(() => client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, sgList: [sge, sge] }))).toBe('EINVAL'); // > maxSendSge
     expect(code(() => client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [sge] }))).toBe('EINVAL'); // no wr.rdma
     expect(code(() => client.qp.postSend({ wrId: 1, opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [client.sge(0, 8)] }))).toBe('EINVAL'); // no wr.atomic
-    expect(code(() => client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, sgList: [{ addr: 5 as unknown as bigint, length: 1, lkey: 1 }] }))).toBe('EINVAL');
+    expect(code(() => client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, sgList: [{ addr: 5 as unknown as bigint, length: 1, lkey: 1 }] }))).toBe(
+      'EINVAL',
+    );
     const wr = { wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [sge], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } };
     expect(code(() => client.qp.postSend([wr, wr, wr]))).toBe('ENOMEM'); // > maxSendWr
   });
@@ -165,13 +180,25 @@ describe('ERR and RESET', () => {
 
   test('ERR → RESET → INIT → RTR → RTS: the QP pair works again', async () => {
     const { client, server } = createPlayers();
-    client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: 0x7ff } });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: 0x7ff },
+    });
     expect((await next(client.cq, 2000)).status).toBe(WcStatus.REM_ACCESS_ERR);
     expect(client.qp.state).toBe(QpState.ERR);
     for (const q of [client.qp, server.qp]) q.modify({ qpState: QpState.RESET });
     connectQps(client.qp, server.qp);
     client.fill(0x43);
-    client.qp.postSend({ wrId: 2, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 2,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     expect((await pollOk(client.cq)).wrId).toBe(2n);
     allBytes(server.bytes(), 0x43);
   });
@@ -179,7 +206,13 @@ describe('ERR and RESET', () => {
   test('unsignaled WRs that succeed leave no completion; a signaled one after them does', async () => {
     const { client, server } = createPlayers();
     client.fill(0x44);
-    const wr = (id: number, flags = 0) => ({ wrId: id, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], sendFlags: flags, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
+    const wr = (id: number, flags = 0) => ({
+      wrId: id,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge()],
+      sendFlags: flags,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
     client.qp.postSend([wr(1), wr(2), wr(3, SendFlags.SIGNALED)]);
     expect((await pollOk(client.cq)).wrId).toBe(3n);
     await sleep(20);
@@ -191,7 +224,14 @@ describe('ERR and RESET', () => {
     const qp = client.ctx.createQp(client.pd, { sendCq: client.cq, recvCq: client.cq, sqSigAll: true });
     connectQps(qp, server.qp);
     client.fill(0x45);
-    qp.postSend([1, 2].map((id) => ({ wrId: id, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } })));
+    qp.postSend(
+      [1, 2].map((id) => ({
+        wrId: id,
+        opcode: WrOpcode.RDMA_WRITE,
+        sgList: [client.sge()],
+        rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+      })),
+    );
     expect((await pollOk(client.cq)).wrId).toBe(1n);
     expect((await pollOk(client.cq)).wrId).toBe(2n);
   });
@@ -202,7 +242,13 @@ describe('ibv_poll_cq and ibv_dereg_mr', () => {
     const { client, server } = createPlayers();
     expect(pollCq(client.cq, 4)).toEqual([]);
     for (const wrId of [1, 2]) {
-      client.qp.postSend({ wrId, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED, sgList: [client.sge(0, 64)], rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey } });
+      client.qp.postSend({
+        wrId,
+        opcode: WrOpcode.RDMA_WRITE,
+        sendFlags: SendFlags.SIGNALED,
+        sgList: [client.sge(0, 64)],
+        rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey },
+      });
     }
     for (let i = 0; i < 500 && client.cq.length < 2; i++) await sleep(10); // bounded: 5 s
     const wcs = pollCq(client.cq, 4);
@@ -212,7 +258,13 @@ describe('ibv_poll_cq and ibv_dereg_mr', () => {
     ]);
     deregMr(client.mr);
     expect(client.mr.closed).toBe(true);
-    client.qp.postSend({ wrId: 3, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED, sgList: [client.sge(0, 64)], rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey } });
+    client.qp.postSend({
+      wrId: 3,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [client.sge(0, 64)],
+      rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey },
+    });
     expect((await next(client.cq)).status).toBe(WcStatus.LOC_PROT_ERR);
   });
 });

@@ -1,0 +1,256 @@
+// The PLDMA's vocabulary: descriptors, statuses, completions, counters, the fault context a
+// fault carries, and the state one node's requester and completer share.
+import type { CostModel } from '../cost-model/index.js';
+import type { ModelResource } from '../cost-model/index.js';
+import type { MemoryLike } from '../memory.js';
+import type { Scheduler } from '../scheduler/scheduler.js';
+import type { Smmu, StallWindow, Translation } from '../smmu/smmu.js';
+import type { TraceKind, Tracer } from '../trace.js';
+import type { Transport } from '../fabric/transport.js';
+
+/** Completion status of a DMA transfer. */
+export enum DmaStatus {
+  SUCCESS = 0,
+  /** Source VA in no region of the protection domain (F_ADDR_SIZE at the source SMMU). */
+  SRC_ADDR_ERR = 1,
+  /** Source region not readable (F_PERMISSION). */
+  SRC_PERM_ERR = 2,
+  /** Destination VA in no region of the protection domain. */
+  DST_ADDR_ERR = 3,
+  /** Destination region not writable (e.g. read-only memory). */
+  DST_PERM_ERR = 4,
+  /** No stream for this protection domain (at the source or the destination). */
+  PD_ERR = 5,
+  BAD_NODE = 6,
+  BAD_CHANNEL = 7,
+  BAD_LENGTH = 8,
+  /** The fault library answered that it could not resolve the fault. */
+  FAULT_UNRESOLVED = 9,
+  /** A block faulted more times than the retry limit allows. */
+  RETRY_EXCEEDED = 10,
+  /** A stalled access was ended by CMD_RESUME ABORT/TERM or CMD_STALL_TERM. */
+  ABORTED = 11,
+  /** The engine was closed (or the channel flushed) before the transfer completed. */
+  FLUSHED = 12,
+}
+
+export type Side = 'source' | 'destination';
+
+export interface DmaDescriptor {
+  /** Virtual channel, 0 … channels-1. */
+  channel: number;
+  /** Source virtual address (in the posting process's memory on this node). */
+  srcVa: bigint;
+  dstNode: number;
+  dstVa: bigint;
+  length: number;
+  /** Protection domain of the posting process: its stream translates the source. */
+  pd: number;
+  /** Protection domain whose stream translates the destination (default: `pd`, as ExaNet's PDID). */
+  dstPd?: number;
+  /**
+   * Retransmissions allowed per block after destination faults (NACKs, like InfiniBand's
+   * rnr_retry; default: the engine's retryLimit; Infinity: no limit). Source faults are the
+   * engine's own and always use the engine's retryLimit.
+   */
+  retryLimit?: number;
+  /** Ask for a completion notification at the destination too (ExaNet notif_enable). */
+  notify?: boolean;
+  /**
+   * The memory key and QP number the destination's admission check (SimNode.admit) is asked
+   * about on every block: a key or QP revoked mid-transfer stops the next block (DST_PERM_ERR).
+   */
+  key?: number;
+  dstQp?: number;
+}
+
+export interface FaultCounts {
+  source: number;
+  destination: number;
+}
+
+export interface DmaCompletion {
+  tid: number;
+  status: DmaStatus;
+  statusName: string;
+  /** Human-readable reason for an error status. */
+  reason?: string;
+  /** Which side the error status comes from (absent on success and for local errors of the post itself). */
+  side?: Side;
+  descriptor: DmaDescriptor;
+  bytes: number;
+  blocks: number;
+  faults: FaultCounts;
+  /** Blocks sent again after a fault (terminate) or accesses retried (stall). */
+  retransmittedBlocks: number;
+  /** NACKs received from the destination. */
+  nacks: number;
+  model: { startUs: number; endUs: number; us: number; label: string };
+  /** Measured: whole transfer, and each fault from detection to the retransmission. */
+  real: { us: number; faultUs: number[] };
+}
+
+/**
+ * The context a fault carries from the engine through the SMMU's event record (its STAG,
+ * the grpid of a page request) to the driver and the fault library: which transfer, which
+ * block, which side. The driver never asks the engine.
+ */
+export interface FaultInfo {
+  node: number;
+  sid: number;
+  side: Side;
+  /** Node that posted the transfer and its transfer id. */
+  srcNode: number;
+  tid: number;
+  channel: number;
+  seq: number;
+  va: bigint;
+  write: boolean;
+  /** Bytes of the transfer from the faulting address on (the Touch-Ahead hint). */
+  lengthHint: number;
+  /** Modelled time of detection, µs, and the real one (performance.now() ms). */
+  modelUs: number;
+  detectedMs: number;
+  /** When the faulting block was issued (modelled µs, real performance.now() ms). */
+  issuedUs: number;
+  issuedMs: number;
+  stall?: { stag: number; window: StallWindow };
+}
+
+export interface PldmaOptions {
+  node: number;
+  /** Virtual channels (the real engine had 1024). */
+  channels?: number;
+  /** Block size in bytes (a multiple of the page size). */
+  blockSize?: number;
+  /** Times one block may be retransmitted after faults; Infinity for no limit. */
+  retryLimit?: number;
+  /** A parked transfer that hears nothing for this long retries on its own (ms). */
+  faultTimeoutMs?: number;
+  /** Blocks in flight at once on the engine. */
+  engineSlots?: number;
+}
+
+export interface PldmaCounters {
+  posted: number;
+  completed: number;
+  errors: number;
+  blocksIssued: number;
+  blocksAcked: number;
+  retransmittedBlocks: number;
+  faults: FaultCounts;
+  nacksSent: number;
+  nacksReceived: number;
+  retryTimeouts: number;
+}
+
+/** @internal One block of a transfer, as the requester and completer track it. */
+export interface Block {
+  seq: number;
+  offset: number;
+  length: number;
+  state: 'pending' | 'inflight' | 'parked' | 'acked';
+  attempts: number;
+  /** Faults taken by this block at each side (bounded by the retry limits). */
+  srcFaults: number;
+  dstNacks: number;
+  ackAt: number;
+  /** When this attempt was issued (modelled µs, real performance.now() ms), for the trace. */
+  issuedUs: number;
+  issuedMs: number;
+  /**
+   * The attempt on the wire: its engine cost and planned arrival (modelled; the reservations
+   * are made when its answer comes back, in order), its source translation.
+   */
+  sent: { cost: number; arrive: number; sid: number; region: MemoryLike; offset: number; window: StallWindow | undefined } | undefined;
+}
+
+/** @internal */
+export interface Transfer {
+  tid: number;
+  desc: DmaDescriptor;
+  blocks: Block[];
+  next: number; // first block not yet acked, in order
+  acked: number;
+  inflight: number;
+  parked: boolean;
+  parkTimer: NodeJS.Timeout | undefined;
+  faults: FaultCounts;
+  retransmitted: number;
+  nacks: number;
+  modelStart: number;
+  modelReady: number; // earliest modelled time the next block may issue
+  modelEnd: number;
+  realStart: number;
+  faultStarted: number[]; // real µs at detection, per unresolved fault
+  faultUs: number[];
+  resolve: (c: DmaCompletion) => void;
+  done: boolean;
+  /** An error that ends the transfer once the blocks already in flight have landed. */
+  failing: { status: DmaStatus; reason: string; side: Side | undefined } | undefined;
+  /**
+   * A block whose source faulted right after a run was sent: its fault counts only if the
+   * whole run lands (a block of the run that faults first stops the transfer before it).
+   */
+  held: { b: Block; sid: number; tr: Extract<Translation, { ok: false }>; cost: number } | undefined;
+  /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to 64). */
+  runLimit: number;
+}
+
+/** @internal */
+export interface Channel {
+  id: number;
+  queue: Transfer[];
+  cursor: number; // modelled time the channel may issue its next block
+}
+
+/** @internal What one node's requester, completer and fault waiters share: its own state only. */
+export interface EngineState {
+  readonly node: number;
+  readonly channels: number;
+  readonly blockSize: number;
+  readonly retryLimit: number;
+  readonly faultTimeoutMs: number;
+  readonly smmu: Smmu;
+  readonly transport: Transport;
+  readonly costs: CostModel;
+  readonly tracer: Tracer;
+  readonly clock: { now: number };
+  readonly engineRes: ModelResource;
+  readonly chans: Map<number, Channel>;
+  readonly transfers: Map<number, Transfer>;
+  readonly counters: PldmaCounters;
+  scheduler: Scheduler;
+  closed: boolean;
+  /** Told when a block goes out again after a fault (the driver closes the fault's statistics). */
+  retransmitted: Retransmitted | undefined;
+}
+
+/** A block of transfer `tid` of `srcNode` was sent again after a fault at `side`, at these times. */
+export type Retransmitted = (srcNode: number, tid: number, seq: number, side: Side, modelUs: number, realMs: number) => void;
+
+/** Modelled cost of one translation: an IOTLB hit, or a walk per page walked. */
+export function walkCost(costs: CostModel, tr: Translation): number {
+  return tr.ok && tr.hit ? costs.iotlbHitUs : costs.walkUs * Math.max(1, tr.ok ? tr.walked : 1);
+}
+
+/** Modelled delay of a stalled access: the whole fault path and the resume. */
+export function stallDelay(c: CostModel): number {
+  return c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + c.touchPageUs + c.requestUs + c.resumeUs;
+}
+
+/** Emit a trace event about a transfer (only when someone listens). */
+export function traceTransfer(
+  tracer: Tracer,
+  kind: TraceKind,
+  node: number,
+  tid: number,
+  channel: number,
+  e: { side?: Side; modelUs: number; detail?: Record<string, unknown> },
+): void {
+  if (!tracer.active) return;
+  const ev: Parameters<Tracer['emit']>[0] = { kind, node, tid, channel, modelUs: e.modelUs };
+  if (e.side) ev.side = e.side;
+  if (e.detail) ev.detail = e.detail;
+  tracer.emit(ev);
+}

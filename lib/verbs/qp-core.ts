@@ -1,0 +1,121 @@
+// What a QP's requester, responder and completer share: the QP's own state (never a peer's)
+// and the checks of its own SGEs, made on its own device.
+import type { Region } from '../region.js';
+import { Access, type QpState, type WrOpcode } from './constants.js';
+import type { Completer } from './completer.js';
+import type { CompletionQueue } from './cq.js';
+import type { Device } from './device.js';
+import type { MemoryRegion, ProtectionDomain } from './mr.js';
+import type { WireSge } from './wire.js';
+
+/** One scatter/gather element (struct ibv_sge). */
+export interface Sge {
+  addr: bigint;
+  length: number;
+  lkey: number;
+}
+
+export interface SendWr {
+  wrId: bigint | number;
+  opcode: WrOpcode;
+  sgList: Sge[];
+  sendFlags?: number;
+  immData?: number;
+  /** RDMA_WRITE(_WITH_IMM) and RDMA_READ */
+  rdma?: { remoteAddr: bigint; rkey: number };
+  /** ATOMIC_CMP_AND_SWP (compareAdd = compare, swap) and ATOMIC_FETCH_AND_ADD (compareAdd = add) */
+  atomic?: { remoteAddr: bigint; rkey: number; compareAdd: bigint; swap?: bigint };
+}
+
+export interface RecvWr {
+  wrId: bigint | number;
+  sgList: Sge[];
+}
+
+export interface QpAttrs {
+  qpAccessFlags: number;
+  minRnrTimer: number;
+  timeout: number;
+  retryCnt: number;
+  rnrRetry: number;
+  destQpNum: number;
+  destNode: number;
+}
+
+export interface QpCore {
+  readonly qpNum: number;
+  readonly device: Device;
+  readonly pd: ProtectionDomain;
+  readonly sendCq: CompletionQueue;
+  readonly recvCq: CompletionQueue;
+  readonly sqSigAll: boolean;
+  readonly attr: QpAttrs;
+  readonly sq: SendWr[];
+  readonly rq: RecvWr[];
+  readonly completer: Completer;
+  readonly state: QpState;
+  readonly destroyed: boolean;
+  /** A buffer of the library's own (never reachable by any key), mapped in the QP's PD. */
+  scratch(): Region;
+  toError(): void;
+}
+
+export interface LocalSge extends Sge {
+  mr: MemoryRegion;
+  region: Region;
+  offset: number;
+}
+
+/**
+ * Check SGEs against this QP's own MRs (its device's keys, its PD, LOCAL_WRITE if the bytes
+ * land there) and map their regions into the PD's stream; undefined if any fails.
+ */
+export function localSges(qp: QpCore, sges: Sge[], write: boolean): LocalSge[] | undefined {
+  const out: LocalSge[] = [];
+  for (const sge of sges) {
+    const mr = qp.device.tables.mr(sge.lkey) as MemoryRegion | undefined;
+    if (!mr || mr.closed || mr.pd !== qp.pd || (write && !(mr.access & Access.LOCAL_WRITE))) return undefined;
+    const at = mr.resolve(sge.addr, sge.length);
+    if (!at) return undefined;
+    qp.pd.mapFor(mr, at.region);
+    prefaultIfAsked(mr, at.region, at.offset, sge.length);
+    out.push({ ...sge, mr, ...at });
+  }
+  return out;
+}
+
+// The 'prefault' baseline: touch the whole buffer before each transfer.
+export function prefaultIfAsked(mr: MemoryRegion, region: Region, offset: number, length: number): void {
+  if (mr.policy !== 'prefault') return;
+  const ps = region.pageSize;
+  const start = offset - (offset % ps);
+  region.populate(start, Math.min(region.size - start, Math.ceil((length + offset - start) / ps) * ps));
+}
+
+export function offsetOf(sges: { length: number }[], i: number): number {
+  let o = 0;
+  for (let k = 0; k < i; k++) o += sges[k]!.length;
+  return o;
+}
+
+/** Split the bytes of `from` SGEs over `to` SGEs, in order. */
+export function scatter(from: Sge[], to: WireSge[]): Array<{ fromVa: bigint; toVa: bigint; length: number; key: number }> {
+  const out: Array<{ fromVa: bigint; toVa: bigint; length: number; key: number }> = [];
+  let ti = 0;
+  let tOff = 0;
+  for (const f of from) {
+    let fOff = 0;
+    while (fOff < f.length && ti < to.length) {
+      const room = to[ti]!.length - tOff;
+      const n = Math.min(room, f.length - fOff);
+      if (n > 0) out.push({ fromVa: f.addr + BigInt(fOff), toVa: to[ti]!.addr + BigInt(tOff), length: n, key: to[ti]!.lkey });
+      fOff += n;
+      tOff += n;
+      if (tOff >= to[ti]!.length) {
+        ti++;
+        tOff = 0;
+      }
+    }
+  }
+  return out;
+}

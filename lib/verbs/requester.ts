@@ -1,0 +1,243 @@
+// The requester of a QP (rdma_rxe's rxe_req): it runs the send queue in order. It checks the
+// WR's own SGEs on its own device, asks the connected QP's responder (a request header
+// through the fabric) for what it needs, and moves bytes only by posting on its own node's
+// engine; a READ or ATOMIC is carried out by the responder, which sends the bytes back. An
+// RNR NAK is retried min_rnr_timer apart, rnrRetry times (7: forever), on an unref'd timer.
+import type { DmaCompletion } from '../../kernel-sim/index.js';
+import { QpState, rnrTimerMs, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
+import { done, fail, type Outcome, statusOf } from './completer.js';
+import { localSges, offsetOf, type QpCore, scatter, type SendWr } from './qp-core.js';
+import type { Request, Response } from './wire.js';
+
+export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
+  [WrOpcode.RDMA_WRITE]: WcOpcode.RDMA_WRITE,
+  [WrOpcode.RDMA_WRITE_WITH_IMM]: WcOpcode.RDMA_WRITE,
+  [WrOpcode.SEND]: WcOpcode.SEND,
+  [WrOpcode.SEND_WITH_IMM]: WcOpcode.SEND,
+  [WrOpcode.RDMA_READ]: WcOpcode.RDMA_READ,
+  [WrOpcode.ATOMIC_CMP_AND_SWP]: WcOpcode.COMP_SWAP,
+  [WrOpcode.ATOMIC_FETCH_AND_ADD]: WcOpcode.FETCH_ADD,
+};
+
+/** The largest message (ibv_port_attr.max_msg_sz): 2^31 bytes. */
+export const MAX_MSG = 2 ** 31;
+
+type RequestBody = Omit<Request, 'kind' | 'srcQpn' | 'dstQpn' | 'psn'>;
+
+export class Requester {
+  #qp: QpCore;
+  #running = false;
+  #current: SendWr | undefined;
+  #psn = 1;
+  #waiting = new Map<number, (r: Response | undefined) => void>();
+  #timers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
+
+  constructor(qp: QpCore) {
+    this.#qp = qp;
+  }
+
+  /** The WR being executed, if any (destroy flushes it). */
+  takeCurrent(): SendWr | undefined {
+    const c = this.#current;
+    this.#current = undefined;
+    return c;
+  }
+
+  get running(): boolean {
+    return this.#running;
+  }
+
+  kick(): void {
+    if (this.#running) return;
+    this.#running = true;
+    void this.#drain().finally(() => {
+      this.#running = false;
+      const q = this.#qp;
+      // Work posted while the loop was finishing.
+      if (q.sq.length && (q.state === QpState.RTS || q.state === QpState.ERR) && !q.destroyed) this.kick();
+    });
+  }
+
+  /** A response header for this QP. */
+  onResponse(m: Response): void {
+    const w = this.#waiting.get(m.psn);
+    if (!w) return;
+    this.#waiting.delete(m.psn);
+    w(m);
+  }
+
+  /** The QP went to ERR or away: nothing it waits for will be used. */
+  stop(): void {
+    for (const w of [...this.#waiting.values()]) w(undefined);
+    this.#waiting.clear();
+    for (const t of [...this.#timers]) {
+      clearTimeout(t.timer);
+      t.wake();
+    }
+    this.#timers.clear();
+  }
+
+  async #drain(): Promise<void> {
+    const q = this.#qp;
+    while (q.sq.length && (q.state === QpState.RTS || q.state === QpState.ERR)) {
+      const wr = q.sq.shift()!;
+      if (q.state === QpState.ERR) {
+        q.completer.complete(q.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+        continue;
+      }
+      let out: Outcome;
+      this.#current = wr;
+      try {
+        out = await this.#execute(wr);
+      } catch {
+        out = fail(WcStatus.GENERAL_ERR);
+      }
+      if (q.destroyed) return; // destroy() flushed it already
+      this.#current = undefined;
+      const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
+      if (signaled || out.status !== WcStatus.SUCCESS)
+        q.completer.complete(q.sendCq, wr.wrId, out.status, WC_OPCODE[wr.opcode], out.byteLen, undefined, out.odp);
+      if (out.status !== WcStatus.SUCCESS) q.toError();
+    }
+  }
+
+  async #execute(wr: SendWr): Promise<Outcome> {
+    const q = this.#qp;
+    const total = wr.sgList.reduce((s, x) => s + x.length, 0);
+    if (total > MAX_MSG) return fail(WcStatus.LOC_LEN_ERR);
+    const landsHere = wr.opcode === WrOpcode.RDMA_READ || wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
+    const local = localSges(q, wr.sgList, landsHere);
+    if (!local) return fail(WcStatus.LOC_PROT_ERR);
+    const sinks = local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
+
+    switch (wr.opcode) {
+      case WrOpcode.RDMA_WRITE:
+      case WrOpcode.RDMA_WRITE_WITH_IMM: {
+        const { remoteAddr, rkey } = wr.rdma!;
+        const r = await this.#request({ op: 'write', rkey, addr: remoteAddr, length: total });
+        if (r.status !== WcStatus.SUCCESS) return fail(r.status);
+        const results = await this.#move(
+          local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(wr.sgList, i)), length: l.length, key: rkey })),
+          r.pd!,
+        );
+        const status = statusOf(results);
+        if (status !== WcStatus.SUCCESS || wr.opcode === WrOpcode.RDMA_WRITE) return done(status, total, results);
+        // The receive completion reports the same faults as the sender's: one transfer.
+        const out = done(status, total, results);
+        const imm = await this.#request({ op: 'write-imm', length: total, immData: wr.immData ?? 0, odp: out.odp });
+        return done(imm.status, total, results);
+      }
+      case WrOpcode.SEND:
+      case WrOpcode.SEND_WITH_IMM: {
+        const body: RequestBody = { op: 'send', length: total };
+        if (wr.opcode === WrOpcode.SEND_WITH_IMM) body.immData = wr.immData ?? 0;
+        const psn = this.#psn;
+        const r = await this.#request(body);
+        if (r.status !== WcStatus.SUCCESS) return fail(r.status);
+        const results = await this.#move(scatter(wr.sgList, r.targets!), r.pd!);
+        const status = statusOf(results);
+        // The responder completes its receive when it hears how the payload fared.
+        const out = done(status, total, results);
+        this.#send(
+          {
+            op: 'send-fin',
+            length: total,
+            ok: status === WcStatus.SUCCESS,
+            odp: out.odp,
+            ...(body.immData !== undefined ? { immData: body.immData } : {}),
+          },
+          r.psn ?? psn,
+        );
+        return out;
+      }
+      case WrOpcode.RDMA_READ: {
+        const { remoteAddr, rkey } = wr.rdma!;
+        const r = await this.#request({ op: 'read', rkey, addr: remoteAddr, length: total, sinks, pd: q.pd.handle, rnrRetry: q.attr.rnrRetry });
+        return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? total : 0, odp: r.odp ?? fail(r.status).odp };
+      }
+      case WrOpcode.ATOMIC_CMP_AND_SWP:
+      case WrOpcode.ATOMIC_FETCH_AND_ADD: {
+        const a = wr.atomic!;
+        if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+        const r = await this.#request({
+          op: 'atomic',
+          rkey: a.rkey,
+          addr: a.remoteAddr,
+          length: 8,
+          sinks,
+          pd: q.pd.handle,
+          rnrRetry: q.attr.rnrRetry,
+          atomic: { fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD, compareAdd: a.compareAdd, swap: a.swap ?? 0n },
+        });
+        return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? 8 : 0, odp: r.odp ?? fail(r.status).odp };
+      }
+    }
+    return fail(WcStatus.LOC_QP_OP_ERR);
+  }
+
+  // Send a request and wait for its response; RNR NAKs are retried as the QP's rnrRetry says.
+  async #request(body: RequestBody): Promise<Response> {
+    const q = this.#qp;
+    for (let attempt = 0; ; attempt++) {
+      if (q.destroyed || q.state === QpState.ERR) return this.#flushed();
+      const psn = this.#psn++;
+      const r = await new Promise<Response | undefined>((resolve) => {
+        this.#waiting.set(psn, resolve);
+        this.#send(body, psn);
+      });
+      if (!r) return this.#flushed();
+      if (r.rnr === undefined) return r;
+      if (q.attr.rnrRetry !== 7 && attempt >= q.attr.rnrRetry) return { ...r, status: WcStatus.RNR_RETRY_EXC_ERR };
+      await this.#sleep(Math.max(1, rnrTimerMs(r.rnr)));
+    }
+  }
+
+  #flushed(): Response {
+    return { kind: 'response', srcQpn: 0, dstQpn: this.#qp.qpNum, psn: 0, status: WcStatus.WR_FLUSH_ERR };
+  }
+
+  #send(body: RequestBody, psn: number): void {
+    const q = this.#qp;
+    q.device.send(q.attr.destNode, { kind: 'request', srcQpn: q.qpNum, dstQpn: q.attr.destQpNum, psn, ...body });
+  }
+
+  // An RNR wait neither keeps the process alive nor outlives the QP.
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const t = {
+        timer: setTimeout(() => {
+          this.#timers.delete(t);
+          resolve();
+        }, ms),
+        wake: resolve,
+      };
+      t.timer.unref();
+      this.#timers.add(t);
+    });
+  }
+
+  // Post one DMA descriptor per piece on this node's engine, to the connected QP's node.
+  #move(pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key: number }>, dstPd: number): Promise<DmaCompletion[]> {
+    const q = this.#qp;
+    const sim = q.device.sim;
+    const rnr = q.attr.rnrRetry;
+    return Promise.all(
+      pieces
+        .filter((p) => p.length > 0)
+        .map((p) =>
+          sim.post({
+            channel: q.qpNum % sim.channels,
+            srcVa: p.fromVa,
+            dstNode: q.attr.destNode,
+            dstVa: p.toVa,
+            length: p.length,
+            pd: q.pd.handle,
+            dstPd,
+            retryLimit: rnr === 7 ? Infinity : rnr,
+            key: p.key,
+            dstQp: q.attr.destQpNum,
+          }),
+        ),
+    );
+  }
+}

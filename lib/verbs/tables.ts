@@ -1,0 +1,163 @@
+// The object tables of the verbs layer (rdma_rxe's rxe_pool): protection-domain handles,
+// memory keys and QP numbers are handed out, looked up and released here, one table per
+// device (node) for what a device looks up on its own. MRs and QPs hold the table of their
+// own device, never their Cluster or Context, and a device only ever looks in its own.
+import type { Region } from '../region.js';
+import { verbsError } from './errors.js';
+
+/**
+ * 32-bit keys, unique among the live ones, that do not look like small consecutive integers
+ * (as real lkeys/rkeys do not). The allocator walks the whole 32-bit space with an odd
+ * stride (a full cycle), skipping keys in use and 0, so keys stay 32-bit and unique however
+ * many registrations come and go.
+ */
+export class KeyAllocator {
+  #next: number;
+  #stride: number;
+  #live = new Set<number>();
+
+  constructor(first = 0x1000, stride = 0x101) {
+    this.#next = first >>> 0;
+    this.#stride = stride | 1;
+  }
+
+  /** Whether `key` is live on any device (keys are unique cluster-wide, as they are per fabric). */
+  has(key: number): boolean {
+    return this.#live.has(key);
+  }
+
+  alloc(): number {
+    if (this.#live.size >= 0xffff_ffff) throw verbsError('ibv_reg_mr', 'ENOMEM', 'every 32-bit key is in use');
+    for (;;) {
+      const k = this.#next;
+      this.#next = (this.#next + this.#stride) >>> 0;
+      if (k !== 0 && !this.#live.has(k)) {
+        this.#live.add(k);
+        return k;
+      }
+    }
+  }
+
+  free(key: number): void {
+    this.#live.delete(key);
+  }
+}
+
+/** Small ids (PD handles, QP numbers) in [first, max], reused only after a full wrap. */
+export class IdAllocator {
+  #next: number;
+  #first: number;
+  #max: number;
+  #live = new Set<number>();
+
+  constructor(first: number, max: number) {
+    this.#first = first;
+    this.#next = first;
+    this.#max = max;
+  }
+
+  alloc(what: string): number {
+    if (this.#live.size > this.#max - this.#first) throw verbsError(what, 'ENOMEM', 'no free id left');
+    for (;;) {
+      const id = this.#next;
+      this.#next = this.#next >= this.#max ? this.#first : this.#next + 1;
+      if (!this.#live.has(id)) {
+        this.#live.add(id);
+        return id;
+      }
+    }
+  }
+
+  free(id: number): void {
+    this.#live.delete(id);
+  }
+}
+
+/** IB QP numbers are 24-bit; 0 and 1 are the special QPs. */
+export function qpNumbers(): IdAllocator {
+  return new IdAllocator(0x11, 0xff_ffff);
+}
+
+/** Device limits (ibv_query_device), enforced by the tables. */
+export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, maxSge: 16 } as const;
+
+/** One device's (node's) tables: what its responder looks up, by key and by QP number. */
+export class DeviceTables<MR, QP> {
+  readonly node: number;
+  readonly #mrs = new Map<number, MR>();
+  readonly #qps = new Map<number, QP>();
+  readonly keys: KeyAllocator;
+  #qpns: IdAllocator;
+  /** Serialises atomics: the device's atomic unit. */
+  atomicChain: Promise<unknown> = Promise.resolve();
+
+  /** Keys and QP numbers come from allocators shared by the devices of a cluster: unique across it. */
+  constructor(node: number, keys: KeyAllocator, qpns: IdAllocator) {
+    this.node = node;
+    this.keys = keys;
+    this.#qpns = qpns;
+  }
+
+  addMr(make: (key: number) => MR): MR {
+    if (this.#mrs.size >= DEVICE_LIMITS.maxMr)
+      throw verbsError('ibv_reg_mr', 'ENOMEM', `the device holds at most ${DEVICE_LIMITS.maxMr} MRs (queryDevice().maxMr)`);
+    const key = this.keys.alloc();
+    try {
+      const mr = make(key);
+      this.#mrs.set(key, mr);
+      return mr;
+    } catch (e) {
+      this.keys.free(key);
+      throw e;
+    }
+  }
+
+  mr(key: number): MR | undefined {
+    return this.#mrs.get(key);
+  }
+
+  removeMr(key: number): void {
+    if (this.#mrs.delete(key)) this.keys.free(key);
+  }
+
+  addQp(make: (qpn: number) => QP): QP {
+    if (this.#qps.size >= DEVICE_LIMITS.maxQp)
+      throw verbsError('ibv_create_qp', 'ENOMEM', `the device holds at most ${DEVICE_LIMITS.maxQp} QPs (queryDevice().maxQp)`);
+    const qpn = this.#qpns.alloc('ibv_create_qp');
+    try {
+      const qp = make(qpn);
+      this.#qps.set(qpn, qp);
+      return qp;
+    } catch (e) {
+      this.#qpns.free(qpn);
+      throw e;
+    }
+  }
+
+  qp(qpn: number): QP | undefined {
+    return this.#qps.get(qpn);
+  }
+
+  removeQp(qpn: number): void {
+    if (this.#qps.delete(qpn)) this.#qpns.free(qpn);
+  }
+}
+
+/**
+ * Which simulated process owns a region. All simulated nodes live in one OS process, so
+ * every region is in one address space: a region belongs to the first process that
+ * registers it or reaches it through its implicit key, and another process's implicit key
+ * never reaches it. Regions the library maps for its own use belong to LIBRARY.
+ */
+export const LIBRARY = Symbol('pagefault-rdma library memory');
+const owners = new WeakMap<Region, object | typeof LIBRARY>();
+
+/** Claim `region` for `owner` unless someone owns it already; true if `owner` owns it now. */
+export function claimRegion(region: Region, owner: object | typeof LIBRARY): boolean {
+  const cur = owners.get(region);
+  if (cur === undefined) {
+    owners.set(region, owner);
+    return true;
+  }
+  return cur === owner;
+}

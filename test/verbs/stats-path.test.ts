@@ -1,0 +1,42 @@
+// Fault statistics travel with the fault: the notice brings issue, detection and
+// notification times, the kernel's ACK of the answer brings the modelled resolve and, once
+// the block went out again, the retransmission. No fault library listens to the system's
+// tracer for them (the tracer is for observation only).
+import { afterEach, expect, test } from 'vitest';
+import { SimSystem, DmaStatus } from '../../kernel-sim/index.js';
+import { FaultLibrary, mapRegion, PAGE_SIZE as P, type Region } from '../../lib/index.js';
+
+const open: Array<{ close(): void }> = [];
+afterEach(() => {
+  for (const r of open.splice(0).reverse()) r.close();
+});
+
+test('a fault library without a trace counts every phase of every fault, and nobody listens to the tracer', async () => {
+  const src: Region = mapRegion(4 * P);
+  const dst: Region = mapRegion(4 * P);
+  open.push(src, dst);
+  new Uint8Array(src.buffer).fill(9);
+  const sys = new SimSystem({ nodes: 2 });
+  open.push(sys);
+  const a = sys.node(0).attachProcess({ pid: 100, pd: 7 });
+  sys.node(0).map(a.stream, src);
+  const b = sys.node(1).attachProcess({ pid: 200, pd: 7 });
+  sys.node(1).map(b.stream, dst);
+  const lib = new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch', trace: false });
+  open.splice(2, 0, lib);
+  expect(sys.tracer.active).toBe(false);
+  const c = await sys.node(0).post({ channel: 0, srcVa: src.address, dstNode: 1, dstVa: dst.address, length: 4 * P, pd: 7 });
+  expect(c.status).toBe(DmaStatus.SUCCESS);
+  expect(c.faults).toEqual({ source: 0, destination: 4 });
+  await new Promise((r) => setImmediate(r));
+  const s = lib.stats();
+  expect(s.retransmittedBlocks).toBe(4);
+  for (const phase of ['detect', 'notify', 'resolve', 'retransmit'] as const) {
+    expect(s.phases.model[phase].count).toBe(4);
+    expect(s.phases.real[phase].count).toBe(4);
+  }
+  // The modelled phases are the cost model's: the same for every page.
+  expect(s.phases.model.notify.min).toBeCloseTo(s.phases.model.notify.max, 9);
+  expect(s.phases.model.resolve.min).toBeCloseTo(s.phases.model.resolve.max, 9);
+  expect(sys.tracer.active).toBe(false);
+});
