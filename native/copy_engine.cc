@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common.h"
+#include "sigbus.h"
 
 namespace pfr {
 
@@ -68,6 +69,31 @@ struct Engine {
     return -1;
   }
 
+  // The copy itself. A page whose access raises SIGBUS (poisoned with UFFDIO_POISON: a remote
+  // page that could not be fetched) ends the copy like a missing page of that side: the
+  // bytes before it are moved and it is reported as the fault, which its fault library then
+  // fails to resolve (an error completion), instead of SIGBUS killing the process.
+  static void Copy(const Job& job, size_t len, int* status, int64_t* fault) {
+    SigbusGuard guard;
+    const uintptr_t dst = reinterpret_cast<uintptr_t>(job.dst->addr + job.dst_off);
+    const uintptr_t src = reinterpret_cast<uintptr_t>(job.src->addr + job.src_off);
+    if (sigsetjmp(guard.env, 0) == 0) {
+      CurrentSigbusGuard() = &guard;
+      memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
+      CurrentSigbusGuard() = nullptr;
+      return;
+    }
+    CurrentSigbusGuard() = nullptr;
+    const uintptr_t at = guard.address & ~static_cast<uintptr_t>(PageSize() - 1);
+    if (at >= dst && at < dst + len) {
+      *status = kDestFault;
+      *fault = static_cast<int64_t>(job.dst_off + (at - dst));
+    } else {
+      *status = kSourceFault;
+      *fault = static_cast<int64_t>(job.src_off + (at - src));
+    }
+  }
+
   void Worker(std::shared_ptr<Engine> self) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -110,7 +136,7 @@ struct Engine {
           copy_len = static_cast<size_t>(std::max<int64_t>(0, f - static_cast<int64_t>(job.dst_off)));
         }
       }
-      if (copy_len) memmove(job.dst->addr + job.dst_off, job.src->addr + job.src_off, copy_len);
+      if (copy_len) Copy(job, copy_len, &status, &fault);
       uint64_t ns = NowNs() - t0;
       job.src.reset();
       job.dst.reset();
@@ -161,6 +187,7 @@ std::shared_ptr<Engine> Require(const Napi::CallbackInfo& info) {
 // engineCreate(threads, callback(Float64Array)) -> { handle, tids }
 Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
+  InstallSigbusHandler();
   uint32_t threads = ArgU32(info, 0, "threads");
   if (threads == 0 || threads > 64) throw Napi::RangeError::New(env, "threads must be 1..64");
   if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "callback must be a function");

@@ -109,6 +109,8 @@ export interface Verdict {
 export interface AckPacket extends Header {
   type: 'ack';
   resp: AckResp;
+  /** RESOLVED: pages the destination's page store supplied (remote paging's major faults). */
+  fetched?: number;
   verdicts?: Verdict[];
   returned?: number[];
 }

@@ -60,6 +60,8 @@ export interface ResolvedAnswer {
   method: ResolveMethod;
   stall: boolean;
   stag: number;
+  /** Pages a page store supplied (remote paging): the fault was a major one. */
+  fetched?: number;
 }
 
 export function encodeFault(n: FaultNotice): NlAttrs {
@@ -144,6 +146,7 @@ export function encodeResolved(r: ResolvedAnswer): NlAttrs {
     attrs.set(NlAttr.STALL, true);
     attrs.set(NlAttr.STAG, r.stag);
   }
+  if (r.fetched) attrs.set(NlAttr.FETCHED, r.fetched);
   return attrs;
 }
 
@@ -162,5 +165,6 @@ export function decodeResolved(m: NlMessage): ResolvedAnswer | undefined {
     method: String(a.get(NlAttr.METHOD) ?? 'touch') as ResolveMethod,
     stall,
     stag: stall ? Number(a.get(NlAttr.STAG) ?? 0) : 0,
+    fetched: Number(a.get(NlAttr.FETCHED) ?? 0),
   };
 }

@@ -33,6 +33,8 @@ export enum NlAttr {
   RESOLVED_US = 22,
   RETRANSMIT_US = 23,
   RETRANSMIT_MS = 24,
+  /** In RESOLVED: pages a page store supplied to resolve the fault (remote paging's major faults). */
+  FETCHED = 25,
 }
 
 /** Commands of the family (PFR_CMD_*). */

@@ -221,7 +221,7 @@ export class Completer {
   }
 
   /** The fault library answered a source fault of this node (through its driver). */
-  sourceResolved(info: FaultInfo, ok: boolean, modelUs: number): void {
+  sourceResolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
     const t = this.#s.transfers.get(info.tid);
     if (!t || t.blocks[info.seq]?.state !== 'parked') return; // retried meanwhile: a late answer
     traceTransfer(this.#s.tracer, 'resolved', this.#s.node, t.tid, t.desc.channel, {
@@ -229,6 +229,7 @@ export class Completer {
       modelUs,
       detail: { seq: info.seq, srcNode: info.srcNode },
     });
+    t.pagesFetched += fetched;
     if (ok) this.#unpark(t, modelUs);
     else
       this.fail(
@@ -244,6 +245,7 @@ export class Completer {
   #onResolvedAck(p: AckPacket): void {
     const t = this.#s.transfers.get(p.tid);
     if (!t || t.blocks[p.seq]?.state !== 'parked') return; // retried meanwhile: a late answer
+    t.pagesFetched += p.fetched ?? 0;
     if (p.resp === AckResp.RESOLVED) this.#unpark(t, p.arrivesAt);
     else
       this.fail(
@@ -342,6 +344,7 @@ export class Completer {
       faults: { ...t.faults },
       retransmittedBlocks: t.retransmitted,
       nacks: t.nacks,
+      pagesFetched: t.pagesFetched,
       model: { startUs: t.modelStart, endUs: t.modelEnd, us: t.modelEnd - t.modelStart, label: MODEL_LABEL },
       real: { us: realNowUs() - t.realStart, faultUs: t.faultUs },
     };

@@ -143,10 +143,10 @@ export class Pldma {
    * time, the answer reached the engine. Every block waiting on that page hears it: a source
    * block is re-queued, a destination block's source is told over the fabric.
    */
-  resolved(info: FaultInfo, ok: boolean, modelUs: number): void {
+  resolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
     for (const w of this.#waiters.take(info)) {
-      if (w.side === 'source') this.#completer.sourceResolved(w, ok, modelUs);
-      else this.#responder.destinationResolved(w, ok, modelUs);
+      if (w.side === 'source') this.#completer.sourceResolved(w, ok, modelUs, fetched);
+      else this.#responder.destinationResolved(w, ok, modelUs, fetched);
     }
   }
 

@@ -49,6 +49,7 @@ export class Requester implements Schedulable {
         parkTimer: undefined,
         faults: { source: 0, destination: 0 },
         retransmitted: 0,
+        pagesFetched: 0,
         nacks: 0,
         modelStart: start - s.costs.doorbellUs,
         modelReady: start,

@@ -237,7 +237,7 @@ export class Responder {
   }
 
   /** This node's fault library answered a destination fault: tell the source over the fabric. */
-  destinationResolved(info: FaultInfo, ok: boolean, modelUs: number): void {
+  destinationResolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
     this.#d.tracer.emit({
       kind: 'resolved',
       node: this.#d.node,
@@ -258,6 +258,7 @@ export class Responder {
         seq: info.seq,
         length: 0,
         resp: ok ? AckResp.RESOLVED : AckResp.UNRESOLVED,
+        ...(fetched ? { fetched } : {}),
       },
       modelUs,
     );

@@ -85,6 +85,8 @@ export interface DmaCompletion {
   retransmittedBlocks: number;
   /** NACKs received from the destination. */
   nacks: number;
+  /** Pages a page store supplied while this transfer's faults were resolved: remote paging's major faults. */
+  pagesFetched: number;
   model: { startUs: number; endUs: number; us: number; label: string };
   /** Measured: whole transfer, and each fault from detection to the retransmission. */
   real: { us: number; faultUs: number[] };
@@ -177,6 +179,7 @@ export interface Transfer {
   parkTimer: NodeJS.Timeout | undefined;
   faults: FaultCounts;
   retransmitted: number;
+  pagesFetched: number;
   nacks: number;
   modelStart: number;
   modelReady: number; // earliest modelled time the next block may issue

@@ -39,7 +39,8 @@ export interface DriverCounters {
 
 /** Where the driver sends the fault library's answers to terminated faults (its node's engine). */
 export interface FaultAnswers {
-  resolved(info: FaultInfo, ok: boolean, modelUs: number): void;
+  /** `fetched`: pages a page store supplied for it (remote paging). */
+  resolved(info: FaultInfo, ok: boolean, modelUs: number, fetched: number): void;
 }
 
 export class SmmuDriver {
@@ -205,7 +206,7 @@ export class SmmuDriver {
       // Transfers that end without sending the block again never claim theirs: keep it bounded.
       if (this.#acks.size > 10_000) this.#acks.delete(this.#acks.keys().next().value as string);
     }
-    this.#engine?.resolved(info, ok, modelUs);
+    this.#engine?.resolved(info, ok, modelUs, r.fetched ?? 0);
     return deferred ? 'defer' : encodeResolvedAck({ resolvedUs: modelUs });
   }
 

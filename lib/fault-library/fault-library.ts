@@ -23,6 +23,7 @@ import { closedError } from '../errors.js';
 import { POLICIES, Prefetcher, spanFor, type PolicyName, type PolicyOptions } from './policy.js';
 import { FaultStats, type FaultStatsSnapshot } from './stats.js';
 import { TraceRecorder, type ChromeTrace } from './trace.js';
+import { remotePagerOf } from '../remote-paging/pager.js';
 
 /** A range of memory the library resolves with one policy. */
 export interface Registration {
@@ -198,6 +199,7 @@ export class FaultLibrary {
     let status = IommuPageResponseCode.INVALID;
     let bytes = 0;
     let made = 0;
+    let fetched = 0;
     let method: ResolveMethod = 'none';
     if (region && policy) {
       const ps = region.pageSize;
@@ -215,6 +217,9 @@ export class FaultLibrary {
       }
       try {
         const before = region.residentPages(start, end - start);
+        // A remote-paged region's missing pages come from its page store while populate waits.
+        const pager = remotePagerOf(region);
+        const majorBefore = pager?.stats().majorFaults ?? 0;
         if (stall) {
           // Stall-mode memory is userfaultfd-registered: place the pages without waking;
           // CMD_RESUME (from the driver, after our answer) replays the access.
@@ -226,6 +231,7 @@ export class FaultLibrary {
           method = span.method;
         }
         made = (end - start) / ps - before;
+        fetched = pager ? pager.stats().majorFaults - majorBefore : 0;
         bytes = end - start;
         status = IommuPageResponseCode.SUCCESS;
       } catch {
@@ -233,7 +239,7 @@ export class FaultLibrary {
       }
     }
     const doneReal = performance.now();
-    const reply = encodeResolved({ sid: n.sid, va, status, length: bytes, method, stall, stag: n.stag });
+    const reply = encodeResolved({ sid: n.sid, va, status, length: bytes, method, stall, stag: n.stag, fetched });
 
     // Statistics, process-wide and per registration.
     const targets = reg ? [this.#stats, reg.stats] : [this.#stats];
@@ -243,6 +249,7 @@ export class FaultLibrary {
       s.byKind[kind] = (s.byKind[kind] ?? 0) + 1;
       s.notifications++;
       s.pagesMadeResident += made;
+      s.majorFaults += fetched;
       if (bytes) s.resolveCalls++;
       if (status !== IommuPageResponseCode.SUCCESS) s.unresolved++;
       s.real.resolve.add((doneReal - recvReal) * 1000);

@@ -10,6 +10,8 @@ export interface FaultStatsSnapshot {
   faults: { source: number; destination: number; byKind: Record<string, number> };
   notifications: number;
   pagesMadeResident: number;
+  /** Pages a page store supplied while resolving (remote-paged regions): major faults. */
+  majorFaults: number;
   resolveCalls: number;
   retransmittedBlocks: number;
   unresolved: number;
@@ -22,6 +24,7 @@ export class FaultStats {
   byKind: Record<string, number> = {};
   notifications = 0;
   pagesMadeResident = 0;
+  majorFaults = 0;
   resolveCalls = 0;
   retransmittedBlocks = 0;
   unresolved = 0;
@@ -45,6 +48,7 @@ export class FaultStats {
       faults: { ...this.faults, byKind: { ...this.byKind } },
       notifications: this.notifications,
       pagesMadeResident: this.pagesMadeResident,
+      majorFaults: this.majorFaults,
       resolveCalls: this.resolveCalls,
       retransmittedBlocks: this.retransmittedBlocks,
       unresolved: this.unresolved,

@@ -63,6 +63,15 @@ export interface RemotePagingStats {
 
 const TRACKINGS = ['auto', 'wp-async', 'wp-sync'] as const;
 
+// Open pagers by their region's id: the fault library asks whether a region it resolves is
+// remote-paged, to tell a major fault (a page from the store) from a minor one.
+const pagers = new Map<number, RemotePager>();
+
+/** The remote pager whose region `region` is, if any. */
+export function remotePagerOf(region: Region): RemotePager | undefined {
+  return pagers.get(region.id);
+}
+
 function workerPath(): string {
   const here = dirname(fileURLToPath(import.meta.url));
   const sibling = join(here, 'worker.js');
@@ -105,6 +114,7 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
       this.#waiting.clear();
     });
     worker.unref(); // an idle pager does not keep the process alive
+    pagers.set(region.id, this);
   }
 
   /** Map the region, start the DM-Handler thread, connect it to the store. */
@@ -212,6 +222,7 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
       // the thread is gone already
     }
     this.#closed = true;
+    pagers.delete(this.region.id);
     await this.#worker.terminate();
     this.region.close();
   }

@@ -51,7 +51,7 @@ export class Completer {
 }
 
 export function emptyOdp(): Odp {
-  return { faults: { source: 0, destination: 0 }, retransmittedBlocks: 0, modelUs: 0, realUs: 0 };
+  return { faults: { source: 0, destination: 0 }, majorFaults: 0, retransmittedBlocks: 0, modelUs: 0, realUs: 0 };
 }
 
 export function fail(status: WcStatus): Outcome {
@@ -67,6 +67,7 @@ export function done(status: WcStatus, byteLen: number, results: DmaCompletion[]
     odp.faults.source += r.faults.source;
     odp.faults.destination += r.faults.destination;
     odp.retransmittedBlocks += r.retransmittedBlocks;
+    odp.majorFaults += r.pagesFetched;
     odp.realUs = Math.max(odp.realUs, r.real.us);
     start = Math.min(start, r.model.startUs);
     end = Math.max(end, r.model.endUs);

@@ -11,6 +11,8 @@ export interface WireSge {
 
 export interface Odp {
   faults: { source: number; destination: number };
+  /** Faults resolved with pages from a page store (remote paging): major faults, counted in pages. */
+  majorFaults: number;
   retransmittedBlocks: number;
   modelUs: number;
   realUs: number;
