@@ -248,7 +248,7 @@ export class DmHandler {
       }
       // Placed without waking, then woken at once: a thread woken by its page's copy would
       // run ahead into the next page of the batch before that one is placed.
-      b.pages.forEach((page, i) => this.#place(b, page, values[i] ?? null));
+      this.#placeAll(b, values);
       this.#setResident(); // before the wake: whoever it releases sees the count
       if (!this.#closed && b.pages.length) {
         const lo = Math.min(...b.pages),
@@ -265,38 +265,80 @@ export class DmHandler {
     }
   }
 
-  #place(b: Batch, page: number, value: Buffer | null): void {
+  // Place a batch's pages: decode and check each, then one UFFDIO_COPY per run of consecutive
+  // pages (a prefetch window is one run), write-protected for dirty tracking, without waking.
+  #placeAll(b: Batch, values: (Buffer | null)[]): void {
     if (this.#closed) return;
-    const off = page * this.#ps;
-    const faulting = b.faulting.has(page);
-    try {
+    const ps = this.#ps;
+    const ready: { page: number; bytes: Uint8Array; crc: number; stored: boolean }[] = [];
+    let fetched = 0,
+      bytesIn = 0,
+      major = 0,
+      prefetched = 0,
+      minor = 0,
+      corrupt = 0;
+    b.pages.forEach((page, i) => {
+      const value = values[i] ?? null;
+      const faulting = b.faulting.has(page);
       if (value === null) {
+        if (faulting) minor++;
         // Never stored: zeros, as EDM does, placed write-protected like any other page so its
-        // first write counts. 'wp-sync': UFFDIO_ZEROPAGE, then protect it (and only then wake).
-        // 'wp-async' protected the whole region while unpopulated, and UFFDIO_ZEROPAGE refuses
-        // such a page (EEXIST on the protection marker) where UFFDIO_COPY does not.
-        if (this.tracking === 'wp-async') {
-          this.#uffd.copy(this.#region, off, this.#zeros, { writeProtect: true, wake: false });
-        } else {
-          this.#uffd.zeropage(this.#region, off, this.#ps, { wake: false });
-          this.#uffd.writeProtect(this.#region, off, this.#ps, true); // (protecting never wakes)
+        // first write counts. 'wp-async' protected the whole region while unpopulated, and
+        // UFFDIO_ZEROPAGE refuses such a page (EEXIST on the protection marker) where
+        // UFFDIO_COPY does not: copy zeros. 'wp-sync': UFFDIO_ZEROPAGE, then protect it.
+        if (this.tracking === 'wp-async') return void ready.push({ page, bytes: this.#zeros, crc: this.#zeroCrc, stored: false });
+        try {
+          this.#uffd.zeropage(this.#region, page * ps, ps, { wake: false });
+          this.#uffd.writeProtect(this.#region, page * ps, ps, true); // (protecting never wakes)
+          this.#placed(b, page, this.#zeroCrc, false);
+        } catch (err) {
+          this.#notPlaced(b, page, err);
         }
-        this.#lspt.placed(page, this.#zeroCrc);
-        if (faulting) this.#add(Counter.minorFaults);
-      } else {
-        const { page: bytes, crc } = decodePage(this.#key(page), value, this.#ps);
-        this.#uffd.copy(this.#region, off, bytes, { writeProtect: true, wake: false });
-        this.#lspt.placed(page, crc);
-        this.#add(Counter.pagesFetched);
-        this.#add(Counter.bytesIn, value.length);
-        this.#add(faulting ? Counter.majorFaults : Counter.prefetched);
+        return;
       }
-      if (faulting) (value === null ? this.minor : this.major).record(Math.max(1, Math.round((performance.now() - b.receivedAt.get(page)!) * 1e6)));
-    } catch (err) {
-      this.#lspt.drop(page);
-      if (err instanceof PfrError && err.code === 'ERR_PFR_PAGE_CORRUPT') this.#add(Counter.corrupt);
-      if (faulting) this.#failPage(page, b.threads.get(page)!, err);
+      try {
+        const { page: bytes, crc } = decodePage(this.#key(page), value, ps);
+        ready.push({ page, bytes, crc, stored: true });
+        fetched++;
+        bytesIn += value.length;
+        if (faulting) major++;
+        else prefetched++;
+      } catch (err) {
+        corrupt++;
+        this.#notPlaced(b, page, err);
+      }
+    });
+    ready.sort((x, y) => x.page - y.page);
+    for (let i = 0; i < ready.length;) {
+      let j = i + 1;
+      while (j < ready.length && ready[j]!.page === ready[j - 1]!.page + 1) j++;
+      const run = ready.slice(i, j);
+      try {
+        const data = run.length === 1 ? run[0]!.bytes : Buffer.concat(run.map((r) => r.bytes));
+        this.#uffd.copy(this.#region, run[0]!.page * ps, data, { writeProtect: true, wake: false });
+        for (const r of run) this.#placed(b, r.page, r.crc, r.stored);
+      } catch (err) {
+        for (const r of run) this.#notPlaced(b, r.page, err);
+      }
+      i = j;
     }
+    this.#add(Counter.pagesFetched, fetched);
+    this.#add(Counter.bytesIn, bytesIn);
+    this.#add(Counter.majorFaults, major);
+    this.#add(Counter.prefetched, prefetched);
+    this.#add(Counter.minorFaults, minor);
+    if (corrupt) this.#add(Counter.corrupt, corrupt);
+  }
+
+  #placed(b: Batch, page: number, crc: number, stored: boolean): void {
+    this.#lspt.placed(page, crc);
+    const at = b.receivedAt.get(page);
+    if (at !== undefined && b.faulting.has(page)) (stored ? this.major : this.minor).record(Math.max(1, Math.round((performance.now() - at) * 1e6)));
+  }
+
+  #notPlaced(b: Batch, page: number, err: unknown): void {
+    this.#lspt.drop(page);
+    if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, err);
   }
 
   #failFetch(b: Batch, cause: unknown): void {

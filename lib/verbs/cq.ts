@@ -18,7 +18,11 @@ export interface WorkCompletion {
   /** ibv_wc_status_str(status) */
   statusStr: string;
   /** Faults this work request took on the way, modelled and measured time. */
-  odp?: { faults: { source: number; destination: number }; retransmittedBlocks: number; modelUs: number; realUs: number };
+  /**
+   * On-demand paging of the transfer: faults by side, major faults (pages a page store supplied:
+   * remote paging), blocks sent again, modelled and measured µs.
+   */
+  odp?: { faults: { source: number; destination: number }; majorFaults: number; retransmittedBlocks: number; modelUs: number; realUs: number };
 }
 
 export class CompletionQueue {
