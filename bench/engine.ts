@@ -507,7 +507,7 @@ async function caseG(o: BenchEngineOptions, bar: Progress): Promise<unknown> {
   const w = nodes(2);
   const src = resident(chunk, 4);
   const dst = mapRegion(o.heapBytes);
-  let heapAfter = 0;
+  let heapAfter: number;
   try {
     const [qa] = qpPair(w, 0, 1);
     const ms = w.ctx[0]!.regMr(w.pd[0]!, src, 0, chunk, ODP);
