@@ -259,6 +259,7 @@ export class Completer {
   // The failed block waits for the retransmission request (or the timeout).
   park(t: Transfer, b: Block, at: number, side: Side): void {
     b.state = 'parked';
+    t.parkedBlocks.push(b);
     t.parked = true;
     t.inflight--;
     t.modelReady = Math.max(t.modelReady, at);
@@ -284,7 +285,7 @@ export class Completer {
     if (t.done) return;
     clearTimeout(t.parkTimer);
     t.parkTimer = undefined;
-    for (let i = t.next; i < t.blocks.length; i++) if (t.blocks[i]!.state === 'parked') t.blocks[i]!.state = 'pending';
+    for (const b of t.parkedBlocks.splice(0)) if (b.state === 'parked') b.state = 'pending';
     t.parked = false;
     t.modelReady = Math.max(t.modelReady, at);
     this.#s.scheduler.wake(t.desc.channel);

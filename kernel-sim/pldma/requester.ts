@@ -46,6 +46,7 @@ export class Requester implements Schedulable {
         acked: 0,
         inflight: 0,
         parked: false,
+        parkedBlocks: [],
         parkTimer: undefined,
         faults: { source: 0, destination: 0 },
         retransmitted: 0,

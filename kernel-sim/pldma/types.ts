@@ -174,6 +174,8 @@ export interface Transfer {
   acked: number;
   inflight: number;
   parked: boolean;
+  /** The blocks parked on a fault, so unparking is O(1) per fault, not a scan of the transfer. */
+  parkedBlocks: Block[];
   parkTimer: NodeJS.Timeout | undefined;
   faults: FaultCounts;
   retransmitted: number;
