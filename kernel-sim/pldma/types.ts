@@ -195,7 +195,7 @@ export interface Transfer {
    * whole run lands (a block of the run that faults first stops the transfer before it).
    */
   held: { b: Block; sid: number; tr: Extract<Translation, { ok: false }>; cost: number } | undefined;
-  /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to 64). */
+  /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to MAX_RUN_BLOCKS). */
   runLimit: number;
 }
 
