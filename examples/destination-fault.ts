@@ -74,7 +74,8 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
   const pages = options.pages ?? 1;
   const policy = options.policy ?? 'touch';
   const size = pages * PAGE_SIZE;
-  const { cluster, ctx, pd, cq, qp } = connectedPair();
+  // Its timeline is drawn from the processes' traces.
+  const { cluster, ctx, pd, cq, qp } = connectedPair({ trace: true });
   const costs = cluster.system.costs;
   try {
     const src = mapRegion(size);

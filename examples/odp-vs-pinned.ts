@@ -67,7 +67,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   const sizes: number[] = options.sizes ? [...options.sizes] : [];
   if (!options.sizes) for (let s = minSize; s <= maxSize; s *= 4) sizes.push(s);
 
-  const pair = connectedPair();
+  const pair = connectedPair({ trace: options.trace !== undefined });
   const bar = progress(policies.length * (sizes.length + 1), 'odp-vs-pinned');
   try {
     // Warm up once per policy (JIT, copy threads), unrecorded.

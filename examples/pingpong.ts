@@ -74,7 +74,7 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
       { header: 'buffers', width: 8, left: true },
     ]);
     for (const [k, size] of sizes.entries()) {
-      const pair = connectedPair();
+      const pair = connectedPair({ trace: options.trace !== undefined });
       const { ctx, pd, qp } = pair;
       const bytes = Math.ceil(size / PAGE_SIZE) * PAGE_SIZE;
       const buf: [Region, Region] = [mapRegion(bytes), mapRegion(bytes)];

@@ -30,10 +30,18 @@ export {
 } from './uffd.js';
 export { touch, type TouchOptions, type TouchResult, type AccessFailedError } from './toucher.js';
 export { PfrError, type PfrErrorCode, type SystemError } from './errors.js';
-export { FaultLibrary, type Registration, type ResolvedFault, type FaultLibraryOptions } from './fault-library/fault-library.js';
+export { FaultLibrary, type Registration, type ResolvedFault, type FaultLibraryOptions, type TraceOption } from './fault-library/fault-library.js';
 export { POLICIES, Prefetcher, type PolicyName, type PolicyOptions } from './fault-library/policy.js';
 export { Histogram, latencyStats, median, type LatencyStats } from './latency.js';
 export { FaultStats, PHASES, type FaultStatsSnapshot, type Phase } from './fault-library/stats.js';
-export { TraceRecorder, FAULT_PHASES, type ChromeTrace, type ChromeTraceEvent, type FaultPhase, type TraceScope } from './fault-library/trace.js';
+export {
+  TraceRecorder,
+  DEFAULT_TRACE_EVENTS,
+  FAULT_PHASES,
+  type ChromeTrace,
+  type ChromeTraceEvent,
+  type FaultPhase,
+  type TraceScope,
+} from './fault-library/trace.js';
 export * from './verbs/index.js';
 export * from './remote-paging/index.js';

@@ -382,20 +382,26 @@ class Uffd {
   }
 
   // The guard of event-loop delivery. It does not wake on every fault (that would add a
-  // context switch to each one); it ticks, every 10 ms when all is quiet and every 1 ms
-  // while faults are pending. If events stay unread across a tick with no poll callback on
-  // the JS thread, that thread is not reading: the guard becomes the reader (resolving the
-  // JS thread's own faults natively, handing the others over through the thread-safe
-  // function) until the JS thread polls again or 2 ms pass without events.
+  // context switch to each one). While faults come, it ticks: every 10 ms, every 1 ms while
+  // faults are pending. If events stay unread across a tick with no poll callback on the JS
+  // thread, that thread is not reading: the guard becomes the reader (resolving the JS
+  // thread's own faults natively, handing the others over through the thread-safe function)
+  // until the JS thread polls again or 2 ms pass without events. After kQuietTicks ticks with
+  // nothing to watch it stops ticking and sleeps in poll() on the uffd, the stop and the kick
+  // eventfds (and the watchdog's next deadline, if any): an idle process is not woken at all;
+  // the first event wakes it, and it takes over only if that event is still unread a tick later.
   void GuardLoop() {
-    // [0] the uffd (watched only while taking over), [1] stop, [2] kick: the JS thread is
-    // about to block in a call that needs the reader (evict, populate on registered pages).
+    // [0] the uffd (watched while asleep and while taking over), [1] stop, [2] kick: the JS
+    // thread is about to block in a call that needs the reader (evict, populate on
+    // registered pages).
+    constexpr int kQuietTicks = 5;
     pollfd fds[3] = {{fd, POLLIN, 0}, {stopfd, POLLIN, 0}, {kickfd, POLLIN, 0}};
-    bool taking_over = false, was_readable = false;
+    bool taking_over = false, was_readable = false, asleep = false;
+    int quiet = 0;
     uint64_t mark = main_polls.load();
     int wait_ms = 10;
     for (;;) {
-      int n = taking_over ? poll(fds, 3, 2) : poll(fds + 1, 2, wait_ms);
+      int n = taking_over ? poll(fds, 3, 2) : asleep ? poll(fds, 3, wait_ms) : poll(fds + 1, 2, wait_ms);
       if (n < 0 && errno != EINTR) break;
       if (fds[1].revents != 0) break;
       Batch b;
@@ -404,17 +410,24 @@ class Uffd {
         uint64_t v;
         if (read(kickfd, &v, sizeof(v)) < 0) { /* nothing to clear */ }
       }
-      if (taking_over) {
+      if ((taking_over || asleep) && (fds[0].revents & (POLLERR | POLLHUP))) {
+        Deliver(b);
+        break;
+      }
+      if (asleep && !kicked) {
+        // Woken by an event (or a watchdog deadline): the JS thread has a tick to read it.
+        asleep = false;
+        was_readable = (fds[0].revents & POLLIN) != 0;
+        quiet = 0;
+      } else if (taking_over) {
+        asleep = false;
         if (!kicked && (main_polls.load() != mark || n == 0)) {
           taking_over = false;  // the JS thread reads again, or all is quiet
         } else if (fds[0].revents & POLLIN) {
           Drain(&b);
         }
-        if (fds[0].revents & (POLLERR | POLLHUP)) {
-          Deliver(b);
-          break;
-        }
       } else if (kicked) {
+        asleep = false;
         taking_over = true;  // watch the uffd from the next poll on
         Drain(&b);
       } else {
@@ -430,12 +443,16 @@ class Uffd {
       int next = Watchdog(&b);
       Deliver(b);
       bool busy = was_readable || taking_over;
+      bool pending;
       {
         std::lock_guard<std::mutex> lock(mu);
-        busy = busy || !outstanding.empty();
+        pending = !outstanding.empty();
       }
-      wait_ms = busy ? 1 : 10;
-      if (next >= 0) wait_ms = std::min(wait_ms, next);
+      quiet = busy || pending ? 0 : quiet + 1;
+      // Nothing read, nothing pending for kQuietTicks ticks: sleep until something happens.
+      asleep = !taking_over && quiet >= kQuietTicks;
+      wait_ms = asleep ? -1 : busy || pending ? 1 : 10;
+      if (next >= 0) wait_ms = wait_ms < 0 ? next : std::min(wait_ms, next);
     }
   }
 

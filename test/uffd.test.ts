@@ -1,5 +1,6 @@
 // Genuine faults through userfaultfd: a native toucher thread faults, the kernel reports each
 // fault, the TypeScript handler resolves it, and the bytes the thread reads are the bytes placed.
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { mapRegion, touch, Userfaultfd, type Fault } from '../lib/index.js';
 import { closer, P, pattern, recording, sleep, until } from './helpers.js';
@@ -299,5 +300,28 @@ describe('the JS thread is never blocked by its own faults', () => {
       expect(ownFaults[0]!.address).toBe(region.address + BigInt(T * P + 100));
     }
     expect(uffd.stats()).toMatchObject({ forwarded: T, resolvedNatively: N - T });
+  });
+});
+
+describe('the guard thread of event-loop delivery', () => {
+  const switches = (tid: string): number => {
+    const s = readFileSync(`/proc/self/task/${tid}/status`, 'utf8');
+    return Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(s)![1]) + Number(/^nonvoluntary_ctxt_switches:\s*(\d+)/m.exec(s)![1]);
+  };
+
+  it('sleeps while idle (no periodic tick), and still serves faults after', async () => {
+    const before = new Set(readdirSync('/proc/self/task'));
+    const h = recording((f, u) => u.zeropage(f.region, f.offset, P));
+    const { region } = setup(4, h);
+    const guard = readdirSync('/proc/self/task').filter((t) => !before.has(t));
+    expect(guard.length).toBeGreaterThan(0);
+    await sleep(200); // a few ticks, then it stops ticking
+    const start = guard.map(switches);
+    await sleep(1000);
+    const woken = guard.map(switches).reduce((n, x, i) => n + x - start[i]!, 0);
+    expect(woken).toBeLessThanOrEqual(2); // it ticked 100 times a second before
+    const r = await touch(region, { probe: true });
+    expect(r.pages).toBe(4);
+    expect(h.faults).toHaveLength(4);
   });
 });

@@ -7,6 +7,7 @@ import { AckResp, type AckPacket, type Verdict } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { FaultWaiters } from './fault-waiters.js';
+import { MAX_RUN_BLOCKS } from './requester.js';
 import {
   type Block,
   type DmaCompletion,
@@ -66,7 +67,7 @@ export class Completer {
     }
     // After a destination fault, runs start small again: the blocks sent after a fault are
     // translated for nothing.
-    if (live) t.runLimit = (p.returned?.length ?? 0) > 0 || t.parked ? 2 : Math.min(64, t.runLimit * 2);
+    if (live) t.runLimit = (p.returned?.length ?? 0) > 0 || t.parked ? 2 : Math.min(MAX_RUN_BLOCKS, t.runLimit * 2);
     for (const seq of p.returned ?? []) {
       const b = t?.blocks[seq];
       if (!b?.sent) continue;
@@ -261,6 +262,7 @@ export class Completer {
   // The failed block waits for the retransmission request (or the timeout).
   park(t: Transfer, b: Block, at: number, side: Side): void {
     b.state = 'parked';
+    t.parkedBlocks.push(b);
     t.parked = true;
     t.inflight--;
     t.modelReady = Math.max(t.modelReady, at);
@@ -286,7 +288,7 @@ export class Completer {
     if (t.done) return;
     clearTimeout(t.parkTimer);
     t.parkTimer = undefined;
-    for (let i = t.next; i < t.blocks.length; i++) if (t.blocks[i]!.state === 'parked') t.blocks[i]!.state = 'pending';
+    for (const b of t.parkedBlocks.splice(0)) if (b.state === 'parked') b.state = 'pending';
     t.parked = false;
     t.modelReady = Math.max(t.modelReady, at);
     this.#s.scheduler.wake(t.desc.channel);

@@ -12,8 +12,12 @@ import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
 import { type Block, type DmaCompletion, type DmaDescriptor, DmaStatus, type EngineState, traceTransfer, type Transfer, walkCost } from './types.js';
 
-/** Blocks one write packet (and one copy-engine job) may carry. */
-const MAX_RUN_BLOCKS = 64;
+/**
+ * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
+ * fixed cost of a packet, its copy-thread hand-off and its answer is paid once per 4 MiB of
+ * resident memory, not once per 256 KiB. The modelled time is still planned per block.
+ */
+export const MAX_RUN_BLOCKS = 1024;
 
 export class Requester implements Schedulable {
   readonly capacity: number;
@@ -46,6 +50,7 @@ export class Requester implements Schedulable {
         acked: 0,
         inflight: 0,
         parked: false,
+        parkedBlocks: [],
         parkTimer: undefined,
         faults: { source: 0, destination: 0 },
         retransmitted: 0,

@@ -176,6 +176,8 @@ export interface Transfer {
   acked: number;
   inflight: number;
   parked: boolean;
+  /** The blocks parked on a fault, so unparking is O(1) per fault, not a scan of the transfer. */
+  parkedBlocks: Block[];
   parkTimer: NodeJS.Timeout | undefined;
   faults: FaultCounts;
   retransmitted: number;
@@ -196,7 +198,7 @@ export interface Transfer {
    * whole run lands (a block of the run that faults first stops the transfer before it).
    */
   held: { b: Block; sid: number; tr: Extract<Translation, { ok: false }>; cost: number } | undefined;
-  /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to 64). */
+  /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to MAX_RUN_BLOCKS). */
   runLimit: number;
 }
 

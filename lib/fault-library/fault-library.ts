@@ -22,7 +22,7 @@ import { checkInt, invalidArg } from '../validate.js';
 import { closedError } from '../errors.js';
 import { POLICIES, Prefetcher, spanFor, type PolicyName, type PolicyOptions } from './policy.js';
 import { FaultStats, type FaultStatsSnapshot } from './stats.js';
-import { TraceRecorder, type ChromeTrace } from './trace.js';
+import { DEFAULT_TRACE_EVENTS, TraceRecorder, type ChromeTrace } from './trace.js';
 import { remotePagerOf } from '../remote-paging/pager.js';
 
 /** A range of memory the library resolves with one policy. */
@@ -69,6 +69,18 @@ interface Pending {
   resolvedMs: number;
 }
 
+/** A trace: off (false, the default), on with the default ring size (true), or a ring of `limit` events. */
+export type TraceOption = boolean | { limit: number };
+
+/** Events the trace keeps, 0 for none; a clear error for a bad option. */
+export function traceLimit(trace: TraceOption | undefined): number {
+  if (trace === undefined || trace === false) return 0;
+  if (trace === true) return DEFAULT_TRACE_EVENTS;
+  if (typeof trace !== 'object' || trace === null || !Number.isSafeInteger(trace.limit) || trace.limit < 1)
+    throw invalidArg(`trace must be true, false or { limit: a positive integer } (events kept), got ${JSON.stringify(trace)}`);
+  return trace.limit;
+}
+
 export interface FaultLibraryOptions {
   system: SimSystem;
   node: number;
@@ -78,8 +90,12 @@ export interface FaultLibraryOptions {
   defaultPolicy?: PolicyName;
   /** The userfaultfd stall-mode memory is registered on (resolved with UFFDIO_ZEROPAGE). */
   uffd?: Userfaultfd;
-  /** Keep a trace of every event (default true). */
-  trace?: boolean;
+  /**
+   * Keep a trace of the fault events (for exportChromeTrace): off by default (nothing listens
+   * to the system's events then, and nothing is kept); true keeps the newest
+   * DEFAULT_TRACE_EVENTS events, `{ limit }` the newest `limit`.
+   */
+  trace?: TraceOption;
 }
 
 export class FaultLibrary {
@@ -102,10 +118,10 @@ export class FaultLibrary {
     this.#socket = options.socket;
     this.#uffd = options.uffd;
     this.defaultPolicy = options.defaultPolicy ?? 'touch-ahead';
-    this.trace = new TraceRecorder(undefined, { node: this.node, pid: this.pid });
-    const tracing = options.trace ?? true;
+    const limit = traceLimit(options.trace);
+    this.trace = new TraceRecorder(limit || undefined, { node: this.node, pid: this.pid });
     // The trace is observation only; the statistics come with the fault notices and the ACKs.
-    this.#untrace = tracing ? options.system.tracer.on((e) => this.trace.record(e)) : () => {};
+    this.#untrace = limit ? options.system.tracer.on((e) => this.trace.record(e)) : () => {};
     this.#socket.onMessage((m) => this.#onMessage(m));
   }
 

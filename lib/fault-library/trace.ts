@@ -49,27 +49,42 @@ const LANE_CHANNEL = 1_000_000;
 
 type Time = { model: number; real: number };
 
+/** Events a trace keeps by default (a ring: the newest are kept, the oldest dropped). */
+export const DEFAULT_TRACE_EVENTS = 200_000;
+
 export class TraceRecorder {
-  readonly events: TraceEvent[] = [];
   readonly limit: number;
   readonly scope: TraceScope | undefined;
+  /** Events dropped because the ring was full (the oldest ones). */
   dropped = 0;
+  // A ring of at most `limit` events: memory stays bounded however long the run.
+  #ring: TraceEvent[] = [];
+  #head = 0;
 
-  constructor(limit = 200_000, scope?: TraceScope) {
+  constructor(limit = DEFAULT_TRACE_EVENTS, scope?: TraceScope) {
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`trace limit must be a positive integer, got ${String(limit)}`);
     this.limit = limit;
     this.scope = scope;
   }
 
+  /** The events kept, oldest first. */
+  get events(): TraceEvent[] {
+    return this.#head === 0 ? this.#ring.slice() : [...this.#ring.slice(this.#head), ...this.#ring.slice(0, this.#head)];
+  }
+
   record(e: TraceEvent): void {
-    if (this.events.length >= this.limit) {
-      this.dropped++;
+    if (this.#ring.length < this.limit) {
+      this.#ring.push(e);
       return;
     }
-    this.events.push(e);
+    this.#ring[this.#head] = e;
+    this.#head = (this.#head + 1) % this.limit;
+    this.dropped++;
   }
 
   clear(): void {
-    this.events.length = 0;
+    this.#ring = [];
+    this.#head = 0;
     this.dropped = 0;
   }
 
@@ -78,6 +93,7 @@ export class TraceRecorder {
    * (performance.now(), so exports of one run line up). Scoped: only this process's node.
    */
   toChromeTrace(): ChromeTrace {
+    const events = this.events;
     const out: ChromeTraceEvent[] = [];
     const lanes = new Map<string, { pid: number; tid: number; name: string }>();
     const own = (node: number) => this.scope === undefined || node === this.scope.node;
@@ -99,7 +115,7 @@ export class TraceRecorder {
     const time = (e: TraceEvent): Time => ({ model: e.modelUs, real: e.realMs });
 
     const nodes = new Set<number>();
-    for (const e of this.events) {
+    for (const e of events) {
       if (!own(e.node) || !ownPid(e)) continue;
       nodes.add(e.node);
       const args: Record<string, unknown> = { side: e.side, tid: e.tid, ...stringify(e.detail ?? {}) };
@@ -113,32 +129,32 @@ export class TraceRecorder {
     const stepKey = (kind: TraceEvent['kind'], node: number, src: number, tid: number | undefined, seq: unknown, side: string | undefined) =>
       `${kind}:${node}:${src}:${String(tid)}:${String(seq)}:${kind === 'retransmit' || kind === 'ack' ? '' : (side ?? '')}`;
     const steps = new Map<string, number[]>();
-    this.events.forEach((e, k) => {
+    events.forEach((e, k) => {
       if (e.kind !== 'notify' && e.kind !== 'resolved' && e.kind !== 'retransmit' && e.kind !== 'ack') return;
       const key = stepKey(e.kind, e.node, (e.detail?.['srcNode'] as number | undefined) ?? e.node, e.tid, e.detail?.['seq'], e.side);
       const list = steps.get(key);
       if (list) list.push(k);
       else steps.set(key, [k]);
     });
-    for (let i = 0; i < this.events.length; i++) {
-      const f = this.events[i]!;
+    for (let i = 0; i < events.length; i++) {
+      const f = events[i]!;
       if (f.kind !== 'fault' || f.tid === undefined) continue;
       const seq = f.detail?.['seq'];
       const src = (f.detail?.['srcNode'] as number | undefined) ?? f.node;
       // The first step of `kind` of this block after index `from`.
       const find = (from: number, kind: TraceEvent['kind'], node: number, also: (e: TraceEvent) => boolean = () => true) => {
-        for (const k of steps.get(stepKey(kind, node, src, f.tid, seq, f.side)) ?? []) if (k >= from && also(this.events[k]!)) return k;
+        for (const k of steps.get(stepKey(kind, node, src, f.tid, seq, f.side)) ?? []) if (k >= from && also(events[k]!)) return k;
         return -1;
       };
       const n = find(i + 1, 'notify', f.node);
-      const notify = n >= 0 ? this.events[n]! : undefined;
+      const notify = n >= 0 ? events[n]! : undefined;
       if (notify && !ownPid(notify) && own(f.node)) continue; // another process's fault on this node
       const r = find(Math.max(i, n) + 1, 'resolved', f.node);
-      const resolved = r >= 0 ? this.events[r]! : undefined;
+      const resolved = r >= 0 ? events[r]! : undefined;
       const x = resolved ? find(r + 1, 'retransmit', src) : -1;
-      const retransmit = x >= 0 ? this.events[x]! : undefined;
+      const retransmit = x >= 0 ? events[x]! : undefined;
       const a = retransmit ? find(x + 1, 'ack', src, (e) => e.detail?.['attempt'] === retransmit.detail?.['attempt']) : -1;
-      const ack = a >= 0 ? this.events[a]! : undefined;
+      const ack = a >= 0 ? events[a]! : undefined;
 
       const issued: Time = { model: Number(f.detail?.['issuedUs'] ?? f.modelUs), real: Number(f.detail?.['issuedMs'] ?? f.realMs) };
       const args = { side: f.side, transfer: f.tid, block: seq, srcNode: src, va: stringify({ va: f.detail?.['va'] })['va'] };

@@ -4,7 +4,7 @@
 // themselves know only their device (its tables) and their process.
 import { checkSystemOptions, SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
 import { closedError } from '../errors.js';
-import { FaultLibrary } from '../fault-library/fault-library.js';
+import { FaultLibrary, traceLimit, type TraceOption } from '../fault-library/fault-library.js';
 import { POLICIES, type PolicyName } from '../fault-library/policy.js';
 import { PAGE_SIZE, Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
@@ -32,6 +32,11 @@ export interface AsyncEvent {
 export interface ClusterOptions extends SystemOptions {
   /** Default ODP policy of every context (default 'touch-ahead'). */
   defaultPolicy?: PolicyName;
+  /**
+   * Default trace of every context's fault library (exportChromeTrace): off unless asked for;
+   * true keeps the newest 200 000 events per context, `{ limit }` the newest `limit`.
+   */
+  trace?: TraceOption;
 }
 
 export interface DeviceAttr {
@@ -53,10 +58,13 @@ export class Cluster {
   #nextPid = 1000;
   #pds = new IdAllocator(1, 0xffff);
   #defaultPolicy: PolicyName;
+  #trace: TraceOption;
   #closed = false;
 
   private constructor(options: ClusterOptions) {
-    const { defaultPolicy, ...sys } = options;
+    const { defaultPolicy, trace, ...sys } = options;
+    traceLimit(trace); // a bad option fails here, before anything is built
+    this.#trace = trace ?? false;
     this.system = new SimSystem(sys);
     this.#defaultPolicy = defaultPolicy ?? 'touch-ahead';
     const keys = new KeyAllocator();
@@ -87,14 +95,23 @@ export class Cluster {
   }
 
   /** ibv_open_device on `node`: a new process there, with its fault library. */
-  openDevice(node: number, options: { defaultPolicy?: PolicyName; uffd?: Userfaultfd } = {}): Context {
+  openDevice(node: number, options: { defaultPolicy?: PolicyName; uffd?: Userfaultfd; trace?: TraceOption } = {}): Context {
     this.#check();
     checkInt('openDevice: node', node, 0, this.nodes - 1);
     checkObject('openDevice: options', options);
     if (options.defaultPolicy !== undefined && !POLICIES.includes(options.defaultPolicy))
       throw invalidArg(`openDevice: defaultPolicy must be one of ${POLICIES.join(', ')}, got ${String(options.defaultPolicy)}`);
-    const ctx = new Context(this, this.#devices[node]!, this.#nextPid++, options.defaultPolicy ?? this.#defaultPolicy, options.uffd, this.#pds, (c) =>
-      this.#contexts.delete(c),
+    const trace = options.trace ?? this.#trace;
+    traceLimit(trace);
+    const ctx = new Context(
+      this,
+      this.#devices[node]!,
+      this.#nextPid++,
+      options.defaultPolicy ?? this.#defaultPolicy,
+      options.uffd,
+      trace,
+      this.#pds,
+      (c) => this.#contexts.delete(c),
     );
     this.#contexts.add(ctx);
     return ctx;
@@ -140,6 +157,7 @@ export class Context {
     pid: number,
     defaultPolicy: PolicyName,
     uffd: Userfaultfd | undefined,
+    trace: TraceOption,
     pds: IdAllocator,
     forget: (c: Context) => void,
   ) {
@@ -150,7 +168,7 @@ export class Context {
     this.node = device.node;
     this.pid = pid;
     const socket = device.sim.openProcess(pid);
-    const opts: ConstructorParameters<typeof FaultLibrary>[0] = { system: cluster.system, node: device.node, pid, socket, defaultPolicy };
+    const opts: ConstructorParameters<typeof FaultLibrary>[0] = { system: cluster.system, node: device.node, pid, socket, defaultPolicy, trace };
     if (uffd) opts.uffd = uffd;
     this.faultLibrary = new FaultLibrary(opts);
   }

@@ -153,7 +153,7 @@ export class QueuePair {
       scratch: () => this.#scratchRegion(),
       toError: () => this.#toError(),
     };
-    this.#requester = new Requester(this.#core);
+    this.#requester = new Requester(this.#core, this.cap.maxSendWr);
     this.#responder = new Responder(this.#core);
     pd.users.add(this);
   }
@@ -211,7 +211,7 @@ export class QueuePair {
     const list = Array.isArray(wrs) ? wrs : [wrs];
     if (this.#state !== QpState.RTS && this.#state !== QpState.ERR)
       throw verbsError('ibv_post_send', 'EINVAL', `the QP is in ${QpState[this.#state]}; move it to RTS first`);
-    if (this.#sq.length + list.length > this.cap.maxSendWr)
+    if (this.#sq.length + this.#requester.inflight + list.length > this.cap.maxSendWr)
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);
     list.forEach((wr, i) => checkSendWr(wr, i, this.cap.maxSendSge));
     this.#sq.push(...list.map((wr) => ({ ...wr, sgList: wr.sgList.map((s) => ({ ...s })) })));
@@ -241,8 +241,7 @@ export class QueuePair {
     this.#destroyed = true;
     // Work in flight and queued behind it (left to the running loop by #toError) is flushed
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
-    const current = this.#requester.takeCurrent();
-    for (const wr of current ? [current, ...this.#sq.splice(0)] : this.#sq.splice(0))
+    for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
       this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
     this.#requester.stop();
     this.pd.unmapFor(this);

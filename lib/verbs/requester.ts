@@ -24,23 +24,41 @@ export const MAX_MSG = 2 ** 31;
 
 type RequestBody = Omit<Request, 'kind' | 'srcQpn' | 'dstQpn' | 'psn'>;
 
+/**
+ * WRs that may run while the ones before them are still in flight: RDMA_WRITEs after
+ * RDMA_WRITEs. Their DMA goes on one engine channel per QP, whose transfers run in posting
+ * order, so the bytes land in order as RC requires; a SEND or WRITE_WITH_IMM (which takes a
+ * receive), a READ or an atomic (which must see every earlier write) waits for all before it.
+ */
+function overlaps(wr: SendWr): boolean {
+  return wr.opcode === WrOpcode.RDMA_WRITE;
+}
+
 export class Requester {
   #qp: QpCore;
+  #maxInflight: number;
   #running = false;
-  #current: SendWr | undefined;
+  /** WRs started and not yet completed, in posting order. */
+  #inflight: SendWr[] = [];
+  /** Wakes the running loop when work is posted while it waits for WRs in flight. */
+  #posted: (() => void) | undefined;
   #psn = 1;
   #waiting = new Map<number, (r: Response | undefined) => void>();
   #timers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
 
-  constructor(qp: QpCore) {
+  constructor(qp: QpCore, maxInflight: number) {
     this.#qp = qp;
+    this.#maxInflight = maxInflight;
   }
 
-  /** The WR being executed, if any (destroy flushes it). */
-  takeCurrent(): SendWr | undefined {
-    const c = this.#current;
-    this.#current = undefined;
-    return c;
+  /** The WRs being executed, in posting order (destroy flushes them). */
+  takeCurrent(): SendWr[] {
+    return this.#inflight.splice(0);
+  }
+
+  /** WRs started and not yet completed (they still take room in the send queue). */
+  get inflight(): number {
+    return this.#inflight.length;
   }
 
   get running(): boolean {
@@ -48,7 +66,10 @@ export class Requester {
   }
 
   kick(): void {
-    if (this.#running) return;
+    if (this.#running) {
+      this.#posted?.();
+      return;
+    }
     this.#running = true;
     void this.#drain().finally(() => {
       this.#running = false;
@@ -77,27 +98,49 @@ export class Requester {
     this.#timers.clear();
   }
 
+  // Up to maxSendWr WRs in flight (see overlaps), completed in posting order: each WR's
+  // completion waits for the one before it. A WR that fails takes the QP to ERR; the ones
+  // after it complete WR_FLUSH_ERR.
   async #drain(): Promise<void> {
     const q = this.#qp;
-    while (q.sq.length && (q.state === QpState.RTS || q.state === QpState.ERR)) {
-      const wr = q.sq.shift()!;
-      if (q.state === QpState.ERR) {
-        q.completer.complete(q.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+    let chain: Promise<void> = Promise.resolve();
+    for (;;) {
+      const live = q.state === QpState.RTS || q.state === QpState.ERR;
+      const wr = live ? q.sq[0] : undefined;
+      const room =
+        this.#inflight.length < this.#maxInflight &&
+        (this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && this.#inflight.every(overlaps)));
+      if (!wr || !room || q.state === QpState.ERR) {
+        if (this.#inflight.length === 0) {
+          if (!wr) return;
+          // ERR with nothing in flight: flush the queue in order.
+          q.sq.shift();
+          q.completer.complete(q.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+          continue;
+        }
+        // Wait for the WRs in flight (or, with room, for more work to be posted).
+        const posted = new Promise<void>((resolve) => (this.#posted = resolve));
+        await (wr || !room ? chain : Promise.race([chain, posted]));
+        this.#posted = undefined;
+        if (q.destroyed) return;
         continue;
       }
-      let out: Outcome;
-      this.#current = wr;
-      try {
-        out = await this.#execute(wr);
-      } catch {
-        out = fail(WcStatus.GENERAL_ERR);
-      }
-      if (q.destroyed) return; // destroy() flushed it already
-      this.#current = undefined;
-      const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
-      if (signaled || out.status !== WcStatus.SUCCESS)
-        q.completer.complete(q.sendCq, wr.wrId, out.status, WC_OPCODE[wr.opcode], out.byteLen, undefined, out.odp);
-      if (out.status !== WcStatus.SUCCESS) q.toError();
+      q.sq.shift();
+      this.#inflight.push(wr);
+      const exec = this.#execute(wr).catch(() => fail(WcStatus.GENERAL_ERR));
+      chain = chain.then(async () => {
+        const result = await exec;
+        // destroy() flushed it already
+        const i = this.#inflight.indexOf(wr);
+        if (q.destroyed || i < 0) return;
+        this.#inflight.splice(i, 1);
+        // A WR before it failed: the QP is in ERR and this one is flushed, whatever it did.
+        const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : result;
+        const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
+        if (signaled || out.status !== WcStatus.SUCCESS)
+          q.completer.complete(q.sendCq, wr.wrId, out.status, WC_OPCODE[wr.opcode], out.byteLen, undefined, out.odp);
+        if (out.status !== WcStatus.SUCCESS && q.state !== QpState.ERR) q.toError();
+      });
     }
   }
 

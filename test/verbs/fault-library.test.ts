@@ -2,14 +2,14 @@
 // histograms (measured and modelled), the Chrome trace, and the prefetcher's window.
 import { afterEach, describe, expect, test } from 'vitest';
 import { MODEL_LABEL } from '../../kernel-sim/index.js';
-import { Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent } from '../../lib/index.js';
+import { Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent, type TraceOption } from '../../lib/index.js';
 import { closeAll, createPlayers, P, pollOk } from './helpers.js';
 
 afterEach(closeAll);
 
 /** One RDMA write of `pages` pages from the client into the server's evicted buffer. */
-async function faultingWrite(pages: number, policy: 'touch' | 'touch-ahead') {
-  const players = createPlayers({ size: pages * P, policy });
+async function faultingWrite(pages: number, policy: 'touch' | 'touch-ahead', trace: TraceOption = true) {
+  const players = createPlayers({ size: pages * P, policy, cluster: { trace } });
   const { client, server } = players;
   client.fill(0x5a, 0, pages * P);
   server.region.evict();
@@ -64,6 +64,29 @@ describe('statistics', () => {
 });
 
 describe('trace', () => {
+  test('off by default: nothing listens to the system events and nothing is kept', async () => {
+    const { server, client, cluster } = await faultingWrite(4, 'touch', false);
+    expect(cluster.system.tracer.active).toBe(false);
+    expect(server.ctx.faultLibrary.trace.events).toEqual([]);
+    expect(client.ctx.faultLibrary.exportChromeTrace().traceEvents.filter((e) => e.ph !== 'M')).toEqual([]);
+    // The statistics do not depend on it.
+    expect(server.ctx.faultLibrary.stats().faults.destination).toBe(4);
+  });
+
+  test('a ring of the size the user sets: the newest events are kept, the oldest counted as dropped', async () => {
+    const { server } = await faultingWrite(8, 'touch', { limit: 10 });
+    const t = server.ctx.faultLibrary.trace;
+    expect(t.events).toHaveLength(10);
+    expect(t.dropped).toBeGreaterThan(0);
+    expect(t.events.at(-1)!.kind).toBe('complete'); // the last event of the transfer is still there
+    const real = t.events.map((e) => e.realMs);
+    expect([...real].sort((a, b) => a - b)).toEqual(real);
+  });
+
+  test('a bad trace option is a clear error before anything is built', () => {
+    expect(() => createPlayers({ cluster: { trace: { limit: 0 } } })).toThrow(/trace must be true, false or \{ limit/);
+  });
+
   test('Chrome trace-event JSON: both timelines, every step of the fault, serialisable', async () => {
     const { server, client } = await faultingWrite(2, 'touch');
     const trace = server.ctx.faultLibrary.exportChromeTrace();

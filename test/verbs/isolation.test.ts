@@ -293,14 +293,16 @@ describe('lifetimes: nothing lands after the call returns', () => {
 describe('lifetimes while a block is being copied', () => {
   test.each(['deregMr', 'qp.destroy'] as const)('%s at any moment of a long write: what it returns after, stays', async (how) => {
     let caughtMidway = 0;
+    // Long enough that a revoke 1–12 ms in lands mid-transfer however fast the data path is.
+    const pages = 4096;
     for (let round = 0; round < 12; round++) {
-      const { client, server } = createPlayers({ size: 1024 * P });
-      client.fill(0x5a, 0, 1024 * P);
-      server.fill(0x11, 0, 1024 * P);
+      const { client, server } = createPlayers({ size: pages * P });
+      client.fill(0x5a, 0, pages * P);
+      server.fill(0x11, 0, pages * P);
       client.qp.postSend({
         wrId: 1,
         opcode: WrOpcode.RDMA_WRITE,
-        sgList: [client.sge(0, 1024 * P)],
+        sgList: [client.sge(0, pages * P)],
         sendFlags: SendFlags.SIGNALED,
         rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
       });
@@ -308,10 +310,10 @@ describe('lifetimes while a block is being copied', () => {
       await new Promise((r) => setTimeout(r, 1 + round));
       if (how === 'deregMr') server.mr.dereg();
       else server.qp.destroy();
-      const snapshot = Buffer.from(server.bytes(0, 1024 * P));
+      const snapshot = Buffer.from(server.bytes(0, pages * P));
       const wc = await next(client.cq);
       await new Promise((r) => setTimeout(r, 5));
-      expect(Buffer.from(server.bytes(0, 1024 * P)).equals(snapshot)).toBe(true);
+      expect(Buffer.from(server.bytes(0, pages * P)).equals(snapshot)).toBe(true);
       if (wc.status !== WcStatus.SUCCESS && snapshot.includes(0x5a) && snapshot.includes(0x11)) caughtMidway++;
       closeAll();
     }
