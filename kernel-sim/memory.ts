@@ -5,6 +5,8 @@
 export interface MemoryObserver {
   regionClosing(region: MemoryLike): void;
   regionEvicted?(region: MemoryLike, offset: number, length: number): void;
+  /** The pages of the range stayed resident but may have moved to other frames (THP collapse). */
+  regionMoved?(region: MemoryLike, offset: number, length: number): void;
 }
 
 export interface MemoryLike {

@@ -6,6 +6,8 @@ export {
   PAGE_SIZE,
   HUGE_PAGE_SIZE,
   PageCategory,
+  FRAMES_HIDDEN,
+  type PageFrames,
   type MapOptions,
   type PopulateOptions,
   type PagemapScanOptions,

@@ -52,6 +52,20 @@ export interface PagemapScanOptions {
   writeProtect?: boolean;
 }
 
+/** Physical frames of a range of pages (Region.frames()). */
+export interface PageFrames {
+  /** False when the kernel hid the frame numbers (no CAP_SYS_ADMIN): present pages read 0. */
+  visible: boolean;
+  /** One entry per page: its physical frame number, -1 if not present. */
+  pfns: Float64Array;
+  /** Why the frames are hidden, when they are. */
+  hidden?: string;
+}
+
+/** What Region.frames() says when the kernel hides physical frame numbers. */
+export const FRAMES_HIDDEN =
+  'physical frame numbers need CAP_SYS_ADMIN (/proc/self/pagemap reports them as 0 to other users): run as root to see them; residency is still real';
+
 /** A region as `share()` describes it to another thread. */
 export interface SharedRegion {
   id: number;
@@ -78,6 +92,8 @@ export interface RegionObserver {
   regionClosing(region: Region): void;
   /** Pages of the range stopped being resident (evict, unmapPages): drop cached translations. */
   regionEvicted?(region: Region, offset: number, length: number): void;
+  /** Pages of the range stayed resident but may sit in other frames now (collapse): re-check cached translations. */
+  regionMoved?(region: Region, offset: number, length: number): void;
   /** This thread is about to make a call that may block until a userfaultfd reader acts. */
   regionWillBlock?(region: Region): void;
 }
@@ -185,6 +201,22 @@ export class Region {
     return this.#perPage(sys('mapped', { EACCES: 'Reading /proc/self/pagemap was refused' }, () => binding.pagemap(this.id, s.offset, s.length)));
   }
 
+  /**
+   * The physical frame of each page of the range (/proc/self/pagemap, PFN bits 0–54): what
+   * a device that translated the range once (a pinned MR) holds. Without CAP_SYS_ADMIN the
+   * kernel hides them (every PFN reads 0): `visible` is then false, `pfns` holds 0 for
+   * present pages, and `hidden` says why. A page not present has -1.
+   */
+  frames(offset?: number, length?: number): PageFrames {
+    const s = this.span('frames', offset, length);
+    const raw = sys('frames', { EACCES: 'Reading /proc/self/pagemap was refused' }, () => binding.frames(this.id, s.offset, s.length));
+    const ratio = this.pageSize / binding.pageSize;
+    const pfns = ratio === 1 ? raw.pfns : Float64Array.from({ length: Math.ceil(raw.pfns.length / ratio) }, (_, i) => raw.pfns[i * ratio]!);
+    const out: PageFrames = { visible: raw.visible, pfns };
+    if (!raw.visible) out.hidden = FRAMES_HIDDEN;
+    return out;
+  }
+
   /** Make the range resident: MADV_POPULATE_WRITE (or _READ), the user-space get_user_pages. */
   populate(offset?: number, length?: number, options?: PopulateOptions): void {
     const s = this.span('populate', offset, length);
@@ -251,7 +283,12 @@ export class Region {
       },
       () => binding.advise(this.id, s.offset, s.length, MADV_COLLAPSE),
     );
-    this.#notifyEvicted(s.offset, s.length);
+    // The pages stayed resident in new frames: whoever caches translations re-checks them
+    // (observers that only know eviction drop them).
+    for (const o of this.#observers) {
+      if (o.regionMoved) o.regionMoved(this, s.offset, s.length);
+      else o.regionEvicted?.(this, s.offset, s.length);
+    }
   }
 
   /**

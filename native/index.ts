@@ -93,6 +93,7 @@ export interface Binding {
   closeRegion(id: number, buffer: ArrayBuffer): void;
   residency(id: number, offset: number, length: number): Uint8Array;
   pagemap(id: number, offset: number, length: number): Uint8Array;
+  frames(id: number, offset: number, length: number): { pfns: Float64Array; visible: boolean };
   populate(id: number, offset: number, length: number, write: boolean): void;
   evict(id: number, offset: number, length: number): void;
   zap(id: number, offset: number, length: number): void;

@@ -299,6 +299,44 @@ Napi::Value Pagemap(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// frames(id, offset, length) -> { pfns: Float64Array, visible }: the physical frame number of
+// each page (/proc/self/pagemap bits 0-54), -1 where the entry is not present. Without
+// CAP_SYS_ADMIN the kernel reports every PFN as 0: `visible` says whether they are real
+// (judged on this function's own stack page when no page of the range shows one).
+Napi::Value Frames(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  size_t off, len;
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  size_t pages = (len + PageSize() - 1) / PageSize();
+  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  static const int open_err = fd < 0 ? errno : 0;
+  if (fd < 0) ThrowSystemError(env, open_err, "open(/proc/self/pagemap)");
+  constexpr uint64_t kPresent = 1ull << 63, kPfnMask = (1ull << 55) - 1;
+  std::vector<uint64_t> entries(pages);
+  off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
+  ssize_t want = static_cast<ssize_t>(pages * 8);
+  ssize_t got = pread(fd, entries.data(), want, pos);
+  if (got != want) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
+  Napi::Float64Array pfns = Napi::Float64Array::New(env, pages);
+  bool visible = false;
+  for (size_t i = 0; i < pages; i++) {
+    pfns[i] = (entries[i] & kPresent) ? static_cast<double>(entries[i] & kPfnMask) : -1.0;
+    visible = visible || pfns[i] > 0;
+  }
+  // No present page of the range showed a frame: ask about one surely present (this stack).
+  if (!visible) {
+    volatile uint64_t probe = 0;
+    uint64_t entry = 0;
+    off_t at = static_cast<off_t>((reinterpret_cast<uintptr_t>(&probe) / PageSize()) * 8);
+    if (pread(fd, &entry, 8, at) != 8) ThrowSystemError(env, errno, "pread(/proc/self/pagemap)");
+    visible = (entry & kPresent) && (entry & kPfnMask) != 0;
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("pfns", pfns);
+  out.Set("visible", Napi::Boolean::New(env, visible));
+  return out;
+}
+
 // populate(id, offset, length, write): MADV_POPULATE_READ/WRITE, get_user_pages from user space.
 Napi::Value Populate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -455,6 +493,7 @@ void InitRegion(Napi::Env env, Napi::Object exports) {
   exports.Set("closeRegion", Napi::Function::New(env, CloseRegion, "closeRegion"));
   exports.Set("residency", Napi::Function::New(env, Residency, "residency"));
   exports.Set("pagemap", Napi::Function::New(env, Pagemap, "pagemap"));
+  exports.Set("frames", Napi::Function::New(env, Frames, "frames"));
   exports.Set("populate", Napi::Function::New(env, Populate, "populate"));
   exports.Set("evict", Napi::Function::New(env, Evict, "evict"));
   exports.Set("zap", Napi::Function::New(env, Zap, "zap"));

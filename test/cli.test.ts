@@ -11,7 +11,19 @@ import { requireDist, ROOT } from './child.js';
 import { traceFormatErrors, type TraceEventLike } from './trace-format.js';
 
 const MAIN = join(ROOT, 'dist/cli/main.js');
-const PROGRAMS = ['demo', 'faults', 'destination-fault', 'odp-vs-pinned', 'pingpong', 'remote-paging', 'bench-faults', 'bench-remote'];
+const PROGRAMS = [
+  'demo',
+  'faults',
+  'destination-fault',
+  'odp-vs-pinned',
+  'pingpong',
+  'remote-paging',
+  'bench-faults',
+  'bench-remote',
+  'pinning-moves',
+  'overcommit',
+  'measured-table',
+];
 const PLOTTING = ['destination-fault', 'odp-vs-pinned', 'pingpong'];
 let dir: string;
 
@@ -285,5 +297,45 @@ describe('bench-remote', () => {
     for (const r of Object.values(doc.results)) expect(r.rounds).toHaveLength(1);
     expect(doc.ratios.tsOverC).toBeGreaterThan(0);
     expect(doc.results['c']!.medianUs).toBeGreaterThan(0);
+  }, 120_000);
+});
+
+describe("the seeds' claims on real memory", () => {
+  test('pinning-moves: the frames of a pinned buffer move in the collapse; writes after it land', () => {
+    const out = ok('pinning-moves', '--khugepaged-wait', '0', '--json', file('pinning-moves.json'));
+    const r = json<{
+      results: {
+        framesVisible: boolean;
+        framesMoved: number | null;
+        residentAfter: number;
+        lockedBytesAfter: number;
+        writes: Array<{ bytesOk: boolean }>;
+      };
+    }>('pinning-moves.json').results;
+    if (r.framesVisible) expect(r.framesMoved).toBeGreaterThan(0);
+    else expect(out).toContain('need CAP_SYS_ADMIN');
+    expect(r.residentAfter).toBe(1024);
+    expect(r.lockedBytesAfter).toBe(4 * 2 ** 20);
+    expect(r.writes.map((w) => w.bytesOk)).toEqual([true, true, true]);
+    expect(cli('pinning-moves', '--size', '3M').status).not.toBe(0); // not whole huge pages
+  }, 120_000);
+
+  test('overcommit: ODP over twice the RAM completes sparse; pinned fails naming RLIMIT_MEMLOCK', () => {
+    const out = ok('overcommit', '--ratio', '2', '--writes', '8', '--json', file('overcommit.json'));
+    const r = json<{ results: { odp: { completion: string; residentPages: number }; pinned: { mrs: number; error: { code: string } } } }>(
+      'overcommit.json',
+    ).results;
+    expect(r.odp.completion).toBe('8 × success');
+    expect(r.odp.residentPages).toBe(8);
+    expect(r.pinned.mrs).toBe(0);
+    expect(r.pinned.error.code).toBe('ENOMEM');
+    expect(out).toContain('RLIMIT_MEMLOCK');
+  }, 120_000);
+
+  test('measured-table: three runs judged, with the machine costs', () => {
+    ok('measured-table', '--max-size', '64K', '--iters', '1', '--json', file('measured-table.json'));
+    const r = json<{ results: { runs: unknown[]; machine: { mlockUsPerPage: number } } }>('measured-table.json').results;
+    expect(r.runs).toHaveLength(3);
+    expect(r.machine.mlockUsPerPage).toBeGreaterThan(0);
   }, 120_000);
 });

@@ -1,5 +1,6 @@
-// The IOTLB: cached translations (page → resident) of one SMMU. Eviction or unmapping must
-// invalidate it (the MMU-notifier role) so the next access walks and faults again.
+// The IOTLB: cached translations (page → physical frame) of one SMMU. Eviction or unmapping
+// must invalidate it, and a move of the frames (THP collapse, migration) must drop the
+// entries whose frame changed (the MMU-notifier role), so the next access walks again.
 
 // Keys are numbers (4 KiB frame of the VA × 2^16 + StreamID): exact below 2^53 for 47-bit
 // virtual addresses, and much cheaper than strings on the per-block path.
@@ -9,8 +10,9 @@ const keyOf = (sid: number, page: bigint): number => Math.floor(Number(page) / F
 
 export class Iotlb {
   readonly capacity: number;
-  // Map order doubles as LRU order
-  #entries = new Map<number, true>();
+  // Map order doubles as LRU order; the value is the frame the walk found (0: not known,
+  // the kernel hides frame numbers without CAP_SYS_ADMIN).
+  #entries = new Map<number, number>();
   #sids = new Set<number>();
   hits = 0;
   misses = 0;
@@ -22,8 +24,10 @@ export class Iotlb {
 
   lookup(sid: number, page: bigint): boolean {
     const k = keyOf(sid, page);
-    if (this.#entries.delete(k)) {
-      this.#entries.set(k, true);
+    const frame = this.#entries.get(k);
+    if (frame !== undefined) {
+      this.#entries.delete(k);
+      this.#entries.set(k, frame);
       this.hits++;
       return true;
     }
@@ -31,10 +35,10 @@ export class Iotlb {
     return false;
   }
 
-  insert(sid: number, page: bigint): void {
+  insert(sid: number, page: bigint, frame = 0): void {
     const k = keyOf(sid, page);
     this.#entries.delete(k);
-    this.#entries.set(k, true);
+    this.#entries.set(k, frame);
     this.#sids.add(sid % SIDS);
     if (this.#entries.size > this.capacity) this.#entries.delete(this.#entries.keys().next().value as number);
   }
@@ -56,6 +60,25 @@ export class Iotlb {
     }
     this.invalidations += n;
     return n;
+  }
+
+  /** The cached entries of [start, start+length), all streams, without touching LRU order or counters. */
+  entriesIn(start: bigint, length: number): Array<{ sid: number; page: bigint; frame: number }> {
+    const first = Number(start);
+    const end = first + length;
+    const out: Array<{ sid: number; page: bigint; frame: number }> = [];
+    for (const [k, frame] of this.#entries) {
+      const va = Math.floor(k / SIDS) * FRAME;
+      if (va >= first && va < end) out.push({ sid: k % SIDS, page: BigInt(va), frame });
+    }
+    return out;
+  }
+
+  /** Drop one stream's entry for a page; true if it was cached. */
+  invalidate(sid: number, page: bigint): boolean {
+    const gone = this.#entries.delete(keyOf(sid, page));
+    if (gone) this.invalidations++;
+    return gone;
   }
 
   invalidateStream(sid: number): void {

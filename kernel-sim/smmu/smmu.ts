@@ -67,6 +67,20 @@ export interface SmmuOptions {
   iotlbEntries?: number;
 }
 
+/** What the SMMU found when the pages of a range moved (regionMoved). */
+export interface MoveReport {
+  node: number;
+  region: number;
+  offset: number;
+  length: number;
+  /** Cached translations of the range that were re-checked. */
+  checked: number;
+  /** False when the kernel hides frame numbers: every cached entry was dropped unseen. */
+  framesKnown: boolean;
+  /** The entries dropped: the frame the IOTLB held (what a pinned engine would DMA into) and the page's frame now. */
+  stale: Array<{ sid: number; address: bigint; was: number; now: number }>;
+}
+
 export interface SmmuCounters {
   translations: number;
   walks: number;
@@ -77,6 +91,9 @@ export interface SmmuCounters {
   iotlbHits: number;
   iotlbMisses: number;
   iotlbInvalidations: number;
+  /** IOTLB entries re-checked after their pages moved (collapse), and those whose frame had changed. */
+  movedChecked: number;
+  movedStale: number;
   stalls: number;
   resumes: Record<keyof typeof ResumeResp, number>;
   stallTerms: number;
@@ -95,7 +112,9 @@ export class Smmu implements MemoryObserver {
   #translations = 0;
   #walks = 0;
   #pagesWalked = 0;
-  #walkCache: { region: MemoryLike; from: number; to: number; present: Uint8Array } | undefined;
+  #walkCache: { region: MemoryLike; from: number; to: number; frames: Float64Array } | undefined;
+  #moveHandlers: Array<(report: MoveReport) => void> = [];
+  #moved = { checked: 0, stale: 0 };
   // stall model
   #uffd: UffdLike | undefined;
   #deviceTids = new Set<number>();
@@ -204,7 +223,7 @@ export class Smmu implements MemoryObserver {
       // A granule is resident when its first and last 4 KiB pages are (a THP maps all or nothing).
       const a = (p - walk.base) / ps;
       const b = (Math.min(p + g, to) - ps - walk.base) / ps;
-      if (!walk.present[a] || !walk.present[b]) {
+      if (walk.frames[a]! < 0 || walk.frames[b]! < 0) {
         return {
           ok: false,
           id: EvtId.F_TRANSLATION,
@@ -213,7 +232,7 @@ export class Smmu implements MemoryObserver {
           reason: `page at offset ${p} of region ${region.id} is not resident`,
         };
       }
-      this.iotlb.insert(sid, region.address + BigInt(p));
+      this.iotlb.insert(sid, region.address + BigInt(p), walk.frames[a]);
     }
     return { ok: true, region, offset, walked: missing.length, hit: false };
   }
@@ -225,14 +244,15 @@ export class Smmu implements MemoryObserver {
    * the pages ahead (a transfer walks consecutive pages); the modelled walk cost is still
    * charged per page walked.
    */
-  #walk(region: MemoryLike, from: number, to: number): { base: number; present: Uint8Array } {
+  #walk(region: MemoryLike, from: number, to: number): { base: number; frames: Float64Array } {
     const c = this.#walkCache;
-    if (c && c.region === region && from >= c.from && to <= c.to) return { base: c.from, present: c.present };
+    if (c && c.region === region && from >= c.from && to <= c.to) return { base: c.from, frames: c.frames };
     const end = Math.min(region.size, Math.max(to, from + WALK_AHEAD_BYTES));
-    const present = binding.pagemap(region.id, from, end - from);
+    // Frame numbers (-1: not present; 0: present, frame hidden without CAP_SYS_ADMIN).
+    const frames = binding.frames(region.id, from, end - from).pfns;
     if (!this.#walkCache) queueMicrotask(() => (this.#walkCache = undefined));
-    this.#walkCache = { region, from, to: end, present };
-    return { base: from, present };
+    this.#walkCache = { region, from, to: end, frames };
+    return { base: from, frames };
   }
 
   /**
@@ -403,6 +423,40 @@ export class Smmu implements MemoryObserver {
     this.iotlb.invalidateRange(region.address + BigInt(offset), length, region.granule);
   }
 
+  /**
+   * The pages of the range stayed resident but the kernel may have moved them (THP collapse,
+   * compaction): re-walk the IOTLB's entries of the range and drop those whose frame changed
+   * (all of them when frame numbers are hidden: a changed frame cannot be ruled out). An
+   * engine that pinned at registration and kept its translations would DMA into the old
+   * frames; the report lists them.
+   */
+  regionMoved(region: MemoryLike, offset: number, length: number): MoveReport {
+    this.#walkCache = undefined;
+    const start = region.address + BigInt(offset);
+    const cached = this.iotlb.entriesIn(start, length);
+    const report: MoveReport = { node: this.node, region: region.id, offset, length, checked: cached.length, framesKnown: true, stale: [] };
+    if (cached.length) {
+      const { pfns, visible } = binding.frames(region.id, offset, length);
+      report.framesKnown = visible;
+      const ps = binding.pageSize;
+      for (const e of cached) {
+        const now = pfns[Number(e.page - start) / ps] ?? -1;
+        if (visible && e.frame !== 0 && now === e.frame) continue;
+        this.iotlb.invalidate(e.sid, e.page);
+        report.stale.push({ sid: e.sid, address: e.page, was: e.frame, now });
+      }
+    }
+    this.#moved.checked += report.checked;
+    this.#moved.stale += report.stale.length;
+    for (const h of this.#moveHandlers) h(report);
+    return report;
+  }
+
+  /** Be told of every regionMoved re-walk (which cached translations went stale). */
+  onTranslationsMoved(handler: (report: MoveReport) => void): void {
+    this.#moveHandlers.push(handler);
+  }
+
   regionClosing(region: MemoryLike): void {
     this.#walkCache = undefined;
     this.iotlb.invalidateRange(region.address, region.size, region.granule);
@@ -423,6 +477,8 @@ export class Smmu implements MemoryObserver {
       iotlbHits: this.iotlb.hits,
       iotlbMisses: this.iotlb.misses,
       iotlbInvalidations: this.iotlb.invalidations,
+      movedChecked: this.#moved.checked,
+      movedStale: this.#moved.stale,
       stalls: this.#stalls,
       resumes: { ...this.#resumes },
       stallTerms: this.#stallTerms,
