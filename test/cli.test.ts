@@ -20,6 +20,7 @@ const PROGRAMS = [
   'remote-paging',
   'bench-faults',
   'bench-remote',
+  'bench-engine',
   'pinning-moves',
   'overcommit',
   'measured-table',
