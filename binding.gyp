@@ -21,7 +21,7 @@
           "sources": ["native/fabric.cc"],
           "defines": ["PFR_HAVE_LIBFABRIC"],
           "cflags_cc": ["<!@(pkg-config --cflags libfabric 2>/dev/null || true)"],
-          "libraries": ["<!@(pkg-config --libs libfabric 2>/dev/null || true)"]
+          "libraries": ["-ldl"]
         }]
       ]
     }

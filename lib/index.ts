@@ -37,3 +37,4 @@ export { FaultStats, PHASES, type FaultStatsSnapshot, type Phase } from './fault
 export { TraceRecorder, FAULT_PHASES, type ChromeTrace, type ChromeTraceEvent, type FaultPhase, type TraceScope } from './fault-library/trace.js';
 export * from './verbs/index.js';
 export * from './remote-paging/index.js';
+export { LibfabricTransport, LIBFABRIC_PROVIDERS, type LibfabricProvider, type LibfabricOptions } from '../kernel-sim/fabric/libfabric-transport.js';

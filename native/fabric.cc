@@ -3,8 +3,11 @@
 // endpoint bound to a CQ and an EQ). The EQ's and CQ's wait fds are watched by uv_poll on
 // the event loop: no JavaScript polling loop, no busy thread. Built only when libfabric's
 // headers are present (binding.gyp); otherwise InitFabric is not compiled in and
-// TypeScript reports the missing libfabric-dev package.
+// TypeScript reports the missing libfabric-dev package. libfabric is dlopen'ed at the first
+// use, not linked: its providers' libraries (libinfinipath) install signal handlers (SIGBUS)
+// that must not change a process that never asked for the transport.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -24,8 +27,34 @@
 namespace pfr {
 namespace {
 
+// The few exported functions used; the rest of libfabric's API is inline calls through fid ops.
+struct FiApi {
+  decltype(&::fi_getinfo) getinfo;
+  decltype(&::fi_freeinfo) freeinfo;
+  decltype(&::fi_dupinfo) dupinfo;
+  decltype(&::fi_fabric) fabric;
+  decltype(&::fi_strerror) strerror;
+};
+FiApi fi{};
+
+void LoadFi(Napi::Env env) {
+  if (fi.getinfo) return;
+  void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    Napi::Error e = Napi::Error::New(env, std::string("libfabric could not be loaded (") + dlerror() + "): install it (Debian/Ubuntu: apt-get install libfabric-dev)");
+    e.Set("code", Napi::String::New(env, "ERR_LIBFABRIC_MISSING"));
+    throw e;
+  }
+  fi.getinfo = reinterpret_cast<decltype(fi.getinfo)>(dlsym(h, "fi_getinfo"));
+  fi.freeinfo = reinterpret_cast<decltype(fi.freeinfo)>(dlsym(h, "fi_freeinfo"));
+  fi.dupinfo = reinterpret_cast<decltype(fi.dupinfo)>(dlsym(h, "fi_dupinfo"));
+  fi.fabric = reinterpret_cast<decltype(fi.fabric)>(dlsym(h, "fi_fabric"));
+  fi.strerror = reinterpret_cast<decltype(fi.strerror)>(dlsym(h, "fi_strerror"));
+}
+
 constexpr size_t kRecvSize = 4u << 20;  // the largest message (the transport checks before sending)
 constexpr int kRecvCount = 8;
+constexpr uint64_t kTickMs = 100;
 
 enum class Op { Recv, Send, Rma };
 
@@ -58,6 +87,7 @@ struct Conn {
   fid_cq* cq = nullptr;
   Poll* eqPoll = nullptr;
   Poll* cqPoll = nullptr;
+  uv_timer_t* tick = nullptr;
   bool connected = false;
   bool closed = false;
   std::vector<Ctx*> recvs;
@@ -71,7 +101,7 @@ struct Conn {
 Napi::Error FiError(Napi::Env env, int ret, const char* call) {
   int err = ret < 0 ? -ret : ret;
   Napi::Error e = err < FI_ERRNO_OFFSET ? SystemError(env, err, call) : Napi::Error::New(env, "");
-  e.Set("message", Napi::String::New(env, std::string(call) + ": " + fi_strerror(err)));
+  e.Set("message", Napi::String::New(env, std::string(call) + ": " + fi.strerror(err)));
   if (err >= FI_ERRNO_OFFSET) {
     e.Set("code", Napi::String::New(env, "EFABRIC"));
     e.Set("errno", Napi::Number::New(env, -err));
@@ -113,6 +143,11 @@ void Teardown(Conn* c) {
   c->closed = true;
   StopPoll(c->cqPoll);
   StopPoll(c->eqPoll);
+  if (c->tick) {
+    uv_timer_stop(c->tick);
+    uv_close(reinterpret_cast<uv_handle_t*>(c->tick), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    c->tick = nullptr;
+  }
   for (auto& [id, mr] : c->mrs) fi_close(&mr->fid);
   c->mrs.clear();
   if (c->ep) fi_close(&c->ep->fid);  // cancels posted receives; their contexts are freed below
@@ -121,7 +156,7 @@ void Teardown(Conn* c) {
   if (c->eq) fi_close(&c->eq->fid);
   if (c->domain) fi_close(&c->domain->fid);
   if (c->fabric) fi_close(&c->fabric->fid);
-  if (c->info) fi_freeinfo(c->info);
+  if (c->info) fi.freeinfo(c->info);
   for (Ctx* r : c->recvs) delete r;
   c->recvs.clear();
   for (Ctx* s : c->backlog) delete s;
@@ -149,7 +184,9 @@ void Flush(Conn* c) {
 
 void DrainCq(Conn* c) {
   Napi::Env env = c->onEvent.Env();
-  for (;;) {
+  // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
+  // uv_poll or the tick comes back (never a spin on the event loop).
+  for (int round = 0; round < 64; round++) {
     if (c->closed) return;
     fi_cq_data_entry e[16];
     ssize_t n = fi_cq_read(c->cq, e, 16);
@@ -241,6 +278,24 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
     FI_CHECK(env, PostRecv(c, r), "fi_recv");
   }
   Watch(c, c->cqPoll, &c->cq->fid, true);
+  // tcp's progress is manual and a peer's end (FIN/RST) signals neither wait fd: a slow,
+  // unref'd tick drives progress so a dead peer becomes FI_SHUTDOWN within ~kTickMs.
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  c->tick = new uv_timer_t{};
+  c->tick->data = c;
+  uv_timer_init(loop, c->tick);
+  uv_timer_start(
+      c->tick,
+      [](uv_timer_t* t) {
+        Conn* conn = static_cast<Conn*>(t->data);
+        if (conn->closed) return;
+        Napi::HandleScope scope(conn->onEvent.Env());
+        DrainCq(conn);
+        if (!conn->closed) HandleEq(conn);
+      },
+      kTickMs, kTickMs);
+  uv_unref(reinterpret_cast<uv_handle_t*>(c->tick));
 }
 
 Conn* NewConn(Napi::Env env, Napi::Function onEvent) {
@@ -265,7 +320,7 @@ void Accept(Conn* l, fi_info* info) {
   Conn* c = NewConn(env, l->onEvent.Value());
   c->info = info;
   try {
-    FI_CHECK(env, fi_fabric(info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
+    FI_CHECK(env, fi.fabric(info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
     OpenEq(env, c);
     FI_CHECK(env, fi_domain(c->fabric, info, &c->domain, nullptr), "fi_domain");
     OpenEndpoint(env, c, info);
@@ -283,7 +338,7 @@ void Accept(Conn* l, fi_info* info) {
 
 void HandleEq(Conn* c) {
   Napi::Env env = c->onEvent.Env();
-  for (;;) {
+  for (int round = 0; round < 64; round++) {
     if (c->closed) return;
     uint32_t event = 0;
     alignas(fi_eq_cm_entry) uint8_t raw[sizeof(fi_eq_cm_entry) + 256];
@@ -318,7 +373,8 @@ void HandleEq(Conn* c) {
 }
 
 fi_info* GetInfo(Napi::Env env, const std::string& provider, const char* node, const char* service, bool source) {
-  fi_info* hints = fi_allocinfo();
+  LoadFi(env);
+  fi_info* hints = fi.dupinfo(nullptr);
   hints->ep_attr->type = FI_EP_MSG;
   hints->caps = FI_MSG | FI_RMA;
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -327,8 +383,8 @@ fi_info* GetInfo(Napi::Env env, const std::string& provider, const char* node, c
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   hints->addr_format = FI_SOCKADDR_IN;
   fi_info* info = nullptr;
-  int r = fi_getinfo(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
-  fi_freeinfo(hints);
+  int r = fi.getinfo(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
+  fi.freeinfo(hints);
   if (r < 0) throw FiError(env, r, "fi_getinfo");
   return info;
 }
@@ -349,7 +405,7 @@ Napi::Value Listen(const Napi::CallbackInfo& info) {
   Conn* c = NewConn(env, info[3].As<Napi::Function>());
   try {
     c->info = GetInfo(env, provider, host.c_str(), port.c_str(), true);
-    FI_CHECK(env, fi_fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
+    FI_CHECK(env, fi.fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
     OpenEq(env, c);
     FI_CHECK(env, fi_passive_ep(c->fabric, c->info, &c->pep, nullptr), "fi_passive_ep");
     FI_CHECK(env, fi_pep_bind(c->pep, &c->eq->fid, 0), "fi_pep_bind");
@@ -378,7 +434,7 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
   Conn* c = NewConn(env, info[3].As<Napi::Function>());
   try {
     c->info = GetInfo(env, provider, host.c_str(), port.c_str(), false);
-    FI_CHECK(env, fi_fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
+    FI_CHECK(env, fi.fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
     OpenEq(env, c);
     FI_CHECK(env, fi_domain(c->fabric, c->info, &c->domain, nullptr), "fi_domain");
     OpenEndpoint(env, c, c->info);
