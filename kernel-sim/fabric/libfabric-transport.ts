@@ -36,6 +36,17 @@ function fabricError(message: string, code: string, cause?: unknown): Error {
   return e;
 }
 
+// A provider without connected endpoints (shm in libfabric 1.17 offers only FI_EP_RDM) finds no fi_info.
+function providerError(provider: string, e: unknown): unknown {
+  const err = e as Error & { code?: string };
+  if (err.code !== 'ENODATA') return e;
+  return fabricError(
+    `libfabric provider ${provider} offers no connected (FI_EP_MSG) endpoint here, which this transport's connection manager needs: use provider tcp (${err.message})`,
+    'ENODATA',
+    e,
+  );
+}
+
 function checkPort(where: string, port: unknown, min: number): number {
   if (typeof port !== 'number' || !Number.isInteger(port) || port < min || port > 65535)
     throw Object.assign(new RangeError(`${where}: port must be an integer in ${min}..65535, got ${String(port)}`), { code: 'ERR_OUT_OF_RANGE' });
@@ -93,7 +104,13 @@ export class LibfabricTransport implements Transport {
     const fi = fabricBinding();
     // Events come only from the event loop, after the transport below exists.
     const ref: { t?: LibfabricTransport } = {};
-    const { handle, port } = fi.fabricListen(provider, options.host ?? null, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+    let listening: { handle: number; port: number };
+    try {
+      listening = fi.fabricListen(provider, options.host ?? null, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+    } catch (e) {
+      throw providerError(provider, e);
+    }
+    const { handle, port } = listening;
     const t = (ref.t = new LibfabricTransport(fi, provider, options.localNodes, options.costs, port));
     t.#listener = handle;
     return t;
@@ -112,6 +129,7 @@ export class LibfabricTransport implements Transport {
     try {
       handle = fi.fabricConnect(provider, options.host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
     } catch (e) {
+      if (providerError(provider, e) !== e) throw providerError(provider, e);
       throw fabricError(
         `cannot connect to ${where} over libfabric ${provider}: ${(e as Error).message}`,
         (e as { code?: string }).code ?? 'EFABRIC',

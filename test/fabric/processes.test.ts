@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { LibfabricTransport } from '../../kernel-sim/index.js';
 import { binding } from '../../native/index.js';
 import { ROOT } from '../child.js';
 
@@ -151,6 +152,17 @@ describe.skipIf(!built && process.env.CI !== 'true')('nodes in two processes ove
     expect(c.stderr).toContain(`cannot connect to 127.0.0.1:${port} over libfabric tcp: nothing listens there`);
     expect(c.stderr).toContain('Connection refused');
   }, 30_000);
+
+  it('bad options and a provider without connected endpoints are clear errors', () => {
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], provider: 'udp' as never })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE', message: expect.stringContaining('provider must be one of tcp, shm, verbs') }),
+    );
+    expect(() => LibfabricTransport.listen({ port: 70000, localNodes: [1] })).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [] })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], provider: 'shm' })).toThrow(
+      expect.objectContaining({ code: 'ENODATA', message: expect.stringContaining('use provider tcp') }),
+    );
+  });
 
   it('without HOST the server says how to start the other side', async () => {
     const server = start(['rc-pingpong', '-p', '0']);
