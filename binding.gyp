@@ -15,7 +15,15 @@
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-fstack-protector-strong"],
-      "ldflags": ["-pthread"]
+      "ldflags": ["-pthread"],
+      "conditions": [
+        ["<!(pkg-config --exists libfabric && echo 1 || echo 0)==1", {
+          "sources": ["native/fabric.cc"],
+          "defines": ["PFR_HAVE_LIBFABRIC"],
+          "cflags_cc": ["<!@(pkg-config --cflags libfabric 2>/dev/null || true)"],
+          "libraries": ["-ldl"]
+        }]
+      ]
     }
   ]
 }

@@ -13,6 +13,8 @@ export interface CommonOptions {
   json?: string;
   trace?: string;
   plot?: string;
+  /** The positional arguments (a program that declares some with cmd.argument, e.g. rc-pingpong's HOST). */
+  args?: string[];
 }
 
 /** What a program's run gets besides its options: where its clusters' traces go. */
@@ -73,11 +75,14 @@ export function addProgram(cli: Command, program: Program<never>): void {
       }
     }
   });
-  cmd.action(async (opts: CommonOptions, command: Command) => {
+  // Commander passes the positional arguments first, then the options and the command.
+  cmd.action(async (...params: unknown[]) => {
+    const command = params[params.length - 1] as Command;
+    const opts: CommonOptions = { ...command.opts<CommonOptions>(), args: command.args };
     const io: RunIo = { trace: opts.trace ? new TraceFile() : undefined };
     const outcome = await (program as Program<object>).run(opts, io);
     if (opts.json) {
-      const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'plot'].includes(k)));
+      const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'plot', 'args'].includes(k)));
       const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
       writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');
       console.error(`results: ${opts.json}`);

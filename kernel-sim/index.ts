@@ -13,6 +13,7 @@ export * from './netlink/messages.js';
 export * from './fabric/packets.js';
 export * from './fabric/transport.js';
 export * from './fabric/fabric.js';
+export * from './fabric/libfabric-transport.js';
 export * from './scheduler/scheduler.js';
 export * from './pldma/copy-engine.js';
 export * from './pldma/pldma.js';

@@ -3,6 +3,7 @@
 // threads move the bytes) and one modelled clock.
 import { costModel, type CostModel } from './cost-model/index.js';
 import { Fabric } from './fabric/fabric.js';
+import type { Transport } from './fabric/transport.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
 import { CopyEngine, type CopyTag } from './pldma/copy-engine.js';
@@ -23,6 +24,8 @@ export interface SystemOptions {
   eventQueueDepth?: number;
   netlinkQueue?: number;
   iotlbEntries?: number;
+  /** How nodes reach each other: the in-process Fabric by default, or a LibfabricTransport to nodes in other processes. */
+  transport?: Transport;
 }
 
 function optionError(name: string, value: unknown, want: string): Error {
@@ -54,6 +57,9 @@ export function checkSystemOptions(o: SystemOptions): void {
   int('eventQueueDepth', 1, 1 << 20);
   int('netlinkQueue', 1, 1 << 20);
   int('iotlbEntries', 1, 1 << 24);
+  const t = o.transport as Partial<Transport> | undefined;
+  if (t !== undefined && (t === null || typeof t !== 'object' || typeof t.attach !== 'function' || typeof t.send !== 'function'))
+    throw optionError('transport', t, 'a Transport (Fabric or LibfabricTransport)');
 }
 
 export class SimNode {
@@ -63,10 +69,11 @@ export class SimNode {
   readonly netlink: NetlinkFamily;
   readonly driver: SmmuDriver;
   readonly pldma: Pldma;
-  #fabric: Fabric;
+  #fabric: Transport;
   #costs: CostModel;
   #engine: CopyEngine;
   #onMessage: ((body: unknown, from: number) => void) | undefined;
+  #onPeerLost: ((node: number) => void) | undefined;
 
   /** @internal */
   constructor(id: number, system: SimSystem, options: SystemOptions) {
@@ -99,6 +106,15 @@ export class SimNode {
       if (packet.type === 'message') this.#onMessage?.(packet.body, packet.src);
       else this.pldma.onPacket(packet);
     });
+    system.fabric.onPeerLost?.((node) => {
+      this.pldma.peerLost(node);
+      this.#onPeerLost?.(node);
+    });
+  }
+
+  /** Hear when node `node` (in another process) went away: the upper layer ends what waits on it. */
+  onPeerLost(handler: ((node: number) => void) | undefined): void {
+    this.#onPeerLost = handler;
   }
 
   /** Whether node `node` is on this node's fabric. */
@@ -182,7 +198,7 @@ export class SimNode {
 
 export class SimSystem {
   readonly costs: CostModel;
-  readonly fabric: Fabric;
+  readonly fabric: Transport;
   readonly engine: CopyEngine;
   readonly tracer = new Tracer();
   /** The modelled clock (µs): the latest modelled completion so far. */
@@ -194,9 +210,14 @@ export class SimSystem {
     checkSystemOptions(options);
     const n = options.nodes ?? 2;
     this.costs = costModel(options.costs);
-    this.fabric = new Fabric(this.costs);
+    this.fabric = options.transport ?? new Fabric(this.costs);
     this.engine = new CopyEngine(options.engineThreads ?? 2);
     for (let i = 0; i < n; i++) this.nodes.push(new SimNode(i, this, options));
+  }
+
+  /** Whether node `id` is hosted by this process (always, in process; see LibfabricTransport). */
+  isLocal(id: number): boolean {
+    return this.fabric.isLocal?.(id) ?? true;
   }
 
   node(id: number): SimNode {

@@ -47,3 +47,4 @@ export {
 } from './fault-library/trace.js';
 export * from './verbs/index.js';
 export * from './remote-paging/index.js';
+export { LibfabricTransport, LIBFABRIC_PROVIDERS, type LibfabricProvider, type LibfabricOptions } from '../kernel-sim/fabric/libfabric-transport.js';

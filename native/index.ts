@@ -155,7 +155,32 @@ export interface Binding {
   engineFence(handle: number, key: number, qp: number, timeoutMs: number): boolean;
   engineUnref(handle: number): void;
   engineClose(handle: number): void;
+
+  /** libfabric (present only when the addon was built with libfabric-dev: see fabricBinding). */
+  fabricListen?: (provider: string, host: string | null, port: number, onEvent: FabricEventHandler) => { handle: number; port: number };
+  fabricConnect?: (provider: string, host: string, port: number, onEvent: FabricEventHandler) => number;
+  fabricSend?: (handle: number, bytes: Uint8Array) => void;
+  fabricMrReg?: (handle: number, address: bigint, length: number, access: number) => { id: number; key: bigint };
+  fabricMrDereg?: (handle: number, mr: number) => void;
+  fabricRma?: (handle: number, write: boolean, id: number, localAddress: bigint, length: number, remoteAddress: bigint, key: bigint) => void;
+  fabricClose?: (handle: number) => void;
 }
+
+/**
+ * What a libfabric connection tells JavaScript, from the event loop (uv_poll on the EQ's
+ * and CQ's wait fds): 'connection' (a listener accepted: the new handle), 'connected',
+ * 'message' (a Buffer), 'rma' (id, 0 or -errno), 'shutdown' (the peer went away), 'error'.
+ */
+export type FabricEventHandler = (
+  handle: number,
+  kind: 'connection' | 'connected' | 'message' | 'rma' | 'shutdown' | 'error',
+  a?: unknown,
+  b?: unknown,
+) => void;
+
+/** libfabric's FI_REMOTE_WRITE / FI_REMOTE_READ access bits for fabricMrReg. */
+export const FI_REMOTE_READ = 1 << 12;
+export const FI_REMOTE_WRITE = 1 << 13;
 
 function packageRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
@@ -187,3 +212,17 @@ function load(): Binding {
 }
 
 export const binding: Binding = load();
+
+export type FabricBinding = Required<
+  Pick<Binding, 'fabricListen' | 'fabricConnect' | 'fabricSend' | 'fabricMrReg' | 'fabricMrDereg' | 'fabricRma' | 'fabricClose'>
+>;
+
+/** The libfabric part of the addon, or an error naming the package to install when it was built without it. */
+export function fabricBinding(): FabricBinding {
+  if (binding.fabricListen) return binding as FabricBinding;
+  const e = new Error(
+    'pagefault-rdma: the libfabric transport is not built in: install libfabric (Debian/Ubuntu: sudo apt-get install libfabric-dev) and run "npm rebuild pagefault-rdma"',
+  ) as Error & { code: string };
+  e.code = 'ERR_LIBFABRIC_MISSING';
+  throw e;
+}

@@ -19,4 +19,8 @@ export interface Transport {
   deliver(p: Packet): void;
   /** Model the transmission of a packet sent at `atUs` and deliver it; returns it with its arrival time. */
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes?: number): P;
+  /** A transport between processes: whether `node` is hosted here (absent: every node is). */
+  isLocal?(node: number): boolean;
+  /** A transport between processes: hear when a peer node goes away, so what waits on it ends. */
+  onPeerLost?(listener: (node: number) => void): void;
 }

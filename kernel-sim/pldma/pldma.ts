@@ -155,6 +155,12 @@ export class Pldma {
     return { ...c, faults: { ...c.faults } };
   }
 
+  /** Node `node` went away (its process or connection): its transfers end as an RC QP's whose retries ran out. */
+  peerLost(node: number): void {
+    for (const t of [...this.#s.transfers.values()])
+      if (t.desc.dstNode === node) this.#completer.finish(t, DmaStatus.RETRY_EXCEEDED, `node ${node} went away (its connection shut down)`);
+  }
+
   /** Complete every transfer with FLUSHED and refuse new ones. */
   close(): void {
     if (this.#s.closed) return;

@@ -98,6 +98,7 @@ export class Cluster {
   openDevice(node: number, options: { defaultPolicy?: PolicyName; uffd?: Userfaultfd; trace?: TraceOption } = {}): Context {
     this.#check();
     checkInt('openDevice: node', node, 0, this.nodes - 1);
+    if (!this.system.isLocal(node)) throw invalidArg(`openDevice: node ${node} is hosted by the transport's peer process, not this one`);
     checkObject('openDevice: options', options);
     if (options.defaultPolicy !== undefined && !POLICIES.includes(options.defaultPolicy))
       throw invalidArg(`openDevice: defaultPolicy must be one of ${POLICIES.join(', ')}, got ${String(options.defaultPolicy)}`);

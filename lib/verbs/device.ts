@@ -12,6 +12,8 @@ import { isMessage, type Request, type Response, type Message } from './wire.js'
 export interface Endpoint {
   onRequest(m: Request, from: number): void;
   onResponse(m: Response): void;
+  /** Node `node` (in another process) went away. */
+  peerLost(node: number): void;
   /** Whether a write block from node `from` into [va, va+length) under `key` still lands. */
   accepts(from: number, key: number | undefined, va: bigint, length: number, pd: number): boolean;
 }
@@ -40,6 +42,9 @@ export class Device {
       if (isMessage(body)) this.#dispatch(body, from);
     });
     sim.admit((p, block) => this.#admit(p, block));
+    sim.onPeerLost((node) => {
+      for (const qp of this.tables.qps()) qp.peerLost(node);
+    });
   }
 
   /** Send a header to a QP on node `dst`. */
@@ -53,6 +58,7 @@ export class Device {
     this.#closed = true;
     this.sim.onMessage(undefined);
     this.sim.admit(undefined);
+    this.sim.onPeerLost(undefined);
   }
 
   #dispatch(m: Message, from: number): void {

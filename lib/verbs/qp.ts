@@ -267,6 +267,11 @@ export class QueuePair {
     this.#requester.onResponse(m);
   }
 
+  /** @internal node `node` went away: if it is this QP's peer, what the requester waits for ends (RETRY_EXC_ERR) */
+  peerLost(node: number): void {
+    if (this.#attr.destNode === node) this.#requester.peerLost();
+  }
+
   /** @internal the per-block admission of a write landing in this QP's memory */
   accepts(from: number, key: number | undefined, va: bigint, length: number, pd: number): boolean {
     return this.#responder.accepts(from, key, va, length, pd);

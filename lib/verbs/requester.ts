@@ -87,6 +87,13 @@ export class Requester {
     w(m);
   }
 
+  /** The peer's node went away: every response waited for ends as its retries would have (RETRY_EXC_ERR). */
+  peerLost(): void {
+    const lost: Response = { kind: 'response', srcQpn: 0, dstQpn: this.#qp.qpNum, psn: 0, status: WcStatus.RETRY_EXC_ERR };
+    for (const w of [...this.#waiting.values()]) w(lost);
+    this.#waiting.clear();
+  }
+
   /** The QP went to ERR or away: nothing it waits for will be used. */
   stop(): void {
     for (const w of [...this.#waiting.values()]) w(undefined);

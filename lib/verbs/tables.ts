@@ -134,6 +134,10 @@ export class DeviceTables<MR, QP> {
     }
   }
 
+  qps(): IterableIterator<QP> {
+    return this.#qps.values();
+  }
+
   qp(qpn: number): QP | undefined {
     return this.#qps.get(qpn);
   }

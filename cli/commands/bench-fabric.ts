@@ -1,0 +1,25 @@
+// `pagefault-rdma bench-fabric` (npm run bench:fabric): the libfabric transport against fi_pingpong.
+import { benchFabric } from '../../bench/fabric.js';
+import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { defineProgram } from '../program.js';
+
+interface Options {
+  small: number;
+  large: number;
+  iters: number;
+}
+
+export default defineProgram<Options>({
+  name: 'bench-fabric',
+  summary: "benchmark: two processes over libfabric tcp against fi_pingpong (needs libfabric-dev and Debian's libfabric-bin)",
+  options(cmd) {
+    cmd
+      .option('--small <bytes>', 'latency message size', parseSize, 64)
+      .option('--large <bytes>', 'bandwidth message size', parseSize, 64 * 1024)
+      .option('-n, --iters <n>', 'latency iterations (bandwidth: a tenth)', parsePositiveInt, 1000);
+  },
+  async run(o) {
+    heading('Benchmark: libfabric transport vs fi_pingpong (tcp, loopback)');
+    return { results: await benchFabric({ small: o.small, large: o.large, iters: o.iters, json: o.json ? false : undefined }) };
+  },
+});

@@ -1,0 +1,407 @@
+// The Transport between processes and hosts, over libfabric (provider tcp by default, shm
+// on one host, verbs on an RDMA NIC): a server listens on a port, a client connects to
+// HOST:PORT through libfabric's connection manager (FI_EP_MSG), and the two sides tell
+// each other which nodes they host. Packets are serialised (node:v8, which keeps bigints);
+// a write packet carries its blocks' bytes, which the destination puts in a staging
+// mapping its copy engine reads from, as a NIC's receive buffer. Delivery waits on the
+// CQ's wait fd from the event loop (native/fabric.cc). Timing stays modelled, as in Fabric.
+import { deserialize, serialize } from 'node:v8';
+import { binding, fabricBinding, type FabricBinding, type RawMapping } from '../../native/index.js';
+import { costModel, type CostModel } from '../cost-model/index.js';
+import type { MemoryLike } from '../memory.js';
+import { Fabric } from './fabric.js';
+import { AckResp, type AckPacket, type Packet, type WritePacket } from './packets.js';
+import type { Transport } from './transport.js';
+
+export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
+export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
+
+/** The largest serialised packet (native/fabric.cc's receive buffers). */
+export const MAX_WIRE_BYTES = 4 << 20;
+
+export interface LibfabricOptions {
+  /** The nodes this process hosts (their packets are delivered here). */
+  localNodes: number[];
+  provider?: LibfabricProvider;
+  /** The link model (modelled time), as the in-process Fabric's. */
+  costs?: Partial<CostModel>;
+}
+
+type Frame = { k: 'hello'; nodes: number[] } | { k: 'packet'; p: Packet; bytes?: Uint8Array[] } | { k: 'exchange'; body: unknown };
+
+function fabricError(message: string, code: string, cause?: unknown): Error {
+  const e = new Error(message) as Error & { code: string; cause?: unknown };
+  e.code = code;
+  if (cause !== undefined) e.cause = cause;
+  return e;
+}
+
+// A provider without connected endpoints (shm in libfabric 1.17 offers only FI_EP_RDM) finds no fi_info.
+function providerError(provider: string, e: unknown): unknown {
+  const err = e as Error & { code?: string };
+  if (err.code !== 'ENODATA') return e;
+  return fabricError(
+    `libfabric provider ${provider} offers no connected (FI_EP_MSG) endpoint here, which this transport's connection manager needs: use provider tcp (${err.message})`,
+    'ENODATA',
+    e,
+  );
+}
+
+function checkPort(where: string, port: unknown, min: number): number {
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < min || port > 65535)
+    throw Object.assign(new RangeError(`${where}: port must be an integer in ${min}..65535, got ${String(port)}`), { code: 'ERR_OUT_OF_RANGE' });
+  return port;
+}
+
+function checkOptions(where: string, o: LibfabricOptions): LibfabricProvider {
+  if (!Array.isArray(o?.localNodes) || o.localNodes.length === 0 || !o.localNodes.every((n) => Number.isInteger(n) && n >= 0 && n < 1024))
+    throw Object.assign(new TypeError(`${where}: localNodes must be a non-empty array of node ids (0..1023)`), { code: 'ERR_INVALID_ARG_TYPE' });
+  const provider = o.provider ?? 'tcp';
+  if (!LIBFABRIC_PROVIDERS.includes(provider))
+    throw Object.assign(new TypeError(`${where}: provider must be one of ${LIBFABRIC_PROVIDERS.join(', ')}, got ${String(provider)}`), {
+      code: 'ERR_INVALID_ARG_VALUE',
+    });
+  return provider;
+}
+
+/** A staging mapping holding the payload of one incoming write until its answer goes out. */
+interface Staging {
+  raw: RawMapping;
+  memory: MemoryLike;
+}
+
+export class LibfabricTransport implements Transport {
+  readonly provider: LibfabricProvider;
+  /** The port a listening transport is bound to. */
+  readonly port: number;
+  #fi: FabricBinding;
+  #model: Fabric;
+  #local: Set<number>;
+  #remote = new Map<number, number>(); // node → connection handle
+  #lost = new Set<number>();
+  #listener: number | undefined;
+  #conns = new Set<number>();
+  #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
+  #exchanges: unknown[] = [];
+  #exchangeWaiters: Array<(body: unknown) => void> = [];
+  #lostListeners: Array<(node: number) => void> = [];
+  #staged = new Map<string, Staging>();
+  #spare: Staging[] = [];
+  #closed = false;
+
+  private constructor(fi: FabricBinding, provider: LibfabricProvider, local: number[], costs: Partial<CostModel> | undefined, port: number) {
+    this.#fi = fi;
+    this.provider = provider;
+    this.#local = new Set(local);
+    this.#model = new Fabric(costModel(costs));
+    this.port = port;
+  }
+
+  /** A server: listen on `port` (0: any free port, see `.port`); peers connect with `connect`. */
+  static listen(options: LibfabricOptions & { port: number; host?: string }): LibfabricTransport {
+    const provider = checkOptions('LibfabricTransport.listen', options);
+    checkPort('LibfabricTransport.listen', options.port, 0);
+    const fi = fabricBinding();
+    // Events come only from the event loop, after the transport below exists.
+    const ref: { t?: LibfabricTransport } = {};
+    let listening: { handle: number; port: number };
+    try {
+      listening = fi.fabricListen(provider, options.host ?? null, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+    } catch (e) {
+      throw providerError(provider, e);
+    }
+    const { handle, port } = listening;
+    const t = (ref.t = new LibfabricTransport(fi, provider, options.localNodes, options.costs, port));
+    t.#listener = handle;
+    return t;
+  }
+
+  /** A client: connect to HOST:PORT; resolves once both sides know each other's nodes. */
+  static async connect(options: LibfabricOptions & { host: string; port: number; timeoutMs?: number }): Promise<LibfabricTransport> {
+    const provider = checkOptions('LibfabricTransport.connect', options);
+    checkPort('LibfabricTransport.connect', options.port, 1);
+    if (typeof options.host !== 'string' || options.host === '')
+      throw Object.assign(new TypeError('LibfabricTransport.connect: host must be a host name or address'), { code: 'ERR_INVALID_ARG_TYPE' });
+    const fi = fabricBinding();
+    const ref: { t?: LibfabricTransport } = {};
+    const where = `${options.host}:${options.port}`;
+    let handle: number;
+    try {
+      handle = fi.fabricConnect(provider, options.host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+    } catch (e) {
+      if (providerError(provider, e) !== e) throw providerError(provider, e);
+      throw fabricError(
+        `cannot connect to ${where} over libfabric ${provider}: ${(e as Error).message}`,
+        (e as { code?: string }).code ?? 'EFABRIC',
+        e,
+      );
+    }
+    const t = (ref.t = new LibfabricTransport(fi, provider, options.localNodes, options.costs, options.port));
+    t.#conns.add(handle);
+    try {
+      await t.waitForPeer(options.timeoutMs ?? 10_000);
+    } catch (e) {
+      t.close();
+      const err = e as Error & { code?: string };
+      const hint = err.code === 'ECONNREFUSED' ? ': nothing listens there (start the server side first)' : '';
+      throw fabricError(`cannot connect to ${where} over libfabric ${provider}${hint} (${err.message})`, err.code ?? 'EFABRIC', e);
+    }
+    return t;
+  }
+
+  /** Wait until a peer has connected and said which nodes it hosts. */
+  waitForPeer(timeoutMs = 2 ** 31 - 1): Promise<void> {
+    if (this.#remote.size) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const w = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (e: Error) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.#peerWaiters = this.#peerWaiters.filter((x) => x !== w);
+        reject(fabricError(`no peer within ${timeoutMs} ms`, 'ETIMEDOUT'));
+      }, timeoutMs);
+      this.#peerWaiters.push(w);
+    });
+  }
+
+  /**
+   * Send `body` to the peer and wait for what it sends the same way: how the two sides swap
+   * QP numbers, addresses and keys (ibv_rc_pingpong's exchange over its TCP socket).
+   */
+  exchange<T>(body: unknown, timeoutMs = 10_000): Promise<T> {
+    const [handle] = this.#conns;
+    if (handle === undefined || this.#closed) return Promise.reject(fabricError('exchange: no peer is connected', 'ENOTCONN'));
+    this.#fi.fabricSend(handle, serialize({ k: 'exchange', body } satisfies Frame));
+    const got = this.#exchanges.shift();
+    if (got !== undefined) return Promise.resolve(got as T);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#exchangeWaiters = this.#exchangeWaiters.filter((w) => w !== take);
+        reject(fabricError(`exchange: the peer sent nothing within ${timeoutMs} ms`, 'ETIMEDOUT'));
+      }, timeoutMs);
+      const take = (b: unknown) => {
+        clearTimeout(timer);
+        resolve(b as T);
+      };
+      this.#exchangeWaiters.push(take);
+    });
+  }
+
+  /** Hear when a peer node goes away (its connection shut down): whatever waits on it must end. */
+  onPeerLost(listener: (node: number) => void): void {
+    this.#lostListeners.push(listener);
+  }
+
+  /** Whether node `node` is hosted by this process. */
+  isLocal(node: number): boolean {
+    return this.#local.has(node);
+  }
+
+  attach(node: number, handler: (p: Packet) => void): void {
+    // Only this process's nodes receive here; the others are the peers'.
+    if (this.#local.has(node)) this.#model.attach(node, handler);
+  }
+
+  hasNode(node: number): boolean {
+    return this.#local.has(node) || this.#remote.has(node) || this.#lost.has(node);
+  }
+
+  transmit(src: number, dst: number, bytes: number, atUs: number): number {
+    return this.#model.transmit(src, dst, bytes, atUs);
+  }
+
+  linkFreeAt(src: number, dst: number): number {
+    return this.#model.linkFreeAt(src, dst);
+  }
+
+  deliver(p: Packet): void {
+    if (this.#local.has(p.dst)) {
+      this.#model.deliver(p);
+      return;
+    }
+    const handle = this.#remote.get(p.dst);
+    if (handle === undefined) {
+      if (!this.#lost.has(p.dst)) throw new RangeError(`fabric: unknown node ${p.dst}`);
+      // The peer is gone: whoever sent this learns it (and ends what waits) on a later turn.
+      queueMicrotask(() => this.#tellLost(p.dst));
+      return;
+    }
+    if (p.type === 'ack' && p.verdicts) this.#release(p);
+    const frame = this.#encode(p);
+    if (!frame) return;
+    if (frame.length > MAX_WIRE_BYTES)
+      throw fabricError(
+        `fabric: a ${p.type} packet of ${frame.length} bytes exceeds the transport's ${MAX_WIRE_BYTES} (use a smaller blockSize)`,
+        'EMSGSIZE',
+      );
+    this.#fi.fabricSend(handle, frame);
+  }
+
+  send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {
+    if (!this.hasNode(p.dst)) throw new RangeError(`fabric: unknown node ${p.dst}`);
+    const packet = { ...p, arrivesAt: this.transmit(p.src, p.dst, payloadBytes, atUs) } as P;
+    this.deliver(packet);
+    return packet;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Close the connections and the listener; the peer sees its nodes lost. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const h of this.#conns) this.#fi.fabricClose(h);
+    this.#conns.clear();
+    if (this.#listener !== undefined) this.#fi.fabricClose(this.#listener);
+    for (const w of this.#peerWaiters.splice(0)) w.reject(fabricError('the transport was closed', 'ERR_CLOSED'));
+    for (const s of [...this.#staged.values(), ...this.#spare]) binding.closeRegion(s.raw.id, s.raw.buffer);
+    this.#staged.clear();
+    this.#spare = [];
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  // A write's blocks carry their bytes; the source pages must still be resident (a page
+  // evicted since the translation is answered here as the destination would: SOURCE_FAULT).
+  #encode(p: Packet): Uint8Array | undefined {
+    if (p.type !== 'write') return serialize({ k: 'packet', p } satisfies Frame);
+    const bytes: Uint8Array[] = [];
+    for (const b of p.blocks) {
+      const r = b.payload.region;
+      const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
+      const resident = r.closed ? undefined : binding.residency(r.id, b.payload.offset, b.length);
+      const missing = resident ? resident.findIndex((x) => (x & 1) === 0) : 0;
+      if (!buffer || missing >= 0) {
+        const ack: AckPacket = {
+          type: 'ack',
+          src: p.dst,
+          dst: p.src,
+          pd: p.pd,
+          va: b.va,
+          tid: p.tid,
+          seq: b.seq,
+          length: b.length,
+          arrivesAt: p.arrivesAt,
+          resp: AckResp.SOURCE_FAULT,
+          verdicts: [{ seq: b.seq, resp: AckResp.SOURCE_FAULT, walkUs: 0, faultOffset: b.payload.offset + Math.max(0, missing) * r.pageSize }],
+          returned: p.blocks.filter((x) => x !== b).map((x) => x.seq),
+        };
+        this.#model.deliver(ack);
+        return undefined;
+      }
+      bytes.push(new Uint8Array(buffer, b.payload.offset, b.length));
+    }
+    const wire = { ...p, blocks: p.blocks.map((b) => ({ ...b, payload: { region: undefined, offset: 0 } })) };
+    return serialize({ k: 'packet', p: wire as unknown as Packet, bytes } satisfies Frame);
+  }
+
+  #decodeWrite(p: WritePacket, bytes: Uint8Array[]): WritePacket {
+    const total = bytes.reduce((n, b) => n + b.length, 0);
+    const s = this.#stage(total);
+    this.#staged.set(`${p.src}:${p.tid}`, s);
+    const view = new Uint8Array(s.raw.buffer);
+    let at = 0;
+    const blocks = p.blocks.map((b, i) => {
+      view.set(bytes[i]!, at);
+      const blk = { ...b, payload: { region: s.memory, offset: at } };
+      at += b.length;
+      return blk;
+    });
+    return { ...p, blocks };
+  }
+
+  #stage(size: number): Staging {
+    const s = this.#spare.pop();
+    if (s) return s;
+    const raw = binding.mapRegion(MAX_WIRE_BYTES, false, false, false);
+    if (size > raw.buffer.byteLength) throw new RangeError(`fabric: a write of ${size} bytes exceeds the staging size`);
+    const memory: MemoryLike = {
+      id: raw.id,
+      address: raw.address,
+      size: raw.buffer.byteLength,
+      pageSize: raw.pageSize,
+      closed: false,
+      granule: raw.pageSize,
+      observe() {},
+      unobserve() {},
+    };
+    return { raw, memory };
+  }
+
+  // The answer to a write goes out: its copy is done, the staging mapping can serve the next.
+  #release(ack: AckPacket): void {
+    const k = `${ack.dst}:${ack.tid}`;
+    const s = this.#staged.get(k);
+    if (!s) return;
+    this.#staged.delete(k);
+    this.#spare.push(s);
+  }
+
+  #tellLost(node: number): void {
+    for (const l of this.#lostListeners) l(node);
+  }
+
+  /** @internal native events */
+  onEvent(handle: number, kind: string, a?: unknown): void {
+    if (this.#closed) return;
+    switch (kind) {
+      case 'connection':
+        this.#conns.add(a as number);
+        return;
+      case 'connected':
+        this.#fi.fabricSend(handle, serialize({ k: 'hello', nodes: [...this.#local] } satisfies Frame));
+        return;
+      case 'message':
+        this.#onFrame(handle, deserialize(a as Buffer) as Frame);
+        return;
+      case 'shutdown':
+      case 'error':
+        this.#onDown(handle, a as Error | undefined);
+        return;
+    }
+  }
+
+  #onFrame(handle: number, f: Frame): void {
+    if (f.k === 'hello') {
+      for (const n of f.nodes) {
+        this.#remote.set(n, handle);
+        this.#lost.delete(n);
+      }
+      for (const w of this.#peerWaiters.splice(0)) w.resolve();
+    } else if (f.k === 'exchange') {
+      const w = this.#exchangeWaiters.shift();
+      if (w) w(f.body);
+      else this.#exchanges.push(f.body);
+    } else {
+      const p = f.p.type === 'write' ? this.#decodeWrite(f.p, f.bytes ?? []) : f.p;
+      if (this.#local.has(p.dst)) this.#model.deliver(p);
+    }
+  }
+
+  #onDown(handle: number, err: Error | undefined): void {
+    const lost = [...this.#remote].filter(([, h]) => h === handle).map(([n]) => n);
+    if (this.#conns.delete(handle)) this.#fi.fabricClose(handle);
+    if (lost.length === 0) {
+      // Before the hello: a failed connect.
+      const e = err ?? fabricError('the peer closed the connection', 'ECONNRESET');
+      for (const w of this.#peerWaiters.splice(0)) w.reject(e);
+      return;
+    }
+    for (const n of lost) {
+      this.#remote.delete(n);
+      this.#lost.add(n);
+      this.#tellLost(n);
+    }
+  }
+}

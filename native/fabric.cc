@@ -1,0 +1,553 @@
+// libfabric connections between processes and hosts (FI_EP_MSG through libfabric's
+// connection manager: a passive endpoint listens, a client connects, both sides get an
+// endpoint bound to a CQ and an EQ). The EQ's and CQ's wait fds are watched by uv_poll on
+// the event loop: no JavaScript polling loop, no busy thread. Built only when libfabric's
+// headers are present (binding.gyp); otherwise InitFabric is not compiled in and
+// TypeScript reports the missing libfabric-dev package. libfabric is dlopen'ed at the first
+// use, not linked: its providers' libraries (libinfinipath) install signal handlers (SIGBUS)
+// that must not change a process that never asked for the transport.
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netinet/in.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <uv.h>
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "common.h"
+
+namespace pfr {
+namespace {
+
+// The few exported functions used; the rest of libfabric's API is inline calls through fid ops.
+struct FiApi {
+  decltype(&::fi_getinfo) getinfo;
+  decltype(&::fi_freeinfo) freeinfo;
+  decltype(&::fi_dupinfo) dupinfo;
+  decltype(&::fi_fabric) fabric;
+  decltype(&::fi_strerror) strerror;
+};
+FiApi fi{};
+
+void LoadFi(Napi::Env env) {
+  if (fi.getinfo) return;
+  void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    Napi::Error e = Napi::Error::New(env, std::string("libfabric could not be loaded (") + dlerror() + "): install it (Debian/Ubuntu: apt-get install libfabric-dev)");
+    e.Set("code", Napi::String::New(env, "ERR_LIBFABRIC_MISSING"));
+    throw e;
+  }
+  fi.getinfo = reinterpret_cast<decltype(fi.getinfo)>(dlsym(h, "fi_getinfo"));
+  fi.freeinfo = reinterpret_cast<decltype(fi.freeinfo)>(dlsym(h, "fi_freeinfo"));
+  fi.dupinfo = reinterpret_cast<decltype(fi.dupinfo)>(dlsym(h, "fi_dupinfo"));
+  fi.fabric = reinterpret_cast<decltype(fi.fabric)>(dlsym(h, "fi_fabric"));
+  fi.strerror = reinterpret_cast<decltype(fi.strerror)>(dlsym(h, "fi_strerror"));
+}
+
+constexpr size_t kRecvSize = 4u << 20;  // the largest message (the transport checks before sending)
+constexpr int kRecvCount = 8;
+constexpr uint64_t kTickMs = 100;
+
+enum class Op { Recv, Send, Rma };
+
+struct Ctx {
+  fi_context2 fi;  // first: libfabric hands back its address
+  Op op;
+  uint32_t id = 0;          // Rma: the id JavaScript gave
+  std::vector<uint8_t> buf; // Recv: the buffer; Send: the copy being sent
+};
+
+struct Conn;
+void HandleEq(Conn* c);
+std::unordered_map<uint32_t, Conn*> conns;
+uint32_t nextHandle = 1;
+
+struct Poll {
+  uv_poll_t h;
+  Conn* conn;
+  bool cq;
+};
+
+struct Conn {
+  uint32_t handle;
+  fi_info* info = nullptr;  // the listener's or the connection's
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_eq* eq = nullptr;
+  fid_pep* pep = nullptr;
+  fid_ep* ep = nullptr;
+  fid_cq* cq = nullptr;
+  Poll* eqPoll = nullptr;
+  Poll* cqPoll = nullptr;
+  uv_timer_t* tick = nullptr;
+  bool connected = false;
+  bool closed = false;
+  std::vector<Ctx*> recvs;
+  std::deque<Ctx*> backlog;  // sends refused with FI_EAGAIN, retried after progress
+  std::unordered_map<uint32_t, fid_mr*> mrs;
+  uint32_t nextMr = 1;
+  Napi::FunctionReference onEvent;
+};
+
+// errno values keep their Node code (ECONNREFUSED, ...); libfabric's own ones are EFABRIC.
+Napi::Error FiError(Napi::Env env, int ret, const char* call) {
+  int err = ret < 0 ? -ret : ret;
+  Napi::Error e = err < FI_ERRNO_OFFSET ? SystemError(env, err, call) : Napi::Error::New(env, "");
+  e.Set("message", Napi::String::New(env, std::string(call) + ": " + fi.strerror(err)));
+  if (err >= FI_ERRNO_OFFSET) {
+    e.Set("code", Napi::String::New(env, "EFABRIC"));
+    e.Set("errno", Napi::Number::New(env, -err));
+    e.Set("syscall", Napi::String::New(env, call));
+  }
+  return e;
+}
+
+#define FI_CHECK(env, call, name)                          \
+  do {                                                     \
+    int r_ = (call);                                       \
+    if (r_ < 0) throw FiError((env), r_, (name));          \
+  } while (0)
+
+void Emit(Conn* c, const char* kind, std::initializer_list<napi_value> more) {
+  Napi::Env env = c->onEvent.Env();
+  Napi::HandleScope scope(env);
+  std::vector<napi_value> args{Napi::Number::New(env, c->handle), Napi::String::New(env, kind)};
+  args.insert(args.end(), more.begin(), more.end());
+  try {
+    // MakeCallback: the microtasks (promise reactions) the handler queued run right after it.
+    c->onEvent.MakeCallback(Napi::Object::New(env), args);
+  } catch (const Napi::Error& e) {
+    // An exception thrown by the listener: report it as Node does for an event handler.
+    napi_fatal_exception(env, e.Value());
+  }
+}
+
+void StopPoll(Poll*& p) {
+  if (!p) return;
+  uv_poll_stop(&p->h);
+  uv_close(reinterpret_cast<uv_handle_t*>(&p->h), [](uv_handle_t* h) { delete reinterpret_cast<Poll*>(h); });
+  p = nullptr;
+}
+
+// Frees everything of a connection; the JavaScript side is told 'closed' by the caller.
+void Teardown(Conn* c) {
+  if (c->closed) return;
+  c->closed = true;
+  StopPoll(c->cqPoll);
+  StopPoll(c->eqPoll);
+  if (c->tick) {
+    uv_timer_stop(c->tick);
+    uv_close(reinterpret_cast<uv_handle_t*>(c->tick), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    c->tick = nullptr;
+  }
+  for (auto& [id, mr] : c->mrs) fi_close(&mr->fid);
+  c->mrs.clear();
+  if (c->ep) fi_close(&c->ep->fid);  // cancels posted receives; their contexts are freed below
+  if (c->pep) fi_close(&c->pep->fid);
+  if (c->cq) fi_close(&c->cq->fid);
+  if (c->eq) fi_close(&c->eq->fid);
+  if (c->domain) fi_close(&c->domain->fid);
+  if (c->fabric) fi_close(&c->fabric->fid);
+  if (c->info) fi.freeinfo(c->info);
+  for (Ctx* r : c->recvs) delete r;
+  c->recvs.clear();
+  for (Ctx* s : c->backlog) delete s;
+  c->backlog.clear();
+}
+
+int PostRecv(Conn* c, Ctx* r) {
+  return static_cast<int>(fi_recv(c->ep, r->buf.data(), r->buf.size(), nullptr, 0, &r->fi));
+}
+
+void Flush(Conn* c) {
+  while (!c->backlog.empty()) {
+    Ctx* s = c->backlog.front();
+    ssize_t r = fi_send(c->ep, s->buf.data(), s->buf.size(), nullptr, 0, &s->fi);
+    if (r == -FI_EAGAIN) return;
+    c->backlog.pop_front();
+    if (r < 0) {
+      delete s;
+      Napi::Env env = c->onEvent.Env();
+      Napi::HandleScope scope(env);
+      Emit(c, "error", {FiError(env, static_cast<int>(r), "fi_send").Value()});
+    }
+  }
+}
+
+void DrainCq(Conn* c) {
+  Napi::Env env = c->onEvent.Env();
+  // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
+  // uv_poll or the tick comes back (never a spin on the event loop).
+  for (int round = 0; round < 64; round++) {
+    if (c->closed) return;
+    fi_cq_data_entry e[16];
+    ssize_t n = fi_cq_read(c->cq, e, 16);
+    if (n == -FI_EAGAIN) {
+      Flush(c);
+      // Sleep on the fd only when libfabric says nothing is pending (else read again).
+      fid* f = &c->cq->fid;
+      if (c->closed || fi_trywait(c->fabric, &f, 1) == FI_SUCCESS) return;
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(c->cq, &err, 0) < 0) return;
+      Ctx* x = static_cast<Ctx*>(err.op_context);
+      int code = err.err ? err.err : EIO;
+      if (x && x->op == Op::Rma) {
+        Napi::HandleScope scope(env);
+        Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, -code)});
+        delete x;
+      } else if (x && x->op == Op::Send) {
+        delete x;
+        if (code != FI_ECANCELED) {
+          Napi::HandleScope scope(env);
+          Emit(c, "error", {FiError(env, -code, "fi_send").Value()});
+        }
+      }
+      // A receive cancelled by the close: freed with the connection.
+      continue;
+    }
+    if (n < 0) return;
+    for (ssize_t i = 0; i < n; i++) {
+      Ctx* x = static_cast<Ctx*>(e[i].op_context);
+      if (x->op == Op::Recv) {
+        Napi::HandleScope scope(env);
+        Napi::Buffer<uint8_t> msg = Napi::Buffer<uint8_t>::Copy(env, x->buf.data(), e[i].len);
+        if (!c->closed) PostRecv(c, x);
+        Emit(c, "message", {msg});
+      } else if (x->op == Op::Send) {
+        delete x;
+      } else {
+        Napi::HandleScope scope(env);
+        Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, 0)});
+        delete x;
+      }
+      if (c->closed) return;
+    }
+  }
+}
+
+void Watch(Conn* c, Poll*& slot, fid_t fid, bool cq) {
+  int fd = -1;
+  int r = fi_control(fid, FI_GETWAIT, &fd);
+  if (r < 0) throw FiError(c->onEvent.Env(), r, "fi_control(FI_GETWAIT)");
+  slot = new Poll{};
+  slot->conn = c;
+  slot->cq = cq;
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(c->onEvent.Env(), &loop);
+  uv_poll_init(loop, &slot->h, fd);
+  uv_poll_start(&slot->h, UV_READABLE, [](uv_poll_t* h, int status, int) {
+    Poll* p = reinterpret_cast<Poll*>(h);
+    Conn* conn = p->conn;
+    if (conn->closed) return;
+    Napi::HandleScope scope(conn->onEvent.Env());
+    if (p->cq) {
+      DrainCq(conn);
+      return;
+    }
+    HandleEq(conn);
+  });
+}
+
+// The endpoint of a connection (either side): CQ with a wait fd, bound with the EQ.
+void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
+  fi_cq_attr cqa{};
+  cqa.format = FI_CQ_FORMAT_DATA;
+  cqa.wait_obj = FI_WAIT_FD;
+  cqa.size = 1024;
+  FI_CHECK(env, fi_cq_open(c->domain, &cqa, &c->cq, nullptr), "fi_cq_open");
+  FI_CHECK(env, fi_endpoint(c->domain, info, &c->ep, nullptr), "fi_endpoint");
+  FI_CHECK(env, fi_ep_bind(c->ep, &c->eq->fid, 0), "fi_ep_bind(eq)");
+  FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+  FI_CHECK(env, fi_enable(c->ep), "fi_enable");
+  for (int i = 0; i < kRecvCount; i++) {
+    Ctx* r = new Ctx{};
+    r->op = Op::Recv;
+    r->buf.resize(kRecvSize);
+    c->recvs.push_back(r);
+    FI_CHECK(env, PostRecv(c, r), "fi_recv");
+  }
+  Watch(c, c->cqPoll, &c->cq->fid, true);
+  // tcp's progress is manual and a peer's end (FIN/RST) signals neither wait fd: a slow,
+  // unref'd tick drives progress so a dead peer becomes FI_SHUTDOWN within ~kTickMs.
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  c->tick = new uv_timer_t{};
+  c->tick->data = c;
+  uv_timer_init(loop, c->tick);
+  uv_timer_start(
+      c->tick,
+      [](uv_timer_t* t) {
+        Conn* conn = static_cast<Conn*>(t->data);
+        if (conn->closed) return;
+        Napi::HandleScope scope(conn->onEvent.Env());
+        DrainCq(conn);
+        if (!conn->closed) HandleEq(conn);
+      },
+      kTickMs, kTickMs);
+  uv_unref(reinterpret_cast<uv_handle_t*>(c->tick));
+}
+
+Conn* NewConn(Napi::Env env, Napi::Function onEvent) {
+  Conn* c = new Conn{};
+  c->handle = nextHandle++;
+  c->onEvent = Napi::Persistent(onEvent);
+  conns[c->handle] = c;
+  return c;
+}
+
+void OpenEq(Napi::Env env, Conn* c) {
+  fi_eq_attr eqa{};
+  eqa.wait_obj = FI_WAIT_FD;
+  eqa.size = 64;
+  FI_CHECK(env, fi_eq_open(c->fabric, &eqa, &c->eq, nullptr), "fi_eq_open");
+  Watch(c, c->eqPoll, &c->eq->fid, false);
+}
+
+// A connection request on a listener becomes a new connection handle, announced as 'connection'.
+void Accept(Conn* l, fi_info* info) {
+  Napi::Env env = l->onEvent.Env();
+  Conn* c = NewConn(env, l->onEvent.Value());
+  c->info = info;
+  try {
+    FI_CHECK(env, fi.fabric(info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
+    OpenEq(env, c);
+    FI_CHECK(env, fi_domain(c->fabric, info, &c->domain, nullptr), "fi_domain");
+    OpenEndpoint(env, c, info);
+    FI_CHECK(env, fi_accept(c->ep, nullptr, 0), "fi_accept");
+  } catch (const Napi::Error& e) {
+    fi_reject(l->pep, info->handle, nullptr, 0);
+    Teardown(c);
+    Napi::HandleScope scope(env);
+    Emit(l, "error", {e.Value()});
+    return;
+  }
+  Napi::HandleScope scope(env);
+  Emit(l, "connection", {Napi::Number::New(env, c->handle)});
+}
+
+void HandleEq(Conn* c) {
+  Napi::Env env = c->onEvent.Env();
+  for (int round = 0; round < 64; round++) {
+    if (c->closed) return;
+    uint32_t event = 0;
+    alignas(fi_eq_cm_entry) uint8_t raw[sizeof(fi_eq_cm_entry) + 256];
+    ssize_t n = fi_eq_read(c->eq, &event, raw, sizeof raw, 0);
+    if (n == -FI_EAGAIN) {
+      fid* f = &c->eq->fid;
+      if (fi_trywait(c->fabric, &f, 1) == FI_SUCCESS) return;
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      fi_eq_readerr(c->eq, &err, 0);
+      Napi::HandleScope scope(env);
+      int code = err.err ? err.err : ECONNREFUSED;
+      Emit(c, c->connected ? "shutdown" : "error", {FiError(env, -code, c->pep ? "fi_listen" : "fi_connect").Value()});
+      continue;
+    }
+    if (n < 0) return;
+    auto* cm = reinterpret_cast<fi_eq_cm_entry*>(raw);
+    if (event == FI_CONNREQ) {
+      Accept(c, cm->info);
+    } else if (event == FI_CONNECTED) {
+      c->connected = true;
+      Napi::HandleScope scope(env);
+      Emit(c, "connected", {});
+    } else if (event == FI_SHUTDOWN) {
+      c->connected = false;
+      Napi::HandleScope scope(env);
+      Emit(c, "shutdown", {});
+    }
+  }
+}
+
+fi_info* GetInfo(Napi::Env env, const std::string& provider, const char* node, const char* service, bool source) {
+  LoadFi(env);
+  fi_info* hints = fi.dupinfo(nullptr);
+  hints->ep_attr->type = FI_EP_MSG;
+  hints->caps = FI_MSG | FI_RMA;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | FI_MR_LOCAL | FI_MR_ENDPOINT;
+  hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  hints->addr_format = FI_SOCKADDR_IN;
+  fi_info* info = nullptr;
+  int r = fi.getinfo(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
+  fi.freeinfo(hints);
+  if (r < 0) throw FiError(env, r, "fi_getinfo");
+  return info;
+}
+
+Conn* Require(const Napi::CallbackInfo& info, size_t i) {
+  uint32_t h = ArgU32(info, i, "handle");
+  auto it = conns.find(h);
+  if (it == conns.end() || it->second->closed) throw Napi::TypeError::New(info.Env(), "fabric: unknown or closed handle");
+  return it->second;
+}
+
+// fabricListen(provider, host|null, port, onEvent) -> { handle, port }
+Napi::Value Listen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string provider = info[0].As<Napi::String>();
+  std::string host = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "0.0.0.0";
+  std::string port = std::to_string(ArgU32(info, 2, "port"));
+  Conn* c = NewConn(env, info[3].As<Napi::Function>());
+  try {
+    c->info = GetInfo(env, provider, host.c_str(), port.c_str(), true);
+    FI_CHECK(env, fi.fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
+    OpenEq(env, c);
+    FI_CHECK(env, fi_passive_ep(c->fabric, c->info, &c->pep, nullptr), "fi_passive_ep");
+    FI_CHECK(env, fi_pep_bind(c->pep, &c->eq->fid, 0), "fi_pep_bind");
+    FI_CHECK(env, fi_listen(c->pep), "fi_listen");
+  } catch (...) {
+    Teardown(c);
+    conns.erase(c->handle);
+    delete c;
+    throw;
+  }
+  sockaddr_in sa{};
+  size_t len = sizeof sa;
+  fi_getname(&c->pep->fid, &sa, &len);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("handle", c->handle);
+  o.Set("port", ntohs(sa.sin_port));
+  return o;
+}
+
+// fabricConnect(provider, host, port, onEvent) -> handle; 'connected' or 'error' follows.
+Napi::Value Connect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string provider = info[0].As<Napi::String>();
+  std::string host = info[1].As<Napi::String>();
+  std::string port = std::to_string(ArgU32(info, 2, "port"));
+  Conn* c = NewConn(env, info[3].As<Napi::Function>());
+  try {
+    c->info = GetInfo(env, provider, host.c_str(), port.c_str(), false);
+    FI_CHECK(env, fi.fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
+    OpenEq(env, c);
+    FI_CHECK(env, fi_domain(c->fabric, c->info, &c->domain, nullptr), "fi_domain");
+    OpenEndpoint(env, c, c->info);
+    FI_CHECK(env, fi_connect(c->ep, c->info->dest_addr, nullptr, 0), "fi_connect");
+  } catch (...) {
+    Teardown(c);
+    conns.erase(c->handle);
+    delete c;
+    throw;
+  }
+  return Napi::Number::New(env, c->handle);
+}
+
+// fabricSend(handle, buffer): the bytes are copied; a send the provider cannot take now waits in a backlog.
+Napi::Value Send(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  auto view = info[1].As<Napi::Uint8Array>();
+  if (view.ByteLength() > kRecvSize) throw Napi::RangeError::New(env, "fabricSend: message larger than the receive buffers");
+  Ctx* s = new Ctx{};
+  s->op = Op::Send;
+  s->buf.assign(view.Data(), view.Data() + view.ByteLength());
+  if (!c->backlog.empty()) {
+    c->backlog.push_back(s);
+    return env.Undefined();
+  }
+  ssize_t r = fi_send(c->ep, s->buf.data(), s->buf.size(), nullptr, 0, &s->fi);
+  if (r == -FI_EAGAIN) {
+    c->backlog.push_back(s);
+    DrainCq(c);
+  } else if (r < 0) {
+    delete s;
+    throw FiError(env, static_cast<int>(r), "fi_send");
+  }
+  return env.Undefined();
+}
+
+// fabricMrReg(handle, address, length, access) -> { id, key }: memory the peer may fi_write/fi_read.
+Napi::Value MrReg(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  uint64_t addr = ArgAddr(info, 1, "address");
+  size_t len = ArgSize(info, 2, "length");
+  uint64_t access = ArgU32(info, 3, "access");
+  fid_mr* mr = nullptr;
+  FI_CHECK(env, fi_mr_reg(c->domain, reinterpret_cast<void*>(addr), len, access, 0, 0, 0, &mr, nullptr), "fi_mr_reg");
+  uint32_t id = c->nextMr++;
+  c->mrs[id] = mr;
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", id);
+  o.Set("key", Napi::BigInt::New(env, static_cast<uint64_t>(fi_mr_key(mr))));
+  return o;
+}
+
+Napi::Value MrDereg(const Napi::CallbackInfo& info) {
+  Conn* c = Require(info, 0);
+  auto it = c->mrs.find(ArgU32(info, 1, "mr"));
+  if (it != c->mrs.end()) {
+    fi_close(&it->second->fid);
+    c->mrs.erase(it);
+  }
+  return info.Env().Undefined();
+}
+
+// fabricRma(handle, write, id, localAddress, length, remoteAddress, key): 'rma' (id, 0 or -errno) follows.
+Napi::Value Rma(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  bool write = ArgBool(info, 1);
+  uint32_t id = ArgU32(info, 2, "id");
+  uint64_t local = ArgAddr(info, 3, "localAddress");
+  size_t len = ArgSize(info, 4, "length");
+  uint64_t remote = ArgAddr(info, 5, "remoteAddress");
+  uint64_t key = info[6].As<Napi::BigInt>().Uint64Value(nullptr);
+  Ctx* x = new Ctx{};
+  x->op = Op::Rma;
+  x->id = id;
+  ssize_t r;
+  do {
+    r = write ? fi_write(c->ep, reinterpret_cast<void*>(local), len, nullptr, 0, remote, key, &x->fi)
+              : fi_read(c->ep, reinterpret_cast<void*>(local), len, nullptr, 0, remote, key, &x->fi);
+    if (r == -FI_EAGAIN) fi_cq_read(c->cq, nullptr, 0);  // progress, then try again
+  } while (r == -FI_EAGAIN);
+  if (r < 0) {
+    delete x;
+    throw FiError(env, static_cast<int>(r), write ? "fi_write" : "fi_read");
+  }
+  return env.Undefined();
+}
+
+Napi::Value Close(const Napi::CallbackInfo& info) {
+  uint32_t h = ArgU32(info, 0, "handle");
+  auto it = conns.find(h);
+  if (it == conns.end()) return info.Env().Undefined();
+  Conn* c = it->second;
+  conns.erase(it);
+  Teardown(c);
+  // The struct itself stays (a few hundred bytes): a close from inside an event handler
+  // returns into DrainCq/HandleEq, which check `closed` after every event.
+  c->onEvent.Reset();
+  return info.Env().Undefined();
+}
+
+}  // namespace
+
+void InitFabric(Napi::Env env, Napi::Object exports) {
+  exports.Set("fabricListen", Napi::Function::New(env, Listen));
+  exports.Set("fabricConnect", Napi::Function::New(env, Connect));
+  exports.Set("fabricSend", Napi::Function::New(env, Send));
+  exports.Set("fabricMrReg", Napi::Function::New(env, MrReg));
+  exports.Set("fabricMrDereg", Napi::Function::New(env, MrDereg));
+  exports.Set("fabricRma", Napi::Function::New(env, Rma));
+  exports.Set("fabricClose", Napi::Function::New(env, Close));
+}
+
+}  // namespace pfr

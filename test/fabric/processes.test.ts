@@ -1,0 +1,174 @@
+// Nodes in separate processes over libfabric (tcp on loopback): the CLI's server and client
+// are real processes the tests start and stop. Under CI (CI=true) these tests run and fail
+// when the addon was built without libfabric; elsewhere they are skipped then.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { LibfabricTransport } from '../../kernel-sim/index.js';
+import { binding } from '../../native/index.js';
+import { ROOT } from '../child.js';
+
+const MAIN = join(ROOT, 'dist/cli/main.js');
+const built = binding.fabricListen !== undefined;
+const dir = mkdtempSync(join(tmpdir(), 'pfr-fabric-'));
+const children = new Set<ChildProcess>();
+
+afterAll(() => {
+  for (const c of children) c.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+function start(args: string[]): { child: ChildProcess; exit: Promise<Exit>; output: () => string } {
+  const child = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
+  children.add(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exit = new Promise<Exit>((resolve) =>
+    child.on('exit', (code, signal) => {
+      children.delete(child);
+      resolve({ code, signal, stdout, stderr });
+    }),
+  );
+  return { child, exit, output: () => stdout + stderr };
+}
+
+async function waitFor(get: () => string, re: RegExp, timeoutMs = 20_000): Promise<RegExpExecArray> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const m = re.exec(get());
+    if (m) return m;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${re} in:\n${get()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Run `program` as a server (port 0) and a client against it; both write --json. */
+async function pair(program: string, args: string[]) {
+  const sj = join(dir, `${program}-${Date.now()}-server.json`);
+  const cj = join(dir, `${program}-${Date.now()}-client.json`);
+  const server = start([program, '-p', '0', '--json', sj]);
+  const port = (await waitFor(server.output, /port (\d+)/))[1]!;
+  const client = start([program, '127.0.0.1', '-p', port, ...args, '--json', cj]);
+  const [s, c] = await Promise.all([server.exit, client.exit]);
+  expect(c.stderr + s.stderr).not.toMatch(/failed|differ/);
+  expect([c.code, s.code]).toEqual([0, 0]);
+  type R = {
+    bytesVerified: number;
+    mismatches: number;
+    error?: string;
+    faults: { source: number; destination: number };
+    nacks: number;
+    retransmitted: number;
+    peer?: { bytesVerified: number; mismatches: number; nacks: number };
+  };
+  const read = (f: string) => (JSON.parse(readFileSync(f, 'utf8')) as { results: R }).results;
+  return { client: read(cj), server: read(sj), stdout: c.stdout };
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+describe.skipIf(!built && process.env.CI !== 'true')('nodes in two processes over libfabric tcp', () => {
+  it('is built in (CI installs libfabric-dev)', () => {
+    expect(built).toBe(true);
+  });
+
+  it('RDMA WRITE: faults at both ends (evicted pages), NACKs, retransmissions, bytes verified by the destination', async () => {
+    const size = 64 * 1024;
+    const r = await pair('write-bw', ['-s', String(size), '-n', '5', '--evict']);
+    expect(r.client.error).toBeUndefined();
+    expect(r.client.faults.source).toBeGreaterThanOrEqual(5);
+    expect(r.client.faults.destination).toBeGreaterThanOrEqual(1);
+    expect(r.client.nacks).toBe(r.client.faults.destination);
+    expect(r.client.retransmitted).toBeGreaterThanOrEqual(r.client.faults.source + r.client.faults.destination);
+    expect(r.server.bytesVerified).toBe(size);
+    expect(r.server.mismatches).toBe(0);
+    expect(r.stdout).toMatch(/#bytes\s+#iterations\s+BW peak\[MB\/sec\]\s+BW average\[MB\/sec\]\s+MsgRate\[Mpps\]/);
+  }, 60_000);
+
+  it('RDMA READ: the source faults in the server process, the sink in the client; every byte verified', async () => {
+    const size = 32 * 1024;
+    const r = await pair('read-bw', ['-s', String(size), '-n', '4', '--evict']);
+    expect(r.client.error).toBeUndefined();
+    expect(r.client.faults.source).toBeGreaterThanOrEqual(1);
+    expect(r.client.faults.destination).toBeGreaterThanOrEqual(4);
+    // The server's engine sends the bytes, so it hears the client's NACKs.
+    expect(r.server.nacks).toBeGreaterThanOrEqual(4);
+    expect(r.client.bytesVerified).toBe(4 * size);
+    expect(r.client.mismatches).toBe(0);
+  }, 60_000);
+
+  it('SEND (rc-pingpong): both sides evict before every message; both verify what they received', async () => {
+    const size = 16 * 1024;
+    const iters = 20;
+    const r = await pair('rc-pingpong', ['-s', String(size), '-n', String(iters), '--evict']);
+    for (const side of [r.client, r.server]) {
+      expect(side.error).toBeUndefined();
+      expect(side.bytesVerified).toBe(iters * size);
+      expect(side.mismatches).toBe(0);
+      expect(side.faults.source).toBeGreaterThanOrEqual(iters);
+      expect(side.faults.destination).toBeGreaterThanOrEqual(iters);
+    }
+    expect(r.client.nacks).toBeGreaterThanOrEqual(iters);
+    expect(r.stdout).toMatch(/\d+ bytes in [\d.]+ seconds = [\d.]+ Mbit\/sec\n\d+ iters in [\d.]+ seconds = [\d.]+ usec\/iter/);
+  }, 60_000);
+
+  it('a server killed mid-transfer ends the WR with RETRY_EXC_ERR promptly, never a hang', async () => {
+    const server = start(['write-bw', '-p', '0']);
+    const port = (await waitFor(server.output, /port (\d+)/))[1]!;
+    const client = start(['write-bw', '127.0.0.1', '-p', port, '-s', '64K', '-n', '1000000', '--evict']);
+    await waitFor(client.output, /remote address/);
+    await new Promise((r) => setTimeout(r, 500));
+    server.child.kill('SIGKILL');
+    const killedAt = Date.now();
+    const c = await client.exit;
+    expect(Date.now() - killedAt).toBeLessThan(10_000);
+    expect(c.code).toBe(1);
+    expect(c.stderr).toMatch(/a work request failed: .*RETRY_EXC_ERR/);
+  }, 60_000);
+
+  it('a refused connection is a clear error naming the address', async () => {
+    const port = await freePort();
+    const c = await start(['rc-pingpong', '127.0.0.1', '-p', String(port)]).exit;
+    expect(c.code).toBe(1);
+    expect(c.stderr).toContain(`cannot connect to 127.0.0.1:${port} over libfabric tcp: nothing listens there`);
+    expect(c.stderr).toContain('Connection refused');
+  }, 30_000);
+
+  it('bad options and a provider without connected endpoints are clear errors', () => {
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], provider: 'udp' as never })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE', message: expect.stringContaining('provider must be one of tcp, shm, verbs') }),
+    );
+    expect(() => LibfabricTransport.listen({ port: 70000, localNodes: [1] })).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [] })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], provider: 'shm' })).toThrow(
+      expect.objectContaining({ code: 'ENODATA', message: expect.stringContaining('use provider tcp') }),
+    );
+  });
+
+  it('without HOST the server says how to start the other side', async () => {
+    const server = start(['rc-pingpong', '-p', '0']);
+    const m = await waitFor(server.output, /start the other side with:\n\s+npx pagefault-rdma rc-pingpong \S+ -p (\d+)/);
+    expect(Number(m[1])).toBeGreaterThan(0);
+    server.child.kill('SIGTERM');
+    await server.exit;
+  }, 30_000);
+});
