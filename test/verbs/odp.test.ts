@@ -202,7 +202,9 @@ describe('atomics on ODP (test_odp_rc_atomic_cmp_and_swp / fetch_and_add)', () =
       atomic: { remoteAddr: server.at(8 * P), rkey: server.mr.rkey, compareAdd: int8b(2) },
     });
     const wc = await pollOk(client.cq);
-    expect(wc.odp!.faults.source).toBeGreaterThanOrEqual(1);
+    // The read of the remote word faults once at its source (the responder's page); the
+    // write of the sum then finds that page resident.
+    expect(wc.odp!.faults).toEqual({ source: 1, destination: 0 });
     expect(u64(client)).toBe(0n);
     expect(u64(server, 8 * P)).toBe(int8b(2));
   });
@@ -354,7 +356,7 @@ describe('prefetch with ibv_advise_mr (test_odp_*_prefetch_rc_traffic)', () => {
     const withNoFault = await run(true);
     expect(without.wc.odp!.faults.source).toBe(0);
     expect(withNoFault.wc.odp!.faults.source).toBe(0);
-    expect(without.walks).toBeGreaterThan(0);
+    expect(without.walks).toBe(8); // one per block: nothing was cached
     expect(withNoFault.walks).toBe(0);
   });
 
