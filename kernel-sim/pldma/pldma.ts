@@ -127,6 +127,8 @@ interface Transfer {
   done: boolean;
   /** An error that ends the transfer once the blocks already in flight have landed. */
   failing: { status: DmaStatus; reason: string } | undefined;
+  /** Stops listening to the poster's AbortSignal. */
+  unlisten: (() => void) | undefined;
 }
 
 interface Channel {
@@ -303,9 +305,11 @@ export class Pldma implements Schedulable {
 
   /**
    * Post a descriptor. Never throws for bad input: a bad channel, length, node, protection
-   * domain, address or permission ends in an error completion.
+   * domain, address or permission ends in an error completion. Aborting `signal` (its queue
+   * pair was destroyed) ends the transfer FLUSHED once the blocks already in the copy engine
+   * have landed: nothing is sent or retransmitted after it.
    */
-  post(desc: DmaDescriptor): Promise<DmaCompletion> {
+  post(desc: DmaDescriptor, options: { signal?: AbortSignal } = {}): Promise<DmaCompletion> {
     const tid = this.#nextTid++;
     this.#c.posted++;
     return new Promise<DmaCompletion>((resolve) => {
@@ -331,8 +335,9 @@ export class Pldma implements Schedulable {
         resolve,
         done: false,
         failing: undefined,
+        unlisten: undefined,
       };
-      const bad = this.#validate(desc);
+      const bad = options.signal?.aborted ? { status: DmaStatus.FLUSHED, reason: 'the transfer was cancelled before it was posted' } : this.#validate(desc);
       if (bad) {
         this.#finish(t, bad.status, bad.reason);
         return;
@@ -347,6 +352,12 @@ export class Pldma implements Schedulable {
         this.#chans.set(desc.channel, ch);
       }
       ch.queue.push(t);
+      const signal = options.signal;
+      if (signal) {
+        const cancel = () => this.#fail(t, undefined, DmaStatus.FLUSHED, 'the transfer was cancelled (its queue pair was destroyed)', t.modelEnd);
+        signal.addEventListener('abort', cancel, { once: true });
+        t.unlisten = () => signal.removeEventListener('abort', cancel);
+      }
       this.#trace('post', t, { modelUs: start });
       this.scheduler.wake(desc.channel);
     });
@@ -692,6 +703,7 @@ export class Pldma implements Schedulable {
     if (t.done) return;
     t.done = true;
     clearTimeout(t.parkTimer);
+    t.unlisten?.();
     this.#transfers.delete(t.tid);
     const ch = this.#chans.get(t.desc.channel);
     if (ch) {

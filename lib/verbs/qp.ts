@@ -116,6 +116,8 @@ export class QueuePair {
   #destroyed = false;
   #rqWaiters: Array<() => void> = [];
   #scratch: Region | undefined;
+  /** Aborted by destroy(): the engines stop this QP's transfers instead of finishing them. */
+  #cancel = new AbortController();
 
   /** @internal use Context.createQp */
   constructor(context: Context, pd: ProtectionDomain, qpNum: number, init: QpInitAttr) {
@@ -227,6 +229,7 @@ export class QueuePair {
     if (this.#destroyed) return;
     this.#toError();
     this.#destroyed = true;
+    this.#cancel.abort();
     // Work in flight and queued behind it (left to the running loop by #toError) is flushed
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
     const current = this.#current;
@@ -386,16 +389,19 @@ export class QueuePair {
         .filter((p) => p.length > 0)
         .map((p) => {
           const pldma = p.from.context.simNode.pldma;
-          return pldma.post({
-            channel: p.from.qpNum % pldma.channels,
-            srcVa: p.fromVa,
-            dstNode: p.to.context.node,
-            dstVa: p.toVa,
-            length: p.length,
-            pd: p.from.pd.handle,
-            dstPd: p.to.pd.handle,
-            retryLimit: rnr === 7 ? Infinity : rnr,
-          });
+          return pldma.post(
+            {
+              channel: p.from.qpNum % pldma.channels,
+              srcVa: p.fromVa,
+              dstNode: p.to.context.node,
+              dstVa: p.toVa,
+              length: p.length,
+              pd: p.from.pd.handle,
+              dstPd: p.to.pd.handle,
+              retryLimit: rnr === 7 ? Infinity : rnr,
+            },
+            { signal: this.#cancel.signal },
+          );
         }),
     );
   }

@@ -260,6 +260,11 @@ describe('tearing down with work in flight', () => {
     expect(faultsAtDestroy).toBe(1);
     await sleep(50);
     expect(client.cq.length).toBe(0); // exactly once each
+    // The engine stopped the flushed transfer: no retransmission, no later fault, and not
+    // one byte of it landed (the faulting page was made resident, and stays zero).
+    expect(server.ctx.faultLibrary.stats().faults.destination).toBe(1);
+    expect(server.region.residentPages()).toBe(1);
+    expect(server.bytes(0, PAGES * P).every((b) => b === 0)).toBe(true);
   });
 
   test('destroying a QP whose SEND waits for a receive (RNR, rnrRetry 7): flushed, and the SEND never lands later', async () => {
