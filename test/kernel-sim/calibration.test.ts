@@ -8,9 +8,8 @@
 // methods), never on how long the real software path took; the real time is reported
 // beside it and checked against the test's own measurement of the transfer.
 import { describe, expect, test } from 'vitest';
-import type { Region, Userfaultfd } from '../../lib/index.js';
 import { DEFAULT_COSTS, DmaStatus, MODEL_LABEL, realNowUs, type CostModel, type DmaCompletion, type ResolveMethod, type TraceEvent } from '../../kernel-sim/index.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, sleep, useEnv, within, type Policy } from './helpers.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, sleep, stallRig, useEnv, within, zeroNoWake, type Policy } from './helpers.js';
 
 const env = useEnv();
 
@@ -56,17 +55,8 @@ async function run(
 
 /** One page into stall-mode destination memory: the copy thread stalls once, then RETRY. */
 async function stallRun(costs?: Partial<CostModel>, dispose = false): Promise<DmaCompletion> {
-  const sys = env.system(costs ? { nodes: 2, costs } : { nodes: 2 });
-  const uffd: Userfaultfd = env.uffd();
-  const src = env.region(P);
-  const dst = env.region(P);
-  const data = fill(src, 5);
-  uffd.register(dst);
-  sys.attachStallSource(uffd);
-  proc(sys.node(0), 100, 7, [src]);
-  const b = proc(sys.node(1), 200, 7, [dst], 'stall');
-  const zeroNoWake = (r: Region, off: number, len: number) => uffd.zeropage(r, off, len, { wake: false });
-  const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake }));
+  const { sys, uffd, src, dst, data, b } = stallRig(env, 1, costs ? { costs } : {});
+  const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd) }));
   const c = await within('stalled transfer', post(sys.node(0), src, dst));
   expect(c.status).toBe(DmaStatus.SUCCESS);
   expect(c.faults).toEqual({ source: 0, destination: 1 });

@@ -3,7 +3,7 @@
 // validation messages, counters, and the modelled time of each step as the trace shows it.
 import { describe, expect, test } from 'vitest';
 import { CopyEngine, CopyFlag, CopyStatus, DEFAULT_COSTS, DmaStatus, IommuPageResponseCode, type TraceEvent } from '../../kernel-sim/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, until, useEnv, within } from './helpers.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
 const c = DEFAULT_COSTS;
@@ -194,5 +194,47 @@ describe('closing and validation', () => {
     const dzero = await within('dstVa 0', post(sys.node(0), src, dst, { dstVa: 0n }));
     expect(dzero.status).toBe(DmaStatus.DST_ADDR_ERR);
     expect(dzero.reason).toMatch(/is in no region/);
+  });
+});
+
+describe('stall mode, in modelled time and counters', () => {
+  const stallUs = c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + c.touchPageUs + c.requestUs + c.resumeUs;
+
+  test('every stalled block holds the engine for the whole fault path: later blocks wait behind it; the nodes count the stalls', async () => {
+    const one = stallRig(env, 1);
+    env.track(new FaultLibrary(one.b.socket, { regions: [one.dst], method: 'uffd', resolve: zeroNoWake(one.uffd) }));
+    const c1 = await within('one page', post(one.sys.node(0), one.src, one.dst));
+    const two = stallRig(env, 2);
+    env.track(new FaultLibrary(two.b.socket, { regions: [two.dst], method: 'uffd', resolve: zeroNoWake(two.uffd) }));
+    const c2 = await within('two pages', post(two.sys.node(0), two.src, two.dst));
+    expect([c1.status, c2.status]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS]);
+    expect(c1.model.us).toBeGreaterThan(stallUs);
+    expect(c2.model.us - c1.model.us).toBeGreaterThanOrEqual(stallUs);
+    expect(two.sys.node(1).pldma.counters().faults).toEqual({ source: 0, destination: 2 });
+    expect(two.sys.node(0).pldma.counters().faults).toEqual({ source: 0, destination: 0 });
+    two.uffd.unregister(two.dst);
+    one.uffd.unregister(one.dst);
+  });
+
+  test('a stalled source read: the library hears the rest of the transfer as the hint; the source node counts the stalls', async () => {
+    const pages = 3;
+    const { sys, uffd, src, dst, data, a } = stallRig(env, pages, { stallSide: 'source' });
+    const lib = env.track(new FaultLibrary(a.socket, { regions: [src], method: 'uffd', resolve: (r, off, len) => uffd.copy(r, off, data.subarray(off, off + len), { wake: false }) }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(lib.faults.map((f) => [f.offset / P, f.hint])).toEqual([0, 1, 2].map((i) => [i, (pages - i) * P]));
+    expect(sys.node(0).pldma.counters().faults).toEqual({ source: pages, destination: 0 });
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    uffd.unregister(src);
+  });
+
+  test('an aborted stall: ABORTED with a reason naming the side, ending after the fault path', async () => {
+    const { sys, uffd, src, dst, b } = stallRig(env, 1);
+    env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', noResolve: true, status: IommuPageResponseCode.INVALID }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.ABORTED);
+    expect(cpl.reason).toMatch(/^a stalled destination write was aborted/);
+    expect(cpl.model.us).toBeGreaterThan(stallUs);
+    uffd.unregister(dst);
   });
 });
