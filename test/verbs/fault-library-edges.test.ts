@@ -75,6 +75,19 @@ describe('policies and options', () => {
     expect((await write(p, 16)).odp!.faults.destination).toBe(1);
   });
 
+  test('a Touch-Ahead cap under a page still resolves one whole page; prefetch resolves its window', async () => {
+    const p = createPlayers({ size: 8 * P, policy: 'touch-ahead' });
+    const lib = p.server.ctx.faultLibrary;
+    const reg = p.server.mr.registration!;
+    lib.setPolicy(reg, 'touch-ahead', { cap: 100 });
+    expect((await write(p, 4)).odp!.faults.destination).toBe(4);
+    lib.setPolicy(reg, 'prefetch', { minWindowPages: 2, maxWindowPages: 2 });
+    const resolved: ResolvedFault[] = [];
+    lib.onResolve((f) => resolved.push(f));
+    expect((await write(p, 8)).odp!.faults.destination).toBe(4);
+    expect(resolved.map((f) => [f.policy, f.bytes / P])).toEqual(Array.from({ length: 4 }, () => ['prefetch', 2]));
+  });
+
   test('bad policies and caps are refused at register and setPolicy; a closed library refuses both', () => {
     const p = createPlayers({ size: 4 * P });
     const lib = p.server.ctx.faultLibrary;

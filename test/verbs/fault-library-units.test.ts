@@ -2,7 +2,7 @@
 // recorder and its Chrome trace-event JSON, the histogram and the statistics snapshot.
 import { describe, expect, test } from 'vitest';
 import { MODEL_LABEL, type TraceEvent } from '../../kernel-sim/index.js';
-import { FaultStats, Histogram, TraceRecorder } from '../../lib/index.js';
+import { FaultStats, Histogram, Prefetcher, TraceRecorder } from '../../lib/index.js';
 
 const ev = (o: Partial<TraceEvent> = {}): TraceEvent => ({ kind: 'fault', node: 1, modelUs: 5, realMs: performance.now(), ...o });
 
@@ -96,5 +96,48 @@ describe('FaultStats', () => {
     s.faults.source = 9;
     s.byKind['F_TRANSLATION/read'] = 9;
     expect(snap.faults).toMatchObject({ source: 2, byKind: { 'F_TRANSLATION/read': 2 } });
+  });
+});
+
+describe('Prefetcher', () => {
+  test('defaults 4 and 256 pages; the minimum is at least 1 and the maximum at least the minimum', () => {
+    const d = new Prefetcher();
+    expect([d.min, d.max, d.window]).toEqual([4, 256, 4]);
+    const z = new Prefetcher(0, 0);
+    expect([z.min, z.max, z.window]).toEqual([1, 1, 1]);
+    const inv = new Prefetcher(8, 2);
+    expect([inv.min, inv.max]).toEqual([8, 8]);
+  });
+
+  test('a hit is a fault within one page past the last window; the same page again or further is a miss', () => {
+    const p = new Prefetcher(4, 64);
+    expect(p.next(10)).toEqual({ start: 10, pages: 4 }); // nothing learned yet: a miss, window stays at the minimum
+    expect([p.hits, p.misses]).toEqual([0, 1]);
+    expect(p.next(15).pages).toBe(8); // 10 + 4 + 1: still sequential
+    expect(p.next(15).pages).toBe(4); // the same page: a miss halves the window
+    const q = new Prefetcher(4, 64);
+    q.next(10);
+    expect(q.next(16).pages).toBe(4); // 10 + 4 + 2: too far, a miss (no stride learned yet)
+    expect([q.hits, q.misses]).toEqual([0, 2]);
+    // 10 → 16 taught a stride of 6: 22 is predicted.
+    expect(q.next(22).pages).toBe(8);
+    expect(q.hits).toBe(1);
+  });
+
+  test('misses shrink the window by half, never under the minimum', () => {
+    const p = new Prefetcher(2, 64);
+    p.next(0);
+    p.next(2);
+    p.next(6);
+    p.next(14); // 2 → 4 → 8 → 16
+    expect(p.window).toBe(16);
+    p.next(1000);
+    expect(p.window).toBe(8);
+    p.next(5);
+    p.next(3000);
+    p.next(7);
+    expect(p.window).toBe(2);
+    p.next(9000);
+    expect(p.window).toBe(2);
   });
 });
