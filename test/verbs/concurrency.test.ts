@@ -51,6 +51,19 @@ function bigWrite() {
   return { ...players, post };
 }
 
+/** Run `act` once, inside the server's first fault: the transfer is provably mid-flight. */
+function atFirstFault(server: Player, act: () => void): Promise<void> {
+  return new Promise((resolve) => {
+    let done = false;
+    server.ctx.faultLibrary.onResolve(() => {
+      if (done) return;
+      done = true;
+      act();
+      resolve();
+    });
+  });
+}
+
 describe('an application thread reading an ODP buffer while DMA faults on it', () => {
   // Each read happens at a point where the transfer is provably in flight: in the fault
   // library's onResolve, i.e. while a block waits for its retransmission. A read covers the
@@ -248,8 +261,7 @@ describe('tearing down with work in flight', () => {
     client.qp.postSend([2, 3, 4].map((id) => ({ wrId: id, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, P)], sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } })));
     // Destroy the QP under the first transfer while its first fault is being resolved.
     let faultsAtDestroy = -1;
-    server.ctx.faultLibrary.onResolve(() => {
-      if (faultsAtDestroy >= 0) return;
+    void atFirstFault(server, () => {
       faultsAtDestroy = server.ctx.faultLibrary.stats().faults.destination;
       client.qp.destroy();
     });
@@ -281,14 +293,14 @@ describe('tearing down with work in flight', () => {
   });
 
   test('closing the requester context mid-transfer: a pending cq.next() settles at once; closing the cluster then does not hang', async () => {
-    const { cluster, client, post } = bigWrite();
+    const { cluster, client, server, post } = bigWrite();
+    const closed = atFirstFault(server, () => client.ctx.close());
     post();
     const waiting = client.cq.next({ timeoutMs: 5000 }).then(
       (wc) => ({ wc }),
       (e: Error & { code?: string }) => ({ error: e.code }),
     );
-    await sleep(5);
-    client.ctx.close();
+    await within('the first fault', closed, 3000);
     const r = await within('pending next() after close', waiting, 1000);
     // The context destroys its QPs (flushing their work to the waiters) before it closes its
     // CQs: the waiter gets the flushed completion, not a timeout or a closed-CQ error.
@@ -301,10 +313,9 @@ describe('tearing down with work in flight', () => {
 
   test('closing the responder context while a write into its memory is faulting: the requester gets an error, not a hang', async () => {
     const { client, server, post } = bigWrite();
+    const closed = atFirstFault(server, () => server.ctx.close());
     post();
-    const t0 = Date.now();
-    while (server.ctx.faultLibrary.stats().faults.destination === 0 && Date.now() - t0 < 2000) await sleep(1);
-    server.ctx.close();
+    await within('the first fault', closed, 3000);
     const wc = await next(client.cq, 5000);
     // Its MR and PD are gone: the requester's next block is refused (on hardware the dead QP
     // would not answer at all: a retry error). Either way an error, promptly.
@@ -313,14 +324,14 @@ describe('tearing down with work in flight', () => {
   });
 
   test('closing the cluster with transfers in flight: their QPs flush, pending waits settle', async () => {
-    const { cluster, client, post } = bigWrite();
+    const { cluster, client, server, post } = bigWrite();
+    const closed = atFirstFault(server, () => cluster.close());
     post();
     const waiting = client.cq.next({ timeoutMs: 5000 }).then(
       (wc) => wc.status,
       (e: Error & { code?: string }) => e.code,
     );
-    await sleep(5);
-    cluster.close();
+    await within('the first fault', closed, 3000);
     const r = await within('pending next() after cluster.close', waiting, 1000);
     expect(r).toBe(WcStatus.WR_FLUSH_ERR);
   });
