@@ -60,6 +60,24 @@ describe('which registration a fault belongs to', () => {
   });
 });
 
+describe('spans in whole pages', () => {
+  test('a write starting mid-page: Touch-Ahead resolves and counts whole pages, through the last one it touches', async () => {
+    const p = createPlayers({ size: 8 * P, policy: 'touch-ahead' });
+    const resolved: ResolvedFault[] = [];
+    p.server.ctx.faultLibrary.onResolve((f) => resolved.push(f));
+    p.client.fill(0x6b, 0, 2 * P);
+    p.server.region.evict();
+    p.client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED, sgList: [p.client.sge(0, 2 * P)], rdma: { remoteAddr: p.server.at(100), rkey: p.server.mr.rkey } });
+    const wc = await pollOk(p.client.cq);
+    // Bytes 100 .. 2P+100 lie on pages 0, 1 and 2: one fault makes exactly those resident.
+    expect(wc.odp!.faults.destination).toBe(1);
+    expect(resolved.map((f) => [f.bytes, f.pagesMadeResident])).toEqual([[3 * P, 3]]);
+    expect(p.server.ctx.faultLibrary.stats().pagesMadeResident).toBe(3);
+    expect([...p.server.region.residency()]).toEqual([1, 1, 1, 0, 0, 0, 0, 0]);
+    expect(p.server.bytes(100, 2 * P).every((b) => b === 0x6b)).toBe(true);
+  });
+});
+
 describe('policies and options', () => {
   test('setPolicy without options keeps the old ones (a cap), with options replaces them', async () => {
     const p = createPlayers({ size: 16 * P, policy: 'touch-ahead' });
