@@ -50,6 +50,34 @@ describe('which registration a fault belongs to', () => {
     expect(resolved.map((f) => f.bytes / P)).toEqual([8]);
   });
 
+  test('a registration that starts inside the buffer and ends mid-page: its span runs to the end of that page', async () => {
+    const p = createPlayers({ size: 8 * P, policy: 'touch' });
+    const lib = p.server.ctx.faultLibrary;
+    const resolved: ResolvedFault[] = [];
+    lib.onResolve((f) => resolved.push(f));
+    lib.register(p.server.region, 2 * P, 2 * P + 10, 'touch-ahead');
+    const wc = await write(p, 8);
+    // Pages 0, 1 one by one; page 2 Touch-Ahead through page 4 (where the registration ends); then one by one.
+    expect(resolved.map((f) => [f.policy, f.bytes / P])).toEqual([['touch', 1], ['touch', 1], ['touch-ahead', 3], ['touch', 1], ['touch', 1], ['touch', 1]]);
+    expect(wc.odp!.faults.destination).toBe(6);
+  });
+
+  test('THP memory: a fault in the second huge page makes that whole huge page resident, not the first', async () => {
+    const H = 2 * 1024 * 1024;
+    const p = createPlayers({ size: 2 * H, hugePages: true, policy: 'touch' });
+    const resolved: ResolvedFault[] = [];
+    p.server.ctx.faultLibrary.onResolve((f) => resolved.push(f));
+    p.client.fill(0x6b, 0, 16 * P);
+    p.server.region.evict();
+    p.client.qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED, sgList: [p.client.sge(0, 16 * P)], rdma: { remoteAddr: p.server.at(H + 64 * P), rkey: p.server.mr.rkey } });
+    const wc = await pollOk(p.client.cq);
+    expect(wc.odp!.faults.destination).toBe(1);
+    expect(resolved.map((f) => f.bytes)).toEqual([H]);
+    expect(p.server.region.residentPages(H, H)).toBe(H / P);
+    expect(p.server.region.residentPages(0, H)).toBe(0);
+    expect(p.server.bytes(H + 64 * P, 16 * P).every((b) => b === 0x6b)).toBe(true);
+  });
+
   test('a registration on a closed region is skipped', async () => {
     const p = createPlayers({ size: 4 * P, policy: 'touch-ahead' });
     const lib = p.server.ctx.faultLibrary;

@@ -124,6 +124,17 @@ describe('Prefetcher', () => {
     expect(q.hits).toBe(1);
   });
 
+  test('the first fault teaches nothing: not a hit near page 0, no stride from it; the same page twice is a miss', () => {
+    const p = new Prefetcher(4, 64);
+    expect(p.next(2).pages).toBe(4);
+    expect(p.next(2).pages).toBe(4);
+    expect([p.hits, p.misses]).toEqual([0, 2]);
+    const q = new Prefetcher(4, 64);
+    q.next(10);
+    expect(q.next(21).pages).toBe(4); // 10 + 11 would be a stride only if the first fault had taught one
+    expect(q.hits).toBe(0);
+  });
+
   test('misses shrink the window by half, never under the minimum', () => {
     const p = new Prefetcher(2, 64);
     p.next(0);
