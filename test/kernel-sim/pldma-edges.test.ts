@@ -148,8 +148,30 @@ describe('faults, in modelled time and counters', () => {
     const nack = events.find((e) => e.kind === 'nack')!;
     expect(nack.detail).toMatchObject({ seq: 0 });
     expect(cpl.model.endUs).toBe(nack.modelUs);
+    // The NACK leaves when the destination SMMU found the fault, one link latency earlier.
+    const fault = events.find((e) => e.kind === 'fault' && e.side === 'destination')!;
+    expect(nack.modelUs - fault.modelUs).toBeCloseTo(c.linkLatencyUs, 9);
     expect(cpl.model.us).toBeGreaterThan(0);
     expect(sys.node(0).pldma.counters()).toMatchObject({ nacksReceived: 1, errors: 1, completed: 0 });
+  });
+
+  test('a block that faults at both ends: each side has its own retry count (the NACK limit does not count the source fault)', async () => {
+    const { sys, src, dst, data, a, b } = rig(1);
+    src.evict();
+    env.track(new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }));
+    env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { retryLimit: 1 }));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(cpl.faults).toEqual({ source: 1, destination: 1 });
+    expect(bytesOf(dst).equals(data)).toBe(true);
+  });
+
+  test('a write refused by the destination (no region there) ends when the error ACK is back', async () => {
+    const { sys, src, dst } = rig(1, { dstResident: true });
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { dstVa: dst.address + BigInt(64 * P) }));
+    expect(cpl.status).toBe(DmaStatus.DST_ADDR_ERR);
+    const expected = c.doorbellUs + c.scheduleUs + c.walkUs + c.blockUs + P / c.linkBytesPerUs + c.linkLatencyUs + c.walkUs + c.linkLatencyUs;
+    expect(cpl.model.us).toBeCloseTo(expected, 9);
   });
 
   test.each([

@@ -98,3 +98,29 @@ describe("the copy thread's residency re-check at the edges of a job", () => {
     expect(bytesOf(dst, 100, 200).equals(data.subarray(100, 300))).toBe(true);
   });
 });
+
+test("a stale destination translation on a job's last page: a NACK the source counts, then the right bytes", async () => {
+  const pages = 4;
+  const sys = env.system({ nodes: 2 });
+  const src = env.region(pages * P);
+  const dst = env.region(pages * P);
+  const data = fill(src, 5);
+  dst.populate();
+  proc(sys.node(0), 100, 7, [src]);
+  const b = proc(sys.node(1), 200, 7, [dst]);
+  const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+  expect((await within('first', post(sys.node(0), src, dst))).faults.destination).toBe(0);
+  const smmu = sys.node(1).smmu;
+  dst.unobserve(smmu);
+  dst.evict((pages - 1) * P, P);
+  const before = sys.node(0).pldma.counters();
+  const c = await within('second', post(sys.node(0), src, dst));
+  dst.observe(smmu);
+  expect(c.status).toBe(DmaStatus.SUCCESS);
+  expect(c.faults).toEqual({ source: 0, destination: 1 });
+  expect(c.nacks).toBe(1);
+  expect(lib.faults.map((f) => f.offset / P)).toEqual([pages - 1]);
+  expect(sys.node(0).pldma.counters().nacksReceived - before.nacksReceived).toBe(1);
+  expect(sys.node(1).pldma.counters().faults.destination).toBe(1);
+  expect(bytesOf(dst).equals(data)).toBe(true);
+});

@@ -182,6 +182,10 @@ describe('what a resolved fault reports', () => {
     expect(resolved[0]!.channel).toBe(p.client.qp.qpNum % 1024);
     expect(resolved[0]!.realUs).toBeGreaterThanOrEqual(0);
     expect(p.client.ctx.faultLibrary.stats().faults.byKind).toEqual({ 'F_TRANSLATION/read': 1 });
+    // Its phases were tied to the engine's trace (by transfer, block and side): one sample each.
+    const { model } = p.client.ctx.faultLibrary.stats().phases;
+    expect([model.detect.count, model.notify.count, model.resolve.count, model.retransmit.count]).toEqual([1, 1, 1, 1]);
+    expect(model.resolve.mean).toBeCloseTo(p.cluster.system.costs.wakeupUs + p.cluster.system.costs.touchPageUs + p.cluster.system.costs.requestUs, 9);
   });
 
   test('the modelled phases of a destination fault: each as long as the cost model says', async () => {
