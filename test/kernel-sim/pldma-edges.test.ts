@@ -205,6 +205,22 @@ describe('closing and validation', () => {
     await sleep(10);
   });
 
+  test('the copy engine closed under a transfer: FLUSHED, saying so, only acked bytes counted', async () => {
+    const { sys, src, dst } = rig(256, { dstResident: true });
+    // Close it as the engine issues its first block, before that block's copy is submitted.
+    let closed = false;
+    sys.tracer.on((e) => {
+      if (e.kind !== 'block' || closed) return;
+      closed = true;
+      sys.engine.close();
+    });
+    const cpl = await within('flushed', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.FLUSHED);
+    expect(cpl.reason).toBe('the copy engine was closed');
+    expect(cpl.bytes).toBeLessThan(256 * P);
+    expect(sys.node(0).pldma.inflight).toBe(0);
+  });
+
   test('validation reasons name what is wrong and the valid range', async () => {
     const { sys, src, dst } = rig(1, { dstResident: true });
     const bad = await within('bad channel', post(sys.node(0), src, dst, { channel: 1024 }));
