@@ -88,3 +88,20 @@ describe('what an MR says about itself', () => {
     expect(() => mr.setPolicy('touch')).toThrow(/closed/);
   });
 });
+
+test('Symbol.dispose closes each verbs object like its close/destroy/dereg', () => {
+  const { cluster, client } = createPlayers();
+  const cq = client.ctx.createCq(4);
+  const qp = client.ctx.createQp(client.pd, { sendCq: cq, recvCq: cq });
+  const mr = client.ctx.regMr(client.pd, client.region, 0, P, ODP_ACCESS);
+  qp[Symbol.dispose]();
+  expect(() => qp.postRecv({ wrId: 1, sgList: [] })).toThrow(/closed/);
+  mr[Symbol.dispose]();
+  expect(mr.closed).toBe(true);
+  cq[Symbol.dispose]();
+  expect(cq.closed).toBe(true);
+  client.ctx[Symbol.dispose]();
+  expect(client.ctx.closed).toBe(true);
+  cluster[Symbol.dispose]();
+  expect(cluster.closed).toBe(true);
+});
