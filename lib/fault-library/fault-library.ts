@@ -222,11 +222,14 @@ export class FaultLibrary {
       const off = Number(va - region.address);
       const page = off - (off % ps);
       const span = spanFor(policy, page, hint + (off - page), ps, reg?.options ?? {}, reg?.prefetcher);
-      // Clip to the registration (or region), then widen to whole huge pages for THP memory.
+      // Clip to the registration (or region), in whole pages (a hint that ends mid-page, as
+      // for a transfer starting mid-page, still covers its last page), then widen to whole
+      // huge pages for THP memory.
+      const up = (x: number) => x + ((ps - (x % ps)) % ps);
       const lo = reg ? reg.offset : 0;
       const hi = reg ? reg.offset + reg.length : region.size;
       let start = Math.max(lo - (lo % ps), span.offset);
-      let end = Math.min(hi + ((ps - (hi % ps)) % ps), span.offset + span.length, region.size);
+      let end = Math.min(up(hi), up(span.offset + span.length), region.size);
       if (region.hugePages) {
         start -= start % HUGE_PAGE_SIZE;
         end = Math.min(region.size, end + ((HUGE_PAGE_SIZE - (end % HUGE_PAGE_SIZE)) % HUGE_PAGE_SIZE));

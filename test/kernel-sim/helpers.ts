@@ -2,7 +2,7 @@
 // small test fault library (a netlink listener that makes pages resident and answers
 // RESOLVED), and cleanup that closes systems, userfaultfds and regions after each test.
 import { afterEach } from 'vitest';
-import { mapRegion, Userfaultfd, type MapOptions, type Region, type UffdOpenOptions } from '../../lib/index.js';
+import { mapRegion, Userfaultfd, type Fault, type MapOptions, type Region, type UffdOpenOptions } from '../../lib/index.js';
 import {
   decodeFault,
   encodeResolved,
@@ -84,6 +84,42 @@ export function proc(node: SimNode, pid: number, pd: number, regions: Region[] =
   const { stream, socket } = node.attachProcess(faultModel ? { pid, pd, faultModel } : { pid, pd });
   for (const r of regions) node.map(stream, r);
   return { node, stream, socket, pid, pd };
+}
+
+/**
+ * Node 0: terminate-mode source (filled). Node 1: stall-mode destination registered on a
+ * userfaultfd (or the other way round with `stallSide: 'source'`).
+ */
+export function stallRig(
+  env: Env,
+  pages: number,
+  o: { stallSide?: 'source' | 'destination'; blockSize?: number; costs?: SystemOptions['costs'] } = {},
+) {
+  const stallSide = o.stallSide ?? 'destination';
+  const sys = env.system({ nodes: 2, ...(o.blockSize ? { blockSize: o.blockSize } : {}), ...(o.costs ? { costs: o.costs } : {}) });
+  const uffd = env.uffd();
+  const src = env.region(pages * P);
+  const dst = env.region(pages * P);
+  const data = fill(src, 0x31);
+  if (stallSide === 'source') {
+    // Keep the contents, make the pages missing, then register: the library will provide them.
+    src.evict();
+    uffd.register(src);
+    dst.populate();
+  } else {
+    uffd.register(dst);
+  }
+  sys.attachStallSource(uffd);
+  const a = proc(sys.node(0), 100, 7, [src], stallSide === 'source' ? 'stall' : 'terminate');
+  const b = proc(sys.node(1), 200, 7, [dst], stallSide === 'destination' ? 'stall' : 'terminate');
+  const deviceFaults: Fault[] = [];
+  uffd.on('fault', (f: Fault) => deviceFaults.push(f));
+  return { sys, uffd, src, dst, data, a, b, deviceFaults };
+}
+
+/** Resolve a stalled page without waking the thread: only CMD_RESUME RETRY may wake it. */
+export function zeroNoWake(uffd: Userfaultfd) {
+  return (r: Region, off: number, len: number) => uffd.zeropage(r, off, len, { wake: false });
 }
 
 /** Post `src` (node 0) → `dst` (node `dstNode`, default 1): whole regions unless told. */

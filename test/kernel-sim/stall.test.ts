@@ -3,7 +3,6 @@
 // sends CMD_RESUME: RETRY replays the access, ABORT / TERM / CMD_STALL_TERM end it and
 // the transfer completes with ABORTED.
 import { describe, expect, test } from 'vitest';
-import type { Fault, Region, Userfaultfd } from '../../lib/index.js';
 import {
   CMD_RESUME,
   CMD_STALL_TERM,
@@ -14,40 +13,9 @@ import {
   IommuPageResponseCode,
   type SimSystem,
 } from '../../kernel-sim/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, until, useEnv, within } from './helpers.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
-
-/**
- * Node 0: terminate-mode source (filled). Node 1: stall-mode destination registered on a
- * userfaultfd (or the other way round with `stallSide: 'source'`).
- */
-function rig(pages: number, stallSide: 'source' | 'destination' = 'destination', blockSize?: number) {
-  const sys = env.system(blockSize ? { nodes: 2, blockSize } : { nodes: 2 });
-  const uffd = env.uffd();
-  const src = env.region(pages * P);
-  const dst = env.region(pages * P);
-  const data = fill(src, 0x31);
-  if (stallSide === 'source') {
-    // Keep the contents, make the pages missing, then register: the library will provide them.
-    src.evict();
-    uffd.register(src);
-    dst.populate();
-  } else {
-    uffd.register(dst);
-  }
-  sys.attachStallSource(uffd);
-  const a = proc(sys.node(0), 100, 7, [src], stallSide === 'source' ? 'stall' : 'terminate');
-  const b = proc(sys.node(1), 200, 7, [dst], stallSide === 'destination' ? 'stall' : 'terminate');
-  const deviceFaults: Fault[] = [];
-  uffd.on('fault', (f: Fault) => deviceFaults.push(f));
-  return { sys, uffd, src, dst, data, a, b, deviceFaults };
-}
-
-/** Resolve a stalled page without waking the thread: only CMD_RESUME RETRY may wake it. */
-function zeroNoWake(uffd: Userfaultfd) {
-  return (r: Region, off: number, len: number) => uffd.zeropage(r, off, len, { wake: false });
-}
 
 function smmuOf(sys: SimSystem, node: number) {
   return sys.node(node).smmu;
@@ -56,7 +24,7 @@ function smmuOf(sys: SimSystem, node: number) {
 describe('stall mode, destination', () => {
   test('the copy thread is blocked in a genuine fault until the resume; RETRY completes with the right bytes', async () => {
     const pages = 4;
-    const { sys, uffd, src, dst, data, b, deviceFaults } = rig(pages);
+    const { sys, uffd, src, dst, data, b, deviceFaults } = stallRig(env, pages);
     const gate = deferred();
     let completed = false;
     let held = 0;
@@ -107,7 +75,7 @@ describe('stall mode, destination', () => {
   });
 
   test('the stall record carries STALL and STAG; the page request has grpid = STAG', async () => {
-    const { sys, uffd, src, dst, b } = rig(1);
+    const { sys, uffd, src, dst, b } = stallRig(env, 1);
     const seen: DriverFault[] = [];
     sys.node(1).driver.onFault((f) => seen.push(f));
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd) }));
@@ -121,7 +89,7 @@ describe('stall mode, destination', () => {
   });
 
   test('a RETRY without resolving stalls again; the next answer that resolves completes it', async () => {
-    const { sys, uffd, src, dst, data, b } = rig(1);
+    const { sys, uffd, src, dst, data, b } = stallRig(env, 1);
     let n = 0;
     const lib = env.track(
       new FaultLibrary(b.socket, {
@@ -141,7 +109,7 @@ describe('stall mode, destination', () => {
 
   test('block of 4 pages: each page of the block stalls once', async () => {
     const pages = 8;
-    const { sys, uffd, src, dst, data, b } = rig(pages, 'destination', 4 * P);
+    const { sys, uffd, src, dst, data, b } = stallRig(env, pages, { blockSize: 4 * P });
     env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd) }));
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.SUCCESS);
@@ -152,7 +120,7 @@ describe('stall mode, destination', () => {
 
   test('touch-ahead in stall mode: the first fault resolves the rest, one stall only', async () => {
     const pages = 8;
-    const { sys, uffd, src, dst, data, b } = rig(pages);
+    const { sys, uffd, src, dst, data, b } = stallRig(env, pages);
     env.track(new FaultLibrary(b.socket, { regions: [dst], policy: 'ahead', method: 'uffd', resolve: zeroNoWake(uffd) }));
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.SUCCESS);
@@ -163,7 +131,7 @@ describe('stall mode, destination', () => {
 
   test.each([IommuPageResponseCode.INVALID, IommuPageResponseCode.FAILURE])('answer %i → CMD_RESUME ABORT → DmaStatus.ABORTED', async (status) => {
     const pages = 2;
-    const { sys, uffd, src, dst, b } = rig(pages);
+    const { sys, uffd, src, dst, b } = stallRig(env, pages);
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], noResolve: true, status }));
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.ABORTED);
@@ -238,7 +206,7 @@ describe('stall mode, destination', () => {
   });
 
   test('a stalled access whose notification is dropped (no socket) is terminated: ABORTED, never left stalled', async () => {
-    const { sys, uffd, src, dst, b } = rig(1);
+    const { sys, uffd, src, dst, b } = stallRig(env, 1);
     b.socket.close();
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.ABORTED);
@@ -297,7 +265,7 @@ describe('stall mode, destination', () => {
   });
 
   test('closing the system while an access is stalled flushes the transfer and leaves nothing blocked', async () => {
-    const { sys, uffd, src, dst, b } = rig(1);
+    const { sys, uffd, src, dst, b } = stallRig(env, 1);
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], silent: true }));
     const pc = post(sys.node(0), src, dst);
     await until('the stall', () => lib.faults.length === 1);
@@ -313,7 +281,7 @@ describe('stall mode, destination', () => {
 describe('stall mode, source', () => {
   test('a stalled source read waits for the library to provide the page (UFFDIO_COPY), then RETRY', async () => {
     const pages = 4;
-    const { sys, uffd, src, dst, data, a, b, deviceFaults } = rig(pages, 'source');
+    const { sys, uffd, src, dst, data, a, b, deviceFaults } = stallRig(env, pages, { stallSide: 'source' });
     const srcLib = env.track(
       new FaultLibrary(a.socket, {
         regions: [src],
