@@ -153,18 +153,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
       },
       pinningOnlyEngine: '',
       writes,
-      khugepaged: {
-        thp: '',
-        scanSleepMs: null,
-        waitedS: 0,
-        fullScans: null,
-        pagesCollapsed: null,
-        setUp: false,
-        hugeBytes: 0,
-        framesMoved: null,
-        lockedBytes: 0,
-        note: '',
-      },
+      khugepaged: noKhugepaged('', null),
     };
     if (!framesVisible) result.framesHidden = before.hidden ?? after.hidden ?? '';
     result.pinningOnlyEngine =
@@ -260,18 +249,11 @@ function readSys(path: string): string {
   }
 }
 
-/**
- * The same move left to khugepaged: a pinned buffer of 4 KiB pages in a THP-eligible range
- * (collapse once, drop all but one page of each huge page so the kernel splits it, touch them
- * back as 4 KiB pages, pin), then wait and see whether its frames change.
- */
-async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport> {
-  const thpFile = readSys('/sys/kernel/mm/transparent_hugepage/enabled');
-  const thp = /\[(\w+)\]/.exec(thpFile)?.[1] ?? thpFile;
-  const sleep = Number(readSys('/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs'));
-  const out: KhugepagedReport = {
+/** A khugepaged report of a run that has not (yet) seen anything collapse. */
+function noKhugepaged(thp: string, scanSleepMs: number | null): KhugepagedReport {
+  return {
     thp,
-    scanSleepMs: Number.isFinite(sleep) ? sleep : null,
+    scanSleepMs,
     waitedS: 0,
     fullScans: null,
     pagesCollapsed: null,
@@ -281,6 +263,18 @@ async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport
     lockedBytes: 0,
     note: '',
   };
+}
+
+/**
+ * The same move left to khugepaged: a pinned buffer of 4 KiB pages in a THP-eligible range
+ * (collapse once, drop all but one page of each huge page so the kernel splits it, touch them
+ * back as 4 KiB pages, pin), then wait and see whether its frames change.
+ */
+async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport> {
+  const thpFile = readSys('/sys/kernel/mm/transparent_hugepage/enabled');
+  const thp = /\[(\w+)\]/.exec(thpFile)?.[1] ?? thpFile;
+  const sleep = Number(readSys('/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs'));
+  const out = noKhugepaged(thp, Number.isFinite(sleep) ? sleep : null);
   if (waitS === 0) {
     out.note = 'skipped (--khugepaged-wait 0)';
     return out;
