@@ -163,8 +163,9 @@ export class Responder {
         })
       : undefined;
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
-    // evicted meanwhile is a fault, not silent zeros); stall-mode sides fault for real.
-    const flags = (p.sourceStall ? 0 : CopyFlag.CheckSource) | (window ? 0 : CopyFlag.CheckDest);
+    // evicted meanwhile is a fault, not silent zeros); stall-mode sides fault for real. With
+    // both sides terminate-mode, a small copy may run inline if every page is present.
+    const flags = (p.sourceStall ? 0 : CopyFlag.CheckSource) | (window ? 0 : CopyFlag.CheckDest) | (p.sourceStall || window ? 0 : CopyFlag.Inline);
     this.jobs++;
     let status: CopyStatus;
     let faultOffset = -1;
