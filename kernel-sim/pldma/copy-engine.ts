@@ -28,6 +28,10 @@ export interface CopyTag {
  */
 export const INLINE_COPY_MAX = 128 * 1024;
 
+/** A terminate-mode copy at least twice this long is split across the threads, one job each. */
+const SPLIT_PIECE_MIN = 512 * 1024;
+const PIECE_ALIGN = 4096;
+
 export class CopyEngine {
   readonly tids: readonly number[];
   #handle: number;
@@ -80,6 +84,22 @@ export class CopyEngine {
         });
       }
     }
+    const checks = CopyFlag.CheckSource | CopyFlag.CheckDest;
+    const pieces = (flags & checks) === checks ? Math.min(this.tids.length, Math.floor(length / SPLIT_PIECE_MIN)) : 1;
+    if (pieces < 2) return this.#submit(src, srcOffset, dst, dstOffset, length, flags, tag);
+    // A large terminate-mode copy: one job per thread, in order; the first piece that did not
+    // copy whole speaks for the copy (the pieces before it landed whole, as one job's would).
+    const step = Math.ceil(length / pieces / PIECE_ALIGN) * PIECE_ALIGN;
+    const jobs: Array<Promise<CopyResult>> = [];
+    for (let at = 0; at < length; at += step)
+      jobs.push(this.#submit(src, srcOffset + at, dst, dstOffset + at, Math.min(step, length - at), flags, tag));
+    return Promise.all(jobs).then((rs) => {
+      const ns = Math.max(...rs.map((r) => r.ns));
+      return { ...(rs.find((r) => r.status !== CopyStatus.Ok) ?? rs[0]!), ns };
+    });
+  }
+
+  #submit(src: MemoryLike, srcOffset: number, dst: MemoryLike, dstOffset: number, length: number, flags: number, tag: CopyTag): Promise<CopyResult> {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       try {
