@@ -150,8 +150,11 @@ export class Responder {
     }
     // A block refused after the written ones was refused (and its fault recorded) all the same.
     verdicts.push(...refused);
-    const answered = new Set(verdicts.map((v) => v.seq));
-    const returned = stopped || verdicts.length < p.blocks.length ? p.blocks.filter((b) => !answered.has(b.seq)).map((b) => b.seq) : [];
+    let returned: number[] = [];
+    if (stopped || verdicts.length < p.blocks.length) {
+      const answered = new Set(verdicts.map((v) => v.seq));
+      returned = p.blocks.filter((b) => !answered.has(b.seq)).map((b) => b.seq);
+    }
     const ack: AckPacket = {
       type: 'ack',
       src: this.#d.node,
