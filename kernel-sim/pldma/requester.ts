@@ -145,8 +145,8 @@ export class Requester implements Schedulable {
       const va = d.srcVa + BigInt(b.offset);
       // The source of the blocks this run will carry is translated in one call (the same
       // walks and IOTLB lookups as block by block, the region found and the table read once).
-      // (A fault ends the loop at its block, so past the blocks translated means a new batch.)
-      if (!batch || i - batchAt >= walked.length) {
+      // Past the blocks it translated (and not at its fault), a new batch.
+      if (!batch || i - batchAt > walked.length || (i - batchAt === walked.length && !batch.fault)) {
         const n = src.faultModel === 'stall' ? 1 : this.#runAhead(t, i, t.runLimit - run.length);
         const last = t.blocks[i + n - 1]!;
         batch = s.smmu.translateBlocks(src.sid, va, last.offset + last.length - b.offset, s.blockSize, 'read', walked);

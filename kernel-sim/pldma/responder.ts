@@ -111,11 +111,12 @@ export class Responder {
         stopped = true;
         break;
       }
-      const tr: Translation = !batch
-        ? smmu.translate(ctx.sid, blk.va, blk.length, 'write')
-        : i < walked.length
+      const tr: Translation =
+        batch && i < walked.length
           ? { ok: true, region: batch.region!, offset: batch.offset + i * blocks[0]!.length, walked: walked[i]!, hit: walked[i] === 0 }
-          : batch.fault!;
+          : batch?.fault && i === walked.length
+            ? batch.fault
+            : smmu.translate(ctx.sid, blk.va, blk.length, 'write');
       const walkUs = walkCost(c, tr);
       if (!tr.ok) {
         stopped = true;

@@ -217,15 +217,12 @@ export class Smmu implements MemoryObserver {
     walked.length = 0;
     const m = this.#mappingFor(sid, va, length, access);
     if (!('region' in m)) {
-      // Not one region with this access for the whole run: block by block, as ever.
-      let first: Translation | undefined;
-      for (let off = 0; off < length; off += blockSize) {
-        const tr = this.translate(sid, va + BigInt(off), Math.min(blockSize, length - off), access);
-        if (!tr.ok) return { region: first?.ok ? first.region : undefined, offset: first?.ok ? first.offset : 0, walked, fault: tr };
-        first ??= tr;
-        walked.push(tr.hit ? 0 : tr.walked);
-      }
-      return { region: first?.ok ? first.region : undefined, offset: first?.ok ? first.offset : 0, walked, fault: undefined };
+      // Not one region with this access for the whole run: its first block alone, as
+      // translate() (the caller asks again for the blocks after it).
+      const tr = this.translate(sid, va, Math.min(blockSize, length), access);
+      if (!tr.ok) return { region: undefined, offset: 0, walked, fault: tr };
+      walked.push(tr.hit ? 0 : tr.walked);
+      return { region: tr.region, offset: tr.offset, walked, fault: undefined };
     }
     const region = m.region;
     const offset = Number(va - region.address);

@@ -3,8 +3,8 @@
 // counter (translations, walks, pages walked, IOTLB hits and misses) are those of translate()
 // block by block, on the same real memory.
 import { describe, expect, test } from 'vitest';
-import { Smmu } from '../../kernel-sim/index.js';
-import { P, useEnv } from './helpers.js';
+import { DmaStatus, Smmu } from '../../kernel-sim/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
 
 const env = useEnv();
 const B = 2 * P; // a block of two pages
@@ -55,14 +55,46 @@ describe('translating a run of blocks at once', () => {
     expect(fault).toMatchObject({ ok: false, recoverable: true, addr: r.address + BigInt(5 * B + P) });
   });
 
-  test('a run that leaves the region: translated block by block, the block that leaves it an address-size fault', () => {
+  test('a run that leaves the region: only its first block is translated; asked again, the block that leaves it is an address-size fault', () => {
     const r = env.region(4 * B);
     r.populate();
     const [, run] = twoSmmus(r) as [unknown, { smmu: Smmu; sid: number }];
     const walked: number[] = [];
     const got = run.smmu.translateBlocks(run.sid, r.address + BigInt(2 * B), 3 * B, B, 'read', walked);
-    expect(walked).toEqual([2, 2]);
-    expect(got.fault).toMatchObject({ ok: false, recoverable: false, addr: r.address + BigInt(4 * B) });
+    expect(walked).toEqual([2]);
+    expect(got).toMatchObject({ region: r, offset: 2 * B, fault: undefined });
+    expect(run.smmu.translateBlocks(run.sid, r.address + BigInt(3 * B), 2 * B, B, 'read', walked).fault).toBeUndefined();
+    expect(walked).toEqual([2]);
+    const out = run.smmu.translateBlocks(run.sid, r.address + BigInt(4 * B), B, B, 'read', walked);
+    expect(walked).toEqual([]);
+    expect(out.fault).toMatchObject({ ok: false, recoverable: false, addr: r.address + BigInt(4 * B) });
     expect(run.smmu.counters().translations).toBe(3);
+  });
+
+  test('a transfer whose source faults mid-run translates each block once per attempt, as block by block', async () => {
+    const pages = 8;
+    const sys = env.system({ nodes: 2 });
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    const data = fill(src, 0x31);
+    dst.populate();
+    src.evict(5 * P, P);
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    env.track(
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        policy: 'touch',
+        resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)),
+      }),
+    );
+    const c = await within('transfer', post(sys.node(0), src, dst));
+    expect(c.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(c.faults.source).toBe(1);
+    // Blocks 0-5 (5 faults), then 5-7 again after the fault: 9 translations, 1 fault recorded.
+    const k = sys.node(0).smmu.counters();
+    expect(k.translations).toBe(9);
+    expect(k.faults).toEqual({ F_TRANSLATION: 1 });
   });
 });
