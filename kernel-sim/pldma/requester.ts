@@ -97,7 +97,8 @@ export class Requester implements Schedulable {
         s.chans.set(desc.channel, ch);
       }
       ch.queue.push(t);
-      traceTransfer(s.tracer, 'post', s.node, tid, desc.channel, { modelUs: start });
+      // Checked here: the event's objects are not even built while nobody listens.
+      if (s.tracer.active) traceTransfer(s.tracer, 'post', s.node, tid, desc.channel, { modelUs: start });
       s.scheduler.wake(desc.channel);
     });
   }
@@ -271,7 +272,9 @@ export class Requester implements Schedulable {
     s.counters.blocksIssued++;
     b.issuedUs = issueAt;
     b.issuedMs = performance.now();
-    traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
+    // Checked here: the event's objects are not even built while nobody listens.
+    if (s.tracer.active)
+      traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
     // A source fault of this block answered by this node's fault library: its statistics end here.
     if (b.attempts > 1) s.retransmitted?.(s.node, t.tid, b.seq, 'source', b.issuedUs, b.issuedMs);
   }
