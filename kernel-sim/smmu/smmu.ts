@@ -124,6 +124,7 @@ export class Smmu implements MemoryObserver {
   #pagesWalked = 0;
   #walkCache: { region: MemoryLike; from: number; to: number; frames: Float64Array } | undefined;
   #missing: number[] = [];
+  #fault: Extract<Translation, { ok: false }> | undefined;
   #moveHandlers: Array<(report: MoveReport) => void> = [];
   #moved = { checked: 0, stale: 0 };
   // stall model
@@ -202,7 +203,8 @@ export class Smmu implements MemoryObserver {
     const region = m.region;
     const offset = Number(va - region.address);
     if (m.stall) return { ok: true, region, offset, walked: 0, hit: true };
-    return this.#resident(sid, region, offset, length, offset + length);
+    const walked = this.#resident(sid, region, offset, length, offset + length);
+    return walked < 0 ? this.#fault! : { ok: true, region, offset, walked, hit: walked === 0 };
   }
 
   /**
@@ -232,9 +234,9 @@ export class Smmu implements MemoryObserver {
         walked.push(0);
         continue;
       }
-      const tr = this.#resident(sid, region, offset + off, Math.min(blockSize, length - off), offset + length);
-      if (!tr.ok) return { region, offset, walked, fault: tr };
-      walked.push(tr.hit ? 0 : tr.walked);
+      const n = this.#resident(sid, region, offset + off, Math.min(blockSize, length - off), offset + length);
+      if (n < 0) return { region, offset, walked, fault: this.#fault };
+      walked.push(n);
     }
     return { region, offset, walked, fault: undefined };
   }
@@ -261,8 +263,9 @@ export class Smmu implements MemoryObserver {
   }
 
   // Terminate mode: the pages of [offset, offset+length) the IOTLB does not hold are walked in
-  // the real page table (read up to `walkTo` at once); the first non-resident one faults.
-  #resident(sid: number, region: MemoryLike, offset: number, length: number, walkTo: number): Translation {
+  // the real page table (read up to `walkTo` at once). Returns the pages walked (0: all in the
+  // IOTLB), or -1 with the fault of the first non-resident one in #fault (no object per block).
+  #resident(sid: number, region: MemoryLike, offset: number, length: number, walkTo: number): number {
     const g = region.granule;
     const base = Number(region.address);
     const first = offset - (offset % g);
@@ -270,7 +273,7 @@ export class Smmu implements MemoryObserver {
     const missing = this.#missing;
     missing.length = 0;
     for (let p = first; p <= last; p += g) if (!this.iotlb.lookupAt(sid, base + p)) missing.push(p);
-    if (missing.length === 0) return { ok: true, region, offset, walked: 0, hit: true };
+    if (missing.length === 0) return 0;
 
     this.#walks++;
     const from = missing[0]!;
@@ -280,20 +283,21 @@ export class Smmu implements MemoryObserver {
     this.#pagesWalked += missing.length;
     for (const p of missing) {
       // A granule is resident when its first and last 4 KiB pages are (a THP maps all or nothing).
-      const a = (p - walk.base) / ps;
-      const b = (Math.min(p + g, to) - ps - walk.base) / ps;
+      const a = (p - walk.from) / ps;
+      const b = (Math.min(p + g, to) - ps - walk.from) / ps;
       if (walk.frames[a]! < 0 || walk.frames[b]! < 0) {
-        return {
+        this.#fault = {
           ok: false,
           id: EvtId.F_TRANSLATION,
           addr: region.address + BigInt(Math.max(p, offset - (offset % ps))),
           recoverable: true,
           reason: `page at offset ${p} of region ${region.id} is not resident`,
         };
+        return -1;
       }
       this.iotlb.insertAt(sid, base + p, walk.frames[a]);
     }
-    return { ok: true, region, offset, walked: missing.length, hit: false };
+    return missing.length;
   }
 
   /**
@@ -303,15 +307,15 @@ export class Smmu implements MemoryObserver {
    * the pages ahead (a transfer walks consecutive pages); the modelled walk cost is still
    * charged per page walked.
    */
-  #walk(region: MemoryLike, from: number, to: number, ahead: number): { base: number; frames: Float64Array } {
+  #walk(region: MemoryLike, from: number, to: number, ahead: number): { from: number; frames: Float64Array } {
     const c = this.#walkCache;
-    if (c && c.region === region && from >= c.from && to <= c.to) return { base: c.from, frames: c.frames };
+    if (c && c.region === region && from >= c.from && to <= c.to) return c;
     const end = Math.min(region.size, Math.max(to, ahead, from + WALK_AHEAD_BYTES));
     // Frame numbers (-1: not present; 0: present, frame hidden without CAP_SYS_ADMIN).
     const frames = binding.frames(region.id, from, end - from).pfns;
     if (!this.#walkCache) queueMicrotask(() => (this.#walkCache = undefined));
     this.#walkCache = { region, from, to: end, frames };
-    return { base: from, frames };
+    return this.#walkCache;
   }
 
   /**
