@@ -46,6 +46,13 @@ size_t ArgSize(const Napi::CallbackInfo& info, size_t i, const char* name);
 uint64_t ArgAddr(const Napi::CallbackInfo& info, size_t i, const char* name);
 bool ArgBool(const Napi::CallbackInfo& info, size_t i);
 
+// /proc/self/pagemap, opened once (-errno if it cannot be).
+int PagemapFd();
+// True if every page of [off, off+len) of m has a present page-table entry (pagemap bit 63):
+// an access to it cannot fault (a CPU access to memfd memory in the page cache but not
+// mapped here would be a minor fault, so mincore is not enough).
+bool AllPresent(const Mapping& m, size_t off, size_t len);
+
 long PageSize();
 uint64_t NowNs();
 pid_t Gettid();

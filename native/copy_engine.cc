@@ -74,9 +74,13 @@ struct Engine {
   // bytes before it are moved and it is reported as the fault, which its fault library then
   // fails to resolve (an error completion), instead of SIGBUS killing the process.
   static void Copy(const Job& job, size_t len, int* status, int64_t* fault) {
+    Copy(*job.src, job.src_off, *job.dst, job.dst_off, len, status, fault);
+  }
+
+  static void Copy(const Mapping& s, size_t src_off, const Mapping& d, size_t dst_off, size_t len, int* status, int64_t* fault) {
     SigbusGuard guard;
-    const uintptr_t dst = reinterpret_cast<uintptr_t>(job.dst->addr + job.dst_off);
-    const uintptr_t src = reinterpret_cast<uintptr_t>(job.src->addr + job.src_off);
+    const uintptr_t dst = reinterpret_cast<uintptr_t>(d.addr + dst_off);
+    const uintptr_t src = reinterpret_cast<uintptr_t>(s.addr + src_off);
     if (sigsetjmp(guard.env, 0) == 0) {
       CurrentSigbusGuard() = &guard;
       memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len);
@@ -87,10 +91,10 @@ struct Engine {
     const uintptr_t at = guard.address & ~static_cast<uintptr_t>(PageSize() - 1);
     if (at >= dst && at < dst + len) {
       *status = kDestFault;
-      *fault = static_cast<int64_t>(job.dst_off + (at - dst));
+      *fault = static_cast<int64_t>(dst_off + (at - dst));
     } else {
       *status = kSourceFault;
-      *fault = static_cast<int64_t>(job.src_off + (at - src));
+      *fault = static_cast<int64_t>(src_off + (at - src));
     }
   }
 
@@ -244,6 +248,38 @@ Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// engineCopyNow(handle, srcRegion, srcOffset, dstRegion, dstOffset, length, out) -> status,
+// or -1: a copy done on the calling (JavaScript) thread, without a hand-off to a copy
+// thread, but only when every page of both sides has a present page-table entry, so the
+// copy cannot raise a userfaultfd fault on the thread that must resolve faults (see
+// docs/threads.md). With any page not present nothing is touched and it returns -1: the
+// caller submits a job instead, whose thread walks, copies or reports the fault as always.
+// The same SIGBUS guard as a job's copy. out[0] = fault offset (or -1), out[1] = ns.
+// No fence can run meanwhile: fences are called on this same thread.
+Napi::Value EngineCopyNow(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto e = Require(info);
+  size_t src_off, dst_off, len;
+  size_t dlen = ArgSize(info, 5, "length");
+  auto src = RequireRange(env, info[1], info[2], info[5], &src_off, &len);
+  auto dst = RequireRange(env, info[3], info[4], info[5], &dst_off, &dlen);
+  if (!info[6].IsTypedArray()) throw Napi::TypeError::New(env, "out must be a Float64Array");
+  Napi::Float64Array out = info[6].As<Napi::Float64Array>();
+  if (out.ElementLength() < 2) throw Napi::RangeError::New(env, "out must hold 2 numbers");
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->stopping) throw Napi::TypeError::New(env, "copy engine is closed");
+  }
+  uint64_t t0 = NowNs();
+  if (!AllPresent(*src, src_off, len) || !AllPresent(*dst, dst_off, len)) return Napi::Number::New(env, -1);
+  int status = kOk;
+  int64_t fault = -1;
+  if (len) Engine::Copy(*src, src_off, *dst, dst_off, len, &status, &fault);
+  out[0] = static_cast<double>(fault);
+  out[1] = static_cast<double>(NowNs() - t0);
+  return Napi::Number::New(env, status);
+}
+
 // engineFence(handle, key, qp, timeoutMs) -> boolean: the jobs written for `key` or `qp`
 // (-1: none) that are still queued are cancelled (they complete with kCancelled, copying
 // nothing); the call returns once none is being copied, true, or false after timeoutMs (a
@@ -322,6 +358,7 @@ void InitCopyEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineCreate", Napi::Function::New(env, EngineCreate, "engineCreate"));
   exports.Set("engineSubmit", Napi::Function::New(env, EngineSubmit, "engineSubmit"));
   exports.Set("engineUnref", Napi::Function::New(env, EngineUnref, "engineUnref"));
+  exports.Set("engineCopyNow", Napi::Function::New(env, EngineCopyNow, "engineCopyNow"));
   exports.Set("engineFence", Napi::Function::New(env, EngineFence, "engineFence"));
   exports.Set("engineClose", Napi::Function::New(env, EngineClose, "engineClose"));
   napi_env raw = env;

@@ -75,6 +75,8 @@ export enum TouchMode {
 export enum CopyFlag {
   CheckSource = 1,
   CheckDest = 2,
+  /** The caller believes both sides resident: a small copy may run inline (CopyEngine.copy). */
+  Inline = 4,
 }
 export enum CopyStatus {
   Ok = 0,
@@ -152,6 +154,16 @@ export interface Binding {
     key?: number,
     qp?: number,
   ): void;
+  /** A copy on the calling thread when every page of both sides is present; -1 (nothing touched) otherwise. out: faultOffset, ns. */
+  engineCopyNow(
+    handle: number,
+    srcRegion: number,
+    srcOffset: number,
+    dstRegion: number,
+    dstOffset: number,
+    length: number,
+    out: Float64Array,
+  ): number;
   engineFence(handle: number, key: number, qp: number, timeoutMs: number): boolean;
   engineUnref(handle: number): void;
   engineClose(handle: number): void;

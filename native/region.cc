@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -68,6 +69,29 @@ uint64_t NowNs() {
 }
 
 pid_t Gettid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+int PagemapFd() {
+  // Opened once: the SMMU model walks it on every IOTLB miss, the copy engine before an inline copy.
+  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  static const int open_err = fd < 0 ? errno : 0;
+  return fd < 0 ? -open_err : fd;
+}
+
+bool AllPresent(const Mapping& m, size_t off, size_t len) {
+  const size_t ps = static_cast<size_t>(PageSize());
+  const uintptr_t first = reinterpret_cast<uintptr_t>(m.addr + off) / ps;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(m.addr + off) + len - 1) / ps;
+  const int fd = PagemapFd();
+  if (fd < 0 || len == 0) return fd >= 0;
+  uint64_t entries[64];
+  for (uintptr_t page = first; page <= last; page += 64) {
+    size_t n = std::min<uintptr_t>(64, last - page + 1);
+    if (pread(fd, entries, n * 8, static_cast<off_t>(page * 8)) != static_cast<ssize_t>(n * 8)) return false;
+    for (size_t i = 0; i < n; i++)
+      if (!(entries[i] >> 63)) return false;
+  }
+  return true;
+}
 
 Napi::Error SystemError(Napi::Env env, int err, const char* syscall) {
   const char* name = strerrorname_np(err);
@@ -286,10 +310,8 @@ Napi::Value Pagemap(const Napi::CallbackInfo& info) {
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   size_t pages = (len + PageSize() - 1) / PageSize();
   Napi::Uint8Array out = Napi::Uint8Array::New(env, pages);
-  // Opened once: the SMMU model walks it on every IOTLB miss.
-  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  static const int open_err = fd < 0 ? errno : 0;
-  if (fd < 0) ThrowSystemError(env, open_err, "open(/proc/self/pagemap)");
+  int fd = PagemapFd();
+  if (fd < 0) ThrowSystemError(env, -fd, "open(/proc/self/pagemap)");
   std::vector<uint64_t> entries(pages);
   off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
   ssize_t want = static_cast<ssize_t>(pages * 8);
@@ -308,9 +330,8 @@ Napi::Value Frames(const Napi::CallbackInfo& info) {
   size_t off, len;
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   size_t pages = (len + PageSize() - 1) / PageSize();
-  static const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  static const int open_err = fd < 0 ? errno : 0;
-  if (fd < 0) ThrowSystemError(env, open_err, "open(/proc/self/pagemap)");
+  int fd = PagemapFd();
+  if (fd < 0) ThrowSystemError(env, -fd, "open(/proc/self/pagemap)");
   constexpr uint64_t kPresent = 1ull << 63, kPfnMask = (1ull << 55) - 1;
   std::vector<uint64_t> entries(pages);
   off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);

@@ -6,6 +6,8 @@ import type { Packet } from './packets.js';
 import type { Transport } from './transport.js';
 
 interface Link {
+  src: number;
+  dst: number;
   resource: ModelResource;
   packets: number;
   bytes: number;
@@ -19,7 +21,8 @@ export function linkArrival(costs: CostModel, linkFreeAt: number, bytes: number,
 
 export class Fabric implements Transport {
   readonly costs: CostModel;
-  #links = new Map<string, Link>();
+  // Keyed by src × 2^20 + dst: a number, not a string built per block.
+  #links = new Map<number, Link>();
   #handlers = new Map<number, (p: Packet) => void>();
 
   constructor(costs: CostModel) {
@@ -66,17 +69,14 @@ export class Fabric implements Transport {
   }
 
   stats(): Array<{ src: number; dst: number; packets: number; bytes: number }> {
-    return [...this.#links].map(([k, l]) => {
-      const [src, dst] = k.split('>').map(Number) as [number, number];
-      return { src, dst, packets: l.packets, bytes: l.bytes };
-    });
+    return [...this.#links.values()].map((l) => ({ src: l.src, dst: l.dst, packets: l.packets, bytes: l.bytes }));
   }
 
   #link(src: number, dst: number): Link {
-    const k = `${src}>${dst}`;
+    const k = src * 2 ** 20 + dst;
     let l = this.#links.get(k);
     if (!l) {
-      l = { resource: new ModelResource(), packets: 0, bytes: 0 };
+      l = { src, dst, resource: new ModelResource(), packets: 0, bytes: 0 };
       this.#links.set(k, l);
     }
     return l;

@@ -352,7 +352,9 @@ export class Completer {
     };
     if (reason) completion.reason = reason;
     if (side && status !== DmaStatus.SUCCESS) completion.side = side;
-    traceTransfer(s.tracer, 'complete', s.node, t.tid, t.desc.channel, { modelUs: t.modelEnd, detail: { status: completion.statusName } });
+    // Checked here: the event's objects are not even built while nobody listens.
+    if (s.tracer.active)
+      traceTransfer(s.tracer, 'complete', s.node, t.tid, t.desc.channel, { modelUs: t.modelEnd, detail: { status: completion.statusName } });
     t.resolve(completion);
   }
 }

@@ -22,12 +22,26 @@ export interface CopyTag {
   qp?: number;
 }
 
+/**
+ * The largest copy done inline on the JavaScript thread (copyNow): up to here a memcpy costs
+ * less than waking a copy thread and hearing back from it (~60 µs here).
+ */
+export const INLINE_COPY_MAX = 128 * 1024;
+
+/** A terminate-mode copy at least twice this long is split across the threads, one job each. */
+const SPLIT_PIECE_MIN = 512 * 1024;
+const PIECE_ALIGN = 4096;
+
 export class CopyEngine {
   readonly tids: readonly number[];
   #handle: number;
   #pending = new Map<number, (r: CopyResult) => void>();
   #next = 1;
   #closed = false;
+  #out = new Float64Array(2);
+  #jsTid = binding.gettid();
+  /** Inline copies done this turn, settled together on the next (as a thread's completions are). */
+  #doneInline: Array<[(r: CopyResult) => void, CopyResult]> = [];
 
   constructor(threads = 2) {
     const raw = binding.engineCreate(threads, (c) => this.#onCompletions(c));
@@ -46,6 +60,10 @@ export class CopyEngine {
   /**
    * Copy `length` bytes. With CheckSource / CheckDest the thread first walks that side's
    * real page tables (mincore) and reports the first non-resident page instead of copying.
+   * A small copy with Inline (and both checks) is done on this (the JavaScript) thread when
+   * every page of both sides has a present page-table entry, so it cannot fault; its result
+   * still settles on the next turn of the event loop, exactly when a thread's would at the
+   * earliest. Why that is safe: docs/threads.md.
    */
   copy(
     src: MemoryLike,
@@ -57,10 +75,35 @@ export class CopyEngine {
     tag: CopyTag = {},
   ): Promise<CopyResult> {
     if (this.#closed) return Promise.reject(new Error('copy engine is closed'));
+    if (length <= INLINE_COPY_MAX && flags === (CopyFlag.CheckSource | CopyFlag.CheckDest | CopyFlag.Inline)) {
+      const status = binding.engineCopyNow(this.#handle, src.id, srcOffset, dst.id, dstOffset, length, this.#out);
+      if (status >= 0) {
+        const r: CopyResult = { status: status as CopyStatus, faultOffset: this.#out[0]!, ns: this.#out[1]!, tid: this.#jsTid };
+        return new Promise((resolve) => {
+          if (this.#doneInline.push([resolve, r]) === 1) setImmediate(() => this.#settleInline());
+        });
+      }
+    }
+    const checks = CopyFlag.CheckSource | CopyFlag.CheckDest;
+    const pieces = (flags & checks) === checks ? Math.min(this.tids.length, Math.floor(length / SPLIT_PIECE_MIN)) : 1;
+    if (pieces < 2) return this.#submit(src, srcOffset, dst, dstOffset, length, flags, tag);
+    // A large terminate-mode copy: one job per thread, in order; the first piece that did not
+    // copy whole speaks for the copy (the pieces before it landed whole, as one job's would).
+    const step = Math.ceil(length / pieces / PIECE_ALIGN) * PIECE_ALIGN;
+    const jobs: Array<Promise<CopyResult>> = [];
+    for (let at = 0; at < length; at += step)
+      jobs.push(this.#submit(src, srcOffset + at, dst, dstOffset + at, Math.min(step, length - at), flags, tag));
+    return Promise.all(jobs).then((rs) => {
+      const ns = Math.max(...rs.map((r) => r.ns));
+      return { ...(rs.find((r) => r.status !== CopyStatus.Ok) ?? rs[0]!), ns };
+    });
+  }
+
+  #submit(src: MemoryLike, srcOffset: number, dst: MemoryLike, dstOffset: number, length: number, flags: number, tag: CopyTag): Promise<CopyResult> {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       try {
-        binding.engineSubmit(this.#handle, id, src.id, srcOffset, dst.id, dstOffset, length, flags, tag.key ?? -1, tag.qp ?? -1);
+        binding.engineSubmit(this.#handle, id, src.id, srcOffset, dst.id, dstOffset, length, flags & ~CopyFlag.Inline, tag.key ?? -1, tag.qp ?? -1);
         this.#pending.set(id, resolve);
       } catch (err) {
         reject(err);
@@ -86,6 +129,10 @@ export class CopyEngine {
     binding.engineClose(this.#handle);
     for (const resolve of this.#pending.values()) resolve({ status: -1 as CopyStatus, faultOffset: -1, ns: 0, tid: 0 });
     this.#pending.clear();
+  }
+
+  #settleInline(): void {
+    for (const [resolve, r] of this.#doneInline.splice(0)) resolve(r);
   }
 
   // Completions settle on the next turn of the event loop, not inside the native callback:

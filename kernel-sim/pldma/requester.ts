@@ -9,6 +9,7 @@ import { realNowUs } from '../cost-model/index.js';
 import { linkArrival } from '../fabric/fabric.js';
 import type { WireBlock, WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
+import type { RunTranslation, Translation } from '../smmu/smmu.js';
 import type { Completer } from './completer.js';
 import { type Block, type DmaCompletion, type DmaDescriptor, DmaStatus, type EngineState, traceTransfer, type Transfer, walkCost } from './types.js';
 
@@ -24,6 +25,7 @@ export class Requester implements Schedulable {
   #s: EngineState;
   #completer: Completer;
   #nextTid = 1;
+  #walked: number[] = [];
 
   constructor(state: EngineState, completer: Completer, engineSlots: number) {
     this.#s = state;
@@ -95,7 +97,8 @@ export class Requester implements Schedulable {
         s.chans.set(desc.channel, ch);
       }
       ch.queue.push(t);
-      traceTransfer(s.tracer, 'post', s.node, tid, desc.channel, { modelUs: start });
+      // Checked here: the event's objects are not even built while nobody listens.
+      if (s.tracer.active) traceTransfer(s.tracer, 'post', s.node, tid, desc.channel, { modelUs: start });
       s.scheduler.wake(desc.channel);
     });
   }
@@ -125,6 +128,9 @@ export class Requester implements Schedulable {
     let linkFree = s.transport.linkFreeAt(s.node, d.dstNode);
     const run: Block[] = [];
     const wire: WireBlock[] = [];
+    const walked = this.#walked;
+    let batch: RunTranslation | undefined;
+    let batchAt = -1;
     for (let i = t.next; i < t.blocks.length && run.length < t.runLimit; i++) {
       const b = t.blocks[i]!;
       if (b.state !== 'pending') continue;
@@ -138,7 +144,26 @@ export class Requester implements Schedulable {
         break;
       }
       const va = d.srcVa + BigInt(b.offset);
-      const tr = s.smmu.translate(src.sid, va, b.length, 'read');
+      // The source of the blocks this run will carry is translated in one call (the same
+      // walks and IOTLB lookups as block by block, the region found and the table read once).
+      // Past the blocks it translated (and not at its fault), a new batch.
+      if (!batch || i - batchAt > walked.length || (i - batchAt === walked.length && !batch.fault)) {
+        const n = src.faultModel === 'stall' ? 1 : this.#runAhead(t, i, t.runLimit - run.length);
+        const last = t.blocks[i + n - 1]!;
+        batch = s.smmu.translateBlocks(src.sid, va, last.offset + last.length - b.offset, s.blockSize, 'read', walked);
+        batchAt = i;
+      }
+      const k = i - batchAt;
+      const tr: Translation =
+        k < walked.length
+          ? {
+              ok: true,
+              region: batch.region!,
+              offset: batch.offset + (b.offset - t.blocks[batchAt]!.offset),
+              walked: walked[k]!,
+              hit: walked[k] === 0,
+            }
+          : batch.fault!;
       const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
       if (!tr.ok) {
         if (!run.length) {
@@ -216,6 +241,19 @@ export class Requester implements Schedulable {
     s.transport.deliver(packet);
   }
 
+  // How many blocks from `i` (at most `max`) the run may carry: pending, contiguous, and not
+  // retransmissions after the first (the loop in issue() stops at the same place).
+  #runAhead(t: Transfer, i: number, max: number): number {
+    let n = 1;
+    const end = Math.min(t.blocks.length, i + max);
+    while (i + n < end) {
+      const b = t.blocks[i + n]!;
+      if (b.state !== 'pending' || b.attempts > 0) break;
+      n++;
+    }
+    return n;
+  }
+
   #start(t: Transfer, b: Block, issueAt: number): void {
     const s = this.#s;
     b.state = 'inflight';
@@ -234,7 +272,9 @@ export class Requester implements Schedulable {
     s.counters.blocksIssued++;
     b.issuedUs = issueAt;
     b.issuedMs = performance.now();
-    traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
+    // Checked here: the event's objects are not even built while nobody listens.
+    if (s.tracer.active)
+      traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
     // A source fault of this block answered by this node's fault library: its statistics end here.
     if (b.attempts > 1) s.retransmitted?.(s.node, t.tid, b.seq, 'source', b.issuedUs, b.issuedMs);
   }

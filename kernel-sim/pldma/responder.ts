@@ -54,6 +54,7 @@ export class Responder {
   retransmitted: Retransmitted | undefined;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
+  #walked: number[] = [];
 
   constructor(deps: ResponderDeps) {
     this.#d = deps;
@@ -73,10 +74,29 @@ export class Responder {
     // fault library's answer can (the blocks before the fault are written first).
     const faults: Array<() => void> = [];
     const ctx = smmu.streamForPd(p.pd);
+    const blocks = p.blocks;
+    const checks = this.admit !== undefined && (p.key !== undefined || p.qpn !== undefined);
+    // Per run, not per block: the blocks the key and QP admit (a check of the whole span
+    // first; nothing can be revoked within this synchronous step), and their destinations
+    // translated in one call, with the same walks and IOTLB lookups as block by block.
+    const { admitted, equal } = this.#admitRun(p, checks);
+    const walked = this.#walked;
+    const batch =
+      ctx && equal && admitted > 0 && ctx.faultModel !== 'stall'
+        ? smmu.translateBlocks(
+            ctx.sid,
+            blocks[0]!.va,
+            (admitted - 1) * blocks[0]!.length + blocks[admitted - 1]!.length,
+            blocks[0]!.length,
+            'write',
+            walked,
+          )
+        : undefined;
     let stopped = false;
-    for (const blk of p.blocks) {
+    for (let i = 0; i < blocks.length; i++) {
+      const blk = blocks[i]!;
       this.retransmitted?.(p.src, p.tid, blk.seq, 'destination', blk.issuedUs, blk.issuedMs);
-      if (this.admit && (p.key !== undefined || p.qpn !== undefined) && !this.admit(p, blk)) {
+      if (checks && i >= admitted) {
         verdicts.push({
           seq: blk.seq,
           resp: AckResp.ACCESS_ERR,
@@ -91,7 +111,12 @@ export class Responder {
         stopped = true;
         break;
       }
-      const tr = smmu.translate(ctx.sid, blk.va, blk.length, 'write');
+      const tr: Translation =
+        batch && i < walked.length
+          ? { ok: true, region: batch.region!, offset: batch.offset + i * blocks[0]!.length, walked: walked[i]!, hit: walked[i] === 0 }
+          : batch?.fault && i === walked.length
+            ? batch.fault
+            : smmu.translate(ctx.sid, blk.va, blk.length, 'write');
       const walkUs = walkCost(c, tr);
       if (!tr.ok) {
         stopped = true;
@@ -126,8 +151,11 @@ export class Responder {
     }
     // A block refused after the written ones was refused (and its fault recorded) all the same.
     verdicts.push(...refused);
-    const answered = new Set(verdicts.map((v) => v.seq));
-    const returned = stopped || verdicts.length < p.blocks.length ? p.blocks.filter((b) => !answered.has(b.seq)).map((b) => b.seq) : [];
+    let returned: number[] = [];
+    if (stopped || verdicts.length < p.blocks.length) {
+      const answered = new Set(verdicts.map((v) => v.seq));
+      returned = p.blocks.filter((b) => !answered.has(b.seq)).map((b) => b.seq);
+    }
     const ack: AckPacket = {
       type: 'ack',
       src: this.#d.node,
@@ -144,6 +172,23 @@ export class Responder {
     };
     this.#d.transport.deliver(ack);
     for (const f of faults) f();
+  }
+
+  // How many of the packet's blocks the destination's key and QP admit, and whether they are
+  // equal blocks (all but the last) contiguous in the destination's address space.
+  #admitRun(p: WritePacket, checks: boolean): { admitted: number; equal: boolean } {
+    const blocks = p.blocks;
+    const first = blocks[0]!;
+    const last = blocks[blocks.length - 1]!;
+    // Consecutive blocks of a transfer sit at consecutive offsets: consecutive seqs and equal
+    // lengths, with the last one where that puts it, are one contiguous span.
+    let equal = last.va === first.va + BigInt((last.seq - first.seq) * first.length);
+    for (let i = 1; i < blocks.length && equal; i++) equal = blocks[i - 1]!.length === first.length && blocks[i]!.seq === first.seq + i;
+    if (!checks) return { admitted: blocks.length, equal };
+    if (equal && this.admit!(p, { ...first, length: Number(last.va - first.va) + last.length })) return { admitted: blocks.length, equal };
+    let admitted = 0;
+    while (admitted < blocks.length && this.admit!(p, blocks[admitted]!)) admitted++;
+    return { admitted, equal };
   }
 
   // One copy-engine job for blocks contiguous at both ends; a verdict for each block it
@@ -163,8 +208,9 @@ export class Responder {
         })
       : undefined;
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
-    // evicted meanwhile is a fault, not silent zeros); stall-mode sides fault for real.
-    const flags = (p.sourceStall ? 0 : CopyFlag.CheckSource) | (window ? 0 : CopyFlag.CheckDest);
+    // evicted meanwhile is a fault, not silent zeros); stall-mode sides fault for real. With
+    // both sides terminate-mode, a small copy may run inline if every page is present.
+    const flags = (p.sourceStall ? 0 : CopyFlag.CheckSource) | (window ? 0 : CopyFlag.CheckDest) | (p.sourceStall || window ? 0 : CopyFlag.Inline);
     this.jobs++;
     let status: CopyStatus;
     let faultOffset = -1;

@@ -212,6 +212,8 @@ export class SmmuDriver {
 
   /** The engine sent a block again after a fault this node's library answered: acknowledge that answer now. */
   retransmitted(srcNode: number, tid: number, seq: number, side: 'source' | 'destination', modelUs: number, realMs: number): void {
+    // Called for every block sent: no key is built while no answer waits (the common case).
+    if (this.#acks.size === 0) return;
     const key = `${srcNode}:${tid}:${seq}:${side}`;
     const a = this.#acks.get(key);
     if (!a) return;

@@ -6,7 +6,7 @@
 // virtual addresses, and much cheaper than strings on the per-block path.
 const FRAME = 4096;
 const SIDS = 65536;
-const keyOf = (sid: number, page: bigint): number => Math.floor(Number(page) / FRAME) * SIDS + (sid % SIDS);
+const keyAt = (sid: number, page: number): number => Math.floor(page / FRAME) * SIDS + (sid % SIDS);
 
 export class Iotlb {
   readonly capacity: number;
@@ -23,7 +23,12 @@ export class Iotlb {
   }
 
   lookup(sid: number, page: bigint): boolean {
-    const k = keyOf(sid, page);
+    return this.lookupAt(sid, Number(page));
+  }
+
+  /** lookup() with the page's address as a number (exact below 2^53): no BigInt on the per-page path. */
+  lookupAt(sid: number, page: number): boolean {
+    const k = keyAt(sid, page);
     const frame = this.#entries.get(k);
     if (frame !== undefined) {
       this.#entries.delete(k);
@@ -36,7 +41,11 @@ export class Iotlb {
   }
 
   insert(sid: number, page: bigint, frame = 0): void {
-    const k = keyOf(sid, page);
+    this.insertAt(sid, Number(page), frame);
+  }
+
+  insertAt(sid: number, page: number, frame = 0): void {
+    const k = keyAt(sid, page);
     this.#entries.delete(k);
     this.#entries.set(k, frame);
     this.#sids.add(sid % SIDS);
@@ -76,7 +85,7 @@ export class Iotlb {
 
   /** Drop one stream's entry for a page; true if it was cached. */
   invalidate(sid: number, page: bigint): boolean {
-    const gone = this.#entries.delete(keyOf(sid, page));
+    const gone = this.#entries.delete(keyAt(sid, Number(page)));
     if (gone) this.invalidations++;
     return gone;
   }

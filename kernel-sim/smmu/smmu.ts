@@ -39,6 +39,16 @@ export type Translation =
   | { ok: true; region: MemoryLike; offset: number; walked: number; hit: boolean }
   | { ok: false; id: EvtId; addr: bigint; recoverable: boolean; reason: string };
 
+/** What translateBlocks found: the blocks that translated, and the failure that ended the run. */
+export interface RunTranslation {
+  /** Where the first block lands (undefined if it did not translate). */
+  region: MemoryLike | undefined;
+  offset: number;
+  /** Pages walked per block translated (0: an IOTLB hit). */
+  walked: number[];
+  fault: Extract<Translation, { ok: false }> | undefined;
+}
+
 /** A device access currently in flight on stall-mode memory (one DMA block). */
 export interface StallWindow {
   sid: number;
@@ -113,6 +123,8 @@ export class Smmu implements MemoryObserver {
   #walks = 0;
   #pagesWalked = 0;
   #walkCache: { region: MemoryLike; from: number; to: number; frames: Float64Array } | undefined;
+  #missing: number[] = [];
+  #fault: Extract<Translation, { ok: false }> | undefined;
   #moveHandlers: Array<(report: MoveReport) => void> = [];
   #moved = { checked: 0, stale: 0 };
   // stall model
@@ -186,6 +198,51 @@ export class Smmu implements MemoryObserver {
    */
   translate(sid: number, va: bigint, length: number, access: Access): Translation {
     this.#translations++;
+    const m = this.#mappingFor(sid, va, length, access);
+    if (!('region' in m)) return m;
+    const region = m.region;
+    const offset = Number(va - region.address);
+    if (m.stall) return { ok: true, region, offset, walked: 0, hit: true };
+    const walked = this.#resident(sid, region, offset, length, offset + length);
+    return walked < 0 ? this.#fault! : { ok: true, region, offset, walked, hit: walked === 0 };
+  }
+
+  /**
+   * Translate a run of consecutive blocks of one access, [va, va+length) cut every
+   * `blockSize` bytes, with the same outcome and counters as a translate() per block, in
+   * order, stopping at the first that fails: but the stream and region are found once and
+   * the page table is read once for the whole run (not per 256 KiB). `walked` gets, per block
+   * translated, the pages walked (0: an IOTLB hit); `fault` is the failure of the block after
+   * them, if one failed.
+   */
+  translateBlocks(sid: number, va: bigint, length: number, blockSize: number, access: Access, walked: number[]): RunTranslation {
+    walked.length = 0;
+    const m = this.#mappingFor(sid, va, length, access);
+    if (!('region' in m)) {
+      // Not one region with this access for the whole run: its first block alone, as
+      // translate() (the caller asks again for the blocks after it).
+      const tr = this.translate(sid, va, Math.min(blockSize, length), access);
+      if (!tr.ok) return { region: undefined, offset: 0, walked, fault: tr };
+      walked.push(tr.hit ? 0 : tr.walked);
+      return { region: tr.region, offset: tr.offset, walked, fault: undefined };
+    }
+    const region = m.region;
+    const offset = Number(va - region.address);
+    for (let off = 0; off < length; off += blockSize) {
+      this.#translations++;
+      if (m.stall) {
+        walked.push(0);
+        continue;
+      }
+      const n = this.#resident(sid, region, offset + off, Math.min(blockSize, length - off), offset + length);
+      if (n < 0) return { region, offset, walked, fault: this.#fault };
+      walked.push(n);
+    }
+    return { region, offset, walked, fault: undefined };
+  }
+
+  // The stream's mapping holding all of [va, va+length) with the access allowed, or the fault.
+  #mappingFor(sid: number, va: bigint, length: number, access: Access): { region: MemoryLike; stall: boolean } | Extract<Translation, { ok: false }> {
     const ctx = this.#streams.get(sid);
     if (!ctx) return { ok: false, id: EvtId.C_BAD_STREAMID, addr: va, recoverable: false, reason: `no stream ${sid} on node ${this.node}` };
     const end = va + BigInt(length);
@@ -202,39 +259,45 @@ export class Smmu implements MemoryObserver {
     if ((access === 'write' && !m.write) || (access === 'read' && !m.read)) {
       return { ok: false, id: EvtId.F_PERMISSION, addr: va, recoverable: false, reason: `${access} to a region mapped without ${access} permission` };
     }
-    const region = m.region;
-    const offset = Number(va - region.address);
-    if (ctx.faultModel === 'stall') return { ok: true, region, offset, walked: 0, hit: true };
+    return { region: m.region, stall: ctx.faultModel === 'stall' };
+  }
 
+  // Terminate mode: the pages of [offset, offset+length) the IOTLB does not hold are walked in
+  // the real page table (read up to `walkTo` at once). Returns the pages walked (0: all in the
+  // IOTLB), or -1 with the fault of the first non-resident one in #fault (no object per block).
+  #resident(sid: number, region: MemoryLike, offset: number, length: number, walkTo: number): number {
     const g = region.granule;
+    const base = Number(region.address);
     const first = offset - (offset % g);
     const last = offset + length - 1 - ((offset + length - 1) % g);
-    const missing: number[] = [];
-    for (let p = first; p <= last; p += g) if (!this.iotlb.lookup(sid, region.address + BigInt(p))) missing.push(p);
-    if (missing.length === 0) return { ok: true, region, offset, walked: 0, hit: true };
+    const missing = this.#missing;
+    missing.length = 0;
+    for (let p = first; p <= last; p += g) if (!this.iotlb.lookupAt(sid, base + p)) missing.push(p);
+    if (missing.length === 0) return 0;
 
     this.#walks++;
     const from = missing[0]!;
     const to = Math.min(missing[missing.length - 1]! + g, region.size);
-    const walk = this.#walk(region, from, to);
+    const walk = this.#walk(region, from, to, walkTo);
     const ps = region.pageSize;
     this.#pagesWalked += missing.length;
     for (const p of missing) {
       // A granule is resident when its first and last 4 KiB pages are (a THP maps all or nothing).
-      const a = (p - walk.base) / ps;
-      const b = (Math.min(p + g, to) - ps - walk.base) / ps;
+      const a = (p - walk.from) / ps;
+      const b = (Math.min(p + g, to) - ps - walk.from) / ps;
       if (walk.frames[a]! < 0 || walk.frames[b]! < 0) {
-        return {
+        this.#fault = {
           ok: false,
           id: EvtId.F_TRANSLATION,
           addr: region.address + BigInt(Math.max(p, offset - (offset % ps))),
           recoverable: true,
           reason: `page at offset ${p} of region ${region.id} is not resident`,
         };
+        return -1;
       }
-      this.iotlb.insert(sid, region.address + BigInt(p), walk.frames[a]);
+      this.iotlb.insertAt(sid, base + p, walk.frames[a]);
     }
-    return { ok: true, region, offset, walked: missing.length, hit: false };
+    return missing.length;
   }
 
   /**
@@ -244,15 +307,15 @@ export class Smmu implements MemoryObserver {
    * the pages ahead (a transfer walks consecutive pages); the modelled walk cost is still
    * charged per page walked.
    */
-  #walk(region: MemoryLike, from: number, to: number): { base: number; frames: Float64Array } {
+  #walk(region: MemoryLike, from: number, to: number, ahead: number): { from: number; frames: Float64Array } {
     const c = this.#walkCache;
-    if (c && c.region === region && from >= c.from && to <= c.to) return { base: c.from, frames: c.frames };
-    const end = Math.min(region.size, Math.max(to, from + WALK_AHEAD_BYTES));
+    if (c && c.region === region && from >= c.from && to <= c.to) return c;
+    const end = Math.min(region.size, Math.max(to, ahead, from + WALK_AHEAD_BYTES));
     // Frame numbers (-1: not present; 0: present, frame hidden without CAP_SYS_ADMIN).
     const frames = binding.frames(region.id, from, end - from).pfns;
     if (!this.#walkCache) queueMicrotask(() => (this.#walkCache = undefined));
     this.#walkCache = { region, from, to: end, frames };
-    return { base: from, frames };
+    return this.#walkCache;
   }
 
   /**

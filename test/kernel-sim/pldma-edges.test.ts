@@ -44,6 +44,42 @@ describe('the copy engine', () => {
     expect(eng.inflight).toBe(0);
   });
 
+  test('Inline: a small copy of present pages runs on the JS thread, its result still settles on a later turn', async () => {
+    const eng = env.track(new CopyEngine(2));
+    const src = env.region(4 * P);
+    const dst = env.region(4 * P);
+    const data = fill(src, 5);
+    dst.populate();
+    const inline = CopyFlag.CheckSource | CopyFlag.CheckDest | CopyFlag.Inline;
+    let settled = false;
+    const pending = eng.copy(src, 0, dst, 0, 4 * P, inline).then((r) => ((settled = true), r));
+    // The bytes are there as copy() returns: it ran on this thread, no job was queued.
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(eng.inflight).toBe(0);
+    for (let i = 0; i < 10; i++) await Promise.resolve();
+    expect(settled).toBe(false); // not within this turn's microtasks, as a thread's result
+    const r = await within('inline copy', pending);
+    expect(r).toMatchObject({ status: CopyStatus.Ok, faultOffset: -1, tid: process.pid });
+    expect(eng.tids).not.toContain(r.tid);
+
+    // A page not present on either side: nothing is touched inline; a copy thread walks it
+    // and reports the fault, having copied the bytes before it.
+    new Uint8Array(dst.buffer).fill(0);
+    dst.evict(2 * P, P);
+    const f = await within('copy with a missing page', eng.copy(src, 0, dst, 0, 4 * P, inline));
+    expect(f).toMatchObject({ status: CopyStatus.DestFault, faultOffset: 2 * P });
+    expect(eng.tids).toContain(f.tid);
+    expect(bytesOf(dst, 0, 2 * P).equals(data.subarray(0, 2 * P))).toBe(true);
+    // Larger than INLINE_COPY_MAX: a thread's job.
+    const big = env.region(64 * P);
+    const bigDst = env.region(64 * P);
+    fill(big, 9);
+    bigDst.populate();
+    const b = await within('large copy', eng.copy(big, 0, bigDst, 0, 64 * P, inline));
+    expect(b.status).toBe(CopyStatus.Ok);
+    expect(eng.tids).toContain(b.tid);
+  });
+
   test('closing: closed is true, a copy is refused, a queued copy settles with a status that is no copy outcome', async () => {
     const eng = new CopyEngine(1);
     const src = env.region(1024 * P);
