@@ -7,7 +7,7 @@
 // differs from the modelled one, those figures of that run say why.
 import { DEFAULT_COSTS } from '../kernel-sim/index.js';
 import { mapRegion, median, PAGE_SIZE, type PolicyName } from '../lib/index.js';
-import { odpVsPinned, type OdpRow } from './odp-vs-pinned.js';
+import { odpVsPinned, SMALL_SIZE, type OdpRow } from './odp-vs-pinned.js';
 import { allSizes, print, sizeName, Table, us } from './support/format.js';
 
 export interface MeasuredTableOptions {
@@ -18,6 +18,8 @@ export interface MeasuredTableOptions {
   maxSize?: number;
   /** Writes per size and policy, the policies taking turns (default 9, median reported). */
   iters?: number;
+  /** The same up to 64 KiB, where writes are cheap and a fault round trip is near the noise (default 25). */
+  smallIters?: number;
   /** Where the 1.5× claim is checked (default maxSize, or 4 MiB). */
   claimSize?: number;
 }
@@ -96,8 +98,8 @@ export interface MeasuredTableResult {
 
 const POLICIES: readonly PolicyName[] = ['pin', 'touch', 'touch-ahead'];
 const LIMIT = 1.5;
-/** The "where the time goes" breakdown covers the sizes up to this. */
-const SMALL = 64 * 1024;
+// A 4 MiB populate or mlock takes a few ms: enough samples that a preempted one or two do not move the median.
+const COST_SAMPLES = 15;
 
 export async function measuredTable(options: MeasuredTableOptions = {}): Promise<MeasuredTableResult> {
   const runsWanted = options.runs ?? 3;
@@ -109,7 +111,7 @@ export async function measuredTable(options: MeasuredTableOptions = {}): Promise
   for (let i = 0; i < runsWanted; i++) {
     print(`\nRun ${i + 1} of ${runsWanted}:`);
     // Every size gets the same number of writes: the claim size too (no single sample).
-    const rows = await odpVsPinned({ sizes, policies: POLICIES, iters: options.iters ?? 9, bigSize: Infinity });
+    const rows = await odpVsPinned({ sizes, policies: POLICIES, iters: options.iters ?? 9, smallIters: options.smallIters ?? 25, bigSize: Infinity });
     const run = judge(rows, claimSize, machineCosts(rows, claimSize));
     runs.push(run);
     breakdown(run);
@@ -164,7 +166,7 @@ export function judge(rows: readonly OdpRow[], claimSize: number, machine: Machi
 
 /**
  * This run's costs: populate, mlock and copy of a `size` buffer on real memory (medians of
- * five, taken in turns), and from the run's rows the engine's per-write overhead and one fault
+ * COST_SAMPLES, taken in turns), and from the run's rows the engine's per-write overhead and one fault
  * round trip (its latency: at large sizes touch overlaps many faults).
  */
 function machineCosts(rows: readonly OdpRow[], size: number): MachineCosts {
@@ -175,7 +177,7 @@ function machineCosts(rows: readonly OdpRow[], size: number): MachineCosts {
   const mlock: number[] = [];
   const copy: number[] = [];
   try {
-    for (let i = 0; i < 5; i++) {
+    for (let i = 0; i < COST_SAMPLES; i++) {
       a.evict();
       let t = performance.now();
       a.populate();
@@ -197,7 +199,7 @@ function machineCosts(rows: readonly OdpRow[], size: number): MachineCosts {
     b.close();
   }
   const copyGBps = median(copy);
-  const small = rows.filter((r) => r.size <= SMALL && !r.error);
+  const small = rows.filter((r) => r.size <= SMALL_SIZE && !r.error);
   return {
     populateUsPerPage: median(populate),
     mlockUsPerPage: median(mlock),
@@ -227,7 +229,7 @@ function breakdown(run: RunResult): void {
   ]);
   table.header();
   for (const r of run.rows) {
-    if (r.size > SMALL || r.error) continue;
+    if (r.size > SMALL_SIZE || r.error) continue;
     const gc = r.gc!;
     table.row([
       String(r.size),

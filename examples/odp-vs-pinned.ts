@@ -44,6 +44,8 @@ export interface OdpVsPinnedOptions {
   sizes?: readonly number[];
   /** Writes per size and policy below `bigSize` (default 5, median reported); one at and above it. */
   iters?: number;
+  /** Writes per size and policy up to SMALL_SIZE, where a write costs well under a millisecond (default: iters). */
+  smallIters?: number;
   /** From this size on, one write per policy (default 16 MiB). */
   bigSize?: number;
   /** Evict the destination only (default), or both buffers. */
@@ -79,6 +81,8 @@ export interface OdpRow {
   samplesUs?: number[];
 }
 
+/** The small writes: up to 64 KiB, where a fault round trip is a large part of a write. */
+export const SMALL_SIZE = 64 * 1024;
 const ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE;
 const WARM_UP_ROUNDS = 3;
 
@@ -98,6 +102,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   const minSize = options.minSize ?? 4096;
   const maxSize = options.maxSize ?? 16 * 2 ** 20;
   const iters = options.iters ?? 5;
+  const smallIters = options.smallIters ?? iters;
   const bigSize = options.bigSize ?? 16 * 2 ** 20;
   const evict = options.evict ?? 'dst';
   const policies = options.policies ?? TABLE_POLICIES;
@@ -133,7 +138,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
     const errors: string[] = [];
     const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
     for (const size of sizes) {
-      const n = size >= bigSize ? 1 : iters;
+      const n = size >= bigSize ? 1 : size <= SMALL_SIZE ? smallIters : iters;
       const sized = await measureSize(pair, size, policies, n, evict);
       for (const policy of policies) {
         const samples = sized.get(policy)!;

@@ -13,7 +13,8 @@ describe('pagefault-rdma measured-table', () => {
   it('runs the table three times, judges both orderings from the rows, and explains where they differ from the model', async () => {
     const claimSize = 1024 * 1024;
     const iters = 3;
-    const r = await measuredTable({ runs: 3, maxSize: claimSize, iters });
+    const smallIters = 5;
+    const r = await measuredTable({ runs: 3, maxSize: claimSize, iters, smallIters });
     expect(r.runs).toHaveLength(3);
     expect(r.sizes).toEqual([4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576]);
     r.runs.forEach((run, i) => {
@@ -31,12 +32,12 @@ describe('pagefault-rdma measured-table', () => {
         for (const policy of ['pin', 'touch', 'touch-ahead']) {
           const x = row(size, policy);
           expect(x.madeResident).toBe(pages);
-          // the same number of writes at every size (the claim size too), the row their median
-          expect(x.iters).toBe(iters);
-          expect(x.samplesUs).toHaveLength(iters);
+          // as many writes at every size above 64K (the claim size too, never one sample), the row their median
+          expect(x.iters).toBe(size <= 65536 ? smallIters : iters);
+          expect(x.samplesUs).toHaveLength(x.iters);
           expect(x.realUs).toBe(median(x.samplesUs!));
           expect(x.spreadUs).toBeGreaterThanOrEqual(0);
-          expect(x.gc!.writes).toBeLessThanOrEqual(iters);
+          expect(x.gc!.writes).toBeLessThanOrEqual(x.iters);
           expect(x.faultPathUs! > 0).toBe(policy !== 'pin'); // the fault library timed its own part
         }
       }
