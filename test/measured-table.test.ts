@@ -48,6 +48,9 @@ describe('pagefault-rdma measured-table', () => {
       const ratio = row(claimSize, 'touch-ahead').realUs! / row(claimSize, 'pin').realUs!;
       expect(run.touchAheadWithin1_5xOfPinned.ratio).toBeCloseTo(ratio, 9);
       expect(run.touchAheadWithin1_5xOfPinned.holds).toBe(ratio <= 1.5);
+      const best = (p: string) => Math.min(...row(claimSize, p).samplesUs!);
+      expect(run.touchAheadWithin1_5xOfPinned.bestRatio).toBeCloseTo(best('touch-ahead') / best('pin'), 9);
+      for (const l of run.load) expect(l).toBeGreaterThanOrEqual(0);
       // This run's own costs, measured on real memory and taken from its rows.
       const m = run.machine;
       for (const k of ['populateUsPerPage', 'mlockUsPerPage', 'copyGBps', 'faultTripUs'] as const) expect(m[k]).toBeGreaterThan(0);
@@ -83,7 +86,7 @@ describe('pagefault-rdma measured-table', () => {
       at('touch-ahead').realUs = at('touch').realUs! + 1;
       at('touch').spreadUs = spread;
       at('touch-ahead').spreadUs = 0;
-      const run = judge(rows, claimSize, base.machine);
+      const run = judge(rows, claimSize, base.machine, base.load);
       expect(run.touchAheadFasterThanTouch.failsAt).toContain(8192);
       const d = explain(run, 1, claimSize).find((x) => x.claim === 'touchAheadFasterThanTouch' && x.size === 8192)!;
       consistent(d, run, claimSize);
