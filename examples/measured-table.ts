@@ -290,9 +290,9 @@ export function explain(r: RunResult, run: number, claimSize: number): Differenc
       text:
         `run ${run}: touch-ahead at ${sizeName(claimSize)} is ${f(c.ratio!)}× pinned measured, ${f(c.modelRatio!)}× modelled: ` +
         `the model charges get_user_pages ${f(m.model.gupPageUs)} µs/page against mlock ${f(m.model.pinPageUs)} ` +
-        `(${f(m.model.gupPageUs / m.model.pinPageUs)}×) with a ${f(m.model.copyGBps)} GB/s copy; in this run (best of ${COST_SAMPLES}) the machine populated at ` +
-        `${f(m.populateUsPerPage)} µs/page, mlocked at ${f(m.mlockUsPerPage)} (${f(m.populateUsPerPage / m.mlockUsPerPage)}×) ` +
-        `and copied at ${f(m.copyGBps)} GB/s, so populate + copy over mlock + copy is ${f(estimate)} here against ${f(modelEstimate)} ` +
+        `(${f(m.model.gupPageUs / m.model.pinPageUs)}×) with a ${f(m.model.copyGBps)} GB/s copy; in this run (best of ${COST_SAMPLES}) this machine populates at ` +
+        `${f(m.populateUsPerPage)} µs/page, mlocks at ${f(m.mlockUsPerPage)} (${f(m.populateUsPerPage / m.mlockUsPerPage)}×) ` +
+        `and copies at ${f(m.copyGBps)} GB/s, so populate + copy over mlock + copy is ${f(estimate)} here against ${f(modelEstimate)} ` +
         `in the model` +
         (cause === 'costs' ? '' : `; that puts it on the other side of ${LIMIT}×: these costs do not explain the measured verdict`),
     });

@@ -109,7 +109,7 @@ function consistent(d: Difference, run: Awaited<ReturnType<typeof measuredTable>
     expect(d.figures.estimate).toBeCloseTo((m.populateUsPerPage * pages + copyUs) / (m.mlockUsPerPage * pages + copyUs), 9);
     expect(d.cause).toBe(d.figures.estimate! <= 1.5 === c.holds ? 'costs' : 'unexplained');
     for (const x of [c.ratio!, m.populateUsPerPage, m.mlockUsPerPage, m.copyGBps, d.figures.estimate!]) expect(d.text).toContain(f(x));
-    expect(d.text).toMatch(/populated at [\d.]+ µs\/page, mlocked at [\d.]+ .* copied at [\d.]+ GB\/s/);
+    expect(d.text).toMatch(/populates at [\d.]+ µs\/page, mlocks at [\d.]+ .* copies at [\d.]+ GB\/s/);
   } else {
     const row = (p: string) => run.rows.find((x) => x.size === d.size && x.policy === p)!;
     const saved = row('touch').faults!.destination - row('touch-ahead').faults!.destination;
