@@ -84,7 +84,14 @@ export interface OdpRow {
 /** The small writes: up to 64 KiB, where a fault round trip is a large part of a write. */
 export const SMALL_SIZE = 64 * 1024;
 const ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE;
-const WARM_UP_ROUNDS = 3;
+// Warm-up. Measured here: a process's first 1500-2500 writes are up to 4× slower than the
+// next (a pinned 8K write 145 -> 35 µs post to completion; with node --no-opt it stays at
+// 130: V8 optimizing the engine's JavaScript). So an unrecorded warm-up runs at least
+// WARM_UP_MIN_WRITES, then blocks of WARM_UP_ROUNDS rounds until a block's median write is no
+// more than 10% faster than the previous block's, for at most WARM_UP_MAX_MS.
+const WARM_UP_MIN_WRITES = 2500;
+const WARM_UP_ROUNDS = 100;
+const WARM_UP_MAX_MS = 3000;
 
 /** One measured write: what each row's medians are taken over. */
 interface Sample {
@@ -131,9 +138,12 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
       { header: 'model ×pin', width: 6 },
       { header: 'real ×pin', width: 6 },
     ]);
+    const warm = await warmUp(pair, sizes[0]!, policies, evict);
+    print(
+      `Warm-up (unrecorded): ${warm.writes} writes of ${sizeName(sizes[0]!)}, until the median write stopped falling ` +
+        `(${us(warm.firstUs)} -> ${us(warm.lastUs)} µs)${warm.steady ? '' : `; still falling after ${WARM_UP_MAX_MS} ms`}.`,
+    );
     table.header();
-    // JIT and the copy threads warm up on unrecorded rounds of the smallest size first.
-    await measureSize(pair, sizes[0]!, policies, WARM_UP_ROUNDS, evict);
     const rows: OdpRow[] = [];
     const errors: string[] = [];
     const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
@@ -209,6 +219,29 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
       detail: [{ field: 'policy' }, { field: 'time' }],
     },
   };
+}
+
+/** Unrecorded blocks of writes of `size` until the per-write time stops falling (or WARM_UP_MAX_MS): the JIT's warm-up. */
+async function warmUp(
+  pair: Pair,
+  size: number,
+  policies: readonly PolicyName[],
+  evict: 'dst' | 'both',
+): Promise<{ writes: number; firstUs: number; lastUs: number; steady: boolean }> {
+  const t0 = performance.now();
+  const blocks: number[] = [];
+  let writes = 0;
+  for (;;) {
+    const taken = [...(await measureSize(pair, size, policies, WARM_UP_ROUNDS, evict)).values()].flat();
+    const samples = taken.filter((x): x is Sample => typeof x !== 'string');
+    writes += taken.length;
+    // A policy that cannot run (RLIMIT_MEMLOCK) is reported by the table itself.
+    if (samples.length === 0) return { writes, firstUs: NaN, lastUs: NaN, steady: true };
+    blocks.push(median(samples.map((x) => x.regUs + x.transferUs)));
+    const n = blocks.length;
+    const steady = writes >= WARM_UP_MIN_WRITES && n >= 2 && blocks[n - 1]! >= 0.9 * blocks[n - 2]!;
+    if (steady || performance.now() - t0 > WARM_UP_MAX_MS) return { writes, firstUs: blocks[0]!, lastUs: blocks[n - 1]!, steady };
+  }
 }
 
 /**
