@@ -17,9 +17,9 @@ export interface MeasuredTableOptions {
   /** Sizes: every power of two from minSize to maxSize (default 4 KiB … 4 MiB). */
   minSize?: number;
   maxSize?: number;
-  /** Writes per size and policy, the policies taking turns (default 9, median reported). */
+  /** Writes per size and policy, the policies taking turns (default 12: two full Williams cycles of three policies; median reported). */
   iters?: number;
-  /** The same up to 64 KiB, where writes are cheap and a fault round trip is near the noise (default 25). */
+  /** The same up to 64 KiB, where writes are cheap and a fault round trip is near the noise (default 24). */
   smallIters?: number;
   /** Where the 1.5× claim is checked (default maxSize, or 4 MiB). */
   claimSize?: number;
@@ -121,7 +121,13 @@ export async function measuredTable(options: MeasuredTableOptions = {}): Promise
     print(`\nRun ${i + 1} of ${runsWanted}:`);
     const load = loadavg()[0]!;
     // Every size gets the same number of writes: the claim size too (no single sample).
-    const rows = await odpVsPinned({ sizes, policies: POLICIES, iters: options.iters ?? 9, smallIters: options.smallIters ?? 25, bigSize: Infinity });
+    const rows = await odpVsPinned({
+      sizes,
+      policies: POLICIES,
+      iters: options.iters ?? 12,
+      smallIters: options.smallIters ?? 24,
+      bigSize: Infinity,
+    });
     const run = judge(rows, claimSize, machineCosts(rows, claimSize), [load, loadavg()[0]!]);
     runs.push(run);
     breakdown(run);

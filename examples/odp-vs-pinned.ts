@@ -7,9 +7,10 @@
 //
 // What is timed is only that: ibv_reg_mr of both buffers, the post and the completion. The
 // buffers are mapped once per size, filled, evicted and checked outside the window; the
-// policies take turns write by write (pin, touch, touch-ahead, pin, ...; the first of each
-// round rotates), so a slow spell of this shared machine falls on all of them alike; a round
-// of each size is run unrecorded first; each row is the median of its writes, with their
+// policies take turns write by write (each round in another order, each policy following each
+// other equally often: williams()), so a slow spell of this shared machine, or the garbage of
+// the write before, falls on all of them alike; the process warms up first (the JIT) and a
+// round of each size is run unrecorded; each row is the median of its writes, with their
 // spread and the garbage collection that fell inside the window, so noise shows as noise.
 import { PerformanceObserver } from 'node:perf_hooks';
 import {
@@ -221,6 +222,20 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
   };
 }
 
+/**
+ * The order of n policies in round r: a Williams design (a balanced Latin square, with its
+ * rows mirrored when n is odd), so that over n rounds (2n when odd) each policy comes right
+ * after each other one equally often. What a write leaves behind (the garbage of a 4 MiB touch
+ * write's thousand faults, collected during the next write) then falls on every policy alike;
+ * with a plain rotation touch-ahead came after touch in two rounds of three.
+ */
+export function williams(n: number, r: number): number[] {
+  const first = [0];
+  for (let j = 1, lo = 1, hi = n - 1; j < n; j++) first.push(j % 2 === 1 ? lo++ : hi--);
+  const row = first.map((x) => (x + r) % n);
+  return n % 2 === 1 && Math.floor(r / n) % 2 === 1 ? row.reverse() : row;
+}
+
 /** Unrecorded blocks of writes of `size` until the per-write time stops falling (or WARM_UP_MAX_MS): the JIT's warm-up. */
 async function warmUp(
   pair: Pair,
@@ -245,8 +260,8 @@ async function warmUp(
 }
 
 /**
- * `iters` writes of `size` bytes per policy, the policies taking turns (the first of each
- * round rotates), after one unrecorded round (not for a single write: the largest sizes,
+ * `iters` writes of `size` bytes per policy, the policies taking turns (in williams() order),
+ * after one unrecorded round (not for a single write: the largest sizes,
  * where it would double the run time). A policy that fails stops being measured; its
  * error is its last entry.
  */
@@ -263,7 +278,7 @@ async function measureSize(
   try {
     for (let round = iters > 1 ? -1 : 0; round < iters; round++) {
       for (let k = 0; k < policies.length; k++) {
-        const policy = policies[(k + Math.max(0, round)) % policies.length]!;
+        const policy = policies[williams(policies.length, Math.max(0, round))[k]!]!;
         const taken = out.get(policy)!;
         if (typeof taken[taken.length - 1] === 'string') continue;
         const r = await measure(pair, src, dst, policy, round, evict);

@@ -7,6 +7,7 @@
 // measured, never which way the timings fall.
 import { describe, expect, it } from 'vitest';
 import { explain, judge, measuredTable, type Difference } from '../examples/measured-table.js';
+import { williams } from '../examples/odp-vs-pinned.js';
 import { median, PAGE_SIZE } from '../lib/index.js';
 
 describe('pagefault-rdma measured-table', () => {
@@ -126,3 +127,19 @@ function consistent(d: Difference, run: Awaited<ReturnType<typeof measuredTable>
       expect(d.text).toContain(f(x));
   }
 }
+
+describe('odp-vs-pinned: the order the policies take turns in', () => {
+  it('each round is an order of all policies, and each policy follows each other equally often (Williams design)', () => {
+    for (const n of [2, 3, 4, 5]) {
+      const rounds = n % 2 ? 2 * n : n;
+      const follows = new Map<string, number>();
+      for (let r = 0; r < rounds; r++) {
+        const row = williams(n, r);
+        expect([...row].sort()).toEqual([...Array(n).keys()]);
+        for (let k = 1; k < n; k++) follows.set(`${row[k - 1]}>${row[k]}`, (follows.get(`${row[k - 1]}>${row[k]}`) ?? 0) + 1);
+      }
+      expect(follows.size).toBe(n * (n - 1)); // every ordered pair of different policies
+      expect(new Set(follows.values()).size).toBe(1); // as often as every other
+    }
+  });
+});
