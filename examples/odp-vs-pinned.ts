@@ -4,14 +4,26 @@
 // the source) is evicted with MADV_DONTNEED, then both buffers are registered, the write is
 // posted and completed, and the MRs are deregistered: registration is part of the cost,
 // because that is where pinning pays.
+//
+// What is timed is only that: ibv_reg_mr of both buffers, the post and the completion. The
+// buffers are mapped once per size, filled, evicted and checked outside the window; the
+// policies take turns write by write (each round in another order, each policy following each
+// other equally often: williams()), so a slow spell of this shared machine, or the garbage of
+// the write before, falls on all of them alike; the process warms up first (the JIT) and a
+// round of each size is run unrecorded; each row is the median of its writes, with their
+// spread and the garbage collection that fell inside the window, so noise shows as noise.
+import { PerformanceObserver } from 'node:perf_hooks';
 import {
   Access,
+  Histogram,
   mapRegion,
   median,
   PAGE_SIZE,
+  PHASES,
   SendFlags,
   WcStatus,
   WrOpcode,
+  type FaultStats,
   type MemoryRegion,
   type PolicyName,
   type Region,
@@ -31,9 +43,11 @@ export interface OdpVsPinnedOptions {
   maxSize?: number;
   /** The sizes to write, instead of minSize … maxSize ×4 apart (perftest -a: every power of two). */
   sizes?: readonly number[];
-  /** Writes per size and policy below `bigSize` (default 5); one write at and above it. */
+  /** Writes per size and policy below `bigSize` (default 5, median reported); one at and above it. */
   iters?: number;
-  /** From this size on, one write per policy (default 4 MiB). */
+  /** Writes per size and policy up to SMALL_SIZE, where a write costs well under a millisecond (default: iters). */
+  smallIters?: number;
+  /** From this size on, one write per policy (default 16 MiB). */
   bigSize?: number;
   /** Evict the destination only (default), or both buffers. */
   evict?: 'dst' | 'both';
@@ -52,34 +66,65 @@ export interface OdpRow {
   madeResident?: number;
   retransmitted?: number;
   modelUs?: number;
+  /** Measured, µs: the median write, registration included (= regUs + transferUs on a typical write). */
   realUs?: number;
+  /** Median ibv_reg_mr of both buffers, µs (pinned: the mlock is here). */
+  regUs?: number;
+  /** Median post-to-completion, µs (faults, resolution, retransmission and the copy are here). */
+  transferUs?: number;
+  /** The fault library's own measure of its part of the transfer (detect, notify, resolve, retransmit), median µs. */
+  faultPathUs?: number;
+  /** How much the writes varied: the interquartile range of samplesUs, µs. */
+  spreadUs?: number;
+  /** Garbage collection inside the timed window: writes it hit, and its median µs over all writes. */
+  gc?: { writes: number; medianUs: number };
+  /** Every write's measured time, µs, in the order taken. */
+  samplesUs?: number[];
 }
 
+/** The small writes: up to 64 KiB, where a fault round trip is a large part of a write. */
+export const SMALL_SIZE = 64 * 1024;
 const ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE;
+// Warm-up. Measured here: a process's first 1500-2500 writes are up to 4× slower than the
+// next (a pinned 8K write 145 -> 35 µs post to completion; with node --no-opt it stays at
+// 130: V8 optimizing the engine's JavaScript). So an unrecorded warm-up runs at least
+// WARM_UP_MIN_WRITES, then blocks of WARM_UP_ROUNDS rounds until a block's median write is no
+// more than 10% faster than the previous block's, for at most WARM_UP_MAX_MS.
+const WARM_UP_MIN_WRITES = 2500;
+const WARM_UP_ROUNDS = 100;
+const WARM_UP_MAX_MS = 3000;
+
+/** One measured write: what each row's medians are taken over. */
+interface Sample {
+  faults: { source: number; destination: number };
+  madeResident: number;
+  retransmitted: number;
+  modelUs: number;
+  regUs: number;
+  transferUs: number;
+  faultPathUs: number;
+  window: [number, number];
+}
 
 export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<OdpRow[]> {
   const minSize = options.minSize ?? 4096;
   const maxSize = options.maxSize ?? 16 * 2 ** 20;
   const iters = options.iters ?? 5;
-  const bigSize = options.bigSize ?? 4 * 2 ** 20;
+  const smallIters = options.smallIters ?? iters;
+  const bigSize = options.bigSize ?? 16 * 2 ** 20;
   const evict = options.evict ?? 'dst';
   const policies = options.policies ?? TABLE_POLICIES;
   const sizes: number[] = options.sizes ? [...options.sizes] : [];
   if (!options.sizes) for (let s = minSize; s <= maxSize; s *= 4) sizes.push(s);
 
   const pair = connectedPair({ trace: options.trace !== undefined });
-  const bar = progress(policies.length * (sizes.length + 1), 'odp-vs-pinned');
+  const bar = progress(policies.length * sizes.length, 'odp-vs-pinned');
+  const gc = gcWatch();
   try {
-    // Warm up once per policy (JIT, copy threads), unrecorded.
-    for (const policy of policies) {
-      await measure(pair, PAGE_SIZE, policy, 2, evict);
-      bar.tick('warm-up');
-    }
-
     print(
       `One RDMA WRITE from node 0 to node 1 per row; evicted before each write: ${evict === 'both' ? 'source and destination' : 'the destination (the source holds fresh data)'}.`,
     );
-    print('Times are medians, from ibv_reg_mr of both buffers to the completion (registration included).');
+    print('Times are medians, from ibv_reg_mr of both buffers to the completion (registration included); the policies take turns write by write.');
     print(`  t_model: ${MODEL_LABEL}`);
     print(`  t_real:  ${MEASURED_LABEL}`);
     const table = new Table([
@@ -94,16 +139,22 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
       { header: 'model ×pin', width: 6 },
       { header: 'real ×pin', width: 6 },
     ]);
+    const warm = await warmUp(pair, sizes[0]!, policies, evict);
+    print(
+      `Warm-up (unrecorded): ${warm.writes} writes of ${sizeName(sizes[0]!)}, until the median write stopped falling ` +
+        `(${us(warm.firstUs)} -> ${us(warm.lastUs)} µs)${warm.steady ? '' : `; still falling after ${WARM_UP_MAX_MS} ms`}.`,
+    );
     table.header();
     const rows: OdpRow[] = [];
     const errors: string[] = [];
     const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
-    // Each row is printed as soon as it is measured; 'pin' goes first, so ×pin is known.
     for (const size of sizes) {
-      const n = size >= bigSize ? 1 : iters;
+      const n = size >= bigSize ? 1 : size <= SMALL_SIZE ? smallIters : iters;
+      const sized = await measureSize(pair, size, policies, n, evict);
       for (const policy of policies) {
-        const r = await measure(pair, size, policy, n, evict);
+        const samples = sized.get(policy)!;
         bar.tick(`${sizeName(size)} ${policy}`);
+        const r = row(size, policy, n, samples, gc);
         rows.push(r);
         if (r.error) {
           errors.push(`${sizeName(r.size)} ${r.policy}: ${r.error}`);
@@ -132,9 +183,13 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
     print(`  pin: pages × ${c.pinPageUs} µs (mlock at registration; the two nodes pin at once; here, one process, they share its RLIMIT_MEMLOCK)`);
     print(`  prefault: pages not resident × ${c.touchPageUs} µs (the buffer touched before the write)`);
     print('Faults, pages and retransmissions are per write (medians); ×pin compares with the pinned row of the same size.');
+    const hit = rows.reduce((k, r) => k + (r.gc?.writes ?? 0), 0);
+    const all = rows.reduce((k, r) => k + (r.samplesUs?.length ?? 0), 0);
+    print(`Garbage collection fell inside the timed window of ${hit} of ${all} writes.`);
     options.trace?.addContexts(pair.ctx);
     return rows;
   } finally {
+    gc.stop();
     bar.stop();
     pair.cluster.close();
   }
@@ -167,61 +222,84 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
   };
 }
 
-async function measure(pair: Pair, size: number, policy: PolicyName, iters: number, evict: 'dst' | 'both'): Promise<OdpRow> {
-  const { ctx, pd, cq, qp } = pair;
-  const costs = pair.cluster.system.costs;
+/**
+ * The order of n policies in round r: a Williams design (a balanced Latin square, with its
+ * rows mirrored when n is odd), so that over n rounds (2n when odd) each policy comes right
+ * after each other one equally often. What a write leaves behind (the garbage of a 4 MiB touch
+ * write's thousand faults, collected during the next write) then falls on every policy alike;
+ * with a plain rotation touch-ahead came after touch in two rounds of three.
+ */
+export function williams(n: number, r: number): number[] {
+  const first = [0];
+  for (let j = 1, lo = 1, hi = n - 1; j < n; j++) first.push(j % 2 === 1 ? lo++ : hi--);
+  const row = first.map((x) => (x + r) % n);
+  return n % 2 === 1 && Math.floor(r / n) % 2 === 1 ? row.reverse() : row;
+}
+
+/** Unrecorded blocks of writes of `size` until the per-write time stops falling (or WARM_UP_MAX_MS): the JIT's warm-up. */
+async function warmUp(
+  pair: Pair,
+  size: number,
+  policies: readonly PolicyName[],
+  evict: 'dst' | 'both',
+): Promise<{ writes: number; firstUs: number; lastUs: number; steady: boolean }> {
+  const t0 = performance.now();
+  const blocks: number[] = [];
+  let writes = 0;
+  for (;;) {
+    const taken = [...(await measureSize(pair, size, policies, WARM_UP_ROUNDS, evict)).values()].flat();
+    const samples = taken.filter((x): x is Sample => typeof x !== 'string');
+    writes += taken.length;
+    // A policy that cannot run (RLIMIT_MEMLOCK) is reported by the table itself.
+    if (samples.length === 0) return { writes, firstUs: NaN, lastUs: NaN, steady: true };
+    blocks.push(median(samples.map((x) => x.regUs + x.transferUs)));
+    const n = blocks.length;
+    const steady = writes >= WARM_UP_MIN_WRITES && n >= 2 && blocks[n - 1]! >= 0.9 * blocks[n - 2]!;
+    if (steady || performance.now() - t0 > WARM_UP_MAX_MS) return { writes, firstUs: blocks[0]!, lastUs: blocks[n - 1]!, steady };
+  }
+}
+
+/**
+ * `iters` writes of `size` bytes per policy, the policies taking turns (in williams() order),
+ * after one unrecorded round (not for a single write: the largest sizes,
+ * where it would double the run time). A policy that fails stops being measured; its
+ * error is its last entry.
+ */
+async function measureSize(
+  pair: Pair,
+  size: number,
+  policies: readonly PolicyName[],
+  iters: number,
+  evict: 'dst' | 'both',
+): Promise<Map<PolicyName, Array<Sample | string>>> {
   const src = mapRegion(size);
   const dst = mapRegion(size);
-  const pages = size / PAGE_SIZE;
-  const samples: Array<Required<Pick<OdpRow, 'faults' | 'madeResident' | 'retransmitted' | 'modelUs' | 'realUs'>>> = [];
+  const out = new Map<PolicyName, Array<Sample | string>>(policies.map((p) => [p, []]));
   try {
-    for (let i = 0; i < iters; i++) {
-      fillPattern(src, i);
-      dst.evict();
-      if (evict === 'both') src.evict();
-      const missing = [src, dst].map((r) => pages - r.residentPages());
-
-      const t0 = performance.now();
-      const access = policy === 'pin' ? ACCESS : ACCESS | Access.ON_DEMAND;
-      const reg = policy === 'pin' ? {} : { policy };
-      const s = tryRegMr(() => ctx[0].regMr(pd[0], src, 0, size, access, reg));
-      const d = s instanceof Error ? s : tryRegMr(() => ctx[1].regMr(pd[1], dst, 0, size, access, reg));
-      if (s instanceof Error || d instanceof Error) {
-        // Pinning past RLIMIT_MEMLOCK without CAP_IPC_LOCK: the library's message says how to fix it.
-        if (!(s instanceof Error)) s.dereg();
-        return { size, policy, iters, error: (s instanceof Error ? s : (d as Error)).message };
+    for (let round = iters > 1 ? -1 : 0; round < iters; round++) {
+      for (let k = 0; k < policies.length; k++) {
+        const policy = policies[williams(policies.length, Math.max(0, round))[k]!]!;
+        const taken = out.get(policy)!;
+        if (typeof taken[taken.length - 1] === 'string') continue;
+        const r = await measure(pair, src, dst, policy, round, evict);
+        if (round >= 0 || typeof r === 'string') taken.push(r);
       }
-      qp[0].postSend({
-        wrId: i,
-        opcode: WrOpcode.RDMA_WRITE,
-        sgList: [{ addr: s.addr, length: size, lkey: s.lkey }],
-        sendFlags: SendFlags.SIGNALED,
-        rdma: { remoteAddr: d.addr, rkey: d.rkey },
-      });
-      const wc = await cq[0].next({ timeoutMs: 600_000 });
-      const realUs = (performance.now() - t0) * 1000;
-      // Both nodes pin at once: the pinning baseline's modelled set-up is one side's.
-      const pinUs = s.modelPinUs;
-      s.dereg();
-      d.dereg();
-      if (wc.status !== WcStatus.SUCCESS) return { size, policy, iters, error: `work completion ${wc.statusStr}` };
-      if (!Buffer.from(dst.buffer).equals(Buffer.from(src.buffer)))
-        return { size, policy, iters, error: 'the destination does not hold the source bytes' };
-      const odp = wc.odp!;
-      const setupUs = policy === 'pin' ? pinUs : policy === 'prefault' ? Math.max(...missing) * costs.touchPageUs : 0;
-      samples.push({
-        faults: odp.faults,
-        madeResident: missing[0]! + missing[1]! - (pages - src.residentPages()) - (pages - dst.residentPages()),
-        retransmitted: odp.retransmittedBlocks,
-        modelUs: odp.modelUs + setupUs,
-        realUs,
-      });
     }
   } finally {
     src.close();
     dst.close();
   }
-  const med = <T>(key: (x: (typeof samples)[number]) => T & number) => median(samples.map(key));
+  return out;
+}
+
+/** The row of one size and policy: medians of its writes. */
+function row(size: number, policy: PolicyName, iters: number, taken: ReadonlyArray<Sample | string>, gc: GcWatch): OdpRow {
+  const error = taken.find((x): x is string => typeof x === 'string');
+  if (error !== undefined) return { size, policy, iters, error };
+  const samples = taken as readonly Sample[];
+  const med = (key: (x: Sample) => number) => median(samples.map(key));
+  const totals = samples.map((x) => x.regUs + x.transferUs);
+  const inWindow = samples.map((x) => gc.within(x.window[0], x.window[1]));
   return {
     size,
     policy,
@@ -230,7 +308,95 @@ async function measure(pair: Pair, size: number, policy: PolicyName, iters: numb
     madeResident: Math.round(med((x) => x.madeResident)),
     retransmitted: Math.round(med((x) => x.retransmitted)),
     modelUs: med((x) => x.modelUs),
-    realUs: med((x) => x.realUs),
+    realUs: median(totals),
+    regUs: med((x) => x.regUs),
+    transferUs: med((x) => x.transferUs),
+    faultPathUs: med((x) => x.faultPathUs),
+    spreadUs: quantile(totals, 0.75) - quantile(totals, 0.25),
+    gc: { writes: inWindow.filter((u) => u > 0).length, medianUs: median(inWindow) },
+    samplesUs: totals,
+  };
+}
+
+/** One write: evict, then (timed) register both buffers, post, complete; deregister and check the bytes. */
+async function measure(pair: Pair, src: Region, dst: Region, policy: PolicyName, i: number, evict: 'dst' | 'both'): Promise<Sample | string> {
+  const { ctx, pd, cq, qp } = pair;
+  const costs = pair.cluster.system.costs;
+  const size = src.size;
+  const pages = size / PAGE_SIZE;
+  fillPattern(src, i + 1);
+  dst.evict();
+  if (evict === 'both') src.evict();
+  const missing = [src, dst].map((r) => pages - r.residentPages());
+  const access = policy === 'pin' ? ACCESS : ACCESS | Access.ON_DEMAND;
+  const reg = policy === 'pin' ? {} : { policy };
+
+  const t0 = performance.now();
+  const s = tryRegMr(() => ctx[0].regMr(pd[0], src, 0, size, access, reg));
+  const d = s instanceof Error ? s : tryRegMr(() => ctx[1].regMr(pd[1], dst, 0, size, access, reg));
+  const t1 = performance.now();
+  if (s instanceof Error || d instanceof Error) {
+    // Pinning past RLIMIT_MEMLOCK without CAP_IPC_LOCK: the library's message says how to fix it.
+    if (!(s instanceof Error)) s.dereg();
+    return (s instanceof Error ? s : (d as Error)).message;
+  }
+  qp[0].postSend({
+    wrId: i + 1,
+    opcode: WrOpcode.RDMA_WRITE,
+    sgList: [{ addr: s.addr, length: size, lkey: s.lkey }],
+    sendFlags: SendFlags.SIGNALED,
+    rdma: { remoteAddr: d.addr, rkey: d.rkey },
+  });
+  const wc = await cq[0].next({ timeoutMs: 600_000 });
+  const t2 = performance.now();
+
+  // Both nodes pin at once: the pinning baseline's modelled set-up is one side's.
+  const pinUs = s.modelPinUs;
+  const faultPathUs = [s, d].reduce((sum, mr) => sum + (mr.registration ? faultPath(mr.registration.stats) : 0), 0);
+  s.dereg();
+  d.dereg();
+  if (wc.status !== WcStatus.SUCCESS) return `work completion ${wc.statusStr}`;
+  if (!Buffer.from(dst.buffer).equals(Buffer.from(src.buffer))) return 'the destination does not hold the source bytes';
+  const odp = wc.odp!;
+  const setupUs = policy === 'pin' ? pinUs : policy === 'prefault' ? Math.max(...missing) * costs.touchPageUs : 0;
+  return {
+    faults: odp.faults,
+    madeResident: missing[0]! + missing[1]! - (pages - src.residentPages()) - (pages - dst.residentPages()),
+    retransmitted: odp.retransmittedBlocks,
+    modelUs: odp.modelUs + setupUs,
+    regUs: (t1 - t0) * 1000,
+    transferUs: (t2 - t1) * 1000,
+    faultPathUs,
+    window: [t0, t2],
+  };
+}
+
+/** The real µs a registration's faults spent in the fault path (a fresh registration: this write's). */
+function faultPath(stats: FaultStats): number {
+  return PHASES.reduce((sum, p) => sum + stats.real[p].sum, 0);
+}
+
+/** The value at quantile q of `xs`, in the package's one percentile definition. */
+function quantile(xs: readonly number[], q: number): number {
+  return Histogram.of(xs).quantile(q);
+}
+
+interface GcWatch {
+  /** µs of garbage collection between two performance.now() instants. */
+  within(from: number, to: number): number;
+  stop(): void;
+}
+
+/** Garbage collections as Node reports them (perf_hooks 'gc' entries, on the performance.now() clock). */
+function gcWatch(): GcWatch {
+  const spans: Array<[number, number]> = [];
+  const obs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) spans.push([e.startTime, e.startTime + e.duration]);
+  });
+  obs.observe({ entryTypes: ['gc'] });
+  return {
+    within: (from, to) => spans.reduce((sum, [a, b]) => sum + Math.max(0, Math.min(b, to) - Math.max(a, from)), 0) * 1000,
+    stop: () => obs.disconnect(),
   };
 }
 

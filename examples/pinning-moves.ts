@@ -49,6 +49,8 @@ export interface PinningMovesResult {
   /** False without CAP_SYS_ADMIN: frames read 0 and only residency is shown. */
   framesVisible: boolean;
   framesHidden?: string;
+  /** Pages whose frame changed between the first read (before pinning) and the read after pinning (null when hidden). */
+  framesMovedByPin: number | null;
   /** Pages whose frame changed in the collapse (null when frames are hidden). */
   framesMoved: number | null;
   residentBefore: number;
@@ -104,6 +106,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
     // The source is ODP (it is not the point, and it keeps the pinned bytes within a small RLIMIT_MEMLOCK).
     const s = pair.ctx[0].regMr(pair.pd[0], src, 0, size, ACCESS | Access.ON_DEMAND);
     fill(dst, 1);
+    const unpinned = dst.frames(); // the frames as the program found them, before it pins
     const pinned = pair.ctx[1].regMr(pair.pd[1], dst, 0, size, ACCESS); // mlock: every page resident and locked
     const writes: WriteCheck[] = [];
     // The first write through the pinned MR: the destination SMMU walks and caches every frame.
@@ -121,12 +124,9 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
     dst.collapse(); // MADV_COLLAPSE: what khugepaged does later, now
 
     const after = dst.frames();
-    const framesVisible = before.visible && after.visible;
-    let framesMoved: number | null = null;
-    if (framesVisible) {
-      framesMoved = 0;
-      for (let i = 0; i < pages; i++) if (before.pfns[i] !== after.pfns[i]) framesMoved++;
-    }
+    const framesVisible = unpinned.visible && before.visible && after.visible;
+    const framesMovedByPin = framesVisible ? moved(unpinned.pfns, before.pfns) : null;
+    const framesMoved = framesVisible ? moved(before.pfns, after.pfns) : null;
     const move = moves.find((m) => m.region === dst.id);
     const nowOwned = new Set(after.pfns);
     const oldFramesNotOwned = framesVisible && move ? move.stale.filter((e) => e.was > 0 && !nowOwned.has(e.was)).length : null;
@@ -135,6 +135,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
       pages,
       uid: process.getuid?.() ?? -1,
       framesVisible,
+      framesMovedByPin,
       framesMoved,
       residentBefore,
       residentAfter: dst.residentPages(),
@@ -185,7 +186,8 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
 function report(r: PinningMovesResult): void {
   const n = r.pages;
   print(`A ${sizeName(r.size)} buffer (${n} pages of 4 KiB) on node 1, registered pinned (mlock), then MADV_COLLAPSE:`);
-  if (r.framesVisible) print(`  physical frames changed: ${r.framesMoved} of ${n}`);
+  if (r.framesVisible)
+    print(`  physical frames (/proc/self/pagemap) changed: ${r.framesMovedByPin} of ${n} by pinning, then ${r.framesMoved} of ${n} by the collapse`);
   else print(`  physical frames: not shown (uid ${r.uid}): ${r.framesHidden}`);
   print(`  resident pages: ${r.residentBefore} before, ${r.residentAfter} after (${r.mappedAfter} mapped)`);
   print(`  in huge pages: ${sizeName(r.hugeBytesBefore || 0)} before, ${sizeName(r.hugeBytesAfter || 0)} after`);
@@ -198,7 +200,7 @@ function report(r: PinningMovesResult): void {
   print(`Without that notifier, ${r.pinningOnlyEngine}.`);
   for (const w of r.writes)
     print(
-      `  RDMA WRITE ${w.when} the collapse via the ${w.via}: ${w.status}, bytes ${w.bytesOk ? 'correct' : 'WRONG'}, ${w.pagesWalked} pages re-translated`,
+      `  RDMA WRITE ${w.when} the collapse via the ${w.via}: ${w.status}, bytes ${w.bytesOk ? 'correct' : 'WRONG'}, node 1's SMMU walked ${w.pagesWalked} pages`,
     );
   const k = r.khugepaged;
   print(`khugepaged (THP ${k.thp}, scan every ${k.scanSleepMs ?? '?'} ms), reported, not asserted: ${k.note}`);
@@ -232,6 +234,13 @@ async function write(
     bytesOk: wc.status === WcStatus.SUCCESS && Buffer.from(dst.buffer).equals(Buffer.from(src.buffer)),
     pagesWalked: smmu.counters().pagesWalked - walked,
   };
+}
+
+/** How many pages sit in another frame in `b` than in `a`. */
+function moved(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let n = 0;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) n++;
+  return n;
 }
 
 // Different bytes per write and per page, so a stale or misplaced page cannot pass.
@@ -310,14 +319,11 @@ async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport
     out.pagesCollapsed = Number.isFinite(collapsed) ? collapsed : null;
     out.lockedBytes = lockedBytes(r.address, size);
     const after = r.frames();
-    if (before.visible && after.visible) {
-      out.framesMoved = 0;
-      for (let i = 0; i < before.pfns.length; i++) if (before.pfns[i] !== after.pfns[i]) out.framesMoved++;
-    }
-    const moved = out.framesMoved === null ? 'frames hidden' : `${out.framesMoved} of ${size / PAGE_SIZE} frames moved`;
+    if (before.visible && after.visible) out.framesMoved = moved(before.pfns, after.pfns);
+    const frameNote = out.framesMoved === null ? 'frames hidden' : `${out.framesMoved} of ${size / PAGE_SIZE} frames moved`;
     out.note =
       out.hugeBytes > 0
-        ? `after ${out.waitedS} s, ${sizeName(out.hugeBytes)} of the pinned buffer is huge pages (${moved}), ${sizeName(out.lockedBytes || 0)} still mlocked`
+        ? `after ${out.waitedS} s, ${sizeName(out.hugeBytes)} of the pinned buffer is huge pages (${frameNote}), ${sizeName(out.lockedBytes || 0)} still mlocked`
         : `nothing collapsed within ${out.waitedS} s (khugepaged finished ${out.fullScans ?? '?'} full scans of every ` +
           `process's memory and collapsed ${out.pagesCollapsed ?? '?'} huge pages meanwhile; give it longer with --khugepaged-wait)`;
     return out;

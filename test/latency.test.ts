@@ -29,4 +29,18 @@ describe('latency statistics', () => {
     expect(median([3, 1, 2])).toBe(2);
     expect(new Histogram().summary()).toEqual({ count: 0, mean: 0, p50: 0, p99: 0, min: 0, max: 0 });
   });
+
+  test('values added after a percentile was read, and past the pending buffer, all count', () => {
+    // The HdrHistogram is made on first need: before it, at it and after it, no value is lost.
+    const h = new Histogram();
+    for (let i = 1; i <= 10; i++) h.add(i);
+    expect(h.quantile(0.5)).toBeCloseTo(5, 1);
+    for (let i = 11; i <= 20; i++) h.add(i);
+    expect(h.quantile(0.5)).toBeCloseTo(10, 1);
+    expect(h.quantile(0.95)).toBeCloseTo(19, 1);
+    const big = Histogram.of(Array.from({ length: 10_001 }, (_, i) => 10_001 - i));
+    expect(big.count).toBe(10_001);
+    expect(big.quantile(0.5)).toBeCloseTo(5001, -1);
+    expect(big.quantile(0.001)).toBeCloseTo(10, 0);
+  });
 });

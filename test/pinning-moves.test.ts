@@ -3,6 +3,7 @@
 // stays, the SMMU's MMU-notifier role drops exactly the cached translations whose frame
 // changed, and RDMA writes into the collapsed buffer land. As user nobody the frames are
 // hidden (CAP_SYS_ADMIN) and the program shows residency only.
+import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FRAMES_HIDDEN, HUGE_PAGE_SIZE as H, mapRegion } from '../lib/index.js';
 import { Smmu } from '../kernel-sim/index.js';
@@ -100,11 +101,27 @@ describe('pagefault-rdma pinning-moves', () => {
     expect(r.lockedBytesAfter).toBe(4 * 2 ** 20);
     if (!root) return;
     expect(r.framesVisible).toBe(true);
+    // Read before pinning too (reported: mlock leaves resident pages where they are, the collapse does not).
+    expect(r.framesMovedByPin).toEqual(expect.any(Number));
     expect(r.framesMoved).toBeGreaterThan(0);
     expect(r.iotlb.framesKnown).toBe(true);
     expect(r.iotlb.stale).toBe(r.framesMoved);
     expect(r.iotlb.oldFramesNotOwned).toBeGreaterThan(0);
     expect(r.pinningOnlyEngine).toMatch(/would DMA the next write into \d+ frames the buffer no longer owns/);
+  });
+
+  it("khugepaged left to do it: reported with the machine's THP mode, the pinned buffer still mlocked, its timing not asserted", async () => {
+    const r = await pinningMoves({ khugepagedWaitS: 1 });
+    const k = r.khugepaged;
+    const mode = /\[(\w+)\]/.exec(readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8'))![1];
+    expect(k.thp).toBe(mode);
+    if (mode === 'never') return expect(k.note).toMatch(/"never"/);
+    // 4 KiB pages in a THP-eligible range, for khugepaged to find, unless the kernel gave huge ones at once
+    if (!k.setUp) return expect(k.note).toMatch(/gave huge pages at once/);
+    expect(k.waitedS).toBeGreaterThanOrEqual(1);
+    expect(k.lockedBytes).toBe(4 * 2 ** 20); // whatever khugepaged did, the mlock stays
+    expect(k.note).toMatch(k.hugeBytes > 0 ? /of the pinned buffer is huge pages/ : /nothing collapsed within/);
+    if (root) expect(k.framesMoved).toEqual(expect.any(Number));
   });
 
   it.runIf(root)('as user nobody: frames need CAP_SYS_ADMIN, residency is shown, the move is still handled', async () => {
@@ -114,6 +131,7 @@ describe('pagefault-rdma pinning-moves', () => {
     expect(r.uid).toBe(65534);
     common(r);
     expect(r.framesVisible).toBe(false);
+    expect(r.framesMovedByPin).toBeNull();
     expect(r.framesMoved).toBeNull();
     expect(r.framesHidden).toMatch(/CAP_SYS_ADMIN/);
     expect(c.stdout).toMatch(/physical frames: not shown \(uid 65534\): physical frame numbers need CAP_SYS_ADMIN/);

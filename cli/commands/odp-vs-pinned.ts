@@ -27,7 +27,7 @@ export default defineProgram<Options>({
       .option('--min-size <bytes>', 'smallest write (sizes grow ×4; ×2 with -a)', parseSize, PAGE_SIZE)
       .option('--max-size <bytes>', 'largest write (64M for the whole range)', parseSize, 16 * 2 ** 20)
       .option('-n, --iters <n>', 'writes per size and policy below --big-size (median reported)', parsePositiveInt, 5)
-      .option('--big-size <bytes>', 'from this size on, one write per policy', parseSize, 4 * 2 ** 20)
+      .option('--big-size <bytes>', 'from this size on, one write per policy', parseSize, 16 * 2 ** 20)
       .addOption(new Option('--evict <which>', 'buffers evicted before each write').choices(['dst', 'both']).default('dst'))
       .addOption(new Option('--policies <list>', 'comma-separated subset of ' + TABLE_POLICIES.join(',')).argParser(policyList));
     cmd.hook('preAction', (c) => {
