@@ -19,6 +19,7 @@ export interface FabricOptions extends CommonOptions {
   policy: PolicyName;
   evict: boolean;
   provider: LibfabricProvider;
+  stall?: boolean;
   events?: boolean;
   report_gbits?: boolean;
   out_json?: string;
@@ -30,7 +31,7 @@ function parsePort(value: string): number {
   return n;
 }
 
-function addFabricOptions(cmd: Command, iters: number, perftest: boolean): void {
+function addFabricOptions(cmd: Command, iters: number, perftest: boolean, rma = false): void {
   cmd
     .argument('[host]', 'the server to connect to (without it: run the server)')
     .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT)
@@ -42,6 +43,12 @@ function addFabricOptions(cmd: Command, iters: number, perftest: boolean): void 
     )
     .option('--evict', 'evict the buffers before every message: genuine faults at both ends', false)
     .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'));
+  if (rma)
+    cmd.option(
+      '--stall',
+      "stall mode (faultModel 'stall'): libfabric RMA writes straight into the server's userfaultfd-registered buffer; its provider thread blocks in the faults",
+      false,
+    );
   if (perftest)
     cmd.option('--report_gbits', 'report bandwidth in Gb/sec (perftest)', false).option('--out_json <file>', 'write the results as JSON (perftest)');
   else cmd.option('-e, --events', 'sleep on CQ events (always the case here: completions come from the CQ wait fd)', false);
@@ -65,6 +72,7 @@ async function run(name: string, op: FabricOp, o: FabricOptions): Promise<PeerRe
     evict: o.evict,
     odp: o.odp || o.evict,
     policy: o.policy,
+    ...(o.stall ? { faultModel: 'stall' as const } : {}),
     onListening: (port) =>
       print(
         `waiting for a client on port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${hostname()} -p ${port} [-s SIZE -n ITERS --evict]`,
@@ -86,6 +94,12 @@ async function run(name: string, op: FabricOp, o: FabricOptions): Promise<PeerRe
 }
 
 function odpLine(r: PeerResult): void {
+  const st = r.stall ?? r.peer?.stall;
+  if (st)
+    print(
+      `stall mode: ${st.smmuStalls} stalls of the server's provider thread (tid ${st.progressTid}; JS thread ${st.jsTid}) resolved by its fault library ` +
+        `(${st.libraryFaults} faults, ${st.pagesTouched} pages touched); faulting threads ${st.faultTids.join(', ') || 'none'}`,
+    );
   print(
     `faults: source ${r.faults.source}, destination ${r.faults.destination}; NACKs received ${r.nacks}; retransmitted blocks ${r.retransmitted}; ` +
       `bytes verified ${r.bytesVerified + (r.peer?.bytesVerified ?? 0)}, mismatches ${r.mismatches + (r.peer?.mismatches ?? 0)}`,
@@ -114,7 +128,7 @@ export function perftestProgram(name: string, op: FabricOp, kind: 'bw' | 'lat', 
   return defineProgram<FabricOptions>({
     name,
     summary: `${what} between two processes or hosts over libfabric, like perftest's ib_${name.replace('-', '_')} (server: no HOST; client: HOST)`,
-    options: (cmd) => addFabricOptions(cmd, kind === 'bw' ? 5000 : 1000, true),
+    options: (cmd) => addFabricOptions(cmd, kind === 'bw' ? 5000 : 1000, true, op === 'write'),
     async run(o) {
       const r = await run(name, op, o);
       const n = r.realUs.length;

@@ -7,22 +7,33 @@
 //   send:  ping-pong, each side evicts its buffer before every message (faults at both ends)
 //   write: the client evicts its source before every write; the server's buffer starts evicted
 //   read:  the client evicts its sink before every read; the server's buffer starts evicted
+// Stall mode (faultModel 'stall', write only): the client's writes are libfabric RMA writes
+// straight into the server's buffer, which is anonymous memory registered on the server's
+// userfaultfd and starts evicted. The server's provider places them on a native progress
+// thread; a write that lands on a missing page blocks that thread in a genuine fault, which
+// the server's SMMU stalls and its fault library resolves (netlink, CMD_RESUME): the JS thread
+// serving the fault is never the one blocked.
+import type { FaultModel, SimNode } from '../kernel-sim/index.js';
 import {
   Access,
   Cluster,
   LibfabricTransport,
   mapRegion,
+  peerTimeoutMs,
   QP_DEFAULTS,
   QpState,
   SendFlags,
   WcStatus,
+  wcStatusStr,
   WrOpcode,
   type CompletionQueue,
   type LibfabricProvider,
   type PolicyName,
   type QueuePair,
   type Region,
+  type Fault,
   type WorkCompletion,
+  Userfaultfd,
 } from '../lib/index.js';
 
 export type FabricOp = 'send' | 'write' | 'read';
@@ -35,6 +46,8 @@ export interface RunParams {
   evict: boolean;
   odp: boolean;
   policy: PolicyName;
+  /** 'terminate' (the default): engine packets, faults NACKed; 'stall': libfabric RMA writes that block in the target's faults. */
+  faultModel?: FaultModel;
 }
 
 export interface PeerOptions extends RunParams {
@@ -72,11 +85,36 @@ export interface PeerResult {
   realUs: number[];
   seconds: number;
   /** The server's own counters, as it reported them at the end (client only). */
-  peer?: { bytesVerified: number; mismatches: number; nacks: number };
+  peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport };
+  /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
+  stall?: StallReport;
+}
+
+export interface StallReport {
+  /** The native thread that progresses the RMA connection (places the peer's writes). */
+  progressTid: number;
+  /** The JavaScript thread (serves the userfaultfd, runs the fault library). */
+  jsTid: number;
+  /** Distinct threads that faulted on the buffer, and how the faults were resolved. */
+  faultTids: number[];
+  faultsByHandler: number;
+  faultsNative: number;
+  /** Stalls the SMMU recorded, and faults the fault library resolved (destination side). */
+  smmuStalls: number;
+  libraryFaults: number;
+  /** Pages of the buffer the writes touched, all evicted at the start. */
+  pagesTouched: number;
 }
 
 const CLIENT = 0;
 const SERVER = 1;
+/**
+ * The QPs' local ACK timeout between processes (268 ms; 14, the in-process default, gives
+ * 67 ms, which a loaded machine's scheduling pauses can exceed). A peer silent for this times
+ * retry_cnt + 1 is lost: its work requests end with RETRY_EXC_ERR.
+ */
+const QP_TIMEOUT = 16;
+const PEER_TIMEOUT_MS = peerTimeoutMs(QP_TIMEOUT, QP_DEFAULTS.retryCnt);
 
 /** The byte at `i` of iteration `it`'s payload from `who` (c: client, s: server). */
 function pattern(buf: Uint8Array, len: number, it: number, who: 'c' | 's'): void {
@@ -99,7 +137,7 @@ function connect(qp: QueuePair, remote: Endpoint): void {
     qpAccessFlags: Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC,
   });
   qp.modify({ qpState: QpState.RTR, destQpNum: remote.qpn, destNode: remote.node, minRnrTimer: QP_DEFAULTS.minRnrTimer });
-  qp.modify({ qpState: QpState.RTS, timeout: QP_DEFAULTS.timeout, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
+  qp.modify({ qpState: QpState.RTS, timeout: QP_TIMEOUT, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
 }
 
 async function completion(cq: CompletionQueue): Promise<WorkCompletion> {
@@ -113,17 +151,18 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   const provider = o.provider ?? 'tcp';
   let transport: LibfabricTransport;
   if (role === 'server') {
-    transport = LibfabricTransport.listen({ port: o.port, provider, localNodes: [SERVER] });
+    transport = LibfabricTransport.listen({ port: o.port, provider, localNodes: [SERVER], peerTimeoutMs: PEER_TIMEOUT_MS });
     o.onListening?.(transport.port);
     await transport.waitForPeer();
   } else {
-    transport = await LibfabricTransport.connect({ host: o.host!, port: o.port, provider, localNodes: [CLIENT] });
+    transport = await LibfabricTransport.connect({ host: o.host!, port: o.port, provider, localNodes: [CLIENT], peerTimeoutMs: PEER_TIMEOUT_MS });
   }
   const cluster = Cluster.create({ nodes: 2, transport });
   let buf: Region | undefined;
   try {
     const theirs = await transport.exchange<RunParams | null>(role === 'client' ? pickParams(o) : null);
     const params = role === 'client' ? pickParams(o) : theirs!;
+    if ((params.faultModel ?? 'terminate') === 'stall') return await runStall(role, params, provider, transport, cluster, o.onConnected);
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy });
     const pd = ctx.allocPd();
     const cq = ctx.createCq(256);
@@ -227,5 +266,147 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
 }
 
 function pickParams(o: PeerOptions): RunParams {
-  return { op: o.op, size: o.size, iters: o.iters, evict: o.evict, odp: o.odp, policy: o.policy };
+  const p: RunParams = { op: o.op, size: o.size, iters: o.iters, evict: o.evict, odp: o.odp, policy: o.policy };
+  if (o.faultModel) p.faultModel = o.faultModel;
+  return p;
+}
+
+function emptyResult(role: PeerResult['role'], params: RunParams, provider: LibfabricProvider): PeerResult {
+  return {
+    role,
+    params,
+    provider,
+    bytesVerified: 0,
+    mismatches: 0,
+    faults: { source: 0, destination: 0 },
+    retransmitted: 0,
+    nacks: 0,
+    realUs: [],
+    seconds: 0,
+  };
+}
+
+/** The server's buffer in stall mode: what its SMMU and fault library need to stall and resolve the provider thread's faults. */
+function stallTarget(node: SimNode, pid: number, region: Region, uffd: Userfaultfd, progressTid: number, peerNode: number) {
+  // A stream of its own in stall mode (the verbs PDs are terminate-mode streams).
+  const stream = node.allocStream({ pid, pd: 0x5a11, faultModel: 'stall' });
+  node.map(stream, region, { read: true, write: true });
+  // The progress thread is the device: its faults on the window are stalled DMA accesses.
+  node.smmu.attachStallSource(uffd, [progressTid]);
+  const now = performance.now();
+  return node.smmu.beginStallWindow({
+    sid: stream.sid,
+    region,
+    offset: 0,
+    length: region.size,
+    access: 'write',
+    // What the driver forwards with each stall. A provider's write says nothing of its
+    // transfer's length, so the hint is one page: each fault resolves the page it hit.
+    tag: {
+      node: node.id,
+      sid: stream.sid,
+      side: 'destination',
+      srcNode: peerNode,
+      tid: 0,
+      channel: 0,
+      seq: 0,
+      va: region.address,
+      write: true,
+      lengthHint: region.pageSize,
+      modelUs: 0,
+      detectedMs: now,
+      issuedUs: 0,
+      issuedMs: now,
+    },
+  });
+}
+
+/** Stall mode: RDMA WRITEs as libfabric RMA writes into the server's unpinned, userfaultfd-registered buffer. */
+async function runStall(
+  role: PeerResult['role'],
+  params: RunParams,
+  provider: LibfabricProvider,
+  transport: LibfabricTransport,
+  cluster: Cluster,
+  onConnected: PeerOptions['onConnected'],
+): Promise<PeerResult> {
+  if (params.op !== 'write')
+    throw Object.assign(new Error(`stall mode carries RDMA WRITE only (write-bw, write-lat), not ${params.op}`), { code: 'ERR_INVALID_ARG_VALUE' });
+  const me = role === 'server' ? SERVER : CLIENT;
+  const r = emptyResult(role, params, provider);
+  const bytes = Math.max(4096, Math.ceil(params.size / 4096) * 4096);
+  const pagesTouched = Math.ceil(params.size / 4096);
+  if (role === 'server') {
+    const uffd = Userfaultfd.open();
+    const ctx = cluster.openDevice(me, { defaultPolicy: params.policy, uffd });
+    const buf = mapRegion(bytes);
+    try {
+      uffd.register(buf);
+      buf.evict();
+      const faults: Fault[] = [];
+      uffd.on('fault', (f) => faults.push(f));
+      const target = transport.openRmaTarget();
+      await transport.exchange({ rmaPort: target.port });
+      const { progressTid } = await target.accepted;
+      const win = stallTarget(cluster.system.node(me), ctx.pid, buf, uffd, progressTid, CLIENT);
+      const { key, base } = transport.exposeRma(buf.address, bytes);
+      await transport.exchange({ addr: base, key });
+      const finished = await transport.exchange('done', 600_000).catch(() => undefined);
+      if (finished !== undefined) {
+        r.mismatches += compare(new Uint8Array(buf.buffer), params.size, params.iters - 1, 'c');
+        r.bytesVerified += params.size;
+      }
+      r.faults.destination = ctx.faultLibrary.stats().faults.destination;
+      r.stall = {
+        progressTid,
+        jsTid: process.pid,
+        faultTids: [...new Set(faults.map((f) => f.threadId))],
+        faultsByHandler: faults.filter((f) => f.resolvedBy === 'handler').length,
+        faultsNative: faults.filter((f) => f.resolvedBy === 'native').length,
+        smmuStalls: win.stalls,
+        libraryFaults: r.faults.destination,
+        pagesTouched,
+      };
+      cluster.system.node(me).smmu.endStallWindow(win);
+      await transport.exchange({ bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: 0, stall: r.stall }, 30_000).catch(() => undefined);
+      return r;
+    } finally {
+      buf.close();
+      uffd.close();
+    }
+  }
+  const buf = mapRegion(bytes, { shared: true });
+  try {
+    const view = new Uint8Array(buf.buffer);
+    const { rmaPort } = await transport.exchange<{ rmaPort: number }>(null);
+    await transport.connectRma(rmaPort);
+    const remote = await transport.exchange<{ addr: bigint; key: bigint }>(null);
+    // No QP here: the libfabric endpoints are the queue pairs (QPN 0).
+    onConnected?.({ node: CLIENT, qpn: 0, addr: buf.address, rkey: 0 }, { node: SERVER, qpn: 0, addr: remote.addr, rkey: Number(remote.key) });
+    const t0 = performance.now();
+    for (let it = 0; it < params.iters && !r.error; it++) {
+      pattern(view, params.size, it, 'c');
+      // The source's pages are memfd pages the kernel maps back (minor faults it resolves itself).
+      if (params.evict) buf.unmapPages();
+      const t = performance.now();
+      try {
+        await transport.rmaWrite(buf.address, params.size, remote.addr, remote.key);
+      } catch (e) {
+        // The peer went away or never answered: what an RDMA WRITE's requester reports then.
+        r.error = `${wcStatusStr(WcStatus.RETRY_EXC_ERR)} (RETRY_EXC_ERR): ${(e as Error).message}`;
+        break;
+      }
+      r.realUs.push((performance.now() - t) * 1000);
+    }
+    r.seconds = (performance.now() - t0) / 1000;
+    await transport.exchange('done', r.error ? 1000 : 600_000).catch(() => undefined);
+    const peer = await transport.exchange<NonNullable<PeerResult['peer']>>({}, r.error ? 1000 : 30_000).catch(() => undefined);
+    if (peer) {
+      r.peer = peer;
+      r.faults.destination = peer.stall?.libraryFaults ?? 0;
+    }
+    return r;
+  } finally {
+    buf.close();
+  }
 }

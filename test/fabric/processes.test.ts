@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { LibfabricTransport } from '../../kernel-sim/index.js';
+import { LibfabricTransport, peerTimeoutMs } from '../../kernel-sim/index.js';
 import { binding } from '../../native/index.js';
 import { ROOT } from '../child.js';
 
@@ -72,6 +72,16 @@ async function pair(program: string, args: string[]) {
     nacks: number;
     retransmitted: number;
     peer?: { bytesVerified: number; mismatches: number; nacks: number };
+    stall?: {
+      progressTid: number;
+      jsTid: number;
+      faultTids: number[];
+      faultsByHandler: number;
+      faultsNative: number;
+      smmuStalls: number;
+      libraryFaults: number;
+      pagesTouched: number;
+    };
   };
   const read = (f: string) => (JSON.parse(readFileSync(f, 'utf8')) as { results: R }).results;
   return { client: read(cj), server: read(sj), stdout: c.stdout };
@@ -102,6 +112,28 @@ describe.skipIf(!built && process.env.CI !== 'true')('nodes in two processes ove
     expect(r.server.bytesVerified).toBe(size);
     expect(r.server.mismatches).toBe(0);
     expect(r.stdout).toMatch(/#bytes\s+#iterations\s+BW peak\[MB\/sec\]\s+BW average\[MB\/sec\]\s+MsgRate\[Mpps\]/);
+  }, 60_000);
+
+  it("stall mode: RMA writes block the server's provider thread (not its JS thread) in genuine faults its fault library resolves", async () => {
+    const size = 64 * 1024;
+    const pages = size / 4096;
+    const r = await pair('write-bw', ['-s', String(size), '-n', '5', '--stall', '--evict']);
+    expect(r.client.error).toBeUndefined();
+    expect(r.server.bytesVerified).toBe(size);
+    expect(r.server.mismatches).toBe(0);
+    const st = r.server.stall!;
+    // The server's buffer starts evicted: each page the writes touch faults once, on the
+    // progress thread, and waits there until the SMMU stall is resolved and resumed.
+    expect(st.pagesTouched).toBe(pages);
+    expect(st.progressTid).not.toBe(st.jsTid);
+    expect(st.faultTids).toEqual([st.progressTid]);
+    expect(st.faultsByHandler).toBe(pages);
+    expect(st.faultsNative).toBe(0);
+    expect(st.smmuStalls).toBe(pages);
+    expect(st.libraryFaults).toBe(pages);
+    expect(r.client.faults.destination).toBe(pages);
+    expect(r.client.nacks).toBe(0);
+    expect(r.stdout).toMatch(/stall mode: 16 stalls of the server's provider thread/);
   }, 60_000);
 
   it('RDMA READ: the source faults in the server process, the sink in the client; every byte verified', async () => {
@@ -145,6 +177,43 @@ describe.skipIf(!built && process.env.CI !== 'true')('nodes in two processes ove
     expect(c.stderr).toMatch(/a work request failed: .*RETRY_EXC_ERR/);
   }, 60_000);
 
+  for (const mode of ['terminate', 'stall'] as const) {
+    it(`a server that never answers (SIGSTOPped) ends the WR with RETRY_EXC_ERR within timeout × (retry_cnt + 1), ${mode} mode`, async () => {
+      const server = start(['write-bw', '-p', '0']);
+      try {
+        const port = (await waitFor(server.output, /port (\d+)/))[1]!;
+        const client = start([
+          'write-bw',
+          '127.0.0.1',
+          '-p',
+          port,
+          '-s',
+          '64K',
+          '-n',
+          '1000000',
+          '--evict',
+          ...(mode === 'stall' ? ['--stall'] : []),
+        ]);
+        await waitFor(client.output, /remote address/);
+        await new Promise((r) => setTimeout(r, 1000));
+        server.child.kill('SIGSTOP');
+        const stoppedAt = Date.now();
+        const c = await client.exit;
+        // The programs' QPs: timeout 16 (268 ms), retry_cnt 7: 2.1 s of silence, then the
+        // requester gives up; the rest is the program's 1 s goodbye to a peer that is gone.
+        const limit = peerTimeoutMs(16, 7);
+        expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(limit - 300);
+        expect(Date.now() - stoppedAt).toBeLessThan(limit + 6_000);
+        expect(c.code).toBe(1);
+        expect(c.stderr).toMatch(/a work request failed: transport retry counter exceeded \(RETRY_EXC_ERR\)/);
+      } finally {
+        server.child.kill('SIGCONT');
+        server.child.kill('SIGKILL');
+        await server.exit;
+      }
+    }, 60_000);
+  }
+
   it('a refused connection is a clear error naming the address', async () => {
     const port = await freePort();
     const c = await start(['rc-pingpong', '127.0.0.1', '-p', String(port)]).exit;
@@ -159,6 +228,9 @@ describe.skipIf(!built && process.env.CI !== 'true')('nodes in two processes ove
     );
     expect(() => LibfabricTransport.listen({ port: 70000, localNodes: [1] })).toThrow(expect.objectContaining({ code: 'ERR_OUT_OF_RANGE' }));
     expect(() => LibfabricTransport.listen({ port: 0, localNodes: [] })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG_TYPE' }));
+    expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], peerTimeoutMs: 0 })).toThrow(
+      expect.objectContaining({ code: 'ERR_OUT_OF_RANGE', message: expect.stringContaining('peerTimeoutMs must be a number of milliseconds >= 10') }),
+    );
     expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], provider: 'shm' })).toThrow(
       expect.objectContaining({ code: 'ENODATA', message: expect.stringContaining('use provider tcp') }),
     );
