@@ -7,9 +7,12 @@
 //   send:  ping-pong, each side evicts its buffer before every message (faults at both ends)
 //   write: the client evicts its source before every write; the server's buffer starts evicted
 //   read:  the client evicts its sink before every read; the server's buffer starts evicted
+//   atomic: the client's FETCH_AND_ADD 1 (or CMP_AND_SWAP i → i+1) on the server's first 8
+//          bytes, its 8-byte sink evicted before each; the server's buffer starts evicted.
+//          Iteration i must return i, and the server's word ends at iters.
 // Stall mode (faultModel 'stall', write only): the client's writes are libfabric RMA writes
 // straight into the server's buffer, which is anonymous memory registered on the server's
-// userfaultfd and starts evicted. The server's provider places them on a native progress
+// userfaultfd and starts evicted (--evict). The server's provider places them on a native progress
 // thread; a write that lands on a missing page blocks that thread in a genuine fault, which
 // the server's SMMU stalls and its fault library resolves (netlink, CMD_RESUME): the JS thread
 // serving the fault is never the one blocked.
@@ -36,7 +39,10 @@ import {
   Userfaultfd,
 } from '../lib/index.js';
 
-export type FabricOp = 'send' | 'write' | 'read';
+export type FabricOp = 'send' | 'write' | 'read' | 'atomic';
+
+/** perftest's -A: the atomic operation of an 'atomic' run. */
+export type AtomicType = 'FETCH_AND_ADD' | 'CMP_AND_SWAP';
 
 /** What the client decides and the server adopts. */
 export interface RunParams {
@@ -48,6 +54,26 @@ export interface RunParams {
   policy: PolicyName;
   /** 'terminate' (the default): engine packets, faults NACKed; 'stall': libfabric RMA writes that block in the target's faults. */
   faultModel?: FaultModel;
+  /** perftest's -a: every size from 2 to 2^23 bytes (powers of two), `iters` each; `size` is then ignored. */
+  all?: boolean;
+  /** The 'atomic' op's operation (default FETCH_AND_ADD). */
+  atomicType?: AtomicType;
+}
+
+/** perftest's -a sizes: 2, 4, … 2^23 bytes. */
+export const ALL_SIZES: readonly number[] = Array.from({ length: 23 }, (_, i) => 2 ** (i + 1));
+
+/** The message sizes a run goes through, in order. */
+export function runSizes(p: RunParams): number[] {
+  return p.all ? [...ALL_SIZES] : [p.size];
+}
+
+/** One message size's measurements. */
+export interface SizeRun {
+  size: number;
+  /** Round trip (send) or completion time (write, read) of each iteration, µs (measured). */
+  realUs: number[];
+  seconds: number;
 }
 
 export interface PeerOptions extends RunParams {
@@ -81,9 +107,8 @@ export interface PeerResult {
   retransmitted: number;
   /** NACKs this node's engine received (destination faults of the transfers it sent). */
   nacks: number;
-  /** Round trip (send) or completion time (write, read) of each iteration, µs (measured). */
-  realUs: number[];
-  seconds: number;
+  /** Each size's measurements (one size unless -a), in order; the client's (and both sides' for send). */
+  runs: SizeRun[];
   /** The server's own counters, as it reported them at the end (client only). */
   peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
@@ -167,28 +192,18 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const pd = ctx.allocPd();
     const cq = ctx.createCq(256);
     const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
-    const bytes = Math.max(4096, Math.ceil(params.size / 4096) * 4096);
-    buf = mapRegion(bytes, { shared: true });
-    const view = new Uint8Array(buf.buffer);
-    const access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | (params.odp ? Access.ON_DEMAND : 0);
+    const sizes = runSizes(params);
+    const largest = Math.max(...sizes);
+    const bytes = Math.max(4096, Math.ceil(largest / 4096) * 4096);
+    const region = (buf = mapRegion(bytes, { shared: true }));
+    const view = new Uint8Array(region.buffer);
+    const access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC | (params.odp ? Access.ON_DEMAND : 0);
     const mr = ctx.regMr(pd, buf, 0, bytes, access, { policy: params.policy });
     const local: Endpoint = { node: me, qpn: qp.qpNum, addr: mr.addr, rkey: mr.rkey };
     const remote = await transport.exchange<Endpoint>(local);
     connect(qp, remote);
     o.onConnected?.(local, remote);
-    const sge = [{ addr: mr.addr, length: params.size, lkey: mr.lkey }];
-    const r: PeerResult = {
-      role,
-      params,
-      provider,
-      bytesVerified: 0,
-      mismatches: 0,
-      faults: { source: 0, destination: 0 },
-      retransmitted: 0,
-      nacks: 0,
-      realUs: [],
-      seconds: 0,
-    };
+    const r = emptyResult(role, params, provider);
     const count = (wc: WorkCompletion) => {
       if (wc.status !== WcStatus.SUCCESS) r.error ??= `${wc.statusStr} (${WcStatus[wc.status]})`;
       if (wc.odp) {
@@ -200,59 +215,96 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     };
     // The server's passive buffer starts evicted: the first write or read faults there.
     if (params.op !== 'send' && role === 'server') {
-      if (params.op === 'read') pattern(view, params.size, 0, 's');
+      if (params.op === 'read') pattern(view, largest, 0, 's');
       if (params.evict) buf.unmapPages();
     }
     await transport.exchange('ready');
-    const t0 = performance.now();
-    if (params.op === 'send') {
-      for (let it = 0; it < params.iters && !r.error; it++) {
-        const t = performance.now();
-        if (role === 'client') {
-          pattern(view, params.size, it, 'c');
-          if (params.evict) buf.unmapPages();
-          qp.postRecv({ wrId: BigInt(it), sgList: sge });
-          qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
-          for (let k = 0; k < 2 && !r.error; k++) count(await completion(cq));
-          if (r.error) break;
-          r.mismatches += compare(view, params.size, it, 's');
-          r.bytesVerified += params.size;
-        } else {
-          if (params.evict) buf.unmapPages();
-          qp.postRecv({ wrId: BigInt(it), sgList: sge });
-          if (!count(await completion(cq))) break;
-          r.mismatches += compare(view, params.size, it, 'c');
-          r.bytesVerified += params.size;
-          pattern(view, params.size, it, 's');
-          if (params.evict) buf.unmapPages();
-          qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
-          count(await completion(cq));
+    for (const size of sizes) {
+      if (r.error) break;
+      const run: SizeRun = { size, realUs: [], seconds: 0 };
+      if (params.op === 'send' || role === 'client') r.runs.push(run);
+      const sge = [{ addr: mr.addr, length: size, lkey: mr.lkey }];
+      const t0 = performance.now();
+      await iterate(size, sge, run);
+      run.seconds = (performance.now() - t0) / 1000;
+    }
+    // One size's iterations: ping-pong (send), or the client's writes or reads.
+    async function iterate(size: number, sge: Array<{ addr: bigint; length: number; lkey: number }>, run: SizeRun): Promise<void> {
+      if (params.op === 'send') {
+        for (let it = 0; it < params.iters && !r.error; it++) {
+          const t = performance.now();
+          if (role === 'client') {
+            pattern(view, size, it, 'c');
+            if (params.evict) region.unmapPages();
+            qp.postRecv({ wrId: BigInt(it), sgList: sge });
+            qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
+            for (let k = 0; k < 2 && !r.error; k++) count(await completion(cq));
+            if (r.error) break;
+            r.mismatches += compare(view, size, it, 's');
+            r.bytesVerified += size;
+          } else {
+            if (params.evict) region.unmapPages();
+            qp.postRecv({ wrId: BigInt(it), sgList: sge });
+            if (!count(await completion(cq))) break;
+            r.mismatches += compare(view, size, it, 'c');
+            r.bytesVerified += size;
+            pattern(view, size, it, 's');
+            if (params.evict) region.unmapPages();
+            qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
+            count(await completion(cq));
+          }
+          run.realUs.push((performance.now() - t) * 1000);
         }
-        r.realUs.push((performance.now() - t) * 1000);
-      }
-    } else if (role === 'client') {
-      const opcode = params.op === 'write' ? WrOpcode.RDMA_WRITE : WrOpcode.RDMA_READ;
-      for (let it = 0; it < params.iters && !r.error; it++) {
-        if (params.op === 'write') pattern(view, params.size, it, 'c');
-        if (params.evict) buf.unmapPages();
-        const t = performance.now();
-        qp.postSend({ wrId: BigInt(it), opcode, sgList: sge, sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: remote.addr, rkey: remote.rkey } });
-        if (!count(await completion(cq))) break;
-        r.realUs.push((performance.now() - t) * 1000);
-        if (params.op === 'read') {
-          r.mismatches += compare(view, params.size, 0, 's');
-          r.bytesVerified += params.size;
+      } else if (role === 'client' && params.op === 'atomic') {
+        const cas = params.atomicType === 'CMP_AND_SWAP';
+        const word = new DataView(region.buffer);
+        for (let it = 0; it < params.iters && !r.error; it++) {
+          if (params.evict) region.unmapPages();
+          const atomic = cas
+            ? { remoteAddr: remote.addr, rkey: remote.rkey, compareAdd: BigInt(it), swap: BigInt(it + 1) }
+            : { remoteAddr: remote.addr, rkey: remote.rkey, compareAdd: 1n };
+          const t = performance.now();
+          qp.postSend({
+            wrId: BigInt(it),
+            opcode: cas ? WrOpcode.ATOMIC_CMP_AND_SWP : WrOpcode.ATOMIC_FETCH_AND_ADD,
+            sgList: [{ ...sge[0]!, length: 8 }],
+            sendFlags: SendFlags.SIGNALED,
+            atomic,
+          });
+          if (!count(await completion(cq))) break;
+          run.realUs.push((performance.now() - t) * 1000);
+          // The original value comes back into the sink (host byte order): iteration i's is i.
+          if (word.getBigUint64(0, true) !== BigInt(it)) r.mismatches += 8;
+          r.bytesVerified += 8;
+        }
+      } else if (role === 'client') {
+        const opcode = params.op === 'write' ? WrOpcode.RDMA_WRITE : WrOpcode.RDMA_READ;
+        for (let it = 0; it < params.iters && !r.error; it++) {
+          if (params.op === 'write') pattern(view, size, it, 'c');
+          if (params.evict) region.unmapPages();
+          const t = performance.now();
+          qp.postSend({ wrId: BigInt(it), opcode, sgList: sge, sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: remote.addr, rkey: remote.rkey } });
+          if (!count(await completion(cq))) break;
+          run.realUs.push((performance.now() - t) * 1000);
+          if (params.op === 'read') {
+            r.mismatches += compare(view, size, 0, 's');
+            r.bytesVerified += size;
+          }
         }
       }
     }
-    r.seconds = (performance.now() - t0) / 1000;
     // The end: once the client is done, the server checks what was written into its buffer
     // (not before: reading it would make its pages resident) and both report their counters.
     const finished = await transport.exchange('done', r.error ? 1000 : 600_000).catch(() => undefined);
     r.nacks = cluster.system.node(me).pldma.counters().nacksReceived;
+    if (params.op === 'atomic' && role === 'server' && finished !== undefined) {
+      if (new DataView(region.buffer).getBigUint64(0, true) !== BigInt(params.iters)) r.mismatches += 8;
+      r.bytesVerified += 8;
+    }
     if (params.op === 'write' && role === 'server' && finished !== undefined) {
-      r.mismatches += compare(view, params.size, params.iters - 1, 'c');
-      r.bytesVerified += params.size;
+      // The last write of the largest size covers every byte the others wrote.
+      r.mismatches += compare(view, largest, params.iters - 1, 'c');
+      r.bytesVerified += largest;
     }
     const mine = { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: r.nacks };
     const peer = await transport.exchange<typeof mine>(mine, r.error ? 1000 : 30_000).catch(() => undefined);
@@ -268,6 +320,11 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
 function pickParams(o: PeerOptions): RunParams {
   const p: RunParams = { op: o.op, size: o.size, iters: o.iters, evict: o.evict, odp: o.odp, policy: o.policy };
   if (o.faultModel) p.faultModel = o.faultModel;
+  if (o.all) p.all = true;
+  if (o.op === 'atomic') {
+    p.size = 8;
+    p.atomicType = o.atomicType ?? 'FETCH_AND_ADD';
+  }
   return p;
 }
 
@@ -281,8 +338,7 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
     faults: { source: 0, destination: 0 },
     retransmitted: 0,
     nacks: 0,
-    realUs: [],
-    seconds: 0,
+    runs: [],
   };
 }
 
@@ -334,15 +390,20 @@ async function runStall(
     throw Object.assign(new Error(`stall mode carries RDMA WRITE only (write-bw, write-lat), not ${params.op}`), { code: 'ERR_INVALID_ARG_VALUE' });
   const me = role === 'server' ? SERVER : CLIENT;
   const r = emptyResult(role, params, provider);
-  const bytes = Math.max(4096, Math.ceil(params.size / 4096) * 4096);
-  const pagesTouched = Math.ceil(params.size / 4096);
+  const sizes = runSizes(params);
+  const largest = Math.max(...sizes);
+  const bytes = Math.max(4096, Math.ceil(largest / 4096) * 4096);
+  const pagesTouched = Math.ceil(largest / 4096);
   if (role === 'server') {
     const uffd = Userfaultfd.open();
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy, uffd });
     const buf = mapRegion(bytes);
     try {
+      // Resident unless --evict: then every page the writes touch is missing (register first,
+      // then evict, or THP could populate the range again).
+      buf.populate();
       uffd.register(buf);
-      buf.evict();
+      if (params.evict) buf.evict();
       const faults: Fault[] = [];
       uffd.on('fault', (f) => faults.push(f));
       const target = transport.openRmaTarget();
@@ -353,8 +414,8 @@ async function runStall(
       await transport.exchange({ addr: base, key });
       const finished = await transport.exchange('done', 600_000).catch(() => undefined);
       if (finished !== undefined) {
-        r.mismatches += compare(new Uint8Array(buf.buffer), params.size, params.iters - 1, 'c');
-        r.bytesVerified += params.size;
+        r.mismatches += compare(new Uint8Array(buf.buffer), largest, params.iters - 1, 'c');
+        r.bytesVerified += largest;
       }
       r.faults.destination = ctx.faultLibrary.stats().faults.destination;
       r.stall = {
@@ -383,22 +444,27 @@ async function runStall(
     const remote = await transport.exchange<{ addr: bigint; key: bigint }>(null);
     // No QP here: the libfabric endpoints are the queue pairs (QPN 0).
     onConnected?.({ node: CLIENT, qpn: 0, addr: buf.address, rkey: 0 }, { node: SERVER, qpn: 0, addr: remote.addr, rkey: Number(remote.key) });
-    const t0 = performance.now();
-    for (let it = 0; it < params.iters && !r.error; it++) {
-      pattern(view, params.size, it, 'c');
-      // The source's pages are memfd pages the kernel maps back (minor faults it resolves itself).
-      if (params.evict) buf.unmapPages();
-      const t = performance.now();
-      try {
-        await transport.rmaWrite(buf.address, params.size, remote.addr, remote.key);
-      } catch (e) {
-        // The peer went away or never answered: what an RDMA WRITE's requester reports then.
-        r.error = `${wcStatusStr(WcStatus.RETRY_EXC_ERR)} (RETRY_EXC_ERR): ${(e as Error).message}`;
-        break;
+    for (const size of sizes) {
+      if (r.error) break;
+      const run: SizeRun = { size, realUs: [], seconds: 0 };
+      r.runs.push(run);
+      const t0 = performance.now();
+      for (let it = 0; it < params.iters && !r.error; it++) {
+        pattern(view, size, it, 'c');
+        // The source's pages are memfd pages the kernel maps back (minor faults it resolves itself).
+        if (params.evict) buf.unmapPages();
+        const t = performance.now();
+        try {
+          await transport.rmaWrite(buf.address, size, remote.addr, remote.key);
+        } catch (e) {
+          // The peer went away or never answered: what an RDMA WRITE's requester reports then.
+          r.error = `${wcStatusStr(WcStatus.RETRY_EXC_ERR)} (RETRY_EXC_ERR): ${(e as Error).message}`;
+          break;
+        }
+        run.realUs.push((performance.now() - t) * 1000);
       }
-      r.realUs.push((performance.now() - t) * 1000);
+      run.seconds = (performance.now() - t0) / 1000;
     }
-    r.seconds = (performance.now() - t0) / 1000;
     await transport.exchange('done', r.error ? 1000 : 600_000).catch(() => undefined);
     const peer = await transport.exchange<NonNullable<PeerResult['peer']>>({}, r.error ? 1000 : 30_000).catch(() => undefined);
     if (peer) {

@@ -19,7 +19,7 @@ import type { Transport } from './transport.js';
 export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
 export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
 
-/** The largest serialised packet (native/fabric.cc's receive buffers). */
+/** The largest message (native/fabric.cc's receive buffers); a larger frame goes in chunks. */
 export const MAX_WIRE_BYTES = 4 << 20;
 
 export interface LibfabricOptions {
@@ -35,7 +35,16 @@ export interface LibfabricOptions {
   peerTimeoutMs?: number;
 }
 
-type Frame = { k: 'hello'; nodes: number[] } | { k: 'packet'; p: Packet; bytes?: Uint8Array[] } | { k: 'exchange'; body: unknown } | { k: 'ping' };
+type Frame =
+  | { k: 'hello'; nodes: number[] }
+  | { k: 'packet'; p: Packet; bytes?: Uint8Array[] }
+  | { k: 'exchange'; body: unknown }
+  | { k: 'ping' }
+  /** A slice of a frame larger than one receive buffer (messages of a connection arrive in order). */
+  | { k: 'chunk'; data: Uint8Array; last: boolean };
+
+/** Room left in a receive buffer for a chunk frame's own header. */
+const CHUNK_BYTES = MAX_WIRE_BYTES - 4096;
 
 /**
  * How long a requester waits for a silent peer before RETRY_EXC_ERR, as InfiniBand counts it:
@@ -139,6 +148,7 @@ export class LibfabricTransport implements Transport {
   #spare: Staging[] = [];
   #host: string | undefined;
   #rma: RmaState = { writes: new Map(), nextId: 1 };
+  #chunks = new Map<number, Uint8Array[]>(); // connection handle → slices of a frame so far
   #heard = new Map<number, number>(); // connection handle → when a frame last came (performance.now())
   #keepalive: ReturnType<typeof setInterval>;
   #closed = false;
@@ -434,12 +444,16 @@ export class LibfabricTransport implements Transport {
     if (p.type === 'ack' && p.verdicts) this.#release(p);
     const frame = this.#encode(p);
     if (!frame) return;
-    if (frame.length > MAX_WIRE_BYTES)
-      throw fabricError(
-        `fabric: a ${p.type} packet of ${frame.length} bytes exceeds the transport's ${MAX_WIRE_BYTES} (use a smaller blockSize)`,
-        'EMSGSIZE',
-      );
-    this.#fi.fabricSend(handle, frame);
+    if (frame.length <= MAX_WIRE_BYTES) {
+      this.#fi.fabricSend(handle, frame);
+      return;
+    }
+    // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers) can exceed a
+    // receive buffer: it goes as ordered slices the peer joins before decoding.
+    for (let at = 0; at < frame.length; at += CHUNK_BYTES) {
+      const data = frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES));
+      this.#fi.fabricSend(handle, serialize({ k: 'chunk', data, last: at + CHUNK_BYTES >= frame.length } satisfies Frame));
+    }
   }
 
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {
@@ -527,10 +541,10 @@ export class LibfabricTransport implements Transport {
   }
 
   #stage(size: number): Staging {
-    const s = this.#spare.pop();
-    if (s) return s;
-    const raw = binding.mapRegion(MAX_WIRE_BYTES, false, false, false);
-    if (size > raw.buffer.byteLength) throw new RangeError(`fabric: a write of ${size} bytes exceeds the staging size`);
+    const i = this.#spare.findIndex((x) => x.raw.buffer.byteLength >= size);
+    if (i >= 0) return this.#spare.splice(i, 1)[0]!;
+    const page = 4096;
+    const raw = binding.mapRegion(Math.max(MAX_WIRE_BYTES, Math.ceil(size / page) * page), false, false, false);
     const memory: MemoryLike = {
       id: raw.id,
       address: raw.address,
@@ -584,6 +598,17 @@ export class LibfabricTransport implements Transport {
 
   #onFrame(handle: number, f: Frame): void {
     if (f.k === 'ping') return;
+    if (f.k === 'chunk') {
+      const parts = this.#chunks.get(handle) ?? [];
+      parts.push(f.data);
+      if (!f.last) {
+        this.#chunks.set(handle, parts);
+        return;
+      }
+      this.#chunks.delete(handle);
+      this.#onFrame(handle, deserialize(Buffer.concat(parts)) as Frame);
+      return;
+    }
     if (f.k === 'hello') {
       for (const n of f.nodes) {
         this.#remote.set(n, handle);
