@@ -68,12 +68,17 @@ function fabricError(message: string, code: string, cause?: unknown): Error {
   return e;
 }
 
-// A provider without connected endpoints (shm in libfabric 1.17 offers only FI_EP_RDM) finds no fi_info.
+// A provider without connected endpoints finds no fi_info. shm in libfabric 1.17 offers only
+// FI_EP_RDM, and even over a tcp setup connection its endpoints could not be waited on: its
+// CQs refuse FI_WAIT_FD / POLLFD / SET / MUTEX_COND (fi_cq_open: -FI_ENOSYS), FI_GETWAIT on the
+// ones it accepts (NONE, UNSPEC, YIELD) is -FI_ENOSYS, and its progress is manual: only a
+// polling loop or a spinning thread could drive it.
 function providerError(provider: string, e: unknown): unknown {
   const err = e as Error & { code?: string };
   if (err.code !== 'ENODATA') return e;
   return fabricError(
-    `libfabric provider ${provider} offers no connected (FI_EP_MSG) endpoint here, which this transport's connection manager needs: use provider tcp (${err.message})`,
+    `libfabric provider ${provider} offers no connected (FI_EP_MSG) endpoint here, which this transport's connection manager needs` +
+      `${provider === 'shm' ? ' (shm: reliable datagrams only, and CQs without a wait fd)' : ''}: use provider tcp (${err.message})`,
     'ENODATA',
     e,
   );
