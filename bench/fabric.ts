@@ -134,7 +134,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
         take: async () => (await ours('write-bw', o.large, bwIters, ['--stall'], dir)).bwAverage!,
       },
       {
-        what: 'write-bw --stall, server evicted (RMA)',
+        what: 'write-bw --stall faults at the server (RMA)',
         size: o.large,
         kind: 'bandwidth',
         take: async () => (await ours('write-bw', o.large, bwIters, ['--stall', '--evict'], dir)).bwAverage!,
@@ -191,7 +191,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       );
     const x = (v: number) => `${v.toFixed(2)}x`;
     console.log(
-      `stall mode (RMA): latency ${x(ratios.latencyStallVsFiPingpong)} fi_pingpong's (target <= 1.5x); bandwidth ${x(ratios.bandwidthStallVsFiPingpong)} (target >= 0.5x), ${x(ratios.bandwidthStallEvictedVsFiPingpong)} with the server's buffer evicted`,
+      `stall mode (RMA): latency ${x(ratios.latencyStallVsFiPingpong)} fi_pingpong's (target <= 1.5x); bandwidth ${x(ratios.bandwidthStallVsFiPingpong)} (target >= 0.5x), ${x(ratios.bandwidthStallEvictedVsFiPingpong)} with faults at the server`,
     );
     console.log(
       `terminate mode (engine packets): latency ${x(ratios.latencyEngineVsFiPingpong)} (${x(ratios.latencyEngineFaultsVsFiPingpong)} with faults); bandwidth ${x(ratios.bandwidthEngineVsFiPingpong)} (${x(ratios.bandwidthEngineFaultsVsFiPingpong)} with faults)`,

@@ -12,7 +12,7 @@
 //          Iteration i must return i, and the server's word ends at iters.
 // Stall mode (faultModel 'stall', write only): the client's writes are libfabric RMA writes
 // straight into the server's buffer, which is anonymous memory registered on the server's
-// userfaultfd and starts evicted (--evict). The server's provider places them on a native progress
+// userfaultfd; with --evict the server evicts it before each write (the client asks). The server's provider places them on a native progress
 // thread; a write that lands on a missing page blocks that thread in a genuine fault, which
 // the server's SMMU stalls and its fault library resolves (netlink, CMD_RESUME): the JS thread
 // serving the fault is never the one blocked.
@@ -127,7 +127,7 @@ export interface StallReport {
   /** Stalls the SMMU recorded, and faults the fault library resolved (destination side). */
   smmuStalls: number;
   libraryFaults: number;
-  /** Pages of the buffer the writes touched, all evicted at the start. */
+  /** Pages the writes found evicted (--evict: the server evicts its buffer before each write). */
   pagesTouched: number;
 }
 
@@ -393,7 +393,8 @@ async function runStall(
   const sizes = runSizes(params);
   const largest = Math.max(...sizes);
   const bytes = Math.max(4096, Math.ceil(largest / 4096) * 4096);
-  const pagesTouched = Math.ceil(largest / 4096);
+  // Pages the writes found evicted: with --evict, every page of every write.
+  const pagesTouched = params.evict ? sizes.reduce((n, size) => n + Math.ceil(size / 4096), 0) * params.iters : 0;
   if (role === 'server') {
     const uffd = Userfaultfd.open();
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy, uffd });
@@ -412,8 +413,17 @@ async function runStall(
       const win = stallTarget(cluster.system.node(me), ctx.pid, buf, uffd, progressTid, CLIENT);
       const { key, base } = transport.exposeRma(buf.address, bytes);
       await transport.exchange({ addr: base, key });
-      const finished = await transport.exchange('done', 600_000).catch(() => undefined);
-      if (finished !== undefined) {
+      // --evict: before each write the client asks for the buffer to be evicted and waits for
+      // the answer, so every write meets missing pages (and the provider thread stalls on each).
+      let m = await transport.receive<string>(600_000).catch(() => undefined);
+      while (m === 'evict') {
+        buf.evict();
+        transport.post('evicted');
+        m = await transport.receive<string>(600_000).catch(() => undefined);
+      }
+      const finished = m === 'done';
+      if (finished) transport.post('done');
+      if (finished) {
         r.mismatches += compare(new Uint8Array(buf.buffer), largest, params.iters - 1, 'c');
         r.bytesVerified += largest;
       }
@@ -451,10 +461,16 @@ async function runStall(
       const t0 = performance.now();
       for (let it = 0; it < params.iters && !r.error; it++) {
         pattern(view, size, it, 'c');
-        // The source's pages are memfd pages the kernel maps back (minor faults it resolves itself).
-        if (params.evict) buf.unmapPages();
-        const t = performance.now();
+        let t = 0;
         try {
+          if (params.evict) {
+            // The source's pages are memfd pages the kernel maps back (minor faults it resolves
+            // itself); the server evicts its buffer and answers before the write goes.
+            buf.unmapPages();
+            transport.post('evict');
+            await transport.receive(30_000);
+          }
+          t = performance.now();
           await transport.rmaWrite(buf.address, size, remote.addr, remote.key);
         } catch (e) {
           // The peer went away or never answered: what an RDMA WRITE's requester reports then.
@@ -463,7 +479,8 @@ async function runStall(
         }
         run.realUs.push((performance.now() - t) * 1000);
       }
-      run.seconds = (performance.now() - t0) / 1000;
+      // With --evict only the writes count, not the eviction requests between them.
+      run.seconds = params.evict ? run.realUs.reduce((a, b) => a + b, 0) / 1e6 : (performance.now() - t0) / 1000;
     }
     await transport.exchange('done', r.error ? 1000 : 600_000).catch(() => undefined);
     const peer = await transport.exchange<NonNullable<PeerResult['peer']>>({}, r.error ? 1000 : 30_000).catch(() => undefined);

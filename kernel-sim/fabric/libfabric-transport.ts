@@ -147,7 +147,7 @@ export class LibfabricTransport implements Transport {
   #conns = new Set<number>();
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   #exchanges: unknown[] = [];
-  #exchangeWaiters: Array<(body: unknown) => void> = [];
+  #exchangeWaiters: Array<{ take: (body: unknown) => void; fail: (e: Error) => void }> = [];
   #lostListeners: Array<(node: number) => void> = [];
   #staged = new Map<string, Staging>();
   #spare: Staging[] = [];
@@ -267,21 +267,41 @@ export class LibfabricTransport implements Transport {
    * QP numbers, addresses and keys (ibv_rc_pingpong's exchange over its TCP socket).
    */
   exchange<T>(body: unknown, timeoutMs = 10_000): Promise<T> {
+    try {
+      this.post(body);
+    } catch (e) {
+      return Promise.reject(e as Error);
+    }
+    return this.receive<T>(timeoutMs);
+  }
+
+  /** Send `body` to the peer (it comes out of the peer's exchange or receive), without waiting. */
+  post(body: unknown): void {
     const [handle] = this.#conns;
-    if (handle === undefined || this.#closed) return Promise.reject(fabricError('exchange: no peer is connected', 'ENOTCONN'));
+    if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
     this.#fi.fabricSend(handle, serialize({ k: 'exchange', body } satisfies Frame));
-    const got = this.#exchanges.shift();
-    if (got !== undefined) return Promise.resolve(got as T);
+  }
+
+  /** Wait for the next body the peer posts (or exchanges), without sending: one side of a request and its answer. */
+  receive<T>(timeoutMs = 10_000): Promise<T> {
+    if (this.#exchanges.length) return Promise.resolve(this.#exchanges.shift() as T);
+    if (this.#closed) return Promise.reject(fabricError('exchange: the transport was closed', 'ERR_CLOSED'));
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.#exchangeWaiters = this.#exchangeWaiters.filter((w) => w !== take);
+        this.#exchangeWaiters = this.#exchangeWaiters.filter((x) => x !== w);
         reject(fabricError(`exchange: the peer sent nothing within ${timeoutMs} ms`, 'ETIMEDOUT'));
       }, timeoutMs);
-      const take = (b: unknown) => {
-        clearTimeout(timer);
-        resolve(b as T);
+      const w = {
+        take: (b: unknown) => {
+          clearTimeout(timer);
+          resolve(b as T);
+        },
+        fail: (e: Error) => {
+          clearTimeout(timer);
+          reject(e);
+        },
       };
-      this.#exchangeWaiters.push(take);
+      this.#exchangeWaiters.push(w);
     });
   }
 
@@ -487,6 +507,7 @@ export class LibfabricTransport implements Transport {
     for (const w of this.#rma.writes.values()) w.reject(closed);
     this.#rma.writes.clear();
     for (const w of this.#peerWaiters.splice(0)) w.reject(fabricError('the transport was closed', 'ERR_CLOSED'));
+    for (const w of this.#exchangeWaiters.splice(0)) w.fail(fabricError('the transport was closed', 'ERR_CLOSED'));
     for (const s of [...this.#staged.values(), ...this.#spare]) binding.closeRegion(s.raw.id, s.raw.buffer);
     this.#staged.clear();
     this.#spare = [];
@@ -622,7 +643,7 @@ export class LibfabricTransport implements Transport {
       for (const w of this.#peerWaiters.splice(0)) w.resolve();
     } else if (f.k === 'exchange') {
       const w = this.#exchangeWaiters.shift();
-      if (w) w(f.body);
+      if (w) w.take(f.body);
       else this.#exchanges.push(f.body);
     } else {
       const p = f.p.type === 'write' ? this.#decodeWrite(f.p, f.bytes ?? []) : f.p;
@@ -645,8 +666,10 @@ export class LibfabricTransport implements Transport {
       this.#lost.add(n);
       this.#tellLost(n);
     }
-    // Stall mode's writes to that peer end too (their delivery can never be confirmed).
+    // What waits on that peer's answers ends too: exchanges, and stall mode's writes (their
+    // delivery can never be confirmed).
     const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
+    for (const w of this.#exchangeWaiters.splice(0)) w.fail(gone);
     for (const w of this.#rma.writes.values()) w.reject(gone);
     this.#rma.writes.clear();
   }
