@@ -1,10 +1,11 @@
 // npm run bench:fabric: the libfabric transport against libfabric's own fi_pingpong
 // (Debian's libfabric-bin) over the same provider (tcp, FI_EP_MSG) on loopback, in one run:
-// small-message latency (one way) and large-message bandwidth, resident and with faults at
-// both ends. Every side is a real process; the JSON goes to bench/results/fabric.json.
+// small-message latency (one way) and large-message bandwidth, resident and with faults, in
+// stall mode (RMA writes) and terminate mode (engine packets), interleaved rounds, medians.
+// Every side is a real process; the JSON goes to bench/results/fabric.json.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultResults, machineInfo } from './faults.js';
@@ -13,6 +14,8 @@ export interface FabricBenchOptions {
   small: number;
   large: number;
   iters: number;
+  /** Interleaved rounds whose medians are reported (default 3). */
+  rounds?: number;
   /** Where the JSON goes (default bench/results/fabric.json); false: not written. */
   json?: string | false;
 }
@@ -23,6 +26,8 @@ export interface Row {
   /** One-way latency, µs (fi_pingpong's usec/xfer; ours: round trip / 2). */
   latencyUs?: number;
   mbPerSec?: number;
+  /** Every round's figure (the row shows their median). */
+  samples: number[];
 }
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -55,13 +60,18 @@ async function waitFor(get: () => string, re: RegExp): Promise<RegExpExecArray> 
   throw new Error(`bench:fabric: timed out waiting for ${re}`);
 }
 
-/** fi_pingpong -p tcp -e msg: its last line's MB/sec and usec/xfer. */
+/**
+ * fi_pingpong -p tcp -e msg -I iters -S size: its client's result line. Its columns: bytes,
+ * #sent, #ack, total (both directions), time, MB/sec (total / time), usec/xfer (time /
+ * (2 × iters): one way), Mxfers/sec. Without -I it runs 10 iterations, whose first one carries
+ * the connection's warm-up: the ~1 ms "latency" of a bare fi_pingpong.
+ */
 async function fiPingpong(size: number, iters: number): Promise<{ latencyUs: number; mbPerSec: number }> {
   const port = String(20000 + Math.floor(Math.random() * 20000));
-  const args = ['-p', 'tcp', '-e', 'msg', '-I', String(iters), '-S', String(size), '-B', port];
-  const server = run('fi_pingpong', args);
+  const common = ['-p', 'tcp', '-e', 'msg', '-I', String(iters), '-S', String(size)];
+  const server = run('fi_pingpong', [...common, '-B', port]);
   await new Promise((r) => setTimeout(r, 500));
-  const client = await run('fi_pingpong', ['-p', 'tcp', '-e', 'msg', '-I', String(iters), '-S', String(size), '-P', port, '127.0.0.1']);
+  const client = await run('fi_pingpong', [...common, '-P', port, '127.0.0.1']);
   await server;
   const line = client.out.trim().split('\n').pop() ?? '';
   const cols = line.trim().split(/\s+/);
@@ -69,58 +79,131 @@ async function fiPingpong(size: number, iters: number): Promise<{ latencyUs: num
   return { mbPerSec: Number(cols[5]), latencyUs: Number(cols[6]) };
 }
 
-/** One of our programs as server and client processes; the client's --json results. */
-async function ours(
-  program: string,
-  size: number,
-  iters: number,
-  evict: boolean,
-  dir: string,
-): Promise<{ row: Record<string, number>; realUs?: number[] }> {
+/** One of our programs as server and client processes; the client's --out_json results. */
+async function ours(program: string, size: number, iters: number, flags: string[], dir: string): Promise<Record<string, number>> {
   let sout = '';
   const server = spawn(process.execPath, [MAIN, program, '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
   server.stdout.on('data', (d: Buffer) => (sout += d.toString()));
   try {
     const port = (await waitFor(() => sout, /port (\d+)/))[1]!;
-    const json = join(dir, `${program}-${size}-${evict}.json`);
-    const args = [MAIN, program, '127.0.0.1', '-p', port, '-s', String(size), '-n', String(iters), '--out_json', json, ...(evict ? ['--evict'] : [])];
+    const json = join(dir, `${program}-${size}-${flags.join('')}.json`);
+    const args = [MAIN, program, '127.0.0.1', '-p', port, '-s', String(size), '-n', String(iters), '--out_json', json, ...flags];
     const c = await run(process.execPath, args);
-    if (c.code !== 0) throw new Error(`bench:fabric: ${program} failed:\n${c.out}`);
-    return JSON.parse(readFileSync(json, 'utf8')) as { row: Record<string, number> };
+    if (c.code !== 0) throw new Error(`bench:fabric: ${program} ${flags.join(' ')} failed:\n${c.out}`);
+    return (JSON.parse(readFileSync(json, 'utf8')) as { row: Record<string, number> }).row;
   } finally {
     server.kill('SIGTERM');
   }
 }
 
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
+/** A measurement: how to take it once, and which kind of figure it gives. */
+interface Case {
+  what: string;
+  size: number;
+  kind: 'latency' | 'bandwidth';
+  take: () => Promise<number>;
+}
+
 export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[]; ratios: Record<string, number> }> {
   const dir = mkdtempSync(join(tmpdir(), 'pfr-bench-fabric-'));
+  const rounds = o.rounds ?? 3;
+  const bwIters = Math.max(10, Math.floor(o.iters / 10));
   try {
-    const rows: Row[] = [];
-    const fiSmall = await fiPingpong(o.small, o.iters);
-    rows.push({ what: 'fi_pingpong tcp msg', size: o.small, latencyUs: fiSmall.latencyUs });
-    const fiLarge = await fiPingpong(o.large, Math.max(10, Math.floor(o.iters / 10)));
-    rows.push({ what: 'fi_pingpong tcp msg', size: o.large, mbPerSec: fiLarge.mbPerSec });
-    for (const evict of [false, true]) {
-      const lat = await ours('send-lat', o.small, o.iters, evict, dir);
-      rows.push({ what: `send-lat ${evict ? 'faults at both ends' : 'resident'}`, size: o.small, latencyUs: lat.row.typical! });
-      const bw = await ours('write-bw', o.large, Math.max(10, Math.floor(o.iters / 10)), evict, dir);
-      rows.push({ what: `write-bw ${evict ? 'faults at both ends' : 'resident'}`, size: o.large, mbPerSec: bw.row.bwAverage! });
-    }
+    // Stall mode is an RDMA WRITE as a libfabric RMA write (the provider moves the bytes, as
+    // fi_pingpong's); a write completes when the target has placed it (a round trip), so its
+    // one-way figure is half of it, as perftest's write_lat reports. Terminate mode carries
+    // every message through the modelled engine as packets (the thesis's design).
+    const cases: Case[] = [
+      { what: 'fi_pingpong tcp msg', size: o.small, kind: 'latency', take: async () => (await fiPingpong(o.small, o.iters)).latencyUs },
+      { what: 'fi_pingpong tcp msg', size: o.large, kind: 'bandwidth', take: async () => (await fiPingpong(o.large, bwIters)).mbPerSec },
+      {
+        what: 'write-lat --stall resident (RMA, rtt/2)',
+        size: o.small,
+        kind: 'latency',
+        take: async () => (await ours('write-lat', o.small, o.iters, ['--stall'], dir)).typical! / 2,
+      },
+      {
+        what: 'write-bw --stall resident (RMA)',
+        size: o.large,
+        kind: 'bandwidth',
+        take: async () => (await ours('write-bw', o.large, bwIters, ['--stall'], dir)).bwAverage!,
+      },
+      {
+        what: 'write-bw --stall faults at the server (RMA)',
+        size: o.large,
+        kind: 'bandwidth',
+        take: async () => (await ours('write-bw', o.large, bwIters, ['--stall', '--evict'], dir)).bwAverage!,
+      },
+      {
+        what: 'send-lat resident (engine)',
+        size: o.small,
+        kind: 'latency',
+        take: async () => (await ours('send-lat', o.small, o.iters, [], dir)).typical!,
+      },
+      {
+        what: 'send-lat faults at both ends (engine)',
+        size: o.small,
+        kind: 'latency',
+        take: async () => (await ours('send-lat', o.small, o.iters, ['--evict'], dir)).typical!,
+      },
+      {
+        what: 'write-bw resident (engine)',
+        size: o.large,
+        kind: 'bandwidth',
+        take: async () => (await ours('write-bw', o.large, bwIters, [], dir)).bwAverage!,
+      },
+      {
+        what: 'write-bw faults at both ends (engine)',
+        size: o.large,
+        kind: 'bandwidth',
+        take: async () => (await ours('write-bw', o.large, bwIters, ['--evict'], dir)).bwAverage!,
+      },
+    ];
+    // Interleaved rounds (the machine is shared and noisy): every case once per round, medians.
+    const samples = cases.map(() => [] as number[]);
+    for (let r = 0; r < rounds; r++) for (const [i, c] of cases.entries()) samples[i]!.push(await c.take());
+    const rows: Row[] = cases.map((c, i) => ({
+      what: c.what,
+      size: c.size,
+      ...(c.kind === 'latency' ? { latencyUs: median(samples[i]!) } : { mbPerSec: median(samples[i]!) }),
+      samples: samples[i]!,
+    }));
+    const fiLat = rows[0]!.latencyUs!;
+    const fiBw = rows[1]!.mbPerSec!;
     const ratios = {
-      latencyResidentVsFiPingpong: rows[2]!.latencyUs! / fiSmall.latencyUs,
-      bandwidthResidentVsFiPingpong: rows[3]!.mbPerSec! / fiLarge.mbPerSec,
+      latencyStallVsFiPingpong: rows[2]!.latencyUs! / fiLat,
+      bandwidthStallVsFiPingpong: rows[3]!.mbPerSec! / fiBw,
+      bandwidthStallEvictedVsFiPingpong: rows[4]!.mbPerSec! / fiBw,
+      latencyEngineVsFiPingpong: rows[5]!.latencyUs! / fiLat,
+      latencyEngineFaultsVsFiPingpong: rows[6]!.latencyUs! / fiLat,
+      bandwidthEngineVsFiPingpong: rows[7]!.mbPerSec! / fiBw,
+      bandwidthEngineFaultsVsFiPingpong: rows[8]!.mbPerSec! / fiBw,
     };
-    console.log(`${'what'.padEnd(34)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}`);
+    console.log(`${'what'.padEnd(42)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}   (median of ${rounds})`);
     for (const r of rows)
       console.log(
-        `${r.what.padEnd(34)} ${String(r.size).padStart(9)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(15)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(10)}`,
+        `${r.what.padEnd(42)} ${String(r.size).padStart(9)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(15)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(10)}`,
       );
+    const x = (v: number) => `${v.toFixed(2)}x`;
     console.log(
-      `latency ${ratios.latencyResidentVsFiPingpong.toFixed(1)}x fi_pingpong's (target <= 1.5x); bandwidth ${ratios.bandwidthResidentVsFiPingpong.toFixed(2)}x (target >= 0.5x)`,
+      `stall mode (RMA): latency ${x(ratios.latencyStallVsFiPingpong)} fi_pingpong's (target <= 1.5x); bandwidth ${x(ratios.bandwidthStallVsFiPingpong)} (target >= 0.5x), ${x(ratios.bandwidthStallEvictedVsFiPingpong)} with faults at the server`,
+    );
+    console.log(
+      `terminate mode (engine packets): latency ${x(ratios.latencyEngineVsFiPingpong)} (${x(ratios.latencyEngineFaultsVsFiPingpong)} with faults); bandwidth ${x(ratios.bandwidthEngineVsFiPingpong)} (${x(ratios.bandwidthEngineFaultsVsFiPingpong)} with faults)`,
+    );
+    console.log(
+      `load average: ${loadavg()
+        .map((l) => l.toFixed(2))
+        .join(' ')} on ${cpus().length} CPUs`,
     );
     if (o.json !== false) {
       const file = o.json ?? defaultResults(ROOT, 'fabric.json');
-      writeFileSync(file, JSON.stringify({ machine: machineInfo(ROOT), options: o, rows, ratios }, null, 2) + '\n');
+      writeFileSync(file, JSON.stringify({ machine: machineInfo(ROOT), loadavg: loadavg(), options: o, rows, ratios }, null, 2) + '\n');
       console.error(`results: ${file}`);
     }
     return { rows, ratios };

@@ -4,7 +4,7 @@
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
 import { LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
-import { runPeer, type Endpoint, type FabricOp, type PeerResult } from '../examples/fabric-peer.js';
+import { runPeer, type AtomicType, type Endpoint, type FabricOp, type PeerResult, type SizeRun } from '../examples/fabric-peer.js';
 import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, parseSize, print, Table } from '../examples/support/format.js';
 import { defineProgram, type CommonOptions, type Program } from './program.js';
 
@@ -19,6 +19,9 @@ export interface FabricOptions extends CommonOptions {
   policy: PolicyName;
   evict: boolean;
   provider: LibfabricProvider;
+  stall?: boolean;
+  all?: boolean;
+  atomic_type?: AtomicType;
   events?: boolean;
   report_gbits?: boolean;
   out_json?: string;
@@ -30,7 +33,7 @@ function parsePort(value: string): number {
   return n;
 }
 
-function addFabricOptions(cmd: Command, iters: number, perftest: boolean): void {
+function addFabricOptions(cmd: Command, iters: number, perftest: boolean, op?: FabricOp): void {
   cmd
     .argument('[host]', 'the server to connect to (without it: run the server)')
     .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT)
@@ -42,6 +45,19 @@ function addFabricOptions(cmd: Command, iters: number, perftest: boolean): void 
     )
     .option('--evict', 'evict the buffers before every message: genuine faults at both ends', false)
     .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'));
+  if (op === 'write')
+    cmd.option(
+      '--stall',
+      "stall mode (faultModel 'stall'): libfabric RMA writes straight into the server's userfaultfd-registered buffer; its provider thread blocks in the faults",
+      false,
+    );
+  if (op === 'atomic')
+    cmd.addOption(
+      new Option('-A, --atomic_type <type>', 'the atomic operation (perftest -A)')
+        .choices(['FETCH_AND_ADD', 'CMP_AND_SWAP'])
+        .default('FETCH_AND_ADD'),
+    );
+  else if (perftest) cmd.option('-a, --all', 'run every size from 2 to 2^23 bytes, -n iterations each (perftest -a)', false);
   if (perftest)
     cmd.option('--report_gbits', 'report bandwidth in Gb/sec (perftest)', false).option('--out_json <file>', 'write the results as JSON (perftest)');
   else cmd.option('-e, --events', 'sleep on CQ events (always the case here: completions come from the CQ wait fd)', false);
@@ -65,6 +81,9 @@ async function run(name: string, op: FabricOp, o: FabricOptions): Promise<PeerRe
     evict: o.evict,
     odp: o.odp || o.evict,
     policy: o.policy,
+    ...(o.stall ? { faultModel: 'stall' as const } : {}),
+    ...(o.all ? { all: true } : {}),
+    ...(o.atomic_type ? { atomicType: o.atomic_type } : {}),
     onListening: (port) =>
       print(
         `waiting for a client on port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${hostname()} -p ${port} [-s SIZE -n ITERS --evict]`,
@@ -86,6 +105,12 @@ async function run(name: string, op: FabricOp, o: FabricOptions): Promise<PeerRe
 }
 
 function odpLine(r: PeerResult): void {
+  const st = r.stall ?? r.peer?.stall;
+  if (st)
+    print(
+      `stall mode: ${st.smmuStalls} stalls of the server's provider thread (tid ${st.progressTid}; JS thread ${st.jsTid}) resolved by its fault library ` +
+        `(${st.libraryFaults} faults, ${st.pagesTouched} pages touched); faulting threads ${st.faultTids.join(', ') || 'none'}`,
+    );
   print(
     `faults: source ${r.faults.source}, destination ${r.faults.destination}; NACKs received ${r.nacks}; retransmitted blocks ${r.retransmitted}; ` +
       `bytes verified ${r.bytesVerified + (r.peer?.bytesVerified ?? 0)}, mismatches ${r.mismatches + (r.peer?.mismatches ?? 0)}`,
@@ -99,54 +124,65 @@ export const rcPingpong: Program<FabricOptions> = defineProgram<FabricOptions>({
   options: (cmd) => addFabricOptions(cmd, 1000, false),
   async run(o) {
     const r = await run('rc-pingpong', 'send', o);
-    const total = 2 * r.params.size * r.realUs.length;
-    if (r.seconds > 0 && r.realUs.length) {
-      print(`${total} bytes in ${r.seconds.toFixed(2)} seconds = ${((total * 8) / r.seconds / 1e6).toFixed(2)} Mbit/sec`);
-      print(`${r.realUs.length} iters in ${r.seconds.toFixed(2)} seconds = ${((r.seconds * 1e6) / r.realUs.length).toFixed(2)} usec/iter`);
+    const run0 = r.runs[0];
+    if (run0 && run0.seconds > 0 && run0.realUs.length) {
+      const n = run0.realUs.length;
+      const total = 2 * run0.size * n;
+      print(`${total} bytes in ${run0.seconds.toFixed(2)} seconds = ${((total * 8) / run0.seconds / 1e6).toFixed(2)} Mbit/sec`);
+      print(`${n} iters in ${run0.seconds.toFixed(2)} seconds = ${((run0.seconds * 1e6) / n).toFixed(2)} usec/iter`);
     }
     odpLine(r);
     return { results: r };
   },
 });
 
-/** perftest's bandwidth (kind 'bw') or latency (kind 'lat') program for `op`. */
+/** perftest's bandwidth columns for one size. */
+function bwRow(run: SizeRun, gbits: boolean): Record<string, number> {
+  const n = run.realUs.length;
+  const scale = (bytesPerUs: number) => (gbits ? (bytesPerUs * 8) / 1e3 : bytesPerUs);
+  const bwAverage = n && run.seconds ? scale((run.size * n) / (run.seconds * 1e6)) : 0;
+  const bwPeak = n ? scale(run.size / Math.min(...run.realUs)) : 0;
+  return { bytes: run.size, iterations: n, bwPeak, bwAverage, msgRateMpps: run.seconds ? n / run.seconds / 1e6 : 0 };
+}
+
+/** perftest's bandwidth (kind 'bw') or latency (kind 'lat') program for `op`; -a: one row per size. */
 export function perftestProgram(name: string, op: FabricOp, kind: 'bw' | 'lat', what: string): Program<FabricOptions> {
   return defineProgram<FabricOptions>({
     name,
     summary: `${what} between two processes or hosts over libfabric, like perftest's ib_${name.replace('-', '_')} (server: no HOST; client: HOST)`,
-    options: (cmd) => addFabricOptions(cmd, kind === 'bw' ? 5000 : 1000, true),
+    options: (cmd) => addFabricOptions(cmd, kind === 'bw' ? 5000 : 1000, true, op),
     async run(o) {
       const r = await run(name, op, o);
-      const n = r.realUs.length;
-      let row: Record<string, number> = {};
-      if (r.role === 'client' || op === 'send') {
-        if (kind === 'bw') {
-          const unit = o.report_gbits ? 'Gb/sec' : 'MB/sec';
-          const scale = (bytesPerUs: number) => (o.report_gbits ? (bytesPerUs * 8) / 1e3 : bytesPerUs);
-          const avg = n && r.seconds ? scale((r.params.size * n) / (r.seconds * 1e6)) : 0;
-          const peak = n ? scale(r.params.size / Math.min(...r.realUs)) : 0;
-          const t = new Table([
-            { header: '#bytes', width: 8 },
-            { header: '#iterations', width: 11 },
-            { header: `BW peak[${unit}]`, width: 16 },
-            { header: `BW average[${unit}]`, width: 19 },
-            { header: 'MsgRate[Mpps]', width: 13 },
-          ]);
-          t.header();
-          t.row([String(r.params.size), String(n), peak.toFixed(2), avg.toFixed(2), (n / r.seconds / 1e6).toFixed(6)]);
-          row = { bytes: r.params.size, iterations: n, bwPeak: peak, bwAverage: avg, msgRateMpps: n / r.seconds / 1e6 };
-        } else {
-          // send-lat: round trip / 2, as ib_send_lat; write-lat: post to completion of each write.
-          const samples = op === 'send' ? r.realUs.map((x) => x / 2) : r.realUs;
-          const t = new Table([{ header: '#bytes', width: 8 }, { header: '#iterations', width: 11 }, ...LATENCY_COLUMNS]);
-          t.header();
-          const l = latencyStats(samples);
-          t.row([String(r.params.size), String(n), ...latencyCells(l)]);
-          row = { bytes: r.params.size, iterations: n, ...l };
+      const rows: Array<Record<string, number>> = [];
+      if (r.runs.length) {
+        const unit = o.report_gbits ? 'Gb/sec' : 'MB/sec';
+        const t =
+          kind === 'bw'
+            ? new Table([
+                { header: '#bytes', width: 8 },
+                { header: '#iterations', width: 11 },
+                { header: `BW peak[${unit}]`, width: 16 },
+                { header: `BW average[${unit}]`, width: 19 },
+                { header: 'MsgRate[Mpps]', width: 13 },
+              ])
+            : new Table([{ header: '#bytes', width: 8 }, { header: '#iterations', width: 11 }, ...LATENCY_COLUMNS]);
+        t.header();
+        for (const run of r.runs) {
+          const n = run.realUs.length;
+          if (kind === 'bw') {
+            const row = bwRow(run, o.report_gbits ?? false);
+            t.row([String(run.size), String(n), row.bwPeak!.toFixed(2), row.bwAverage!.toFixed(2), row.msgRateMpps!.toFixed(6)]);
+            rows.push(row);
+          } else {
+            // send-lat: round trip / 2, as ib_send_lat; write-lat: post to completion of each write.
+            const l = latencyStats(op === 'send' ? run.realUs.map((x) => x / 2) : run.realUs);
+            t.row([String(run.size), String(n), ...latencyCells(l)]);
+            rows.push({ bytes: run.size, iterations: n, ...l });
+          }
         }
       }
       odpLine(r);
-      const results = { ...r, realUs: undefined, row };
+      const results = { ...r, runs: undefined, rows, row: rows[rows.length - 1] ?? {} };
       if (o.out_json) {
         const { writeFileSync } = await import('node:fs');
         writeFileSync(o.out_json, JSON.stringify(results, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');

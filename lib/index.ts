@@ -47,4 +47,12 @@ export {
 } from './fault-library/trace.js';
 export * from './verbs/index.js';
 export * from './remote-paging/index.js';
-export { LibfabricTransport, LIBFABRIC_PROVIDERS, type LibfabricProvider, type LibfabricOptions } from '../kernel-sim/fabric/libfabric-transport.js';
+export {
+  DEFAULT_PEER_TIMEOUT_MS,
+  LibfabricTransport,
+  LIBFABRIC_PROVIDERS,
+  peerTimeoutMs,
+  type LibfabricProvider,
+  type LibfabricOptions,
+  type RmaTarget,
+} from '../kernel-sim/fabric/libfabric-transport.js';

@@ -6,6 +6,10 @@
 // TypeScript reports the missing libfabric-dev package. libfabric is dlopen'ed at the first
 // use, not linked: its providers' libraries (libinfinipath) install signal handlers (SIGBUS)
 // that must not change a process that never asked for the transport.
+// A listener opened with `threaded` (stall mode's RMA target) gives each accepted connection a
+// dedicated progress thread once it is connected: the provider places remote writes into this
+// process's memory on that thread, so a write that lands on a userfaultfd-registered page
+// blocks that thread, never the JavaScript thread that serves the fault (docs/threads.md).
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
@@ -18,8 +22,14 @@
 #include <rdma/fi_rma.h>
 #include <uv.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common.h"
@@ -90,6 +100,11 @@ struct Conn {
   uv_timer_t* tick = nullptr;
   bool connected = false;
   bool closed = false;
+  // Stall mode's RMA target: progress on a thread of its own once connected (see the header).
+  bool threaded = false;
+  std::thread progress;
+  std::atomic<bool> stop{false};
+  std::atomic<long> tid{0};
   std::vector<Ctx*> recvs;
   std::deque<Ctx*> backlog;  // sends refused with FI_EAGAIN, retried after progress
   std::unordered_map<uint32_t, fid_mr*> mrs;
@@ -138,16 +153,8 @@ void StopPoll(Poll*& p) {
 }
 
 // Frees everything of a connection; the JavaScript side is told 'closed' by the caller.
-void Teardown(Conn* c) {
-  if (c->closed) return;
-  c->closed = true;
-  StopPoll(c->cqPoll);
-  StopPoll(c->eqPoll);
-  if (c->tick) {
-    uv_timer_stop(c->tick);
-    uv_close(reinterpret_cast<uv_handle_t*>(c->tick), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
-    c->tick = nullptr;
-  }
+// The libfabric objects of a connection, closed by whichever thread progresses it last.
+void CloseFids(Conn* c) {
   for (auto& [id, mr] : c->mrs) fi_close(&mr->fid);
   c->mrs.clear();
   if (c->ep) fi_close(&c->ep->fid);  // cancels posted receives; their contexts are freed below
@@ -161,6 +168,58 @@ void Teardown(Conn* c) {
   c->recvs.clear();
   for (Ctx* s : c->backlog) delete s;
   c->backlog.clear();
+}
+
+void Teardown(Conn* c) {
+  if (c->closed) return;
+  c->closed = true;
+  StopPoll(c->cqPoll);
+  StopPoll(c->eqPoll);
+  if (c->tick) {
+    uv_timer_stop(c->tick);
+    uv_close(reinterpret_cast<uv_handle_t*>(c->tick), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    c->tick = nullptr;
+  }
+  if (c->progress.joinable()) {
+    // Not joined: the thread may be blocked in a fault that only this thread's event loop
+    // resolves. It sees `stop` within one wait (100 ms) of its release and closes the fids.
+    c->stop = true;
+    c->progress.detach();
+    return;
+  }
+  CloseFids(c);
+}
+
+// The progress thread of a threaded connection: fi_cq_sread drives the provider (and sleeps
+// on the CQ's wait set, the socket included) until the connection is closed.
+void ProgressLoop(Conn* c) {
+  c->tid = static_cast<long>(Gettid());
+  while (!c->stop) {
+    fi_cq_data_entry e[16];
+    ssize_t n = fi_cq_sread(c->cq, e, 16, nullptr, 100);
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      fi_cq_readerr(c->cq, &err, 0);
+    } else if (n < 0 && n != -FI_EAGAIN && n != -FI_ETIMEDOUT && n != -FI_EINTR) {
+      // The connection is down (the JavaScript side hears that on its packet connection).
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    uint32_t event = 0;
+    alignas(fi_eq_cm_entry) uint8_t raw[sizeof(fi_eq_cm_entry) + 256];
+    if (fi_eq_read(c->eq, &event, raw, sizeof raw, 0) == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      fi_eq_readerr(c->eq, &err, 0);
+    }
+  }
+  CloseFids(c);
+}
+
+// Hand a connected threaded connection to its progress thread; returns that thread's tid.
+long StartProgress(Conn* c) {
+  StopPoll(c->eqPoll);
+  c->progress = std::thread(ProgressLoop, c);
+  while (!c->tid) std::this_thread::yield();  // it sets its tid first thing
+  return c->tid;
 }
 
 int PostRecv(Conn* c, Ctx* r) {
@@ -277,6 +336,7 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
     c->recvs.push_back(r);
     FI_CHECK(env, PostRecv(c, r), "fi_recv");
   }
+  if (c->threaded) return;  // progressed by its own thread once connected
   Watch(c, c->cqPoll, &c->cq->fid, true);
   // tcp's progress is manual and a peer's end (FIN/RST) signals neither wait fd: a slow,
   // unref'd tick drives progress so a dead peer becomes FI_SHUTDOWN within ~kTickMs.
@@ -319,6 +379,7 @@ void Accept(Conn* l, fi_info* info) {
   Napi::Env env = l->onEvent.Env();
   Conn* c = NewConn(env, l->onEvent.Value());
   c->info = info;
+  c->threaded = l->threaded;
   try {
     FI_CHECK(env, fi.fabric(info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
     OpenEq(env, c);
@@ -363,6 +424,12 @@ void HandleEq(Conn* c) {
     } else if (event == FI_CONNECTED) {
       c->connected = true;
       Napi::HandleScope scope(env);
+      if (c->threaded) {
+        // From here on only the progress thread touches this connection's EQ and CQ.
+        long tid = StartProgress(c);
+        Emit(c, "connected", {Napi::Number::New(env, static_cast<double>(tid))});
+        return;
+      }
       Emit(c, "connected", {});
     } else if (event == FI_SHUTDOWN) {
       c->connected = false;
@@ -396,13 +463,15 @@ Conn* Require(const Napi::CallbackInfo& info, size_t i) {
   return it->second;
 }
 
-// fabricListen(provider, host|null, port, onEvent) -> { handle, port }
+// fabricListen(provider, host|null, port, onEvent, threaded) -> { handle, port }; a threaded
+// listener's connections announce 'connected' with their progress thread's tid.
 Napi::Value Listen(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   std::string provider = info[0].As<Napi::String>();
   std::string host = info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "0.0.0.0";
   std::string port = std::to_string(ArgU32(info, 2, "port"));
   Conn* c = NewConn(env, info[3].As<Napi::Function>());
+  c->threaded = info.Length() > 4 && ArgBool(info, 4);
   try {
     c->info = GetInfo(env, provider, host.c_str(), port.c_str(), true);
     FI_CHECK(env, fi.fabric(c->info->fabric_attr, &c->fabric, nullptr), "fi_fabric");
@@ -472,7 +541,8 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// fabricMrReg(handle, address, length, access) -> { id, key }: memory the peer may fi_write/fi_read.
+// fabricMrReg(handle, address, length, access) -> { id, key, base }: memory the peer may
+// fi_write/fi_read at base + offset (base is 0 where mr_mode lacks FI_MR_VIRT_ADDR: tcp).
 Napi::Value MrReg(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Conn* c = Require(info, 0);
@@ -486,6 +556,8 @@ Napi::Value MrReg(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("id", id);
   o.Set("key", Napi::BigInt::New(env, static_cast<uint64_t>(fi_mr_key(mr))));
+  bool virt = (c->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  o.Set("base", Napi::BigInt::New(env, virt ? addr : 0));
   return o;
 }
 
@@ -508,13 +580,23 @@ Napi::Value Rma(const Napi::CallbackInfo& info) {
   uint64_t local = ArgAddr(info, 3, "localAddress");
   size_t len = ArgSize(info, 4, "length");
   uint64_t remote = ArgAddr(info, 5, "remoteAddress");
-  uint64_t key = info[6].As<Napi::BigInt>().Uint64Value(nullptr);
+  uint64_t key = ArgAddr(info, 6, "key");
   Ctx* x = new Ctx{};
   x->op = Op::Rma;
   x->id = id;
   ssize_t r;
   do {
-    r = write ? fi_write(c->ep, reinterpret_cast<void*>(local), len, nullptr, 0, remote, key, &x->fi)
+    // A write completes once the target has placed it (FI_DELIVERY_COMPLETE), as an RDMA
+    // WRITE completes on the responder's ACK: in stall mode that is after its faults resolved.
+    iovec iov{reinterpret_cast<void*>(local), len};
+    fi_rma_iov rma{remote, len, key};
+    fi_msg_rma msg{};
+    msg.msg_iov = &iov;
+    msg.iov_count = 1;
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = &x->fi;
+    r = write ? fi_writemsg(c->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
               : fi_read(c->ep, reinterpret_cast<void*>(local), len, nullptr, 0, remote, key, &x->fi);
     if (r == -FI_EAGAIN) fi_cq_read(c->cq, nullptr, 0);  // progress, then try again
   } while (r == -FI_EAGAIN);

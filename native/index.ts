@@ -169,10 +169,16 @@ export interface Binding {
   engineClose(handle: number): void;
 
   /** libfabric (present only when the addon was built with libfabric-dev: see fabricBinding). */
-  fabricListen?: (provider: string, host: string | null, port: number, onEvent: FabricEventHandler) => { handle: number; port: number };
+  fabricListen?: (
+    provider: string,
+    host: string | null,
+    port: number,
+    onEvent: FabricEventHandler,
+    threaded?: boolean,
+  ) => { handle: number; port: number };
   fabricConnect?: (provider: string, host: string, port: number, onEvent: FabricEventHandler) => number;
   fabricSend?: (handle: number, bytes: Uint8Array) => void;
-  fabricMrReg?: (handle: number, address: bigint, length: number, access: number) => { id: number; key: bigint };
+  fabricMrReg?: (handle: number, address: bigint, length: number, access: number) => { id: number; key: bigint; base: bigint };
   fabricMrDereg?: (handle: number, mr: number) => void;
   fabricRma?: (handle: number, write: boolean, id: number, localAddress: bigint, length: number, remoteAddress: bigint, key: bigint) => void;
   fabricClose?: (handle: number) => void;
@@ -180,7 +186,8 @@ export interface Binding {
 
 /**
  * What a libfabric connection tells JavaScript, from the event loop (uv_poll on the EQ's
- * and CQ's wait fds): 'connection' (a listener accepted: the new handle), 'connected',
+ * and CQ's wait fds): 'connection' (a listener accepted: the new handle), 'connected' (on a
+ * threaded listener's connection: with the tid of the thread that progresses it),
  * 'message' (a Buffer), 'rma' (id, 0 or -errno), 'shutdown' (the peer went away), 'error'.
  */
 export type FabricEventHandler = (

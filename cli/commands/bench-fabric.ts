@@ -7,6 +7,7 @@ interface Options {
   small: number;
   large: number;
   iters: number;
+  rounds: number;
 }
 
 export default defineProgram<Options>({
@@ -15,11 +16,12 @@ export default defineProgram<Options>({
   options(cmd) {
     cmd
       .option('--small <bytes>', 'latency message size', parseSize, 64)
-      .option('--large <bytes>', 'bandwidth message size', parseSize, 64 * 1024)
-      .option('-n, --iters <n>', 'latency iterations (bandwidth: a tenth)', parsePositiveInt, 1000);
+      .option('--large <bytes>', 'bandwidth message size', parseSize, 1024 * 1024)
+      .option('-n, --iters <n>', 'latency iterations (bandwidth: a tenth)', parsePositiveInt, 1000)
+      .option('-r, --rounds <n>', 'interleaved rounds; the medians are reported', parsePositiveInt, 3);
   },
   async run(o) {
     heading('Benchmark: libfabric transport vs fi_pingpong (tcp, loopback)');
-    return { results: await benchFabric({ small: o.small, large: o.large, iters: o.iters, json: o.json ? false : undefined }) };
+    return { results: await benchFabric({ small: o.small, large: o.large, iters: o.iters, rounds: o.rounds, json: o.json ? false : undefined }) };
   },
 });

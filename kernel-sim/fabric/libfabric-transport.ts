@@ -5,8 +5,11 @@
 // a write packet carries its blocks' bytes, which the destination puts in a staging
 // mapping its copy engine reads from, as a NIC's receive buffer. Delivery waits on the
 // CQ's wait fd from the event loop (native/fabric.cc). Timing stays modelled, as in Fabric.
+// Stall mode adds a second connection for libfabric RMA writes straight into the target's
+// memory (openRmaTarget / connectRma / rmaWrite): the target progresses it on a native thread
+// of its own, the thread that blocks when a write lands on a page its fault library must resolve.
 import { deserialize, serialize } from 'node:v8';
-import { binding, fabricBinding, type FabricBinding, type RawMapping } from '../../native/index.js';
+import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBinding, type RawMapping } from '../../native/index.js';
 import { costModel, type CostModel } from '../cost-model/index.js';
 import type { MemoryLike } from '../memory.js';
 import { Fabric } from './fabric.js';
@@ -16,7 +19,7 @@ import type { Transport } from './transport.js';
 export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
 export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
 
-/** The largest serialised packet (native/fabric.cc's receive buffers). */
+/** The largest message (native/fabric.cc's receive buffers); a larger frame goes in chunks. */
 export const MAX_WIRE_BYTES = 4 << 20;
 
 export interface LibfabricOptions {
@@ -25,9 +28,38 @@ export interface LibfabricOptions {
   provider?: LibfabricProvider;
   /** The link model (modelled time), as the in-process Fabric's. */
   costs?: Partial<CostModel>;
+  /**
+   * A peer heard nothing from for this long is lost: what waits on it ends (RETRY_EXC_ERR).
+   * Both sides send a keepalive every quarter of it. Default DEFAULT_PEER_TIMEOUT_MS.
+   */
+  peerTimeoutMs?: number;
 }
 
-type Frame = { k: 'hello'; nodes: number[] } | { k: 'packet'; p: Packet; bytes?: Uint8Array[] } | { k: 'exchange'; body: unknown };
+type Frame =
+  | { k: 'hello'; nodes: number[] }
+  | { k: 'packet'; p: Packet; bytes?: Uint8Array[] }
+  | { k: 'exchange'; body: unknown }
+  | { k: 'ping' }
+  /** A slice of a frame larger than one receive buffer (messages of a connection arrive in order). */
+  | { k: 'chunk'; data: Uint8Array; last: boolean };
+
+/** Room left in a receive buffer for a chunk frame's own header. */
+const CHUNK_BYTES = MAX_WIRE_BYTES - 4096;
+
+/**
+ * How long a requester waits for a silent peer before RETRY_EXC_ERR, as InfiniBand counts it:
+ * the local ACK timeout (4.096 µs × 2^timeout, the QP attribute) for each of retry_cnt + 1 tries.
+ */
+export function peerTimeoutMs(timeout: number, retryCnt: number): number {
+  return Math.ceil(4.096e-3 * 2 ** timeout * (retryCnt + 1));
+}
+
+/**
+ * A peer silent this long counts as lost, by default: timeout 16, retry_cnt 7 (2.1 s). A
+ * process that is alive but never answers (stopped, hung) is noticed this way only: its kernel
+ * keeps acknowledging TCP.
+ */
+export const DEFAULT_PEER_TIMEOUT_MS = peerTimeoutMs(16, 7);
 
 function fabricError(message: string, code: string, cause?: unknown): Error {
   const e = new Error(message) as Error & { code: string; cause?: unknown };
@@ -36,12 +68,17 @@ function fabricError(message: string, code: string, cause?: unknown): Error {
   return e;
 }
 
-// A provider without connected endpoints (shm in libfabric 1.17 offers only FI_EP_RDM) finds no fi_info.
+// A provider without connected endpoints finds no fi_info. shm in libfabric 1.17 offers only
+// FI_EP_RDM, and even over a tcp setup connection its endpoints could not be waited on: its
+// CQs refuse FI_WAIT_FD / POLLFD / SET / MUTEX_COND (fi_cq_open: -FI_ENOSYS), FI_GETWAIT on the
+// ones it accepts (NONE, UNSPEC, YIELD) is -FI_ENOSYS, and its progress is manual: only a
+// polling loop or a spinning thread could drive it.
 function providerError(provider: string, e: unknown): unknown {
   const err = e as Error & { code?: string };
   if (err.code !== 'ENODATA') return e;
   return fabricError(
-    `libfabric provider ${provider} offers no connected (FI_EP_MSG) endpoint here, which this transport's connection manager needs: use provider tcp (${err.message})`,
+    `libfabric provider ${provider} offers no connected (FI_EP_MSG) endpoint here, which this transport's connection manager needs` +
+      `${provider === 'shm' ? ' (shm: reliable datagrams only, and CQs without a wait fd)' : ''}: use provider tcp (${err.message})`,
     'ENODATA',
     e,
   );
@@ -61,7 +98,34 @@ function checkOptions(where: string, o: LibfabricOptions): LibfabricProvider {
     throw Object.assign(new TypeError(`${where}: provider must be one of ${LIBFABRIC_PROVIDERS.join(', ')}, got ${String(provider)}`), {
       code: 'ERR_INVALID_ARG_VALUE',
     });
+  const t = o.peerTimeoutMs;
+  if (t !== undefined && (typeof t !== 'number' || !Number.isFinite(t) || t < 10))
+    throw Object.assign(new RangeError(`${where}: peerTimeoutMs must be a number of milliseconds >= 10, got ${String(t)}`), {
+      code: 'ERR_OUT_OF_RANGE',
+    });
   return provider;
+}
+
+/** Stall mode's target side: the connection the peer's RMA writes arrive on. */
+export interface RmaTarget {
+  /** The port the peer connects its RMA connection to (connectRma). */
+  readonly port: number;
+  /**
+   * Resolves once the peer's RMA connection is up, with the kernel thread id of the native
+   * thread that progresses it: the one that places the peer's writes in this process's
+   * memory, so the one that blocks in their page faults (never the JavaScript thread).
+   */
+  readonly accepted: Promise<{ progressTid: number }>;
+}
+
+interface RmaState {
+  listener?: number;
+  /** Target: the accepted connection; initiator: the connection to the target. */
+  conn?: number;
+  accepted?: { resolve: (v: { progressTid: number }) => void; reject: (e: Error) => void };
+  connected?: { resolve: () => void; reject: (e: Error) => void };
+  writes: Map<number, { resolve: () => void; reject: (e: Error) => void }>;
+  nextId: number;
 }
 
 /** A staging mapping holding the payload of one incoming write until its answer goes out. */
@@ -83,18 +147,44 @@ export class LibfabricTransport implements Transport {
   #conns = new Set<number>();
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   #exchanges: unknown[] = [];
-  #exchangeWaiters: Array<(body: unknown) => void> = [];
+  #exchangeWaiters: Array<{ take: (body: unknown) => void; fail: (e: Error) => void }> = [];
   #lostListeners: Array<(node: number) => void> = [];
   #staged = new Map<string, Staging>();
   #spare: Staging[] = [];
+  #host: string | undefined;
+  #rma: RmaState = { writes: new Map(), nextId: 1 };
+  #chunks = new Map<number, Uint8Array[]>(); // connection handle → slices of a frame so far
+  #heard = new Map<number, number>(); // connection handle → when a frame last came (performance.now())
+  #keepalive: ReturnType<typeof setInterval>;
   #closed = false;
 
-  private constructor(fi: FabricBinding, provider: LibfabricProvider, local: number[], costs: Partial<CostModel> | undefined, port: number) {
+  private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, port: number) {
     this.#fi = fi;
     this.provider = provider;
-    this.#local = new Set(local);
-    this.#model = new Fabric(costModel(costs));
+    this.#local = new Set(o.localNodes);
+    this.#model = new Fabric(costModel(o.costs));
     this.port = port;
+    const timeout = o.peerTimeoutMs ?? DEFAULT_PEER_TIMEOUT_MS;
+    const every = timeout / 4;
+    let last = performance.now();
+    this.#keepalive = setInterval(() => {
+      const now = performance.now();
+      // This thread was busy (or the machine stalled it): the silence it saw is its own.
+      const late = now - last > 2 * every;
+      last = now;
+      for (const [handle, at] of this.#heard) {
+        if (late) this.#heard.set(handle, now);
+        else if (now - at > timeout) {
+          this.#onDown(
+            handle,
+            fabricError(`the peer sent nothing for ${Math.round(now - at)} ms (peer timeout ${timeout} ms): it is stopped or hung`, 'ETIMEDOUT'),
+          );
+          continue;
+        }
+        this.#fi.fabricSend(handle, serialize({ k: 'ping' } satisfies Frame));
+      }
+    }, every);
+    this.#keepalive.unref();
   }
 
   /** A server: listen on `port` (0: any free port, see `.port`); peers connect with `connect`. */
@@ -111,7 +201,7 @@ export class LibfabricTransport implements Transport {
       throw providerError(provider, e);
     }
     const { handle, port } = listening;
-    const t = (ref.t = new LibfabricTransport(fi, provider, options.localNodes, options.costs, port));
+    const t = (ref.t = new LibfabricTransport(fi, provider, options, port));
     t.#listener = handle;
     return t;
   }
@@ -136,7 +226,8 @@ export class LibfabricTransport implements Transport {
         e,
       );
     }
-    const t = (ref.t = new LibfabricTransport(fi, provider, options.localNodes, options.costs, options.port));
+    const t = (ref.t = new LibfabricTransport(fi, provider, options, options.port));
+    t.#host = options.host;
     t.#conns.add(handle);
     try {
       await t.waitForPeer(options.timeoutMs ?? 10_000);
@@ -176,22 +267,164 @@ export class LibfabricTransport implements Transport {
    * QP numbers, addresses and keys (ibv_rc_pingpong's exchange over its TCP socket).
    */
   exchange<T>(body: unknown, timeoutMs = 10_000): Promise<T> {
+    try {
+      this.post(body);
+    } catch (e) {
+      return Promise.reject(e as Error);
+    }
+    return this.receive<T>(timeoutMs);
+  }
+
+  /** Send `body` to the peer (it comes out of the peer's exchange or receive), without waiting. */
+  post(body: unknown): void {
     const [handle] = this.#conns;
-    if (handle === undefined || this.#closed) return Promise.reject(fabricError('exchange: no peer is connected', 'ENOTCONN'));
+    if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
     this.#fi.fabricSend(handle, serialize({ k: 'exchange', body } satisfies Frame));
-    const got = this.#exchanges.shift();
-    if (got !== undefined) return Promise.resolve(got as T);
+  }
+
+  /** Wait for the next body the peer posts (or exchanges), without sending: one side of a request and its answer. */
+  receive<T>(timeoutMs = 10_000): Promise<T> {
+    if (this.#exchanges.length) return Promise.resolve(this.#exchanges.shift() as T);
+    if (this.#closed) return Promise.reject(fabricError('exchange: the transport was closed', 'ERR_CLOSED'));
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        this.#exchangeWaiters = this.#exchangeWaiters.filter((w) => w !== take);
+        this.#exchangeWaiters = this.#exchangeWaiters.filter((x) => x !== w);
         reject(fabricError(`exchange: the peer sent nothing within ${timeoutMs} ms`, 'ETIMEDOUT'));
       }, timeoutMs);
-      const take = (b: unknown) => {
-        clearTimeout(timer);
-        resolve(b as T);
+      const w = {
+        take: (b: unknown) => {
+          clearTimeout(timer);
+          resolve(b as T);
+        },
+        fail: (e: Error) => {
+          clearTimeout(timer);
+          reject(e);
+        },
       };
-      this.#exchangeWaiters.push(take);
+      this.#exchangeWaiters.push(w);
     });
+  }
+
+  /**
+   * Stall mode, target side: listen for the peer's RMA connection (any free port). Its
+   * writes go straight into memory exposed with exposeRma, placed by a native progress thread.
+   */
+  openRmaTarget(timeoutMs = 10_000): RmaTarget {
+    this.#checkOpen('openRmaTarget');
+    if (this.#rma.listener !== undefined) throw fabricError('openRmaTarget: the RMA target is already open', 'ERR_INVALID_STATE');
+    const { handle, port } = this.#fi.fabricListen(this.provider, null, 0, (h, kind, a, b) => this.onEvent(h, kind, a, b), true);
+    this.#rma.listener = handle;
+    const accepted = new Promise<{ progressTid: number }>((resolve, reject) => {
+      const timer = setTimeout(() => reject(fabricError(`openRmaTarget: no RMA connection within ${timeoutMs} ms`, 'ETIMEDOUT')), timeoutMs);
+      this.#rma.accepted = {
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+    });
+    return { port, accepted };
+  }
+
+  /**
+   * Stall mode, target side: let the peer fi_write/fi_read [address, address+length) of this
+   * process (fi_mr_reg with FI_REMOTE_WRITE | FI_REMOTE_READ; tcp and shm need no pinning:
+   * no FI_MR_LOCAL / FI_MR_ALLOCATED). Returns the key the peer writes with and the address
+   * it names the range's start by (the virtual address, or 0 where the provider's mr_mode has
+   * no FI_MR_VIRT_ADDR, as tcp's: offsets into the range).
+   */
+  exposeRma(address: bigint, length: number): { key: bigint; base: bigint } {
+    this.#checkOpen('exposeRma');
+    if (this.#rma.conn === undefined || this.#rma.listener === undefined)
+      throw fabricError('exposeRma: no RMA connection has been accepted yet (await openRmaTarget().accepted)', 'ENOTCONN');
+    const { key, base } = this.#fi.fabricMrReg(this.#rma.conn, address, length, FI_REMOTE_WRITE | FI_REMOTE_READ);
+    return { key, base };
+  }
+
+  /** Stall mode, initiator side: connect the RMA connection to the target's `port` (same host). */
+  connectRma(port: number, timeoutMs = 10_000): Promise<void> {
+    this.#checkOpen('connectRma');
+    checkPort('LibfabricTransport.connectRma', port, 1);
+    if (this.#host === undefined)
+      return Promise.reject(fabricError('connectRma: only a connecting (client) transport opens the RMA connection', 'ERR_INVALID_STATE'));
+    const handle = this.#fi.fabricConnect(this.provider, this.#host, port, (h, kind, a, b) => this.onEvent(h, kind, a, b));
+    this.#rma.conn = handle;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(fabricError(`connectRma: ${this.#host}:${port} did not accept within ${timeoutMs} ms`, 'ETIMEDOUT')),
+        timeoutMs,
+      );
+      this.#rma.connected = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+    });
+  }
+
+  /**
+   * Stall mode: an RDMA WRITE as a libfabric RMA write of [local, local+length) of this
+   * process to the target's `remote` (base + offset, as exposeRma said) with `key`. Resolves once the target has placed
+   * the bytes (FI_DELIVERY_COMPLETE): after any faults they met there were resolved.
+   */
+  rmaWrite(local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
+    this.#checkOpen('rmaWrite');
+    const conn = this.#rma.conn;
+    if (conn === undefined || this.#rma.listener !== undefined)
+      return Promise.reject(fabricError('rmaWrite: no RMA connection (connectRma first)', 'ENOTCONN'));
+    const id = this.#rma.nextId++;
+    return new Promise((resolve, reject) => {
+      this.#rma.writes.set(id, { resolve, reject });
+      try {
+        this.#fi.fabricRma(conn, true, id, local, length, remote, key);
+      } catch (e) {
+        this.#rma.writes.delete(id);
+        reject(e as Error);
+      }
+    });
+  }
+
+  #checkOpen(where: string): void {
+    if (this.#closed) throw fabricError(`${where}: the transport was closed`, 'ERR_CLOSED');
+  }
+
+  #onRmaEvent(handle: number, kind: string, a: unknown, b: unknown): void {
+    const rma = this.#rma;
+    if (kind === 'connection') {
+      rma.conn = a as number;
+      return;
+    }
+    if (kind === 'connected') {
+      if (rma.listener !== undefined) rma.accepted?.resolve({ progressTid: a as number });
+      else rma.connected?.resolve();
+      return;
+    }
+    if (kind === 'rma') {
+      const w = rma.writes.get(a as number);
+      rma.writes.delete(a as number);
+      const errno = -(b as number);
+      if (errno === 0) w?.resolve();
+      else w?.reject(fabricError(`fi_write on the RMA connection failed: errno ${errno}`, 'EFABRIC'));
+      return;
+    }
+    const e = (a as Error | undefined) ?? fabricError('the RMA connection was shut down by the peer', 'ECONNRESET');
+    rma.accepted?.reject(e);
+    rma.connected?.reject(e);
+    for (const w of rma.writes.values()) w.reject(e);
+    rma.writes.clear();
+    if (handle === rma.conn && rma.listener === undefined) {
+      this.#fi.fabricClose(handle);
+      rma.conn = undefined;
+    }
   }
 
   /** Hear when a peer node goes away (its connection shut down): whatever waits on it must end. */
@@ -236,12 +469,16 @@ export class LibfabricTransport implements Transport {
     if (p.type === 'ack' && p.verdicts) this.#release(p);
     const frame = this.#encode(p);
     if (!frame) return;
-    if (frame.length > MAX_WIRE_BYTES)
-      throw fabricError(
-        `fabric: a ${p.type} packet of ${frame.length} bytes exceeds the transport's ${MAX_WIRE_BYTES} (use a smaller blockSize)`,
-        'EMSGSIZE',
-      );
-    this.#fi.fabricSend(handle, frame);
+    if (frame.length <= MAX_WIRE_BYTES) {
+      this.#fi.fabricSend(handle, frame);
+      return;
+    }
+    // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers) can exceed a
+    // receive buffer: it goes as ordered slices the peer joins before decoding.
+    for (let at = 0; at < frame.length; at += CHUNK_BYTES) {
+      const data = frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES));
+      this.#fi.fabricSend(handle, serialize({ k: 'chunk', data, last: at + CHUNK_BYTES >= frame.length } satisfies Frame));
+    }
   }
 
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {
@@ -259,10 +496,18 @@ export class LibfabricTransport implements Transport {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    clearInterval(this.#keepalive);
     for (const h of this.#conns) this.#fi.fabricClose(h);
     this.#conns.clear();
     if (this.#listener !== undefined) this.#fi.fabricClose(this.#listener);
+    for (const h of [this.#rma.conn, this.#rma.listener]) if (h !== undefined) this.#fi.fabricClose(h);
+    const closed = fabricError('the transport was closed', 'ERR_CLOSED');
+    this.#rma.accepted?.reject(closed);
+    this.#rma.connected?.reject(closed);
+    for (const w of this.#rma.writes.values()) w.reject(closed);
+    this.#rma.writes.clear();
     for (const w of this.#peerWaiters.splice(0)) w.reject(fabricError('the transport was closed', 'ERR_CLOSED'));
+    for (const w of this.#exchangeWaiters.splice(0)) w.fail(fabricError('the transport was closed', 'ERR_CLOSED'));
     for (const s of [...this.#staged.values(), ...this.#spare]) binding.closeRegion(s.raw.id, s.raw.buffer);
     this.#staged.clear();
     this.#spare = [];
@@ -322,10 +567,10 @@ export class LibfabricTransport implements Transport {
   }
 
   #stage(size: number): Staging {
-    const s = this.#spare.pop();
-    if (s) return s;
-    const raw = binding.mapRegion(MAX_WIRE_BYTES, false, false, false);
-    if (size > raw.buffer.byteLength) throw new RangeError(`fabric: a write of ${size} bytes exceeds the staging size`);
+    const i = this.#spare.findIndex((x) => x.raw.buffer.byteLength >= size);
+    if (i >= 0) return this.#spare.splice(i, 1)[0]!;
+    const page = 4096;
+    const raw = binding.mapRegion(Math.max(MAX_WIRE_BYTES, Math.ceil(size / page) * page), false, false, false);
     const memory: MemoryLike = {
       id: raw.id,
       address: raw.address,
@@ -353,8 +598,12 @@ export class LibfabricTransport implements Transport {
   }
 
   /** @internal native events */
-  onEvent(handle: number, kind: string, a?: unknown): void {
+  onEvent(handle: number, kind: string, a?: unknown, b?: unknown): void {
     if (this.#closed) return;
+    if (handle === this.#rma.listener || handle === this.#rma.conn) {
+      this.#onRmaEvent(handle, kind, a, b);
+      return;
+    }
     switch (kind) {
       case 'connection':
         this.#conns.add(a as number);
@@ -363,6 +612,7 @@ export class LibfabricTransport implements Transport {
         this.#fi.fabricSend(handle, serialize({ k: 'hello', nodes: [...this.#local] } satisfies Frame));
         return;
       case 'message':
+        this.#heard.set(handle, performance.now());
         this.#onFrame(handle, deserialize(a as Buffer) as Frame);
         return;
       case 'shutdown':
@@ -373,6 +623,18 @@ export class LibfabricTransport implements Transport {
   }
 
   #onFrame(handle: number, f: Frame): void {
+    if (f.k === 'ping') return;
+    if (f.k === 'chunk') {
+      const parts = this.#chunks.get(handle) ?? [];
+      parts.push(f.data);
+      if (!f.last) {
+        this.#chunks.set(handle, parts);
+        return;
+      }
+      this.#chunks.delete(handle);
+      this.#onFrame(handle, deserialize(Buffer.concat(parts)) as Frame);
+      return;
+    }
     if (f.k === 'hello') {
       for (const n of f.nodes) {
         this.#remote.set(n, handle);
@@ -381,7 +643,7 @@ export class LibfabricTransport implements Transport {
       for (const w of this.#peerWaiters.splice(0)) w.resolve();
     } else if (f.k === 'exchange') {
       const w = this.#exchangeWaiters.shift();
-      if (w) w(f.body);
+      if (w) w.take(f.body);
       else this.#exchanges.push(f.body);
     } else {
       const p = f.p.type === 'write' ? this.#decodeWrite(f.p, f.bytes ?? []) : f.p;
@@ -390,6 +652,7 @@ export class LibfabricTransport implements Transport {
   }
 
   #onDown(handle: number, err: Error | undefined): void {
+    this.#heard.delete(handle);
     const lost = [...this.#remote].filter(([, h]) => h === handle).map(([n]) => n);
     if (this.#conns.delete(handle)) this.#fi.fabricClose(handle);
     if (lost.length === 0) {
@@ -403,5 +666,11 @@ export class LibfabricTransport implements Transport {
       this.#lost.add(n);
       this.#tellLost(n);
     }
+    // What waits on that peer's answers ends too: exchanges, and stall mode's writes (their
+    // delivery can never be confirmed).
+    const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
+    for (const w of this.#exchangeWaiters.splice(0)) w.fail(gone);
+    for (const w of this.#rma.writes.values()) w.reject(gone);
+    this.#rma.writes.clear();
   }
 }
