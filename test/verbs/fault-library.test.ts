@@ -87,10 +87,16 @@ describe('trace', () => {
   });
 
   test('a ring of the size the user sets: the newest events are kept, the oldest counted as dropped', async () => {
+    const full = (await faultingWrite(8, 'touch')).server.ctx.faultLibrary.trace.events;
+    closeAll();
     const { server } = await faultingWrite(8, 'touch', { limit: 10 });
     const t = server.ctx.faultLibrary.trace;
     expect(t.events).toHaveLength(10);
-    expect(t.dropped).toBeGreaterThan(0);
+    // The same transfer's events, the oldest of them dropped and counted.
+    expect(full.length).toBeGreaterThan(10);
+    expect(t.dropped).toBe(full.length - 10);
+    const kinds = (events: typeof full) => events.map((e) => e.kind).sort();
+    expect(kinds(t.events)).toEqual(kinds(full.slice(-10)));
     expect(t.events.at(-1)!.kind).toBe('complete'); // the last event of the transfer is still there
     const real = t.events.map((e) => e.realMs);
     expect([...real].sort((a, b) => a - b)).toEqual(real);
