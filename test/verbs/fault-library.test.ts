@@ -86,6 +86,21 @@ describe('trace', () => {
     expect(server.ctx.faultLibrary.stats().faults.destination).toBe(4);
   });
 
+  test('off when the cluster is created without the option: a faulting write records nothing', async () => {
+    const { client, server, cluster } = createPlayers({ policy: 'touch' });
+    server.region.evict();
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [client.sge(0, P)],
+      rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey },
+    });
+    expect((await pollOk(client.cq)).odp!.faults.destination).toBe(1);
+    expect(cluster.system.tracer.active).toBe(false);
+    expect([server.ctx.faultLibrary.trace.events, client.ctx.faultLibrary.trace.events]).toEqual([[], []]);
+  });
+
   test('a ring of the size the user sets: the newest events are kept, the oldest counted as dropped', async () => {
     const full = (await faultingWrite(8, 'touch')).server.ctx.faultLibrary.trace.events;
     closeAll();

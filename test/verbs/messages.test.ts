@@ -1,6 +1,7 @@
 // Every verb that refuses its input says why, in words a user can act on: the exact message
 // (and code) of each refusal, so that a message lost or garbled is a failing test.
 import { afterEach, expect, test } from 'vitest';
+import { DEFAULT_COSTS, Fabric } from '../../kernel-sim/index.js';
 import { Access, AdviseMrAdvice, Cluster, QpState, WrOpcode, type QpCap } from '../../lib/index.js';
 import { closeAll, createPlayers, ODP_ACCESS, P, PINNED_ACCESS, region, thrown, track } from './helpers.js';
 
@@ -195,8 +196,35 @@ test('memory regions and advise_mr', () => {
 
 test('cluster, context, CQ, PD', async () => {
   expect(thrown(() => Cluster.create(5 as never)).message).toBe('Cluster.create: options must be an object');
+  // The system's own option checks, said as Cluster.create's.
+  expect(thrown(() => Cluster.create({ blockSize: 5000 }))).toMatchObject({
+    code: 'ERR_OUT_OF_RANGE',
+    message: 'Cluster.create: blockSize must be a multiple of the page size (4096), got 5000',
+  });
+  expect(thrown(() => Cluster.create({ nodes: 0 })).message).toBe('Cluster.create: nodes must be an integer in 1..1024, got 0');
+  const policies = 'touch, touch-ahead, prefetch, pin, prefault';
+  expect(thrown(() => Cluster.create({ defaultPolicy: 'magic' as never }))).toMatchObject({
+    code: 'ERR_INVALID_ARG_VALUE',
+    message: `Cluster.create: defaultPolicy must be one of ${policies}, got magic`,
+  });
   const cluster = track(Cluster.create());
   expect(thrown(() => cluster.openDevice(2)).message).toBe('openDevice: node must be between 0 and 1, got 2');
+  expect(thrown(() => cluster.openDevice(0, { defaultPolicy: 'magic' as never }))).toMatchObject({
+    code: 'ERR_INVALID_ARG_VALUE',
+    message: `openDevice: defaultPolicy must be one of ${policies}, got magic`,
+  });
+  // A transport between processes hosts some nodes elsewhere: no device opens there.
+  class HalfHere extends Fabric {
+    isLocal(node: number): boolean {
+      return node === 0;
+    }
+  }
+  const split = track(Cluster.create({ transport: new HalfHere(DEFAULT_COSTS) }));
+  expect(split.openDevice(0).node).toBe(0);
+  expect(thrown(() => split.openDevice(1))).toMatchObject({
+    code: 'ERR_INVALID_ARG_VALUE',
+    message: "openDevice: node 1 is hosted by the transport's peer process, not this one",
+  });
   const ctx = cluster.openDevice(1);
   expect(ctx.node).toBe(1);
   expect(thrown(() => ctx.createCq(0)).message).toBe('createCq: depth must be between 1 and 4194304, got 0');
