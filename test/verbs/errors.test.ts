@@ -452,7 +452,14 @@ describe('verbs that fail at once (errno codes)', () => {
     const r = await runFixture('memlock.mjs', [], { asNobody: true, memlockKiB: 64 });
     expect(r.code).toBe(0);
     expect(r.stderr).toBe('');
-    const out = report<{ uid: number; soft: number; small: string; big: { code: string; syscall: string; message: string } | null; odp: string }>(r);
+    const out = report<{
+      uid: number;
+      soft: number;
+      small: string;
+      big: { code: string; syscall: string; message: string } | null;
+      odp: string;
+      setPin: { code: string; before: string; after: string; pinned: boolean } | null;
+    }>(r);
     if (process.getuid?.() === 0) expect(out.uid).toBe(65534);
     expect(out.soft).toBe(64 * 1024);
     expect(out.small).toBe('pinned'); // 8 pages fit under 64 KiB
@@ -461,5 +468,7 @@ describe('verbs that fail at once (errno codes)', () => {
     expect(out.big!.message).toMatch(/RLIMIT_MEMLOCK/);
     expect(out.big!.message).toMatch(/ulimit -l/);
     expect(out.odp).toBe('registered'); // ODP needs no pinning: the same size registers fine
+    // setPolicy('pin') on it fails the same way, and the MR keeps its policy, unpinned.
+    expect(out.setPin).toEqual({ code: out.big!.code, before: 'touch-ahead', after: 'touch-ahead', pinned: false });
   });
 });

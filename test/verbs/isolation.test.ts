@@ -281,9 +281,14 @@ describe('lifetimes: nothing lands after the call returns', () => {
     const e = thrown(() => client.pd.dealloc());
     expect(e.code).toBe('EBUSY');
     expect(e.syscall).toBe('ibv_dealloc_pd');
+    expect(e.message).toBe('ibv_dealloc_pd: 2 MR(s)/QP(s) still use this protection domain; deregister and destroy them first');
     expect(client.pd.closed).toBe(false);
     client.mr.dereg();
-    expect(thrown(() => client.pd.dealloc()).code).toBe('EBUSY'); // the QP is still there
+    // The QP is still there.
+    expect(thrown(() => client.pd.dealloc())).toMatchObject({
+      code: 'EBUSY',
+      message: 'ibv_dealloc_pd: 1 MR(s)/QP(s) still use this protection domain; deregister and destroy them first',
+    });
     client.qp.destroy();
     client.pd.dealloc();
     expect(client.pd.closed).toBe(true);

@@ -209,6 +209,7 @@ test('cluster, context, CQ, PD', async () => {
   });
   const cluster = track(Cluster.create());
   expect(thrown(() => cluster.openDevice(2)).message).toBe('openDevice: node must be between 0 and 1, got 2');
+  expect(thrown(() => cluster.openDevice(0, 7 as never)).message).toBe('openDevice: options must be an object');
   expect(thrown(() => cluster.openDevice(0, { defaultPolicy: 'magic' as never }))).toMatchObject({
     code: 'ERR_INVALID_ARG_VALUE',
     message: `openDevice: defaultPolicy must be one of ${policies}, got magic`,
