@@ -14,6 +14,7 @@ import {
   type SendWr,
   type WorkCompletion,
 } from '../../lib/index.js';
+import { DEFAULT_COSTS, Fabric, type Packet } from '../../kernel-sim/index.js';
 import { report, requireDist, runFixture } from '../child.js';
 import { closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, sleep, thrown, type Player } from './helpers.js';
 
@@ -403,6 +404,42 @@ describe('RETRY_EXC_ERR: the remote QP is gone or not ready', () => {
     server.qp.destroy();
     const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
     expect(wc).toMatchObject({ status: WcStatus.RETRY_EXC_ERR, statusStr: 'transport retry counter exceeded' });
+  });
+
+  test("the transport says the responder's node went away: a request waiting for its answer ends, the QP goes to ERR", async () => {
+    // A transport between processes reports a lost peer; here one that first stops
+    // delivering to node 1 (the request is lost on the way), then reports it gone.
+    class Severable extends Fabric {
+      #cut = new Set<number>();
+      #listeners: Array<(node: number) => void> = [];
+      override deliver(p: Packet): void {
+        if (!this.#cut.has(p.dst)) super.deliver(p);
+      }
+      onPeerLost(listener: (node: number) => void): void {
+        this.#listeners.push(listener);
+      }
+      cut(node: number): void {
+        this.#cut.add(node);
+      }
+      lose(node: number): void {
+        for (const l of this.#listeners) l(node);
+      }
+    }
+    const transport = new Severable(DEFAULT_COSTS);
+    const { client, server } = createPlayers({ cluster: { transport } });
+    transport.cut(1);
+    client.qp.postSend({
+      wrId: 5,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    await sleep(20);
+    expect(client.cq.length).toBe(0); // nothing answers: it waits
+    transport.lose(1);
+    expect(await next(client.cq, 3000)).toMatchObject({ wrId: 5n, status: WcStatus.RETRY_EXC_ERR });
+    expect(client.qp.state).toBe(QpState.ERR);
   });
 });
 
