@@ -2,7 +2,7 @@
 // and close; depth and overruns; what a completion carries. Completions come from real RDMA
 // writes between two players.
 import { afterEach, describe, expect, test } from 'vitest';
-import { connectQps, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
+import { connectQps, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
 import { closeAll, createPlayers, sleep, thrown, within, type Player } from './helpers.js';
 
 afterEach(closeAll);
@@ -101,6 +101,21 @@ describe('waiting for completions', () => {
     await expect(b).rejects.toMatchObject({ code: 'ERR_PFR_CLOSED' });
     expect(thrown(() => cq.poll()).code).toBe('ERR_PFR_CLOSED');
     expect(thrown(() => cq.next()).code).toBe('ERR_PFR_CLOSED');
+  });
+
+  test('completions for a closed CQ are dropped, not an overrun: the QP stays in RTS and its writes still land', async () => {
+    const { cq, qp, client, server } = withCq(1);
+    cq.close();
+    for (let i = 0; i < 3; i++) {
+      client.fill(0x60 + i, 0, 64);
+      write(qp, client, server, i + 1);
+      for (let t0 = Date.now(); server.bytes(0, 64)[63] !== 0x60 + i && Date.now() - t0 < 3000;) await sleep(1);
+      expect(server.bytes(0, 64).every((b) => b === 0x60 + i)).toBe(true);
+    }
+    await sleep(20); // the last completion is pushed after the bytes land
+    expect(qp.state).toBe(QpState.RTS);
+    expect(cq.overruns).toBe(0);
+    expect(client.ctx.pollAsyncEvents()).toEqual([]);
   });
 });
 
