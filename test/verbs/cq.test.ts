@@ -1,6 +1,7 @@
 // Completion queues on their own: waiting (next, take, for await) with its timeout, abort
 // and close; depth and overruns; what a completion carries. Completions come from real RDMA
 // writes between two players.
+import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, test } from 'vitest';
 import { connectQps, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
 import { closeAll, createPlayers, sleep, thrown, within, type Player } from './helpers.js';
@@ -55,6 +56,24 @@ describe('waiting for completions', () => {
     await expect(p).rejects.toMatchObject({ code: 'ABORT_ERR', message: 'wait for a completion was aborted' });
     write(qp, client, server, 6);
     expect((await cq.next({ timeoutMs: 3000 })).wrId).toBe(6n);
+  });
+
+  test('one AbortSignal for many waits: each settled wait leaves no listener on it, and a later abort touches none', async () => {
+    const { cq, qp, client, server } = withCq(8);
+    const ac = new AbortController();
+    for (let i = 1; i <= 3; i++) {
+      const p = cq.next({ timeoutMs: 3000, signal: ac.signal });
+      expect(getEventListeners(ac.signal, 'abort')).toHaveLength(1);
+      write(qp, client, server, i);
+      expect((await p).wrId).toBe(BigInt(i));
+      expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
+    }
+    // A timed-out wait lets go of the signal too.
+    await expect(cq.next({ timeoutMs: 5, signal: ac.signal })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
+    ac.abort();
+    write(qp, client, server, 9);
+    expect((await cq.next({ timeoutMs: 3000 })).wrId).toBe(9n);
   });
 
   test('take(n) resolves with n completions in order; a waiter gets the completion, not the queue', async () => {
