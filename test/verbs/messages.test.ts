@@ -167,6 +167,11 @@ test('memory regions and advise_mr', () => {
   expect(adv(AdviseMrAdvice.PREFETCH, 2, [client.sge(0, 8)]).message).toBe('ibv_advise_mr: unknown flags 2');
   expect(adv(AdviseMrAdvice.PREFETCH, 0.5, [client.sge(0, 8)]).message).toBe('ibv_advise_mr: unknown flags 0.5');
   expect(adv(AdviseMrAdvice.PREFETCH, 0, []).message).toBe('ibv_advise_mr: sgList must hold at least one SGE');
+  for (const sge of [null, { addr: 0, length: 8, lkey: 1 }, { addr: 0n, length: -1, lkey: 1 }, { addr: 0n, length: 8, lkey: 1.5 }])
+    expect(adv(AdviseMrAdvice.PREFETCH, 0, [sge])).toMatchObject({
+      code: 'EINVAL',
+      message: 'ibv_advise_mr: each SGE needs { addr: bigint, length: integer >= 0, lkey: integer }',
+    });
   expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ addr: 0n, length: 8, lkey: 0xabc }]).message).toBe('ibv_advise_mr: no MR with lkey 0xabc');
   expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ ...server.sge(0, 8) }])).toMatchObject({
     code: 'EPERM',
