@@ -2,9 +2,9 @@
 // and close; depth and overruns; what a completion carries. Completions come from real RDMA
 // writes between two players.
 import { getEventListeners } from 'node:events';
-import { afterEach, describe, expect, test } from 'vitest';
-import { connectQps, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
-import { closeAll, createPlayers, sleep, thrown, within, type Player } from './helpers.js';
+import { afterEach, describe, expect, test, vi } from 'vitest';
+import { Cluster, connectQps, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
+import { closeAll, createPlayers, sleep, thrown, track, within, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -107,6 +107,29 @@ describe('waiting for completions', () => {
     })();
     await within('the loop to end', loop, 3000);
     expect(seen).toEqual([1n, 2n]);
+  });
+
+  test("for await … of a CQ waits as long as it takes: no next()'s 10 s default timeout", async () => {
+    const cluster = track(Cluster.create({ nodes: 1 }));
+    const cq = cluster.openDevice(0).createCq(4);
+    // Fake timers only here, where nothing but the CQ's own wait uses them.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      let ended: string | undefined;
+      const loop = (async () => {
+        for await (const wc of cq) void wc;
+      })().then(
+        () => (ended = 'returned'),
+        (e: Error & { code?: string }) => (ended = e.code),
+      );
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(ended).toBeUndefined();
+      cq.close();
+      await loop;
+      expect(ended).toBe('returned');
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   test('closing rejects every waiter with ERR_PFR_CLOSED; a closed CQ refuses poll and next', async () => {
