@@ -4,6 +4,7 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import {
   Access,
+  connectQps,
   QpState,
   SendFlags,
   SIZE_MAX,
@@ -426,8 +427,25 @@ describe('RETRY_EXC_ERR: the remote QP is gone or not ready', () => {
       }
     }
     const transport = new Severable(DEFAULT_COSTS);
-    const { client, server } = createPlayers({ cluster: { transport } });
+    const { cluster, client, server } = createPlayers({ cluster: { transport, nodes: 3 } });
+    // A second QP of the client, to a responder on node 2, whose request is held on the way
+    // too: node 2 is not lost, so that QP keeps waiting.
+    const third = cluster.openDevice(2);
+    const thirdPd = third.allocPd();
+    const thirdCq = third.createCq(8);
+    const thirdQp = third.createQp(thirdPd, { sendCq: thirdCq, recvCq: thirdCq });
+    const thirdMr = third.regMr(thirdPd, region(4 * P), 0, P, ODP_ACCESS);
+    const toThird = client.ctx.createQp(client.pd, { sendCq: client.cq, recvCq: client.cq });
+    connectQps(toThird, thirdQp);
     transport.cut(1);
+    transport.cut(2);
+    toThird.postSend({
+      wrId: 6,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: thirdMr.addr, rkey: thirdMr.rkey },
+    });
     client.qp.postSend({
       wrId: 5,
       opcode: WrOpcode.RDMA_READ,
@@ -440,6 +458,10 @@ describe('RETRY_EXC_ERR: the remote QP is gone or not ready', () => {
     transport.lose(1);
     expect(await next(client.cq, 3000)).toMatchObject({ wrId: 5n, status: WcStatus.RETRY_EXC_ERR });
     expect(client.qp.state).toBe(QpState.ERR);
+    // The QP to node 2 is not touched: it still waits.
+    await sleep(20);
+    expect(client.cq.length).toBe(0);
+    expect(toThird.state).toBe(QpState.RTS);
   });
 });
 
