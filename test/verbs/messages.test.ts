@@ -252,3 +252,24 @@ test('cluster, context, CQ, PD', async () => {
   expect(cluster.closed).toBe(true);
   expect(thrown(() => cluster.openDevice(0)).message).toBe('Cluster is closed; create a new one');
 });
+
+test('protection domain handles run out after 65 535 (ExaNet PDIDs): ENOMEM; a freed one is handed out again', () => {
+  const cluster = track(Cluster.create({ nodes: 1 }));
+  const ctx = cluster.openDevice(0);
+  const pds = [];
+  let e: Error & { code?: string };
+  for (;;) {
+    try {
+      pds.push(ctx.allocPd());
+    } catch (err) {
+      e = err as Error & { code?: string };
+      break;
+    }
+  }
+  expect(pds).toHaveLength(65_535);
+  expect(e).toMatchObject({ code: 'ENOMEM', message: 'ibv_alloc_pd: no free id left' });
+  const freed = pds[1000]!.handle;
+  pds[1000]!.dealloc();
+  expect(ctx.allocPd().handle).toBe(freed);
+  expect(thrown(() => ctx.allocPd()).code).toBe('ENOMEM');
+});
