@@ -5,7 +5,8 @@ import prettier from 'eslint-config-prettier';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'build/', 'dist/', 'prebuilds/', 'bench/.build/', 'bench/results/'] },
+  // .stryker-tmp/ holds npm run mutate's sandboxes (a second tsconfig root while a run goes on).
+  { ignores: ['node_modules/', 'build/', 'dist/', 'prebuilds/', 'bench/.build/', 'bench/results/', '.stryker-tmp/', 'reports/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

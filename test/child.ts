@@ -2,9 +2,9 @@
 // or exit with a fault in flight. The children are plain .mjs scripts in test/fixtures that
 // import the built library from dist/ (npm test builds it first).
 import { spawn } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -25,6 +25,31 @@ function chmodTree(path: string): void {
 }
 
 /**
+ * The folders (relative to ROOT) of the package's runtime dependencies and of theirs, found as
+ * Node finds them: in the nearest node_modules up the tree. dist/ imports them (redis).
+ */
+function runtimePackages(): string[] {
+  const found = new Set<string>();
+  const deps = (dir: string): string[] =>
+    Object.keys((JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { dependencies?: object }).dependencies ?? {});
+  const visit = (from: string, name: string): void => {
+    for (let d = from; ; d = dirname(d)) {
+      const dir = join(d, 'node_modules', name);
+      if (existsSync(join(dir, 'package.json'))) {
+        const rel = relative(ROOT, dir);
+        if (found.has(rel)) return;
+        found.add(rel);
+        for (const dep of deps(dir)) visit(dir, dep);
+        return;
+      }
+      if (d === ROOT || dirname(d) === d) return;
+    }
+  };
+  for (const dep of deps(ROOT)) visit(ROOT, dep);
+  return [...found];
+}
+
+/**
  * Where a child running as nobody can load the library from: the checkout itself when it is
  * readable by others, else (a CI clone in a private directory) a copy of what the child needs
  * in a temporary directory open to everyone; `cleanup` removes that copy.
@@ -32,15 +57,7 @@ function chmodTree(path: string): void {
 function rootForNobody(): { root: string; cleanup(): void } {
   if (reachableByOthers(ROOT)) return { root: ROOT, cleanup: () => {} };
   const dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-nobody-'));
-  for (const p of [
-    'package.json',
-    'binding.gyp',
-    'dist',
-    'test/fixtures',
-    'node_modules/node-gyp-build',
-    'build/Release/pagefault_rdma.node',
-    'prebuilds',
-  ]) {
+  for (const p of ['package.json', 'binding.gyp', 'dist', 'test/fixtures', 'build/Release/pagefault_rdma.node', 'prebuilds', ...runtimePackages()]) {
     if (!existsSync(join(ROOT, p))) continue;
     mkdirSync(dirname(join(dir, p)), { recursive: true });
     cpSync(join(ROOT, p), join(dir, p), { recursive: true });

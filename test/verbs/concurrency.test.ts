@@ -58,65 +58,64 @@ function bigWrite() {
 }
 
 describe('an application thread reading an ODP buffer while DMA faults on it', () => {
-  test('the JS thread (setImmediate loop): no hang, no foreign bytes meanwhile, exact bytes after the completion', async () => {
+  // Each read happens at a point where the transfer is provably in flight: in the fault
+  // library's onResolve, i.e. while a block waits for its retransmission. A read covers the
+  // pages up to the faulting one only: reading a page further on would map the zero page
+  // there and spare the DMA its fault, so the count of faults (and reads) stays exact.
+  test("the JS thread, reading at each of the DMA's faults: no hang, no foreign bytes meanwhile, exact bytes after the completion", async () => {
     const { client, server, post } = bigWrite();
     const view = new Uint8Array(server.region.buffer, 0, PAGES * P);
-    let done = false;
     let reads = 0;
     let foreign = 0;
-    const reader = new Promise<void>((resolve) => {
-      const loop = () => {
-        if (done) return resolve();
-        foreign += foreignBytes(view);
-        reads++;
-        setImmediate(loop);
-      };
-      setImmediate(loop);
+    let done = false;
+    let readsBeforeCompletion = 0;
+    server.ctx.faultLibrary.onResolve((f) => {
+      const pages = Number(f.va - server.region.address) / P + 1;
+      foreign += foreignBytes(view.subarray(0, pages * P), pages);
+      reads++;
+      if (!done) readsBeforeCompletion++;
     });
     post();
     const wc = await pollOk(client.cq, 5000);
     done = true;
-    await within('reader loop', reader, 2000);
-    expect(reads).toBeGreaterThan(1); // the reads really interleaved with the transfer
+    // One read per fault, every one of them while the transfer was in flight.
+    expect(wc.odp!.faults).toEqual({ source: 0, destination: PAGES });
+    expect(reads).toBe(PAGES);
+    expect(readsBeforeCompletion).toBe(PAGES);
     expect(foreign).toBe(0);
     expect(exactPattern(view)).toBe(true);
-    // The reads made some pages resident (the zero page) before the DMA reached them, so
-    // the DMA took at most one fault per page.
-    expect(wc.odp!.faults.source).toBe(0);
-    expect(wc.odp!.faults.destination).toBeLessThanOrEqual(PAGES);
     expect(server.region.residentPages()).toBe(PAGES);
   });
 
-  test('a native thread (touch) reading the whole buffer again and again meanwhile', async () => {
+  test('a native thread (touch) reading, at each fault, every page up to the faulting one', async () => {
     const { client, server, post } = bigWrite();
-    let done = false;
-    let reads = 0;
-    let foreign = 0;
+    const reads: Array<Promise<number>> = [];
+    server.ctx.faultLibrary.onResolve((f) => {
+      const pages = Number(f.va - server.region.address) / P + 1;
+      // Not awaited: the native thread reads while the DMA goes on.
+      reads.push(touch(server.region, { length: pages * P }).then((r) => foreignBytes(r.data!, pages)));
+    });
     post();
-    const completion = pollOk(client.cq, 5000).finally(() => (done = true));
-    while (!done) {
-      const r = await within('native read', touch(server.region, { length: PAGES * P }), 5000);
-      foreign += foreignBytes(r.data!);
-      reads++;
-    }
-    const wc = await completion;
+    const wc = await pollOk(client.cq, 5000);
     expect(wc.status).toBe(WcStatus.SUCCESS);
-    expect(reads).toBeGreaterThan(0);
-    expect(foreign).toBe(0);
+    expect(wc.odp!.faults.destination).toBe(PAGES);
+    expect(reads).toHaveLength(PAGES);
+    const foreign = await within('native reads', Promise.all(reads), 5000);
+    expect(foreign.reduce((a, b) => a + b, 0)).toBe(0);
     const after = await touch(server.region, { length: PAGES * P });
     expect(exactPattern(after.data!)).toBe(true);
   });
 
-  test('a worker_thread reading through the addon meanwhile, then once more after the completion', async () => {
+  test('a worker_thread reading through the addon while the transfer waits on its first fault, then once more after the completion', async () => {
     const { client, server, post } = bigWrite();
     // The worker loads the same addon (its region table is per process) and reads the
-    // mapping by id from its own thread until told to stop, then once more.
-    const flag = new Int32Array(new SharedArrayBuffer(4));
+    // mapping by id from its own thread. sync[0]: go, sync[1]: stop, sync[2]: reads done.
+    const sync = new Int32Array(new SharedArrayBuffer(12));
     const worker = new Worker(
       `
       const { parentPort, workerData } = require('node:worker_threads');
       const binding = require(workerData.gyp)(workerData.root);
-      const { id, length, pages, P } = workerData;
+      const { id, length, pages, P, sync } = workerData;
       const pat = (i) => (i % 251) + 1;
       const check = (b) => {
         let foreign = 0, exact = true;
@@ -127,15 +126,16 @@ describe('an application thread reading an ODP buffer while DMA faults on it', (
         return { foreign, exact };
       };
       (async () => {
-        let reads = 0, foreign = 0;
+        let foreign = 0;
         parentPort.postMessage({ started: true });
-        while (Atomics.load(workerData.flag, 0) === 0) {
-          const r = await binding.touch(id, 0, length, 0, 0, false);
-          foreign += check(r.data).foreign;
-          reads++;
+        while (Atomics.load(sync, 0) === 0) Atomics.wait(sync, 0, 0, 50);
+        while (Atomics.load(sync, 1) === 0) {
+          foreign += check((await binding.touch(id, 0, length, 0, 0, false)).data).foreign;
+          Atomics.add(sync, 2, 1);
+          Atomics.notify(sync, 2);
         }
         const last = check((await binding.touch(id, 0, length, 0, 0, false)).data);
-        parentPort.postMessage({ reads, foreign, lastExact: last.exact, lastForeign: last.foreign });
+        parentPort.postMessage({ reads: Atomics.load(sync, 2), foreign, lastExact: last.exact, lastForeign: last.foreign });
       })().catch((e) => parentPort.postMessage({ error: String(e && e.stack || e) }));
       `,
       {
@@ -147,26 +147,38 @@ describe('an application thread reading an ODP buffer while DMA faults on it', (
           length: PAGES * P,
           pages: PAGES,
           P,
-          flag,
+          sync,
         },
       },
     );
     try {
-      const messages: Array<Record<string, unknown>> = [];
       const result = new Promise<Record<string, unknown>>((resolve, reject) => {
         worker.on('message', (m: Record<string, unknown>) => {
-          messages.push(m);
           if (!m['started']) resolve(m);
         });
         worker.on('error', reject);
       });
       await within('worker start', new Promise<void>((r) => worker.once('message', () => r())), 5000);
+      // At the first fault, hold the transfer (this thread blocks in the fault library's
+      // listener) until the worker has read the whole buffer twice.
+      let readsAtFault = -1;
+      server.ctx.faultLibrary.onResolve(() => {
+        if (readsAtFault >= 0) return;
+        Atomics.store(sync, 0, 1);
+        Atomics.notify(sync, 0);
+        const t0 = Date.now();
+        for (let n = Atomics.load(sync, 2); n < 2 && Date.now() - t0 < 5000; n = Atomics.load(sync, 2)) Atomics.wait(sync, 2, n, 100);
+        readsAtFault = Atomics.load(sync, 2);
+      });
       post();
-      await pollOk(client.cq, 5000);
-      Atomics.store(flag, 0, 1);
+      const wc = await pollOk(client.cq, 5000);
+      Atomics.store(sync, 1, 1);
       const r = await within('worker result', result, 5000);
       expect(r['error']).toBeUndefined();
-      expect(r['reads']).toBeGreaterThan(0);
+      expect(readsAtFault).toBeGreaterThanOrEqual(2);
+      // The worker's reads mapped the zero page everywhere else: the DMA took that one fault only.
+      expect(wc.odp!.faults.destination).toBe(1);
+      expect(r['reads']).toBeGreaterThanOrEqual(readsAtFault);
       expect(r['foreign']).toBe(0);
       expect(r['lastForeign']).toBe(0);
       expect(r['lastExact']).toBe(true);
@@ -265,15 +277,18 @@ describe('tearing down with work in flight', () => {
         rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
       })),
     );
-    // Let the first transfer start faulting, then destroy the QP under it.
-    const t0 = Date.now();
-    while (server.ctx.faultLibrary.stats().faults.destination === 0 && Date.now() - t0 < 2000) await sleep(1);
-    expect(server.ctx.faultLibrary.stats().faults.destination).toBeGreaterThan(0);
-    client.qp.destroy();
+    // Destroy the QP under the first transfer while its first fault is being resolved.
+    let faultsAtDestroy = -1;
+    server.ctx.faultLibrary.onResolve(() => {
+      if (faultsAtDestroy >= 0) return;
+      faultsAtDestroy = server.ctx.faultLibrary.stats().faults.destination;
+      client.qp.destroy();
+    });
     const wcs: WorkCompletion[] = [];
     for (let i = 0; i < 4; i++) wcs.push(await next(client.cq, 3000));
     expect(wcs.map((w) => Number(w.wrId)).sort()).toEqual([1, 2, 3, 4]);
     for (const w of wcs) expect(w.status).toBe(WcStatus.WR_FLUSH_ERR);
+    expect(faultsAtDestroy).toBe(1);
     await sleep(50);
     expect(client.cq.length).toBe(0); // exactly once each
   });
@@ -312,11 +327,16 @@ describe('tearing down with work in flight', () => {
 
   test('closing the responder context while a write into its memory is faulting: the requester gets an error, not a hang', async () => {
     const { client, server, post } = bigWrite();
+    // Close the responder's context while its first fault is being resolved.
+    let faultsAtClose = -1;
+    server.ctx.faultLibrary.onResolve(() => {
+      if (faultsAtClose >= 0) return;
+      faultsAtClose = server.ctx.faultLibrary.stats().faults.destination;
+      server.ctx.close();
+    });
     post();
-    const t0 = Date.now();
-    while (server.ctx.faultLibrary.stats().faults.destination === 0 && Date.now() - t0 < 2000) await sleep(1);
-    server.ctx.close();
     const wc = await next(client.cq, 5000);
+    expect(faultsAtClose).toBe(1);
     // Its MR and PD are gone: the requester's next block is refused (on hardware the dead QP
     // would not answer at all: a retry error). Either way an error, promptly.
     expect([WcStatus.REM_ACCESS_ERR, WcStatus.RETRY_EXC_ERR]).toContain(wc.status);

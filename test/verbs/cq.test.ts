@@ -1,9 +1,10 @@
 // Completion queues on their own: waiting (next, take, for await) with its timeout, abort
 // and close; depth and overruns; what a completion carries. Completions come from real RDMA
 // writes between two players.
-import { afterEach, describe, expect, test } from 'vitest';
-import { connectQps, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
-import { closeAll, createPlayers, sleep, thrown, within, type Player } from './helpers.js';
+import { getEventListeners } from 'node:events';
+import { afterEach, describe, expect, test, vi } from 'vitest';
+import { Cluster, connectQps, QpState, SendFlags, WcOpcode, WcStatus, WrOpcode, type CompletionQueue, type QueuePair } from '../../lib/index.js';
+import { closeAll, createPlayers, sleep, thrown, track, within, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -57,6 +58,24 @@ describe('waiting for completions', () => {
     expect((await cq.next({ timeoutMs: 3000 })).wrId).toBe(6n);
   });
 
+  test('one AbortSignal for many waits: each settled wait leaves no listener on it, and a later abort touches none', async () => {
+    const { cq, qp, client, server } = withCq(8);
+    const ac = new AbortController();
+    for (let i = 1; i <= 3; i++) {
+      const p = cq.next({ timeoutMs: 3000, signal: ac.signal });
+      expect(getEventListeners(ac.signal, 'abort')).toHaveLength(1);
+      write(qp, client, server, i);
+      expect((await p).wrId).toBe(BigInt(i));
+      expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
+    }
+    // A timed-out wait lets go of the signal too.
+    await expect(cq.next({ timeoutMs: 5, signal: ac.signal })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
+    ac.abort();
+    write(qp, client, server, 9);
+    expect((await cq.next({ timeoutMs: 3000 })).wrId).toBe(9n);
+  });
+
   test('take(n) resolves with n completions in order; a waiter gets the completion, not the queue', async () => {
     const { cq, qp, client, server } = withCq(8);
     const waiting = cq.take(3, { timeoutMs: 3000 });
@@ -90,6 +109,29 @@ describe('waiting for completions', () => {
     expect(seen).toEqual([1n, 2n]);
   });
 
+  test("for await … of a CQ waits as long as it takes: no next()'s 10 s default timeout", async () => {
+    const cluster = track(Cluster.create({ nodes: 1 }));
+    const cq = cluster.openDevice(0).createCq(4);
+    // Fake timers only here, where nothing but the CQ's own wait uses them.
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      let ended: string | undefined;
+      const loop = (async () => {
+        for await (const wc of cq) void wc;
+      })().then(
+        () => (ended = 'returned'),
+        (e: Error & { code?: string }) => (ended = e.code),
+      );
+      await vi.advanceTimersByTimeAsync(60_000);
+      expect(ended).toBeUndefined();
+      cq.close();
+      await loop;
+      expect(ended).toBe('returned');
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   test('closing rejects every waiter with ERR_PFR_CLOSED; a closed CQ refuses poll and next', async () => {
     const { cq } = withCq(8);
     const a = cq.next({ timeoutMs: 5000 });
@@ -101,6 +143,21 @@ describe('waiting for completions', () => {
     await expect(b).rejects.toMatchObject({ code: 'ERR_PFR_CLOSED' });
     expect(thrown(() => cq.poll()).code).toBe('ERR_PFR_CLOSED');
     expect(thrown(() => cq.next()).code).toBe('ERR_PFR_CLOSED');
+  });
+
+  test('completions for a closed CQ are dropped, not an overrun: the QP stays in RTS and its writes still land', async () => {
+    const { cq, qp, client, server } = withCq(1);
+    cq.close();
+    for (let i = 0; i < 3; i++) {
+      client.fill(0x60 + i, 0, 64);
+      write(qp, client, server, i + 1);
+      for (let t0 = Date.now(); server.bytes(0, 64)[63] !== 0x60 + i && Date.now() - t0 < 3000;) await sleep(1);
+      expect(server.bytes(0, 64).every((b) => b === 0x60 + i)).toBe(true);
+    }
+    await sleep(20); // the last completion is pushed after the bytes land
+    expect(qp.state).toBe(QpState.RTS);
+    expect(cq.overruns).toBe(0);
+    expect(client.ctx.pollAsyncEvents()).toEqual([]);
   });
 });
 

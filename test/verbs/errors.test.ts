@@ -4,6 +4,7 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import {
   Access,
+  connectQps,
   QpState,
   SendFlags,
   SIZE_MAX,
@@ -14,6 +15,7 @@ import {
   type SendWr,
   type WorkCompletion,
 } from '../../lib/index.js';
+import { DEFAULT_COSTS, Fabric, type Packet } from '../../kernel-sim/index.js';
 import { report, requireDist, runFixture } from '../child.js';
 import { closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, sleep, thrown, type Player } from './helpers.js';
 
@@ -404,6 +406,63 @@ describe('RETRY_EXC_ERR: the remote QP is gone or not ready', () => {
     const wc = await fails(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge()], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
     expect(wc).toMatchObject({ status: WcStatus.RETRY_EXC_ERR, statusStr: 'transport retry counter exceeded' });
   });
+
+  test("the transport says the responder's node went away: a request waiting for its answer ends, the QP goes to ERR", async () => {
+    // A transport between processes reports a lost peer; here one that first stops
+    // delivering to node 1 (the request is lost on the way), then reports it gone.
+    class Severable extends Fabric {
+      #cut = new Set<number>();
+      #listeners: Array<(node: number) => void> = [];
+      override deliver(p: Packet): void {
+        if (!this.#cut.has(p.dst)) super.deliver(p);
+      }
+      onPeerLost(listener: (node: number) => void): void {
+        this.#listeners.push(listener);
+      }
+      cut(node: number): void {
+        this.#cut.add(node);
+      }
+      lose(node: number): void {
+        for (const l of this.#listeners) l(node);
+      }
+    }
+    const transport = new Severable(DEFAULT_COSTS);
+    const { cluster, client, server } = createPlayers({ cluster: { transport, nodes: 3 } });
+    // A second QP of the client, to a responder on node 2, whose request is held on the way
+    // too: node 2 is not lost, so that QP keeps waiting.
+    const third = cluster.openDevice(2);
+    const thirdPd = third.allocPd();
+    const thirdCq = third.createCq(8);
+    const thirdQp = third.createQp(thirdPd, { sendCq: thirdCq, recvCq: thirdCq });
+    const thirdMr = third.regMr(thirdPd, region(4 * P), 0, P, ODP_ACCESS);
+    const toThird = client.ctx.createQp(client.pd, { sendCq: client.cq, recvCq: client.cq });
+    connectQps(toThird, thirdQp);
+    transport.cut(1);
+    transport.cut(2);
+    toThird.postSend({
+      wrId: 6,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: thirdMr.addr, rkey: thirdMr.rkey },
+    });
+    client.qp.postSend({
+      wrId: 5,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge()],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    await sleep(20);
+    expect(client.cq.length).toBe(0); // nothing answers: it waits
+    transport.lose(1);
+    expect(await next(client.cq, 3000)).toMatchObject({ wrId: 5n, status: WcStatus.RETRY_EXC_ERR });
+    expect(client.qp.state).toBe(QpState.ERR);
+    // The QP to node 2 is not touched: it still waits.
+    await sleep(20);
+    expect(client.cq.length).toBe(0);
+    expect(toThird.state).toBe(QpState.RTS);
+  });
 });
 
 describe('verbs that fail at once (errno codes)', () => {
@@ -452,7 +511,14 @@ describe('verbs that fail at once (errno codes)', () => {
     const r = await runFixture('memlock.mjs', [], { asNobody: true, memlockKiB: 64 });
     expect(r.code).toBe(0);
     expect(r.stderr).toBe('');
-    const out = report<{ uid: number; soft: number; small: string; big: { code: string; syscall: string; message: string } | null; odp: string }>(r);
+    const out = report<{
+      uid: number;
+      soft: number;
+      small: string;
+      big: { code: string; syscall: string; message: string } | null;
+      odp: string;
+      setPin: { code: string; before: string; after: string; pinned: boolean } | null;
+    }>(r);
     if (process.getuid?.() === 0) expect(out.uid).toBe(65534);
     expect(out.soft).toBe(64 * 1024);
     expect(out.small).toBe('pinned'); // 8 pages fit under 64 KiB
@@ -461,5 +527,7 @@ describe('verbs that fail at once (errno codes)', () => {
     expect(out.big!.message).toMatch(/RLIMIT_MEMLOCK/);
     expect(out.big!.message).toMatch(/ulimit -l/);
     expect(out.odp).toBe('registered'); // ODP needs no pinning: the same size registers fine
+    // setPolicy('pin') on it fails the same way, and the MR keeps its policy, unpinned.
+    expect(out.setPin).toEqual({ code: out.big!.code, before: 'touch-ahead', after: 'touch-ahead', pinned: false });
   });
 });

@@ -1,8 +1,117 @@
-// The fault library's small parts on their own, through the public exports: the histogram,
-// the statistics snapshot and the prefetcher. (The trace recorder's own tests are in
-// fault-library.test.ts, with its opt-in ring.)
+// The fault library's small parts on their own, through the public exports: the trace
+// recorder (a bounded ring) and its Chrome trace-event JSON, the histogram, the statistics
+// snapshot and the prefetcher. (The trace in a real run: fault-library.test.ts.)
 import { describe, expect, test } from 'vitest';
-import { FaultStats, Histogram, Prefetcher } from '../../lib/index.js';
+import { MODEL_LABEL, type TraceEvent } from '../../kernel-sim/index.js';
+import { DEFAULT_TRACE_EVENTS, FaultStats, Histogram, Prefetcher, TraceRecorder } from '../../lib/index.js';
+
+const ev = (o: Partial<TraceEvent> = {}): TraceEvent => ({ kind: 'fault', node: 1, modelUs: 5, realMs: performance.now(), ...o });
+
+describe('TraceRecorder', () => {
+  test('a ring of `limit` events: the newest kept, oldest first, the rest counted as dropped; clear() empties both', () => {
+    const t = new TraceRecorder(3);
+    expect(t.limit).toBe(3);
+    for (let i = 0; i < 3; i++) t.record(ev({ modelUs: i }));
+    expect([t.events.map((e) => e.modelUs), t.dropped]).toEqual([[0, 1, 2], 0]);
+    for (let i = 3; i < 5; i++) t.record(ev({ modelUs: i }));
+    expect([t.events.map((e) => e.modelUs), t.dropped]).toEqual([[2, 3, 4], 2]);
+    // Once more round the ring, and past it.
+    for (let i = 5; i < 10; i++) t.record(ev({ modelUs: i }));
+    expect([t.events.map((e) => e.modelUs), t.dropped]).toEqual([[7, 8, 9], 7]);
+    t.clear();
+    expect([t.events, t.dropped]).toEqual([[], 0]);
+    for (let i = 0; i < 4; i++) t.record(ev({ modelUs: 10 + i }));
+    expect([t.events.map((e) => e.modelUs), t.dropped]).toEqual([[11, 12, 13], 1]);
+    expect(new TraceRecorder().limit).toBe(DEFAULT_TRACE_EVENTS);
+    expect(DEFAULT_TRACE_EVENTS).toBe(200_000);
+    for (const bad of [0, -1, 1.5, Number.NaN]) expect(() => new TraceRecorder(bad)).toThrow(RangeError);
+    expect(() => new TraceRecorder(0)).toThrow('trace limit must be a positive integer, got 0');
+  });
+
+  test('Chrome JSON: one instant per timeline, named by kind and side, laned by thread or channel, bigints in hex', () => {
+    const t = new TraceRecorder();
+    const before = performance.now();
+    t.record(
+      ev({ kind: 'fault', side: 'destination', node: 1, tid: 9, channel: 3, modelUs: 12.5, realMs: before + 2, detail: { va: 0x1000n, seq: 4 } }),
+    );
+    t.record(ev({ kind: 'complete', node: 0, channel: 2, modelUs: 20, realMs: before + 3 }));
+    const { traceEvents, displayTimeUnit, otherData } = t.toChromeTrace();
+    expect(displayTimeUnit).toBe('ns');
+    expect(otherData).toEqual({ producer: 'pagefault-rdma', model: MODEL_LABEL });
+    const inst = traceEvents.filter((e) => e.ph === 'i');
+    expect(inst).toHaveLength(4);
+    const [m, r, m2, r2] = inst;
+    // A fault is on the SMMU's lane (1); the real timeline is in µs of performance.now().
+    expect(m).toEqual({
+      name: 'fault (destination)',
+      cat: 'fault',
+      ph: 'i',
+      s: 't',
+      ts: 12.5,
+      pid: 2,
+      tid: 1,
+      args: { side: 'destination', tid: 9, va: '0x1000', seq: 4 },
+    });
+    expect(r).toMatchObject({ name: 'fault (destination)', pid: 3, tid: 1 });
+    expect(r!.ts).toBeCloseTo((before + 2) * 1000, 3);
+    expect(m2).toMatchObject({ name: 'complete', cat: 'complete', ts: 20, pid: 0, tid: 1_000_002 });
+    expect(r2).toMatchObject({ pid: 1, tid: 1_000_002 });
+    expect(r2!.ts).toBeCloseTo((before + 3) * 1000, 3);
+    const meta = (name: string) =>
+      traceEvents.filter((e) => e.ph === 'M' && e.name === name).map((e) => [e.pid, e.tid, e.args!['name'] ?? e.args!['labels']]);
+    expect(meta('process_name')).toEqual([
+      [2, 0, `node 1: ${MODEL_LABEL}`],
+      [3, 0, 'node 1: measured (real time)'],
+      [0, 0, `node 0: ${MODEL_LABEL}`],
+      [1, 0, 'node 0: measured (real time)'],
+    ]);
+    expect(meta('process_labels')).toEqual([
+      [2, 0, 'node 1'],
+      [3, 0, 'node 1'],
+      [0, 0, 'node 0'],
+      [1, 0, 'node 0'],
+    ]);
+    expect(meta('thread_name')).toEqual([
+      [2, 1, 'SMMU'],
+      [3, 1, 'SMMU'],
+      [0, 1_000_002, 'PLDMA channel 2'],
+      [1, 1_000_002, 'PLDMA channel 2'],
+    ]);
+  });
+
+  test("each event kind on its thread's lane: the driver's, the fault library's, a channel's", () => {
+    const t = new TraceRecorder();
+    for (const kind of ['irq', 'notify', 'notify-dropped', 'resume', 'resolved', 'retransmit'] as const) t.record(ev({ kind, node: 0 }));
+    const lanes = t
+      .toChromeTrace()
+      .traceEvents.filter((e) => e.ph === 'i' && e.pid === 0)
+      .map((e) => [e.name, e.tid]);
+    expect(lanes).toEqual([
+      ['irq', 2],
+      ['notify', 2],
+      ['notify-dropped', 2],
+      ['resume', 2],
+      ['resolved', 3],
+      ['retransmit', 1_000_000],
+    ]);
+  });
+
+  test("scoped to a node and a pid: only that node's events, and of its notifications only that pid's", () => {
+    const t = new TraceRecorder(100, { node: 1, pid: 42 });
+    t.record(ev({ kind: 'fault', node: 1, modelUs: 1 }));
+    t.record(ev({ kind: 'notify', node: 1, modelUs: 2, detail: { pid: 42 } }));
+    t.record(ev({ kind: 'notify', node: 1, modelUs: 3, detail: { pid: 43 } }));
+    t.record(ev({ kind: 'complete', node: 0, modelUs: 4 }));
+    expect(t.events).toHaveLength(4); // kept, to time the phases that end elsewhere
+    const { traceEvents } = t.toChromeTrace();
+    expect(traceEvents.filter((e) => e.ph === 'i' && e.pid === 2).map((e) => [e.name, e.ts])).toEqual([
+      ['fault', 1],
+      ['notify', 2],
+    ]);
+    expect(traceEvents.filter((e) => e.pid < 2)).toEqual([]);
+    expect(traceEvents.filter((e) => e.name === 'process_labels').map((e) => e.args!['labels'])).toEqual(['node 1 (pid 42)', 'node 1 (pid 42)']);
+  });
+});
 
 describe('Histogram', () => {
   test('buckets are log2 ranges: [2^(i-1), 2^i) µs, bucket 0 below 1 µs', () => {

@@ -86,11 +86,32 @@ describe('trace', () => {
     expect(server.ctx.faultLibrary.stats().faults.destination).toBe(4);
   });
 
+  test('off when the cluster is created without the option: a faulting write records nothing', async () => {
+    const { client, server, cluster } = createPlayers({ policy: 'touch' });
+    server.region.evict();
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [client.sge(0, P)],
+      rdma: { remoteAddr: server.mr.addr, rkey: server.mr.rkey },
+    });
+    expect((await pollOk(client.cq)).odp!.faults.destination).toBe(1);
+    expect(cluster.system.tracer.active).toBe(false);
+    expect([server.ctx.faultLibrary.trace.events, client.ctx.faultLibrary.trace.events]).toEqual([[], []]);
+  });
+
   test('a ring of the size the user sets: the newest events are kept, the oldest counted as dropped', async () => {
+    const full = (await faultingWrite(8, 'touch')).server.ctx.faultLibrary.trace.events;
+    closeAll();
     const { server } = await faultingWrite(8, 'touch', { limit: 10 });
     const t = server.ctx.faultLibrary.trace;
     expect(t.events).toHaveLength(10);
-    expect(t.dropped).toBeGreaterThan(0);
+    // The same transfer's events, the oldest of them dropped and counted.
+    expect(full.length).toBeGreaterThan(10);
+    expect(t.dropped).toBe(full.length - 10);
+    const kinds = (events: typeof full) => events.map((e) => e.kind).sort();
+    expect(kinds(t.events)).toEqual(kinds(full.slice(-10)));
     expect(t.events.at(-1)!.kind).toBe('complete'); // the last event of the transfer is still there
     const real = t.events.map((e) => e.realMs);
     expect([...real].sort((a, b) => a - b)).toEqual(real);

@@ -276,14 +276,44 @@ describe('lifetimes: nothing lands after the call returns', () => {
     expect(server.bytes(0, MSG).every((b) => b === 0x42)).toBe(true);
   });
 
+  test('two MRs of one PD over the same memory: deregistering either leaves the other working, in both orders', async () => {
+    for (const first of ['newer', 'older'] as const) {
+      const { client, server } = createPlayers();
+      const other = server.ctx.regMr(server.pd, server.region, 0, P, ODP_ACCESS);
+      const [gone, kept] = first === 'newer' ? [other, server.mr] : [server.mr, other];
+      gone.dereg();
+      client.fill(first === 'newer' ? 0x71 : 0x72, 0, 64);
+      const wc = await post(client, {
+        opcode: WrOpcode.RDMA_WRITE,
+        sgList: [client.sge(0, 64)],
+        rdma: { remoteAddr: server.at(0), rkey: kept.rkey },
+      });
+      expect([first, wc.status]).toEqual([first, WcStatus.SUCCESS]);
+      expect(server.bytes(0, 64).every((b) => b === (first === 'newer' ? 0x71 : 0x72))).toBe(true);
+      kept.dereg();
+      const refused = await post(
+        client,
+        { opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 64)], rdma: { remoteAddr: server.at(0), rkey: kept.rkey } },
+        2,
+      );
+      expect([first, refused.status]).toEqual([first, WcStatus.REM_ACCESS_ERR]);
+      closeAll();
+    }
+  });
+
   test('pd.dealloc() with an MR or a QP still on it: EBUSY, as in libibverbs; after they go it succeeds', () => {
     const { client } = createPlayers();
     const e = thrown(() => client.pd.dealloc());
     expect(e.code).toBe('EBUSY');
     expect(e.syscall).toBe('ibv_dealloc_pd');
+    expect(e.message).toBe('ibv_dealloc_pd: 2 MR(s)/QP(s) still use this protection domain; deregister and destroy them first');
     expect(client.pd.closed).toBe(false);
     client.mr.dereg();
-    expect(thrown(() => client.pd.dealloc()).code).toBe('EBUSY'); // the QP is still there
+    // The QP is still there.
+    expect(thrown(() => client.pd.dealloc())).toMatchObject({
+      code: 'EBUSY',
+      message: 'ibv_dealloc_pd: 1 MR(s)/QP(s) still use this protection domain; deregister and destroy them first',
+    });
     client.qp.destroy();
     client.pd.dealloc();
     expect(client.pd.closed).toBe(true);

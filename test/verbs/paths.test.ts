@@ -4,7 +4,7 @@
 // ranges that do not start on a page.
 import { afterEach, describe, expect, test } from 'vitest';
 import { Access, AdviseMrAdvice, AdviseMrFlags, SendFlags, Userfaultfd, WcStatus, WrOpcode, type SendWr } from '../../lib/index.js';
-import { closeAll, createPlayers, next, ODP_ACCESS, P, pollOk, sleep, track, type Player } from './helpers.js';
+import { closeAll, createPlayers, next, ODP_ACCESS, P, pollOk, region, sleep, track, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -201,6 +201,25 @@ describe('timing and options', () => {
     client.region.evict();
     await client.ctx.adviseMr(client.pd, AdviseMrAdvice.PREFETCH, AdviseMrFlags.FLUSH, [client.sge(15 * P + 8, 100)]);
     expect([...client.region.residency(14 * P, 2 * P)]).toEqual([0, 1]);
+  });
+
+  test('an async advise_mr is best effort: an MR deregistered or a region closed before it runs is skipped, the promise resolves', async () => {
+    const { client } = createPlayers({ size: 8 * P });
+    client.region.evict();
+    const kept = client.ctx.regMr(client.pd, client.region, 0, 4 * P, ODP_ACCESS);
+    const gone = client.ctx.regMr(client.pd, client.region, 4 * P, 4 * P, ODP_ACCESS);
+    const p = client.ctx.adviseMr(client.pd, AdviseMrAdvice.PREFETCH_WRITE, 0, [
+      { addr: kept.addr, length: 4 * P, lkey: kept.lkey },
+      { addr: gone.addr, length: 4 * P, lkey: gone.lkey },
+    ]);
+    gone.dereg();
+    await expect(p).resolves.toBeUndefined();
+    expect([...client.region.residency(0, 8 * P)]).toEqual([1, 1, 1, 1, 0, 0, 0, 0]);
+    const r = region(4 * P);
+    const mr = client.ctx.regMr(client.pd, r, 0, 4 * P, ODP_ACCESS);
+    const q = client.ctx.adviseMr(client.pd, AdviseMrAdvice.PREFETCH_WRITE, 0, [{ addr: r.address, length: P, lkey: mr.lkey }]);
+    r.close();
+    await expect(q).resolves.toBeUndefined();
   });
 
   test('two waiters on one CQ each get their own completion, in order', async () => {
