@@ -116,6 +116,11 @@ class Uffd {
   Napi::FunctionReference callback;
   std::unique_ptr<Napi::AsyncContext> async;
   std::atomic<uint64_t> main_polls{0};
+  // The guard sleeps without a timeout only while nothing is outstanding. A fault the JS
+  // thread reads first never wakes it (poll() sees the uffd readable no more), so whoever
+  // makes a fault outstanding while it sleeps must wake it, or the watchdog never fires.
+  std::atomic<bool> guard_asleep{false};
+  std::atomic<bool> take_over{false};  // a kick asks the guard to read, not only to re-arm
 
   std::mutex mu;  // guards ranges and outstanding
   std::map<uint64_t, Range> ranges;
@@ -214,6 +219,15 @@ class Uffd {
     if (taken.empty()) return;
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& kv : taken) outstanding.emplace(kv.first, kv.second);
+    WakeGuard();
+  }
+
+  // Re-arm a sleeping guard's watchdog (see guard_asleep). No allocation: may run in the
+  // reader between poll() and read() while a fork holds the malloc locks.
+  void WakeGuard() {
+    if (!event_loop || !guard_asleep.load()) return;
+    uint64_t one = 1;
+    if (write(kickfd, &one, sizeof(one)) < 0) { /* the counter is saturated: a wake is pending anyway */ }
   }
 
   void Push(Batch* b, int kind, int flags, uint64_t addr, double tid, double region, double offset, double extra) {
@@ -264,6 +278,7 @@ class Uffd {
             outstanding[page] = Pending{NowNs() + timeout_ns.load(), flags, ps};
           }
         }
+        if (tid != handler_tid) WakeGuard();
         if (tid == handler_tid) {
           st_native++;
           int err = ResolveDefault(page, flags, ps);
@@ -402,13 +417,15 @@ class Uffd {
     int wait_ms = 10;
     for (;;) {
       int n = taking_over ? poll(fds, 3, 2) : asleep ? poll(fds, 3, wait_ms) : poll(fds + 1, 2, wait_ms);
+      guard_asleep.store(false);
       if (n < 0 && errno != EINTR) break;
       if (fds[1].revents != 0) break;
       Batch b;
-      bool kicked = (fds[2].revents & POLLIN) != 0;
-      if (kicked) {
+      bool kicked = false;
+      if (fds[2].revents & POLLIN) {
         uint64_t v;
         if (read(kickfd, &v, sizeof(v)) < 0) { /* nothing to clear */ }
+        kicked = take_over.exchange(false);  // else only a re-arm: handled as a wake-up
       }
       if ((taking_over || asleep) && (fds[0].revents & (POLLERR | POLLHUP))) {
         Deliver(b);
@@ -451,6 +468,17 @@ class Uffd {
       quiet = busy || pending ? 0 : quiet + 1;
       // Nothing read, nothing pending for kQuietTicks ticks: sleep until something happens.
       asleep = !taking_over && quiet >= kQuietTicks;
+      if (asleep) {
+        // Announce the sleep before the last look, so that a fault made outstanding after
+        // that look sees guard_asleep and wakes us (WakeGuard), and one made before it is seen.
+        guard_asleep.store(true);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!outstanding.empty()) {
+          asleep = false;
+          quiet = 0;
+          guard_asleep.store(false);
+        }
+      }
       wait_ms = asleep ? -1 : busy || pending ? 1 : 10;
       if (next >= 0) wait_ms = wait_ms < 0 ? next : std::min(wait_ms, next);
     }
@@ -461,6 +489,7 @@ class Uffd {
   // its own faults are resolved (populate on registered pages).
   void Kick() {
     if (!event_loop) return;
+    take_over.store(true);
     uint64_t one = 1;
     if (write(kickfd, &one, sizeof(one)) < 0) { /* the counter is saturated: a kick is pending anyway */ }
   }

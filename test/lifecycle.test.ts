@@ -84,6 +84,32 @@ describe('a failing handler', () => {
     expect(uffd.stats().timeouts).toBe(2);
   });
 
+  // The guard sleeps with no timeout once idle; when the JS thread reads the fault before the
+  // guard's poll() sees it, only the fault being made outstanding can wake the guard to arm
+  // the watchdog. Without that, about 1 in 4 of these hung forever on this machine kind.
+  it('that never answers, after the guard fell asleep: the watchdog still fires, every time', async () => {
+    for (let round = 0; round < 20; round++) {
+      const region = mapRegion(P);
+      new Uint8Array(region.buffer).fill(4);
+      const uffd = Userfaultfd.open({ handler: () => {}, timeoutMs: 40 });
+      const errors = collectErrors(uffd);
+      try {
+        uffd.register(region, { missing: false, writeProtect: true });
+        uffd.writeProtect(region, 0, P, true);
+        await sleep(70); // five quiet 10 ms ticks: the guard sleeps
+        const done = touch(region, { access: 'write', probe: true, fill: 9 }).then(() => 'done');
+        const outcome = await Promise.race([done, sleep(3000).then(() => 'hung')]);
+        expect(`round ${round}: ${outcome}`).toBe(`round ${round}: done`);
+        expect(new Uint8Array(region.buffer)[0]).toBe(9);
+        await until('the timeout report', () => errors.length === 1);
+        expect(errors.map((e) => e.code)).toEqual(['ERR_PFR_HANDLER_TIMEOUT']);
+      } finally {
+        uffd.close(); // releases a hung toucher too, so a failure does not leak a thread
+        region.close();
+      }
+    }
+  });
+
   it('that never answers a minor fault: the watchdog continues, the page cache data is read', async () => {
     const region = own(mapRegion(2 * P, { shared: true }));
     new Uint8Array(region.buffer).set(pattern(2, 0x30));
