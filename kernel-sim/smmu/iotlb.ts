@@ -6,13 +6,25 @@
 // virtual addresses, and much cheaper than strings on the per-block path.
 const FRAME = 4096;
 const SIDS = 65536;
+const NONE = -1;
 const keyAt = (sid: number, page: number): number => Math.floor(page / FRAME) * SIDS + (sid % SIDS);
 
 export class Iotlb {
   readonly capacity: number;
-  // Map order doubles as LRU order; the value is the frame the walk found (0: not known,
-  // the kernel hides frame numbers without CAP_SYS_ADMIN).
-  #entries = new Map<number, number>();
+  // LRU as a doubly linked list of slots in typed arrays, with a Map from key to slot: a hit
+  // moves its slot to the tail and an eviction takes the head, both O(1) with no Map change.
+  // (A Map's own order as the LRU, with delete + set per hit, left a hole per hit that the
+  // evicting keys().next() walked over: microseconds per page once the IOTLB was full.)
+  #slot = new Map<number, number>();
+  #key = new Float64Array(0);
+  // The frame the walk found (0: not known, the kernel hides frame numbers without CAP_SYS_ADMIN).
+  #frame = new Float64Array(0);
+  #prev = new Int32Array(0);
+  #next = new Int32Array(0);
+  #head = NONE; // least recently used
+  #tail = NONE;
+  #free: number[] = [];
+  #used = 0; // slots ever handed out (the arrays grow to capacity as needed)
   #sids = new Set<number>();
   hits = 0;
   misses = 0;
@@ -28,11 +40,9 @@ export class Iotlb {
 
   /** lookup() with the page's address as a number (exact below 2^53): no BigInt on the per-page path. */
   lookupAt(sid: number, page: number): boolean {
-    const k = keyAt(sid, page);
-    const frame = this.#entries.get(k);
-    if (frame !== undefined) {
-      this.#entries.delete(k);
-      this.#entries.set(k, frame);
+    const s = this.#slot.get(keyAt(sid, page));
+    if (s !== undefined) {
+      this.#toTail(s);
       this.hits++;
       return true;
     }
@@ -46,10 +56,22 @@ export class Iotlb {
 
   insertAt(sid: number, page: number, frame = 0): void {
     const k = keyAt(sid, page);
-    this.#entries.delete(k);
-    this.#entries.set(k, frame);
     this.#sids.add(sid % SIDS);
-    if (this.#entries.size > this.capacity) this.#entries.delete(this.#entries.keys().next().value as number);
+    let s = this.#slot.get(k);
+    if (s !== undefined) {
+      this.#frame[s] = frame;
+      this.#toTail(s);
+      return;
+    }
+    if (this.#slot.size >= this.capacity) {
+      if (this.#head === NONE) return; // capacity 0: nothing is cached
+      this.#drop(this.#head);
+    }
+    s = this.#alloc();
+    this.#key[s] = k;
+    this.#frame[s] = frame;
+    this.#slot.set(k, s);
+    this.#link(s);
   }
 
   /** Drop every cached page of [start, start+length) for all streams. */
@@ -57,44 +79,106 @@ export class Iotlb {
     let n = 0;
     const first = Math.floor(Number(start) / pageSize) * pageSize;
     const end = Number(start) + length;
-    if (this.#entries.size * 2 < ((end - first) / FRAME) * this.#sids.size) {
-      for (const k of [...this.#entries.keys()]) {
+    if (this.#slot.size * 2 < ((end - first) / FRAME) * this.#sids.size) {
+      for (const [k, s] of [...this.#slot]) {
         const va = Math.floor(k / SIDS) * FRAME;
-        if (va >= first && va < end && this.#entries.delete(k)) n++;
+        if (va >= first && va < end) {
+          this.#drop(s);
+          n++;
+        }
       }
     } else {
       for (let va = first; va < end; va += pageSize) {
-        for (const s of this.#sids) if (this.#entries.delete((va / FRAME) * SIDS + s)) n++;
+        for (const sid of this.#sids) {
+          const s = this.#slot.get((va / FRAME) * SIDS + sid);
+          if (s !== undefined) {
+            this.#drop(s);
+            n++;
+          }
+        }
       }
     }
     this.invalidations += n;
     return n;
   }
 
-  /** The cached entries of [start, start+length), all streams, without touching LRU order or counters. */
+  /** The cached entries of [start, start+length), all streams, least recently used first, without touching LRU order or counters. */
   entriesIn(start: bigint, length: number): Array<{ sid: number; page: bigint; frame: number }> {
     const first = Number(start);
     const end = first + length;
     const out: Array<{ sid: number; page: bigint; frame: number }> = [];
-    for (const [k, frame] of this.#entries) {
+    for (let s = this.#head; s !== NONE; s = this.#next[s]!) {
+      const k = this.#key[s]!;
       const va = Math.floor(k / SIDS) * FRAME;
-      if (va >= first && va < end) out.push({ sid: k % SIDS, page: BigInt(va), frame });
+      if (va >= first && va < end) out.push({ sid: k % SIDS, page: BigInt(va), frame: this.#frame[s]! });
     }
     return out;
   }
 
   /** Drop one stream's entry for a page; true if it was cached. */
   invalidate(sid: number, page: bigint): boolean {
-    const gone = this.#entries.delete(keyAt(sid, Number(page)));
-    if (gone) this.invalidations++;
-    return gone;
+    const s = this.#slot.get(keyAt(sid, Number(page)));
+    if (s === undefined) return false;
+    this.#drop(s);
+    this.invalidations++;
+    return true;
   }
 
   invalidateStream(sid: number): void {
-    for (const k of [...this.#entries.keys()]) if (k % SIDS === sid % SIDS) this.#entries.delete(k);
+    for (const [k, s] of [...this.#slot]) if (k % SIDS === sid % SIDS) this.#drop(s);
   }
 
   get size(): number {
-    return this.#entries.size;
+    return this.#slot.size;
+  }
+
+  #alloc(): number {
+    const s = this.#free.pop();
+    if (s !== undefined) return s;
+    if (this.#used === this.#key.length) this.#grow();
+    return this.#used++;
+  }
+
+  // The arrays double up to the capacity: a large capacity costs memory only once it is used.
+  #grow(): void {
+    const n = Math.min(this.capacity, Math.max(1024, this.#key.length * 2));
+    const key = new Float64Array(n);
+    const frame = new Float64Array(n);
+    const prev = new Int32Array(n);
+    const next = new Int32Array(n);
+    key.set(this.#key);
+    frame.set(this.#frame);
+    prev.set(this.#prev);
+    next.set(this.#next);
+    [this.#key, this.#frame, this.#prev, this.#next] = [key, frame, prev, next];
+  }
+
+  #drop(s: number): void {
+    this.#slot.delete(this.#key[s]!);
+    this.#unlink(s);
+    this.#free.push(s);
+  }
+
+  #link(s: number): void {
+    this.#prev[s] = this.#tail;
+    this.#next[s] = NONE;
+    if (this.#tail === NONE) this.#head = s;
+    else this.#next[this.#tail] = s;
+    this.#tail = s;
+  }
+
+  #unlink(s: number): void {
+    const p = this.#prev[s]!;
+    const n = this.#next[s]!;
+    if (p === NONE) this.#head = n;
+    else this.#next[p] = n;
+    if (n === NONE) this.#tail = p;
+    else this.#prev[n] = p;
+  }
+
+  #toTail(s: number): void {
+    if (s === this.#tail) return;
+    this.#unlink(s);
+    this.#link(s);
   }
 }
