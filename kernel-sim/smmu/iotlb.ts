@@ -26,6 +26,7 @@ export class Iotlb {
   #free: number[] = [];
   #used = 0; // slots ever handed out (the arrays grow to capacity as needed)
   #sids = new Set<number>();
+  #lastSid = -1; // the stream last added to #sids (one Set.add per stream change, not per page)
   hits = 0;
   misses = 0;
   invalidations = 0;
@@ -55,19 +56,24 @@ export class Iotlb {
   }
 
   insertAt(sid: number, page: number, frame = 0): void {
+    const s = this.#slot.get(keyAt(sid, page));
+    if (s === undefined) return this.insertMissedAt(sid, page, frame);
+    this.#frame[s] = frame;
+    this.#toTail(s);
+  }
+
+  /** insertAt() of a page whose lookupAt() just missed (nothing cached it since): one Map lookup fewer per page walked. */
+  insertMissedAt(sid: number, page: number, frame = 0): void {
     const k = keyAt(sid, page);
-    this.#sids.add(sid % SIDS);
-    let s = this.#slot.get(k);
-    if (s !== undefined) {
-      this.#frame[s] = frame;
-      this.#toTail(s);
-      return;
+    if (sid !== this.#lastSid) {
+      this.#sids.add(sid % SIDS);
+      this.#lastSid = sid;
     }
     if (this.#slot.size >= this.capacity) {
       if (this.#head === NONE) return; // capacity 0: nothing is cached
       this.#drop(this.#head);
     }
-    s = this.#alloc();
+    const s = this.#alloc();
     this.#key[s] = k;
     this.#frame[s] = frame;
     this.#slot.set(k, s);

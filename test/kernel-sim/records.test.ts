@@ -217,6 +217,17 @@ describe('IOTLB', () => {
     expect([t.hits, t.misses, t.size]).toEqual([3, 2, 2]);
   });
 
+  test('insertMissedAt (after a miss) caches and evicts as insertAt does', () => {
+    const t = new Iotlb(2);
+    for (const p of [0x1000, 0x2000, 0x3000]) {
+      expect(t.lookupAt(1, p)).toBe(false);
+      t.insertMissedAt(1, p, p / 0x1000);
+    }
+    expect([t.lookupAt(1, 0x1000), t.lookupAt(1, 0x2000), t.lookupAt(1, 0x3000)]).toEqual([false, true, true]);
+    expect(t.entriesIn(0n, 0x4000).map((e) => e.frame)).toEqual([2, 3]);
+    expect(t.invalidateRange(0n, 0x4000, 4096)).toBe(2);
+  });
+
   test("invalidateRange drops every stream's pages of the range, and only those", () => {
     const t = new Iotlb(100);
     for (let p = 0; p < 8; p++) {
