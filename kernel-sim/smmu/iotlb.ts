@@ -9,13 +9,81 @@ const SIDS = 65536;
 const NONE = -1;
 const keyAt = (sid: number, page: number): number => Math.floor(page / FRAME) * SIDS + (sid % SIDS);
 
+const EMPTY = -1;
+
+// Key → slot, open addressing with linear probing in typed arrays: the keys (above 2^31) stay
+// unboxed doubles, where a Map<number, number> boxed one per lookup and hashed it as a heap
+// number: most of what was left of the IOTLB's cost per page. Deletion shifts the entries
+// after the hole back (no tombstones), so a full IOTLB's churn does not slow it down.
+class KeyIndex {
+  size = 0;
+  #keys = new Float64Array(16);
+  #vals = new Int32Array(16).fill(EMPTY);
+  #mask = 15;
+
+  #home(k: number): number {
+    // MurmurHash3's finalizer over the key's two 32-bit halves (the low one holds the StreamID).
+    let h = (k | 0) ^ Math.imul((k / 4294967296) | 0, 0x9e3779b1);
+    h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+    h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+    return (h ^ (h >>> 16)) & this.#mask;
+  }
+
+  get(k: number): number {
+    for (let i = this.#home(k); ; i = (i + 1) & this.#mask) {
+      const v = this.#vals[i]!;
+      if (v === EMPTY || this.#keys[i] === k) return v;
+    }
+  }
+
+  set(k: number, v: number): void {
+    if ((this.size + 1) * 2 > this.#vals.length) this.#rehash(this.#vals.length * 2);
+    let i = this.#home(k);
+    while (this.#vals[i] !== EMPTY && this.#keys[i] !== k) i = (i + 1) & this.#mask;
+    if (this.#vals[i] === EMPTY) this.size++;
+    this.#keys[i] = k;
+    this.#vals[i] = v;
+  }
+
+  delete(k: number): void {
+    let i = this.#home(k);
+    for (;;) {
+      const v = this.#vals[i];
+      if (v === EMPTY) return;
+      if (this.#keys[i] === k) break;
+      i = (i + 1) & this.#mask;
+    }
+    this.size--;
+    // Move back each later entry of the cluster whose home is not in (hole, its place].
+    for (let j = (i + 1) & this.#mask; this.#vals[j] !== EMPTY; j = (j + 1) & this.#mask) {
+      const h = this.#home(this.#keys[j]!);
+      if (j > i ? h <= i || h > j : h <= i && h > j) {
+        this.#keys[i] = this.#keys[j]!;
+        this.#vals[i] = this.#vals[j]!;
+        i = j;
+      }
+    }
+    this.#vals[i] = EMPTY;
+  }
+
+  #rehash(n: number): void {
+    const keys = this.#keys;
+    const vals = this.#vals;
+    this.#keys = new Float64Array(n);
+    this.#vals = new Int32Array(n).fill(EMPTY);
+    this.#mask = n - 1;
+    this.size = 0;
+    for (let i = 0; i < vals.length; i++) if (vals[i] !== EMPTY) this.set(keys[i]!, vals[i]!);
+  }
+}
+
 export class Iotlb {
   readonly capacity: number;
-  // LRU as a doubly linked list of slots in typed arrays, with a Map from key to slot: a hit
-  // moves its slot to the tail and an eviction takes the head, both O(1) with no Map change.
+  // LRU as a doubly linked list of slots in typed arrays, with an index from key to slot: a
+  // hit moves its slot to the tail and an eviction takes the head, both O(1).
   // (A Map's own order as the LRU, with delete + set per hit, left a hole per hit that the
   // evicting keys().next() walked over: microseconds per page once the IOTLB was full.)
-  #slot = new Map<number, number>();
+  #slot = new KeyIndex();
   #key = new Float64Array(0);
   // The frame the walk found (0: not known, the kernel hides frame numbers without CAP_SYS_ADMIN).
   #frame = new Float64Array(0);
@@ -42,7 +110,7 @@ export class Iotlb {
   /** lookup() with the page's address as a number (exact below 2^53): no BigInt on the per-page path. */
   lookupAt(sid: number, page: number): boolean {
     const s = this.#slot.get(keyAt(sid, page));
-    if (s !== undefined) {
+    if (s !== EMPTY) {
       this.#toTail(s);
       this.hits++;
       return true;
@@ -57,7 +125,7 @@ export class Iotlb {
 
   insertAt(sid: number, page: number, frame = 0): void {
     const s = this.#slot.get(keyAt(sid, page));
-    if (s === undefined) return this.insertMissedAt(sid, page, frame);
+    if (s === EMPTY) return this.insertMissedAt(sid, page, frame);
     this.#frame[s] = frame;
     this.#toTail(s);
   }
@@ -86,18 +154,20 @@ export class Iotlb {
     const first = Math.floor(Number(start) / pageSize) * pageSize;
     const end = Number(start) + length;
     if (this.#slot.size * 2 < ((end - first) / FRAME) * this.#sids.size) {
-      for (const [k, s] of [...this.#slot]) {
-        const va = Math.floor(k / SIDS) * FRAME;
+      for (let s = this.#head; s !== NONE;) {
+        const next = this.#next[s]!;
+        const va = Math.floor(this.#key[s]! / SIDS) * FRAME;
         if (va >= first && va < end) {
           this.#drop(s);
           n++;
         }
+        s = next;
       }
     } else {
       for (let va = first; va < end; va += pageSize) {
         for (const sid of this.#sids) {
           const s = this.#slot.get((va / FRAME) * SIDS + sid);
-          if (s !== undefined) {
+          if (s !== EMPTY) {
             this.#drop(s);
             n++;
           }
@@ -124,14 +194,18 @@ export class Iotlb {
   /** Drop one stream's entry for a page; true if it was cached. */
   invalidate(sid: number, page: bigint): boolean {
     const s = this.#slot.get(keyAt(sid, Number(page)));
-    if (s === undefined) return false;
+    if (s === EMPTY) return false;
     this.#drop(s);
     this.invalidations++;
     return true;
   }
 
   invalidateStream(sid: number): void {
-    for (const [k, s] of [...this.#slot]) if (k % SIDS === sid % SIDS) this.#drop(s);
+    for (let s = this.#head; s !== NONE;) {
+      const next = this.#next[s]!;
+      if (this.#key[s]! % SIDS === sid % SIDS) this.#drop(s);
+      s = next;
+    }
   }
 
   get size(): number {
