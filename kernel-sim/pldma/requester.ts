@@ -9,9 +9,19 @@ import { realNowUs } from '../cost-model/index.js';
 import { linkArrival } from '../fabric/fabric.js';
 import type { WireBlock, WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
-import type { RunTranslation, Translation } from '../smmu/smmu.js';
+import type { RunTranslation } from '../smmu/smmu.js';
 import type { Completer } from './completer.js';
-import { type Block, type DmaCompletion, type DmaDescriptor, DmaStatus, type EngineState, traceTransfer, type Transfer, walkCost } from './types.js';
+import {
+  type Block,
+  type DmaCompletion,
+  type DmaDescriptor,
+  DmaStatus,
+  type EngineState,
+  traceTransfer,
+  type Transfer,
+  walkCost,
+  walkedCost,
+} from './types.js';
 
 /**
  * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
@@ -154,18 +164,10 @@ export class Requester implements Schedulable {
         batchAt = i;
       }
       const k = i - batchAt;
-      const tr: Translation =
-        k < walked.length
-          ? {
-              ok: true,
-              region: batch.region!,
-              offset: batch.offset + (b.offset - t.blocks[batchAt]!.offset),
-              walked: walked[k]!,
-              hit: walked[k] === 0,
-            }
-          : batch.fault!;
-      const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
-      if (!tr.ok) {
+      if (k >= walked.length) {
+        // The block after the ones translated: its fault ends the run.
+        const tr = batch.fault!;
+        const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
         if (!run.length) {
           ch.cursor = s.engineRes.reserve(issueAt, cost);
           this.#completer.blockFault(t, b, src.sid, tr, issueAt + c.scheduleUs + walkCost(c, tr));
@@ -174,6 +176,10 @@ export class Requester implements Schedulable {
         t.held = { b, sid: src.sid, tr, cost };
         break;
       }
+      // A block that translated: no Translation object per block, only what it says.
+      const region = batch.region!;
+      const offset = batch.offset + (b.offset - t.blocks[batchAt]!.offset);
+      const cost = c.scheduleUs + walkedCost(c, walked[k]!) + c.blockUs;
       const engineDone = Math.max(issueAt, engineFree) + cost;
       engineFree = cursor = engineDone;
       const link = linkArrival(c, linkFree, b.length, engineDone);
@@ -184,8 +190,8 @@ export class Requester implements Schedulable {
         src.faultModel === 'stall'
           ? s.smmu.beginStallWindow({
               sid: src.sid,
-              region: tr.region,
-              offset: tr.offset,
+              region,
+              offset,
               length: b.length,
               access: 'read',
               tag: {
@@ -206,13 +212,13 @@ export class Requester implements Schedulable {
               },
             })
           : undefined;
-      b.sent = { cost, arrive: link.arrive, sid: src.sid, region: tr.region, offset: tr.offset, window };
+      b.sent = { cost, arrive: link.arrive, sid: src.sid, region, offset, window };
       run.push(b);
       wire.push({
         seq: b.seq,
         va: d.dstVa + BigInt(b.offset),
         length: b.length,
-        payload: { region: tr.region, offset: tr.offset },
+        payload: { region, offset },
         arrivesAt: link.arrive,
         lengthHint: Math.max(0, d.length - b.offset),
         issuedUs: b.issuedUs,

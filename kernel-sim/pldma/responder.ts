@@ -14,7 +14,7 @@ import type { Tracer } from '../trace.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus } from './copy-engine.js';
 import type { FaultWaiters } from './fault-waiters.js';
-import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, traceTransfer, walkCost } from './types.js';
+import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, traceTransfer, walkCost, walkedCost } from './types.js';
 
 export interface ResponderDeps {
   node: number;
@@ -111,12 +111,12 @@ export class Responder {
         stopped = true;
         break;
       }
-      const tr: Translation =
-        batch && i < walked.length
-          ? { ok: true, region: batch.region!, offset: batch.offset + i * blocks[0]!.length, walked: walked[i]!, hit: walked[i] === 0 }
-          : batch?.fault && i === walked.length
-            ? batch.fault
-            : smmu.translate(ctx.sid, blk.va, blk.length, 'write');
+      if (batch && i < walked.length) {
+        // Translated by the run's one call: no Translation object per block.
+        accepted.push({ blk, region: batch.region!, offset: batch.offset + i * blocks[0]!.length, walkUs: walkedCost(c, walked[i]!) });
+        continue;
+      }
+      const tr: Translation = batch?.fault && i === walked.length ? batch.fault : smmu.translate(ctx.sid, blk.va, blk.length, 'write');
       const walkUs = walkCost(c, tr);
       if (!tr.ok) {
         stopped = true;
@@ -236,7 +236,8 @@ export class Responder {
       return false;
     }
     if (status === CopyStatus.Ok) {
-      for (const a of run) verdicts.push({ seq: a.blk.seq, resp: AckResp.OK, walkUs: a.walkUs, stalls, ...copy });
+      for (const a of run)
+        verdicts.push({ seq: a.blk.seq, resp: AckResp.OK, walkUs: a.walkUs, stalls, copyThread: copy!.copyThread, copyNs: copy!.copyNs });
       return true;
     }
     // The copy stopped at the first page it found missing: the blocks before it were written.

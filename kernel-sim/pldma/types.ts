@@ -236,7 +236,12 @@ export type Retransmitted = (srcNode: number, tid: number, seq: number, side: Si
 
 /** Modelled cost of one translation: an IOTLB hit, or a walk per page walked. */
 export function walkCost(costs: CostModel, tr: Translation): number {
-  return tr.ok && tr.hit ? costs.iotlbHitUs : costs.walkUs * Math.max(1, tr.ok ? tr.walked : 1);
+  return tr.ok ? walkedCost(costs, tr.hit ? 0 : Math.max(1, tr.walked)) : costs.walkUs;
+}
+
+/** walkCost of a block that translated with `walked` pages walked (0: an IOTLB hit), as translateBlocks reports it. */
+export function walkedCost(costs: CostModel, walked: number): number {
+  return walked === 0 ? costs.iotlbHitUs : costs.walkUs * walked;
 }
 
 /** Modelled delay of a stalled access: the whole fault path and the resume. */

@@ -295,7 +295,7 @@ export class Smmu implements MemoryObserver {
         };
         return -1;
       }
-      this.iotlb.insertAt(sid, base + p, walk.frames[a]);
+      this.iotlb.insertMissedAt(sid, base + p, walk.frames[a]);
     }
     return missing.length;
   }

@@ -217,6 +217,74 @@ describe('IOTLB', () => {
     expect([t.hits, t.misses, t.size]).toEqual([3, 2, 2]);
   });
 
+  test('insertMissedAt (after a miss) caches and evicts as insertAt does', () => {
+    const t = new Iotlb(2);
+    for (const p of [0x1000, 0x2000, 0x3000]) {
+      expect(t.lookupAt(1, p)).toBe(false);
+      t.insertMissedAt(1, p, p / 0x1000);
+    }
+    expect([t.lookupAt(1, 0x1000), t.lookupAt(1, 0x2000), t.lookupAt(1, 0x3000)]).toEqual([false, true, true]);
+    expect(t.entriesIn(0n, 0x4000).map((e) => e.frame)).toEqual([2, 3]);
+    expect(t.invalidateRange(0n, 0x4000, 4096)).toBe(2);
+  });
+
+  test('random lookups, inserts and invalidations: the same answers, order and counters as a Map-ordered LRU', () => {
+    // The reference: a Map whose insertion order is the LRU order (what the IOTLB was first).
+    let seed = 1;
+    const rnd = (n: number): number => (seed = (seed * 1103515245 + 12345) % 2147483648) % n;
+    const base = 0x7f1234500000;
+    for (const cap of [1, 3, 17, 100]) {
+      const t = new Iotlb(cap);
+      const ref = new Map<string, { sid: number; page: number; frame: number }>();
+      let hits = 0;
+      let invalidations = 0;
+      const look = (sid: number, page: number): boolean => {
+        const e = ref.get(`${sid}:${page}`);
+        if (!e) return false;
+        ref.delete(`${sid}:${page}`);
+        ref.set(`${sid}:${page}`, e);
+        hits++;
+        return true;
+      };
+      const insert = (sid: number, page: number, frame: number): void => {
+        ref.delete(`${sid}:${page}`);
+        ref.set(`${sid}:${page}`, { sid, page, frame });
+        if (ref.size > cap) ref.delete(ref.keys().next().value!);
+      };
+      for (let i = 0; i < 20000; i++) {
+        const op = rnd(100);
+        const sid = 1 + rnd(3);
+        const page = base + rnd(300) * 4096;
+        if (op < 45) expect(t.lookupAt(sid, page)).toBe(look(sid, page));
+        else if (op < 75) {
+          t.insertAt(sid, page, i);
+          insert(sid, page, i);
+        } else if (op < 93) {
+          const hit = look(sid, page);
+          expect(t.lookupAt(sid, page)).toBe(hit);
+          if (!hit) {
+            t.insertMissedAt(sid, page, i);
+            insert(sid, page, i);
+          }
+        } else if (op < 97) {
+          const length = rnd(20) * 4096;
+          const gone = [...ref].filter(([, e]) => e.page >= page && e.page < page + length);
+          for (const [k] of gone) ref.delete(k);
+          invalidations += gone.length;
+          expect(t.invalidateRange(BigInt(page), length, 4096)).toBe(gone.length);
+        } else if (op < 98) {
+          t.invalidateStream(sid);
+          for (const [k, e] of [...ref]) if (e.sid === sid) ref.delete(k);
+        } else {
+          const held = t.entriesIn(BigInt(base), 300 * 4096).map((e) => ({ sid: e.sid, page: Number(e.page), frame: e.frame }));
+          expect(held).toEqual([...ref.values()]);
+        }
+        expect(t.size).toBe(ref.size);
+      }
+      expect([t.hits, t.invalidations]).toEqual([hits, invalidations]);
+    }
+  });
+
   test("invalidateRange drops every stream's pages of the range, and only those", () => {
     const t = new Iotlb(100);
     for (let p = 0; p < 8; p++) {
