@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport, peerTimeoutMs } from '../../kernel-sim/index.js';
 import { binding } from '../../native/index.js';
+import type { StallReport } from '../../examples/fabric-peer.js';
 import { ROOT } from '../child.js';
 
 const MAIN = join(ROOT, 'dist/cli/main.js');
@@ -72,16 +73,7 @@ async function pair(program: string, args: string[]) {
     nacks: number;
     retransmitted: number;
     peer?: { bytesVerified: number; mismatches: number; nacks: number };
-    stall?: {
-      progressTid: number;
-      jsTid: number;
-      faultTids: number[];
-      faultsByHandler: number;
-      faultsNative: number;
-      smmuStalls: number;
-      libraryFaults: number;
-      pagesTouched: number;
-    };
+    stall?: StallReport;
   };
   const read = (f: string) => (JSON.parse(readFileSync(f, 'utf8')) as { results: R }).results;
   return { client: read(cj), server: read(sj), stdout: c.stdout };
