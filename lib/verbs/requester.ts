@@ -158,7 +158,7 @@ export class Requester {
     const landsHere = wr.opcode === WrOpcode.RDMA_READ || wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
     const local = localSges(q, wr.sgList, landsHere);
     if (!local) return fail(WcStatus.LOC_PROT_ERR);
-    const sinks = local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
+    const sinks = () => local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
 
     switch (wr.opcode) {
       case WrOpcode.RDMA_WRITE:
@@ -202,7 +202,15 @@ export class Requester {
       }
       case WrOpcode.RDMA_READ: {
         const { remoteAddr, rkey } = wr.rdma!;
-        const r = await this.#request({ op: 'read', rkey, addr: remoteAddr, length: total, sinks, pd: q.pd.handle, rnrRetry: q.attr.rnrRetry });
+        const r = await this.#request({
+          op: 'read',
+          rkey,
+          addr: remoteAddr,
+          length: total,
+          sinks: sinks(),
+          pd: q.pd.handle,
+          rnrRetry: q.attr.rnrRetry,
+        });
         return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? total : 0, odp: r.odp ?? fail(r.status).odp };
       }
       case WrOpcode.ATOMIC_CMP_AND_SWP:
@@ -214,7 +222,7 @@ export class Requester {
           rkey: a.rkey,
           addr: a.remoteAddr,
           length: 8,
-          sinks,
+          sinks: sinks(),
           pd: q.pd.handle,
           rnrRetry: q.attr.rnrRetry,
           atomic: { fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD, compareAdd: a.compareAdd, swap: a.swap ?? 0n },
@@ -271,23 +279,21 @@ export class Requester {
     const q = this.#qp;
     const sim = q.device.sim;
     const rnr = q.attr.rnrRetry;
-    return Promise.all(
-      pieces
-        .filter((p) => p.length > 0)
-        .map((p) =>
-          sim.post({
-            channel: q.qpNum % sim.channels,
-            srcVa: p.fromVa,
-            dstNode: q.attr.destNode,
-            dstVa: p.toVa,
-            length: p.length,
-            pd: q.pd.handle,
-            dstPd,
-            retryLimit: rnr === 7 ? Infinity : rnr,
-            key: p.key,
-            dstQp: q.attr.destQpNum,
-          }),
-        ),
-    );
+    const post = (p: { fromVa: bigint; toVa: bigint; length: number; key: number }) =>
+      sim.post({
+        channel: q.qpNum % sim.channels,
+        srcVa: p.fromVa,
+        dstNode: q.attr.destNode,
+        dstVa: p.toVa,
+        length: p.length,
+        pd: q.pd.handle,
+        dstPd,
+        retryLimit: rnr === 7 ? Infinity : rnr,
+        key: p.key,
+        dstQp: q.attr.destQpNum,
+      });
+    // The common case, one SGE: no Promise.all (one promise less per WR).
+    if (pieces.length === 1 && pieces[0]!.length > 0) return post(pieces[0]!).then((c) => [c]);
+    return Promise.all(pieces.filter((p) => p.length > 0).map(post));
   }
 }
