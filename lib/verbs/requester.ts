@@ -40,6 +40,8 @@ export class Requester {
   #running = false;
   /** WRs started and not yet completed, in posting order. */
   #inflight: SendWr[] = [];
+  /** How many of #inflight may not overlap (see overlaps): a count, not a scan per WR. */
+  #exclusive = 0;
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
   #psn = 1;
@@ -53,6 +55,7 @@ export class Requester {
 
   /** The WRs being executed, in posting order (destroy flushes them). */
   takeCurrent(): SendWr[] {
+    this.#exclusive = 0;
     return this.#inflight.splice(0);
   }
 
@@ -115,8 +118,7 @@ export class Requester {
       const live = q.state === QpState.RTS || q.state === QpState.ERR;
       const wr = live ? q.sq[0] : undefined;
       const room =
-        this.#inflight.length < this.#maxInflight &&
-        (this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && this.#inflight.every(overlaps)));
+        this.#inflight.length < this.#maxInflight && (this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && this.#exclusive === 0));
       if (!wr || !room || q.state === QpState.ERR) {
         if (this.#inflight.length === 0) {
           if (!wr) return;
@@ -134,6 +136,7 @@ export class Requester {
       }
       q.sq.shift();
       this.#inflight.push(wr);
+      if (!overlaps(wr)) this.#exclusive++;
       const exec = this.#execute(wr).catch(() => fail(WcStatus.GENERAL_ERR));
       chain = chain.then(async () => {
         const result = await exec;
@@ -141,6 +144,7 @@ export class Requester {
         const i = this.#inflight.indexOf(wr);
         if (q.destroyed || i < 0) return;
         this.#inflight.splice(i, 1);
+        if (!overlaps(wr)) this.#exclusive--;
         // A WR before it failed: the QP is in ERR and this one is flushed, whatever it did.
         const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : result;
         const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
