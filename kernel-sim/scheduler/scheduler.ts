@@ -65,6 +65,8 @@ export class Scheduler {
   /** Forget a channel that has no more work. */
   retire(channel: number): void {
     if (!this.#inRing.delete(channel)) return;
-    this.#ring = this.#ring.filter((c) => c !== channel);
+    // A channel is in the ring once (wake adds it only when absent): no new array per transfer.
+    const i = this.#ring.indexOf(channel);
+    if (i >= 0) this.#ring.splice(i, 1);
   }
 }

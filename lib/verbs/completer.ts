@@ -42,6 +42,7 @@ export class Completer {
       qpNum: this.#qp.qpNum,
       srcQp: srcQp ?? this.#qp.destQpNum,
       wcFlags: immData !== undefined ? WcFlags.WITH_IMM : 0,
+      vendorErr: 0,
     };
     if (immData !== undefined) wc.immData = immData >>> 0;
     if (odp) wc.odp = odp;

@@ -25,10 +25,26 @@ export interface WorkCompletion {
   odp?: { faults: { source: number; destination: number }; majorFaults: number; retransmittedBlocks: number; modelUs: number; realUs: number };
 }
 
+interface Waiter {
+  resolve: (wc: WorkCompletion) => void;
+  reject: (e: Error) => void;
+  /** performance.now() after which the wait times out. */
+  deadline: number;
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+  onAbort: (() => void) | undefined;
+}
+
 export class CompletionQueue {
   readonly depth: number;
   #queue: WorkCompletion[] = [];
-  #waiters: Array<{ resolve: (wc: WorkCompletion) => void; reject: (e: Error) => void }> = [];
+  #waiters: Waiter[] = [];
+  /**
+   * One timer for all waiters, due at the earliest deadline (not one per next(): a timer per
+   * completion was a large share of the cost of a small WR); ref'd only while someone waits.
+   */
+  #timer: NodeJS.Timeout | undefined;
+  #timerAt = Infinity;
   #closed = false;
   #error = false;
   #onOverrun: (cq: CompletionQueue) => void;
@@ -69,26 +85,13 @@ export class CompletionQueue {
     if (wc) return Promise.resolve(wc);
     const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('next: timeoutMs', options.timeoutMs, 1);
     return new Promise((resolve, reject) => {
-      const w = {
-        resolve: (x: WorkCompletion) => {
-          cleanup();
-          resolve(x);
-        },
-        reject: (e: Error) => {
-          cleanup();
-          reject(e);
-        },
-      };
-      const timer = setTimeout(() => w.reject(Object.assign(new Error(`no completion within ${timeoutMs} ms`), { code: 'ETIMEDOUT' })), timeoutMs);
-      const onAbort = () => w.reject(Object.assign(new Error('wait for a completion was aborted'), { code: 'ABORT_ERR' }));
-      options.signal?.addEventListener('abort', onAbort, { once: true });
-      const cleanup = () => {
-        clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
-        const i = this.#waiters.indexOf(w);
-        if (i >= 0) this.#waiters.splice(i, 1);
-      };
+      const w: Waiter = { resolve, reject, deadline: performance.now() + timeoutMs, timeoutMs, signal: options.signal, onAbort: undefined };
+      if (w.signal) {
+        w.onAbort = () => this.#settle(w, Object.assign(new Error('wait for a completion was aborted'), { code: 'ABORT_ERR' }));
+        w.signal.addEventListener('abort', w.onAbort, { once: true });
+      }
       this.#waiters.push(w);
+      this.#arm(w.deadline);
     });
   }
 
@@ -112,14 +115,17 @@ export class CompletionQueue {
 
   /**
    * @internal a completion from a queue pair. False if the CQ has overrun: the CQ goes to
-   * error and IBV_EVENT_CQ_ERR is reported (once); the caller moves its QP to ERR.
+   * error and IBV_EVENT_CQ_ERR is reported (once); the caller moves its QP to ERR. `wc` is
+   * the caller's own fresh object: it is completed in place, not copied (one object per WC).
    */
   push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }): boolean {
     if (this.#closed) return true;
-    const full: WorkCompletion = { vendorErr: 0, ...wc, statusStr: wcStatusStr(wc.status) };
+    const full = wc as WorkCompletion;
+    full.vendorErr ??= 0;
+    full.statusStr = wcStatusStr(wc.status);
     const w = this.#waiters.shift();
     if (w) {
-      w.resolve(full);
+      this.#settle(w, full, false);
       return true;
     }
     if (this.#error || this.#queue.length >= this.depth) {
@@ -137,11 +143,55 @@ export class CompletionQueue {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const w of this.#waiters.splice(0)) w.reject(closedError('CompletionQueue'));
+    for (const w of [...this.#waiters]) this.#settle(w, closedError('CompletionQueue'));
+    this.#disarm();
   }
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  // Settle a waiter: with a completion, or reject it (timeout, abort, close). `queued`: it is
+  // still in #waiters (push() has already taken it out).
+  #settle(w: Waiter, x: WorkCompletion | Error, queued = true): void {
+    if (queued) {
+      const i = this.#waiters.indexOf(w);
+      if (i < 0) return;
+      this.#waiters.splice(i, 1);
+    }
+    if (w.onAbort) w.signal!.removeEventListener('abort', w.onAbort);
+    if (this.#waiters.length === 0) this.#timer?.unref();
+    if (x instanceof Error) w.reject(x);
+    else w.resolve(x);
+  }
+
+  #arm(deadline: number): void {
+    if (this.#timer && deadline >= this.#timerAt) {
+      this.#timer.ref();
+      return;
+    }
+    this.#disarm();
+    this.#timerAt = deadline;
+    this.#timer = setTimeout(() => this.#expire(), Math.max(1, Math.ceil(deadline - performance.now())));
+  }
+
+  #disarm(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+  }
+
+  // The shared timer fired: time out the waiters whose deadline passed, re-arm for the rest.
+  #expire(): void {
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    const now = performance.now();
+    let next = Infinity;
+    for (const w of [...this.#waiters]) {
+      if (w.deadline <= now) this.#settle(w, Object.assign(new Error(`no completion within ${w.timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+      else next = Math.min(next, w.deadline);
+    }
+    if (next !== Infinity) this.#arm(next);
   }
 
   #check(): void {

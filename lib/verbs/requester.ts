@@ -40,6 +40,8 @@ export class Requester {
   #running = false;
   /** WRs started and not yet completed, in posting order. */
   #inflight: SendWr[] = [];
+  /** How many of #inflight may not overlap (see overlaps): a count, not a scan per WR. */
+  #exclusive = 0;
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
   #psn = 1;
@@ -53,6 +55,7 @@ export class Requester {
 
   /** The WRs being executed, in posting order (destroy flushes them). */
   takeCurrent(): SendWr[] {
+    this.#exclusive = 0;
     return this.#inflight.splice(0);
   }
 
@@ -115,8 +118,7 @@ export class Requester {
       const live = q.state === QpState.RTS || q.state === QpState.ERR;
       const wr = live ? q.sq[0] : undefined;
       const room =
-        this.#inflight.length < this.#maxInflight &&
-        (this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && this.#inflight.every(overlaps)));
+        this.#inflight.length < this.#maxInflight && (this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && this.#exclusive === 0));
       if (!wr || !room || q.state === QpState.ERR) {
         if (this.#inflight.length === 0) {
           if (!wr) return;
@@ -134,6 +136,7 @@ export class Requester {
       }
       q.sq.shift();
       this.#inflight.push(wr);
+      if (!overlaps(wr)) this.#exclusive++;
       const exec = this.#execute(wr).catch(() => fail(WcStatus.GENERAL_ERR));
       chain = chain.then(async () => {
         const result = await exec;
@@ -141,6 +144,7 @@ export class Requester {
         const i = this.#inflight.indexOf(wr);
         if (q.destroyed || i < 0) return;
         this.#inflight.splice(i, 1);
+        if (!overlaps(wr)) this.#exclusive--;
         // A WR before it failed: the QP is in ERR and this one is flushed, whatever it did.
         const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : result;
         const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
@@ -158,7 +162,7 @@ export class Requester {
     const landsHere = wr.opcode === WrOpcode.RDMA_READ || wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
     const local = localSges(q, wr.sgList, landsHere);
     if (!local) return fail(WcStatus.LOC_PROT_ERR);
-    const sinks = local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
+    const sinks = () => local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
 
     switch (wr.opcode) {
       case WrOpcode.RDMA_WRITE:
@@ -202,7 +206,15 @@ export class Requester {
       }
       case WrOpcode.RDMA_READ: {
         const { remoteAddr, rkey } = wr.rdma!;
-        const r = await this.#request({ op: 'read', rkey, addr: remoteAddr, length: total, sinks, pd: q.pd.handle, rnrRetry: q.attr.rnrRetry });
+        const r = await this.#request({
+          op: 'read',
+          rkey,
+          addr: remoteAddr,
+          length: total,
+          sinks: sinks(),
+          pd: q.pd.handle,
+          rnrRetry: q.attr.rnrRetry,
+        });
         return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? total : 0, odp: r.odp ?? fail(r.status).odp };
       }
       case WrOpcode.ATOMIC_CMP_AND_SWP:
@@ -214,7 +226,7 @@ export class Requester {
           rkey: a.rkey,
           addr: a.remoteAddr,
           length: 8,
-          sinks,
+          sinks: sinks(),
           pd: q.pd.handle,
           rnrRetry: q.attr.rnrRetry,
           atomic: { fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD, compareAdd: a.compareAdd, swap: a.swap ?? 0n },
@@ -271,23 +283,21 @@ export class Requester {
     const q = this.#qp;
     const sim = q.device.sim;
     const rnr = q.attr.rnrRetry;
-    return Promise.all(
-      pieces
-        .filter((p) => p.length > 0)
-        .map((p) =>
-          sim.post({
-            channel: q.qpNum % sim.channels,
-            srcVa: p.fromVa,
-            dstNode: q.attr.destNode,
-            dstVa: p.toVa,
-            length: p.length,
-            pd: q.pd.handle,
-            dstPd,
-            retryLimit: rnr === 7 ? Infinity : rnr,
-            key: p.key,
-            dstQp: q.attr.destQpNum,
-          }),
-        ),
-    );
+    const post = (p: { fromVa: bigint; toVa: bigint; length: number; key: number }) =>
+      sim.post({
+        channel: q.qpNum % sim.channels,
+        srcVa: p.fromVa,
+        dstNode: q.attr.destNode,
+        dstVa: p.toVa,
+        length: p.length,
+        pd: q.pd.handle,
+        dstPd,
+        retryLimit: rnr === 7 ? Infinity : rnr,
+        key: p.key,
+        dstQp: q.attr.destQpNum,
+      });
+    // The common case, one SGE: no Promise.all (one promise less per WR).
+    if (pieces.length === 1 && pieces[0]!.length > 0) return post(pieces[0]!).then((c) => [c]);
+    return Promise.all(pieces.filter((p) => p.length > 0).map(post));
   }
 }

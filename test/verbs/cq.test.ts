@@ -48,6 +48,31 @@ describe('waiting for completions', () => {
     expect(cq.poll(4).map((w) => w.wrId)).toEqual([5n]);
   });
 
+  test('waits of different timeouts on one CQ each end at their own deadline; a completion goes to the oldest', async () => {
+    const { cq, qp, client, server } = withCq(8);
+    const settled = (p: Promise<unknown>) =>
+      p.then(
+        (wc) => ({ at: performance.now() - t0, wc, code: undefined }),
+        (e: Error & { code?: string }) => ({ at: performance.now() - t0, wc: undefined, code: e.code }),
+      );
+    const t0 = performance.now();
+    const long = settled(cq.next({ timeoutMs: 5000 }));
+    const short = settled(cq.next({ timeoutMs: 40 }));
+    const later = settled(cq.next({ timeoutMs: 80 }));
+    const s = await short;
+    expect(s.code).toBe('ETIMEDOUT');
+    expect(s.at).toBeGreaterThanOrEqual(39);
+    expect(s.at).toBeLessThan(2000);
+    const l = await later;
+    expect(l.code).toBe('ETIMEDOUT');
+    expect(l.at).toBeGreaterThanOrEqual(79);
+    write(qp, client, server, 7);
+    const first = await within('the long wait', long);
+    expect(first.code).toBeUndefined();
+    expect((first.wc as { wrId: bigint }).wrId).toBe(7n);
+    expect(cq.length).toBe(0);
+  });
+
   test('next() with an AbortSignal rejects with ABORT_ERR when aborted; the completion then waits in the queue', async () => {
     const { cq, qp, client, server } = withCq(8);
     const ac = new AbortController();
