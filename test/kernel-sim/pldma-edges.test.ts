@@ -13,6 +13,7 @@ import {
   IommuPageResponseCode,
   type TraceEvent,
 } from '../../kernel-sim/index.js';
+import { binding } from '../../native/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
@@ -75,7 +76,7 @@ describe('the copy engine', () => {
     expect(settled.filter(Boolean).length).toBe(INLINE_SAME_TURN);
     expect(settled[INLINE_SAME_TURN]).toBeUndefined();
     const rs = await within('inline copies', Promise.all(pending));
-    for (const r of rs) expect(r).toMatchObject({ status: CopyStatus.Ok, faultOffset: -1, tid: process.pid });
+    for (const r of rs) expect(r).toMatchObject({ status: CopyStatus.Ok, faultOffset: -1, tid: binding.gettid() });
     expect(eng.tids).not.toContain(rs[0]!.tid);
 
     // A page not present on either side: nothing is touched inline; a copy thread walks it
