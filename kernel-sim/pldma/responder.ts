@@ -131,9 +131,14 @@ export class Responder {
           fault = batch.fault;
           got = walked.length;
           if (got) {
-            const walks = new Array<number>(got);
-            for (let j = 0; j < got; j++) walks[j] = walkedCost(c, walked[j]!);
-            groups.push({ at: written, count: got, region: batch.region!, offset: batch.offset, walks });
+            // A piece that continues the previous one (a run translated block by block at a
+            // region's end) joins it: one copy.
+            const prev = groups[groups.length - 1];
+            const joins = prev !== undefined && prev.region === batch.region && prev.offset + prev.count * bs === batch.offset;
+            const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [] };
+            for (let j = 0; j < got; j++) g.walks.push(walkedCost(c, walked[j]!));
+            g.count += got;
+            if (!joins) groups.push(g);
           }
         }
         written += got;
