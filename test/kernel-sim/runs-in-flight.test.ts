@@ -142,4 +142,44 @@ describe('runs in flight', () => {
     expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: end, errors: 1, completed: 0 });
     expect(sys.node(0).pldma.inflight).toBe(0);
   });
+
+  test('a source page found gone by the copy of run 1 after run 2 was translated: run 2 answered as returned, one fault, bytes exact', async () => {
+    // The source SMMU caches every page (a big IOTLB) and stops hearing about evictions, so
+    // only run 1's copy can find the page gone: after run 2 was already translated there.
+    const sys = env.system({ nodes: 2, iotlbEntries: 4 * RUN });
+    const packets = tap(sys);
+    const src = env.region(3 * RUN * P);
+    const dst = env.region(3 * RUN * P);
+    const data = fill(src, 0x17);
+    dst.populate();
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const lib = env.track(
+      new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
+    );
+    expect((await within('first transfer', post(sys.node(0), src, dst), 20_000)).status).toBe(DmaStatus.SUCCESS);
+    src.unobserve(sys.node(0).smmu);
+    const gone = RUN / 2;
+    src.evict(gone * P, P);
+    new Uint8Array(dst.buffer).fill(0);
+    packets.length = 0;
+    const cpl = await within('second transfer', post(sys.node(0), src, dst), 20_000);
+    src.observe(sys.node(0).smmu);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(cpl.retransmittedBlocks).toBe(1);
+    expect(lib.faults.map((f) => [f.side, f.offset / P])).toEqual([['source', gone]]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    const w = writes(packets);
+    const an = acks(packets);
+    expect(an.map((p) => p.seq)).toEqual(w.map((p) => p.seq));
+    // Run 1: the blocks before the page written, the page a SOURCE_FAULT, the rest returned.
+    expect(an[0]!.verdicts!.map((v) => [v.seq, v.count, v.resp])).toEqual([
+      [0, gone, 0],
+      [gone, 1, 8],
+    ]);
+    // Run 2 was on the wire and translated before run 1's copy stopped: returned whole.
+    expect([an[1]!.seq, an[1]!.verdicts, an[1]!.returned]).toEqual([RUN, [], { seq: RUN, count: RUN }]);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 3 * RUN * 2, retransmittedBlocks: 1 });
+  });
 });
