@@ -2,7 +2,7 @@
 // on one host, verbs on an RDMA NIC): a server listens on a port, a client connects to
 // HOST:PORT through libfabric's connection manager (FI_EP_MSG), and the two sides tell
 // each other which nodes they host. Packets are serialised (node:v8, which keeps bigints);
-// a write packet carries its blocks' bytes, which the destination puts in a staging
+// a write packet carries its run's bytes, which the destination puts in a staging
 // mapping its copy engine reads from, as a NIC's receive buffer. Delivery waits on the
 // CQ's wait fd from the event loop (native/fabric.cc). Timing stays modelled, as in Fabric.
 // Stall mode adds a second connection for libfabric RMA writes straight into the target's
@@ -13,7 +13,7 @@ import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBin
 import { costModel, type CostModel } from '../cost-model/index.js';
 import type { MemoryLike } from '../memory.js';
 import { Fabric } from './fabric.js';
-import { AckResp, type AckPacket, type Packet, type WritePacket } from './packets.js';
+import type { AckPacket, Packet, WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
 export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
@@ -468,7 +468,6 @@ export class LibfabricTransport implements Transport {
     }
     if (p.type === 'ack' && p.verdicts) this.#release(p);
     const frame = this.#encode(p);
-    if (!frame) return;
     if (frame.length <= MAX_WIRE_BYTES) {
       this.#fi.fabricSend(handle, frame);
       return;
@@ -517,53 +516,35 @@ export class LibfabricTransport implements Transport {
     this.close();
   }
 
-  // A write's blocks carry their bytes; the source pages must still be resident (a page
-  // evicted since the translation is answered here as the destination would: SOURCE_FAULT).
-  #encode(p: Packet): Uint8Array | undefined {
+  // A write carries its run's bytes; the source pages must still be resident. A page evicted
+  // since the translation ends the run's bytes at its block, which the peer answers
+  // SOURCE_FAULT after the blocks before it (the write still goes: a transfer's answers come
+  // back in order).
+  #encode(p: Packet): Uint8Array {
     if (p.type !== 'write') return serialize({ k: 'packet', p } satisfies Frame);
-    const bytes: Uint8Array[] = [];
-    for (const b of p.blocks) {
-      const r = b.payload.region;
-      const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
-      const resident = r.closed ? undefined : binding.residency(r.id, b.payload.offset, b.length);
-      const missing = resident ? resident.findIndex((x) => (x & 1) === 0) : 0;
-      if (!buffer || missing >= 0) {
-        const ack: AckPacket = {
-          type: 'ack',
-          src: p.dst,
-          dst: p.src,
-          pd: p.pd,
-          va: b.va,
-          tid: p.tid,
-          seq: b.seq,
-          length: b.length,
-          arrivesAt: p.arrivesAt,
-          resp: AckResp.SOURCE_FAULT,
-          verdicts: [{ seq: b.seq, resp: AckResp.SOURCE_FAULT, walkUs: 0, faultOffset: b.payload.offset + Math.max(0, missing) * r.pageSize }],
-          returned: p.blocks.filter((x) => x !== b).map((x) => x.seq),
-        };
-        this.#model.deliver(ack);
-        return undefined;
-      }
-      bytes.push(new Uint8Array(buffer, b.payload.offset, b.length));
+    const r = p.payload.region;
+    const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
+    const resident = r.closed || !buffer ? undefined : binding.residency(r.id, p.payload.offset, p.length);
+    const missing = resident ? resident.findIndex((x) => (x & 1) === 0) : 0;
+    let carried = p.length;
+    let sourceFault: WritePacket['sourceFault'];
+    if (missing >= 0) {
+      const faultOffset = Math.max(p.payload.offset, p.payload.offset - (p.payload.offset % r.pageSize) + missing * r.pageSize);
+      const j = Math.floor((faultOffset - p.payload.offset) / p.blockSize);
+      carried = j * p.blockSize;
+      sourceFault = { seq: p.seq + j, faultOffset };
     }
-    const wire = { ...p, blocks: p.blocks.map((b) => ({ ...b, payload: { region: undefined, offset: 0 } })) };
-    return serialize({ k: 'packet', p: wire as unknown as Packet, bytes } satisfies Frame);
+    const wire: WritePacket = { ...p, payload: { region: undefined as unknown as MemoryLike, offset: 0 } };
+    if (sourceFault) wire.sourceFault = sourceFault;
+    const bytes = carried && buffer ? [new Uint8Array(buffer, p.payload.offset, carried)] : [];
+    return serialize({ k: 'packet', p: wire, bytes } satisfies Frame);
   }
 
   #decodeWrite(p: WritePacket, bytes: Uint8Array[]): WritePacket {
-    const total = bytes.reduce((n, b) => n + b.length, 0);
-    const s = this.#stage(total);
-    this.#staged.set(`${p.src}:${p.tid}`, s);
-    const view = new Uint8Array(s.raw.buffer);
-    let at = 0;
-    const blocks = p.blocks.map((b, i) => {
-      view.set(bytes[i]!, at);
-      const blk = { ...b, payload: { region: s.memory, offset: at } };
-      at += b.length;
-      return blk;
-    });
-    return { ...p, blocks };
+    const s = this.#stage(bytes[0]?.length ?? 0);
+    this.#staged.set(`${p.src}:${p.tid}:${p.seq}`, s);
+    if (bytes[0]) new Uint8Array(s.raw.buffer).set(bytes[0]);
+    return { ...p, payload: { region: s.memory, offset: 0 } };
   }
 
   #stage(size: number): Staging {
@@ -586,7 +567,7 @@ export class LibfabricTransport implements Transport {
 
   // The answer to a write goes out: its copy is done, the staging mapping can serve the next.
   #release(ack: AckPacket): void {
-    const k = `${ack.dst}:${ack.tid}`;
+    const k = `${ack.dst}:${ack.tid}:${ack.seq}`;
     const s = this.#staged.get(k);
     if (!s) return;
     this.#staged.delete(k);

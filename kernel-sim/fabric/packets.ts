@@ -1,6 +1,6 @@
 // The packets nodes exchange, and nothing else crosses from one node to another. A write
-// carries one block of a transfer with its payload; the responder answers with an ACK (the
-// block landed), a NACK (a fault: send it again later) or an error ACK; a destination's
+// carries a run of blocks of a transfer with its payload; the responder answers with an ACK
+// (the blocks landed), a NACK (a fault: send that block again later) or an error ACK; a destination's
 // fault library's answer comes back as an ACK with resp RESOLVED / UNRESOLVED. Fields follow
 // ExaNet's headers: the protection domain, the destination VA, tid and seq, a 4-bit resp.
 import type { MemoryLike } from '../memory.js';
@@ -53,42 +53,58 @@ interface Header {
   arrivesAt: number;
 }
 
-/** One block of a write: where it goes, its payload, when it arrives (modelled). */
+/** A span of a write's destination the admission check is asked about (a run's blocks, or one of them). */
 export interface WireBlock {
-  seq: number;
   va: bigint;
   length: number;
-  payload: Payload;
-  arrivesAt: number;
-  /** Bytes of the transfer from `va` on (the Touch-Ahead hint a destination fault carries). */
-  lengthHint: number;
-  /** When the block was issued (modelled µs, performance.now() ms). */
-  issuedUs: number;
-  issuedMs: number;
 }
 
 /**
- * A write: a run of consecutive blocks of one transfer (the header fields are its first
- * block's). The responder handles them in order and stops at the first it cannot write;
- * the blocks after that one come back unanswered, to be sent again.
+ * A write: a run of consecutive blocks of one transfer, carried as one entry (the header's
+ * va, seq and length are the run's: its first block's destination VA and sequence number,
+ * its bytes). Blocks are `blockSize` bytes but the last of the transfer; per-block data
+ * travels only where it differs from block to block (the modelled times). The responder
+ * handles a transfer's writes in order and stops at the first block it cannot write; the
+ * blocks after it, and the later writes of that transfer until the source sends that block
+ * again, come back unanswered (as an RC responder drops packets after a NAK).
  */
 export interface WritePacket extends Header {
   type: 'write';
   channel: number;
-  blocks: WireBlock[];
+  /** Blocks of the run, from `seq` on. */
+  count: number;
+  blockSize: number;
+  /** The run's bytes, contiguous from here. */
+  payload: Payload;
+  /** Bytes of the transfer from `va` on (a destination fault's Touch-Ahead hint is counted from it). */
+  lengthHint: number;
+  /** Per block: when it was issued and when it arrives (modelled µs). */
+  issuedUs: Float64Array;
+  arrivals: Float64Array;
+  /** When the run was issued (performance.now() ms). */
+  issuedMs: number;
   /** The source reads the payload under a stall window: its faults stall instead of failing. */
   sourceStall: boolean;
+  /**
+   * Block `seq` of the run had a source page missing when its bytes were read for another
+   * process: only the blocks before it carry bytes, and it is answered SOURCE_FAULT (in
+   * order with the transfer's other answers).
+   */
+  sourceFault?: { seq: number; faultOffset: number };
   /** The memory key and QP the write is for (an upper layer's RETH / BTH), checked on every block by the destination. */
   key?: number;
   qpn?: number;
 }
 
-/** The responder's answer for one block of a write. */
+/** The responder's answer for blocks of a write: the ones it wrote, or one it did not. */
 export interface Verdict {
   seq: number;
+  /** Blocks from `seq` this answer is for: the run written (OK), else 1. */
+  count: number;
   resp: AckResp;
-  /** Modelled µs the destination's translation took. */
+  /** Modelled µs the destination's translation took (per block; `walks` where blocks differ). */
   walkUs: number;
+  walks?: Float64Array;
   /** The fault was found by the copy (the page went away after the translation), not by the walk. */
   late?: boolean;
   /** Why the block was refused, for an error resp. */
@@ -97,14 +113,15 @@ export interface Verdict {
   faultOffset?: number;
   /** Stalls the destination took while writing (each a fault retried in place). */
   stalls?: number;
-  /** For the trace only (no wire field of the hardware): the copy thread that wrote the block, and its ns. */
+  /** For the trace only (no wire field of the hardware): the copy thread that wrote the blocks, and its ns. */
   copyThread?: number;
   copyNs?: number;
 }
 
 /**
- * An ACK: the answer to a write (a verdict per block it handled, and the blocks it did not
- * get to), or, with resp RESOLVED / UNRESOLVED, a destination fault library's answer.
+ * An ACK: the answer to a write (verdicts for the blocks it handled, in order, and the range
+ * of blocks it did not get to), or, with resp RESOLVED / UNRESOLVED, a destination fault
+ * library's answer.
  */
 export interface AckPacket extends Header {
   type: 'ack';
@@ -112,7 +129,7 @@ export interface AckPacket extends Header {
   /** RESOLVED: pages the destination's page store supplied (remote paging's major faults). */
   fetched?: number;
   verdicts?: Verdict[];
-  returned?: number[];
+  returned?: { seq: number; count: number };
 }
 
 /** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */

@@ -1,5 +1,5 @@
 // The completer of one node's PLDMA (rxe_comp's role): it reads the ACKs, NACKs and error
-// ACKs that come back for the blocks this node sent, parks a transfer on a fault until the
+// ACKs that come back for the runs this node sent (a transfer's in the order it sent them), parks a transfer on a fault until the
 // fault library answers (or its timer runs out), enforces the retry limits, and completes
 // the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
@@ -9,8 +9,8 @@ import type { Access, Translation } from '../smmu/smmu.js';
 import type { FaultWaiters } from './fault-waiters.js';
 import { MAX_RUN_BLOCKS } from './requester.js';
 import {
-  type Block,
   type DmaCompletion,
+  type SentRun,
   DmaStatus,
   type EngineState,
   type FaultInfo,
@@ -44,6 +44,9 @@ export class Completer {
   #waiters: FaultWaiters;
   /** Write packets sent and not yet answered (the scheduler's capacity is in these). */
   outstanding = 0;
+  /** When the block #reserve last reserved was issued, and the modelled delay of its stalls. */
+  #issueAt = 0;
+  #delay = 0;
 
   constructor(state: EngineState, waiters: FaultWaiters) {
     this.#s = state;
@@ -56,98 +59,116 @@ export class Completer {
     this.outstanding--;
     const s = this.#s;
     const t = s.transfers.get(p.tid);
-    const live = t !== undefined && !t.done;
-    for (const v of p.verdicts ?? []) {
-      const b = t?.blocks[v.seq];
-      const sent = b?.sent;
-      if (!b || !sent) continue;
-      b.sent = undefined;
-      if (sent.window) s.smmu.endStallWindow(sent.window);
-      if (live && b.state === 'inflight') this.#verdict(t, b, sent, v);
+    // A transfer's answers come back in the order its runs were sent.
+    const run = t && !t.done && t.runs[0]?.seq === p.seq ? t.runs.shift() : undefined;
+    if (t && run) {
+      if (run.window) s.smmu.endStallWindow(run.window);
+      for (const v of p.verdicts ?? []) if (!t.done) this.#verdict(t, run, v);
+      // After a destination fault, runs start small again: the blocks sent after a fault are
+      // translated for nothing.
+      if (!t.done) t.runLimit = (p.returned?.count ?? 0) > 0 || t.parked ? 2 : Math.min(MAX_RUN_BLOCKS, t.runLimit * 2);
+      if (p.returned && !t.done) this.#unsend(t, p.returned.seq, p.returned.count);
+      if (!t.done) this.#settle(t);
     }
-    // After a destination fault, runs start small again: the blocks sent after a fault are
-    // translated for nothing.
-    if (live) t.runLimit = (p.returned?.length ?? 0) > 0 || t.parked ? 2 : Math.min(MAX_RUN_BLOCKS, t.runLimit * 2);
-    for (const seq of p.returned ?? []) {
-      const b = t?.blocks[seq];
-      if (!b?.sent) continue;
-      if (b.sent.window) s.smmu.endStallWindow(b.sent.window);
-      b.sent = undefined;
-      if (live && b.state === 'inflight') this.#unsend(t, b);
-    }
-    if (live) this.#settle(t);
     s.scheduler.kick();
   }
 
-  // One block's answer. Its modelled engine and link time is reserved now, in block order.
-  #verdict(t: Transfer, b: Block, sent: NonNullable<Block['sent']>, v: Verdict): void {
+  // Bytes of block `seq` of a transfer.
+  #length(t: Transfer, seq: number): number {
+    const bs = this.#s.blockSize;
+    return Math.min(bs, t.desc.length - seq * bs);
+  }
+
+  // The modelled engine and link time of block j of a run, reserved now (in block order), and
+  // the stalls it took; returns its arrival, the stalls' delay in #delay.
+  #reserve(t: Transfer, run: SentRun, j: number, dstStalls: number): number {
     const s = this.#s;
-    const c = s.costs;
     const ch = s.chans.get(t.desc.channel)!;
-    const issueAt = Math.max(ch.cursor, t.modelReady);
-    const engineDone = s.engineRes.reserve(issueAt, sent.cost);
+    const issueAt = (this.#issueAt = Math.max(ch.cursor, t.modelReady));
+    const engineDone = s.engineRes.reserve(issueAt, run.costs[j]!);
     ch.cursor = engineDone;
-    const arrive = s.transport.transmit(s.node, t.desc.dstNode, b.length, engineDone);
-    const srcStalls = sent.window?.stalls ?? 0;
-    const stalls = srcStalls + (v.stalls ?? 0);
-    const delay = stalls * stallDelay(c);
+    const arrive = s.transport.transmit(s.node, t.desc.dstNode, this.#length(t, run.seq + j), engineDone);
+    const srcStalls = run.window?.stalls ?? 0;
+    const stalls = srcStalls + dstStalls;
+    this.#delay = stalls * stallDelay(s.costs);
     if (stalls) {
       // A stalled access holds the engine until the resume: later blocks wait behind it.
-      s.engineRes.reserve(arrive, delay);
-      t.modelReady = Math.max(t.modelReady, arrive + delay);
+      s.engineRes.reserve(arrive, this.#delay);
+      t.modelReady = Math.max(t.modelReady, arrive + this.#delay);
       // Each stall is a fault whose access was retried in place (no retransmission).
       t.faults.source += srcStalls;
-      t.faults.destination += v.stalls ?? 0;
+      t.faults.destination += dstStalls;
       s.counters.faults.source += srcStalls;
     }
-    if (sent.window?.aborted || v.resp === AckResp.ABORTED) {
-      const which = sent.window?.aborted ? 'source read' : 'destination write';
+    return arrive;
+  }
+
+  // An answer for blocks of a run: the ones written (reserved and acked in one loop), or
+  // the one that was not.
+  #verdict(t: Transfer, run: SentRun, v: Verdict): void {
+    const s = this.#s;
+    const c = s.costs;
+    const j0 = v.seq - run.seq;
+    if (v.resp === AckResp.OK && !run.window?.aborted) {
+      let end = t.modelEnd;
+      let firstAck = 0;
+      for (let j = j0; j < j0 + v.count; j++) {
+        // A stall-mode write is one block: its stalls are that block's.
+        const arrive = this.#reserve(t, run, j, j === j0 ? (v.stalls ?? 0) : 0);
+        const ackAt = arrive + (v.walks ? v.walks[j - j0]! : v.walkUs) + this.#delay + c.linkLatencyUs;
+        if (j === j0) firstAck = ackAt;
+        if (ackAt > end) end = ackAt;
+      }
+      // A retransmitted block's copy closes its fault in the trace: which thread copied it.
+      const own = t.own.size ? t.own.get(v.seq) : undefined;
+      if (own && own.attempts > 1) {
+        const detail = { seq: v.seq, attempt: own.attempts, srcNode: s.node, thread: v.copyThread, copyNs: v.copyNs };
+        traceTransfer(s.tracer, 'ack', s.node, t.tid, t.desc.channel, { modelUs: firstAck, detail });
+      }
+      this.ack(t, v.seq, v.count, end);
+      return;
+    }
+    const seq = v.seq;
+    const arrive = this.#reserve(t, run, j0, v.stalls ?? 0);
+    const delay = this.#delay;
+    if (run.window?.aborted || v.resp === AckResp.ABORTED) {
+      const which = run.window?.aborted ? 'source read' : 'destination write';
       this.fail(
         t,
-        b,
+        true,
         DmaStatus.ABORTED,
         `a stalled ${which} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`,
         arrive + delay,
-        sent.window?.aborted ? 'source' : 'destination',
+        run.window?.aborted ? 'source' : 'destination',
       );
       return;
     }
     switch (v.resp) {
-      case AckResp.OK: {
-        const ackAt = arrive + v.walkUs + delay + c.linkLatencyUs;
-        // A retransmitted block's copy closes its fault in the trace: which thread copied it.
-        if (b.attempts > 1) {
-          const detail = { seq: b.seq, attempt: b.attempts, srcNode: s.node, thread: v.copyThread, copyNs: v.copyNs };
-          traceTransfer(s.tracer, 'ack', s.node, t.tid, t.desc.channel, { modelUs: ackAt, detail });
-        }
-        this.ack(t, b, ackAt);
-        return;
-      }
       case AckResp.FAULT: {
         const at = v.late ? arrive + c.linkLatencyUs : arrive + v.walkUs + c.linkLatencyUs;
         t.nacks++;
         t.faults.destination++;
         t.faultStarted.push(realNowUs());
         s.counters.nacksReceived++;
-        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq: b.seq } });
-        this.park(t, b, at, 'destination');
+        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
+        this.park(t, seq, at, 'destination');
         return;
       }
       case AckResp.SOURCE_FAULT: {
         // The page was there when translated and gone when the payload was read.
-        const addr = sent.region.address + BigInt(v.faultOffset ?? sent.offset);
+        const addr = run.region.address + BigInt(v.faultOffset ?? run.offset + j0 * s.blockSize);
         const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr, recoverable: true, reason: 'source page evicted before the copy' };
-        s.smmu.iotlb.invalidateRange(addr, sent.region.pageSize, sent.region.pageSize);
-        this.blockFault(t, b, sent.sid, tr, issueAt + c.scheduleUs);
+        s.smmu.iotlb.invalidateRange(addr, run.region.pageSize, run.region.pageSize);
+        this.blockFault(t, seq, run.sid, tr, this.#issueAt + c.scheduleUs, run.issuedUs[j0]!, run.issuedMs);
         return;
       }
       case AckResp.FLUSHED:
-        this.fail(t, b, DmaStatus.FLUSHED, v.reason ?? 'the copy engine was closed', arrive, 'destination');
+        this.fail(t, true, DmaStatus.FLUSHED, v.reason ?? 'the copy engine was closed', arrive, 'destination');
         return;
       default:
         this.fail(
           t,
-          b,
+          true,
           STATUS_OF_RESP[v.resp] ?? DmaStatus.DST_ADDR_ERR,
           v.reason ?? `destination answered ${AckResp[v.resp]}`,
           arrive + v.walkUs + c.linkLatencyUs,
@@ -156,40 +177,40 @@ export class Completer {
     }
   }
 
-  // A block the responder did not get to: as if it had never been sent.
-  #unsend(t: Transfer, b: Block): void {
-    b.state = 'pending';
-    b.attempts--;
-    t.inflight--;
-    this.#s.counters.blocksIssued--;
+  // Blocks the responder did not get to: as if they had never been sent.
+  #unsend(t: Transfer, seq: number, count: number): void {
+    t.inflight -= count;
+    this.#s.counters.blocksIssued -= count;
+    if (seq < t.cursor) t.cursor = seq;
+    if (t.own.size) for (const [k, st] of t.own) if (k >= seq && k < seq + count) st.attempts--;
   }
 
-  // After a write's answers: a source fault found right after the run counts only if the
-  // run landed whole; a transfer that is failing ends once nothing of it is on the wire.
+  // After a write's answers: a source fault found behind the runs on the wire counts only if
+  // they landed whole; a transfer that is failing ends once nothing of it is on the wire.
   #settle(t: Transfer): void {
     const h = t.held;
     if (h && t.inflight === 1) {
       t.held = undefined;
       if (t.parked || t.failing) {
-        this.#unsend(t, h.b);
+        this.#unsend(t, h.seq, 1);
       } else {
         const s = this.#s;
         const c = s.costs;
         const ch = s.chans.get(t.desc.channel)!;
         const issueAt = Math.max(ch.cursor, t.modelReady);
         ch.cursor = s.engineRes.reserve(issueAt, h.cost);
-        this.blockFault(t, h.b, h.sid, h.tr, issueAt + c.scheduleUs + walkCost(c, h.tr));
+        this.blockFault(t, h.seq, h.sid, h.tr, issueAt + c.scheduleUs + walkCost(c, h.tr), h.issuedUs, h.issuedMs);
       }
     }
     if (t.failing && t.inflight === 0) this.finish(t, t.failing.status, t.failing.reason, t.failing.side);
   }
 
-  /** A source-side fault of one block: an error if it cannot be resolved, else wait for the fault library. */
-  blockFault(t: Transfer, b: Block, sid: number, tr: Extract<Translation, { ok: false }>, at: number): void {
+  /** A source-side fault of block `seq`: an error if it cannot be resolved, else wait for the fault library. */
+  blockFault(t: Transfer, seq: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number, issuedUs: number, issuedMs: number): void {
     const s = this.#s;
     if (!tr.recoverable) {
       s.smmu.recordFault(sid, tr, 'read');
-      this.fail(t, b, statusForFault(tr.id, 'read'), tr.reason, at, 'source');
+      this.fail(t, true, statusForFault(tr.id, 'read'), tr.reason, at, 'source');
       return;
     }
     t.faults.source++;
@@ -202,29 +223,29 @@ export class Completer {
       srcNode: s.node,
       tid: t.tid,
       channel: t.desc.channel,
-      seq: b.seq,
+      seq,
       va: tr.addr,
       write: false,
       lengthHint: Math.max(0, t.desc.length - Number(tr.addr - t.desc.srcVa)),
       modelUs: at,
       detectedMs: performance.now(),
-      issuedUs: b.issuedUs,
-      issuedMs: b.issuedMs,
+      issuedUs,
+      issuedMs,
     };
     this.#waiters.add(info);
     traceTransfer(s.tracer, 'fault', s.node, t.tid, t.desc.channel, {
       side: 'source',
       modelUs: at,
-      detail: { seq: b.seq, va: tr.addr, srcNode: s.node, issuedUs: b.issuedUs, issuedMs: b.issuedMs },
+      detail: { seq, va: tr.addr, srcNode: s.node, issuedUs, issuedMs },
     });
-    this.park(t, b, at, 'source');
+    this.park(t, seq, at, 'source');
     s.smmu.recordFault(sid, tr, 'read', { context: info });
   }
 
   /** The fault library answered a source fault of this node (through its driver). */
   sourceResolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
     const t = this.#s.transfers.get(info.tid);
-    if (!t || t.blocks[info.seq]?.state !== 'parked') return; // retried meanwhile: a late answer
+    if (!t || !t.parked || t.parkedSeq !== info.seq) return; // retried meanwhile: a late answer
     traceTransfer(this.#s.tracer, 'resolved', this.#s.node, t.tid, t.desc.channel, {
       side: 'source',
       modelUs,
@@ -235,7 +256,7 @@ export class Completer {
     else
       this.fail(
         t,
-        undefined,
+        false,
         DmaStatus.FAULT_UNRESOLVED,
         `the fault library could not resolve the source fault at 0x${info.va.toString(16)}`,
         modelUs,
@@ -245,13 +266,13 @@ export class Completer {
 
   #onResolvedAck(p: AckPacket): void {
     const t = this.#s.transfers.get(p.tid);
-    if (!t || t.blocks[p.seq]?.state !== 'parked') return; // retried meanwhile: a late answer
+    if (!t || !t.parked || t.parkedSeq !== p.seq) return; // retried meanwhile: a late answer
     t.pagesFetched += p.fetched ?? 0;
     if (p.resp === AckResp.RESOLVED) this.#unpark(t, p.arrivesAt);
     else
       this.fail(
         t,
-        undefined,
+        false,
         DmaStatus.FAULT_UNRESOLVED,
         `node ${p.src}'s fault library could not resolve the destination fault`,
         p.arrivesAt,
@@ -259,17 +280,20 @@ export class Completer {
       );
   }
 
-  // The failed block waits for the retransmission request (or the timeout).
-  park(t: Transfer, b: Block, at: number, side: Side): void {
-    b.state = 'parked';
-    t.parkedBlocks.push(b);
+  // Block `seq` (the transfer's first not acked: blocks are answered in order) waits for the
+  // retransmission request (or the timeout). The transfer goes on from it: O(1) per fault.
+  park(t: Transfer, seq: number, at: number, side: Side): void {
     t.parked = true;
+    t.parkedSeq = seq;
     t.inflight--;
+    if (seq < t.cursor) t.cursor = seq;
     t.modelReady = Math.max(t.modelReady, at);
-    const faults = side === 'source' ? ++b.srcFaults : ++b.dstNacks;
+    let st = t.own.get(seq);
+    if (!st) t.own.set(seq, (st = { attempts: 1, srcFaults: 0, dstNacks: 0 }));
+    const faults = side === 'source' ? ++st.srcFaults : ++st.dstNacks;
     const limit = side === 'source' ? this.#s.retryLimit : (t.desc.retryLimit ?? this.#s.retryLimit);
     if (faults > limit) {
-      this.fail(t, b, DmaStatus.RETRY_EXCEEDED, `block ${b.seq} took ${faults} ${side} faults (retry limit ${limit})`, at, side);
+      this.fail(t, false, DmaStatus.RETRY_EXCEEDED, `block ${seq} took ${faults} ${side} faults (retry limit ${limit})`, at, side);
       return;
     }
     clearTimeout(t.parkTimer);
@@ -288,29 +312,29 @@ export class Completer {
     if (t.done) return;
     clearTimeout(t.parkTimer);
     t.parkTimer = undefined;
-    for (const b of t.parkedBlocks.splice(0)) if (b.state === 'parked') b.state = 'pending';
     t.parked = false;
+    t.parkedSeq = -1;
     t.modelReady = Math.max(t.modelReady, at);
     this.#s.scheduler.wake(t.desc.channel);
   }
 
-  ack(t: Transfer, b: Block, ackAt: number): void {
-    b.state = 'acked';
-    b.ackAt = ackAt;
-    t.inflight--;
-    this.#s.counters.blocksAcked++;
+  /** Blocks [seq, seq+count) landed; the last of them acked at `ackAt` (modelled). */
+  ack(t: Transfer, seq: number, count: number, ackAt: number): void {
+    const s = this.#s;
+    t.inflight -= count;
+    s.counters.blocksAcked += count;
     t.modelEnd = Math.max(t.modelEnd, ackAt);
-    t.acked++;
-    while (t.blocks[t.next]?.state === 'acked') t.next++;
-    if (t.acked === t.blocks.length) this.finish(t, DmaStatus.SUCCESS);
-    else this.#s.scheduler.kick();
+    t.acked += count;
+    t.ackedBytes += Math.min(count * s.blockSize, t.desc.length - seq * s.blockSize);
+    t.next = seq + count;
+    if (t.own.size) for (const k of t.own.keys()) if (k < t.next) t.own.delete(k);
+    if (t.acked === t.blocks) this.finish(t, DmaStatus.SUCCESS);
+    else s.scheduler.kick();
   }
 
-  fail(t: Transfer, b: Block | undefined, status: DmaStatus, reason: string, at: number, side: Side | undefined): void {
-    if (b && b.state === 'inflight') {
-      b.state = 'pending';
-      t.inflight--;
-    }
+  /** End `t` with an error once what is on the wire has landed (`onWire`: the block it is about was one of those). */
+  fail(t: Transfer, onWire: boolean, status: DmaStatus, reason: string, at: number, side: Side | undefined): void {
+    if (onWire) t.inflight--;
     t.modelEnd = Math.max(t.modelEnd, at);
     // A block still on the wire may yet land: complete after its answer, so the completion
     // counts exactly the bytes that arrived.
@@ -341,8 +365,8 @@ export class Completer {
       status,
       statusName: DmaStatus[status],
       descriptor: t.desc,
-      bytes: status === DmaStatus.SUCCESS ? t.desc.length : t.blocks.filter((x) => x.state === 'acked').reduce((n, x) => n + x.length, 0),
-      blocks: t.blocks.length,
+      bytes: status === DmaStatus.SUCCESS ? t.desc.length : t.ackedBytes,
+      blocks: t.blocks,
       faults: { ...t.faults },
       retransmittedBlocks: t.retransmitted,
       nacks: t.nacks,

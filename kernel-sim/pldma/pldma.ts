@@ -31,6 +31,7 @@ import {
 } from './types.js';
 
 export * from './types.js';
+export { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from './requester.js';
 
 export class Pldma {
   readonly node: number;

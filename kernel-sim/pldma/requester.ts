@@ -1,27 +1,18 @@
-// The requester of one node's PLDMA (rxe_req's role): it takes descriptors, splits each
-// transfer into blocks, and on the scheduler's turn translates the next block's source on
-// this node's SMMU and sends it to the destination as a write packet carrying its payload.
-// A transfer has one run of blocks on the wire at a time, answered block by block in order:
-// a fault (at either end) stops it before a later block is written, so each missing page
-// faults once; retransmission after a fault is the same path. It never sees the destination's SMMU, engine or memory map: only the
-// answer to its packet, which the completer reads.
+// The requester of one node's PLDMA (rxe_req's role): it takes descriptors and, on the
+// scheduler's turn, translates the source of the channel's transfer's next run of blocks
+// on this node's SMMU (one call for the run) and sends the run to the destination as one
+// write packet carrying its payload. A transfer keeps its pending blocks as a cursor, not
+// an object per block: only a block that faulted gets state of its own. Up to
+// RUNS_IN_FLIGHT runs of a transfer are on the wire at once, answered in order: a fault (at
+// either end) stops the transfer before a later block is written, so each missing page
+// faults once; retransmission after a fault is the same path. It never sees the
+// destination's SMMU, engine or memory map: only the answers to its packets, which the
+// completer reads.
 import { realNowUs } from '../cost-model/index.js';
-import { linkArrival } from '../fabric/fabric.js';
-import type { WireBlock, WritePacket } from '../fabric/packets.js';
+import type { WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
-import type { RunTranslation } from '../smmu/smmu.js';
 import type { Completer } from './completer.js';
-import {
-  type Block,
-  type DmaCompletion,
-  type DmaDescriptor,
-  DmaStatus,
-  type EngineState,
-  traceTransfer,
-  type Transfer,
-  walkCost,
-  walkedCost,
-} from './types.js';
+import { type DmaCompletion, type DmaDescriptor, DmaStatus, type EngineState, traceTransfer, type Transfer, walkCost, walkedCost } from './types.js';
 
 /**
  * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
@@ -29,6 +20,15 @@ import {
  * resident memory, not once per 256 KiB. The modelled time is still planned per block.
  */
 export const MAX_RUN_BLOCKS = 1024;
+
+/**
+ * Runs of one transfer on the wire at once. Two: the JavaScript of run k+1 (its source and
+ * destination translations, its packet) then runs while the copy threads move run k, and the
+ * answer of run k is read while run k+1 is copied; a third would only queue behind them (the
+ * copy engine's threads are already busy with one run). Only full-size runs are pipelined:
+ * after a fault or a returned block a transfer goes one run at a time again.
+ */
+export const RUNS_IN_FLIGHT = 2;
 
 export class Requester implements Schedulable {
   readonly capacity: number;
@@ -43,7 +43,7 @@ export class Requester implements Schedulable {
     this.capacity = engineSlots;
   }
 
-  /** Blocks on the wire (the scheduler's capacity is in these). */
+  /** Write packets on the wire (the scheduler's capacity is in these). */
   get inflight(): number {
     return this.#completer.outstanding;
   }
@@ -57,12 +57,17 @@ export class Requester implements Schedulable {
       const t: Transfer = {
         tid,
         desc: { ...desc },
-        blocks: [],
+        blocks: 0,
         next: 0,
+        cursor: 0,
         acked: 0,
+        ackedBytes: 0,
         inflight: 0,
+        runs: [],
+        plan: { cursor: 0, engine: 0, link: 0 },
+        own: new Map(),
         parked: false,
-        parkedBlocks: [],
+        parkedSeq: -1,
         parkTimer: undefined,
         faults: { source: 0, destination: 0 },
         retransmitted: 0,
@@ -85,21 +90,7 @@ export class Requester implements Schedulable {
         this.#completer.finish(t, bad.status, bad.reason);
         return;
       }
-      for (let off = 0, seq = 0; off < desc.length; off += s.blockSize, seq++) {
-        t.blocks.push({
-          seq,
-          offset: off,
-          length: Math.min(s.blockSize, desc.length - off),
-          state: 'pending',
-          attempts: 0,
-          srcFaults: 0,
-          dstNacks: 0,
-          ackAt: 0,
-          issuedUs: 0,
-          issuedMs: 0,
-          sent: undefined,
-        });
-      }
+      t.blocks = Math.ceil(desc.length / s.blockSize);
       s.transfers.set(tid, t);
       let ch = s.chans.get(desc.channel);
       if (!ch) {
@@ -115,16 +106,19 @@ export class Requester implements Schedulable {
 
   runnable(channel: number): boolean {
     const t = this.#s.chans.get(channel)?.queue[0];
-    if (!t || t.parked || t.done || t.failing) return false;
-    return t.inflight === 0 && t.acked < t.blocks.length;
+    if (!t || t.parked || t.done || t.failing || t.held || t.cursor >= t.blocks) return false;
+    const n = t.runs.length;
+    return n === 0 || (n < RUNS_IN_FLIGHT && t.runLimit === MAX_RUN_BLOCKS && t.runs[n - 1]!.window === undefined);
   }
 
   /**
-   * Issue the channel's transfer's next run: its next blocks, each translated at the source
-   * on its own (its walk, its fault), sent together as one write packet. The modelled engine
-   * and link time of each block is planned here and reserved when its answer comes back, in
-   * order, so a block the responder did not get to (after a fault) costs nothing. A source
-   * fault ends the run; a stall-mode block goes alone (it has a stall window of its own).
+   * Issue the channel's transfer's next run: its next blocks from the cursor, their source
+   * translated in one call (each block's walk and fault as if alone), sent as one write
+   * packet. Each block's modelled engine and link time is planned here in one numeric loop
+   * (from where the runs already on the wire end) and reserved when its answer comes back,
+   * in order, so a block the responder did not get to costs nothing. A source fault ends the
+   * run (held until the runs before it have landed); a stall-mode block goes alone (it has a
+   * stall window of its own).
    */
   issue(channel: number): void {
     const s = this.#s;
@@ -132,157 +126,160 @@ export class Requester implements Schedulable {
     const ch = s.chans.get(channel)!;
     const t = ch.queue[0]!;
     const d = t.desc;
+    const bs = s.blockSize;
     const src = s.smmu.streamForPd(d.pd);
-    let cursor = ch.cursor;
-    let engineFree = s.engineRes.freeAt;
+    const first = t.cursor;
+    const pipelined = t.runs.length > 0;
+    let cursor = pipelined ? t.plan.cursor : ch.cursor;
+    let engineFree = pipelined ? Math.max(s.engineRes.freeAt, t.plan.engine) : s.engineRes.freeAt;
     let linkFree = s.transport.linkFreeAt(s.node, d.dstNode);
-    const run: Block[] = [];
-    const wire: WireBlock[] = [];
-    const walked = this.#walked;
-    let batch: RunTranslation | undefined;
-    let batchAt = -1;
-    for (let i = t.next; i < t.blocks.length && run.length < t.runLimit; i++) {
-      const b = t.blocks[i]!;
-      if (b.state !== 'pending') continue;
-      // Only the first block of a run may be a retransmission; a stalled source read goes alone.
-      if (run.length && (b.attempts > 0 || run[run.length - 1]!.sent!.window)) break;
-      const issueAt = Math.max(cursor, t.modelReady);
-      this.#start(t, b, issueAt);
-      if (!src) {
-        // The posting process's protection domain went away mid-transfer: flush, do not send.
-        this.#completer.fail(t, b, DmaStatus.FLUSHED, `node ${s.node} no longer has a stream for protection domain ${d.pd}`, issueAt, 'source');
-        break;
-      }
-      const va = d.srcVa + BigInt(b.offset);
-      // The source of the blocks this run will carry is translated in one call (the same
-      // walks and IOTLB lookups as block by block, the region found and the table read once).
-      // Past the blocks it translated (and not at its fault), a new batch.
-      if (!batch || i - batchAt > walked.length || (i - batchAt === walked.length && !batch.fault)) {
-        const n = src.faultModel === 'stall' ? 1 : this.#runAhead(t, i, t.runLimit - run.length);
-        const last = t.blocks[i + n - 1]!;
-        batch = s.smmu.translateBlocks(src.sid, va, last.offset + last.length - b.offset, s.blockSize, 'read', walked);
-        batchAt = i;
-      }
-      const k = i - batchAt;
-      if (k >= walked.length) {
-        // The block after the ones translated: its fault ends the run.
-        const tr = batch.fault!;
-        const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
-        if (!run.length) {
-          ch.cursor = s.engineRes.reserve(issueAt, cost);
-          this.#completer.blockFault(t, b, src.sid, tr, issueAt + c.scheduleUs + walkCost(c, tr));
-          return;
-        }
-        t.held = { b, sid: src.sid, tr, cost };
-        break;
-      }
-      // A block that translated: no Translation object per block, only what it says.
-      const region = batch.region!;
-      const offset = batch.offset + (b.offset - t.blocks[batchAt]!.offset);
-      const cost = c.scheduleUs + walkedCost(c, walked[k]!) + c.blockUs;
-      const engineDone = Math.max(issueAt, engineFree) + cost;
-      engineFree = cursor = engineDone;
-      const link = linkArrival(c, linkFree, b.length, engineDone);
-      linkFree = link.freeAt;
-      // Stall-mode source memory: the payload's read may stall (a genuine userfaultfd fault of
-      // the copy thread) until this node's SMMU resumes it; the window lasts until the answer.
-      const window =
-        src.faultModel === 'stall'
-          ? s.smmu.beginStallWindow({
-              sid: src.sid,
-              region,
-              offset,
-              length: b.length,
-              access: 'read',
-              tag: {
-                node: s.node,
-                sid: src.sid,
-                side: 'source',
-                srcNode: s.node,
-                tid: t.tid,
-                channel: d.channel,
-                seq: b.seq,
-                va,
-                write: false,
-                lengthHint: Math.max(0, d.length - b.offset),
-                modelUs: engineDone,
-                detectedMs: performance.now(),
-                issuedUs: b.issuedUs,
-                issuedMs: b.issuedMs,
-              },
-            })
-          : undefined;
-      b.sent = { cost, arrive: link.arrive, sid: src.sid, region, offset, window };
-      run.push(b);
-      wire.push({
-        seq: b.seq,
-        va: d.dstVa + BigInt(b.offset),
-        length: b.length,
-        payload: { region, offset },
-        arrivesAt: link.arrive,
-        lengthHint: Math.max(0, d.length - b.offset),
-        issuedUs: b.issuedUs,
-        issuedMs: b.issuedMs,
-      });
+    if (pipelined) linkFree = Math.max(linkFree, t.plan.link);
+    const issueAt = Math.max(cursor, t.modelReady);
+    if (!src) {
+      // The posting process's protection domain went away mid-transfer: flush, do not send.
+      this.#start(t, first, 1, issueAt);
+      t.cursor = first + 1;
+      this.#completer.fail(t, true, DmaStatus.FLUSHED, `node ${s.node} no longer has a stream for protection domain ${d.pd}`, issueAt, 'source');
+      return;
     }
-    if (!run.length) return;
+    const n = src.faultModel === 'stall' ? 1 : Math.min(t.runLimit, t.blocks - first);
+    const offset0 = first * bs;
+    const walked = this.#walked;
+    const batch = s.smmu.translateBlocks(src.sid, d.srcVa + BigInt(offset0), Math.min(n * bs, d.length - offset0), bs, 'read', walked);
+    const k = walked.length;
+    if (k === 0) {
+      // The run's first block faults at the source.
+      const tr = batch.fault!;
+      const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
+      const issuedMs = this.#start(t, first, 1, issueAt);
+      t.cursor = first + 1;
+      if (pipelined) {
+        t.held = { seq: first, sid: src.sid, tr, cost, issuedUs: issueAt, issuedMs };
+        return;
+      }
+      ch.cursor = s.engineRes.reserve(issueAt, cost);
+      this.#completer.blockFault(t, first, src.sid, tr, issueAt + c.scheduleUs + walkCost(c, tr), issueAt, issuedMs);
+      return;
+    }
+    // The plan, block by block in one numeric loop (no object per block): engine, then link.
+    const costs = new Float64Array(k);
+    const issued = new Float64Array(k);
+    const arrivals = new Float64Array(k);
+    const ready = t.modelReady;
+    const perByte = 1 / c.linkBytesPerUs;
+    const lastLen = d.length - (t.blocks - 1) * bs;
+    let bytes = 0;
+    let at = issueAt;
+    for (let j = 0; j < k; j++) {
+      issued[j] = at;
+      const cost = c.scheduleUs + walkedCost(c, walked[j]!) + c.blockUs;
+      costs[j] = cost;
+      const engineDone = Math.max(at, engineFree) + cost;
+      engineFree = cursor = engineDone;
+      const len = first + j === t.blocks - 1 ? lastLen : bs;
+      bytes += len;
+      linkFree = Math.max(engineDone, linkFree) + len * perByte;
+      arrivals[j] = linkFree + c.linkLatencyUs;
+      at = Math.max(cursor, ready);
+    }
+    const region = batch.region!;
+    const issuedMs = this.#start(t, first, k, issued);
+    // Stall-mode source memory: the payload's read may stall (a genuine userfaultfd fault of
+    // the copy thread) until this node's SMMU resumes it; the window lasts until the answer.
+    const window =
+      src.faultModel === 'stall'
+        ? s.smmu.beginStallWindow({
+            sid: src.sid,
+            region,
+            offset: batch.offset,
+            length: bytes,
+            access: 'read',
+            tag: {
+              node: s.node,
+              sid: src.sid,
+              side: 'source',
+              srcNode: s.node,
+              tid: t.tid,
+              channel: d.channel,
+              seq: first,
+              va: d.srcVa + BigInt(offset0),
+              write: false,
+              lengthHint: Math.max(0, d.length - offset0),
+              modelUs: cursor,
+              detectedMs: performance.now(),
+              issuedUs: issued[0]!,
+              issuedMs,
+            },
+          })
+        : undefined;
+    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window });
+    t.plan.cursor = cursor;
+    t.plan.engine = engineFree;
+    t.plan.link = linkFree;
+    t.cursor = first + k;
+    if (batch.fault && k < n) {
+      // The block after the run faults at the source: it counts only if the runs before it land whole.
+      const tr = batch.fault;
+      const heldMs = this.#start(t, first + k, 1, at);
+      t.cursor++;
+      t.held = { seq: first + k, sid: src.sid, tr, cost: c.scheduleUs + walkCost(c, tr) + c.blockUs, issuedUs: at, issuedMs: heldMs };
+    }
     this.#completer.outstanding++;
-    const first = wire[0]!;
     const packet: WritePacket = {
       type: 'write',
       src: s.node,
       dst: d.dstNode,
       pd: d.dstPd ?? d.pd,
-      va: first.va,
+      va: d.dstVa + BigInt(offset0),
       tid: t.tid,
-      seq: first.seq,
-      length: wire.reduce((n, w) => n + w.length, 0),
-      arrivesAt: first.arrivesAt,
+      seq: first,
+      length: bytes,
+      arrivesAt: arrivals[0]!,
       channel: d.channel,
-      blocks: wire,
-      sourceStall: run[0]!.sent!.window !== undefined,
+      count: k,
+      blockSize: bs,
+      payload: { region, offset: batch.offset },
+      lengthHint: Math.max(0, d.length - offset0),
+      issuedUs: issued,
+      arrivals,
+      issuedMs,
+      sourceStall: window !== undefined,
     };
     if (d.key !== undefined) packet.key = d.key;
     if (d.dstQp !== undefined) packet.qpn = d.dstQp;
     s.transport.deliver(packet);
   }
 
-  // How many blocks from `i` (at most `max`) the run may carry: pending, contiguous, and not
-  // retransmissions after the first (the loop in issue() stops at the same place).
-  #runAhead(t: Transfer, i: number, max: number): number {
-    let n = 1;
-    const end = Math.min(t.blocks.length, i + max);
-    while (i + n < end) {
-      const b = t.blocks[i + n]!;
-      if (b.state !== 'pending' || b.attempts > 0) break;
-      n++;
-    }
-    return n;
-  }
-
-  #start(t: Transfer, b: Block, issueAt: number): void {
+  // Blocks [first, first+count) go on the wire (issued at `issued`, per block or all at
+  // once): counters, and for a block sent again after a fault, the retransmission's
+  // bookkeeping (only the first block of a run can be one). Returns performance.now().
+  #start(t: Transfer, first: number, count: number, issued: Float64Array | number): number {
     const s = this.#s;
-    b.state = 'inflight';
-    b.attempts++;
-    if (b.attempts > 1) {
+    const own = t.own.size ? t.own.get(first) : undefined;
+    const at0 = typeof issued === 'number' ? issued : issued[0]!;
+    if (own && ++own.attempts > 1) {
       t.retransmitted++;
       s.counters.retransmittedBlocks++;
       traceTransfer(s.tracer, 'retransmit', s.node, t.tid, t.desc.channel, {
-        modelUs: issueAt,
-        detail: { seq: b.seq, attempt: b.attempts, srcNode: s.node },
+        modelUs: at0,
+        detail: { seq: first, attempt: own.attempts, srcNode: s.node },
       });
       const started = t.faultStarted.shift();
       if (started !== undefined) t.faultUs.push(realNowUs() - started);
     }
-    t.inflight++;
-    s.counters.blocksIssued++;
-    b.issuedUs = issueAt;
-    b.issuedMs = performance.now();
-    // Checked here: the event's objects are not even built while nobody listens.
+    t.inflight += count;
+    s.counters.blocksIssued += count;
+    const ms = performance.now();
+    // Checked here: the events' objects are not even built while nobody listens.
     if (s.tracer.active)
-      traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, { modelUs: b.issuedUs, detail: { seq: b.seq, attempt: b.attempts } });
+      for (let j = 0; j < count; j++)
+        traceTransfer(s.tracer, 'block', s.node, t.tid, t.desc.channel, {
+          modelUs: typeof issued === 'number' ? issued : issued[j]!,
+          detail: { seq: first + j, attempt: j === 0 && own ? own.attempts : 1 },
+        });
     // A source fault of this block answered by this node's fault library: its statistics end here.
-    if (b.attempts > 1) s.retransmitted?.(s.node, t.tid, b.seq, 'source', b.issuedUs, b.issuedMs);
+    if (own && own.attempts > 1) s.retransmitted?.(s.node, t.tid, first, 'source', at0, ms);
+    return ms;
   }
 
   #validate(d: DmaDescriptor): { status: DmaStatus; reason: string } | undefined {

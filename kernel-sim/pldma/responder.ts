@@ -1,9 +1,12 @@
-// The responder of one node's PLDMA (rxe_resp's role): a write packet arrives, its
-// destination is translated on this node's SMMU with the packet's protection domain, a
-// fault is recorded here and NACKed (the source sends the block again once this node's
-// fault library has answered), an access this node refuses gets an error ACK, and a block
-// that translates is written by the copy engine and ACKed. Everything it knows comes from
-// the packet; everything it says goes back as a packet.
+// The responder of one node's PLDMA (rxe_resp's role): a write packet (a run of blocks)
+// arrives, its destination is translated on this node's SMMU with the packet's protection
+// domain, a fault is recorded here and NACKed (the source sends the block again once this
+// node's fault library has answered), an access this node refuses gets an error ACK, and
+// the blocks that translate are written by the copy engine and ACKed with one verdict. A
+// channel's writes are answered in the order they came, and after one stopped at a block,
+// the later writes of that transfer come back unanswered until that block comes again (an
+// RC responder's PSN check). Everything it knows comes from the packet; everything it says
+// goes back as a packet.
 import type { CostModel } from '../cost-model/index.js';
 import { AckResp, type AckPacket, type Verdict, type WireBlock, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
@@ -27,25 +30,26 @@ export interface ResponderDeps {
   waiters: FaultWaiters;
 }
 
-/** The destination's own check of the key and QP a write names (the verbs responder's rkey check, per block). */
-export type Admission = (p: WritePacket, block: WireBlock) => boolean;
+/** The destination's own check of the key and QP a write names (the verbs responder's rkey check), for a span of its blocks. */
+export type Admission = (p: WritePacket, span: WireBlock) => boolean;
 
-/** A block whose destination translated, with where it lands. */
-interface Accepted {
-  blk: WireBlock;
+/** Blocks of a write whose destination translated in one piece: where they land. */
+interface Group {
+  /** Index in the packet of its first block, and its blocks. */
+  at: number;
+  count: number;
   region: MemoryLike;
   offset: number;
-  walkUs: number;
+  /** Per block, modelled µs of the walk (0-length: all `walkUs`). */
+  walks: number[];
 }
 
-/** True if `b` continues `a` at both ends, so one copy can carry both. */
-function follows(a: Accepted, b: Accepted): boolean {
-  return (
-    b.blk.payload.region === a.blk.payload.region &&
-    b.region === a.region &&
-    b.blk.payload.offset === a.blk.payload.offset + a.blk.length &&
-    b.offset === a.offset + a.blk.length
-  );
+/** A channel of a source node, as this responder sees it: its writes answered in order, and where the transfer stopped. */
+interface Lane {
+  /** Settles when the answer of the channel's last write has gone out. */
+  tail: Promise<void>;
+  /** The transfer and block a write stopped at: that transfer's later writes are returned until it comes again. */
+  stop: { tid: number; seq: number } | undefined;
 }
 
 export class Responder {
@@ -55,107 +59,153 @@ export class Responder {
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
   #walked: number[] = [];
+  /** Keyed by source node × 2^20 + channel: bounded by the fabric's nodes and channels. */
+  #lanes = new Map<number, Lane>();
 
   constructor(deps: ResponderDeps) {
     this.#d = deps;
   }
 
   /**
-   * A write: its blocks in order, each admitted (key and QP), translated and, in runs that
-   * are contiguous at both ends, copied by one copy-engine job. The first block that cannot
-   * be written (a fault, a refusal) ends it; the blocks after it are returned unanswered.
-   * One ACK carries a verdict per block handled.
+   * A write: its blocks admitted (key and QP) and translated, in order, up to the first
+   * that cannot be written (a fault, a refusal); the ones before it copied by one copy-engine
+   * job per piece contiguous at both ends. One ACK answers them: a verdict for the blocks
+   * written, one for the block that stopped the write, and the range it did not get to.
    */
   async onWrite(p: WritePacket): Promise<void> {
     const { smmu, costs: c } = this.#d;
+    const key = p.src * 2 ** 20 + p.channel;
+    let lane = this.#lanes.get(key);
+    if (!lane) this.#lanes.set(key, (lane = { tail: Promise.resolve(), stop: undefined }));
+    const before = lane.tail;
+    let answered!: () => void;
+    lane.tail = new Promise((resolve) => (answered = resolve));
+    const stop = lane.stop;
+    if (stop && stop.tid === p.tid && p.seq > stop.seq) {
+      // Behind a write of this transfer that stopped: returned whole, as RC drops it.
+      await before;
+      this.#answer(p, [], { seq: p.seq, count: p.count });
+      answered();
+      return;
+    }
+    // The transfer goes on (that block again), or another one started on this channel.
+    if (stop) lane.stop = undefined;
+    this.retransmitted?.(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
     const verdicts: Verdict[] = [];
-    const accepted: Accepted[] = [];
     // Faults are recorded as the answer goes out: the NACK reaches the source before the
     // fault library's answer can (the blocks before the fault are written first).
     const faults: Array<() => void> = [];
     const ctx = smmu.streamForPd(p.pd);
-    const blocks = p.blocks;
-    const checks = this.admit !== undefined && (p.key !== undefined || p.qpn !== undefined);
-    // Per run, not per block: the blocks the key and QP admit (a check of the whole span
-    // first; nothing can be revoked within this synchronous step), and their destinations
-    // translated in one call, with the same walks and IOTLB lookups as block by block.
-    const { admitted, equal } = this.#admitRun(p, checks);
-    const walked = this.#walked;
-    const batch =
-      ctx && equal && admitted > 0 && ctx.faultModel !== 'stall'
-        ? smmu.translateBlocks(
-            ctx.sid,
-            blocks[0]!.va,
-            (admitted - 1) * blocks[0]!.length + blocks[admitted - 1]!.length,
-            blocks[0]!.length,
-            'write',
-            walked,
-          )
-        : undefined;
-    let stopped = false;
-    for (let i = 0; i < blocks.length; i++) {
-      const blk = blocks[i]!;
-      this.retransmitted?.(p.src, p.tid, blk.seq, 'destination', blk.issuedUs, blk.issuedMs);
-      if (checks && i >= admitted) {
-        verdicts.push({
-          seq: blk.seq,
+    const bs = p.blockSize;
+    // Blocks that carry bytes: a source page missing when another process's transport read
+    // the payload ends the run there (answered SOURCE_FAULT after the blocks before it).
+    const carried = p.sourceFault ? p.sourceFault.seq - p.seq : p.count;
+    const groups: Group[] = [];
+    let written = 0;
+    let refused: Verdict | undefined;
+    let refusedFault: (() => void) | undefined;
+    if (!ctx) {
+      refused = { seq: p.seq, count: 1, resp: AckResp.PD_ERR, walkUs: 0, reason: `node ${this.#d.node} has no stream for protection domain ${p.pd}` };
+    } else {
+      // Per run, not per block: the admitted blocks' destinations translated in one call per
+      // region (one in all but at a region's end), with the same walks and IOTLB lookups as
+      // block by block. A stall-mode block is written alone, under its own stall window.
+      const stallMode = ctx.faultModel === 'stall';
+      const want = stallMode ? Math.min(carried, 1) : carried;
+      const checks = this.admit !== undefined && (p.key !== undefined || p.qpn !== undefined);
+      const admitted = checks ? this.#admitted(p, want) : want;
+      const end = Math.min(p.length, admitted * bs);
+      const walked = this.#walked;
+      while (written < admitted) {
+        const va = p.va + BigInt(written * bs);
+        let fault: Extract<Translation, { ok: false }> | undefined;
+        let got = 0;
+        if (stallMode) {
+          const tr = smmu.translate(ctx.sid, va, end - written * bs, 'write');
+          if (tr.ok) {
+            groups.push({ at: written, count: 1, region: tr.region, offset: tr.offset, walks: [walkCost(c, tr)] });
+            got = 1;
+          } else fault = tr;
+        } else {
+          const batch = smmu.translateBlocks(ctx.sid, va, end - written * bs, bs, 'write', walked);
+          fault = batch.fault;
+          got = walked.length;
+          if (got) {
+            // A piece that continues the previous one (a run translated block by block at a
+            // region's end) joins it: one copy.
+            const prev = groups[groups.length - 1];
+            const joins = prev !== undefined && prev.region === batch.region && prev.offset + prev.count * bs === batch.offset;
+            const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [] };
+            for (let j = 0; j < got; j++) g.walks.push(walkedCost(c, walked[j]!));
+            g.count += got;
+            if (!joins) groups.push(g);
+          }
+        }
+        written += got;
+        if (fault) {
+          const seq = p.seq + written;
+          const walkUs = walkCost(c, fault);
+          if (fault.recoverable) {
+            const i = written;
+            const tr = fault;
+            const at = p.arrivals[i]! + walkUs;
+            refusedFault = () => this.#fault(p, i, ctx.sid, tr, at);
+            refused = { seq, count: 1, resp: AckResp.FAULT, walkUs };
+          } else {
+            smmu.recordFault(ctx.sid, fault, 'write');
+            const status = statusForFault(fault.id, 'write');
+            const resp = status === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : status === DmaStatus.PD_ERR ? AckResp.PD_ERR : AckResp.ADDR_ERR;
+            refused = { seq, count: 1, resp, walkUs, reason: fault.reason };
+          }
+          break;
+        }
+      }
+      if (!refused && admitted < want)
+        refused = {
+          seq: p.seq + admitted,
+          count: 1,
           resp: AckResp.ACCESS_ERR,
           walkUs: 0,
           reason: `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`,
-        });
-        stopped = true;
-        break;
-      }
-      if (!ctx) {
-        verdicts.push({ seq: blk.seq, resp: AckResp.PD_ERR, walkUs: 0, reason: `node ${this.#d.node} has no stream for protection domain ${p.pd}` });
-        stopped = true;
-        break;
-      }
-      if (batch && i < walked.length) {
-        // Translated by the run's one call: no Translation object per block.
-        accepted.push({ blk, region: batch.region!, offset: batch.offset + i * blocks[0]!.length, walkUs: walkedCost(c, walked[i]!) });
-        continue;
-      }
-      const tr: Translation = batch?.fault && i === walked.length ? batch.fault : smmu.translate(ctx.sid, blk.va, blk.length, 'write');
-      const walkUs = walkCost(c, tr);
-      if (!tr.ok) {
-        stopped = true;
-        if (tr.recoverable) {
-          const at = blk.arrivesAt + walkUs;
-          faults.push(() => this.#fault(p, blk, ctx.sid, tr, at));
-          verdicts.push({ seq: blk.seq, resp: AckResp.FAULT, walkUs });
-          break;
-        }
-        smmu.recordFault(ctx.sid, tr, 'write');
-        const status = statusForFault(tr.id, 'write');
-        const resp = status === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : status === DmaStatus.PD_ERR ? AckResp.PD_ERR : AckResp.ADDR_ERR;
-        verdicts.push({ seq: blk.seq, resp, walkUs, reason: tr.reason });
-        break;
-      }
-      accepted.push({ blk, region: tr.region, offset: tr.offset, walkUs });
-      // A stall-mode block is written alone, under its own stall window.
-      if (ctx.faultModel === 'stall') break;
+        };
     }
-    // Verdicts of refused/faulting blocks come after the writes of the blocks before them.
-    const refused = verdicts.splice(0);
-    let i = 0;
-    while (i < accepted.length) {
-      let j = i + 1;
-      while (j < accepted.length && follows(accepted[j - 1]!, accepted[j]!)) j++;
-      const ok = await this.#write(p, accepted.slice(i, j), ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults);
-      if (!ok) {
+    // Where this write stops is known now, before any copy: the channel's next write of this
+    // transfer, already on its way, is returned instead of written.
+    if (refused || written < p.count) lane.stop = { tid: p.tid, seq: refused ? refused.seq : p.seq + written };
+    let stopped = false;
+    for (const g of groups) {
+      if (!(await this.#write(p, g, ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults))) {
         stopped = true;
         break;
       }
-      i = j;
     }
-    // A block refused after the written ones was refused (and its fault recorded) all the same.
-    verdicts.push(...refused);
-    let returned: number[] = [];
-    if (stopped || verdicts.length < p.blocks.length) {
-      const answered = new Set(verdicts.map((v) => v.seq));
-      returned = p.blocks.filter((b) => !answered.has(b.seq)).map((b) => b.seq);
+    if (!stopped && refused) {
+      verdicts.push(refused);
+      if (refusedFault) faults.push(refusedFault);
+    } else if (!stopped && p.sourceFault && written === carried) {
+      verdicts.push({ seq: p.sourceFault.seq, count: 1, resp: AckResp.SOURCE_FAULT, walkUs: 0, faultOffset: p.sourceFault.faultOffset });
     }
+    const last = verdicts[verdicts.length - 1];
+    const done = last ? last.seq + last.count - p.seq : 0;
+    if (stopped) {
+      // A copy stopped at a block (a page went away under it): the same, found later.
+      const seq = last!.seq;
+      if (!lane.stop || lane.stop.tid !== p.tid || seq < lane.stop.seq) lane.stop = { tid: p.tid, seq };
+    }
+    await before;
+    // A write of this transfer before this one stopped under its copy, after this one was
+    // translated: this one's answer is dropped (its bytes are written again after that block).
+    const early = lane.stop;
+    if (early && early.tid === p.tid && early.seq < p.seq) {
+      this.#answer(p, [], { seq: p.seq, count: p.count });
+    } else {
+      this.#answer(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
+      for (const f of faults) f();
+    }
+    answered();
+  }
+
+  #answer(p: WritePacket, verdicts: Verdict[], returned: { seq: number; count: number } | undefined): void {
     const ack: AckPacket = {
       type: 'ack',
       src: this.#d.node,
@@ -166,45 +216,46 @@ export class Responder {
       seq: p.seq,
       length: p.length,
       resp: AckResp.OK,
-      arrivesAt: p.blocks[p.blocks.length - 1]!.arrivesAt + c.linkLatencyUs,
+      arrivesAt: p.arrivals[p.count - 1]! + this.#d.costs.linkLatencyUs,
       verdicts,
-      returned,
     };
+    if (returned) ack.returned = returned;
     this.#d.transport.deliver(ack);
-    for (const f of faults) f();
   }
 
-  // How many of the packet's blocks the destination's key and QP admit, and whether they are
-  // equal blocks (all but the last) contiguous in the destination's address space.
-  #admitRun(p: WritePacket, checks: boolean): { admitted: number; equal: boolean } {
-    const blocks = p.blocks;
-    const first = blocks[0]!;
-    const last = blocks[blocks.length - 1]!;
-    // Consecutive blocks of a transfer sit at consecutive offsets: consecutive seqs and equal
-    // lengths, with the last one where that puts it, are one contiguous span.
-    let equal = last.va === first.va + BigInt((last.seq - first.seq) * first.length);
-    for (let i = 1; i < blocks.length && equal; i++) equal = blocks[i - 1]!.length === first.length && blocks[i]!.seq === first.seq + i;
-    if (!checks) return { admitted: blocks.length, equal };
-    if (equal && this.admit!(p, { ...first, length: Number(last.va - first.va) + last.length })) return { admitted: blocks.length, equal };
+  // How many of the packet's first `carried` blocks the destination's key and QP admit: the
+  // whole span checked first (nothing can be revoked within this synchronous step), then
+  // block by block only if it is refused.
+  #admitted(p: WritePacket, carried: number): number {
+    if (carried === 0) return 0;
+    const spanOf = (n: number): WireBlock => ({ va: p.va, length: Math.min(p.length, n * p.blockSize) });
+    if (this.admit!(p, spanOf(carried))) return carried;
     let admitted = 0;
-    while (admitted < blocks.length && this.admit!(p, blocks[admitted]!)) admitted++;
-    return { admitted, equal };
+    while (
+      admitted < carried &&
+      this.admit!(p, { va: p.va + BigInt(admitted * p.blockSize), length: Math.min(p.blockSize, p.length - admitted * p.blockSize) })
+    )
+      admitted++;
+    return admitted;
   }
 
-  // One copy-engine job for blocks contiguous at both ends; a verdict for each block it
-  // settles. False if it stopped at one (the blocks after it are returned).
-  async #write(p: WritePacket, run: Accepted[], sid: number, stall: boolean, verdicts: Verdict[], faults: Array<() => void>): Promise<boolean> {
+  // One copy-engine job for a group of blocks contiguous at both ends; verdicts for the
+  // blocks it settles. False if it stopped at one (the blocks after it are returned).
+  async #write(p: WritePacket, g: Group, sid: number, stall: boolean, verdicts: Verdict[], faults: Array<() => void>): Promise<boolean> {
     const { smmu } = this.#d;
-    const first = run[0]!;
-    const length = run.reduce((n, a) => n + a.blk.length, 0);
+    const bs = p.blockSize;
+    const seq = p.seq + g.at;
+    const srcOffset = p.payload.offset + g.at * bs;
+    const length = Math.min(p.length - g.at * bs, g.count * bs);
+    const va = p.va + BigInt(g.at * bs);
     const window = stall
       ? smmu.beginStallWindow({
           sid,
-          region: first.region,
-          offset: first.offset,
+          region: g.region,
+          offset: g.offset,
           length,
           access: 'write',
-          tag: this.#info(p, first.blk, sid, first.blk.va, first.blk.arrivesAt),
+          tag: this.#info(p, g.at, sid, va, p.arrivals[g.at]!),
         })
       : undefined;
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
@@ -219,7 +270,7 @@ export class Responder {
       const tag: { key?: number; qp?: number } = {};
       if (p.key !== undefined) tag.key = p.key;
       if (p.qpn !== undefined) tag.qp = p.qpn;
-      const r = await this.#d.engine.copy(first.blk.payload.region, first.blk.payload.offset, first.region, first.offset, length, flags, tag);
+      const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, tag);
       status = r.status;
       faultOffset = r.faultOffset;
       copy = { copyThread: r.tid, copyNs: r.ns };
@@ -232,30 +283,27 @@ export class Responder {
     const stalls = window?.stalls ?? 0;
     this.#d.counters.faults.destination += stalls;
     if (window?.aborted) {
-      verdicts.push({ seq: first.blk.seq, resp: AckResp.ABORTED, walkUs: first.walkUs, stalls });
+      verdicts.push({ seq, count: 1, resp: AckResp.ABORTED, walkUs: g.walks[0]!, stalls });
       return false;
     }
     if (status === CopyStatus.Ok) {
-      for (const a of run)
-        verdicts.push({ seq: a.blk.seq, resp: AckResp.OK, walkUs: a.walkUs, stalls, copyThread: copy!.copyThread, copyNs: copy!.copyNs });
+      verdicts.push(this.#written(seq, 0, g.count, g, stalls, copy));
       return true;
     }
     // The copy stopped at the first page it found missing: the blocks before it were written.
     const k =
       status === CopyStatus.SourceFault || status === CopyStatus.DestFault
-        ? Math.max(
-            0,
-            run.findIndex((a) => faultOffset < (status === CopyStatus.SourceFault ? a.blk.payload.offset : a.offset) + a.blk.length),
-          )
+        ? Math.min(g.count - 1, Math.max(0, Math.floor((faultOffset - (status === CopyStatus.SourceFault ? srcOffset : g.offset)) / bs)))
         : 0;
-    for (const a of run.slice(0, k)) verdicts.push({ seq: a.blk.seq, resp: AckResp.OK, walkUs: a.walkUs, stalls, ...copy });
-    const at = run[k]!;
+    if (k > 0) verdicts.push(this.#written(seq, 0, k, g, stalls, copy));
+    const walkUs = g.walks[k]!;
     switch (status) {
       case CopyStatus.SourceFault:
-        verdicts.push({ seq: at.blk.seq, resp: AckResp.SOURCE_FAULT, walkUs: at.walkUs, faultOffset, stalls });
+        verdicts.push({ seq: seq + k, count: 1, resp: AckResp.SOURCE_FAULT, walkUs, faultOffset, stalls });
         break;
       case CopyStatus.DestFault: {
-        const addr = at.region.address + BigInt(faultOffset);
+        const region = g.region;
+        const addr = region.address + BigInt(faultOffset);
         const evicted: Translation = {
           ok: false,
           id: EvtId.F_TRANSLATION,
@@ -263,24 +311,40 @@ export class Responder {
           recoverable: true,
           reason: 'destination page evicted before the write',
         };
-        smmu.iotlb.invalidateRange(addr, at.region.pageSize, at.region.pageSize);
-        faults.push(() => this.#fault(p, at.blk, sid, evicted, at.blk.arrivesAt));
-        verdicts.push({ seq: at.blk.seq, resp: AckResp.FAULT, walkUs: at.walkUs, late: true, stalls });
+        smmu.iotlb.invalidateRange(addr, region.pageSize, region.pageSize);
+        faults.push(() => this.#fault(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
+        verdicts.push({ seq: seq + k, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
         break;
       }
       case CopyStatus.Cancelled:
         // Fenced while queued: the key or QP it was written for went away.
         verdicts.push({
-          seq: at.blk.seq,
+          seq: seq + k,
+          count: 1,
           resp: AckResp.ACCESS_ERR,
-          walkUs: at.walkUs,
+          walkUs,
           reason: `node ${this.#d.node} revoked key 0x${(p.key ?? 0).toString(16)} / QP ${p.qpn} before the write`,
         });
         break;
       default:
-        verdicts.push({ seq: at.blk.seq, resp: AckResp.FLUSHED, walkUs: at.walkUs, reason: 'the copy engine was closed' });
+        verdicts.push({ seq: seq + k, count: 1, resp: AckResp.FLUSHED, walkUs, reason: 'the copy engine was closed' });
     }
     return false;
+  }
+
+  // The verdict for blocks [from, from+count) of a group that were written: one walk figure
+  // if they all took the same, else one per block.
+  #written(seq: number, from: number, count: number, g: Group, stalls: number, copy: { copyThread: number; copyNs: number } | undefined): Verdict {
+    const w0 = g.walks[from]!;
+    let same = true;
+    for (let j = from + 1; j < from + count && same; j++) same = g.walks[j] === w0;
+    const v: Verdict = { seq: seq + from, count, resp: AckResp.OK, walkUs: w0, stalls };
+    if (!same) v.walks = Float64Array.from(g.walks.slice(from, from + count));
+    if (copy) {
+      v.copyThread = copy.copyThread;
+      v.copyNs = copy.copyNs;
+    }
+    return v;
   }
 
   /** This node's fault library answered a destination fault: tell the source over the fabric. */
@@ -311,21 +375,22 @@ export class Responder {
     );
   }
 
-  #fault(p: WritePacket, blk: WireBlock, sid: number, tr: Extract<Translation, { ok: false }>, at: number): void {
+  #fault(p: WritePacket, i: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number): void {
     const d = this.#d;
     d.counters.faults.destination++;
     d.counters.nacksSent++;
-    const info = this.#info(p, blk, sid, tr.addr, at);
+    const info = this.#info(p, i, sid, tr.addr, at);
     d.waiters.add(info);
     traceTransfer(d.tracer, 'fault', d.node, p.tid, p.channel, {
       side: 'destination',
       modelUs: at,
-      detail: { seq: blk.seq, va: tr.addr, srcNode: p.src, issuedUs: blk.issuedUs, issuedMs: blk.issuedMs },
+      detail: { seq: info.seq, va: tr.addr, srcNode: p.src, issuedUs: info.issuedUs, issuedMs: info.issuedMs },
     });
     d.smmu.recordFault(sid, tr, 'write', { context: info });
   }
 
-  #info(p: WritePacket, blk: WireBlock, sid: number, va: bigint, at: number): FaultInfo {
+  // The context of a fault at block i of a write (at `va`, the faulting page or the block).
+  #info(p: WritePacket, i: number, sid: number, va: bigint, at: number): FaultInfo {
     return {
       node: this.#d.node,
       sid,
@@ -333,14 +398,14 @@ export class Responder {
       srcNode: p.src,
       tid: p.tid,
       channel: p.channel,
-      seq: blk.seq,
+      seq: p.seq + i,
       va,
       write: true,
-      lengthHint: Math.max(0, blk.lengthHint - Number(va - blk.va)),
+      lengthHint: Math.max(0, p.lengthHint - Number(va - p.va)),
       modelUs: at,
       detectedMs: performance.now(),
-      issuedUs: blk.issuedUs,
-      issuedMs: blk.issuedMs,
+      issuedUs: p.issuedUs[i]!,
+      issuedMs: p.issuedMs,
     };
   }
 }

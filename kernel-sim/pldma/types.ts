@@ -146,38 +146,53 @@ export interface PldmaCounters {
   retryTimeouts: number;
 }
 
-/** @internal One block of a transfer, as the requester and completer track it. */
-export interface Block {
-  seq: number;
-  offset: number;
-  length: number;
-  state: 'pending' | 'inflight' | 'parked' | 'acked';
+/** @internal State of its own for a block that needs it (one that faulted); the others are counted by the transfer's cursors. */
+export interface BlockState {
   attempts: number;
   /** Faults taken by this block at each side (bounded by the retry limits). */
   srcFaults: number;
   dstNacks: number;
-  ackAt: number;
-  /** When this attempt was issued (modelled µs, real performance.now() ms), for the trace. */
-  issuedUs: number;
+}
+
+/**
+ * @internal A run on the wire, as its answer needs it: the engine cost of each block
+ * (modelled; reserved when the answer comes back, in order) and its source translation.
+ */
+export interface SentRun {
+  seq: number;
+  count: number;
+  costs: Float64Array;
+  issuedUs: Float64Array;
   issuedMs: number;
-  /**
-   * The attempt on the wire: its engine cost and planned arrival (modelled; the reservations
-   * are made when its answer comes back, in order), its source translation.
-   */
-  sent: { cost: number; arrive: number; sid: number; region: MemoryLike; offset: number; window: StallWindow | undefined } | undefined;
+  sid: number;
+  region: MemoryLike;
+  offset: number;
+  window: StallWindow | undefined;
 }
 
 /** @internal */
 export interface Transfer {
   tid: number;
   desc: DmaDescriptor;
-  blocks: Block[];
-  next: number; // first block not yet acked, in order
+  /** Blocks of the transfer (blockSize bytes, the last one shorter). */
+  blocks: number;
+  /** First block not yet acked (blocks are acked in order). */
+  next: number;
+  /** First block not on the wire, parked or held: the next run starts here. */
+  cursor: number;
   acked: number;
+  ackedBytes: number;
+  /** Blocks on the wire (and a held block). */
   inflight: number;
+  /** Runs on the wire, in the order they were sent (their answers come back in that order). */
+  runs: SentRun[];
+  /** Where the runs on the wire end in the plan (modelled µs): the next run is planned from there. */
+  plan: { cursor: number; engine: number; link: number };
+  /** Per-block state, only for the blocks that need their own (a fault). */
+  own: Map<number, BlockState>;
   parked: boolean;
-  /** The blocks parked on a fault, so unparking is O(1) per fault, not a scan of the transfer. */
-  parkedBlocks: Block[];
+  /** The block parked on a fault (one at a time: a run stops at its first), or -1. */
+  parkedSeq: number;
   parkTimer: NodeJS.Timeout | undefined;
   faults: FaultCounts;
   retransmitted: number;
@@ -194,10 +209,10 @@ export interface Transfer {
   /** An error that ends the transfer once the blocks already in flight have landed. */
   failing: { status: DmaStatus; reason: string; side: Side | undefined } | undefined;
   /**
-   * A block whose source faulted right after a run was sent: its fault counts only if the
-   * whole run lands (a block of the run that faults first stops the transfer before it).
+   * A block whose source faulted while runs were on the wire: its fault counts only if they
+   * all land whole (a block before it that faults first stops the transfer before it).
    */
-  held: { b: Block; sid: number; tr: Extract<Translation, { ok: false }>; cost: number } | undefined;
+  held: { seq: number; sid: number; tr: Extract<Translation, { ok: false }>; cost: number; issuedUs: number; issuedMs: number } | undefined;
   /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to MAX_RUN_BLOCKS). */
   runLimit: number;
 }
