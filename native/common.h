@@ -53,6 +53,15 @@ int PagemapFd();
 // mapped here would be a minor fault, so mincore is not enough).
 bool AllPresent(const Mapping& m, size_t off, size_t len);
 
+// Every path of the addon that can take a page-table entry away from a mapping (MADV_DONTNEED,
+// MADV_REMOVE, MADV_PAGEOUT, MADV_COLLAPSE, munmap, UFFDIO_MOVE) calls NoteDrop() once the
+// entry is gone; a drop announced before it happens (a userfaultfd REMOVE, UNMAP or REMAP
+// event: the kernel zaps after the event is read) calls NoteDropAhead(). The copy engine's
+// inline path reuses a pagemap proof of presence only while the epoch is unchanged
+// (copy_engine.cc, docs/threads.md).
+void NoteDrop();
+void NoteDropAhead();
+
 long PageSize();
 uint64_t NowNs();
 pid_t Gettid();

@@ -6,8 +6,10 @@
 // and a non-resident page registered with a userfaultfd blocks the thread in the kernel
 // until the fault is resolved: stall mode with a genuine fault.
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -20,6 +22,24 @@
 namespace pfr {
 
 namespace {
+
+// ---- presence proofs of the inline path (docs/threads.md, "Small DMA copies on the JS thread") ----
+// A pagemap read costs two syscalls' worth of page-table walk per small copy (~1-2 µs each in
+// a busy Node process: most of an inline copy). A proof that a mapping's pages were present is
+// reused while nothing can have taken one away: every path of the addon that drops pages bumps
+// the epoch once they are gone (NoteDrop), a drop announced by a userfaultfd event (the kernel
+// zaps after the event is read) bumps it and stops new proofs for kProofTtlNs (NoteDropAhead).
+// A proof also expires after kProofTtlNs, which bounds what no event announces (a drop by code
+// outside this library, reclaim): and with swap on (the kernel may reclaim anonymous and
+// memfd pages at any time) no proof is kept at all.
+std::atomic<uint64_t> g_drop_epoch{1};
+std::atomic<uint64_t> g_no_proofs_until{0};
+constexpr uint64_t kProofTtlNs = 1'000'000;
+
+bool SwapOn() {
+  struct sysinfo si {};
+  return sysinfo(&si) != 0 || si.totalswap != 0;
+}
 
 enum JobFlag : uint32_t { kCheckSource = 1, kCheckDest = 2 };
 enum Status : int { kOk = 0, kSourceFault = 1, kDestFault = 2, kCancelled = 3 };
@@ -160,6 +180,52 @@ struct Engine {
   }
 
   bool Matches(double k, double q, double key, double qp) const { return (key >= 0 && k == key) || (qp >= 0 && q == qp); }
+
+  // Pages [first, last] of mapping m had present entries at `at`, epoch `epoch`. Touched only
+  // by the engine's own JS thread (EngineCopyNow), so no lock.
+  struct Proof {
+    const Mapping* m = nullptr;
+    uintptr_t first = 0, last = 0;
+    uint64_t epoch = 0, at = 0;
+  };
+  Proof proofs[4];
+  unsigned next_proof = 0;
+  bool swap_on = true;  // checked at most once per kProofTtlNs (sysinfo)
+  uint64_t swap_checked_at = 0;
+
+  // True if every page of [off, off+len) of m has a present page-table entry: from a proof
+  // still valid, or from pagemap (one read; *reads counts them). Unsound proofs are never kept.
+  bool Present(const Mapping& m, size_t off, size_t len, int* reads) {
+    if (len == 0) return true;
+    const uintptr_t ps = static_cast<uintptr_t>(PageSize());
+    const uintptr_t first = reinterpret_cast<uintptr_t>(m.addr + off) / ps;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(m.addr + off) + len - 1) / ps;
+    // Read before pagemap: a drop that completes after the read bumps past it.
+    const uint64_t epoch = g_drop_epoch.load(std::memory_order_acquire);
+    const uint64_t now = NowNs();
+    Proof* mine = nullptr;
+    for (Proof& p : proofs) {
+      if (p.m != &m) continue;
+      mine = &p;
+      if (p.epoch == epoch && now - p.at < kProofTtlNs && p.first <= first && last <= p.last) return true;
+    }
+    ++*reads;
+    if (!AllPresent(m, off, len)) return false;
+    if (now - swap_checked_at >= kProofTtlNs) {
+      swap_on = SwapOn();
+      swap_checked_at = now;
+    }
+    if (swap_on || now < g_no_proofs_until.load(std::memory_order_acquire)) return true;
+    if (mine && mine->epoch == epoch && now - mine->at < kProofTtlNs && first <= mine->last + 1 && mine->first <= last + 1) {
+      // Pages next to a valid proof: one proof for the span, as old as its oldest part.
+      mine->first = std::min(mine->first, first);
+      mine->last = std::max(mine->last, last);
+      return true;
+    }
+    if (!mine) mine = &proofs[next_proof++ % 4];
+    *mine = Proof{&m, first, last, epoch, now};
+    return true;
+  }
 };
 
 void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, void*) {
@@ -250,11 +316,13 @@ Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
 
 // engineCopyNow(handle, srcRegion, srcOffset, dstRegion, dstOffset, length, out) -> status,
 // or -1: a copy done on the calling (JavaScript) thread, without a hand-off to a copy
-// thread, but only when every page of both sides has a present page-table entry, so the
-// copy cannot raise a userfaultfd fault on the thread that must resolve faults (see
-// docs/threads.md). With any page not present nothing is touched and it returns -1: the
-// caller submits a job instead, whose thread walks, copies or reports the fault as always.
-// The same SIGBUS guard as a job's copy. out[0] = fault offset (or -1), out[1] = ns.
+// thread, but only when every page of both sides has a present page-table entry (pagemap,
+// or a proof of it still valid: Engine::Present), so the copy cannot raise a userfaultfd
+// fault on the thread that must resolve faults (see docs/threads.md). With any page not
+// present nothing is touched and it returns -1: the caller submits a job instead, whose
+// thread walks, copies or reports the fault as always. The same SIGBUS guard as a job's
+// copy. out[0] = fault offset (or -1), out[1] = ns, and out[2] (if out holds 3) = the
+// pagemap reads this call made.
 // No fence can run meanwhile: fences are called on this same thread.
 Napi::Value EngineCopyNow(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -266,12 +334,16 @@ Napi::Value EngineCopyNow(const Napi::CallbackInfo& info) {
   if (!info[6].IsTypedArray()) throw Napi::TypeError::New(env, "out must be a Float64Array");
   Napi::Float64Array out = info[6].As<Napi::Float64Array>();
   if (out.ElementLength() < 2) throw Napi::RangeError::New(env, "out must hold 2 numbers");
+  if (static_cast<napi_env>(env) != e->env) throw Napi::TypeError::New(env, "an inline copy runs on the engine's own JavaScript thread");
   {
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->stopping) throw Napi::TypeError::New(env, "copy engine is closed");
   }
   uint64_t t0 = NowNs();
-  if (!AllPresent(*src, src_off, len) || !AllPresent(*dst, dst_off, len)) return Napi::Number::New(env, -1);
+  int reads = 0;
+  bool present = e->Present(*src, src_off, len, &reads) && e->Present(*dst, dst_off, len, &reads);
+  if (out.ElementLength() > 2) out[2] = reads;
+  if (!present) return Napi::Number::New(env, -1);
   int status = kOk;
   int64_t fault = -1;
   if (len) Engine::Copy(*src, src_off, *dst, dst_off, len, &status, &fault);
@@ -330,6 +402,20 @@ Napi::Value EngineClose(const Napi::CallbackInfo& info) {
   e->tsfn.Release();
   return info.Env().Undefined();
 }
+
+}  // namespace
+
+void NoteDrop() { g_drop_epoch.fetch_add(1, std::memory_order_acq_rel); }
+
+void NoteDropAhead() {
+  NoteDrop();
+  const uint64_t until = NowNs() + kProofTtlNs;
+  uint64_t cur = g_no_proofs_until.load(std::memory_order_relaxed);
+  while (cur < until && !g_no_proofs_until.compare_exchange_weak(cur, until, std::memory_order_acq_rel)) {
+  }
+}
+
+namespace {
 
 void CleanupEnv(napi_env env) {
   std::vector<std::shared_ptr<Engine>> mine;

@@ -290,9 +290,11 @@ class Uffd {
         break;
       }
       case UFFD_EVENT_REMOVE:
+        NoteDropAhead();  // the madvise zaps once this event is read
         Push(b, kRemove, 0, msg.arg.remove.start, 0, 0, 0, static_cast<double>(msg.arg.remove.end - msg.arg.remove.start));
         break;
       case UFFD_EVENT_UNMAP: {
+        NoteDropAhead();
         uint64_t s = msg.arg.remove.start, e = msg.arg.remove.end;
         {
           std::lock_guard<std::mutex> lock(mu);  // the kernel dropped the registration
@@ -303,6 +305,7 @@ class Uffd {
         break;
       }
       case UFFD_EVENT_REMAP:
+        NoteDropAhead();
         Push(b, kRemap, 0, msg.arg.remap.from, 0, static_cast<double>(msg.arg.remap.to), 0, static_cast<double>(msg.arg.remap.len));
         break;
       case UFFD_EVENT_FORK:
@@ -944,8 +947,10 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
+    NoteDrop();  // pages may have left the source already
     ThrowSystemError(env, err, "ioctl(UFFDIO_MOVE)");
   }
+  NoteDrop();  // the source range lost its pages
   if (wake && (moved || skipped)) u->Wake(dst, len);
   restore.done = true;
   return Napi::Number::New(env, static_cast<double>(moved));
