@@ -183,3 +183,44 @@ describe('translating a run: per run against block by block, at random', () => {
     if (cap > 1) expect(hits).toBeGreaterThan(20);
   });
 });
+
+describe('translateRun: the compact answer', () => {
+  test('pages walked per stretch of blocks: cold, cached, then past an evicted page', () => {
+    const r = env.region(16 * P);
+    r.populate();
+    const smmu = new Smmu({ node: 0, iotlbEntries: 8 });
+    const { sid } = smmu.attach({ pid: process.pid, pd: 1 });
+    smmu.map(sid, r);
+    expect(smmu.translateRun(sid, r.address, 16 * P, 2 * P, 'read')).toMatchObject({
+      region: r,
+      offset: 0,
+      blocks: 8,
+      spans: [8, 2],
+      fault: undefined,
+    });
+    // The IOTLB keeps the last 8 pages: blocks 4-7 hit.
+    expect(smmu.translateRun(sid, r.address + BigInt(8 * P), 8 * P, 2 * P, 'read').spans).toEqual([4, 0]);
+    // Page 13 evicted (the IOTLB is told): blocks 4-5 hit, block 6 hits page 12 and walks 13.
+    r.evict(13 * P, P);
+    const run = smmu.translateRun(sid, r.address + BigInt(8 * P), 8 * P, 2 * P, 'read');
+    expect(run).toMatchObject({ blocks: 2, spans: [2, 0], fault: { ok: false, recoverable: true, addr: r.address + BigInt(13 * P) } });
+    expect(smmu.counters()).toMatchObject({ translations: 8 + 4 + 3, walks: 8 + 1, pagesWalked: 16 + 1, iotlbHits: 4 * 2 + 5 });
+    expect(() => smmu.translateRun(sid, r.address, P, 0, 'read')).toThrow(RangeError);
+  });
+
+  test('binding.pageRun: the first absent page, the kept frames, and clear errors for bad input', () => {
+    const r = env.region(8 * P);
+    r.populate();
+    r.evict(5 * P, P);
+    const frames = new Float64Array(4);
+    expect(binding.pageRun(r.id, 0, 8, P, 4, frames)).toBe(5);
+    const want = r.frames(0, 5 * P).pfns;
+    expect([...frames]).toEqual([...want.subarray(1, 5)]);
+    expect(binding.pageRun(r.id, 6 * P, 2, P, 4, frames)).toBe(-1);
+    expect(frames[0]).toBe(-1);
+    expect(() => binding.pageRun(r.id, 0, 9, P, 0, frames)).toThrow(RangeError);
+    expect(() => binding.pageRun(r.id, 1, 1, P, 0, frames)).toThrow(RangeError);
+    expect(() => binding.pageRun(r.id, 0, 1, P, 5, frames)).toThrow(RangeError);
+    expect(() => binding.pageRun(r.id, 0, 1, P, 0, new Float32Array(1) as unknown as Float64Array)).toThrow(TypeError);
+  });
+});
