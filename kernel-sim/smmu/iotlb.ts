@@ -361,14 +361,17 @@ export class Iotlb {
     }
     if (out.fault < 0) out.blocks = nb;
 
-    // Make entries of the pushes still cached, in push order, after the untouched ones.
+    // Make entries of the pushes still cached, in push order, after the untouched ones. The
+    // hits before the first miss kept are in place already (each moved to the end when hit).
+    let made = false;
     for (let i = pf; i < pQ.length; i++) {
       const n = pN[i]!;
       if (n === 0) continue;
       if (pSlot[i]! >= 0) {
-        this.#toTail(pSlot[i]!);
+        if (made) this.#toTail(pSlot[i]!);
         continue;
       }
+      made = true;
       for (let q = pQ[i]!; q < pQ[i]! + n; q++) {
         const k = keyAt(sid, base + q * g);
         const s = this.#alloc();
