@@ -96,6 +96,12 @@ export interface Binding {
   residency(id: number, offset: number, length: number): Uint8Array;
   pagemap(id: number, offset: number, length: number): Uint8Array;
   frames(id: number, offset: number, length: number): { pfns: Float64Array; visible: boolean };
+  /**
+   * The first of `count` granules from `offset` whose first or last page is not present in the
+   * page table (-1: none), and in frames[0, tail) the frames of the `tail` granules before it
+   * (or before the end): one /proc/self/pagemap scan per run.
+   */
+  pageRun(id: number, offset: number, count: number, granule: number, tail: number, frames: Float64Array): number;
   populate(id: number, offset: number, length: number, write: boolean): void;
   evict(id: number, offset: number, length: number): void;
   zap(id: number, offset: number, length: number): void;

@@ -77,6 +77,25 @@ class KeyIndex {
   }
 }
 
+/** How the pages of a run stand in the kernel's page table (the SMMU reads it natively, per run). */
+export interface RunPages {
+  /** The first granule at or after granule `q` whose page-table entry is not present, or -1. */
+  absentFrom(q: number): number;
+  /** The frame of granule q's first page (0: hidden by the kernel); asked in increasing q, all before the run's stop. */
+  frame(q: number): number;
+}
+
+/** What accessRun did. */
+export interface RunOutcome {
+  /** Blocks that translated (before the fault, if any). */
+  blocks: number;
+  /** Blocks that walked at least one granule (the faulting one included), and the granules walked. */
+  walks: number;
+  pagesWalked: number;
+  /** The granule (index from the region's start) that faulted in block `blocks`, or -1. */
+  fault: number;
+}
+
 export class Iotlb {
   readonly capacity: number;
   // LRU as a doubly linked list of slots in typed arrays, with an index from key to slot: a
@@ -95,6 +114,10 @@ export class Iotlb {
   #used = 0; // slots ever handed out (the arrays grow to capacity as needed)
   #sids = new Set<number>();
   #lastSid = -1; // the stream last added to #sids (one Set.add per stream change, not per page)
+  // accessRun's pushes (see there): segments of granules [q, q+n), a cached slot or -1 (not materialized yet).
+  #pQ: number[] = [];
+  #pN: number[] = [];
+  #pSlot: number[] = [];
   hits = 0;
   misses = 0;
   invalidations = 0;
@@ -146,6 +169,243 @@ export class Iotlb {
     this.#frame[s] = frame;
     this.#slot.set(k, s);
     this.#link(s);
+  }
+
+  /**
+   * The IOTLB accesses of a run of blocks by one stream, exactly as translate() block by block
+   * does them (per block: a lookupAt per granule in order, then for the granules that missed a
+   * walk and an insertMissedAt each, in order, stopping at the first that is not resident), but
+   * with work per run, not per page: O(C + k) for capacity C and k special granules (cached
+   * before the run, the fault, a granule shared by two blocks).
+   *
+   * Under LRU a run of distinct granules has a closed form. The list is always [entries the run
+   * has not touched, in their old order] ++ [the run's pushes, in push order]: a hit moves an
+   * entry to the end, a miss appends its granule, and each miss on a full IOTLB evicts the head,
+   * the untouched entries first, then the run's own earliest pushes. So misses are appended a
+   * stretch at a time as granule ranges, evictions from the pushes advance over those ranges,
+   * and only the pushes still cached at the end are made entries (with their frames): at most C.
+   *
+   * Granule q lies at region offset q × g (IOTLB page base + q × g). `spans` gets (count, pages
+   * walked) pairs, one per stretch of blocks that walked as many pages each (0: an IOTLB hit).
+   */
+  accessRun(sid: number, base: number, offset: number, length: number, blockSize: number, g: number, pages: RunPages, spans: number[]): RunOutcome {
+    const cap = this.capacity;
+    const end = offset + length;
+    const nb = Math.ceil(length / blockSize);
+    const out: RunOutcome = { blocks: 0, walks: 0, pagesWalked: 0, fault: -1 };
+    if (nb === 0) return out;
+    const cand = this.#cachedIn(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g));
+    const pQ = this.#pQ;
+    const pN = this.#pN;
+    const pSlot = this.#pSlot;
+    pQ.length = pN.length = pSlot.length = 0;
+    let pf = 0; // first push still cached (or a later one)
+    let untouched = this.#slot.size; // entries before the run, not hit by it (the list's head part)
+    let size = untouched; // entries cached, counting the pushes not materialized yet
+    let inserted = false;
+
+    // Evict the x least recently used: untouched entries first, then the earliest pushes.
+    const evict = (x: number): void => {
+      for (; x > 0 && untouched > 0; x--, untouched--) this.#drop(this.#head);
+      while (x > 0) {
+        const n = pN[pf]!;
+        if (n === 0) pf++;
+        else if (pSlot[pf]! >= 0) {
+          this.#drop(pSlot[pf]!);
+          pN[pf++] = 0;
+          x--;
+        } else {
+          const t = Math.min(n, x);
+          pQ[pf]! += t;
+          pN[pf] = n - t;
+          x -= t;
+        }
+      }
+    };
+    // Granules [q, q+m) missed and were walked: insertMissedAt each, in order.
+    const pushMisses = (q: number, m: number): void => {
+      inserted = true;
+      if (cap === 0 || m === 0) return;
+      const free = cap - size;
+      if (m > free) {
+        const existing = size;
+        evict(Math.min(m - free, existing));
+        // More misses than the IOTLB holds: the stretch's own first ones were evicted by its last.
+        if (m - free > existing) [q, m] = [q + m - cap, cap];
+      }
+      size = Math.min(cap, size + m);
+      const last = pQ.length - 1;
+      if (last >= pf && pSlot[last]! < 0 && pN[last]! > 0 && pQ[last]! + pN[last]! === q) pN[last]! += m;
+      else {
+        pQ.push(q);
+        pN.push(m);
+        pSlot.push(-1);
+      }
+    };
+    // A hit on slot s (granule q): it moves to the end. Returns its push.
+    const pushHit = (q: number, s: number): number => {
+      this.#toTail(s);
+      pQ.push(q);
+      pN.push(1);
+      return pSlot.push(s) - 1;
+    };
+    const span = (count: number, walked: number): void => {
+      if (count <= 0) return;
+      const n = spans.length;
+      if (n && spans[n - 1] === walked) spans[n - 2]! += count;
+      else spans.push(count, walked);
+    };
+
+    // Whether the granule shared with the previous block is cached: the last push (a miss, or a
+    // hit whose slot may since have been evicted), or nothing (capacity 0).
+    let prevL = -1;
+    let prevSeg = -1; // its push, when a hit (a slot); -1 when a miss pushed last
+    let ci = 0;
+    const hitQ: number[] = [];
+    // Blocks that never share a granule: stretches of blocks with no cached granule and no
+    // absent one are appended whole, with no work per block.
+    const regular = nb === 1 || (offset % g === 0 && blockSize % g === 0);
+    const per = blockSize / g;
+    const firstOf = (j: number): number => Math.floor((offset + j * blockSize) / g);
+    const lastOf = (j: number): number => Math.floor((Math.min(offset + (j + 1) * blockSize, end) - 1) / g);
+    const blockOf = (q: number): number => Math.floor((q * g - offset) / blockSize);
+
+    for (let j = 0; j < nb;) {
+      const f = firstOf(j);
+      if (regular) {
+        while (ci < cand.length && cand[ci]! < f) ci++;
+        let jn = nb;
+        if (ci < cand.length) jn = Math.min(jn, blockOf(cand[ci]!));
+        const a = pages.absentFrom(f);
+        if (a >= 0) jn = Math.min(jn, blockOf(a));
+        if (jn > j) {
+          const l = lastOf(jn - 1);
+          const full = jn === nb ? jn - 1 - j : jn - j;
+          span(full, per);
+          if (jn === nb) span(1, l - firstOf(nb - 1) + 1);
+          this.misses += l - f + 1;
+          out.walks += jn - j;
+          out.pagesWalked += l - f + 1;
+          pushMisses(f, l - f + 1);
+          prevL = l;
+          prevSeg = -1;
+          j = jn;
+          continue;
+        }
+      }
+      // One block: its lookups in order (hits move to the end at once), then its misses.
+      const l = lastOf(j);
+      hitQ.length = 0;
+      let lSeg = -1; // the push of granule l, if a hit on a slot
+      let q = f;
+      if (f === prevL) {
+        q = f + 1;
+        if (prevSeg < 0) {
+          // The previous block's last push: still at the end (a no-op move), unless nothing is cached.
+          if (cap > 0) hitQ.push(f);
+        } else {
+          const s = this.#slot.get(keyAt(sid, base + f * g));
+          if (s !== EMPTY) {
+            pN[prevSeg] = 0; // moves from there to the end
+            lSeg = pushHit(f, s);
+            hitQ.push(f);
+          }
+        }
+      }
+      while (ci < cand.length && cand[ci]! < q) ci++;
+      for (; ci < cand.length && cand[ci]! <= l; ci++) {
+        const c = cand[ci]!;
+        const s = this.#slot.get(keyAt(sid, base + c * g));
+        if (s === EMPTY) continue; // evicted earlier in the run
+        untouched--;
+        lSeg = pushHit(c, s);
+        hitQ.push(c);
+      }
+      const total = l - f + 1;
+      const missing = total - hitQ.length;
+      this.hits += hitQ.length;
+      this.misses += missing;
+      if (missing > 0) {
+        out.walks++;
+        out.pagesWalked += missing;
+        // The first missing granule that is not resident (a cached one is not walked).
+        let a: number;
+        for (let x = f; ;) {
+          a = pages.absentFrom(x);
+          if (a < 0 || a > l) {
+            a = -1;
+            break;
+          }
+          if (!hitQ.includes(a)) break;
+          x = a + 1;
+        }
+        const stop = a < 0 ? l + 1 : a;
+        let p = f;
+        for (const h of hitQ) {
+          if (h >= stop) break;
+          pushMisses(p, h - p);
+          p = h + 1;
+        }
+        if (stop > p) pushMisses(p, stop - p);
+        if (a >= 0) {
+          out.blocks = j;
+          out.fault = a;
+          break;
+        }
+      }
+      span(1, missing);
+      prevL = l;
+      // l's push, if l hit on a slot (lSeg was set by a hit on l itself, the last of the block's hits).
+      prevSeg = hitQ[hitQ.length - 1] === l ? lSeg : -1;
+      j++;
+    }
+    if (out.fault < 0) out.blocks = nb;
+
+    // Make entries of the pushes still cached, in push order, after the untouched ones. The
+    // hits before the first miss kept are in place already (each moved to the end when hit).
+    let made = false;
+    for (let i = pf; i < pQ.length; i++) {
+      const n = pN[i]!;
+      if (n === 0) continue;
+      if (pSlot[i]! >= 0) {
+        if (made) this.#toTail(pSlot[i]!);
+        continue;
+      }
+      made = true;
+      for (let q = pQ[i]!; q < pQ[i]! + n; q++) {
+        const k = keyAt(sid, base + q * g);
+        const s = this.#alloc();
+        this.#key[s] = k;
+        this.#frame[s] = pages.frame(q);
+        this.#slot.set(k, s);
+        this.#link(s);
+      }
+    }
+    if (inserted && sid !== this.#lastSid) {
+      this.#sids.add(sid % SIDS);
+      this.#lastSid = sid;
+    }
+    return out;
+  }
+
+  // Granules in [q0, q1] this stream has cached (at granule boundaries: no other is looked up),
+  // ascending: by lookup when the range is shorter than the IOTLB, else by a pass over it.
+  #cachedIn(sid: number, base: number, g: number, q0: number, q1: number): number[] {
+    const out: number[] = [];
+    if (this.#slot.size === 0) return out;
+    if (q1 - q0 < this.#slot.size) {
+      for (let q = q0; q <= q1; q++) if (this.#slot.get(keyAt(sid, base + q * g)) !== EMPTY) out.push(q);
+      return out;
+    }
+    const lo = base + q0 * g;
+    const hi = base + q1 * g;
+    for (let s = this.#head; s !== NONE; s = this.#next[s]!) {
+      const k = this.#key[s]!;
+      if (k % SIDS !== sid % SIDS) continue;
+      const va = Math.floor(k / SIDS) * FRAME;
+      if (va >= lo && va <= hi && (va - base) % g === 0) out.push((va - base) / g);
+    }
+    return out.sort((x, y) => x - y);
   }
 
   /** Drop every cached page of [start, start+length) for all streams. */

@@ -10,7 +10,7 @@
 import { binding } from '../../native/index.js';
 import type { MemoryLike, MemoryObserver, UffdFaultLike, UffdLike } from '../memory.js';
 import { EventQueue } from './event-queue.js';
-import { Iotlb } from './iotlb.js';
+import { Iotlb, type RunPages } from './iotlb.js';
 import { CMD_RESUME, CMD_STALL_TERM, EvtClass, EvtId, ResumeResp, type SmmuCommand, type SmmuEventRecord } from './records.js';
 
 /** How far ahead one real page-table read looks (not a modelled cost). */
@@ -46,6 +46,20 @@ export interface RunTranslation {
   offset: number;
   /** Pages walked per block translated (0: an IOTLB hit). */
   walked: number[];
+  fault: Extract<Translation, { ok: false }> | undefined;
+}
+
+/**
+ * translateRun's compact answer: what translateBlocks says, with the pages walked per block as
+ * (count, walked) pairs (`spans`), one per stretch of blocks that walked as many pages each (0:
+ * an IOTLB hit), so a run costs work per stretch, not per block.
+ */
+export interface RunSpans {
+  region: MemoryLike | undefined;
+  offset: number;
+  /** Blocks translated (the sum of the spans' counts). */
+  blocks: number;
+  spans: number[];
   fault: Extract<Translation, { ok: false }> | undefined;
 }
 
@@ -124,6 +138,7 @@ export class Smmu implements MemoryObserver {
   #pagesWalked = 0;
   #walkCache: { region: MemoryLike; from: number; to: number; frames: Float64Array } | undefined;
   #missing: number[] = [];
+  #runFrames = { frames: new Float64Array(0) }; // translateRun's frames, reused
   #fault: Extract<Translation, { ok: false }> | undefined;
   #moveHandlers: Array<(report: MoveReport) => void> = [];
   #moved = { checked: 0, stale: 0 };
@@ -216,29 +231,56 @@ export class Smmu implements MemoryObserver {
    * them, if one failed.
    */
   translateBlocks(sid: number, va: bigint, length: number, blockSize: number, access: Access, walked: number[]): RunTranslation {
+    const run = this.translateRun(sid, va, length, blockSize, access);
     walked.length = 0;
+    const spans = run.spans;
+    for (let i = 0; i < spans.length; i += 2) for (let n = spans[i]!, w = spans[i + 1]!; n > 0; n--) walked.push(w);
+    return { region: run.region, offset: run.offset, walked, fault: run.fault };
+  }
+
+  /**
+   * translateBlocks with the pages walked per block as (count, walked) spans: the same
+   * outcome, counters and IOTLB content (entries, frames, LRU order), with JavaScript work per
+   * run (the IOTLB's capacity plus its cached and faulting pages), not per page, and one
+   * native scan of the page table (Iotlb.accessRun, binding.pageRun).
+   */
+  translateRun(sid: number, va: bigint, length: number, blockSize: number, access: Access): RunSpans {
+    if (!(Number.isSafeInteger(blockSize) && blockSize > 0)) throw new RangeError(`blockSize must be a positive integer, not ${blockSize}`);
+    const spans: number[] = [];
     const m = this.#mappingFor(sid, va, length, access);
     if (!('region' in m)) {
       // Not one region with this access for the whole run: its first block alone, as
       // translate() (the caller asks again for the blocks after it).
       const tr = this.translate(sid, va, Math.min(blockSize, length), access);
-      if (!tr.ok) return { region: undefined, offset: 0, walked, fault: tr };
-      walked.push(tr.hit ? 0 : tr.walked);
-      return { region: tr.region, offset: tr.offset, walked, fault: undefined };
+      if (!tr.ok) return { region: undefined, offset: 0, blocks: 0, spans, fault: tr };
+      spans.push(1, tr.hit ? 0 : tr.walked);
+      return { region: tr.region, offset: tr.offset, blocks: 1, spans, fault: undefined };
     }
     const region = m.region;
     const offset = Number(va - region.address);
-    for (let off = 0; off < length; off += blockSize) {
-      this.#translations++;
-      if (m.stall) {
-        walked.push(0);
-        continue;
-      }
-      const n = this.#resident(sid, region, offset + off, Math.min(blockSize, length - off), offset + length);
-      if (n < 0) return { region, offset, walked, fault: this.#fault };
-      walked.push(n);
+    const nb = Math.ceil(length / blockSize);
+    if (m.stall || nb === 0) {
+      this.#translations += nb;
+      if (nb) spans.push(nb, 0);
+      return { region, offset, blocks: nb, spans, fault: undefined };
     }
-    return { region, offset, walked, fault: undefined };
+    const g = region.granule;
+    const q1 = Math.floor((offset + length - 1) / g);
+    const run = this.iotlb.accessRun(sid, Number(region.address), offset, length, blockSize, g, new PageRun(region, q1, this.#runFrames), spans);
+    this.#translations += run.blocks + (run.fault >= 0 ? 1 : 0);
+    this.#walks += run.walks;
+    this.#pagesWalked += run.pagesWalked;
+    if (run.fault < 0) return { region, offset, blocks: run.blocks, spans, fault: undefined };
+    const p = run.fault * g;
+    const at = offset + run.blocks * blockSize;
+    const fault: Extract<Translation, { ok: false }> = {
+      ok: false,
+      id: EvtId.F_TRANSLATION,
+      addr: region.address + BigInt(Math.max(p, at - (at % region.pageSize))),
+      recoverable: true,
+      reason: `page at offset ${p} of region ${region.id} is not resident`,
+    };
+    return { region, offset, blocks: run.blocks, spans, fault };
   }
 
   // The stream's mapping holding all of [va, va+length) with the access allowed, or the fault.
@@ -561,6 +603,53 @@ export class Smmu implements MemoryObserver {
     const ctx = this.#streams.get(sid);
     if (!ctx) throw new Error(`SMMU of node ${this.node}: no stream ${sid}`);
     return ctx;
+  }
+}
+
+/**
+ * The page table as a run's translation sees it, read natively (binding.pageRun): the first
+ * absent granule from a point on, and, once the run is over, the frames of the granules the
+ * IOTLB keeps (read then, and only those). Nothing is remembered past the run: the kernel's
+ * table is the only truth about residency.
+ */
+class PageRun implements RunPages {
+  #region: MemoryLike;
+  #q1: number;
+  #buffer: { frames: Float64Array };
+  #from = -1; // the last scan: granules [#from, #stop) present, #stop absent unless past #q1
+  #stop = -1;
+  #framesFrom = 0; // frames read: granules [#framesFrom, #framesTo)
+  #framesTo = 0;
+
+  constructor(region: MemoryLike, q1: number, buffer: { frames: Float64Array }) {
+    this.#region = region;
+    this.#q1 = q1;
+    this.#buffer = buffer;
+  }
+
+  absentFrom(q: number): number {
+    if (q < this.#from || q > this.#stop) {
+      const g = this.#region.granule;
+      const a = binding.pageRun(this.#region.id, q * g, this.#q1 - q + 1, g, 0, this.#buffer.frames);
+      this.#from = q;
+      this.#stop = a < 0 ? this.#q1 + 1 : q + a;
+    }
+    return this.#stop > this.#q1 ? -1 : this.#stop;
+  }
+
+  frame(q: number): number {
+    if (q < this.#framesFrom || q >= this.#framesTo) {
+      // The granules the IOTLB keeps are the last ones walked: all of them from q to the stop.
+      const g = this.#region.granule;
+      const n = Math.max(1, this.#stop - q);
+      if (this.#buffer.frames.length < n) this.#buffer.frames = new Float64Array(n);
+      const a = binding.pageRun(this.#region.id, q * g, n, g, n, this.#buffer.frames);
+      // A page reclaimed since the scan shifts the window; its frame is then not known (0).
+      this.#framesTo = a < 0 ? q + n : q + a;
+      this.#framesFrom = this.#framesTo - n;
+      if (q < this.#framesFrom) return 0;
+    }
+    return this.#buffer.frames[q - this.#framesFrom]!;
   }
 }
 
