@@ -15,7 +15,9 @@
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers", "-fstack-protector-strong"],
-      "ldflags": ["-pthread"],
+      # nodelete: Node unloads an addon when the last worker that loaded it ends, but our
+      # detached copy threads and the process-wide SIGBUS handler still run its code.
+      "ldflags": ["-pthread", "-Wl,-z,nodelete"],
       "conditions": [
         ["<!(pkg-config --exists libfabric && echo 1 || echo 0)==1", {
           "sources": ["native/fabric.cc"],

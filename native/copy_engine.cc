@@ -164,7 +164,6 @@ struct Engine {
       uint64_t ns = NowNs() - t0;
       job.src.reset();
       job.dst.reset();
-      bool call = false;
       {
         std::lock_guard<std::mutex> lock(mu);
         busy--;
@@ -172,9 +171,13 @@ struct Engine {
         if (it != running.end()) running.erase(it);
         done.insert(done.end(), {job.id, static_cast<double>(status), static_cast<double>(fault), static_cast<double>(ns),
                                  static_cast<double>(Gettid())});
-        if (!signalled && !stopping) signalled = call = true;
+        // Called under the lock: once StopAtTeardown has set `stopping`, no thread touches
+        // the thread-safe function again (Node frees it when the environment goes).
+        if (!signalled && !stopping) {
+          signalled = true;
+          tsfn.NonBlockingCall();
+        }
       }
-      if (call) tsfn.NonBlockingCall();
       idle.notify_all();
     }
   }
@@ -229,6 +232,9 @@ struct Engine {
 };
 
 void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, void*) {
+  // No env: Node is draining the queue while it tears the environment down, after the
+  // finalizer freed `ctx`. Touch nothing (the completions have nobody left to hear them).
+  if (env == nullptr) return;
   Engine& e = **ctx;
   std::vector<double> batch;
   {
@@ -236,7 +242,7 @@ void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, voi
     batch.swap(e.done);
     e.signalled = false;
   }
-  if (env == nullptr || batch.empty()) return;
+  if (batch.empty()) return;
   auto arr = Napi::Float64Array::New(env, batch.size());
   std::copy(batch.begin(), batch.end(), arr.Data());
   cb.Call({arr});
@@ -252,6 +258,29 @@ std::shared_ptr<Engine> Require(const Napi::CallbackInfo& info) {
   auto it = g_engines.find(id);
   if (it == g_engines.end()) throw Napi::TypeError::New(info.Env(), "copy engine is closed");
   return it->second;
+}
+
+// Environment teardown (a worker terminated, the process exiting) with the engine still open:
+// stop it before Node frees its thread-safe function. The hook is added after the function
+// is made, and Node runs teardown hooks last-added first, so this runs before that free; a
+// hook added once per module would run after it, and a copy thread finishing a job in
+// between would call into freed memory (SIGSEGV under vitest's worker threads).
+void StopAtTeardown(void* arg) {
+  std::shared_ptr<Engine> e;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (auto it = g_engines.begin(); it != g_engines.end(); ++it)
+      if (it->second.get() == arg) {
+        e = it->second;
+        g_engines.erase(it);
+        break;
+      }
+  }
+  if (!e) return;
+  std::lock_guard<std::mutex> lock(e->mu);
+  e->stopping = true;
+  e->queue.clear();
+  e->cv.notify_all();
 }
 
 // engineCreate(threads, callback(Float64Array)) -> { handle, tids }
@@ -279,6 +308,7 @@ Napi::Value EngineCreate(const Napi::CallbackInfo& info) {
     id = g_next++;
     g_engines[id] = e;
   }
+  napi_add_env_cleanup_hook(env, StopAtTeardown, e.get());
   Napi::Object out = Napi::Object::New(env);
   out.Set("handle", Napi::Number::New(env, id));
   Napi::Array tids = Napi::Array::New(env);
@@ -399,6 +429,7 @@ Napi::Value EngineClose(const Napi::CallbackInfo& info) {
     e->queue.clear();
   }
   e->cv.notify_all();
+  napi_remove_env_cleanup_hook(info.Env(), StopAtTeardown, e.get());
   e->tsfn.Release();
   return info.Env().Undefined();
 }
@@ -415,31 +446,6 @@ void NoteDropAhead() {
   }
 }
 
-namespace {
-
-void CleanupEnv(napi_env env) {
-  std::vector<std::shared_ptr<Engine>> mine;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    for (auto it = g_engines.begin(); it != g_engines.end();) {
-      if (it->second->env == env) {
-        mine.push_back(it->second);
-        it = g_engines.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& e : mine) {
-    std::lock_guard<std::mutex> lock(e->mu);
-    e->stopping = true;
-    e->queue.clear();
-    e->cv.notify_all();
-  }
-}
-
-}  // namespace
-
 void InitCopyEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineCreate", Napi::Function::New(env, EngineCreate, "engineCreate"));
   exports.Set("engineSubmit", Napi::Function::New(env, EngineSubmit, "engineSubmit"));
@@ -447,8 +453,6 @@ void InitCopyEngine(Napi::Env env, Napi::Object exports) {
   exports.Set("engineCopyNow", Napi::Function::New(env, EngineCopyNow, "engineCopyNow"));
   exports.Set("engineFence", Napi::Function::New(env, EngineFence, "engineFence"));
   exports.Set("engineClose", Napi::Function::New(env, EngineClose, "engineClose"));
-  napi_env raw = env;
-  env.AddCleanupHook([raw] { CleanupEnv(raw); });
 }
 
 }  // namespace pfr

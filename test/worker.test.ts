@@ -44,3 +44,10 @@ it("a worker's JS thread reading its own registered memory is resolved natively 
     expect(x.elapsedMs).toBeLessThan(1000);
   }
 });
+
+it('workers terminated while their copy threads are busy never crash the process', async () => {
+  const r = await runFixture('worker-teardown.mjs', ['150'], { timeoutMs: 90_000 });
+  expect(r.signal).toBeNull(); // SIGSEGV before the addon was pinned and Deliver checked env
+  expect(r.code).toBe(0);
+  expect(report<{ rounds: number; copiesSeen: number }>(r)).toEqual({ rounds: 150, copiesSeen: 150 });
+});
