@@ -96,6 +96,14 @@ export interface RunOutcome {
   fault: number;
 }
 
+// Count `count` more blocks that walked `walked` pages each into spans' (count, walked) pairs.
+function span(count: number, walked: number, spans: number[]): void {
+  if (count <= 0) return;
+  const n = spans.length;
+  if (n && spans[n - 1] === walked) spans[n - 2]! += count;
+  else spans.push(count, walked);
+}
+
 export class Iotlb {
   readonly capacity: number;
   // LRU as a doubly linked list of slots in typed arrays, with an index from key to slot: a
@@ -194,6 +202,12 @@ export class Iotlb {
     const nb = Math.ceil(length / blockSize);
     const out: RunOutcome = { blocks: 0, walks: 0, pagesWalked: 0, fault: -1 };
     if (nb === 0) return out;
+    if ((nb === 1 || (offset % g === 0 && blockSize % g === 0)) && this.#hitAll(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g))) {
+      // A run read again (a buffer written over and over): every granule hit, in order.
+      span(nb, 0, spans);
+      out.blocks = nb;
+      return out;
+    }
     const cand = this.#cachedIn(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g));
     const pQ = this.#pQ;
     const pN = this.#pN;
@@ -249,12 +263,6 @@ export class Iotlb {
       pN.push(1);
       return pSlot.push(s) - 1;
     };
-    const span = (count: number, walked: number): void => {
-      if (count <= 0) return;
-      const n = spans.length;
-      if (n && spans[n - 1] === walked) spans[n - 2]! += count;
-      else spans.push(count, walked);
-    };
 
     // Whether the granule shared with the previous block is cached: the last push (a miss, or a
     // hit whose slot may since have been evicted), or nothing (capacity 0).
@@ -281,8 +289,8 @@ export class Iotlb {
         if (jn > j) {
           const l = lastOf(jn - 1);
           const full = jn === nb ? jn - 1 - j : jn - j;
-          span(full, per);
-          if (jn === nb) span(1, l - firstOf(nb - 1) + 1);
+          span(full, per, spans);
+          if (jn === nb) span(1, l - firstOf(nb - 1) + 1, spans);
           this.misses += l - f + 1;
           out.walks += jn - j;
           out.pagesWalked += l - f + 1;
@@ -353,7 +361,7 @@ export class Iotlb {
           break;
         }
       }
-      span(1, missing);
+      span(1, missing, spans);
       prevL = l;
       // l's push, if l hit on a slot (lSeg was set by a hit on l itself, the last of the block's hits).
       prevSeg = hitQ[hitQ.length - 1] === l ? lSeg : -1;
@@ -386,6 +394,34 @@ export class Iotlb {
       this.#lastSid = sid;
     }
     return out;
+  }
+
+  // If granules q0..q1 of this stream are all cached and lie in that order next to each other
+  // in the LRU list (as a run leaves them), the run's lookups are all hits and, one after the
+  // other, move them to the end in that order: one splice of the list, counted as q1-q0+1 hits,
+  // with no work per granule but a comparison. False (nothing changed) otherwise.
+  #hitAll(sid: number, base: number, g: number, q0: number, q1: number): boolean {
+    const first = this.#slot.get(keyAt(sid, base + q0 * g));
+    if (first === EMPTY) return false;
+    let last = first;
+    for (let q = q0 + 1; q <= q1; q++) {
+      const s = this.#next[last]!;
+      if (s === NONE || this.#key[s] !== keyAt(sid, base + q * g)) return false;
+      last = s;
+    }
+    if (last !== this.#tail) {
+      const p = this.#prev[first]!;
+      const n = this.#next[last]!;
+      if (p === NONE) this.#head = n;
+      else this.#next[p] = n;
+      this.#prev[n] = p;
+      this.#next[this.#tail] = first;
+      this.#prev[first] = this.#tail;
+      this.#next[last] = NONE;
+      this.#tail = last;
+    }
+    this.hits += q1 - q0 + 1;
+    return true;
   }
 
   // Granules in [q0, q1] this stream has cached (at granule boundaries: no other is looked up),
