@@ -77,3 +77,21 @@ describe('memory regions', () => {
     pinned.dereg();
   });
 });
+
+test("the 'prefault' baseline makes exactly the pages of an unaligned transfer resident at both ends: no fault, no page more", async () => {
+  const { client, server } = createPlayers({ policy: 'prefault' });
+  client.region.evict();
+  server.region.evict();
+  client.qp.postSend({
+    wrId: 1,
+    opcode: WrOpcode.RDMA_WRITE,
+    sgList: [client.sge(P + 100, 2 * P)],
+    sendFlags: SendFlags.SIGNALED,
+    rdma: { remoteAddr: server.at(P + 100), rkey: server.mr.rkey },
+  });
+  const wc = await pollOk(client.cq);
+  expect(wc.odp!.faults).toEqual({ source: 0, destination: 0 });
+  // Pages 1..3 hold the bytes [P+100, 3P+100); nothing before or after them was touched.
+  for (const p of [client, server])
+    expect([p.region.residentPages(0, P), p.region.residentPages(P, 3 * P), p.region.residentPages(4 * P, 12 * P)]).toEqual([0, 3, 0]);
+});
