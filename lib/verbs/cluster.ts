@@ -305,7 +305,8 @@ export class Context {
     });
     const run = () => {
       for (const { mr, region, offset, length } of work) {
-        if (mr.closed || region.closed) continue;
+        // An empty SGE asks for nothing (populate refuses a length of 0).
+        if (mr.closed || region.closed || length === 0) continue;
         const ps = region.pageSize;
         const start = offset - (offset % ps);
         const len = length + (offset - start);

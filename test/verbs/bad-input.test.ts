@@ -156,7 +156,7 @@ describe('device limits and completion queues', () => {
       });
     const t0 = Date.now();
     while (!events.length && Date.now() - t0 < 5000) await sleep(2);
-    expect(events.map((e) => e.eventType)).toEqual([AsyncEventType.CQ_ERR]);
+    expect(events.map((e) => [e.eventType, e.name])).toEqual([[AsyncEventType.CQ_ERR, 'IBV_EVENT_CQ_ERR']]);
     expect(events[0]!.cq).toBe(small);
     expect(small.error).toBe(true);
     expect(qp.state).toBe(QpState.ERR);

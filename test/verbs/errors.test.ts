@@ -4,6 +4,8 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import {
   Access,
+  AdviseMrAdvice,
+  AdviseMrFlags,
   connectQps,
   QpState,
   SendFlags,
@@ -17,7 +19,7 @@ import {
 } from '../../lib/index.js';
 import { DEFAULT_COSTS, Fabric, type Packet } from '../../kernel-sim/index.js';
 import { report, requireDist, runFixture } from '../child.js';
-import { closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, sleep, thrown, type Player } from './helpers.js';
+import { closeAll, createPlayers, MSG, next, ODP_ACCESS, P, PINNED_ACCESS, region, sleep, thrown, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -504,6 +506,42 @@ describe('verbs that fail at once (errno codes)', () => {
     expect(thrown(() => client.ctx.regMr(client.pd, null, 0, SIZE_MAX, Access.LOCAL_WRITE)).code).toBe('EINVAL'); // implicit without ON_DEMAND
     expect(thrown(() => client.ctx.regMr(client.pd, null, 0, 4096, ODP_ACCESS)).code).toBe('EINVAL'); // implicit needs SIZE_MAX
     expect(() => client.ctx.regMr(client.pd, r, 0, r.size + P, ODP_ACCESS)).toThrow(); // past the region
+  });
+
+  test('a PD that is not one, or of another context: EINVAL from the verb that was called, saying which', () => {
+    const { client, server } = createPlayers();
+    const notPd = thrown(() => client.ctx.regMr({} as never, client.region, 0, P, ODP_ACCESS));
+    expect([notPd.code, notPd.syscall, notPd.message]).toEqual(['EINVAL', 'ibv_reg_mr', 'ibv_reg_mr: pd must be a ProtectionDomain from allocPd()']);
+    const foreign = thrown(() => client.ctx.adviseMr(server.pd, AdviseMrAdvice.PREFETCH, AdviseMrFlags.FLUSH, [client.sge(0, P)]));
+    expect([foreign.code, foreign.syscall, foreign.message]).toEqual([
+      'EINVAL',
+      'ibv_advise_mr',
+      'ibv_advise_mr: the protection domain belongs to another context',
+    ]);
+    // An SGE of length 0 is a valid, empty advice: nothing made resident (it threw a RangeError from populate).
+    client.region.evict();
+    for (const advice of [AdviseMrAdvice.PREFETCH, AdviseMrAdvice.PREFETCH_WRITE]) {
+      expect(() => client.ctx.adviseMr(client.pd, advice, AdviseMrFlags.FLUSH, [client.sge(0, 0)])).not.toThrow();
+    }
+    expect(client.region.residentPages(0, P)).toBe(0);
+  });
+
+  test("regMr that fails after pinning (a bad policy option) unpins what it pinned, and only that: the range can be evicted again, another MR's pin stays", () => {
+    const { client } = createPlayers();
+    const r = region(4 * P);
+    // The 'pin' policy mlocks the range before the fault library checks the options.
+    const e = thrown(() => client.ctx.regMr(client.pd, r, 0, r.size, ODP_ACCESS, { policy: 'pin', policyOptions: { cap: 0 } }));
+    expect(e.code).toBe('ERR_OUT_OF_RANGE');
+    expect(e.message).toMatch(/cap/);
+    expect(() => r.evict()).not.toThrow(); // mlocked pages could not be evicted (EINVAL)
+    // A pinned MR on the same pages, then an ODP registration that fails without pinning: the pin stays.
+    const pinned = client.ctx.regMr(client.pd, r, 0, r.size, PINNED_ACCESS);
+    expect(thrown(() => client.ctx.regMr(client.pd, r, 0, r.size, ODP_ACCESS, { policy: 'touch-ahead', policyOptions: { cap: 0 } })).code).toBe(
+      'ERR_OUT_OF_RANGE',
+    );
+    expect(thrown(() => r.evict()).code).toBe('EINVAL');
+    pinned.dereg();
+    expect(() => r.evict()).not.toThrow();
   });
 
   test('regMr: pinning past RLIMIT_MEMLOCK fails with the limit and the fix (child as nobody, ulimit -l 64)', async () => {

@@ -3,7 +3,8 @@
 // snapshot and the prefetcher. (The trace in a real run: fault-library.test.ts.)
 import { describe, expect, test } from 'vitest';
 import { MODEL_LABEL, type TraceEvent } from '../../kernel-sim/index.js';
-import { DEFAULT_TRACE_EVENTS, FaultStats, Histogram, Prefetcher, TraceRecorder } from '../../lib/index.js';
+import { DEFAULT_TRACE_EVENTS, FaultStats, Histogram, Prefetcher, TraceRecorder, type ChromeTraceEvent } from '../../lib/index.js';
+import { traceFormatErrors } from '../trace-format.js';
 
 const ev = (o: Partial<TraceEvent> = {}): TraceEvent => ({ kind: 'fault', node: 1, modelUs: 5, realMs: performance.now(), ...o });
 
@@ -23,6 +24,12 @@ describe('TraceRecorder', () => {
     for (let i = 0; i < 4; i++) t.record(ev({ modelUs: 10 + i }));
     expect([t.events.map((e) => e.modelUs), t.dropped]).toEqual([[11, 12, 13], 1]);
     expect(new TraceRecorder().limit).toBe(DEFAULT_TRACE_EVENTS);
+    // A ring of one keeps the newest event; the events handed out are a copy, not the ring.
+    const one = new TraceRecorder(1);
+    one.record(ev({ modelUs: 1 }));
+    one.record(ev({ modelUs: 2 }));
+    one.events.push(ev({ modelUs: 3 }));
+    expect([one.events.map((e) => e.modelUs), one.dropped]).toEqual([[2], 1]);
     expect(DEFAULT_TRACE_EVENTS).toBe(200_000);
     for (const bad of [0, -1, 1.5, Number.NaN]) expect(() => new TraceRecorder(bad)).toThrow(RangeError);
     expect(() => new TraceRecorder(0)).toThrow('trace limit must be a positive integer, got 0');
@@ -110,6 +117,156 @@ describe('TraceRecorder', () => {
     ]);
     expect(traceEvents.filter((e) => e.pid < 2)).toEqual([]);
     expect(traceEvents.filter((e) => e.name === 'process_labels').map((e) => e.args!['labels'])).toEqual(['node 1 (pid 42)', 'node 1 (pid 42)']);
+  });
+});
+
+describe("TraceRecorder: one fault's phases, slice by slice", () => {
+  // A destination fault on node 1 of block 4 of transfer 9, posted by node 0 on channel 3, as
+  // the engine, the driver and the fault library emit it: times exact in binary, so the real
+  // timeline (µs of performance.now() ms) compares exactly.
+  const FAULT = { tid: 9, channel: 3, side: 'destination' as const };
+  const args = { side: 'destination', transfer: 9, block: 4, srcNode: 0, va: '0x2000' };
+  function destinationFault(o: { pid?: number; thread?: number; issued?: boolean } = {}): TraceEvent[] {
+    const issued = (o.issued ?? true) ? { issuedUs: 8, issuedMs: 99.5 } : {};
+    return [
+      { kind: 'fault', node: 1, ...FAULT, modelUs: 10, realMs: 100, detail: { seq: 4, va: 0x2000n, srcNode: 0, ...issued } },
+      { kind: 'notify', node: 1, ...FAULT, modelUs: 12, realMs: 100.25, detail: { seq: 4, srcNode: 0, pid: o.pid ?? 7 } },
+      { kind: 'resolved', node: 1, ...FAULT, modelUs: 15, realMs: 100.5, detail: { seq: 4, srcNode: 0 } },
+      { kind: 'retransmit', node: 0, tid: 9, channel: 3, modelUs: 20, realMs: 101, detail: { seq: 4, attempt: 2, srcNode: 0 } },
+      { kind: 'ack', node: 0, tid: 9, channel: 3, modelUs: 26, realMs: 101.5, detail: { seq: 4, attempt: 2, srcNode: 0, thread: o.thread ?? 4321 } },
+    ];
+  }
+  function recorder(events: TraceEvent[], scope?: { node: number; pid?: number }): ChromeTraceEvent[] {
+    const t = new TraceRecorder(100, scope);
+    for (const e of events) t.record(e);
+    return t.toChromeTrace().traceEvents;
+  }
+  const slices = (events: ChromeTraceEvent[]) => events.filter((e) => e.ph === 'X').map((e) => [e.name, e.pid, e.tid, e.ts, e.dur]);
+
+  test('detect, notify, resolve on node 1; retransmit and copy on node 0; each on both timelines, with its time and lane', () => {
+    const out = recorder(destinationFault());
+    expect(slices(out)).toEqual([
+      ['detect', 2, 1, 8, 2],
+      ['detect', 3, 1, 99_500, 500],
+      ['notify', 2, 2, 10, 2],
+      ['notify', 3, 2, 100_000, 250],
+      ['resolve', 2, 3, 12, 3],
+      ['resolve', 3, 3, 100_250, 250],
+      ['retransmit', 0, 1_000_003, 15, 5],
+      ['retransmit', 1, 1_000_003, 100_500, 500],
+      ['copy', 0, 4321, 20, 6],
+      ['copy', 1, 4321, 101_000, 500],
+    ]);
+    for (const e of out.filter((x) => x.ph === 'X')) expect(e).toMatchObject({ cat: 'fault', args });
+    // The flow from the fault's issue on node 1 to the retransmission (at the resolve) on node 0.
+    expect(out.filter((e) => e.ph === 's' || e.ph === 'f')).toEqual([
+      { name: 'fault -> retransmission', cat: 'fault', ph: 's', id: 'model:0:9:4:destination:2', ts: 8, pid: 2, tid: 1 },
+      { name: 'fault -> retransmission', cat: 'fault', ph: 's', id: 'real:0:9:4:destination:2', ts: 99_500, pid: 3, tid: 1 },
+      { name: 'fault -> retransmission', cat: 'fault', ph: 'f', bp: 'e', id: 'model:0:9:4:destination:2', ts: 15, pid: 0, tid: 1_000_003 },
+      { name: 'fault -> retransmission', cat: 'fault', ph: 'f', bp: 'e', id: 'real:0:9:4:destination:2', ts: 100_500, pid: 1, tid: 1_000_003 },
+    ]);
+    const threads = out.filter((e) => e.name === 'thread_name' && e.pid === 0).map((e) => [e.tid, e.args!['name']]);
+    expect(threads).toEqual([
+      [1_000_003, 'PLDMA channel 3'],
+      [4321, 'copy engine thread 4321'],
+    ]);
+    expect(traceFormatErrors({ traceEvents: out })).toEqual([]);
+  });
+
+  test('a copy with no thread of its own is on the channel; a fault with no issue time is detected in no time', () => {
+    const out = recorder(destinationFault({ thread: 0, issued: false }));
+    expect(slices(out).filter(([name, pid]) => name === 'copy' && pid === 0)).toEqual([['copy', 0, 1_000_003, 20, 6]]);
+    expect(slices(out).filter(([name, pid]) => name === 'detect' && pid === 2)).toEqual([['detect', 2, 1, 10, 0]]);
+    expect(out.find((e) => e.ph === 's' && e.pid === 2)!.ts).toBe(10);
+  });
+
+  test('a block that faults again on its retransmission: each fault is closed by its own later steps, the copy by its attempt', () => {
+    const first = destinationFault().slice(0, 4);
+    // The retransmission (attempt 2) faults again; attempt 3 is copied by thread 77.
+    const again: TraceEvent[] = [
+      { kind: 'fault', node: 1, ...FAULT, modelUs: 30, realMs: 102, detail: { seq: 4, va: 0x2000n, srcNode: 0, issuedUs: 28, issuedMs: 102 } },
+      { kind: 'notify', node: 1, ...FAULT, modelUs: 33, realMs: 102.5, detail: { seq: 4, srcNode: 0, pid: 7 } },
+      { kind: 'resolved', node: 1, ...FAULT, modelUs: 37, realMs: 103, detail: { seq: 4, srcNode: 0 } },
+      { kind: 'retransmit', node: 0, tid: 9, channel: 3, modelUs: 40, realMs: 104, detail: { seq: 4, attempt: 3, srcNode: 0 } },
+      { kind: 'ack', node: 0, tid: 9, channel: 3, modelUs: 45, realMs: 105, detail: { seq: 4, attempt: 3, srcNode: 0, thread: 77 } },
+    ];
+    const model = slices(recorder([...first, ...again])).filter(([, pid]) => pid === 0 || pid === 2);
+    expect(model).toEqual([
+      ['detect', 2, 1, 8, 2],
+      ['notify', 2, 2, 10, 2],
+      ['resolve', 2, 3, 12, 3],
+      ['retransmit', 0, 1_000_003, 15, 5],
+      // no copy for attempt 2: its ack never came (it faulted)
+      ['detect', 2, 1, 28, 2],
+      ['notify', 2, 2, 30, 3],
+      ['resolve', 2, 3, 33, 4],
+      ['retransmit', 0, 1_000_003, 37, 3],
+      ['copy', 0, 77, 40, 5],
+    ]);
+  });
+
+  test('an unfinished fault has only the phases that ended; one of another transfer or block takes no step of this one', () => {
+    const [fault, notify, resolved] = destinationFault();
+    const other: TraceEvent = { ...resolved!, detail: { seq: 5, srcNode: 0 } };
+    expect(slices(recorder([fault!, notify!, other])).filter(([, pid]) => pid === 2)).toEqual([
+      ['detect', 2, 1, 8, 2],
+      ['notify', 2, 2, 10, 2],
+    ]);
+    const otherTransfer: TraceEvent = { ...notify!, tid: 10 };
+    expect(slices(recorder([fault!, otherTransfer])).filter(([, pid]) => pid === 2)).toEqual([['detect', 2, 1, 8, 2]]);
+    expect(recorder([fault!, notify!]).filter((e) => e.ph === 's' || e.ph === 'f')).toEqual([]);
+  });
+
+  test("a fault whose notification was dropped: its resolve is the next one after it, not an earlier attempt's", () => {
+    const events = destinationFault().slice(0, 4);
+    // Attempt 2 faults again; the driver dropped that notification (no notify event).
+    events.push(
+      { kind: 'fault', node: 1, ...FAULT, modelUs: 30, realMs: 102, detail: { seq: 4, va: 0x2000n, srcNode: 0, issuedUs: 28, issuedMs: 102 } },
+      { kind: 'resolved', node: 1, ...FAULT, modelUs: 37, realMs: 103, detail: { seq: 4, srcNode: 0 } },
+    );
+    expect(slices(recorder(events)).filter(([name, pid]) => name === 'resolve' && pid === 2)).toEqual([
+      ['resolve', 2, 3, 12, 3],
+      ['resolve', 2, 3, 30, 7],
+    ]);
+  });
+
+  test('events without a transfer id get instants only; every lane is named by its own kind; metadata is __metadata', () => {
+    const out = recorder([
+      { kind: 'fault', node: 0, side: 'source', modelUs: 1, realMs: 1 },
+      { kind: 'notify', node: 0, side: 'source', modelUs: 2, realMs: 2 },
+      { kind: 'resolved', node: 0, side: 'source', modelUs: 3, realMs: 3 },
+    ]);
+    expect(out.filter((e) => e.ph === 'X' || e.ph === 's' || e.ph === 'f')).toEqual([]);
+    expect(out.filter((e) => e.name === 'thread_name' && e.pid === 0).map((e) => [e.tid, e.args!['name']])).toEqual([
+      [1, 'SMMU'],
+      [2, 'SMMU driver (IRQ handler)'],
+      [3, 'fault library'],
+    ]);
+    const meta = recorder(destinationFault()).filter((e) => e.ph === 'M');
+    expect(meta.length).toBeGreaterThan(8);
+    for (const e of meta) expect(e.cat).toBe('__metadata');
+  });
+
+  test("scoped to node 1's process: its phases and the flow's start; to node 0: the retransmission, the copy and the flow's end", () => {
+    const dst = recorder(destinationFault(), { node: 1, pid: 7 });
+    expect(slices(dst).map(([name, pid]) => `${String(name)}@${String(pid)}`)).toEqual([
+      'detect@2',
+      'detect@3',
+      'notify@2',
+      'notify@3',
+      'resolve@2',
+      'resolve@3',
+    ]);
+    expect(dst.filter((e) => e.ph === 's').map((e) => e.pid)).toEqual([2, 3]);
+    expect(dst.filter((e) => e.ph === 'f')).toEqual([]);
+    const src = recorder(destinationFault(), { node: 0 });
+    expect(slices(src).map(([name, pid]) => `${String(name)}@${String(pid)}`)).toEqual(['retransmit@0', 'retransmit@1', 'copy@0', 'copy@1']);
+    expect(src.filter((e) => e.ph === 'f').map((e) => e.pid)).toEqual([0, 1]);
+    expect(src.filter((e) => e.ph === 's')).toEqual([]);
+    expect(src.filter((e) => e.name === 'process_name').map((e) => e.pid)).toEqual([0, 1]);
+    // Another process's fault on node 1: none of its phases in this process's trace.
+    expect(slices(recorder(destinationFault({ pid: 8 }), { node: 1, pid: 7 }))).toEqual([]);
+    expect(recorder(destinationFault({ pid: 8 }), { node: 1, pid: 7 }).filter((e) => e.ph === 's')).toEqual([]);
   });
 });
 
