@@ -13,7 +13,7 @@ import { Access, AdviseMrAdvice, AdviseMrFlags, AsyncEventType, knownAccess, Odp
 import { CompletionQueue } from './cq.js';
 import { Device, type Endpoint, type KeyedMr } from './device.js';
 import { verbsError } from './errors.js';
-import { MemoryRegion, ProtectionDomain, type ProcessObjects, type RegMrOptions } from './mr.js';
+import { MemoryRegion, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator, KeyAllocator, qpNumbers } from './tables.js';
@@ -259,7 +259,7 @@ export class Context {
     let pinned = false;
     if (!odp || policy === 'pin') {
       // Pinned MRs, and ODP MRs whose policy is the 'pin' baseline: mlock now.
-      region.pin(s.offset, s.length); // throws the RLIMIT_MEMLOCK advice on failure
+      pinForMr(region, s.offset, s.length); // throws the RLIMIT_MEMLOCK advice on failure
       pinned = true;
     }
     let registration: ReturnType<FaultLibrary['register']> | undefined;
@@ -272,7 +272,7 @@ export class Context {
       return mr;
     } catch (e) {
       if (registration) lib.unregister(registration);
-      if (pinned) region.unpin(s.offset, s.length);
+      if (pinned) unpinForMr(region, s.offset, s.length);
       throw e;
     }
   }

@@ -15,6 +15,44 @@ import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import { claimRegion } from './tables.js';
 
+// The ranges each region's MRs pinned. mlock does not count: one munlock unlocks a page
+// however many MRs locked it, so deregistering one of two pinned MRs over the same pages
+// would leave the other's pages evictable. An MR unpins only the pages no other MR pins
+// (whole pages: mlock rounds out to them).
+const pinnedRanges = new WeakMap<Region, Array<{ offset: number; length: number }>>();
+
+/** @internal mlock [offset, offset+length) of the region for one MR (throws the RLIMIT_MEMLOCK advice). */
+export function pinForMr(region: Region, offset: number, length: number): void {
+  region.pin(offset, length);
+  let list = pinnedRanges.get(region);
+  if (!list) pinnedRanges.set(region, (list = []));
+  list.push({ offset, length });
+}
+
+/** @internal Undo one pinForMr: munlock the pages of the range that no other MR still pins. */
+export function unpinForMr(region: Region, offset: number, length: number): void {
+  const list = pinnedRanges.get(region) ?? [];
+  const i = list.findIndex((r) => r.offset === offset && r.length === length);
+  if (i >= 0) list.splice(i, 1);
+  const ps = region.pageSize;
+  let pieces: Array<[number, number]> = [[offset, offset + length]];
+  for (const r of list) {
+    const a = Math.floor(r.offset / ps) * ps;
+    const b = Math.ceil((r.offset + r.length) / ps) * ps;
+    pieces = pieces.flatMap(([x, y]): Array<[number, number]> =>
+      b <= x || a >= y
+        ? [[x, y]]
+        : (
+            [
+              [x, a],
+              [b, y],
+            ] as Array<[number, number]>
+          ).filter(([u, v]) => v > u),
+    );
+  }
+  for (const [x, y] of pieces) region.unpin(x, y - x);
+}
+
 /** What a PD, MR or QP knows of the process (ibv_context) that owns it. */
 export interface VerbsProcess {
   readonly node: number;
@@ -195,10 +233,10 @@ export class MemoryRegion {
     lib.setPolicy(reg, policy, options); // validates
     try {
       if (policy === 'pin' && !this.#pinned) {
-        this.region!.pin(this.offset, this.length);
+        pinForMr(this.region!, this.offset, this.length);
         this.#pinned = true;
       } else if (policy !== 'pin' && this.#pinned) {
-        this.region!.unpin(this.offset, this.length);
+        unpinForMr(this.region!, this.offset, this.length);
         this.#pinned = false;
       }
     } catch (err) {
@@ -228,7 +266,7 @@ export class MemoryRegion {
   dereg(): void {
     if (this.#closed) return;
     this.#closed = true;
-    if (this.#pinned && this.region && !this.region.closed) this.region.unpin(this.offset, this.length);
+    if (this.#pinned && this.region && !this.region.closed) unpinForMr(this.region, this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);
     this.pd.unmapFor(this);

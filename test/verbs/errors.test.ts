@@ -544,6 +544,31 @@ describe('verbs that fail at once (errno codes)', () => {
     expect(() => r.evict()).not.toThrow();
   });
 
+  test('two pinned MRs over shared pages: deregistering one leaves the pages the other pins locked', () => {
+    const { client } = createPlayers();
+    const r = region(8 * P);
+    const evictable = (page: number, pages = 1): boolean => {
+      try {
+        r.evict(page * P, pages * P);
+        return true;
+      } catch (e) {
+        expect((e as NodeJS.ErrnoException).code).toBe('EINVAL'); // mlocked
+        return false;
+      }
+    };
+    // A: pages 0-3; B: pages 2-5, its end one byte into page 5; C (ODP, 'pin' policy): pages 5-6.
+    const a = client.ctx.regMr(client.pd, r, 0, 4 * P, PINNED_ACCESS);
+    const b = client.ctx.regMr(client.pd, r, 2 * P, 3 * P + 1, PINNED_ACCESS);
+    const c = client.ctx.regMr(client.pd, r, 5 * P, 2 * P, ODP_ACCESS, { policy: 'pin' });
+    a.dereg();
+    expect([0, 1, 2, 3, 4, 5, 6, 7].map((p) => evictable(p))).toEqual([true, true, false, false, false, false, false, true]);
+    c.setPolicy('touch'); // leaving 'pin' unpins page 6 only: page 5 is still B's
+    expect([5, 6].map((p) => evictable(p))).toEqual([false, true]);
+    b.dereg();
+    expect(evictable(0, 8)).toBe(true);
+    c.dereg();
+  });
+
   test('regMr: pinning past RLIMIT_MEMLOCK fails with the limit and the fix (child as nobody, ulimit -l 64)', async () => {
     requireDist();
     const r = await runFixture('memlock.mjs', [], { asNobody: true, memlockKiB: 64 });
