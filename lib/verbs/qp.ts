@@ -209,7 +209,9 @@ export class QueuePair {
   postSend(wrs: SendWr | SendWr[]): void {
     this.#checkAlive();
     const list = Array.isArray(wrs) ? wrs : [wrs];
-    if (this.#state !== QpState.RTS && this.#state !== QpState.ERR)
+    // In SQD (send queue drained) WRs may be posted, as with rdma_rxe; they start once the QP
+    // is back in RTS.
+    if (this.#state !== QpState.RTS && this.#state !== QpState.SQD && this.#state !== QpState.ERR)
       throw verbsError('ibv_post_send', 'EINVAL', `the QP is in ${QpState[this.#state]}; move it to RTS first`);
     if (this.#sq.length + this.#requester.inflight + list.length > this.cap.maxSendWr)
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);

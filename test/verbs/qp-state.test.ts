@@ -89,6 +89,49 @@ describe('bring-up', () => {
     client.qp.modify({ qpState: QpState.RTS });
     expect(client.qp.state).toBe(QpState.RTS);
   });
+
+  test('SQD finishes the WR in progress; WRs posted before it started or during SQD wait for RTS', async () => {
+    const { client, server } = createPlayers();
+    server.qp.postRecv([
+      { wrId: 1, sgList: [server.sge(0, 64)] },
+      { wrId: 2, sgList: [server.sge(64, 64)] },
+      { wrId: 3, sgList: [server.sge(128, 64)] },
+    ]);
+    client.fill(0x51);
+    const send = (wrId: number, at: number) =>
+      client.qp.postSend({ wrId, opcode: WrOpcode.SEND, sgList: [client.sge(at, 64)], sendFlags: SendFlags.SIGNALED });
+    send(10, 0);
+    await new Promise((r) => setImmediate(r)); // the requester has taken it: in progress
+    client.qp.modify({ qpState: QpState.SQD });
+    const first = await pollOk(client.cq);
+    expect(first.wrId).toBe(10n);
+    expect(client.qp.state).toBe(QpState.SQD); // completed while drained, not after RTS
+    expect((await pollOk(server.cq)).wrId).toBe(1n);
+
+    // Posted in SQD (allowed, as with rdma_rxe): queued, not started.
+    send(11, 64);
+    send(12, 128);
+    await sleep(50);
+    expect(client.cq.length).toBe(0);
+    expect(server.cq.length).toBe(0);
+    expect(server.bytes(64, 128).every((b) => b === 0)).toBe(true);
+    client.qp.modify({ qpState: QpState.RTS });
+    expect([(await pollOk(client.cq)).wrId, (await pollOk(client.cq)).wrId]).toEqual([11n, 12n]);
+    expect([(await pollOk(server.cq)).wrId, (await pollOk(server.cq)).wrId]).toEqual([2n, 3n]);
+    allBytes(server.bytes(0, 192), 0x51);
+  });
+
+  test('WRs queued in SQD are flushed in order when the QP goes to ERR', async () => {
+    const { client } = createPlayers();
+    client.qp.modify({ qpState: QpState.SQD });
+    for (const wrId of [1, 2]) client.qp.postSend({ wrId, opcode: WrOpcode.SEND, sgList: [client.sge(0, 8)], sendFlags: SendFlags.SIGNALED });
+    client.qp.modify({ qpState: QpState.ERR });
+    const wcs = [await next(client.cq), await next(client.cq)];
+    expect(wcs.map((w) => [w.wrId, w.status])).toEqual([
+      [1n, WcStatus.WR_FLUSH_ERR],
+      [2n, WcStatus.WR_FLUSH_ERR],
+    ]);
+  });
 });
 
 describe('invalid transitions and posting in the wrong state: EINVAL', () => {
