@@ -1,0 +1,103 @@
+// The PLDMA's responder at the edges the larger suites leave open, watched on the fabric's
+// own packets and on the destination's memory: a write whose payload lost a source page on
+// the way (as another process's transport reports it), admission, copy outcomes.
+import { describe, expect, test } from 'vitest';
+import { type AckPacket, AckResp, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+
+const env = useEnv();
+const RUN = MAX_RUN_BLOCKS;
+
+/** Every write and ACK the fabric carries, in order; `edit` may change a write before it is delivered. */
+function tap(sys: SimSystem, edit?: (p: WritePacket) => void): Packet[] {
+  const seen: Packet[] = [];
+  const fabric = sys.fabric;
+  const deliver = fabric.deliver.bind(fabric);
+  fabric.deliver = (p: Packet) => {
+    if (p.type === 'write') edit?.(p);
+    if (p.type !== 'message') seen.push(p);
+    deliver(p);
+  };
+  return seen;
+}
+
+const acks = (ps: Packet[]) => ps.filter((p): p is AckPacket => p.type === 'ack' && p.verdicts !== undefined);
+const verdicts = (a: AckPacket) => a.verdicts!.map((v) => [v.seq, v.count, v.resp]);
+
+describe('a write whose payload lost a source page on the way', () => {
+  test('the blocks before it are written, it is answered SOURCE_FAULT, the rest returned; the source faults once and sends it again', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const src = env.region(2 * RUN * P);
+    const dst = env.region(2 * RUN * P);
+    const data = fill(src, 0x63);
+    dst.populate();
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    // The second run's third block: its page missing when its bytes were read (as the
+    // socket transport marks it), once.
+    const lost = RUN + 2;
+    let marked = false;
+    const packets = tap(sys, (p) => {
+      if (marked || p.seq !== RUN) return;
+      marked = true;
+      p.sourceFault = { seq: lost, faultOffset: p.payload.offset + 2 * P };
+    });
+    // When the source's library hears the fault, what has landed of the second run.
+    let landed: boolean[] = [];
+    const lib = env.track(
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        hold: () => {
+          landed = [lost - 1, lost, lost + 1].map((b) => bytesOf(dst, b * P, P).equals(data.subarray(b * P, (b + 1) * P)));
+          return undefined;
+        },
+      }),
+    );
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(cpl.retransmittedBlocks).toBe(1);
+    expect(lib.faults.map((f) => [f.side, f.offset / P])).toEqual([['source', lost]]);
+    expect(landed).toEqual([true, false, false]);
+    const second = acks(packets).find((p) => p.seq === RUN)!;
+    expect(verdicts(second)).toEqual([
+      [RUN, 2, AckResp.OK],
+      [lost, 1, AckResp.SOURCE_FAULT],
+    ]);
+    expect(second.verdicts![1]!.faultOffset).toBe(lost * P);
+    expect(second.returned).toEqual({ seq: lost + 1, count: RUN - 3 });
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, retransmittedBlocks: 1 });
+  });
+
+  test('a stall-mode destination writes one block a write: a page lost later in the run is not its answer', async () => {
+    const pages = 8;
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const uffd = env.uffd();
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    const data = fill(src, 0x64);
+    // Resident before it is registered: no block stalls.
+    dst.populate();
+    uffd.register(dst);
+    sys.attachStallSource(uffd);
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst], 'stall');
+    let marked = false;
+    const packets = tap(sys, (p) => {
+      if (marked) return;
+      marked = true;
+      p.sourceFault = { seq: p.seq + 2, faultOffset: p.payload.offset + 2 * P };
+    });
+    const lib = env.track(new FaultLibrary(a.socket, { regions: [src] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    // The mark came with a block the destination did not get to: not a source fault.
+    expect(cpl.faults).toEqual({ source: 0, destination: 0 });
+    expect(lib.faults).toHaveLength(0);
+    const first = acks(packets)[0]!;
+    expect(verdicts(first)).toEqual([[0, 1, AckResp.OK]]);
+    expect(first.returned).toEqual({ seq: 1, count: pages - 1 });
+  });
+});
