@@ -101,3 +101,81 @@ describe('a write whose payload lost a source page on the way', () => {
     expect(first.returned).toEqual({ seq: 1, count: pages - 1 });
   });
 });
+
+describe("the destination's admission check (key and QP)", () => {
+  function rig(pages: number) {
+    const sys = env.system({ nodes: 2 });
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    const data = fill(src, 0x65);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const spans: Array<[number, number]> = [];
+    /** Admit what ends at or before `limit` bytes into dst, recording each span asked about (offset, length). */
+    const admitUpTo = (limit: number) =>
+      sys.node(1).admit((_, span) => {
+        const off = Number(span.va - dst.address);
+        spans.push([off, span.length]);
+        return off + span.length <= limit;
+      });
+    return { sys, src, dst, data, spans, admitUpTo };
+  }
+
+  test('a write admitted for its first blocks only: those land, the next is refused DST_PERM_ERR, nothing after it', async () => {
+    const { sys, src, dst, data, spans, admitUpTo } = rig(8);
+    admitUpTo(3 * P);
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { key: 0x1234, dstQp: 5 }));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, side: 'destination', bytes: 3 * P });
+    expect(cpl.reason).toBe('node 1 no longer accepts key 0x1234 for QP 5');
+    expect(bytesOf(dst, 0, 3 * P).equals(data.subarray(0, 3 * P))).toBe(true);
+    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
+    // The whole span first, then block by block up to the one refused.
+    expect(spans).toEqual([
+      [0, 8 * P],
+      [0, P],
+      [P, P],
+      [2 * P, P],
+      [3 * P, P],
+    ]);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 3, errors: 1 });
+  });
+
+  test('the last, partial block refused: each block is asked about with its own length', async () => {
+    const { sys, src, dst, data, spans, admitUpTo } = rig(4);
+    const length = 3 * P + 100;
+    admitUpTo(length - 1);
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { length, key: 7 }));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 3 * P });
+    expect(cpl.reason).toMatch(/^node 1 no longer accepts key 0x7 /);
+    expect(spans).toEqual([
+      [0, length],
+      [0, P],
+      [P, P],
+      [2 * P, P],
+      [3 * P, 100],
+    ]);
+    expect(bytesOf(dst, 0, 3 * P).equals(data.subarray(0, 3 * P))).toBe(true);
+    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
+  });
+
+  test('no check set: a write naming a key and QP lands; then one naming only a QP is checked, one naming neither is not', async () => {
+    const { sys, src, dst, data, spans, admitUpTo } = rig(2);
+    const unchecked = await within('no check', post(sys.node(0), src, dst, { key: 3, dstQp: 4 }));
+    expect(unchecked.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    new Uint8Array(dst.buffer).fill(0);
+    admitUpTo(0);
+    const byQp = await within('QP only', post(sys.node(0), src, dst, { dstQp: 9 }));
+    expect(byQp).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0, reason: 'node 1 no longer accepts key 0x0 for QP 9' });
+    expect(spans).toEqual([
+      [0, 2 * P],
+      [0, P],
+    ]);
+    expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
+    const plain = await within('neither', post(sys.node(0), src, dst));
+    expect(plain.status).toBe(DmaStatus.SUCCESS);
+    expect(spans).toHaveLength(2);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+  });
+});
