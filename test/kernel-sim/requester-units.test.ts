@@ -2,10 +2,26 @@
 // a peer lost under parked transfers, and what the requester puts on the wire (runs, their
 // lengths and counts, the key and QP a write names), watched on the fabric's own packets.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus } from '../../kernel-sim/index.js';
-import { deferred, FaultLibrary, fill, P, post, proc, until, useEnv, within } from './helpers.js';
+import { DEFAULT_COSTS, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, until, useEnv, within } from './helpers.js';
 
 const env = useEnv();
+const RUN = MAX_RUN_BLOCKS;
+
+/** The writes the fabric carries, in order. */
+function writesOn(sys: SimSystem): WritePacket[] {
+  const seen: WritePacket[] = [];
+  const fabric = sys.fabric;
+  const deliver = fabric.deliver.bind(fabric);
+  fabric.deliver = (p: Packet) => {
+    if (p.type === 'write') seen.push(p);
+    deliver(p);
+  };
+  return seen;
+}
+
+/** Consecutive differences. */
+const steps = (xs: number[]) => xs.slice(1).map((x, i) => x - xs[i]!);
 
 describe('a peer lost', () => {
   test('ends only the transfers to that node, RETRY_EXCEEDED, naming it; the others go on', async () => {
@@ -32,5 +48,71 @@ describe('a peer lost', () => {
     const c2 = await within('the transfer to node 2', to2);
     expect(c2.status).toBe(DmaStatus.SUCCESS);
     expect(Buffer.from(d2.buffer).equals(data)).toBe(true);
+  });
+});
+
+describe('the plan of runs on the wire', () => {
+  test('runs sent while the one before is on the wire continue its plan: issue times and arrivals step evenly across runs', async () => {
+    const sys = env.system({ nodes: 2 });
+    const writes = writesOn(sys);
+    const src = env.region(3 * RUN * P);
+    const dst = env.region(3 * RUN * P);
+    const data = fill(src, 0x71);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(writes.map((w) => [w.seq, w.count])).toEqual([0, 1, 2].map((k) => [k * RUN, RUN]));
+    for (const w of writes) expect(w.arrivesAt).toBe(w.arrivals[0]);
+    const issued = writes.flatMap((w) => [...w.issuedUs]);
+    const arrivals = writes.flatMap((w) => [...w.arrivals]);
+    // Resident and page-sized blocks: every block costs the engine the same, and the link
+    // (the slower of the two) one block's bytes, whichever run it is in.
+    const engineStep = issued[1]! - issued[0]!;
+    expect(engineStep).toBeGreaterThan(0);
+    for (const d of steps(issued)) expect(d).toBeCloseTo(engineStep, 6);
+    for (const d of steps(arrivals)) expect(d).toBeCloseTo(P / DEFAULT_COSTS.linkBytesPerUs, 6);
+    // The first block is issued one doorbell after the post, and the transfer ends when the
+    // last block's answer is back.
+    expect(issued[0]).toBeCloseTo(cpl.model.startUs + DEFAULT_COSTS.doorbellUs, 6);
+    expect(arrivals[0]).toBeCloseTo(issued[0]! + engineStep + P / DEFAULT_COSTS.linkBytesPerUs + DEFAULT_COSTS.linkLatencyUs, 6);
+    expect(cpl.model.endUs).toBeGreaterThan(arrivals.at(-1)!);
+  });
+
+  test("a channel's next transfer is planned from where the engine ended the one before, not from its own post", async () => {
+    const sys = env.system({ nodes: 2 });
+    const writes = writesOn(sys);
+    const src = env.region(8 * P);
+    const dst = env.region(8 * P);
+    const data = fill(src, 0x72);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    // Posted together on one channel: the second waits for the first.
+    const half = 4 * P;
+    const [c1, c2] = await within(
+      'transfers',
+      Promise.all([
+        post(sys.node(0), src, dst, { length: half }),
+        // Its last block is short: it takes the link only for its own bytes.
+        post(sys.node(0), src, dst, { length: half - 1000, srcVa: src.address + BigInt(half), dstVa: dst.address + BigInt(half) }),
+      ]),
+    );
+    expect([c1.status, c2.status]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS]);
+    expect(bytesOf(dst, 0, 2 * half - 1000).equals(data.subarray(0, 2 * half - 1000))).toBe(true);
+    expect(bytesOf(dst, 2 * half - 1000).every((x) => x === 0)).toBe(true);
+    expect(writes.map((w) => [w.tid, w.count])).toEqual([
+      [c1.tid, 4],
+      [c2.tid, 4],
+    ]);
+    const [w1, w2] = writes as [WritePacket, WritePacket];
+    const step = w1.issuedUs[1]! - w1.issuedUs[0]!;
+    expect(w1.issuedUs[0]).toBeCloseTo(DEFAULT_COSTS.doorbellUs, 6);
+    expect(w2.issuedUs[0]).toBeCloseTo(w1.issuedUs[3]! + step, 6);
+    expect(w2.length).toBe(half - 1000);
+    expect(steps([...w2.arrivals])).toEqual([P, P, P - 1000].map((n) => expect.closeTo(n / DEFAULT_COSTS.linkBytesPerUs, 6)));
+    expect(c2.model.endUs).toBeGreaterThan(c1.model.endUs);
   });
 });
