@@ -116,3 +116,74 @@ describe('the plan of runs on the wire', () => {
     expect(c2.model.endUs).toBeGreaterThan(c1.model.endUs);
   });
 });
+
+describe('the source side of a run', () => {
+  test("the posting process's protection domain gone mid-transfer: the next block is not sent, FLUSHED at the source", async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const writes = writesOn(sys);
+    const src = env.region(4 * P);
+    const dst = env.region(4 * P);
+    const data = fill(src, 0x73);
+    dst.populate();
+    dst.evict(2 * P, P);
+    const a = proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    const hold = deferred();
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], hold: () => hold.promise }));
+    const pc = post(sys.node(0), src, dst);
+    await until('the NACK', () => lib.faults.length === 1 && sys.node(0).pldma.counters().nacksReceived === 1);
+    sys.node(0).smmu.detach(a.stream.sid);
+    hold.resolve();
+    const cpl = await within('flushed', pc);
+    expect(cpl).toMatchObject({
+      status: DmaStatus.FLUSHED,
+      side: 'source',
+      reason: 'node 0 no longer has a stream for protection domain 7',
+      bytes: 2 * P,
+    });
+    expect(writes.map((w) => [w.seq, w.count])).toEqual([[0, 4]]);
+    expect(bytesOf(dst, 0, 2 * P).equals(data.subarray(0, 2 * P))).toBe(true);
+    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ errors: 1, completed: 0, blocksAcked: 2 });
+    expect(sys.node(0).pldma.active).toBe(0);
+    expect(sys.node(0).pldma.inflight).toBe(0);
+  });
+
+  test('a source page missing at the first block of a pipelined run: its fault waits until the run before has landed whole', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const writes = writesOn(sys);
+    const src = env.region(2 * RUN * P);
+    const dst = env.region(2 * RUN * P);
+    const data = fill(src, 0x74);
+    dst.populate();
+    src.evict(RUN * P, P);
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    let landedAtFault = false;
+    let acksAtFault = -1;
+    const lib = env.track(
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)),
+        hold: () => {
+          landedAtFault = bytesOf(dst, 0, RUN * P).equals(data.subarray(0, RUN * P));
+          acksAtFault = sys.node(0).pldma.counters().blocksAcked;
+          return undefined;
+        },
+      }),
+    );
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(cpl.retransmittedBlocks).toBe(1);
+    expect(lib.faults.map((f) => [f.side, f.offset / P])).toEqual([['source', RUN]]);
+    expect(landedAtFault).toBe(true);
+    expect(acksAtFault).toBe(RUN);
+    // Run 1 whole; the faulting block never went out before its fault was resolved.
+    expect(writes[0]).toMatchObject({ seq: 0, count: RUN });
+    expect(writes[1]!.seq).toBe(RUN);
+    expect(writes.reduce((n, w) => n + w.count, 0)).toBe(2 * RUN);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, blocksIssued: 2 * RUN + 1, retransmittedBlocks: 1 });
+  });
+});
