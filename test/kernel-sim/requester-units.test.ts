@@ -3,7 +3,7 @@
 // lengths and counts, the key and QP a write names), watched on the fabric's own packets.
 import { describe, expect, test } from 'vitest';
 import { DEFAULT_COSTS, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, until, useEnv, within } from './helpers.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;
@@ -185,5 +185,23 @@ describe('the source side of a run', () => {
     expect(writes[1]!.seq).toBe(RUN);
     expect(writes.reduce((n, w) => n + w.count, 0)).toBe(2 * RUN);
     expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, blocksIssued: 2 * RUN + 1, retransmittedBlocks: 1 });
+  });
+});
+
+describe('work in flight', () => {
+  test("a node's inflight counts its writes on the wire and the copy jobs its responder runs for others", async () => {
+    const { sys, uffd, src, dst, data, b } = stallRig(env, 1);
+    const gate = deferred();
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd), hold: () => gate.promise }));
+    const pc = post(sys.node(0), src, dst);
+    // The destination's copy thread is blocked in the stalled write.
+    await until('the stalled write', () => lib.faults.length === 1);
+    expect(sys.node(0).pldma.inflight).toBe(1);
+    expect(sys.node(1).pldma.inflight).toBe(1);
+    gate.resolve();
+    const cpl = await within('transfer', pc);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect([sys.node(0).pldma.inflight, sys.node(1).pldma.inflight]).toEqual([0, 0]);
   });
 });
