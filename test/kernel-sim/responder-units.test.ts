@@ -179,3 +179,25 @@ describe("the destination's admission check (key and QP)", () => {
     expect(bytesOf(dst).equals(data)).toBe(true);
   });
 });
+
+describe('a write crossing the end of the destination region', () => {
+  test('translated block by block there, the blocks inside written as one piece with one verdict, the first outside refused', async () => {
+    const sys = env.system({ nodes: 2 });
+    const packets = tap(sys);
+    const src = env.region(8 * P);
+    const dst = env.region(6 * P);
+    const data = fill(src, 0x66);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { length: 8 * P }));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_ADDR_ERR, side: 'destination', bytes: 6 * P });
+    expect(bytesOf(dst).equals(data.subarray(0, 6 * P))).toBe(true);
+    const [ack] = acks(packets);
+    expect(verdicts(ack!)).toEqual([
+      [0, 6, AckResp.OK],
+      [6, 1, AckResp.ADDR_ERR],
+    ]);
+    expect(ack!.returned).toEqual({ seq: 7, count: 1 });
+  });
+});
