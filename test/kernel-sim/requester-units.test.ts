@@ -1,8 +1,11 @@
 // The PLDMA's requester and its front (pldma.ts) at the edges the larger suites leave open:
-// a peer lost under parked transfers, and what the requester puts on the wire (runs, their
-// lengths and counts, the key and QP a write names), watched on the fabric's own packets.
+// a peer lost under parked transfers, the modelled plan each write carries (issue times and
+// arrivals, across runs and transfers), source faults at the first block of a run, a
+// protection domain gone mid-transfer, and the work a node counts in flight. Watched on the
+// fabric's own packets, the trace and memory.
 import { describe, expect, test } from 'vitest';
-import { DEFAULT_COSTS, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
+import type { Region } from '../../lib/index.js';
+import { DEFAULT_COSTS, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type TraceEvent, type WritePacket } from '../../kernel-sim/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
@@ -71,7 +74,8 @@ describe('the plan of runs on the wire', () => {
     // Resident and page-sized blocks: every block costs the engine the same, and the link
     // (the slower of the two) one block's bytes, whichever run it is in.
     const engineStep = issued[1]! - issued[0]!;
-    expect(engineStep).toBeGreaterThan(0);
+    // Each block walks its own page (none is in the IOTLB yet).
+    expect(engineStep).toBeCloseTo(DEFAULT_COSTS.scheduleUs + DEFAULT_COSTS.walkUs + DEFAULT_COSTS.blockUs, 9);
     for (const d of steps(issued)) expect(d).toBeCloseTo(engineStep, 6);
     for (const d of steps(arrivals)) expect(d).toBeCloseTo(P / DEFAULT_COSTS.linkBytesPerUs, 6);
     // The first block is issued one doorbell after the post, and the transfer ends when the
@@ -185,6 +189,77 @@ describe('the source side of a run', () => {
     expect(writes[1]!.seq).toBe(RUN);
     expect(writes.reduce((n, w) => n + w.count, 0)).toBe(2 * RUN);
     expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, blocksIssued: 2 * RUN + 1, retransmittedBlocks: 1 });
+  });
+});
+
+describe('a source fault at the first block of a run', () => {
+  test('detected one schedule and one walk after the block was issued; the resend is traced as attempt 2, its real fault time measured', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const events: TraceEvent[] = [];
+    sys.tracer.on((e) => events.push(e));
+    const src = env.region(4 * P);
+    const dst = env.region(4 * P);
+    const data = fill(src, 0x75);
+    dst.populate();
+    src.evict(0, P);
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const lib = env.track(
+      new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
+    );
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(lib.faults.map((f) => [f.side, f.offset / P, f.hint])).toEqual([['source', 0, 4 * P]]);
+    const c = DEFAULT_COSTS;
+    const blocks = events.filter((e) => e.kind === 'block');
+    expect(blocks.map((e) => [e.detail?.['seq'], e.detail?.['attempt']])).toEqual([
+      [0, 1],
+      [0, 2],
+      [1, 1],
+      [2, 1],
+      [3, 1],
+    ]);
+    const fault = events.find((e) => e.kind === 'fault')!;
+    expect(fault).toMatchObject({ side: 'source', detail: { seq: 0 } });
+    expect(fault.modelUs - blocks[0]!.modelUs).toBeCloseTo(c.scheduleUs + c.walkUs, 9);
+    expect(blocks[0]!.modelUs).toBeCloseTo(c.doorbellUs, 9);
+    const retransmit = events.find((e) => e.kind === 'retransmit')!;
+    expect(retransmit.detail).toMatchObject({ seq: 0, attempt: 2, srcNode: 0 });
+    expect(retransmit.modelUs).toBe(blocks[1]!.modelUs);
+    expect(cpl.retransmittedBlocks).toBe(1);
+    // The real time from the fault to its block going out again: within the transfer's.
+    expect(cpl.real.faultUs).toHaveLength(1);
+    expect(cpl.real.faultUs[0]).toBeGreaterThanOrEqual(0);
+    expect(cpl.real.faultUs[0]).toBeLessThanOrEqual(cpl.real.us);
+  });
+
+  test("the faulting block holds the node's engine for its schedule, walk and issue: another channel's block waits behind it", async () => {
+    // Channel 1's one resident block alone, then posted together with channel 0's transfer
+    // whose first block faults at the source (and is issued first).
+    const run = async (withFault: boolean) => {
+      const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+      const src = env.region(2 * P);
+      const dst = env.region(2 * P);
+      const data = fill(src, 0x76);
+      dst.populate();
+      if (withFault) src.evict(0, P);
+      const a = proc(sys.node(0), 100, 7, [src]);
+      proc(sys.node(1), 200, 7, [dst]);
+      const resolve = (r: Region, off: number, len: number) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len));
+      env.track(new FaultLibrary(a.socket, { regions: [src], resolve }));
+      const faulting = withFault ? post(sys.node(0), src, dst, { channel: 0, length: P }) : undefined;
+      const other = post(sys.node(0), src, dst, { channel: 1, length: P, srcVa: src.address + BigInt(P), dstVa: dst.address + BigInt(P) });
+      const [c0, c1] = await within('transfers', Promise.all([faulting, other]));
+      if (c0) expect(c0.status).toBe(DmaStatus.SUCCESS);
+      expect(c1!.status).toBe(DmaStatus.SUCCESS);
+      return c1!.model.endUs;
+    };
+    const alone = await run(false);
+    const behind = await run(true);
+    const c = DEFAULT_COSTS;
+    expect(behind - alone).toBeCloseTo(c.scheduleUs + c.walkUs + c.blockUs, 9);
   });
 });
 
