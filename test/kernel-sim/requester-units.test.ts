@@ -11,6 +11,21 @@ import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, until, 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;
 
+/** Every write and write answer the fabric carries, in order. */
+function wire(sys: SimSystem): Packet[] {
+  const seen: Packet[] = [];
+  const fabric = sys.fabric;
+  const deliver = fabric.deliver.bind(fabric);
+  fabric.deliver = (p: Packet) => {
+    if (p.type === 'write' || (p.type === 'ack' && p.verdicts !== undefined)) seen.push(p);
+    deliver(p);
+  };
+  return seen;
+}
+
+/** W(seq,count) for a write, A(seq) for its answer. */
+const show = (ps: Packet[]) => ps.map((p) => (p.type === 'write' ? `W${p.seq},${p.count}` : `A${p.seq}`));
+
 /** The writes the fabric carries, in order. */
 function writesOn(sys: SimSystem): WritePacket[] {
   const seen: WritePacket[] = [];
@@ -260,6 +275,45 @@ describe('a source fault at the first block of a run', () => {
     const behind = await run(true);
     const c = DEFAULT_COSTS;
     expect(behind - alone).toBeCloseTo(c.scheduleUs + c.walkUs + c.blockUs, 9);
+  });
+});
+
+describe('runs one at a time', () => {
+  test('after a fault: runs of 2, 4, 8 … blocks, each answered before the next goes out', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const packets = wire(sys);
+    const src = env.region(64 * P);
+    const dst = env.region(64 * P);
+    const data = fill(src, 0x77);
+    dst.populate();
+    dst.evict(0, P);
+    proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(show(packets)).toEqual(['W0,64', 'A0', 'W0,2', 'A0', 'W2,4', 'A2', 'W6,8', 'A6', 'W14,16', 'A14', 'W30,32', 'A30', 'W62,2', 'A62']);
+  });
+
+  test('a stall-mode source: one block a write, each answered before the next goes out (its stall window is its own)', async () => {
+    const sys = env.system({ nodes: 2 });
+    const packets = wire(sys);
+    const uffd = env.uffd();
+    const src = env.region(3 * P);
+    const dst = env.region(3 * P);
+    const data = fill(src, 0x78);
+    dst.populate();
+    // Resident before it is registered: nothing stalls.
+    uffd.register(src);
+    sys.attachStallSource(uffd);
+    proc(sys.node(0), 100, 7, [src], 'stall');
+    proc(sys.node(1), 200, 7, [dst]);
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(show(packets)).toEqual(['W0,1', 'A0', 'W1,1', 'A1', 'W2,1', 'A2']);
+    expect((packets[0] as WritePacket).sourceStall).toBe(true);
   });
 });
 
