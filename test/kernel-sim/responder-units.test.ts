@@ -2,7 +2,18 @@
 // own packets and on the destination's memory: a write whose payload lost a source page on
 // the way (as another process's transport reports it), admission, copy outcomes.
 import { describe, expect, test } from 'vitest';
-import { type AckPacket, AckResp, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
+import {
+  type AckPacket,
+  AckResp,
+  DEFAULT_COSTS,
+  DmaStatus,
+  MAX_RUN_BLOCKS,
+  type Packet,
+  type SimSystem,
+  type TraceEvent,
+  type WritePacket,
+} from '../../kernel-sim/index.js';
+import type { Region } from '../../lib/index.js';
 import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -199,5 +210,85 @@ describe('a write crossing the end of the destination region', () => {
       [6, 1, AckResp.ADDR_ERR],
     ]);
     expect(ack!.returned).toEqual({ seq: 7, count: 1 });
+  });
+});
+
+describe('a page found gone by the copy, after the translation', () => {
+  /**
+   * 6 pages copied once from page 2 of an 8-page source (both SMMUs cache them), then
+   * `side`'s SMMU stops hearing about evictions and the page of block `block` there is evicted.
+   */
+  async function stale(side: 'source' | 'destination', block: number) {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const src = env.region(8 * P);
+    const dst = env.region(6 * P);
+    const data = fill(src, 0x67);
+    const sent = data.subarray(2 * P);
+    dst.populate();
+    const a = proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    const restore = (r: Region, off: number, len: number) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len));
+    const lib =
+      side === 'source'
+        ? env.track(new FaultLibrary(a.socket, { regions: [src], resolve: restore }))
+        : env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const go = () => post(sys.node(0), src, dst, { srcVa: src.address + BigInt(2 * P), length: 6 * P });
+    expect((await within('first', go())).faults).toEqual({ source: 0, destination: 0 });
+    const [r, node, page] = side === 'source' ? [src, 0, block + 2] : [dst, 1, block];
+    r.unobserve(sys.node(node).smmu);
+    r.evict(page * P, P);
+    new Uint8Array(dst.buffer).fill(0, 0, block * P);
+    const packets = tap(sys);
+    const events: TraceEvent[] = [];
+    sys.tracer.on((e) => events.push(e));
+    const cpl = await within('second', go());
+    r.observe(sys.node(node).smmu);
+    return { sys, src, dst, sent, lib, cpl, packets, events };
+  }
+
+  test('at the destination: the blocks before it written, a late NACK for it, the rest returned; the fault names that page', async () => {
+    const { dst, sent, lib, cpl, packets, events } = await stale('destination', 2);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(sent)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 0, destination: 1 });
+    expect(lib.faults.map((f) => [f.side, f.offset / P, f.hint])).toEqual([['destination', 2, 4 * P]]);
+    const [first] = acks(packets);
+    expect(verdicts(first!)).toEqual([
+      [0, 2, AckResp.OK],
+      [2, 1, AckResp.FAULT],
+    ]);
+    expect(first!.verdicts![1]!.late).toBe(true);
+    expect(first!.returned).toEqual({ seq: 3, count: 3 });
+    // Found by the copy, not the walk: the NACK is back one link latency after the block arrived.
+    const fault = events.find((e) => e.kind === 'fault' && e.side === 'destination')!;
+    const nack = events.find((e) => e.kind === 'nack')!;
+    expect(fault.detail).toMatchObject({ seq: 2, va: dst.address + BigInt(2 * P) });
+    expect(nack.detail).toMatchObject({ seq: 2 });
+    expect(nack.modelUs - fault.modelUs).toBeCloseTo(DEFAULT_COSTS.linkLatencyUs, 9);
+  });
+
+  test('at the source: the blocks before it written, SOURCE_FAULT for it at its offset, the rest returned', async () => {
+    const { src, dst, sent, lib, cpl, packets } = await stale('source', 2);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(sent)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(lib.faults.map((f) => [f.side, f.offset / P])).toEqual([['source', 4]]);
+    expect(src.residency()[4]).toBe(1);
+    const [first] = acks(packets);
+    expect(verdicts(first!)).toEqual([
+      [0, 2, AckResp.OK],
+      [2, 1, AckResp.SOURCE_FAULT],
+    ]);
+    expect(first!.verdicts![1]!.faultOffset).toBe(4 * P);
+    expect(first!.returned).toEqual({ seq: 3, count: 3 });
+  });
+
+  test('at the first block of the job: no verdict for written blocks, the NACK first', async () => {
+    const { dst, sent, cpl, packets } = await stale('destination', 0);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(sent)).toBe(true);
+    const [first] = acks(packets);
+    expect(verdicts(first!)).toEqual([[0, 1, AckResp.FAULT]]);
+    expect(first!.returned).toEqual({ seq: 1, count: 5 });
   });
 });
