@@ -5,7 +5,16 @@
 // fabric's own packets, the trace and memory.
 import { describe, expect, test } from 'vitest';
 import type { Region } from '../../lib/index.js';
-import { DEFAULT_COSTS, DmaStatus, MAX_RUN_BLOCKS, type Packet, type SimSystem, type TraceEvent, type WritePacket } from '../../kernel-sim/index.js';
+import {
+  type AckPacket,
+  DEFAULT_COSTS,
+  DmaStatus,
+  MAX_RUN_BLOCKS,
+  type Packet,
+  type SimSystem,
+  type TraceEvent,
+  type WritePacket,
+} from '../../kernel-sim/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
@@ -24,7 +33,7 @@ function wire(sys: SimSystem): Packet[] {
 }
 
 /** W(seq,count) for a write, A(seq) for its answer. */
-const show = (ps: Packet[]) => ps.map((p) => (p.type === 'write' ? `W${p.seq},${p.count}` : `A${p.seq}`));
+const show = (ps: Packet[]) => ps.map((p) => (p.type === 'write' ? `W${p.seq},${p.count}` : `A${(p as AckPacket).seq}`));
 
 /** The writes the fabric carries, in order. */
 function writesOn(sys: SimSystem): WritePacket[] {
