@@ -1,0 +1,294 @@
+// The PLDMA's responder at the edges the larger suites leave open, watched on the fabric's
+// own packets and on the destination's memory: a write whose payload lost a source page on
+// the way (as another process's transport reports it), admission, copy outcomes.
+import { describe, expect, test } from 'vitest';
+import {
+  type AckPacket,
+  AckResp,
+  DEFAULT_COSTS,
+  DmaStatus,
+  MAX_RUN_BLOCKS,
+  type Packet,
+  type SimSystem,
+  type TraceEvent,
+  type WritePacket,
+} from '../../kernel-sim/index.js';
+import type { Region } from '../../lib/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+
+const env = useEnv();
+const RUN = MAX_RUN_BLOCKS;
+
+/** Every write and ACK the fabric carries, in order; `edit` may change a write before it is delivered. */
+function tap(sys: SimSystem, edit?: (p: WritePacket) => void): Packet[] {
+  const seen: Packet[] = [];
+  const fabric = sys.fabric;
+  const deliver = fabric.deliver.bind(fabric);
+  fabric.deliver = (p: Packet) => {
+    if (p.type === 'write') edit?.(p);
+    if (p.type !== 'message') seen.push(p);
+    deliver(p);
+  };
+  return seen;
+}
+
+const acks = (ps: Packet[]) => ps.filter((p): p is AckPacket => p.type === 'ack' && p.verdicts !== undefined);
+const verdicts = (a: AckPacket) => a.verdicts!.map((v) => [v.seq, v.count, v.resp]);
+
+describe('a write whose payload lost a source page on the way', () => {
+  test('the blocks before it are written, it is answered SOURCE_FAULT, the rest returned; the source faults once and sends it again', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const src = env.region(2 * RUN * P);
+    const dst = env.region(2 * RUN * P);
+    const data = fill(src, 0x63);
+    dst.populate();
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    // The second run's third block: its page missing when its bytes were read (as the
+    // socket transport marks it), once.
+    const lost = RUN + 2;
+    let marked = false;
+    const packets = tap(sys, (p) => {
+      if (marked || p.seq !== RUN) return;
+      marked = true;
+      p.sourceFault = { seq: lost, faultOffset: p.payload.offset + 2 * P };
+    });
+    // When the source's library hears the fault, what has landed of the second run.
+    let landed: boolean[] = [];
+    const lib = env.track(
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        hold: () => {
+          landed = [lost - 1, lost, lost + 1].map((b) => bytesOf(dst, b * P, P).equals(data.subarray(b * P, (b + 1) * P)));
+          return undefined;
+        },
+      }),
+    );
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(cpl.retransmittedBlocks).toBe(1);
+    expect(lib.faults.map((f) => [f.side, f.offset / P])).toEqual([['source', lost]]);
+    expect(landed).toEqual([true, false, false]);
+    const second = acks(packets).find((p) => p.seq === RUN)!;
+    expect(verdicts(second)).toEqual([
+      [RUN, 2, AckResp.OK],
+      [lost, 1, AckResp.SOURCE_FAULT],
+    ]);
+    expect(second.verdicts![1]!.faultOffset).toBe(lost * P);
+    expect(second.returned).toEqual({ seq: lost + 1, count: RUN - 3 });
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, retransmittedBlocks: 1 });
+  });
+
+  test('a stall-mode destination writes one block a write: a page lost later in the run is not its answer', async () => {
+    const pages = 8;
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const uffd = env.uffd();
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    const data = fill(src, 0x64);
+    // Resident before it is registered: no block stalls.
+    dst.populate();
+    uffd.register(dst);
+    sys.attachStallSource(uffd);
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst], 'stall');
+    let marked = false;
+    const packets = tap(sys, (p) => {
+      if (marked) return;
+      marked = true;
+      p.sourceFault = { seq: p.seq + 2, faultOffset: p.payload.offset + 2 * P };
+    });
+    const lib = env.track(new FaultLibrary(a.socket, { regions: [src] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    // The mark came with a block the destination did not get to: not a source fault.
+    expect(cpl.faults).toEqual({ source: 0, destination: 0 });
+    expect(lib.faults).toHaveLength(0);
+    const first = acks(packets)[0]!;
+    expect(verdicts(first)).toEqual([[0, 1, AckResp.OK]]);
+    expect(first.returned).toEqual({ seq: 1, count: pages - 1 });
+  });
+});
+
+describe("the destination's admission check (key and QP)", () => {
+  function rig(pages: number) {
+    const sys = env.system({ nodes: 2 });
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    const data = fill(src, 0x65);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const spans: Array<[number, number]> = [];
+    /** Admit what ends at or before `limit` bytes into dst, recording each span asked about (offset, length). */
+    const admitUpTo = (limit: number) =>
+      sys.node(1).admit((_, span) => {
+        const off = Number(span.va - dst.address);
+        spans.push([off, span.length]);
+        return off + span.length <= limit;
+      });
+    return { sys, src, dst, data, spans, admitUpTo };
+  }
+
+  test('a write admitted for its first blocks only: those land, the next is refused DST_PERM_ERR, nothing after it', async () => {
+    const { sys, src, dst, data, spans, admitUpTo } = rig(8);
+    admitUpTo(3 * P);
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { key: 0x1234, dstQp: 5 }));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, side: 'destination', bytes: 3 * P });
+    expect(cpl.reason).toBe('node 1 no longer accepts key 0x1234 for QP 5');
+    expect(bytesOf(dst, 0, 3 * P).equals(data.subarray(0, 3 * P))).toBe(true);
+    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
+    // The whole span first, then block by block up to the one refused.
+    expect(spans).toEqual([
+      [0, 8 * P],
+      [0, P],
+      [P, P],
+      [2 * P, P],
+      [3 * P, P],
+    ]);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 3, errors: 1 });
+  });
+
+  test('the last, partial block refused: each block is asked about with its own length', async () => {
+    const { sys, src, dst, data, spans, admitUpTo } = rig(4);
+    const length = 3 * P + 100;
+    admitUpTo(length - 1);
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { length, key: 7 }));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 3 * P });
+    expect(cpl.reason).toMatch(/^node 1 no longer accepts key 0x7 /);
+    expect(spans).toEqual([
+      [0, length],
+      [0, P],
+      [P, P],
+      [2 * P, P],
+      [3 * P, 100],
+    ]);
+    expect(bytesOf(dst, 0, 3 * P).equals(data.subarray(0, 3 * P))).toBe(true);
+    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
+  });
+
+  test('no check set: a write naming a key and QP lands; then one naming only a QP is checked, one naming neither is not', async () => {
+    const { sys, src, dst, data, spans, admitUpTo } = rig(2);
+    const unchecked = await within('no check', post(sys.node(0), src, dst, { key: 3, dstQp: 4 }));
+    expect(unchecked.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    new Uint8Array(dst.buffer).fill(0);
+    admitUpTo(0);
+    const byQp = await within('QP only', post(sys.node(0), src, dst, { dstQp: 9 }));
+    expect(byQp).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0, reason: 'node 1 no longer accepts key 0x0 for QP 9' });
+    expect(spans).toEqual([
+      [0, 2 * P],
+      [0, P],
+    ]);
+    expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
+    const plain = await within('neither', post(sys.node(0), src, dst));
+    expect(plain.status).toBe(DmaStatus.SUCCESS);
+    expect(spans).toHaveLength(2);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+  });
+});
+
+describe('a write crossing the end of the destination region', () => {
+  test('translated block by block there, the blocks inside written as one piece with one verdict, the first outside refused', async () => {
+    const sys = env.system({ nodes: 2 });
+    const packets = tap(sys);
+    const src = env.region(8 * P);
+    const dst = env.region(6 * P);
+    const data = fill(src, 0x66);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const cpl = await within('transfer', post(sys.node(0), src, dst, { length: 8 * P }));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_ADDR_ERR, side: 'destination', bytes: 6 * P });
+    expect(bytesOf(dst).equals(data.subarray(0, 6 * P))).toBe(true);
+    const [ack] = acks(packets);
+    expect(verdicts(ack!)).toEqual([
+      [0, 6, AckResp.OK],
+      [6, 1, AckResp.ADDR_ERR],
+    ]);
+    expect(ack!.returned).toEqual({ seq: 7, count: 1 });
+  });
+});
+
+describe('a page found gone by the copy, after the translation', () => {
+  /**
+   * 6 pages copied once from page 2 of an 8-page source (both SMMUs cache them), then
+   * `side`'s SMMU stops hearing about evictions and the page of block `block` there is evicted.
+   */
+  async function stale(side: 'source' | 'destination', block: number) {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const src = env.region(8 * P);
+    const dst = env.region(6 * P);
+    const data = fill(src, 0x67);
+    const sent = data.subarray(2 * P);
+    dst.populate();
+    const a = proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    const restore = (r: Region, off: number, len: number) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len));
+    const lib =
+      side === 'source'
+        ? env.track(new FaultLibrary(a.socket, { regions: [src], resolve: restore }))
+        : env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const go = () => post(sys.node(0), src, dst, { srcVa: src.address + BigInt(2 * P), length: 6 * P });
+    expect((await within('first', go())).faults).toEqual({ source: 0, destination: 0 });
+    const [r, node, page] = side === 'source' ? [src, 0, block + 2] : [dst, 1, block];
+    r.unobserve(sys.node(node).smmu);
+    r.evict(page * P, P);
+    new Uint8Array(dst.buffer).fill(0, 0, block * P);
+    const packets = tap(sys);
+    const events: TraceEvent[] = [];
+    sys.tracer.on((e) => events.push(e));
+    const cpl = await within('second', go());
+    r.observe(sys.node(node).smmu);
+    return { sys, src, dst, sent, lib, cpl, packets, events };
+  }
+
+  test('at the destination: the blocks before it written, a late NACK for it, the rest returned; the fault names that page', async () => {
+    const { dst, sent, lib, cpl, packets, events } = await stale('destination', 2);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(sent)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 0, destination: 1 });
+    expect(lib.faults.map((f) => [f.side, f.offset / P, f.hint])).toEqual([['destination', 2, 4 * P]]);
+    const [first] = acks(packets);
+    expect(verdicts(first!)).toEqual([
+      [0, 2, AckResp.OK],
+      [2, 1, AckResp.FAULT],
+    ]);
+    expect(first!.verdicts![1]!.late).toBe(true);
+    expect(first!.returned).toEqual({ seq: 3, count: 3 });
+    // Found by the copy, not the walk: the NACK is back one link latency after the block arrived.
+    const fault = events.find((e) => e.kind === 'fault' && e.side === 'destination')!;
+    const nack = events.find((e) => e.kind === 'nack')!;
+    expect(fault.detail).toMatchObject({ seq: 2, va: dst.address + BigInt(2 * P) });
+    expect(nack.detail).toMatchObject({ seq: 2 });
+    expect(nack.modelUs - fault.modelUs).toBeCloseTo(DEFAULT_COSTS.linkLatencyUs, 9);
+  });
+
+  test('at the source: the blocks before it written, SOURCE_FAULT for it at its offset, the rest returned', async () => {
+    const { src, dst, sent, lib, cpl, packets } = await stale('source', 2);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(sent)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 0 });
+    expect(lib.faults.map((f) => [f.side, f.offset / P])).toEqual([['source', 4]]);
+    expect(src.residency()[4]).toBe(1);
+    const [first] = acks(packets);
+    expect(verdicts(first!)).toEqual([
+      [0, 2, AckResp.OK],
+      [2, 1, AckResp.SOURCE_FAULT],
+    ]);
+    expect(first!.verdicts![1]!.faultOffset).toBe(4 * P);
+    expect(first!.returned).toEqual({ seq: 3, count: 3 });
+  });
+
+  test('at the first block of the job: no verdict for written blocks, the NACK first', async () => {
+    const { dst, sent, cpl, packets } = await stale('destination', 0);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(sent)).toBe(true);
+    const [first] = acks(packets);
+    expect(verdicts(first!)).toEqual([[0, 1, AckResp.FAULT]]);
+    expect(first!.returned).toEqual({ seq: 1, count: 5 });
+  });
+});
