@@ -1,0 +1,128 @@
+// The completer as the posting node sees it: how large a run may be after a destination
+// fault (and how it grows again), which blocks count as retransmitted, the modelled time of
+// a short last block, the stalls a stall-mode write took, the 'ack' trace of a
+// retransmitted block, and the reason a stalled source read that was aborted gives.
+// Observed on the fabric's packets (a tap on the transport), the trace and the completions.
+import { describe, expect, test } from 'vitest';
+import {
+  DEFAULT_COSTS,
+  DmaStatus,
+  IommuPageResponseCode,
+  type Packet,
+  type SimSystem,
+  type TraceEvent,
+  type WritePacket,
+} from '../../kernel-sim/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from './helpers.js';
+
+const env = useEnv();
+const c = DEFAULT_COSTS;
+
+/** The writes the fabric carries, as [seq, count], in the order they were handed over. */
+function tapWrites(sys: SimSystem): Array<[number, number]> {
+  const seen: Array<[number, number]> = [];
+  const fabric = sys.fabric;
+  const deliver = fabric.deliver.bind(fabric);
+  fabric.deliver = (p: Packet) => {
+    if (p.type === 'write') seen.push([(p as WritePacket).seq, (p as WritePacket).count]);
+    deliver(p);
+  };
+  return seen;
+}
+
+/** Two nodes, `pages` filled on node 0, as many resident on node 1; every trace event kept. */
+function rig(pages: number, o: { blockSize?: number } = {}) {
+  const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000, ...(o.blockSize ? { blockSize: o.blockSize } : {}) });
+  const writes = tapWrites(sys);
+  const events: TraceEvent[] = [];
+  sys.tracer.on((e) => events.push(e));
+  const src = env.region(pages * P);
+  const dst = env.region(pages * P);
+  const data = fill(src, 0x5a);
+  dst.populate();
+  const a = proc(sys.node(0), 100, 7, [src]);
+  const b = proc(sys.node(1), 200, 7, [dst]);
+  return { sys, writes, events, src, dst, data, a, b };
+}
+
+describe('runs after a destination fault', () => {
+  test("start again at 2 blocks, also after a NACK of a run's last block, and double while they land whole", async () => {
+    const { sys, writes, src, dst, data, b } = rig(64);
+    // Pages 8 and 9 missing at the destination; the library makes one page resident per fault.
+    dst.evict(8 * P, 2 * P);
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(lib.faults.map((f) => f.offset / P)).toEqual([8, 9]);
+    // The first run NACKed at 8 (the rest returned); the retransmission [8, 9] NACKed at its
+    // last block, 9 (nothing returned): 2 blocks again, then 4, 8, 16, then the rest.
+    expect(writes).toEqual([
+      [0, 64],
+      [8, 2],
+      [9, 2],
+      [11, 4],
+      [15, 8],
+      [23, 16],
+      [39, 25],
+    ]);
+    // Blocks 8 and 9 were each sent again once; returned blocks are no retransmissions.
+    expect(cpl.nacks).toBe(2);
+    expect(cpl.retransmittedBlocks).toBe(2);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ retransmittedBlocks: 2, blocksIssued: 66, blocksAcked: 64 });
+  });
+});
+
+describe('modelled time', () => {
+  test('a short last block is on the link for its own bytes only', async () => {
+    // Two fresh systems, the same two-block transfer, whole or with a 100-byte last block:
+    // everything but the last block's time on the link is the same.
+    const whole = rig(2);
+    const full = await within('2 whole blocks', post(whole.sys.node(0), whole.src, whole.dst));
+    const part = rig(2);
+    const short = await within('1 block and 100 bytes', post(part.sys.node(0), part.src, part.dst, { length: P + 100 }));
+    expect([full.status, short.status]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS]);
+    expect(short.bytes).toBe(P + 100);
+    expect(full.model.us - short.model.us).toBeCloseTo((P - 100) / c.linkBytesPerUs, 9);
+  });
+
+  test("a retransmitted run's 'ack' trace is its first block's answer, not its last's", async () => {
+    const { sys, events, src, dst, b } = rig(16);
+    dst.evict(4 * P, P);
+    env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    const acks = events.filter((e) => e.kind === 'ack');
+    expect(acks.map((e) => e.detail?.['seq'])).toEqual([4]);
+    // The retransmission [4, 5]: block 5 was issued when block 4 left the engine; block 4's
+    // answer came its payload's time on the link, the destination's walk of the page faulted
+    // in (not in the IOTLB) and two latencies after that (block 5's answer came later still:
+    // its payload waited for block 4's on the link).
+    const issued5 = events.filter((e) => e.kind === 'block' && e.detail?.['seq'] === 5).at(-1)!;
+    expect(acks[0]!.modelUs - issued5.modelUs).toBeCloseTo(P / c.linkBytesPerUs + c.walkUs + 2 * c.linkLatencyUs, 9);
+  });
+});
+
+describe('stall mode', () => {
+  test('a write to stall-mode memory counts each stall once, as a destination fault, with nothing retransmitted', async () => {
+    const { sys, uffd, src, dst, data, b } = stallRig(env, 4);
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd) }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    const stalls = lib.faults.length;
+    expect(stalls).toBeGreaterThan(0);
+    expect(cpl.faults).toEqual({ source: 0, destination: stalls });
+    expect(cpl.retransmittedBlocks).toBe(0);
+  });
+
+  test('a stalled source read the fault library cannot resolve is aborted: ABORTED, saying the source read, on the source side', async () => {
+    const { sys, src, dst, a } = stallRig(env, 2, { stallSide: 'source' });
+    env.track(new FaultLibrary(a.socket, { regions: [src], noResolve: true, status: IommuPageResponseCode.INVALID }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.ABORTED);
+    expect(cpl.side).toBe('source');
+    expect(cpl.reason).toBe('a stalled source read was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)');
+    expect(cpl.bytes).toBe(0);
+  });
+});
