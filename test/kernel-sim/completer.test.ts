@@ -86,6 +86,30 @@ describe('modelled time', () => {
     expect(full.model.us - short.model.us).toBeCloseTo((P - 100) / c.linkBytesPerUs, 9);
   });
 
+  test("a run ends at its slowest block's answer, not its last block's", async () => {
+    // Walks dear, the link nearly free: block 0 walked at both ends, block 1 (warmed by a
+    // first transfer of it alone) an IOTLB hit at both, so block 1 is answered first.
+    const walkUs = 100;
+    const sys = env.system({ nodes: 2, costs: { walkUs, linkBytesPerUs: 1e9 } });
+    const src = env.region(2 * P);
+    const dst = env.region(2 * P);
+    const data = fill(src, 0x66);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const warm = await within(
+      'block 1 alone',
+      post(sys.node(0), src, dst, { srcVa: src.address + BigInt(P), dstVa: dst.address + BigInt(P), length: P }),
+    );
+    expect(warm.status).toBe(DmaStatus.SUCCESS);
+    const cpl = await within('both blocks', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    // Block 0's source walk, then (after the link) its destination walk, one after the other.
+    expect(cpl.model.us).toBeGreaterThan(2 * walkUs);
+    expect(cpl.model.us).toBeLessThan(3 * walkUs);
+  });
+
   test("a retransmitted run's 'ack' trace is its first block's answer, not its last's", async () => {
     const { sys, events, src, dst, b } = rig(16);
     dst.evict(4 * P, P);

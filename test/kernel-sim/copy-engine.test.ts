@@ -190,6 +190,17 @@ describe('errors and the closed engine', () => {
     expect(eng.inflight).toBe(0);
   });
 
+  test('a copy still queued at close settles as no copy outcome: status -1, no fault offset, no thread', async () => {
+    const { eng, release } = await heldEngine({});
+    const { src, dst } = regions(P);
+    const queued = eng.copy(src, 0, dst, 0, P, CHECKS);
+    eng.close();
+    expect(await within('queued copy', queued)).toEqual({ status: -1, faultOffset: -1, ns: 0, tid: 0 });
+    // The held copy's promise was settled the same way; its thread finishes once let go.
+    expect((await release()).status).toBe(-1);
+    expect(bytesOf(dst).every((b) => b === 0xee)).toBe(true);
+  });
+
   test('after close: an inline copy is a rejected promise (no throw), a fence has nothing to wait for', async () => {
     const eng = new CopyEngine(1);
     const { src, dst } = regions(P);
