@@ -140,6 +140,22 @@ describe('stall mode', () => {
     expect(cpl.retransmittedBlocks).toBe(0);
   });
 
+  test('the block after a stalled one is issued once the stall is over, not when the engine handed the stalled one on', async () => {
+    const { sys, uffd, src, dst, data, b } = stallRig(env, 2);
+    const events: TraceEvent[] = [];
+    sys.tracer.on((e) => events.push(e));
+    env.track(new FaultLibrary(b.socket, { regions: [dst], method: 'uffd', resolve: zeroNoWake(uffd) }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    const stallUs = c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + c.touchPageUs + c.requestUs + c.resumeUs;
+    const issued = (seq: number) => events.filter((e) => e.kind === 'block' && e.detail?.['seq'] === seq).map((e) => e.modelUs);
+    // Block 1 went out with block 0 and came back unwritten (a stall-mode write is one
+    // block); it went out again after block 0's answer, with block 0's stall behind it.
+    expect(issued(1)).toHaveLength(2);
+    expect(issued(1)[1]!).toBeGreaterThanOrEqual(issued(0)[0]! + stallUs);
+  });
+
   test('a stalled source read the fault library cannot resolve is aborted: ABORTED, saying the source read, on the source side', async () => {
     const { sys, src, dst, a } = stallRig(env, 2, { stallSide: 'source' });
     env.track(new FaultLibrary(a.socket, { regions: [src], noResolve: true, status: IommuPageResponseCode.INVALID }));
