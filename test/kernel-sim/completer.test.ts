@@ -110,6 +110,44 @@ describe('modelled time', () => {
     expect(cpl.model.us).toBeLessThan(3 * walkUs);
   });
 
+  test('a page found gone by the copy, not the walk: the fault is dated from when its block was issued', async () => {
+    // Each SMMU keeps its translations and stops hearing about evictions: only the copy
+    // finds the page gone (a late fault). Block 0's page goes at the destination, then
+    // (another transfer) at the source.
+    const { sys, events, src, dst, data, a, b } = rig(4);
+    const srcLib = env.track(
+      new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
+    );
+    const dstLib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    expect((await within('warm-up', post(sys.node(0), src, dst))).status).toBe(DmaStatus.SUCCESS);
+    const blockIssued = (from: number, seq: number) => events.slice(from).find((e) => e.kind === 'block' && e.detail?.['seq'] === seq)!.modelUs;
+
+    dst.unobserve(sys.node(1).smmu);
+    dst.evict(0, P);
+    let from = events.length;
+    const late = await within('late destination fault', post(sys.node(0), src, dst));
+    dst.observe(sys.node(1).smmu);
+    expect(late).toMatchObject({ status: DmaStatus.SUCCESS, faults: { source: 0, destination: 1 } });
+    expect(dstLib.faults.map((f) => f.offset / P)).toEqual([0]);
+    // The NACK is back one link latency after the block arrived (no walk: the copy found it;
+    // the first block has the engine and the link to itself).
+    const nack = events.slice(from).find((e) => e.kind === 'nack')!;
+    const arrived = blockIssued(from, 0) + c.scheduleUs + c.iotlbHitUs + c.blockUs + P / c.linkBytesPerUs + c.linkLatencyUs;
+    expect(nack.modelUs).toBeCloseTo(arrived + c.linkLatencyUs, 9);
+
+    src.unobserve(sys.node(0).smmu);
+    src.evict(0, P);
+    from = events.length;
+    const gone = await within('late source fault', post(sys.node(0), src, dst));
+    src.observe(sys.node(0).smmu);
+    expect(gone).toMatchObject({ status: DmaStatus.SUCCESS, faults: { source: 1, destination: 0 } });
+    expect(srcLib.faults.map((f) => f.offset / P)).toEqual([0]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    // The source fault is detected a schedule after its block was issued, as a walk's would be.
+    const fault = events.slice(from).find((e) => e.kind === 'fault' && e.side === 'source')!;
+    expect(fault.modelUs).toBeCloseTo(blockIssued(from, 0) + c.scheduleUs, 9);
+  });
+
   test("a retransmitted run's 'ack' trace is its first block's answer, not its last's", async () => {
     const { sys, events, src, dst, b } = rig(16);
     dst.evict(4 * P, P);
