@@ -165,6 +165,65 @@ describe('modelled time', () => {
   });
 });
 
+describe('completions', () => {
+  test('two transfers posted at once on one channel both complete, in order; a success names no side; each is traced', async () => {
+    const { sys, events, src, dst, data } = rig(8);
+    const order: number[] = [];
+    const first = post(sys.node(0), src, dst, { length: 4 * P }).then((c) => (order.push(1), c));
+    const second = post(sys.node(0), src, dst, { srcVa: src.address + BigInt(4 * P), dstVa: dst.address + BigInt(4 * P), length: 4 * P }).then(
+      (c) => (order.push(2), c),
+    );
+    const [c1, c2] = await within('both transfers', Promise.all([first, second]));
+    expect([c1.status, c2.status]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS]);
+    expect([c1.bytes, c2.bytes]).toEqual([4 * P, 4 * P]);
+    expect(order).toEqual([1, 2]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect('side' in c1).toBe(false);
+    expect(c2.model.startUs).toBeGreaterThanOrEqual(c1.model.startUs);
+    const done = events.filter((e) => e.kind === 'complete');
+    expect(done.map((e) => [e.tid, e.detail?.['status']])).toEqual([
+      [c1.tid, 'SUCCESS'],
+      [c2.tid, 'SUCCESS'],
+    ]);
+    expect(done[1]!.modelUs).toBe(c2.model.endUs);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ completed: 2, errors: 0 });
+  });
+
+  test('a descriptor refused before any block is sent completes with its reason and no side', async () => {
+    const { sys, src, dst } = rig(1);
+    const cpl = await within('refused transfer', post(sys.node(0), src, dst, { channel: 1_000_000 }));
+    expect(cpl.status).toBe(DmaStatus.BAD_CHANNEL);
+    expect(cpl.reason).toMatch(/^channel 1000000 is not in 0\.\./);
+    expect('side' in cpl).toBe(false);
+    expect(cpl.bytes).toBe(0);
+  });
+
+  test('a block retried on the fault timer (nobody answered) is sent again after its NACK, not before', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 20 });
+    const events: TraceEvent[] = [];
+    const src = env.region(4 * P);
+    const dst = env.region(4 * P);
+    const data = fill(src, 0x3d);
+    dst.populate();
+    dst.evict(P, P);
+    // No fault library: the page comes back through the CPU once the NACK is in.
+    sys.tracer.on((e) => {
+      events.push(e);
+      if (e.kind === 'nack') new Uint8Array(dst.buffer, P, P).fill(0);
+    });
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(sys.node(0).pldma.counters().retryTimeouts).toBe(1);
+    const nack = events.find((e) => e.kind === 'nack')!;
+    const retransmit = events.find((e) => e.kind === 'retransmit')!;
+    expect(retransmit.detail).toMatchObject({ seq: 1, attempt: 2 });
+    expect(retransmit.modelUs).toBeGreaterThanOrEqual(nack.modelUs);
+  });
+});
+
 describe('stall mode', () => {
   test('a write to stall-mode memory counts each stall once, as a destination fault, with nothing retransmitted', async () => {
     const { sys, uffd, src, dst, data, b } = stallRig(env, 4);
