@@ -7,6 +7,7 @@ import { describe, expect, test } from 'vitest';
 import {
   DEFAULT_COSTS,
   DmaStatus,
+  MAX_RUN_BLOCKS,
   IommuPageResponseCode,
   type Packet,
   type SimSystem,
@@ -70,6 +71,36 @@ describe('runs after a destination fault', () => {
     expect(cpl.nacks).toBe(2);
     expect(cpl.retransmittedBlocks).toBe(2);
     expect(sys.node(0).pldma.counters()).toMatchObject({ retransmittedBlocks: 2, blocksIssued: 66, blocksAcked: 64 });
+  });
+});
+
+describe('a source fault behind runs on the wire', () => {
+  test('counts only once those runs are answered: a NACK in them comes first, and the fault is reported after it', async () => {
+    const RUN = MAX_RUN_BLOCKS;
+    const { sys, events, src, dst, data, a, b } = rig(2 * RUN);
+    const nacked = RUN + 200;
+    const gone = RUN + 500;
+    // Run 2 goes out while run 1 is on the wire, stopping before its missing source page,
+    // which is held; run 2 then NACKs at a missing destination page.
+    dst.evict(nacked * P, P);
+    src.evict(gone * P, P);
+    const srcLib = env.track(
+      new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
+    );
+    const dstLib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(cpl.faults).toEqual({ source: 1, destination: 1 });
+    expect(dstLib.faults.map((f) => f.offset / P)).toEqual([nacked]);
+    expect(srcLib.faults.map((f) => f.offset / P)).toEqual([gone]);
+    const nack = events.findIndex((e) => e.kind === 'nack');
+    const fault = events.findIndex((e) => e.kind === 'fault' && e.side === 'source');
+    expect(events[nack]!.detail).toMatchObject({ seq: nacked });
+    expect(events[fault]!.detail).toMatchObject({ seq: gone });
+    expect(nack).toBeLessThan(fault);
+    // The source answer is traced for its block and the node that posted.
+    expect(events.find((e) => e.kind === 'resolved' && e.side === 'source')!.detail).toEqual({ seq: gone, srcNode: 0 });
   });
 });
 
