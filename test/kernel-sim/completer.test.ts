@@ -5,6 +5,7 @@
 // Observed on the fabric's packets (a tap on the transport), the trace and the completions.
 import { describe, expect, test } from 'vitest';
 import {
+  AckResp,
   DEFAULT_COSTS,
   DmaStatus,
   MAX_RUN_BLOCKS,
@@ -14,7 +15,7 @@ import {
   type TraceEvent,
   type WritePacket,
 } from '../../kernel-sim/index.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from './helpers.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();
 const c = DEFAULT_COSTS;
@@ -32,8 +33,8 @@ function tapWrites(sys: SimSystem): Array<[number, number]> {
 }
 
 /** Two nodes, `pages` filled on node 0, as many resident on node 1; every trace event kept. */
-function rig(pages: number, o: { blockSize?: number } = {}) {
-  const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000, ...(o.blockSize ? { blockSize: o.blockSize } : {}) });
+function rig(pages: number, o: { blockSize?: number; faultTimeoutMs?: number } = {}) {
+  const sys = env.system({ nodes: 2, faultTimeoutMs: o.faultTimeoutMs ?? 60_000, ...(o.blockSize ? { blockSize: o.blockSize } : {}) });
   const writes = tapWrites(sys);
   const events: TraceEvent[] = [];
   sys.tracer.on((e) => events.push(e));
@@ -101,6 +102,55 @@ describe('a source fault behind runs on the wire', () => {
     expect(nack).toBeLessThan(fault);
     // The source answer is traced for its block and the node that posted.
     expect(events.find((e) => e.kind === 'resolved' && e.side === 'source')!.detail).toEqual({ seq: gone, srcNode: 0 });
+  });
+});
+
+describe('late answers', () => {
+  test("an answer that comes after its block was retried on the timer does not unpark the transfer from a later block's fault", async () => {
+    // Block 2's answer is held past the fault timer; the page comes back through the CPU, so
+    // the timer's retry of block 2 lands. Block 5 then faults; the held answer for block 2 is
+    // let go, and block 5's own answer only on the turn after block 2's has arrived.
+    const faultTimeoutMs = 500;
+    const { sys, events, src, dst, data, b } = rig(8, { faultTimeoutMs });
+    dst.evict(2 * P, P);
+    dst.evict(5 * P, P);
+    const late = deferred();
+    const afterLate = deferred();
+    let answered5 = false;
+    const lib = env.track(
+      new FaultLibrary(b.socket, {
+        regions: [dst],
+        hold: (note) => {
+          if (note.offset === 2 * P) return late.promise;
+          late.resolve();
+          return afterLate.promise;
+        },
+        resolve: (r, off, len) => {
+          if (off === 5 * P) answered5 = true;
+          r.populate(off, len);
+        },
+      }),
+    );
+    const fabric = sys.fabric;
+    const deliver = fabric.deliver.bind(fabric);
+    fabric.deliver = (p: Packet) => {
+      deliver(p);
+      if (p.type === 'ack' && p.resp === AckResp.RESOLVED && p.seq === 2) setImmediate(() => afterLate.resolve());
+    };
+    let answeredAtRetransmit: boolean | undefined;
+    sys.tracer.on((e) => {
+      if (e.kind === 'nack' && e.detail?.['seq'] === 2) new Uint8Array(dst.buffer, 2 * P, P).fill(0);
+      if (e.kind === 'retransmit' && e.detail?.['seq'] === 5) answeredAtRetransmit = answered5;
+    });
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(lib.faults.map((f) => f.offset / P)).toEqual([2, 5]);
+    expect(lib.answered).toBe(2);
+    // Block 5 went out again only once its own fault was answered, not on block 2's answer.
+    expect(answeredAtRetransmit).toBe(true);
+    expect(cpl.nacks).toBe(2);
+    expect(events.filter((e) => e.kind === 'retransmit').map((e) => e.detail?.['seq'])).toEqual([2, 5]);
   });
 });
 
