@@ -152,6 +152,42 @@ describe('late answers', () => {
     expect(cpl.nacks).toBe(2);
     expect(events.filter((e) => e.kind === 'retransmit').map((e) => e.detail?.['seq'])).toEqual([2, 5]);
   });
+  test("the same at the source: a late source answer does not unpark a later block's source fault", async () => {
+    const faultTimeoutMs = 500;
+    const { sys, events, src, dst, data, a } = rig(8, { faultTimeoutMs });
+    src.evict(2 * P, P);
+    src.evict(5 * P, P);
+    const late = deferred();
+    let answered5 = false;
+    const lib = env.track(
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        // Block 5's answer waits for block 2's to have been sent and taken in (a turn later).
+        hold: (note) => {
+          if (note.offset === 2 * P) return late.promise;
+          late.resolve();
+          return late.promise.then(() => new Promise<void>((resolve) => setImmediate(resolve)));
+        },
+        resolve: (r, off, len) => {
+          if (off === 5 * P) answered5 = true;
+          new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len));
+        },
+      }),
+    );
+    let answeredAtRetransmit: boolean | undefined;
+    sys.tracer.on((e) => {
+      if (e.kind === 'fault' && e.side === 'source' && e.detail?.['seq'] === 2) new Uint8Array(src.buffer, 2 * P, P).set(data.subarray(2 * P, 3 * P));
+      if (e.kind === 'retransmit' && e.detail?.['seq'] === 5) answeredAtRetransmit = answered5;
+    });
+    const cpl = await within('transfer', post(sys.node(0), src, dst));
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(lib.faults.map((f) => f.offset / P)).toEqual([2, 5]);
+    expect(lib.answered).toBe(2);
+    expect(answeredAtRetransmit).toBe(true);
+    expect(cpl.faults).toEqual({ source: 2, destination: 0 });
+    expect(events.filter((e) => e.kind === 'retransmit').map((e) => e.detail?.['seq'])).toEqual([2, 5]);
+  });
 });
 
 describe('modelled time', () => {
