@@ -45,7 +45,7 @@ function pair(targetRegion: import('../../lib/index.js').Region, local: import('
   connectQps(qpA, qpB);
   const mrA = a.regMr(pdA, local, 0, local.size, ODP);
   const mrB = b.regMr(pdB, targetRegion, 0, targetRegion.size, ODP, { policy: 'touch' });
-  return { qpA, cqA, mrA, mrB, ctxB: b };
+  return { qpA, cqA, mrA, mrB, ctxA: a, ctxB: b };
 }
 
 it('an RDMA WRITE into pages that live on the store: major faults fetch them before the retransmission, wc.odp says so', async () => {
@@ -86,6 +86,37 @@ it('an RDMA WRITE into pages that live on the store: major faults fetch them bef
   }
   expect(pager.stats().majorFaults).toBe(N);
   expect(ctxB.faultLibrary.stats().majorFaults).toBe(N);
+});
+
+it('an RDMA WRITE from pages that live on the store: source faults fetch them, wc.odp counts each fetched page once', async () => {
+  const N = 6;
+  const pager = await RemotePager.create({ size: N * P });
+  closing.push(() => pager.close());
+  const mem = new Uint8Array(pager.region.buffer);
+  for (let i = 0; i < N; i++) mem.fill(0x30 + i, i * P, (i + 1) * P);
+  expect(await pager.evict()).toBe(N);
+  const target = mapRegion(N * P);
+  closing.push(() => target.close());
+  target.populate(); // resident: every fault of this write is the source's
+  // Node 0's memory is the remote-paged one this time: the write's source.
+  const { qpA, cqA, mrA, mrB, ctxA } = pair(target, pager.region);
+  const before = pager.stats().majorFaults;
+  qpA.postSend({
+    wrId: 5,
+    opcode: WrOpcode.RDMA_WRITE,
+    sendFlags: SendFlags.SIGNALED,
+    sgList: [{ addr: mrA.addr, length: N * P, lkey: mrA.lkey }],
+    rdma: { remoteAddr: mrB.addr, rkey: mrB.rkey },
+  });
+  const wc = await next(cqA);
+  expect(wc.statusStr).toBe('success');
+  expect(wc.odp!.faults.destination).toBe(0);
+  expect(wc.odp!.faults.source).toBeGreaterThan(0);
+  expect(wc.odp!.majorFaults).toBe(pager.stats().majorFaults - before);
+  expect(wc.odp!.majorFaults).toBe(N);
+  const got = new Uint8Array(target.buffer);
+  for (let i = 0; i < N; i++) expect([got[i * P], got[(i + 1) * P - 1]]).toEqual([0x30 + i, 0x30 + i]);
+  expect(ctxA.faultLibrary.stats().majorFaults).toBe(N);
 });
 
 it('an RDMA READ of pages that live on the store returns their stored bytes', async () => {
