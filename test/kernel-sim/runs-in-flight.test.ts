@@ -122,6 +122,12 @@ describe('runs in flight', () => {
     // The destination region ends in the middle of run 2: its next block is in no region.
     const end = RUN + RUN / 2;
     const { sys, packets, src, dst, data } = rig(3 * RUN, end);
+    // Run 3's answer is held back 50 ms: the refusal in run 2's answer comes well before it.
+    const deliver = sys.fabric.deliver.bind(sys.fabric);
+    sys.fabric.deliver = (p) => {
+      if (p.type === 'ack' && p.seq === 2 * RUN && p.verdicts) setTimeout(() => deliver(p), 50);
+      else deliver(p);
+    };
     let answeredAtCompletion = -1;
     const cpl = await within(
       'transfer',
@@ -140,6 +146,35 @@ describe('runs in flight', () => {
     expect([ack3.verdicts, ack3.returned]).toEqual([[], { seq: 2 * RUN, count: RUN }]);
     expect(answeredAtCompletion).toBe(3);
     expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: end, errors: 1, completed: 0 });
+    expect(sys.node(0).pldma.inflight).toBe(0);
+  });
+
+  test("the source's stream gone while runs 1 and 2 are on the wire: FLUSHED only after run 2 is answered, counting both runs' bytes", async () => {
+    const { sys, packets, src, dst, data, a } = rig(4 * RUN, 4 * RUN);
+    // Once run 2 is handed to the fabric, the posting process's protection domain goes away:
+    // run 3 is never sent, but runs 1 and 2 are on the wire and land. Run 2's answer is held
+    // back 50 ms, so the requester finds the stream gone (at run 1's answer) well before it.
+    const deliver = sys.fabric.deliver.bind(sys.fabric);
+    sys.fabric.deliver = (p) => {
+      if (p.type === 'write' && p.seq === RUN) sys.node(0).smmu.detach(a.stream.sid);
+      if (p.type === 'ack' && p.seq === RUN && p.verdicts) setTimeout(() => deliver(p), 50);
+      else deliver(p);
+    };
+    let answeredAtCompletion = -1;
+    const cpl = await within(
+      'transfer',
+      post(sys.node(0), src, dst).then((c) => ((answeredAtCompletion = acks(packets).length), c)),
+      20_000,
+    );
+    expect(cpl).toMatchObject({ status: DmaStatus.FLUSHED, side: 'source', bytes: 2 * RUN * P });
+    expect(writes(packets).map((p) => [p.seq, p.count])).toEqual([
+      [0, RUN],
+      [RUN, RUN],
+    ]);
+    expect(answeredAtCompletion).toBe(2);
+    expect(bytesOf(dst, 0, 2 * RUN * P).equals(data.subarray(0, 2 * RUN * P))).toBe(true);
+    expect(bytesOf(dst, 2 * RUN * P).every((x) => x === 0)).toBe(true);
+    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, errors: 1, completed: 0 });
     expect(sys.node(0).pldma.inflight).toBe(0);
   });
 
