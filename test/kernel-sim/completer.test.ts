@@ -296,6 +296,7 @@ describe('completions', () => {
     expect(order).toEqual([1, 2]);
     expect(bytesOf(dst).equals(data)).toBe(true);
     expect('side' in c1).toBe(false);
+    expect('reason' in c1).toBe(false);
     expect(c2.model.startUs).toBeGreaterThanOrEqual(c1.model.startUs);
     const done = events.filter((e) => e.kind === 'complete');
     expect(done.map((e) => [e.tid, e.detail?.['status']])).toEqual([
@@ -313,6 +314,23 @@ describe('completions', () => {
     expect(cpl.reason).toMatch(/^channel 1000000 is not in 0\.\./);
     expect('side' in cpl).toBe(false);
     expect(cpl.bytes).toBe(0);
+  });
+
+  test("a descriptor refused on a channel that is busy leaves the channel's queued transfers alone", async () => {
+    const { sys, src, dst, data, b } = rig(4);
+    dst.evict(P, P);
+    const hold = deferred();
+    env.track(new FaultLibrary(b.socket, { regions: [dst], hold: () => hold.promise }));
+    // Channel 0 holds a transfer parked on its destination fault …
+    const parked = post(sys.node(0), src, dst, { length: 4 * P });
+    await within('the fault', new Promise<void>((r) => sys.tracer.on((e) => e.kind === 'nack' && r())));
+    // … when a descriptor for the same channel is refused before it is queued.
+    const refused = await within('refused transfer', post(sys.node(0), src, dst, { length: 0 }));
+    expect(refused.status).toBe(DmaStatus.BAD_LENGTH);
+    hold.resolve();
+    const cpl = await within('the parked transfer', parked);
+    expect([cpl.status, cpl.bytes]).toEqual([DmaStatus.SUCCESS, 4 * P]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
   });
 
   test('a block retried on the fault timer (nobody answered) is sent again after its NACK, not before', async () => {
