@@ -326,8 +326,8 @@ export class Completer {
     t.modelEnd = Math.max(t.modelEnd, ackAt);
     t.acked += count;
     t.ackedBytes += Math.min(count * s.blockSize, t.desc.length - seq * s.blockSize);
-    t.next = seq + count;
-    if (t.own.size) for (const k of t.own.keys()) if (k < t.next) t.own.delete(k);
+    // Blocks are acked in order: no block before these needs state of its own any more.
+    if (t.own.size) for (const k of t.own.keys()) if (k < seq + count) t.own.delete(k);
     if (t.acked === t.blocks) this.finish(t, DmaStatus.SUCCESS);
     else s.scheduler.kick();
   }

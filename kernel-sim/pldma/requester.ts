@@ -58,7 +58,6 @@ export class Requester implements Schedulable {
         tid,
         desc: { ...desc },
         blocks: 0,
-        next: 0,
         cursor: 0,
         acked: 0,
         ackedBytes: 0,

@@ -176,8 +176,6 @@ export interface Transfer {
   desc: DmaDescriptor;
   /** Blocks of the transfer (blockSize bytes, the last one shorter). */
   blocks: number;
-  /** First block not yet acked (blocks are acked in order). */
-  next: number;
   /** First block not on the wire, parked or held: the next run starts here. */
   cursor: number;
   acked: number;
