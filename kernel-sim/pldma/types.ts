@@ -247,9 +247,9 @@ export interface EngineState {
 /** A block of transfer `tid` of `srcNode` was sent again after a fault at `side`, at these times. */
 export type Retransmitted = (srcNode: number, tid: number, seq: number, side: Side, modelUs: number, realMs: number) => void;
 
-/** Modelled cost of one translation: an IOTLB hit, or a walk per page walked. */
+/** Modelled cost of one translation: an IOTLB hit (nothing walked), or a walk per page walked. */
 export function walkCost(costs: CostModel, tr: Translation): number {
-  return tr.ok ? walkedCost(costs, tr.hit ? 0 : Math.max(1, tr.walked)) : costs.walkUs;
+  return tr.ok ? walkedCost(costs, tr.walked) : costs.walkUs;
 }
 
 /** walkCost of a block that translated with `walked` pages walked (0: an IOTLB hit), as translateBlocks reports it. */
