@@ -345,6 +345,25 @@ describe('bad descriptors', () => {
     expect(bytesOf(dst, 4 * P).every((x) => x === 0xee)).toBe(true);
   });
 
+  test('a short last block that ends where both regions end is translated for its own bytes only: SUCCESS', async () => {
+    // 10 pages in blocks of 4: the last block is 2 pages, and nothing of either region lies
+    // past it. A destination fault at block 0 makes the runs after it short, so the last
+    // block goes in a run of its own, starting inside the transfer.
+    const sys = env.system({ nodes: 2, blockSize: 4 * P });
+    const src = env.region(10 * P);
+    const dst = env.region(10 * P);
+    const data = fill(src);
+    dst.populate();
+    dst.evict(0, P);
+    proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const c = await within('transfer', post(sys.node(0), src, dst, { length: 10 * P }));
+    expect([c.status, c.bytes, c.blocks]).toEqual([DmaStatus.SUCCESS, 10 * P, 3]);
+    expect(c.faults).toEqual({ source: 0, destination: 1 });
+    expect(bytesOf(dst).equals(data)).toBe(true);
+  });
+
   test('a region closed after mapping is no longer translated: DST_ADDR_ERR, no crash', async () => {
     const { sys, src, dst } = rig();
     dst.close();
