@@ -203,6 +203,25 @@ describe('modelled time', () => {
     expect(full.model.us - short.model.us).toBeCloseTo((P - 100) / c.linkBytesPerUs, 9);
   });
 
+  test("blocks returned unanswered behind a NACK cost no link time: the next NACK is dated from the retransmission's own plan", async () => {
+    // Pages R/2 and R/2 + 1 evicted, resolved one page per fault: the first NACK returns the
+    // rest of the run; the run sent after it (2 blocks) takes the second NACK. That NACK's
+    // time comes from the blocks' planned arrival, which must not count the returned blocks.
+    const R = MAX_RUN_BLOCKS;
+    const clean = rig(R);
+    const free = await within('fault-free', post(clean.sys.node(0), clean.src, clean.dst));
+    const nacked = rig(R);
+    nacked.dst.evict((R / 2) * P, 2 * P);
+    env.track(new FaultLibrary(nacked.b.socket, { regions: [nacked.dst], policy: 'touch' }));
+    const faulted = await within('two NACKs in the middle', post(nacked.sys.node(0), nacked.src, nacked.dst));
+    expect([free.status, faulted.status, faulted.faults.destination]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS, 2]);
+    expect(bytesOf(nacked.dst).equals(nacked.data)).toBe(true);
+    // Two fault paths (about 38 µs modelled each), not the link time of the R/2 − 1 blocks
+    // the destination returned (each P / linkBytesPerUs on the link).
+    const returnedLinkUs = (R / 2 - 1) * (P / c.linkBytesPerUs);
+    expect(faulted.model.us - free.model.us).toBeLessThan(returnedLinkUs / 4);
+  });
+
   test("a run ends at its slowest block's answer, not its last block's", async () => {
     // Walks dear, the link nearly free: block 0 walked at both ends, block 1 (warmed by a
     // first transfer of it alone) an IOTLB hit at both, so block 1 is answered first.
