@@ -292,3 +292,60 @@ describe('a page found gone by the copy, after the translation', () => {
     expect(first!.returned).toEqual({ seq: 1, count: 5 });
   });
 });
+
+/**
+ * Two regions adjacent in VA, `lo` ending where `hi` begins (consecutive anonymous mmaps are
+ * placed one below the other: a few tries are enough).
+ */
+function adjacent(loPages: number, hiPages: number): { lo: Region; hi: Region } {
+  for (let i = 0; i < 16; i++) {
+    const hi = env.region(hiPages * P);
+    const lo = env.region(loPages * P);
+    if (lo.address + BigInt(lo.size) === hi.address) return { lo, hi };
+  }
+  throw new Error('no two adjacent mappings in 16 tries');
+}
+
+describe('a write crossing from one region into the next one in VA', () => {
+  test('at the destination: each block lands once, nothing past the write, in the modelled time of one region', async () => {
+    // 12 pages from the start of `lo` (8 pages) into `hi` (32): the last 4 in `hi`, whose
+    // other 28 pages stay as they were. A first write of 2 pages to the start of `hi` leaves
+    // them in the IOTLB, so the blocks in `hi` do not all walk alike.
+    const sys = env.system({ nodes: 2 });
+    const packets = tap(sys);
+    const src = env.region(12 * P);
+    const data = fill(src, 0x3c);
+    const { lo, hi } = adjacent(8, 32);
+    for (const r of [lo, hi]) new Uint8Array(r.buffer).fill(0xee);
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [lo, hi]);
+    const warm = await within('warm-up write', post(sys.node(0), src, hi, { srcVa: src.address + BigInt(8 * P), length: 2 * P }));
+    expect(warm.status).toBe(DmaStatus.SUCCESS);
+    packets.length = 0;
+    const cpl = await within('crossing write', post(sys.node(0), src, lo, { length: 12 * P }));
+    expect([cpl.status, cpl.bytes, cpl.blocks]).toEqual([DmaStatus.SUCCESS, 12 * P, 12]);
+    expect(bytesOf(lo).equals(data.subarray(0, 8 * P))).toBe(true);
+    expect(bytesOf(hi, 0, 4 * P).equals(data.subarray(8 * P))).toBe(true);
+    expect(bytesOf(hi, 4 * P).every((x) => x === 0xee)).toBe(true);
+    // `lo` translated block by block (the run is not in one region), `hi` as one run: two
+    // pieces, two OK verdicts, 12 blocks in all; the second with a walk per block (2 hits, 2 walks).
+    const [ack] = acks(packets);
+    expect(verdicts(ack!)).toEqual([
+      [0, 8, AckResp.OK],
+      [8, 4, AckResp.OK],
+    ]);
+    expect([...ack!.verdicts![1]!.walks!]).toEqual([DEFAULT_COSTS.iotlbHitUs, DEFAULT_COSTS.iotlbHitUs, DEFAULT_COSTS.walkUs, DEFAULT_COSTS.walkUs]);
+    // The same walks and link time as the same two writes into one region of 12 resident pages.
+    const one = env.system({ nodes: 2 });
+    const src1 = env.region(12 * P);
+    const dst1 = env.region(12 * P);
+    fill(src1, 0x3c);
+    new Uint8Array(dst1.buffer).fill(0xee);
+    proc(one.node(0), 100, 7, [src1]);
+    proc(one.node(1), 200, 7, [dst1]);
+    const at8 = { srcVa: src1.address + BigInt(8 * P), dstVa: dst1.address + BigInt(8 * P), length: 2 * P };
+    expect((await within('one-region warm-up', post(one.node(0), src1, dst1, at8))).status).toBe(DmaStatus.SUCCESS);
+    const ref = await within('one-region write', post(one.node(0), src1, dst1, { length: 12 * P }));
+    expect(cpl.model.us).toBeCloseTo(ref.model.us, 9);
+  });
+});
