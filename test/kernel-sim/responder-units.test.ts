@@ -81,6 +81,45 @@ describe('a write whose payload lost a source page on the way', () => {
     expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 2 * RUN, retransmittedBlocks: 1 });
   });
 
+  test('lost in the first run while the second is on the wire: the second is returned whole, written only after the block is sent again', async () => {
+    const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
+    const src = env.region(2 * RUN * P);
+    const dst = env.region(2 * RUN * P);
+    const data = fill(src, 0x65);
+    dst.populate();
+    const a = proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const lost = 2;
+    let marked = false;
+    const packets = tap(sys, (p) => {
+      if (marked || p.seq !== 0) return;
+      marked = true;
+      p.sourceFault = { seq: lost, faultOffset: p.payload.offset + lost * P };
+    });
+    // When the source's library hears the fault, whether anything of the second run has landed.
+    let secondLanded = true;
+    env.track(
+      new FaultLibrary(a.socket, {
+        regions: [src],
+        hold: () => {
+          secondLanded = !bytesOf(dst, RUN * P, RUN * P).every((x) => x === 0);
+          return undefined;
+        },
+      }),
+    );
+    const cpl = await within('transfer', post(sys.node(0), src, dst), 20_000);
+    expect([cpl.status, cpl.retransmittedBlocks]).toEqual([DmaStatus.SUCCESS, 1]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    expect(secondLanded).toBe(false);
+    const [first, second] = acks(packets);
+    expect(verdicts(first!)).toEqual([
+      [0, lost, AckResp.OK],
+      [lost, 1, AckResp.SOURCE_FAULT],
+    ]);
+    expect(first!.returned).toEqual({ seq: lost + 1, count: RUN - lost - 1 });
+    expect([second!.seq, second!.verdicts, second!.returned]).toEqual([RUN, [], { seq: RUN, count: RUN }]);
+  });
+
   test('a stall-mode destination writes one block a write: a page lost later in the run is not its answer', async () => {
     const pages = 8;
     const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
