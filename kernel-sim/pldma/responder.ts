@@ -153,8 +153,8 @@ export class Responder {
             refused = { seq, count: 1, resp: AckResp.FAULT, walkUs };
           } else {
             smmu.recordFault(ctx.sid, fault, 'write');
-            const status = statusForFault(fault.id, 'write');
-            const resp = status === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : status === DmaStatus.PD_ERR ? AckResp.PD_ERR : AckResp.ADDR_ERR;
+            // F_PERMISSION or F_ADDR_SIZE: the stream was found above, in this same turn.
+            const resp = statusForFault(fault.id, 'write') === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : AckResp.ADDR_ERR;
             refused = { seq, count: 1, resp, walkUs, reason: fault.reason };
           }
           break;
