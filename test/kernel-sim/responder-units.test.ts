@@ -14,7 +14,7 @@ import {
   type WritePacket,
 } from '../../kernel-sim/index.js';
 import type { Region } from '../../lib/index.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;
@@ -150,6 +150,57 @@ describe('a write whose payload lost a source page on the way', () => {
     expect(verdicts(first)).toEqual([[0, 1, AckResp.OK]]);
     expect(first.returned).toEqual({ seq: 1, count: pages - 1 });
   });
+});
+
+describe('the copy a write becomes is written for its key and QP', () => {
+  // The only copy thread is held in a genuine userfaultfd fault, so the write's copy waits in
+  // the queue; a fence by the write's key (or QP) then cancels it: nothing of it lands.
+  async function queuedBehindHeldCopy(fence: { key?: number; qp?: number }) {
+    const sys = env.system({ nodes: 2, engineThreads: 1 });
+    const gate = deferred();
+    const faulted = deferred();
+    const uffd = env.uffd({
+      handler: async (f, u) => {
+        faulted.resolve();
+        await gate.promise;
+        u.zeropage(f.region, f.offset, P);
+      },
+    });
+    const missing = env.region(P);
+    const sink = env.region(P);
+    sink.populate();
+    uffd.register(missing);
+    const held = sys.engine.copy(missing, 0, sink, 0, P, 0);
+    await within('the copy thread to fault', faulted.promise);
+    const pages = 64; // 256 KiB: more than is copied inline
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    fill(src, 0x6a);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const pc = post(sys.node(0), src, dst, { key: 0x4d, dstQp: 9 });
+    await within(
+      'the write queued',
+      (async () => {
+        while (sys.engine.inflight < 2) await new Promise((r) => setImmediate(r));
+      })(),
+    );
+    expect(sys.node(1).fence(fence, 1000)).toBe(true);
+    gate.resolve();
+    expect((await within('the held copy', held)).status).toBe(0);
+    const cpl = await within('the write', pc);
+    return { cpl, dst };
+  }
+
+  for (const fence of [{ key: 0x4d }, { qp: 9 }]) {
+    test(`a fence by its ${Object.keys(fence)[0]} cancels it while queued: refused at the destination, not one byte lands`, async () => {
+      const { cpl, dst } = await queuedBehindHeldCopy(fence);
+      expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, side: 'destination', bytes: 0 });
+      expect(cpl.reason).toBe('node 1 revoked key 0x4d / QP 9 before the write');
+      expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
+    });
+  }
 });
 
 describe("the destination's admission check (key and QP)", () => {
