@@ -287,7 +287,7 @@ export class Responder {
       return false;
     }
     if (status === CopyStatus.Ok) {
-      verdicts.push(this.#written(seq, 0, g.count, g, stalls, copy));
+      verdicts.push(this.#written(seq, g.count, g, stalls, copy));
       return true;
     }
     // The copy stopped at the first page it found missing: the blocks before it were written.
@@ -295,11 +295,12 @@ export class Responder {
       status === CopyStatus.SourceFault || status === CopyStatus.DestFault
         ? Math.min(g.count - 1, Math.max(0, Math.floor((faultOffset - (status === CopyStatus.SourceFault ? srcOffset : g.offset)) / bs)))
         : 0;
-    if (k > 0) verdicts.push(this.#written(seq, 0, k, g, stalls, copy));
+    if (k > 0) verdicts.push(this.#written(seq, k, g, stalls, copy));
     const walkUs = g.walks[k]!;
+    const stopSeq = seq + k;
     switch (status) {
       case CopyStatus.SourceFault:
-        verdicts.push({ seq: seq + k, count: 1, resp: AckResp.SOURCE_FAULT, walkUs, faultOffset, stalls });
+        verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.SOURCE_FAULT, walkUs, faultOffset, stalls });
         break;
       case CopyStatus.DestFault: {
         const region = g.region;
@@ -313,13 +314,13 @@ export class Responder {
         };
         smmu.iotlb.invalidateRange(addr, region.pageSize, region.pageSize);
         faults.push(() => this.#fault(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
-        verdicts.push({ seq: seq + k, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
+        verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
         break;
       }
       case CopyStatus.Cancelled:
         // Fenced while queued: the key or QP it was written for went away.
         verdicts.push({
-          seq: seq + k,
+          seq: stopSeq,
           count: 1,
           resp: AckResp.ACCESS_ERR,
           walkUs,
@@ -327,19 +328,19 @@ export class Responder {
         });
         break;
       default:
-        verdicts.push({ seq: seq + k, count: 1, resp: AckResp.FLUSHED, walkUs, reason: 'the copy engine was closed' });
+        verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FLUSHED, walkUs, reason: 'the copy engine was closed' });
     }
     return false;
   }
 
-  // The verdict for blocks [from, from+count) of a group that were written: one walk figure
-  // if they all took the same, else one per block.
-  #written(seq: number, from: number, count: number, g: Group, stalls: number, copy: { copyThread: number; copyNs: number } | undefined): Verdict {
-    const w0 = g.walks[from]!;
+  // The verdict for the first `count` blocks of a group, written: one walk figure if they
+  // all took the same, else one per block.
+  #written(seq: number, count: number, g: Group, stalls: number, copy: { copyThread: number; copyNs: number } | undefined): Verdict {
+    const w0 = g.walks[0]!;
     let same = true;
-    for (let j = from + 1; j < from + count && same; j++) same = g.walks[j] === w0;
-    const v: Verdict = { seq: seq + from, count, resp: AckResp.OK, walkUs: w0, stalls };
-    if (!same) v.walks = Float64Array.from(g.walks.slice(from, from + count));
+    for (let j = 1; j < count && same; j++) same = g.walks[j] === w0;
+    const v: Verdict = { seq, count, resp: AckResp.OK, walkUs: w0, stalls };
+    if (!same) v.walks = Float64Array.from(g.walks.slice(0, count));
     if (copy) {
       v.copyThread = copy.copyThread;
       v.copyNs = copy.copyNs;
