@@ -14,6 +14,7 @@ import {
   type WritePacket,
 } from '../../kernel-sim/index.js';
 import type { Region } from '../../lib/index.js';
+import { binding } from '../../native/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
 
 const env = useEnv();
@@ -149,6 +150,26 @@ describe('a write whose payload lost a source page on the way', () => {
     const first = acks(packets)[0]!;
     expect(verdicts(first)).toEqual([[0, 1, AckResp.OK]]);
     expect(first.returned).toEqual({ seq: 1, count: pages - 1 });
+  });
+});
+
+describe('which thread copies a write', () => {
+  test('a small write into resident memory is copied inline, on this JS thread; a large one by a copy thread', async () => {
+    const sys = env.system({ nodes: 2 });
+    const packets = tap(sys);
+    const src = env.region(64 * P);
+    const dst = env.region(64 * P);
+    const data = fill(src, 0x6b);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const small = await within('64 B write', post(sys.node(0), src, dst, { length: 64 }));
+    const large = await within('256 KiB write', post(sys.node(0), src, dst, { length: 64 * P }));
+    expect([small.status, large.status]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS]);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    const [a1, a2] = acks(packets);
+    expect(a1!.verdicts![0]!.copyThread).toBe(binding.gettid());
+    expect(sys.engine.tids).toContain(a2!.verdicts![0]!.copyThread);
   });
 });
 
