@@ -121,7 +121,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
     const kept = Buffer.from(dst.buffer).subarray(0);
     const copy = Buffer.from(kept);
 
-    dst.collapse(); // MADV_COLLAPSE: what khugepaged does later, now
+    await collapse(dst); // MADV_COLLAPSE: what khugepaged does later, now
 
     const after = dst.frames();
     const framesVisible = unpinned.visible && before.visible && after.visible;
@@ -237,6 +237,22 @@ async function write(
 }
 
 /** How many pages sit in another frame in `b` than in `a`. */
+/**
+ * MADV_COLLAPSE, tried again while the kernel says EAGAIN. That is transient: a page just
+ * faulted in by a thread on another CPU can sit in that CPU's LRU batch, where the collapse
+ * cannot isolate it, until the batch drains. Any other error, or EAGAIN after a second, is thrown.
+ */
+async function collapse(r: Region): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return r.collapse();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EAGAIN' || attempt === 50) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+}
+
 function moved(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let n = 0;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) n++;
@@ -295,7 +311,7 @@ async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport
   const r = mapRegion(size);
   try {
     fill(r, 8);
-    r.collapse(); // makes the range THP-eligible (MADV_HUGEPAGE) as a side effect
+    await collapse(r); // makes the range THP-eligible (MADV_HUGEPAGE) as a side effect
     for (let o = 0; o < size; o += HUGE_PAGE_SIZE) r.evict(o + PAGE_SIZE, HUGE_PAGE_SIZE - PAGE_SIZE);
     fill(r, 9);
     r.pin();
