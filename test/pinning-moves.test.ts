@@ -126,7 +126,7 @@ describe('pagefault-rdma pinning-moves', () => {
 
   it.runIf(root)('as user nobody: frames need CAP_SYS_ADMIN, residency is shown, the move is still handled', async () => {
     const c = await runFixture('pinning-moves.mjs', [], { asNobody: true, timeoutMs: 60_000 });
-    expect(c.code).toBe(0);
+    expect(c.code, c.stderr).toBe(0);
     const r = report<PinningMovesResult>(c);
     expect(r.uid).toBe(65534);
     common(r);

@@ -8,7 +8,7 @@ beforeAll(requireDist);
 it('workers handle faults on their own userfaultfd; terminate() with a fault in flight returns', async () => {
   const r = await runFixture('worker-uffd.mjs', [], { timeoutMs: 20_000 });
   expect(r.signal).toBeNull();
-  expect(r.code).toBe(0);
+  expect(r.code, r.stderr).toBe(0);
   const out = report<{ workers: Array<{ code: number; faults: number; bytesOk: boolean }>; terminated: boolean }>(r);
   expect(out.workers).toEqual([
     { code: 0, faults: 16, bytesOk: true },
@@ -19,7 +19,7 @@ it('workers handle faults on their own userfaultfd; terminate() with a fault in 
 
 it("a worker's JS thread reading its own registered memory is resolved natively at once, not by its own handler", async () => {
   const r = await runFixture('worker-own-fault.mjs', [], { timeoutMs: 20_000 });
-  expect(r.code).toBe(0);
+  expect(r.code, r.stderr).toBe(0);
   type Row = {
     delivery: string;
     workerTid: number;
@@ -48,7 +48,7 @@ it("a worker's JS thread reading its own registered memory is resolved natively 
 it('workers terminated while their copy threads are busy never crash the process', async () => {
   const r = await runFixture('worker-teardown.mjs', ['150'], { timeoutMs: 90_000 });
   expect(r.signal).toBeNull(); // SIGSEGV before the addon was pinned and Deliver checked env
-  expect(r.code).toBe(0);
+  expect(r.code, r.stderr).toBe(0);
   expect(report<{ rounds: number; copiesSeen: number }>(r)).toEqual({ rounds: 150, copiesSeen: 150 });
   // The child is bounded by its own 90 s: on a loaded 2-core machine 150 workers took > 30 s.
 }, 100_000);

@@ -175,7 +175,7 @@ describe('RNR', () => {
     requireDist();
     const r = await runFixture('rnr-forever.mjs', [], { timeoutMs: 10_000 });
     expect(r.signal).toBeNull();
-    expect(r.code).toBe(0);
+    expect(r.code, r.stderr).toBe(0);
     expect(report<{ posted: boolean }>(r).posted).toBe(true);
   });
 

@@ -572,7 +572,7 @@ describe('verbs that fail at once (errno codes)', () => {
   test('regMr: pinning past RLIMIT_MEMLOCK fails with the limit and the fix (child as nobody, ulimit -l 64)', async () => {
     requireDist();
     const r = await runFixture('memlock.mjs', [], { asNobody: true, memlockKiB: 64 });
-    expect(r.code).toBe(0);
+    expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe('');
     const out = report<{
       uid: number;
