@@ -224,6 +224,64 @@ describe('the copy a write becomes is written for its key and QP', () => {
   }
 });
 
+describe('a copy that stops while the next run of its transfer is already translated', () => {
+  test("the next run's answer is dropped (its blocks returned whole), though it stopped at a fault of its own", async () => {
+    // Run 1 (RUN blocks) and run 2 (80) of one transfer are both translated before either is
+    // copied: the only copy thread is held in a genuine userfaultfd fault. Run 2 stops at its
+    // own destination fault (block RUN + 70, evicted before the post); then page 5 of run 1
+    // goes away under its queued copy. Run 1's copy stops there, so run 2, behind it, must
+    // come back whole, not with verdicts for blocks after a hole.
+    const sys = env.system({ nodes: 2, engineThreads: 1, faultTimeoutMs: 60_000 });
+    const packets = tap(sys);
+    const gate = deferred();
+    const faulted = deferred();
+    const uffd = env.uffd({
+      handler: async (f, u) => {
+        faulted.resolve();
+        await gate.promise;
+        u.zeropage(f.region, f.offset, P);
+      },
+    });
+    const missing = env.region(P);
+    const sink = env.region(P);
+    sink.populate();
+    uffd.register(missing);
+    const held = sys.engine.copy(missing, 0, sink, 0, P, 0);
+    await within('the copy thread to fault', faulted.promise);
+    const pages = RUN + 80;
+    const src = env.region(pages * P);
+    const dst = env.region(pages * P);
+    const data = fill(src, 0x71);
+    dst.populate();
+    dst.evict((RUN + 70) * P, P);
+    proc(sys.node(0), 100, 7, [src]);
+    const b = proc(sys.node(1), 200, 7, [dst]);
+    const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
+    const pc = post(sys.node(0), src, dst);
+    await within(
+      "both runs' copies queued",
+      (async () => {
+        while (sys.engine.inflight < 3) await new Promise((r) => setImmediate(r));
+      })(),
+    );
+    dst.evict(5 * P, P);
+    gate.resolve();
+    expect((await within('the held copy', held)).status).toBe(0);
+    const cpl = await within('the transfer', pc, 20_000);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst).equals(data)).toBe(true);
+    const [a1, a2] = acks(packets);
+    expect(verdicts(a1!)).toEqual([
+      [0, 5, AckResp.OK],
+      [5, 1, AckResp.FAULT],
+    ]);
+    expect(a1!.returned).toEqual({ seq: 6, count: RUN - 6 });
+    expect([a2!.seq, verdicts(a2!), a2!.returned]).toEqual([RUN, [], { seq: RUN, count: 80 }]);
+    // Run 2's own fault was never NACKed: block RUN + 70 faults again when it is sent again.
+    expect(lib.faults.map((f) => f.offset / P)).toEqual([5, RUN + 70]);
+  });
+});
+
 describe("the destination's admission check (key and QP)", () => {
   function rig(pages: number) {
     const sys = env.system({ nodes: 2 });
