@@ -2,7 +2,7 @@
 // histograms (measured and modelled), the Chrome trace, and the prefetcher's window.
 import { afterEach, describe, expect, test } from 'vitest';
 import { MODEL_LABEL } from '../../kernel-sim/index.js';
-import { Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent, type TraceOption } from '../../lib/index.js';
+import { Cluster, Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent, type TraceOption } from '../../lib/index.js';
 import { closeAll, createPlayers, P, pollOk } from './helpers.js';
 
 afterEach(closeAll);
@@ -119,6 +119,21 @@ describe('trace', () => {
 
   test('a bad trace option is a clear error before anything is built', () => {
     expect(() => createPlayers({ cluster: { trace: { limit: 0 } } })).toThrow(/trace must be true, false or \{ limit/);
+    // Not an object, null, a limit that is not a positive integer, a function that has one: each refused by name.
+    const bad: unknown[] = [null, 5, 'on', { limit: 1.5 }, { limit: '8' }, { limit: -1 }, {}, Object.assign(() => {}, { limit: 8 })];
+    for (const trace of bad) {
+      expect(() => Cluster.create({ nodes: 2, trace: trace as TraceOption }), String(trace)).toThrow(
+        /^trace must be true, false or \{ limit: a positive integer \} \(events kept\), got /,
+      );
+    }
+  });
+
+  test('a ring of one event keeps the newest', async () => {
+    const { server } = await faultingWrite(2, 'touch', { limit: 1 });
+    const t = server.ctx.faultLibrary.trace;
+    expect(t.events).toHaveLength(1);
+    expect(t.events[0]!.kind).toBe('complete');
+    expect(t.dropped).toBeGreaterThan(0);
   });
 
   test('Chrome trace-event JSON: both timelines, every step of the fault, serialisable', async () => {
