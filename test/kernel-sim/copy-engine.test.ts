@@ -6,7 +6,7 @@
 import { describe, expect, test } from 'vitest';
 import { CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../kernel-sim/index.js';
 import { binding } from '../../native/index.js';
-import { bytesOf, deferred, fill, P, useEnv, within } from './helpers.js';
+import { bytesOf, fill, holdCopyThread, P, useEnv, within } from './helpers.js';
 
 const env = useEnv();
 const CHECKS = CopyFlag.CheckSource | CopyFlag.CheckDest;
@@ -32,25 +32,7 @@ function regions(bytes: number) {
  */
 async function heldEngine(heldTag: CopyTag) {
   const eng = env.track(new CopyEngine(1));
-  const gate = deferred();
-  const faulted = deferred();
-  const uffd = env.uffd({
-    handler: async (f, u) => {
-      faulted.resolve();
-      await gate.promise;
-      u.zeropage(f.region, f.offset, P);
-    },
-  });
-  const missing = env.region(P);
-  const sink = env.region(P);
-  sink.populate();
-  uffd.register(missing);
-  const held = eng.copy(missing, 0, sink, 0, P, 0, heldTag);
-  await within('the copy thread to fault', faulted.promise);
-  const release = async (): Promise<CopyResult> => {
-    gate.resolve();
-    return within('the held copy', held);
-  };
+  const release = await holdCopyThread(env, eng, heldTag);
   return { eng, release };
 }
 

@@ -9,6 +9,9 @@ import {
   IommuPageResponseCode,
   NlCmd,
   SimSystem,
+  type CopyEngine,
+  type CopyResult,
+  type CopyTag,
   type DmaCompletion,
   type DmaDescriptor,
   type FaultModel,
@@ -19,7 +22,7 @@ import {
   type StreamContext,
   type SystemOptions,
 } from '../../kernel-sim/index.js';
-import { P, pattern } from '../helpers.js';
+import { deferred, P, pattern } from '../helpers.js';
 
 // The small helpers every suite shares.
 export { deferred, P, pattern, sleep, until } from '../helpers.js';
@@ -68,6 +71,33 @@ export function useEnv(): Env {
       middle.push(resource);
       return resource;
     },
+  };
+}
+
+/**
+ * Hold one of `engine`'s copy threads in a genuine userfaultfd fault: it copies from a
+ * registered source page that is missing (tagged `tag`) until `release()`, which answers the
+ * fault and returns that copy's result. With a one-thread engine, later copies wait queued.
+ */
+export async function holdCopyThread(env: Env, engine: CopyEngine, tag?: CopyTag): Promise<() => Promise<CopyResult>> {
+  const gate = deferred();
+  const faulted = deferred();
+  const uffd = env.uffd({
+    handler: async (f, u) => {
+      faulted.resolve();
+      await gate.promise;
+      u.zeropage(f.region, f.offset, P);
+    },
+  });
+  const missing = env.region(P);
+  const sink = env.region(P);
+  sink.populate();
+  uffd.register(missing);
+  const held = engine.copy(missing, 0, sink, 0, P, 0, tag);
+  await within('the copy thread to fault', faulted.promise);
+  return () => {
+    gate.resolve();
+    return within('the held copy', held);
   };
 }
 

@@ -15,7 +15,7 @@ import {
 } from '../../kernel-sim/index.js';
 import type { Region } from '../../lib/index.js';
 import { binding } from '../../native/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from './helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;
@@ -178,21 +178,7 @@ describe('the copy a write becomes is written for its key and QP', () => {
   // the queue; a fence by the write's key (or QP) then cancels it: nothing of it lands.
   async function queuedBehindHeldCopy(fence: { key?: number; qp?: number }) {
     const sys = env.system({ nodes: 2, engineThreads: 1 });
-    const gate = deferred();
-    const faulted = deferred();
-    const uffd = env.uffd({
-      handler: async (f, u) => {
-        faulted.resolve();
-        await gate.promise;
-        u.zeropage(f.region, f.offset, P);
-      },
-    });
-    const missing = env.region(P);
-    const sink = env.region(P);
-    sink.populate();
-    uffd.register(missing);
-    const held = sys.engine.copy(missing, 0, sink, 0, P, 0);
-    await within('the copy thread to fault', faulted.promise);
+    const release = await holdCopyThread(env, sys.engine);
     const pages = 64; // 256 KiB: more than is copied inline
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
@@ -208,8 +194,7 @@ describe('the copy a write becomes is written for its key and QP', () => {
       })(),
     );
     expect(sys.node(1).fence(fence, 1000)).toBe(true);
-    gate.resolve();
-    expect((await within('the held copy', held)).status).toBe(0);
+    expect((await release()).status).toBe(0);
     const cpl = await within('the write', pc);
     return { cpl, dst };
   }
@@ -233,21 +218,7 @@ describe('a copy that stops while the next run of its transfer is already transl
     // come back whole, not with verdicts for blocks after a hole.
     const sys = env.system({ nodes: 2, engineThreads: 1, faultTimeoutMs: 60_000 });
     const packets = tap(sys);
-    const gate = deferred();
-    const faulted = deferred();
-    const uffd = env.uffd({
-      handler: async (f, u) => {
-        faulted.resolve();
-        await gate.promise;
-        u.zeropage(f.region, f.offset, P);
-      },
-    });
-    const missing = env.region(P);
-    const sink = env.region(P);
-    sink.populate();
-    uffd.register(missing);
-    const held = sys.engine.copy(missing, 0, sink, 0, P, 0);
-    await within('the copy thread to fault', faulted.promise);
+    const release = await holdCopyThread(env, sys.engine);
     const pages = RUN + 80;
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
@@ -265,8 +236,7 @@ describe('a copy that stops while the next run of its transfer is already transl
       })(),
     );
     dst.evict(5 * P, P);
-    gate.resolve();
-    expect((await within('the held copy', held)).status).toBe(0);
+    expect((await release()).status).toBe(0);
     const cpl = await within('the transfer', pc, 20_000);
     expect(cpl.status).toBe(DmaStatus.SUCCESS);
     expect(bytesOf(dst).equals(data)).toBe(true);
