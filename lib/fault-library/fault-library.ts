@@ -228,7 +228,7 @@ export class FaultLibrary {
       const up = (x: number) => x + ((ps - (x % ps)) % ps);
       const lo = reg ? reg.offset : 0;
       const hi = reg ? reg.offset + reg.length : region.size;
-      let start = Math.max(lo - (lo % ps), span.offset);
+      let start = Math.max(lo, span.offset); // a registration starts on a page (region.span)
       let end = Math.min(up(hi), up(span.offset + span.length), region.size);
       if (region.hugePages) {
         start -= start % HUGE_PAGE_SIZE;
