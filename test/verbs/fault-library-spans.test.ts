@@ -119,3 +119,21 @@ test('a fault at an exact address (mid-page, as an SMMU reports its input addres
   expect([f.status, f.bytes, f.pagesMadeResident]).toEqual([IommuPageResponseCode.SUCCESS, 3 * P, 3]);
   expect([...dst.residency()]).toEqual([0, 1, 1, 1, 0, 0, 0, 0]);
 });
+
+test('THP memory: a fault makes the whole huge page it is in resident, and not the next one', async () => {
+  const H = 2 * 1024 * 1024;
+  const dst = mapRegion(2 * H, { hugePages: true });
+  open.push(dst);
+  const { lib, data, map } = rig();
+  const write = map(dst);
+  lib.register(dst, 0, 2 * H, 'touch');
+  const resolved: ResolvedFault[] = [];
+  lib.onResolve((f) => resolved.push(f));
+  const c = await write(2 * P, P);
+  expect(c.status).toBe(DmaStatus.SUCCESS);
+  expect(resolved.map((f) => [f.bytes, f.pagesMadeResident])).toEqual([[H, H / P]]);
+  const residency = dst.residency();
+  expect(residency.subarray(0, H / P).every((x) => x === 1)).toBe(true);
+  expect(residency.subarray(H / P).every((x) => x === 0)).toBe(true);
+  expect(Buffer.from(dst.buffer, 2 * P, P).equals(data.subarray(0, P))).toBe(true);
+});

@@ -2,7 +2,7 @@
 // userfaultfd fault, the library places the pages without waking it (UFFDIO_ZEROPAGE) and
 // CMD_RESUME replays the access; without a userfaultfd it cannot, and says so.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus } from '../../kernel-sim/index.js';
+import { DEFAULT_COSTS, DmaStatus } from '../../kernel-sim/index.js';
 import { FaultLibrary, type ResolvedFault } from '../../lib/index.js';
 import { bytesOf, P, post, stallRig, useEnv, within } from '../kernel-sim/helpers.js';
 
@@ -26,6 +26,13 @@ describe('stalled faults', () => {
     const s = lib.stats();
     expect(s.faults.byKind).toEqual({ 'F_TRANSLATION/write/stall': pages });
     expect([s.notifications, s.resolveCalls, s.pagesMadeResident, s.unresolved]).toEqual([pages, pages, pages, 0]);
+    // Answered with METHOD uffd: modelled as a gup-like call for one page, between the
+    // library's wake-up and the response it sends.
+    const c0 = DEFAULT_COSTS;
+    const resolve = s.phases.model.resolve;
+    expect(resolve.count).toBe(pages);
+    expect(resolve.min).toBeCloseTo(c0.wakeupUs + c0.gupCallUs + c0.gupPageUs + c0.requestUs, 9);
+    expect(resolve.max).toBeCloseTo(resolve.min, 9);
   });
 
   test('without a userfaultfd the library cannot place the page: FAILURE, counted unresolved, the access aborted', async () => {
