@@ -3,7 +3,7 @@
 // the block went out again, the retransmission. No fault library listens to the system's
 // tracer for them (the tracer is for observation only).
 import { afterEach, expect, test } from 'vitest';
-import { SimSystem, DmaStatus } from '../../kernel-sim/index.js';
+import { DmaStatus, NlCmd, SimSystem } from '../../kernel-sim/index.js';
 import { FaultLibrary, mapRegion, PAGE_SIZE as P, type Region } from '../../lib/index.js';
 
 const open: Array<{ close(): void }> = [];
@@ -39,4 +39,44 @@ test('a fault library without a trace counts every phase of every fault, and nob
   expect(s.phases.model.notify.min).toBeCloseTo(s.phases.model.notify.max, 9);
   expect(s.phases.model.resolve.min).toBeCloseTo(s.phases.model.resolve.max, 9);
   expect(sys.tracer.active).toBe(false);
+});
+
+test('the measured detect and notify phases are the time that really passed: a 5 ms hold on the wire, then one at the netlink send', async () => {
+  const HOLD_MS = 5;
+  const hold = () => {
+    const until = performance.now() + HOLD_MS;
+    while (performance.now() < until);
+  };
+  const src: Region = mapRegion(2 * P);
+  const dst: Region = mapRegion(2 * P);
+  open.push(src, dst);
+  new Uint8Array(src.buffer).fill(9);
+  const sys = new SimSystem({ nodes: 2 });
+  open.push(sys);
+  const a = sys.node(0).attachProcess({ pid: 100, pd: 7 });
+  sys.node(0).map(a.stream, src);
+  const b = sys.node(1).attachProcess({ pid: 200, pd: 7 });
+  sys.node(1).map(b.stream, dst);
+  const lib = new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch' });
+  open.splice(2, 0, lib);
+  // Each write is held on the wire after it was issued, before the destination sees it; each
+  // fault notice after it was stamped sent, before the library has it.
+  const deliver = sys.fabric.deliver.bind(sys.fabric);
+  sys.fabric.deliver = (p) => {
+    if (p.type === 'write') hold();
+    deliver(p);
+  };
+  const stop = sys.node(1).netlink.monitor((m, to) => {
+    if (to === 200 && m.cmd === NlCmd.FAULT) hold();
+  });
+  const c = await sys.node(0).post({ channel: 0, srcVa: src.address, dstNode: 1, dstVa: dst.address, length: 2 * P, pd: 7 });
+  stop();
+  expect(c.status).toBe(DmaStatus.SUCCESS);
+  expect(c.faults).toEqual({ source: 0, destination: 2 });
+  const { real } = lib.stats().phases;
+  expect([real.detect.count, real.notify.count]).toEqual([2, 2]);
+  // In µs: at least the hold, and less than the whole transfer took.
+  expect(real.detect.min).toBeGreaterThanOrEqual(HOLD_MS * 1000);
+  expect(real.notify.min).toBeGreaterThanOrEqual(HOLD_MS * 1000);
+  expect(real.detect.max + real.notify.max).toBeLessThan(c.real.us);
 });
