@@ -137,3 +137,13 @@ test('THP memory: a fault makes the whole huge page it is in resident, and not t
   expect(residency.subarray(H / P).every((x) => x === 0)).toBe(true);
   expect(Buffer.from(dst.buffer, 2 * P, P).equals(data.subarray(0, P))).toBe(true);
 });
+
+test('a closed fault library says so by name: ERR_PFR_CLOSED', () => {
+  const dst = mapRegion(P);
+  open.push(dst);
+  const { lib } = rig();
+  lib.close();
+  expect(() => lib.register(dst, 0, P, 'touch')).toThrow(
+    expect.objectContaining({ code: 'ERR_PFR_CLOSED', message: 'FaultLibrary is closed; create a new one' }),
+  );
+});
