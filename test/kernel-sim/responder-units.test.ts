@@ -473,6 +473,9 @@ describe('a write crossing from one region into the next one in VA', () => {
       [0, 8, AckResp.OK],
       [8, 4, AckResp.OK],
     ]);
+    // `lo`'s 8 blocks, joined from 8 one-block pieces, all walked alike: one figure, no list.
+    expect(ack!.verdicts![0]!).toMatchObject({ walkUs: DEFAULT_COSTS.walkUs });
+    expect(ack!.verdicts![0]!.walks).toBeUndefined();
     expect([...ack!.verdicts![1]!.walks!]).toEqual([DEFAULT_COSTS.iotlbHitUs, DEFAULT_COSTS.iotlbHitUs, DEFAULT_COSTS.walkUs, DEFAULT_COSTS.walkUs]);
     // The same walks and link time as the same two writes into one region of 12 resident pages.
     const one = env.system({ nodes: 2 });
