@@ -446,6 +446,22 @@ function adjacent(loPages: number, hiPages: number): { lo: Region; hi: Region } 
 }
 
 describe('a write crossing from one region into the next one in VA', () => {
+  test('a write ending mid-block in the second region: its last piece is cut at the write end, not at the block end', async () => {
+    const sys = env.system({ nodes: 2 });
+    const src = env.region(12 * P);
+    const data = fill(src, 0x5d);
+    const { lo, hi } = adjacent(8, 32);
+    for (const r of [lo, hi]) new Uint8Array(r.buffer).fill(0xee);
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [lo, hi]);
+    const length = 12 * P - 100;
+    const cpl = await within('crossing write', post(sys.node(0), src, lo, { length }));
+    expect([cpl.status, cpl.bytes]).toEqual([DmaStatus.SUCCESS, length]);
+    expect(bytesOf(lo).equals(data.subarray(0, 8 * P))).toBe(true);
+    expect(bytesOf(hi, 0, 4 * P - 100).equals(data.subarray(8 * P, length))).toBe(true);
+    expect(bytesOf(hi, 4 * P - 100).every((x) => x === 0xee)).toBe(true);
+  });
+
   test('at the destination: each block lands once, nothing past the write, in the modelled time of one region', async () => {
     // 12 pages from the start of `lo` (8 pages) into `hi` (32): the last 4 in `hi`, whose
     // other 28 pages stay as they were. A first write of 2 pages to the start of `hi` leaves
