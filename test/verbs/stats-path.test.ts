@@ -11,9 +11,10 @@ afterEach(() => {
   for (const r of open.splice(0).reverse()) r.close();
 });
 
-test('a fault library without a trace counts every phase of every fault, and nobody listens to the tracer', async () => {
-  const src: Region = mapRegion(4 * P);
-  const dst: Region = mapRegion(4 * P);
+/** `pages` of a filled source on node 0 written into as many untouched pages on node 1, whose fault library answers by touch. */
+function rig(pages: number, trace: boolean) {
+  const src: Region = mapRegion(pages * P);
+  const dst: Region = mapRegion(pages * P);
   open.push(src, dst);
   new Uint8Array(src.buffer).fill(9);
   const sys = new SimSystem({ nodes: 2 });
@@ -22,8 +23,13 @@ test('a fault library without a trace counts every phase of every fault, and nob
   sys.node(0).map(a.stream, src);
   const b = sys.node(1).attachProcess({ pid: 200, pd: 7 });
   sys.node(1).map(b.stream, dst);
-  const lib = new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch', trace: false });
+  const lib = new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch', trace });
   open.splice(2, 0, lib);
+  return { src, dst, sys, lib };
+}
+
+test('a fault library without a trace counts every phase of every fault, and nobody listens to the tracer', async () => {
+  const { src, dst, sys, lib } = rig(4, false);
   expect(sys.tracer.active).toBe(false);
   const c = await sys.node(0).post({ channel: 0, srcVa: src.address, dstNode: 1, dstVa: dst.address, length: 4 * P, pd: 7 });
   expect(c.status).toBe(DmaStatus.SUCCESS);
@@ -47,18 +53,7 @@ test('the measured phases are the time that really passed: 5 ms held on the wire
     const until = performance.now() + HOLD_MS;
     while (performance.now() < until);
   };
-  const src: Region = mapRegion(2 * P);
-  const dst: Region = mapRegion(2 * P);
-  open.push(src, dst);
-  new Uint8Array(src.buffer).fill(9);
-  const sys = new SimSystem({ nodes: 2 });
-  open.push(sys);
-  const a = sys.node(0).attachProcess({ pid: 100, pd: 7 });
-  sys.node(0).map(a.stream, src);
-  const b = sys.node(1).attachProcess({ pid: 200, pd: 7 });
-  sys.node(1).map(b.stream, dst);
-  const lib = new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch' });
-  open.splice(2, 0, lib);
+  const { src, dst, sys, lib } = rig(2, true);
   // Each write is held on the wire after it was issued, before the destination sees it; each
   // fault notice after it was stamped sent, before the library has it; each answer after the
   // library resolved, before the kernel has it (so before the block goes out again).
