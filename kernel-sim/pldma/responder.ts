@@ -30,7 +30,11 @@ export interface ResponderDeps {
   waiters: FaultWaiters;
 }
 
-/** The destination's own check of the key and QP a write names (the verbs responder's rkey check), for a span of its blocks. */
+/**
+ * The destination's own check of the key and QP a write names (the verbs responder's rkey
+ * check), for a span of its blocks. Once installed it is asked about every write, also one
+ * that names neither.
+ */
 export type Admission = (p: WritePacket, span: WireBlock) => boolean;
 
 /** Blocks of a write whose destination translated in one piece: where they land. */
@@ -112,7 +116,9 @@ export class Responder {
       // block by block. A stall-mode block is written alone, under its own stall window.
       const stallMode = ctx.faultModel === 'stall';
       const want = stallMode ? Math.min(carried, 1) : carried;
-      const checks = this.admit !== undefined && (p.key !== undefined || p.qpn !== undefined);
+      // With a check installed every write is asked, also one that names no key and no QP
+      // (another node's engine could send one; the check decides what such a write may do).
+      const checks = this.admit !== undefined;
       const admitted = checks ? this.#admitted(p, want) : want;
       const end = Math.min(p.length, admitted * bs);
       const walked = this.#walked;
@@ -166,7 +172,10 @@ export class Responder {
           count: 1,
           resp: AckResp.ACCESS_ERR,
           walkUs: 0,
-          reason: `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`,
+          reason:
+            p.key === undefined && p.qpn === undefined
+              ? `node ${this.#d.node} does not accept a write from node ${p.src} that names no memory key and no QP`
+              : `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`,
         };
     }
     // Where this write stops is known now, before any copy: the channel's next write of this

@@ -76,7 +76,10 @@ export class Device {
   }
 
   #admit(p: WritePacket, block: WireBlock): boolean {
-    const qp = p.qpn === undefined ? undefined : this.tables.qp(p.qpn);
+    // A write that names no QP is the device's own (an atomic reading into its QP's scratch
+    // buffer): only this node's engine posts one, and with no key. Another node's never lands.
+    if (p.qpn === undefined) return p.src === this.node && p.key === undefined;
+    const qp = this.tables.qp(p.qpn);
     return qp !== undefined && qp.accepts(p.src, p.key, block.va, block.length, p.pd);
   }
 }

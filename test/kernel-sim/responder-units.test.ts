@@ -309,7 +309,7 @@ describe("the destination's admission check (key and QP)", () => {
     expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
   });
 
-  test('no check set: a write naming a key and QP lands; then one naming only a QP is checked, one naming neither is not', async () => {
+  test('no check set: a write naming a key and QP lands; with one set, a write naming only a QP, or neither, is checked', async () => {
     const { sys, src, dst, data, spans, admitUpTo } = rig(2);
     const unchecked = await within('no check', post(sys.node(0), src, dst, { key: 3, dstQp: 4 }));
     expect(unchecked.status).toBe(DmaStatus.SUCCESS);
@@ -323,9 +323,19 @@ describe("the destination's admission check (key and QP)", () => {
       [0, P],
     ]);
     expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
+    // Naming neither is no way around the check: it is asked too, and says what it refused.
     const plain = await within('neither', post(sys.node(0), src, dst));
-    expect(plain.status).toBe(DmaStatus.SUCCESS);
-    expect(spans).toHaveLength(2);
+    expect(plain).toMatchObject({
+      status: DmaStatus.DST_PERM_ERR,
+      bytes: 0,
+      reason: 'node 1 does not accept a write from node 0 that names no memory key and no QP',
+    });
+    expect(spans).toHaveLength(4);
+    expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
+    admitUpTo(2 * P);
+    const admitted = await within('neither, admitted', post(sys.node(0), src, dst));
+    expect(admitted.status).toBe(DmaStatus.SUCCESS);
+    expect(spans).toHaveLength(5);
     expect(bytesOf(dst).equals(data)).toBe(true);
   });
 });

@@ -17,7 +17,8 @@ import {
   type SendWr,
   type WorkCompletion,
 } from '../../lib/index.js';
-import { closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, thrown, type Player } from './helpers.js';
+import { DmaStatus } from '../../kernel-sim/index.js';
+import { allBytes, closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, thrown, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -123,6 +124,58 @@ describe('only the connected QP is heard', () => {
     expect(recv.wrId).toBe(77n);
     expect(recv.status).toBe(WcStatus.SUCCESS);
     expect(server.bytes(0, MSG).every((b) => b === 0x55)).toBe(true);
+  });
+});
+
+describe("the responder's per-block admission", () => {
+  // What a peer process's own engine could send across the fabric: write packets it forged,
+  // never asked for by a request. Each must be refused block by block, bytes unchanged.
+  test("another node's engine cannot write into a QP's memory, naming its QP, its key and its PD, or naming none of them", async () => {
+    const { cluster, client, server } = createPlayers({ cluster: { nodes: 3 } });
+    server.fill(0x33, 0, 2 * P);
+    // On nodes 0 and 2, a stream of the forger's own, mapping its source.
+    const src = region(2 * P);
+    new Uint8Array(src.buffer).fill(0x66);
+    for (const n of [0, 2]) cluster.system.node(n).map(cluster.system.node(n).allocStream({ pid: 9000 + n, pd: 900 + n }), src);
+    const forge = (from: number, extra: { key?: number; dstQp?: number; dstPd?: number }) =>
+      cluster.system.node(from).post({
+        channel: 0,
+        srcVa: src.address,
+        dstNode: 1,
+        dstVa: server.at(0),
+        length: 2 * P,
+        pd: 900 + from,
+        dstPd: server.pd.handle,
+        retryLimit: 0,
+        ...extra,
+      });
+    const right = { key: server.mr.rkey, dstQp: server.qp.qpNum };
+    // A second PD of the server's process over the same memory: its stream maps it too.
+    const pd2 = server.ctx.allocPd();
+    server.ctx.regMr(pd2, server.region, 0, server.region.size, ODP_ACCESS);
+    const forged: Array<[string, number, { key?: number; dstQp?: number; dstPd?: number }]> = [
+      ['node 2, the right QP, key and PD', 2, right],
+      ['node 2, the QP and PD, no key', 2, { dstQp: server.qp.qpNum }],
+      ['node 2, the key and PD, no QP', 2, { key: server.mr.rkey }],
+      ['node 2, the PD only', 2, {}],
+      ["the connected node, the QP and key, another PD's stream", 0, { ...right, dstPd: pd2.handle }],
+      ['the connected node, the QP and PD, no key', 0, { dstQp: server.qp.qpNum }],
+      ['the connected node, the PD only', 0, {}],
+    ];
+    for (const [what, from, extra] of forged) {
+      const c = await forge(from, extra);
+      expect([what, c.status, c.bytes]).toEqual([what, DmaStatus.DST_PERM_ERR, 0]);
+      allBytes(server.bytes(0, 2 * P), 0x33);
+    }
+    // The connected QP's own write still lands.
+    client.fill(0x44, 0, MSG);
+    const wc = await post(client, {
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, MSG)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    allBytes(server.bytes(0, MSG), 0x44);
   });
 });
 
