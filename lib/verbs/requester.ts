@@ -127,9 +127,12 @@ export class Requester {
           q.completer.complete(q.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
           continue;
         }
-        // Wait for the WRs in flight (or, with room, for more work to be posted).
+        // Wait for the WRs in flight; with the queue empty and room for a write beside them,
+        // also for more work to be posted (kick() wakes it), so a write posted later joins
+        // the ones in flight instead of waiting for them all.
+        const more = !wr && this.#inflight.length < this.#maxInflight && this.#exclusive === 0;
         const posted = new Promise<void>((resolve) => (this.#posted = resolve));
-        await (wr || !room ? chain : Promise.race([chain, posted]));
+        await (more ? Promise.race([chain, posted]) : chain);
         this.#posted = undefined;
         if (q.destroyed) return;
         continue;

@@ -2,7 +2,7 @@
 // requires; a failed WR flushes the ones after it; a READ after writes sees every one of them.
 import { afterEach, describe, expect, test } from 'vitest';
 import { SendFlags, WcStatus, WrOpcode } from '../../lib/index.js';
-import { closeAll, createPlayers, next, P } from './helpers.js';
+import { closeAll, createPlayers, next, P, sleep } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -39,6 +39,42 @@ describe('several WRs in flight on one QP', () => {
     expect(ids).toEqual(Array.from({ length: N }, (_, i) => i));
     expect(most).toBeGreaterThan(1);
     for (let i = 0; i < N; i++) expect(server.bytes(i * P, P).every((b) => b === i + 1)).toBe(true);
+  });
+
+  test('a WRITE posted on its own while another is in flight joins it at once, not after it completes', async () => {
+    // 16 MiB into untouched memory: thousands of destination faults, far longer than a
+    // request's round trip.
+    const BIG = 4096 * P;
+    const { client, server, cluster } = createPlayers({ size: BIG + P });
+    client.fill(0x71, 0, BIG + P);
+    const write = (wrId: number, at: number, length: number) =>
+      client.qp.postSend({
+        wrId,
+        opcode: WrOpcode.RDMA_WRITE,
+        sendFlags: SendFlags.SIGNALED,
+        sgList: [client.sge(at, length)],
+        rdma: { remoteAddr: server.at(at), rkey: server.mr.rkey },
+      });
+    const engine = cluster.system.nodes[0]!.pldma;
+    write(1, 0, BIG);
+    const t0 = Date.now();
+    while (engine.active === 0 && Date.now() - t0 < 5000) await sleep(1);
+    expect(engine.active).toBe(1);
+    // The send queue was empty when the loop began to wait: the second post must wake it.
+    write(2, BIG, P);
+    let most = 0;
+    while (client.cq.length === 0 && most < 2 && Date.now() - t0 < 10_000) {
+      most = Math.max(most, engine.active);
+      await sleep(0);
+    }
+    // Both on the engine at once: the second was posted while the first still ran.
+    expect(most).toBe(2);
+    const wcs = [await next(client.cq, 10_000), await next(client.cq, 10_000)];
+    expect(wcs.map((w) => [Number(w.wrId), w.status])).toEqual([
+      [1, WcStatus.SUCCESS],
+      [2, WcStatus.SUCCESS],
+    ]);
+    expect(server.bytes(0, BIG + P).every((b) => b === 0x71)).toBe(true);
   });
 
   test('a failed WR among writes in flight: the ones before succeed, it fails, the ones after flush, in order', async () => {
