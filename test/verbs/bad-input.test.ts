@@ -87,6 +87,30 @@ describe('postSend / postRecv check every field at post time', () => {
     expect((await next(c2.cq)).status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
   });
 
+  test('2^32-1 is a valid 32-bit field: immData of 2^32-1 arrives whole, and an rkey of 2^32-1 is posted and refused remotely', async () => {
+    const { client, server } = createPlayers();
+    server.qp.postRecv({ wrId: 7, sgList: [server.sge(0, MSG)] });
+    client.fill(0x5a, 0, MSG);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.SEND_WITH_IMM,
+      immData: 0xffff_ffff,
+      sgList: [client.sge(0, MSG)],
+      sendFlags: SendFlags.SIGNALED,
+    });
+    expect((await next(client.cq)).status).toBe(WcStatus.SUCCESS);
+    expect(await next(server.cq)).toMatchObject({ wrId: 7n, status: WcStatus.SUCCESS, immData: 0xffff_ffff });
+    // No MR has that key: the responder's check, not the post's, refuses it.
+    client.qp.postSend({
+      wrId: 2,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, MSG)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: 0xffff_ffff },
+    });
+    expect((await next(client.cq)).status).toBe(WcStatus.REM_ACCESS_ERR);
+  });
+
   test('a message longer than 2^31 bytes completes with LOC_LEN_ERR', async () => {
     const { client, server } = createPlayers({ cap: { maxSendSge: 2 } });
     const big = { addr: client.at(0), length: 2 ** 31, lkey: client.mr.lkey };

@@ -90,6 +90,27 @@ describe('bring-up', () => {
     expect(client.qp.state).toBe(QpState.RTS);
   });
 
+  test('a responder in SQD still answers: a WRITE, a READ and a SEND to it succeed', async () => {
+    // SQD drains the send queue only: receive processing goes on (IBA 10.3.1).
+    const { client, server } = createPlayers();
+    server.qp.modify({ qpState: QpState.SQD });
+    server.qp.postRecv({ wrId: 5, sgList: [server.sge(256, 64)] });
+    server.fill(0x22, 128, 64);
+    client.fill(0x61, 0, 64);
+    const rdma = (at: number) => ({ remoteAddr: server.at(at), rkey: server.mr.rkey });
+    client.qp.postSend([
+      { wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [client.sge(0, 64)], sendFlags: SendFlags.SIGNALED, rdma: rdma(0) },
+      { wrId: 2, opcode: WrOpcode.RDMA_READ, sgList: [client.sge(128, 64)], sendFlags: SendFlags.SIGNALED, rdma: rdma(128) },
+      { wrId: 3, opcode: WrOpcode.SEND, sgList: [client.sge(0, 64)], sendFlags: SendFlags.SIGNALED },
+    ]);
+    for (const wrId of [1n, 2n, 3n]) expect((await pollOk(client.cq)).wrId).toBe(wrId);
+    expect((await pollOk(server.cq)).wrId).toBe(5n);
+    allBytes(server.bytes(0, 64), 0x61);
+    allBytes(client.bytes(128, 64), 0x22);
+    allBytes(server.bytes(256, 64), 0x61);
+    expect(server.qp.state).toBe(QpState.SQD);
+  });
+
   test('SQD finishes the WR in progress; WRs posted before it started or during SQD wait for RTS', async () => {
     const { client, server } = createPlayers();
     server.qp.postRecv([
@@ -210,6 +231,24 @@ describe('ERR and RESET', () => {
     ]);
     client.qp.postSend({ wrId: 3, opcode: WrOpcode.SEND, sgList: [client.sge()] }); // unsignaled: flushed anyway
     expect(await next(client.cq, 2000)).toMatchObject({ wrId: 3n, status: WcStatus.WR_FLUSH_ERR, opcode: WcOpcode.SEND });
+  });
+
+  test('modify to ERR ends a SEND sleeping out an RNR timer at once, and the QP, reset, runs new work at once', async () => {
+    // minRnrTimer 0 is the longest RNR timer: 655.36 ms between retries (rnrRetry 7: forever).
+    const { client, server } = createPlayers({ rc: { minRnrTimer: 0 } });
+    client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, sgList: [client.sge(0, 64)], sendFlags: SendFlags.SIGNALED });
+    await sleep(50); // the first RNR NAK is back: the requester sleeps
+    client.qp.modify({ qpState: QpState.ERR });
+    // Well before the timer would have woken it.
+    expect(await next(client.cq, 300)).toMatchObject({ wrId: 1n, status: WcStatus.WR_FLUSH_ERR });
+    for (const q of [client.qp, server.qp]) q.modify({ qpState: QpState.RESET });
+    connectQps(client.qp, server.qp);
+    server.qp.postRecv({ wrId: 7, sgList: [server.sge(0, 64)] });
+    client.fill(0x62, 0, 64);
+    client.qp.postSend({ wrId: 2, opcode: WrOpcode.SEND, sgList: [client.sge(0, 64)], sendFlags: SendFlags.SIGNALED });
+    expect((await pollOk(client.cq, 300)).wrId).toBe(2n);
+    expect((await pollOk(server.cq)).wrId).toBe(7n);
+    allBytes(server.bytes(0, 64), 0x62);
   });
 
   test('a SEND to a peer in ERR is never answered: RETRY_EXC_ERR, and the requester goes to ERR too', async () => {
