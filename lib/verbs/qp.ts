@@ -153,7 +153,7 @@ export class QueuePair {
       scratch: () => this.#scratchRegion(),
       toError: () => this.#toError(),
     };
-    this.#requester = new Requester(this.#core, this.cap.maxSendWr);
+    this.#requester = new Requester(this.#core);
     this.#responder = new Responder(this.#core);
     pd.users.add(this);
   }

@@ -36,26 +36,24 @@ function overlaps(wr: SendWr): boolean {
 
 export class Requester {
   #qp: QpCore;
-  #maxInflight: number;
   #running = false;
-  /** WRs started and not yet completed, in posting order. */
+  /**
+   * WRs started and not yet completed, in posting order: writes only, or one WR of another
+   * kind alone (see overlaps). postSend keeps them and the queue within maxSendWr.
+   */
   #inflight: SendWr[] = [];
-  /** How many of #inflight may not overlap (see overlaps): a count, not a scan per WR. */
-  #exclusive = 0;
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
   #psn = 1;
   #waiting = new Map<number, (r: Response | undefined) => void>();
   #timers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
 
-  constructor(qp: QpCore, maxInflight: number) {
+  constructor(qp: QpCore) {
     this.#qp = qp;
-    this.#maxInflight = maxInflight;
   }
 
   /** The WRs being executed, in posting order (destroy flushes them). */
   takeCurrent(): SendWr[] {
-    this.#exclusive = 0;
     return this.#inflight.splice(0);
   }
 
@@ -108,17 +106,18 @@ export class Requester {
     this.#timers.clear();
   }
 
-  // Up to maxSendWr WRs in flight (see overlaps), completed in posting order: each WR's
-  // completion waits for the one before it. A WR that fails takes the QP to ERR; the ones
-  // after it complete WR_FLUSH_ERR.
+  // WRs in flight (see overlaps), completed in posting order: each WR's completion waits for
+  // the one before it. A WR that fails takes the QP to ERR; the ones after it complete
+  // WR_FLUSH_ERR.
   async #drain(): Promise<void> {
     const q = this.#qp;
     let chain: Promise<void> = Promise.resolve();
     for (;;) {
       const live = q.state === QpState.RTS || q.state === QpState.ERR;
       const wr = live ? q.sq[0] : undefined;
-      const room =
-        this.#inflight.length < this.#maxInflight && (this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && this.#exclusive === 0));
+      // A WR of another kind in flight is alone there: writes in flight are all writes.
+      const writing = this.#inflight.length > 0 && overlaps(this.#inflight[0]!);
+      const room = this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && writing);
       if (!wr || !room || q.state === QpState.ERR) {
         if (this.#inflight.length === 0) {
           if (!wr) return;
@@ -127,27 +126,24 @@ export class Requester {
           q.completer.complete(q.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
           continue;
         }
-        // Wait for the WRs in flight; with the queue empty and room for a write beside them,
-        // also for more work to be posted (kick() wakes it), so a write posted later joins
-        // the ones in flight instead of waiting for them all.
-        const more = !wr && this.#inflight.length < this.#maxInflight && this.#exclusive === 0;
+        // Wait for the WRs in flight; with the queue empty, also for more work to be posted
+        // (kick() wakes it), so a write posted later joins the writes in flight instead of
+        // waiting for them all.
         const posted = new Promise<void>((resolve) => (this.#posted = resolve));
-        await (more ? Promise.race([chain, posted]) : chain);
+        await (wr ? chain : Promise.race([chain, posted]));
         this.#posted = undefined;
-        if (q.destroyed) return;
+        // After destroy() the queue and the WRs in flight are empty: the loop ends above.
         continue;
       }
       q.sq.shift();
       this.#inflight.push(wr);
-      if (!overlaps(wr)) this.#exclusive++;
       const exec = this.#execute(wr).catch(() => fail(WcStatus.GENERAL_ERR));
       chain = chain.then(async () => {
         const result = await exec;
-        // destroy() flushed it already
+        // destroy() took it, and flushed it, already.
         const i = this.#inflight.indexOf(wr);
-        if (q.destroyed || i < 0) return;
+        if (i < 0) return;
         this.#inflight.splice(i, 1);
-        if (!overlaps(wr)) this.#exclusive--;
         // A WR before it failed: the QP is in ERR and this one is flushed, whatever it did.
         const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : result;
         const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;

@@ -77,6 +77,63 @@ describe('several WRs in flight on one QP', () => {
     expect(server.bytes(0, BIG + P).every((b) => b === 0x71)).toBe(true);
   });
 
+  test('a WR that fails at once, posted while a write is in flight, completes after that write, in order', async () => {
+    const BIG = 4096 * P;
+    const { client, server, cluster } = createPlayers({ size: BIG + P });
+    client.fill(0x72, 0, BIG);
+    const engine = cluster.system.nodes[0]!.pldma;
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [client.sge(0, BIG)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    const t0 = Date.now();
+    while (engine.active === 0 && Date.now() - t0 < 5000) await sleep(1);
+    // A bad lkey: refused locally, before any request, long before the first write is done.
+    client.qp.postSend({
+      wrId: 2,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [{ ...client.sge(BIG, P), lkey: client.mr.lkey ^ 0x5a5a00 }],
+      rdma: { remoteAddr: server.at(BIG), rkey: server.mr.rkey },
+    });
+    const wcs = [await next(client.cq, 10_000), await next(client.cq, 10_000)];
+    expect(wcs.map((w) => [Number(w.wrId), w.status])).toEqual([
+      [1, WcStatus.SUCCESS],
+      [2, WcStatus.LOC_PROT_ERR],
+    ]);
+    expect(server.bytes(0, BIG).every((b) => b === 0x72)).toBe(true);
+  });
+
+  test('a WRITE posted behind a READ of the same memory waits for it: the READ returns the bytes from before the write', async () => {
+    // A 16 MiB READ into untouched memory (thousands of faults where it lands), then a
+    // one-page WRITE to the last page it reads.
+    const BIG = 4096 * P;
+    const { client, server } = createPlayers({ size: BIG + P });
+    server.fill(0x21, 0, BIG);
+    client.fill(0x7e, BIG, P);
+    const rkey = server.mr.rkey;
+    client.qp.postSend([
+      { wrId: 1, opcode: WrOpcode.RDMA_READ, sendFlags: SendFlags.SIGNALED, sgList: [client.sge(0, BIG)], rdma: { remoteAddr: server.at(0), rkey } },
+      {
+        wrId: 2,
+        opcode: WrOpcode.RDMA_WRITE,
+        sendFlags: SendFlags.SIGNALED,
+        sgList: [client.sge(BIG, P)],
+        rdma: { remoteAddr: server.at(BIG - P), rkey },
+      },
+    ]);
+    const wcs = [await next(client.cq, 10_000), await next(client.cq, 10_000)];
+    expect(wcs.map((w) => [Number(w.wrId), w.status])).toEqual([
+      [1, WcStatus.SUCCESS],
+      [2, WcStatus.SUCCESS],
+    ]);
+    expect(client.bytes(0, BIG).every((b) => b === 0x21)).toBe(true);
+    expect(server.bytes(BIG - P, P).every((b) => b === 0x7e)).toBe(true);
+  });
+
   test('a failed WR among writes in flight: the ones before succeed, it fails, the ones after flush, in order', async () => {
     const { client, server } = createPlayers({ size: 8 * P });
     client.qp.postSend(
