@@ -57,6 +57,7 @@ export interface QpCore {
   readonly destroyed: boolean;
   /** A buffer of the library's own (never reachable by any key), mapped in the QP's PD. */
   scratch(): Region;
+  /** Move the QP to ERR (flushing its receives and queued sends); a no-op once in ERR. */
   toError(): void;
 }
 

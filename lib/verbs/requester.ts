@@ -149,7 +149,7 @@ export class Requester {
         const signaled = q.sqSigAll || ((wr.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
         if (signaled || out.status !== WcStatus.SUCCESS)
           q.completer.complete(q.sendCq, wr.wrId, out.status, WC_OPCODE[wr.opcode], out.byteLen, undefined, out.odp);
-        if (out.status !== WcStatus.SUCCESS && q.state !== QpState.ERR) q.toError();
+        if (out.status !== WcStatus.SUCCESS) q.toError();
       });
     }
   }

@@ -35,6 +35,8 @@ describe('postSend / postRecv check every field at post time', () => {
     ['wrId -1', 'wrId', (w) => ({ ...w, wrId: -1 })],
     ['wrId 2^64 as a bigint', 'wrId', (w) => ({ ...w, wrId: 2n ** 64n })],
     ['wrId a string', 'wrId', (w) => ({ ...w, wrId: '7' })],
+    ['a WR that is a number', 'wr', () => 5],
+    ['an SGE that is a number', 'sgList[0]', (w) => ({ ...w, sgList: [5] })],
     ['opcode a string', 'opcode', (w) => ({ ...w, opcode: 'RDMA_WRITE' })],
     ['opcode 99', 'opcode', (w) => ({ ...w, opcode: 99 })],
     ['sgList not an array', 'sgList', (w) => ({ ...w, sgList: {} })],
@@ -109,6 +111,18 @@ describe('postSend / postRecv check every field at post time', () => {
       rdma: { remoteAddr: server.at(0), rkey: 0xffff_ffff },
     });
     expect((await next(client.cq)).status).toBe(WcStatus.REM_ACCESS_ERR);
+  });
+
+  test('an SGE of 2^32-1 bytes is a valid post; it then completes with LOC_LEN_ERR (longer than 2^31)', async () => {
+    const { client, server } = createPlayers();
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [{ addr: client.at(0), length: 2 ** 32 - 1, lkey: client.mr.lkey }],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect((await next(client.cq)).status).toBe(WcStatus.LOC_LEN_ERR);
   });
 
   test('a message longer than 2^31 bytes completes with LOC_LEN_ERR', async () => {

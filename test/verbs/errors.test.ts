@@ -360,6 +360,25 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
   });
 
+  test('WRITE_WITH_IMM with no receive yet is RNR-NAKed and retried (rnrRetry 7): it completes once a receive is posted', async () => {
+    const { client, server } = createPlayers({ rc: { minRnrTimer: 1 } });
+    client.fill(0x4d, 0, 64);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE_WITH_IMM,
+      immData: 0x1234,
+      sgList: [client.sge(0, 64)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    await new Promise((r) => setTimeout(r, 30));
+    expect(client.cq.length).toBe(0); // still retrying
+    server.qp.postRecv({ wrId: 9, sgList: [] });
+    expect(await next(client.cq)).toMatchObject({ wrId: 1n, status: WcStatus.SUCCESS });
+    expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.SUCCESS, immData: 0x1234, byteLen: 64 });
+    expect(server.bytes(0, 64).every((b) => b === 0x4d)).toBe(true);
+  });
+
   test('a destination fault is an RNR NAK: with rnrRetry 0 the write into evicted memory ends in RNR_RETRY_EXC_ERR', async () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
     client.fill(0x51, 0, 4 * P);

@@ -239,6 +239,16 @@ describe('lifetimes: nothing lands after the call returns', () => {
     expect(wc.status).toBe(WcStatus.REM_ACCESS_ERR);
   });
 
+  test('deregMr of one of two MRs over the same memory mid-transfer: its key stops at once, though the other keeps the memory mapped', async () => {
+    const { wc, changedAfter, s } = await revokeMidWrite((s) => {
+      s.ctx.regMr(s.pd, s.region, 0, s.region.size, ODP_ACCESS);
+      s.mr.dereg();
+    });
+    expect(changedAfter).toBe(false);
+    expect(s.bytes(0, 16 * P).some((b) => b === 0x5a)).toBe(false);
+    expect(wc.status).toBe(WcStatus.REM_ACCESS_ERR);
+  });
+
   test("the responder's qp.destroy() mid-transfer: not one more byte lands; the requester gets an error", async () => {
     const { wc, changedAfter, s } = await revokeMidWrite((s) => s.qp.destroy());
     expect(changedAfter).toBe(false);

@@ -301,6 +301,18 @@ describe('ERR and RESET', () => {
     expect(client.cq.length).toBe(0);
   });
 
+  test('an unsignaled WR that fails still completes, with its error', async () => {
+    const { client, server } = createPlayers();
+    client.qp.postSend({
+      wrId: 4,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge()],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey ^ 0x5a5a00 },
+    });
+    expect(await next(client.cq, 2000)).toMatchObject({ wrId: 4n, status: WcStatus.REM_ACCESS_ERR });
+    expect(client.qp.state).toBe(QpState.ERR);
+  });
+
   test('sqSigAll: every send WR completes', async () => {
     const { client, server } = createPlayers({ connect: false });
     const qp = client.ctx.createQp(client.pd, { sendCq: client.cq, recvCq: client.cq, sqSigAll: true });
