@@ -17,7 +17,7 @@ import {
   type RecvWr,
   type SendWr,
 } from '../../lib/index.js';
-import { KeyAllocator } from '../../lib/verbs/tables.js';
+import { IdAllocator, KeyAllocator } from '../../lib/verbs/tables.js';
 import { report, requireDist, runFixture } from '../child.js';
 import { closeAll, createPlayers, MSG, next, sleep, thrown, track } from './helpers.js';
 
@@ -123,6 +123,18 @@ describe('postSend / postRecv check every field at post time', () => {
       rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
     });
     expect((await next(client.cq)).status).toBe(WcStatus.LOC_LEN_ERR);
+  });
+
+  test('a message of exactly 2^31 bytes passes the length check (here the MR bounds refuse it: LOC_PROT_ERR, not LOC_LEN_ERR)', async () => {
+    const { client, server } = createPlayers();
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [{ addr: client.at(0), length: 2 ** 31, lkey: client.mr.lkey }],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect((await next(client.cq)).status).toBe(WcStatus.LOC_PROT_ERR);
   });
 
   test('a message longer than 2^31 bytes completes with LOC_LEN_ERR', async () => {
@@ -243,6 +255,19 @@ describe('keys', () => {
         live.delete(k);
       }
     }
+  });
+
+  test('small ids run out with ENOMEM naming the verb, and a freed one is handed out again only after a full wrap', () => {
+    const ids = new IdAllocator(5, 7);
+    expect([ids.alloc('ibv_alloc_pd'), ids.alloc('ibv_alloc_pd'), ids.alloc('ibv_alloc_pd')]).toEqual([5, 6, 7]);
+    const e = thrown(() => ids.alloc('ibv_alloc_pd')) as Coded;
+    expect([e.code, e.syscall]).toEqual(['ENOMEM', 'ibv_alloc_pd']);
+    expect(e.message).toContain('no free id left');
+    ids.free(6);
+    expect(ids.alloc('ibv_alloc_pd')).toBe(6);
+    ids.free(5);
+    ids.free(7);
+    expect([ids.alloc('x'), ids.alloc('x')]).toEqual([7, 5]);
   });
 
   test('registrations come and go: every lkey/rkey is a u32 and unique among the live ones', () => {

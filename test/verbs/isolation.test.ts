@@ -153,6 +153,8 @@ describe("the responder's per-block admission", () => {
     // A second PD of the server's process over the same memory: its stream maps it too.
     const pd2 = server.ctx.allocPd();
     server.ctx.regMr(pd2, server.region, 0, server.region.size, ODP_ACCESS);
+    // An MR of the QP's own PD over a later part of the same memory (mapped whole).
+    const later = server.ctx.regMr(server.pd, server.region, 8 * P, 4 * P, ODP_ACCESS);
     const forged: Array<[string, number, { key?: number; dstQp?: number; dstPd?: number }]> = [
       ['node 2, the right QP, key and PD', 2, right],
       ['node 2, the QP and PD, no key', 2, { dstQp: server.qp.qpNum }],
@@ -160,6 +162,7 @@ describe("the responder's per-block admission", () => {
       ['node 2, the PD only', 2, {}],
       ["the connected node, the QP and key, another PD's stream", 0, { ...right, dstPd: pd2.handle }],
       ['the connected node, the QP and PD, no key', 0, { dstQp: server.qp.qpNum }],
+      ['the connected node, the QP and PD, the key of an MR the blocks lie outside', 0, { key: later.rkey, dstQp: server.qp.qpNum }],
       ['the connected node, the PD only', 0, {}],
     ];
     for (const [what, from, extra] of forged) {

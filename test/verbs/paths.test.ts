@@ -71,18 +71,18 @@ describe('several SGEs', () => {
 
 describe('LOCAL_WRITE', () => {
   test('an RDMA READ or an atomic into a local MR without LOCAL_WRITE: LOC_PROT_ERR; a WRITE from it is fine', async () => {
-    for (const op of ['read', 'atomic', 'write'] as const) {
+    for (const op of ['read', 'atomic', 'cas', 'write'] as const) {
       const { client, server } = createPlayers();
       const ro = client.ctx.regMr(client.pd, client.region, 0, 4 * P, Access.REMOTE_READ | Access.ON_DEMAND);
       const sge = { addr: client.at(0), length: 8, lkey: ro.lkey };
       const wc =
         op === 'read'
           ? await run(client, { opcode: WrOpcode.RDMA_READ, sgList: [sge], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } })
-          : op === 'atomic'
+          : op === 'atomic' || op === 'cas'
             ? await run(client, {
-                opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+                opcode: op === 'cas' ? WrOpcode.ATOMIC_CMP_AND_SWP : WrOpcode.ATOMIC_FETCH_AND_ADD,
                 sgList: [sge],
-                atomic: { remoteAddr: server.at(0), rkey: server.mr.rkey, compareAdd: 1n },
+                atomic: { remoteAddr: server.at(0), rkey: server.mr.rkey, compareAdd: 0n, swap: 9n },
               })
             : await run(client, { opcode: WrOpcode.RDMA_WRITE, sgList: [sge], rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey } });
       expect(wc.status, op).toBe(op === 'write' ? WcStatus.SUCCESS : WcStatus.LOC_PROT_ERR);
