@@ -47,6 +47,7 @@ describe('postSend / postRecv check every field at post time', () => {
     ['remoteAddr a number', 'rdma.remoteAddr', (w) => ({ ...w, rdma: { ...w.rdma!, remoteAddr: 4096 } })],
     ['rkey 2^32', 'rdma.rkey', (w) => ({ ...w, rdma: { ...w.rdma!, rkey: 2 ** 32 } })],
     ['rdma missing', 'rdma', (w) => ({ ...w, rdma: undefined })],
+    ['rdma a number', 'rdma', (w) => ({ ...w, rdma: 5 })],
     ['sendFlags unknown', 'sendFlags', (w) => ({ ...w, sendFlags: 0x100 })],
     ['more SGEs than maxSendSge', 'sgList', (w) => ({ ...w, sgList: [w.sgList[0]!, w.sgList[0]!, w.sgList[0]!] })],
   ];

@@ -393,6 +393,25 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     await expectFlushedAfter(client, server);
   });
 
+  test('a WRITE_WITH_IMM whose bytes fail to land takes no receive: the requester gets the error, the receive stays posted', async () => {
+    const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
+    client.fill(0x51, 0, 4 * P);
+    server.region.evict();
+    server.qp.postRecv({ wrId: 9, sgList: [] });
+    const wc = await fails(client, {
+      opcode: WrOpcode.RDMA_WRITE_WITH_IMM,
+      immData: 5,
+      sgList: [client.sge(0, 4 * P)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
+    await sleep(20);
+    expect(server.cq.length).toBe(0);
+    // The receive is still there: moving the server's QP to ERR flushes it.
+    server.qp.modify({ qpState: QpState.ERR });
+    expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.WR_FLUSH_ERR });
+  });
+
   test('with rnrRetry 1 the same write succeeds after one retransmission', async () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 1 } });
     client.fill(0x51, 0, 4 * P);
