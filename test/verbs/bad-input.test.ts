@@ -48,6 +48,7 @@ describe('postSend / postRecv check every field at post time', () => {
     ['rkey 2^32', 'rdma.rkey', (w) => ({ ...w, rdma: { ...w.rdma!, rkey: 2 ** 32 } })],
     ['rdma missing', 'rdma', (w) => ({ ...w, rdma: undefined })],
     ['rdma a number', 'rdma', (w) => ({ ...w, rdma: 5 })],
+    ['atomic a number', 'atomic', (w) => ({ ...w, opcode: WrOpcode.ATOMIC_FETCH_AND_ADD, sgList: [{ ...w.sgList[0]!, length: 8 }], atomic: 5 })],
     ['sendFlags unknown', 'sendFlags', (w) => ({ ...w, sendFlags: 0x100 })],
     ['more SGEs than maxSendSge', 'sgList', (w) => ({ ...w, sgList: [w.sgList[0]!, w.sgList[0]!, w.sgList[0]!] })],
   ];

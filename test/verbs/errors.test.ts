@@ -412,6 +412,31 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.WR_FLUSH_ERR });
   });
 
+  test('a SEND whose bytes fail to land completes its receive with an error, not SUCCESS', async () => {
+    const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
+    client.fill(0x52, 0, 4 * P);
+    server.region.evict();
+    server.qp.postRecv({ wrId: 9, sgList: [server.sge(0, 4 * P)] });
+    const wc = await fails(client, { opcode: WrOpcode.SEND, sgList: [client.sge(0, 4 * P)] });
+    expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
+    expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.LOC_PROT_ERR });
+  });
+
+  test('an atomic whose old value cannot land at the requester is not applied: the remote value stays', async () => {
+    // The requester's sink is evicted and its rnrRetry is 0: the answer's one fault ends it.
+    const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
+    new DataView(server.region.buffer).setBigUint64(0, 41n, true);
+    client.region.evict();
+    const wc = await fails(client, {
+      opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+      sgList: [client.sge(0, 8)],
+      atomic: { remoteAddr: server.at(0), rkey: server.mr.rkey, compareAdd: 1n },
+    });
+    expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
+    await sleep(20);
+    expect(new DataView(server.region.buffer).getBigUint64(0, true)).toBe(41n);
+  });
+
   test('with rnrRetry 1 the same write succeeds after one retransmission', async () => {
     const { client, server } = createPlayers({ rc: { rnrRetry: 1 } });
     client.fill(0x51, 0, 4 * P);
