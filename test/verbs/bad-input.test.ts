@@ -82,6 +82,7 @@ describe('postSend / postRecv check every field at post time', () => {
     const { client, server } = createPlayers();
     const good: RecvWr = { wrId: 5, sgList: [server.sge(0, MSG)] };
     expect(postErr(() => server.qp.postRecv({ ...good, wrId: 1.5 })).field).toBe('wrId');
+    expect(postErr(() => server.qp.postRecv([good, 5 as unknown as RecvWr])).field).toBe('wr');
     expect(postErr(() => server.qp.postRecv([good, { ...good, sgList: [{ ...good.sgList[0]!, lkey: -1 }] }])).field).toBe('sgList[0].lkey');
     // Nothing was posted: a SEND finds no receive and, with rnrRetry 0, fails at once.
     client.qp.modify({ qpState: QpState.ERR });

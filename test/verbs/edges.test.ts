@@ -171,4 +171,31 @@ describe('rnrRetry 7 is infinite', () => {
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
     expect(wc.odp!.faults.destination).toBe(7);
   });
+
+  // A READ's bytes are moved by the responder into the requester's sink: the requester's
+  // rnrRetry governs the NACKs of its own memory there too.
+  const read = async (rnrRetry: number) => {
+    const { client, server } = big(rnrRetry);
+    server.fill(0x4e, 0, PAGES * P);
+    client.region.evict();
+    const wc = await run(client, {
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge(0, PAGES * P)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    return { wc, client };
+  };
+
+  test("an RDMA READ whose one block is NACKed 32 times by the requester's own sink still succeeds", async () => {
+    const { wc, client } = await read(7);
+    expect(wc).toMatchObject({ status: WcStatus.SUCCESS, byteLen: PAGES * P });
+    expect(wc.odp!.faults.destination).toBe(PAGES);
+    expect(client.bytes(0, PAGES * P).every((b) => b === 0x4e)).toBe(true);
+  });
+
+  test('the same READ with rnrRetry 6 gives up after 7 NACKs: RNR_RETRY_EXC_ERR, byteLen 0', async () => {
+    const { wc } = await read(6);
+    expect(wc).toMatchObject({ status: WcStatus.RNR_RETRY_EXC_ERR, byteLen: 0 });
+    expect(wc.odp!.faults.destination).toBe(7);
+  });
 });
