@@ -240,7 +240,8 @@ export class Requester {
   async #request(body: RequestBody): Promise<Response> {
     const q = this.#qp;
     for (let attempt = 0; ; attempt++) {
-      if (q.destroyed || q.state === QpState.ERR) return this.#flushed();
+      // A destroyed QP is in ERR too.
+      if (q.state === QpState.ERR) return this.#flushed();
       const psn = this.#psn++;
       const r = await new Promise<Response | undefined>((resolve) => {
         this.#waiting.set(psn, resolve);
