@@ -260,6 +260,11 @@ describe('keys', () => {
     }
   });
 
+  test('key 0 is never handed out, even where the walk starts', () => {
+    const keys = new KeyAllocator(0, 0x101);
+    expect([keys.alloc(), keys.alloc()]).toEqual([0x101, 0x202]);
+  });
+
   test('small ids run out with ENOMEM naming the verb, and a freed one is handed out again only after a full wrap', () => {
     const ids = new IdAllocator(5, 7);
     expect([ids.alloc('ibv_alloc_pd'), ids.alloc('ibv_alloc_pd'), ids.alloc('ibv_alloc_pd')]).toEqual([5, 6, 7]);
