@@ -387,36 +387,41 @@ describe('lifetimes: nothing lands after the call returns', () => {
 });
 
 describe('lifetimes while a block is being copied', () => {
-  test.each(['deregMr', 'qp.destroy'] as const)('%s at any moment of a long write: what it returns after, stays', async (how) => {
-    let caughtMidway = 0;
-    // Many runs of blocks (up to 1024 each), so there is a middle to revoke in.
-    const pages = 16384;
-    for (let round = 0; round < 12; round++) {
-      const { client, server } = createPlayers({ size: pages * P });
-      client.fill(0x5a, 0, pages * P);
-      server.fill(0x11, 0, pages * P);
-      client.qp.postSend({
-        wrId: 1,
-        opcode: WrOpcode.RDMA_WRITE,
-        sgList: [client.sge(0, pages * P)],
-        sendFlags: SendFlags.SIGNALED,
-        rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
-      });
-      // Revoke while blocks are moving, however fast the data path is: once the first bytes
-      // have landed, and a few turns of the event loop later in later rounds.
-      const turn = () => new Promise((r) => setImmediate(r));
-      for (let i = 0; server.bytes(0, 1)[0] !== 0x5a && i < 100_000; i++) await turn();
-      for (let k = 0; k < round % 3; k++) await turn();
-      if (how === 'deregMr') server.mr.dereg();
-      else server.qp.destroy();
-      const snapshot = Buffer.from(server.bytes(0, pages * P));
-      const wc = await next(client.cq);
-      await new Promise((r) => setTimeout(r, 5));
-      expect(Buffer.from(server.bytes(0, pages * P)).equals(snapshot)).toBe(true);
-      if (wc.status !== WcStatus.SUCCESS && snapshot.includes(0x5a) && snapshot.includes(0x11)) caughtMidway++;
-      closeAll();
-    }
-    // Most rounds really revoked in the middle of the transfer.
-    expect(caughtMidway).toBeGreaterThan(6);
-  });
+  test.each(['deregMr', 'qp.destroy'] as const)(
+    '%s at any moment of a long write: what it returns after, stays',
+    async (how) => {
+      let caughtMidway = 0;
+      // Many runs of blocks (up to 1024 each), so there is a middle to revoke in.
+      const pages = 16384;
+      for (let round = 0; round < 12; round++) {
+        const { client, server } = createPlayers({ size: pages * P });
+        client.fill(0x5a, 0, pages * P);
+        server.fill(0x11, 0, pages * P);
+        client.qp.postSend({
+          wrId: 1,
+          opcode: WrOpcode.RDMA_WRITE,
+          sgList: [client.sge(0, pages * P)],
+          sendFlags: SendFlags.SIGNALED,
+          rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+        });
+        // Revoke while blocks are moving, however fast the data path is: once the first bytes
+        // have landed, and a few turns of the event loop later in later rounds.
+        const turn = () => new Promise((r) => setImmediate(r));
+        for (let i = 0; server.bytes(0, 1)[0] !== 0x5a && i < 100_000; i++) await turn();
+        for (let k = 0; k < round % 3; k++) await turn();
+        if (how === 'deregMr') server.mr.dereg();
+        else server.qp.destroy();
+        const snapshot = Buffer.from(server.bytes(0, pages * P));
+        const wc = await next(client.cq);
+        await new Promise((r) => setTimeout(r, 5));
+        expect(Buffer.from(server.bytes(0, pages * P)).equals(snapshot)).toBe(true);
+        if (wc.status !== WcStatus.SUCCESS && snapshot.includes(0x5a) && snapshot.includes(0x11)) caughtMidway++;
+        closeAll();
+      }
+      // Most rounds really revoked in the middle of the transfer.
+      expect(caughtMidway).toBeGreaterThan(6);
+      // Twelve 64 MiB writes: about 16 s on an idle 2-core machine, twice that beside other work.
+    },
+    90_000,
+  );
 });
