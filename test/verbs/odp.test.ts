@@ -456,6 +456,10 @@ describe('prefetch with ibv_advise_mr (test_odp_*_prefetch_rc_traffic)', () => {
     const ro = ctx.regMr(pd, region(4 * P), 0, 4 * P, Access.REMOTE_READ | Access.ON_DEMAND);
     expect(code(() => ctx.adviseMr(pd, AdviseMrAdvice.PREFETCH_WRITE, F, [{ addr: ro.addr, length: 64, lkey: ro.lkey }]))).toBe('EPERM');
     expect(code(() => ctx.adviseMr(pd, PF, F, [{ addr: ro.addr, length: 64, lkey: ro.lkey }]))).toBe('no error');
+    // A deregistered lkey is no one's: no such MR, not another process's.
+    const gone = ro.lkey;
+    ro.dereg();
+    expect(code(() => ctx.adviseMr(pd, PF, F, [{ addr: client.at(0), length: 64, lkey: gone }]))).toBe('EFAULT');
     // Bad flags, empty list, unknown advice.
     expect(code(() => ctx.adviseMr(pd, PF, 2, [client.sge()]))).toBe('EINVAL');
     expect(code(() => ctx.adviseMr(pd, PF, F, []))).toBe('EINVAL');
