@@ -18,7 +18,7 @@ import {
   type WorkCompletion,
 } from '../../lib/index.js';
 import { DmaStatus } from '../../kernel-sim/index.js';
-import { allBytes, closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, thrown, type Player } from './helpers.js';
+import { allBytes, closeAll, createPlayers, MSG, next, ODP_ACCESS, P, region, sleep, thrown, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
@@ -317,8 +317,8 @@ describe('lifetimes: nothing lands after the call returns', () => {
     expect(Buffer.from(fresh!.buffer).every((b) => b === 0x21)).toBe(true);
   });
 
-  test('qp.destroy() of the requester mid-transfer: its work completes WR_FLUSH_ERR, in order', async () => {
-    const { client, server } = createPlayers({ size: 16 * P, policy: 'touch' });
+  test('qp.destroy() of the requester mid-transfer: its work completes WR_FLUSH_ERR, in order, once each', async () => {
+    const { cluster, client, server } = createPlayers({ size: 16 * P, policy: 'touch' });
     server.region.evict(0, 16 * P);
     for (let i = 1; i <= 3; i++)
       client.qp.postSend({
@@ -338,6 +338,13 @@ describe('lifetimes: nothing lands after the call returns', () => {
     const wcs = client.cq.poll(8);
     expect(wcs.map((w) => w.wrId)).toEqual([1n, 2n, 3n]);
     expect(wcs.every((w) => w.status === WcStatus.WR_FLUSH_ERR)).toBe(true);
+    // The transfer that was running ends later: its outcome is dropped, not completed again.
+    const engine = cluster.system.nodes[0]!.pldma;
+    const t0 = Date.now();
+    while (engine.active > 0 && Date.now() - t0 < 5000) await sleep(1);
+    expect(engine.active).toBe(0);
+    await sleep(20);
+    expect(client.cq.poll(8)).toEqual([]);
   });
 
   test("closing the requester's context or deallocating its PD mid-transfer flushes (no uncaught error)", async () => {
