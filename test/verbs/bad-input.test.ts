@@ -174,10 +174,13 @@ describe('device limits and completion queues', () => {
     const { maxQp } = ctx.queryDevice();
     const pd = ctx.allocPd();
     const cq = ctx.createCq(1);
-    for (let i = 0; i < maxQp; i++) ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: 1, maxRecvWr: 1 } });
+    const qps = Array.from({ length: maxQp }, () => ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: 1, maxRecvWr: 1 } }));
     const e = thrown(() => ctx.createQp(pd, { sendCq: cq, recvCq: cq })) as Coded;
     expect([e.code, e.syscall]).toEqual(['ENOMEM', 'ibv_create_qp']);
     expect(e.message).toContain('maxQp');
+    // A destroyed QP gives its room back.
+    qps[7]!.destroy();
+    expect(ctx.createQp(pd, { sendCq: cq, recvCq: cq }).qpNum).toBeGreaterThan(0);
     expect(thrown(() => ctx.createCq(ctx.queryDevice().maxCqe + 1)).code).toBe('ERR_OUT_OF_RANGE');
   });
 
