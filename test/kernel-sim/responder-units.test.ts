@@ -456,14 +456,20 @@ function adjacent(loPages: number, hiPages: number): { lo: Region; hi: Region } 
 }
 
 describe('a write crossing from one region into the next one in VA', () => {
-  test('a write ending mid-block in the second region: its last piece is cut at the write end, not at the block end', async () => {
+  /** A 12-page source filled with `pattern(base)` on node 0; on node 1, `lo` (8 pages) and `hi` (32) adjacent in VA, filled with 0xee. */
+  function crossing(base: number) {
     const sys = env.system({ nodes: 2 });
     const src = env.region(12 * P);
-    const data = fill(src, 0x5d);
+    const data = fill(src, base);
     const { lo, hi } = adjacent(8, 32);
     for (const r of [lo, hi]) new Uint8Array(r.buffer).fill(0xee);
     proc(sys.node(0), 100, 7, [src]);
     proc(sys.node(1), 200, 7, [lo, hi]);
+    return { sys, src, data, lo, hi };
+  }
+
+  test('a write ending mid-block in the second region: its last piece is cut at the write end, not at the block end', async () => {
+    const { sys, src, data, lo, hi } = crossing(0x5d);
     const length = 12 * P - 100;
     const cpl = await within('crossing write', post(sys.node(0), src, lo, { length }));
     expect([cpl.status, cpl.bytes]).toEqual([DmaStatus.SUCCESS, length]);
@@ -476,14 +482,8 @@ describe('a write crossing from one region into the next one in VA', () => {
     // 12 pages from the start of `lo` (8 pages) into `hi` (32): the last 4 in `hi`, whose
     // other 28 pages stay as they were. A first write of 2 pages to the start of `hi` leaves
     // them in the IOTLB, so the blocks in `hi` do not all walk alike.
-    const sys = env.system({ nodes: 2 });
+    const { sys, src, data, lo, hi } = crossing(0x3c);
     const packets = tap(sys);
-    const src = env.region(12 * P);
-    const data = fill(src, 0x3c);
-    const { lo, hi } = adjacent(8, 32);
-    for (const r of [lo, hi]) new Uint8Array(r.buffer).fill(0xee);
-    proc(sys.node(0), 100, 7, [src]);
-    proc(sys.node(1), 200, 7, [lo, hi]);
     const warm = await within('warm-up write', post(sys.node(0), src, hi, { srcVa: src.address + BigInt(8 * P), length: 2 * P }));
     expect(warm.status).toBe(DmaStatus.SUCCESS);
     packets.length = 0;

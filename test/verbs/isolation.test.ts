@@ -45,6 +45,14 @@ async function post(p: Player, wr: Omit<SendWr, 'wrId'>, wrId = 1): Promise<Work
   return next(p.cq);
 }
 
+/** A plain RDMA_WRITE of `byte`s from `c` to `s` still succeeds and lands. */
+async function expectWriteLands(c: Player, s: Player, byte: number): Promise<void> {
+  c.fill(byte, 0, MSG);
+  const wc = await post(c, { opcode: WrOpcode.RDMA_WRITE, sgList: [c.sge(0, MSG)], rdma: { remoteAddr: s.at(0), rkey: s.mr.rkey } });
+  expect(wc.status).toBe(WcStatus.SUCCESS);
+  allBytes(s.bytes(0, MSG), byte);
+}
+
 describe("the responder's QP access flags", () => {
   test.each(ops)('%s to a QP whose flags lack it: REM_ACCESS_ERR, remote memory unchanged', async (_name, flag, make) => {
     const all = Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC;
@@ -171,14 +179,7 @@ describe("the responder's per-block admission", () => {
       allBytes(server.bytes(0, 2 * P), 0x33);
     }
     // The connected QP's own write still lands.
-    client.fill(0x44, 0, MSG);
-    const wc = await post(client, {
-      opcode: WrOpcode.RDMA_WRITE,
-      sgList: [client.sge(0, MSG)],
-      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
-    });
-    expect(wc.status).toBe(WcStatus.SUCCESS);
-    allBytes(server.bytes(0, MSG), 0x44);
+    await expectWriteLands(client, server, 0x44);
   });
 });
 
@@ -378,14 +379,7 @@ describe('lifetimes: nothing lands after the call returns', () => {
       closeAll();
     }
     const { client, server } = createPlayers();
-    client.fill(0x42, 0, MSG);
-    const wc = await post(client, {
-      opcode: WrOpcode.RDMA_WRITE,
-      sgList: [client.sge(0, MSG)],
-      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
-    });
-    expect(wc.status).toBe(WcStatus.SUCCESS);
-    expect(server.bytes(0, MSG).every((b) => b === 0x42)).toBe(true);
+    await expectWriteLands(client, server, 0x42);
   });
 
   test('two MRs of one PD over the same memory: deregistering either leaves the other working, in both orders', async () => {
