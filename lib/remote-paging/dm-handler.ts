@@ -363,8 +363,18 @@ export class DmHandler {
     }
     try {
       if (this.#uffd.features.poison) {
-        this.#uffd.poison(this.#region, off, this.#ps);
-        this.#add(Counter.poisoned);
+        // UFFDIO_POISON refuses any PTE marker (EEXIST, 0 bytes), and a 'wp-async' dirty scan
+        // leaves uffd-wp markers on pages already evicted: drop the marker first, without a
+        // wake (the thread must wake to the poison, not fault again).
+        this.#uffd.writeProtect(this.#region, off, this.#ps, false, { wake: false });
+        if (this.#uffd.poison(this.#region, off, this.#ps) !== this.#ps) {
+          // Not poisoned: the woken thread faults again; say so rather than count it failed.
+          this.#report(
+            new PfrError('ERR_PFR_HANDLER_FAILED', `remote paging: the page at offset ${off} could not be poisoned (UFFDIO_POISON placed nothing)`),
+          );
+        } else {
+          this.#add(Counter.poisoned);
+        }
       } else {
         this.#uffd.zeropage(this.#region, off, this.#ps);
       }
