@@ -28,6 +28,11 @@ export interface RedisServer {
   client(): Promise<RedisClient>;
   stop(): Promise<void>;
   start(): Promise<void>;
+  /**
+   * Freeze the server for `ms` (SIGSTOP), and resolve once it runs again. The SIGCONT comes
+   * from a process of its own: this process's event loop may be what is being tested.
+   */
+  pause(ms: number): Promise<void>;
   /** Stop for good and remove the folder. */
   dispose(): Promise<void>;
 }
@@ -96,6 +101,16 @@ export async function startRedis(options: RedisOptions = {}): Promise<RedisServe
     },
     stop,
     start,
+    async pause(ms) {
+      const pid = proc?.pid;
+      if (pid === undefined || proc!.exitCode !== null) throw new Error('redis-server is not running: start() it first');
+      process.kill(pid, 'SIGSTOP');
+      const waker = spawn('/bin/sh', ['-c', `sleep ${ms / 1000}; kill -CONT ${pid}`], { stdio: 'ignore' });
+      await new Promise((r) => {
+        waker.once('exit', r);
+        waker.once('error', () => r(process.kill(pid, 'SIGCONT'))); // no sh: wake it now rather than never
+      });
+    },
     async dispose() {
       for (const c of clients.splice(0)) c.destroy();
       await stop();

@@ -11,6 +11,7 @@ import {
   IommuPageResponseCode,
   NlCmd,
   type NetlinkSocket,
+  type FaultNotice,
   type NlMessage,
   type ResolvedAck,
   type ResolveMethod,
@@ -24,6 +25,7 @@ import { POLICIES, Prefetcher, spanFor, type PolicyName, type PolicyOptions } fr
 import { FaultStats, type FaultStatsSnapshot } from './stats.js';
 import { DEFAULT_TRACE_EVENTS, TraceRecorder, type ChromeTrace } from './trace.js';
 import { remotePagerOf } from '../remote-paging/pager.js';
+import { touch } from '../toucher.js';
 
 /** A range of memory the library resolves with one policy. */
 export interface Registration {
@@ -60,6 +62,18 @@ export interface ResolvedFault {
   block: number;
   channel: number;
 }
+
+/** What resolving a fault came to: the answer's fields and the statistics' figures. */
+interface Outcome {
+  status: IommuPageResponseCode;
+  method: ResolveMethod;
+  /** Bytes the policy asked to make resident, pages that became resident, pages a page store supplied. */
+  bytes: number;
+  made: number;
+  fetched: number;
+}
+
+const UNRESOLVED: Outcome = { status: IommuPageResponseCode.INVALID, method: 'none', bytes: 0, made: 0, fetched: 0 };
 
 /** An answer waiting for its ACK, which brings the modelled resolve and the retransmission. */
 interface Pending {
@@ -109,6 +123,7 @@ export class FaultLibrary {
   #stats = new FaultStats();
   #pending = new Map<number, Pending>(); // by the sequence number of the RESOLVED
   #listeners: Array<(f: ResolvedFault) => void> = [];
+  #remoteFetches: Promise<void> = Promise.resolve(); // the chain of remote-paged resolutions
   #untrace: () => void;
   #closed = false;
 
@@ -208,55 +223,87 @@ export class FaultLibrary {
     const n = decodeFault(m);
     if (!n || this.#closed) return;
     const recvReal = performance.now();
-    const { va, side, stall, write, length: hint } = n;
+    const { va, stall, length: hint } = n;
     const { reg, region } = this.#find(va);
     const policy = reg?.policy ?? (region ? this.defaultPolicy : undefined);
+    if (!region || !policy) return this.#answer(m, n, reg, region, policy, recvReal, UNRESOLVED);
 
-    let status = IommuPageResponseCode.INVALID;
-    let bytes = 0;
-    let made = 0;
-    let fetched = 0;
-    let method: ResolveMethod = 'none';
-    if (region && policy) {
-      const ps = region.pageSize;
-      const off = Number(va - region.address);
-      const page = off - (off % ps);
-      const span = spanFor(policy, page, hint + (off - page), ps, reg?.options ?? {}, reg?.prefetcher);
-      // Clip to the registration (or region), in whole pages (a hint that ends mid-page, as
-      // for a transfer starting mid-page, still covers its last page), then widen to whole
-      // huge pages for THP memory.
-      const up = (x: number) => x + ((ps - (x % ps)) % ps);
-      const lo = reg ? reg.offset : 0;
-      const hi = reg ? reg.offset + reg.length : region.size;
-      let start = Math.max(lo, span.offset); // a registration starts on a page (region.span)
-      let end = Math.min(up(hi), up(span.offset + span.length), region.size);
-      if (region.hugePages) {
-        start -= start % HUGE_PAGE_SIZE;
-        end = Math.min(region.size, end + ((HUGE_PAGE_SIZE - (end % HUGE_PAGE_SIZE)) % HUGE_PAGE_SIZE));
-      }
-      try {
-        const before = region.residentPages(start, end - start);
-        // A remote-paged region's missing pages come from its page store while populate waits.
-        const pager = remotePagerOf(region);
-        const majorBefore = pager?.stats().majorFaults ?? 0;
-        if (stall) {
-          // Stall-mode memory is userfaultfd-registered: place the pages without waking;
-          // CMD_RESUME (from the driver, after our answer) replays the access.
-          if (!this.#uffd) throw invalidArg('a stalled fault arrived but the fault library has no userfaultfd');
-          this.#uffd.zeropage(region, start, end - start, { wake: false });
-          method = 'uffd';
-        } else {
-          region.populate(start, end - start, { write: true });
-          method = span.method;
-        }
-        made = (end - start) / ps - before;
-        fetched = pager ? pager.stats().majorFaults - majorBefore : 0;
-        bytes = end - start;
-        status = IommuPageResponseCode.SUCCESS;
-      } catch {
-        status = IommuPageResponseCode.FAILURE;
-      }
+    const ps = region.pageSize;
+    const off = Number(va - region.address);
+    const page = off - (off % ps);
+    const span = spanFor(policy, page, hint + (off - page), ps, reg?.options ?? {}, reg?.prefetcher);
+    // Clip to the registration (or region), in whole pages (a hint that ends mid-page, as
+    // for a transfer starting mid-page, still covers its last page), then widen to whole
+    // huge pages for THP memory.
+    const up = (x: number) => x + ((ps - (x % ps)) % ps);
+    const lo = reg ? reg.offset : 0;
+    const hi = reg ? reg.offset + reg.length : region.size;
+    let start = Math.max(lo, span.offset); // a registration starts on a page (region.span)
+    let end = Math.min(up(hi), up(span.offset + span.length), region.size);
+    if (region.hugePages) {
+      start -= start % HUGE_PAGE_SIZE;
+      end = Math.min(region.size, end + ((HUGE_PAGE_SIZE - (end % HUGE_PAGE_SIZE)) % HUGE_PAGE_SIZE));
     }
+    let before = 0; // resident pages of the span before (read where a closed region can throw)
+    const done = (status: IommuPageResponseCode, method: ResolveMethod, fetched = 0): Outcome => ({
+      status,
+      method,
+      fetched,
+      bytes: status === IommuPageResponseCode.SUCCESS ? end - start : 0,
+      made: status === IommuPageResponseCode.SUCCESS ? (end - start) / ps - before : 0,
+    });
+    const pager = remotePagerOf(region);
+    if (pager && !stall) {
+      // A remote-paged region's missing pages come from its page store, which may take long:
+      // populate() would hold this thread (its event loop stopped) until they came. A native
+      // toucher thread reads the span instead, and the answer goes when it is done. One such
+      // fetch at a time, so the store's major-fault count is this answer's own.
+      const fetch = async (): Promise<Outcome> => {
+        const majorBefore = pager.stats().majorFaults;
+        try {
+          before = region.residentPages(start, end - start);
+          await touch(region, { offset: start, length: end - start, probe: true });
+          return done(IommuPageResponseCode.SUCCESS, span.method, pager.stats().majorFaults - majorBefore);
+        } catch {
+          return done(IommuPageResponseCode.FAILURE, 'none');
+        }
+      };
+      const next = this.#remoteFetches.then(fetch);
+      this.#remoteFetches = next.then(() => undefined);
+      void next.then((o) => this.#answer(m, n, reg, region, policy, recvReal, o));
+      return;
+    }
+    let outcome: Outcome;
+    try {
+      before = region.residentPages(start, end - start);
+      if (stall) {
+        // Stall-mode memory is userfaultfd-registered: place the pages without waking;
+        // CMD_RESUME (from the driver, after our answer) replays the access.
+        if (!this.#uffd) throw invalidArg('a stalled fault arrived but the fault library has no userfaultfd');
+        this.#uffd.zeropage(region, start, end - start, { wake: false });
+        outcome = done(IommuPageResponseCode.SUCCESS, 'uffd');
+      } else {
+        region.populate(start, end - start, { write: true });
+        outcome = done(IommuPageResponseCode.SUCCESS, span.method);
+      }
+    } catch {
+      outcome = done(IommuPageResponseCode.FAILURE, 'none');
+    }
+    this.#answer(m, n, reg, region, policy, recvReal, outcome);
+  }
+
+  /** Send the answer to a fault notice, and account for it. */
+  #answer(
+    m: NlMessage,
+    n: FaultNotice,
+    reg: Registration | undefined,
+    region: Region | undefined,
+    policy: PolicyName | undefined,
+    recvReal: number,
+    { status, method, bytes, made, fetched }: Outcome,
+  ): void {
+    if (this.#closed) return;
+    const { va, side, stall, write } = n;
     const doneReal = performance.now();
     const reply = encodeResolved({ sid: n.sid, va, status, length: bytes, method, stall, stag: n.stag, fetched });
 
