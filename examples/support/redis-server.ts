@@ -18,6 +18,7 @@ export interface RedisClient {
   get(key: string): Promise<unknown>;
   set(key: string, value: Buffer): Promise<unknown>;
   dbSize(): Promise<number>;
+  configSet(parameter: string, value: string): Promise<unknown>;
   destroy(): void;
 }
 

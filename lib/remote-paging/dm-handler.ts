@@ -522,16 +522,25 @@ export class DmHandler {
       const e = this.#lspt.get(page)!;
       const off = page * this.#ps;
       if (this.#region.residentPages(off, this.#ps) !== this.#ps / this.#region.pageSize) continue;
+      // 'wp-sync': protected again before it is read, so a write from now on (even while the
+      // store works) faults and marks it dirty again ('wp-async': the scan re-armed it).
+      if (this.tracking === 'wp-sync' && e.dirty) this.#uffd.writeProtect(this.#region, off, this.#ps, true);
       const bytes = Buffer.from(this.#region.buffer, off, this.#ps);
       const crc = pageCrc(bytes);
       if (!e.dirty && crc === e.crc) continue;
       writes.push({ key: this.#key(page), value: encodePage(bytes, crc) });
       crcs.push([page, crc]);
+      e.dirty = false;
     }
-    await this.#store.setMany(writes);
+    try {
+      await this.#store.setMany(writes);
+    } catch (err) {
+      for (const [page] of crcs) this.#lspt.markDirty(page); // not stored: still dirty
+      throw err;
+    }
     for (const [page, crc] of crcs) {
       const e = this.#lspt.get(page);
-      if (e?.state === 'resident') Object.assign(e, { crc, dirty: false });
+      if (e?.state === 'resident') e.crc = crc;
     }
     this.#add(Counter.writtenBack, writes.length);
     for (const w of writes) this.#add(Counter.bytesOut, w.value.length);
