@@ -458,7 +458,11 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
    * UFFDIO_POISON (Linux 6.6): mark the range's missing pages poisoned and wake the
    * faulting threads. Their access then fails: a native thread (the toucher) reports it as
    * failed; the JS thread, which cannot survive SIGBUS, must not touch them. For a page
-   * that could not be fetched, instead of silently handing out zeros. Returns the bytes poisoned.
+   * that could not be fetched, instead of silently handing out zeros. Returns the bytes poisoned:
+   * a page that is there already is skipped, and so is a missing page that carries a uffd-wp
+   * marker (write-protected while missing, or by a PAGEMAP_SCAN re-arm): the kernel refuses any
+   * marker, so drop it first with writeProtect(…, false, { wake: false }). A woken thread whose
+   * page was skipped faults again: fewer bytes than asked is not a failed page.
    */
   poison(region: Region, offset: number, length: number, options?: ResolveOptions): number {
     this.#check();

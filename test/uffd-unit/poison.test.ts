@@ -34,6 +34,17 @@ describe.each(BOTH)('poison ($delivery delivery, $memory)', ({ delivery, shared 
     expect(h.faults).toHaveLength(N);
   });
 
+  it('a missing page that carries a uffd-wp marker is refused (0 bytes) until the marker is dropped', async () => {
+    const uffd = own(open(delivery));
+    const r = own(region(2, shared));
+    uffd.register(r, { writeProtect: true });
+    uffd.writeProtect(r, 0, 2 * P, true); // missing pages: uffd-wp markers (WP_UNPOPULATED)
+    expect(uffd.poison(r, 0, 2 * P)).toBe(0);
+    uffd.writeProtect(r, 0, P, false, { wake: false });
+    expect(uffd.poison(r, 0, 2 * P)).toBe(P);
+    expect(((await touchError(r, { probe: true, length: P })) as { offsets?: number[] }).offsets).toEqual([0]);
+  });
+
   it('poisoning a page that is there already places nothing', async () => {
     const uffd = own(open(delivery));
     const r = own(region(2, shared));
