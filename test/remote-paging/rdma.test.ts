@@ -203,7 +203,7 @@ it('a DMA fault waiting on a slow store leaves the event loop turning: a timer k
     maxGap = Math.max(maxGap, now - last);
     last = now;
   }, 20);
-  const paused = redis.pause(1500); // the first fetch waits 1.5 s for its reply
+  const paused = redis.pause(2000); // the first fetch waits 2 s for its reply
   try {
     // All but the first and last 100 bytes: those must be the stored bytes, fetched.
     qpA.postSend({
@@ -219,7 +219,7 @@ it('a DMA fault waiting on a slow store leaves the event loop turning: a timer k
     await paused;
     clearInterval(timer);
   }
-  expect(maxGap).toBeLessThan(500);
+  expect(maxGap).toBeLessThan(800); // 100-200 ms seen on a loaded 2-core machine; the JS thread waiting: > 2000
   expect(pager.stats().majorFaults).toBe(N);
   expect(mem.subarray(0, 100).every((b) => b === 0x5c)).toBe(true);
   expect(mem.subarray(100, N * P - 100).every((b) => b === 0xa1)).toBe(true);
