@@ -35,14 +35,15 @@ describe('Redis page store', () => {
   it('pages evicted to Redis come back byte for byte, stored under their address with a checksum', async () => {
     const N = 512;
     const { p, errors } = await pager({ size: N * P, prefix: 'app-a' });
+    expect(p.keyPrefix).toMatch(/^app-a:[0-9a-f]{12}$/); // the application's prefix, then the instance's id
     fill(p, N, 3);
     expect(await p.evict()).toBe(N);
     const c = await redis.client();
     const keys = (await c.keys('app-a:*')).map(String);
     expect(keys).toHaveLength(N);
-    expect(keys).toContain(`app-a:${(p.region.address + BigInt(5 * P)).toString(16)}`);
-    const raw = (await c.get(`app-a:${p.region.address.toString(16)}`)) as unknown as Buffer;
-    expect(raw.length).toBe(P + 8); // checksum and length, then the page
+    expect(keys).toContain(`${p.keyPrefix}:${(p.region.address + BigInt(5 * P)).toString(16)}`);
+    const raw = (await c.get(`${p.keyPrefix}:${p.region.address.toString(16)}`)) as unknown as Buffer;
+    expect(raw.length).toBe(P + 24); // the page, then address, version, length and checksum
     const r = await touch(p.region);
     for (let i = 0; i < N; i++) expect(r.data![i * P + 17]).toBe((3 + i) & 0xff);
     expect(p.stats()).toMatchObject({ majorFaults: N, evicted: N, writtenBack: N, corrupt: 0 });
@@ -65,7 +66,7 @@ describe('Redis page store', () => {
     fill(p, 4, 9);
     await p.evict();
     const c = await redis.client();
-    const key = (i: number) => `corrupt:${(p.region.address + BigInt(i * P)).toString(16)}`;
+    const key = (i: number) => `${p.keyPrefix}:${(p.region.address + BigInt(i * P)).toString(16)}`;
     const page1 = (await c.get(key(1))) as unknown as Buffer;
     page1[100] ^= 0xff; // one flipped byte
     await c.set(key(1), page1);
@@ -99,10 +100,12 @@ describe('Redis page store', () => {
     }
   });
 
-  it('an unreachable server is a clear error at create()', async () => {
+  it('an unreachable server is a clear error at create(), naming the missing socket and how to get it', async () => {
     await expect(RemotePager.create({ size: 4 * P, store: { redis: { socket: '/nonexistent/redis.sock', timeoutMs: 300 } } })).rejects.toMatchObject({
       code: 'ERR_PFR_STORE_UNAVAILABLE',
-      message: expect.stringMatching(/Redis server/),
+      message: expect.stringMatching(
+        /no Redis socket at \/nonexistent\/redis\.sock: start redis-server with --unixsocket \/nonexistent\/redis\.sock/,
+      ),
     });
   });
 
