@@ -267,6 +267,12 @@ export class DmHandler {
       let values: (Buffer | null)[] = [];
       try {
         if (asked.length) values = await this.#store.getMany(asked.map((p) => this.#key(p)));
+        if (!Array.isArray(values) || values.length !== asked.length || !values.every((v) => v === null || Buffer.isBuffer(v))) {
+          throw new PfrError(
+            'ERR_PFR_PAGE_CORRUPT',
+            `remote paging: the store answered ${Array.isArray(values) ? `${values.length} values` : typeof values} for ${asked.length} pages; they are not placed`,
+          );
+        }
       } catch (err) {
         this.#failFetch(b, asked, err);
         b.pages = b.pages.filter((p) => this.#lspt.storedVersion(p) === undefined); // the zero pages still come
@@ -385,6 +391,7 @@ export class DmHandler {
   }
 
   #failFetch(b: Batch, pages: number[], cause: unknown): void {
+    if ((cause as PfrError).code === 'ERR_PFR_PAGE_CORRUPT') this.#add(Counter.corrupt, pages.length);
     for (const page of pages) {
       this.#lspt.drop(page);
       if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, cause, false);
@@ -406,7 +413,13 @@ export class DmHandler {
     }
     try {
       if (this.#uffd.features.poison) {
-        this.#uffd.poison(this.#region, off, this.#ps);
+        // UFFDIO_POISON skips a page that carries a uffd-wp marker ('wp-async' leaves them on
+        // evicted pages): it returns 0 and the thread faults again, for ever. Clear the
+        // marker and poison again; a page still not poisoned is not counted as failed.
+        if (this.#uffd.poison(this.#region, off, this.#ps) < this.#ps) {
+          this.#uffd.writeProtect(this.#region, off, this.#ps, false, { wake: false });
+          if (this.#uffd.poison(this.#region, off, this.#ps) < this.#ps) throw new Error('UFFDIO_POISON placed nothing');
+        }
         this.#add(Counter.poisoned);
       } else {
         this.#uffd.zeropage(this.#region, off, this.#ps);
