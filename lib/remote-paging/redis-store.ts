@@ -6,7 +6,9 @@
 //
 // A server that stops answering is known down after one request times out (a circuit
 // breaker): from then on requests fail at once, instead of a full timeout each, until a PING
-// (at most one per probeIntervalMs, sent when a request comes) answers again.
+// (at most one per probeIntervalMs, sent when a request comes) answers again. A server that
+// says "not now" (LOADING its data after a restart, BUSY, TRYAGAIN) is asked again, with a
+// backoff, until the request's timeout: a bounded number of retries, then the request fails.
 import { createClient, ErrorReply, RESP_TYPES } from 'redis';
 import { PfrError } from '../errors.js';
 import type { PageStore, StoredPage } from './store.js';
@@ -37,6 +39,10 @@ export interface RedisStoreOptions {
 }
 
 type Client = ReturnType<typeof connectClient>;
+
+// Error replies that mean "ask again shortly", and the first pause before asking again (doubled each time, at most 200 ms).
+const TRANSIENT = /^(LOADING|BUSY|TRYAGAIN|MASTERDOWN)\b/;
+const RETRY_MS = 10;
 
 // Keys per UNLINK at close: one command stays small while a pager's thousands of keys go in a few round trips.
 const UNLINK_BATCH = 1000;
@@ -167,8 +173,19 @@ export class RedisStore implements PageStore {
 
   async #request<T>(what: string, send: () => Promise<T>): Promise<T> {
     if (this.#down && !(await this.#probe())) throw this.#downError(what);
+    const end = Date.now() + this.timeoutMs;
     try {
-      return await withTimeout(send(), this.timeoutMs, what);
+      for (let tries = 1, pause = RETRY_MS; ; tries++, pause = Math.min(pause * 2, 200)) {
+        try {
+          return await withTimeout(send(), Math.max(1, end - Date.now()), what);
+        } catch (err) {
+          if (!(err instanceof ErrorReply && TRANSIENT.test(err.message)) || Date.now() + pause >= end) {
+            if (tries > 1 && err instanceof ErrorReply) err.message += ` (asked ${tries} times in ${this.timeoutMs} ms)`;
+            throw err;
+          }
+          await new Promise((r) => setTimeout(r, pause));
+        }
+      }
     } catch (err) {
       const e = storeError(err, `RedisStore: ${what}`, this.where);
       // A refusal (an error reply: full, wrong type) comes from a server that is up.
