@@ -45,14 +45,43 @@ uint32_t Crc32cTable(uint32_t crc, const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
+// Three streams at once: the instruction's latency is 3 cycles, its throughput 1. Each stream
+// takes kShort bytes; the first two are then carried over the bytes after them with a
+// table-driven multiply by x^(8·kShort) (the CRC of kShort zero bytes), which is linear.
+constexpr size_t kShort = 256;
+
+struct ShiftTable {
+  uint32_t t[4][256];
+  ShiftTable() {
+    static const uint8_t zeros[kShort] = {};
+    for (int k = 0; k < 4; k++)
+      for (uint32_t b = 0; b < 256; b++) t[k][b] = Crc32cTable(b << (8 * k), zeros, kShort);
+  }
+  uint32_t Shift(uint32_t crc) const { return t[0][crc & 0xff] ^ t[1][(crc >> 8) & 0xff] ^ t[2][(crc >> 16) & 0xff] ^ t[3][crc >> 24]; }
+};
+
 __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8_t* p, size_t n) {
-  uint64_t c = crc;
+  static const ShiftTable shift;
+  uint64_t c0 = crc;
+  for (; n >= 3 * kShort; n -= 3 * kShort, p += 3 * kShort) {
+    uint64_t c1 = 0, c2 = 0;
+    for (size_t i = 0; i < kShort; i += 8) {
+      uint64_t w0, w1, w2;
+      std::memcpy(&w0, p + i, 8);
+      std::memcpy(&w1, p + kShort + i, 8);
+      std::memcpy(&w2, p + 2 * kShort + i, 8);
+      c0 = _mm_crc32_u64(c0, w0);
+      c1 = _mm_crc32_u64(c1, w1);
+      c2 = _mm_crc32_u64(c2, w2);
+    }
+    c0 = shift.Shift(shift.Shift(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1)) ^ static_cast<uint32_t>(c2);
+  }
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t w;
     std::memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
+    c0 = _mm_crc32_u64(c0, w);
   }
-  uint32_t c32 = static_cast<uint32_t>(c);
+  uint32_t c32 = static_cast<uint32_t>(c0);
   while (n--) c32 = _mm_crc32_u8(c32, *p++);
   return c32;
 }
