@@ -203,9 +203,10 @@ export class RedisStore implements PageStore {
       if (Date.now() - d.probedAt < this.probeIntervalMs) return false;
       d.probedAt = Date.now();
       d.probes++;
+      // Any answer will do, an error reply too (LOADING after a restart): the requests retry those.
       d.probe = withTimeout(this.#client.ping(), this.timeoutMs, 'PING').then(
         () => true,
-        () => false,
+        (e: unknown) => e instanceof ErrorReply,
       );
       void d.probe.then(() => (d.probe = undefined));
     }

@@ -191,6 +191,7 @@ describe.each([
         // Without persistence, the restart loses every page whose copy was in the store: any
         // page written so far (a clean resident one's copy too: it is dropped without a write).
         if (!appendonly) for (let i = 0; i < N; i++) if (shadow[i]) mayBeLost.add(i);
+        await sleep(200); // the eviction batch under way, if any, is acknowledged first
         await server.stop();
         await server.start();
         await sleep(600); // the client reconnects (backoff at most 500 ms)
