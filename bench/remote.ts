@@ -69,7 +69,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     };
     const base = byCase.redis!.region.address.toString(16);
     const cRound = (): Round => {
-      const r = spawnSync(binary, [redis.socket, 'bench', base, String(opts.pages), '1'], { encoding: 'utf8' });
+      const r = spawnSync(binary, [redis.socket, byCase.redis!.keyPrefix, base, String(opts.pages), '1'], { encoding: 'utf8' });
       if (r.status !== 0) throw new Error(`bench-remote: the C program failed: ${r.stderr}`);
       return (JSON.parse(r.stdout) as { rounds: Round[] }).rounds[0]!;
     };
@@ -78,7 +78,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     print(
       `${opts.pages} pages of ${PAGE_SIZE} B per round, ${opts.rounds} rounds after a warm-up, cases interleaved; redis-server on a ` +
         'Unix socket. A sample = one access of a native thread to an evicted page (µs). mean = pass time / pages. The C program ' +
-        "copies the stored bytes without checking them; the DM-Handler checks each page's crc32 first.",
+        "copies the stored bytes without checking them; the DM-Handler checks each page's CRC-32C (key, version and bytes) first.",
     );
     const rounds: Record<Case, Round[]> = { c: [], redis: [], embedded: [], prefetch: [] };
     const bar = progress((opts.rounds + 1) * 4, 'bench-remote');

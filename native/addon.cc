@@ -8,6 +8,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   pfr::InitUffd(env, exports);
   pfr::InitToucher(env, exports);
   pfr::InitCopyEngine(env, exports);
+  pfr::InitChecksum(env, exports);
 #ifdef PFR_HAVE_LIBFABRIC
   pfr::InitFabric(env, exports);  // only when libfabric-dev was there at build time
 #endif

@@ -70,6 +70,7 @@ void InitRegion(Napi::Env env, Napi::Object exports);
 void InitUffd(Napi::Env env, Napi::Object exports);
 void InitToucher(Napi::Env env, Napi::Object exports);
 void InitCopyEngine(Napi::Env env, Napi::Object exports);
+void InitChecksum(Napi::Env env, Napi::Object exports);
 void InitFabric(Napi::Env env, Napi::Object exports);
 
 }  // namespace pfr

@@ -174,6 +174,9 @@ export interface Binding {
   engineUnref(handle: number): void;
   engineClose(handle: number): void;
 
+  /** CRC-32C (Castagnoli) of `bytes`, continuing from `seed` (0 to start; zlib's convention). */
+  crc32c(seed: number, bytes: Uint8Array): number;
+
   /** libfabric (present only when the addon was built with libfabric-dev: see fabricBinding). */
   fabricListen?: (
     provider: string,

@@ -2,9 +2,10 @@
 // fault -> Redis GET (hiredis) -> UFFDIO_COPY, with nothing else in the way. A handler thread
 // reads the userfaultfd and serves each fault from Redis; the main thread reads one byte of
 // every page, in order, and times each access. The pages are the ones the TypeScript pager
-// stored (same server, same keys, same stored form: an 8-byte header, then the page).
+// stored (same server, same keys, same stored form: the page, then a 24-byte trailer).
 //
 // usage: remote-handler SOCKET PREFIX BASE_HEX PAGES ROUNDS
+//   PREFIX: the pager's key prefix (RemotePager.keyPrefix: application prefix and instance id).
 //   BASE_HEX: the address the pages were stored under (EDM's key is the page's address).
 // Prints one JSON line: {"rounds":[{"medianUs":…,"p99Us":…,"meanUs":…}, …]}.
 // Build: cc -O2 -pthread remote-handler.c -lhiredis  (Debian: libhiredis-dev)
@@ -25,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HEADER 8
+#define TRAILER 24
 
 static int uffd;
 static char *area;
@@ -57,11 +58,11 @@ static void *handler(void *arg) {
     uint64_t page = msg.arg.pagefault.address & ~(uint64_t)(page_size - 1);
     uint64_t offset = page - (uint64_t)(uintptr_t)area;
     redisReply *r = redisCommand(redis, "GET %s:%llx", prefix, (unsigned long long)(base + offset));
-    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != (size_t)(page_size + HEADER)) {
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != (size_t)(page_size + TRAILER)) {
       fprintf(stderr, "remote-handler: page %llx missing from Redis\n", (unsigned long long)(base + offset));
       exit(1);
     }
-    struct uffdio_copy c = {page, (uint64_t)(uintptr_t)(r->str + HEADER), (uint64_t)page_size, 0, 0};
+    struct uffdio_copy c = {page, (uint64_t)(uintptr_t)r->str, (uint64_t)page_size, 0, 0};
     if (ioctl(uffd, UFFDIO_COPY, &c) != 0 && errno != EEXIST) die("UFFDIO_COPY");
     freeReplyObject(r);
   }

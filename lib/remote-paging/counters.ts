@@ -17,6 +17,8 @@ export enum Counter {
   errors,
   poisoned,
   corrupt,
+  lost,
+  keysDeleted,
 }
 
 export type Counters = BigInt64Array;

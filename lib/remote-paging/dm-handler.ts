@@ -7,8 +7,10 @@
 // A fault, step by step: the worker's userfaultfd reports it; a page being evicted is waited
 // for; at the high watermark the eviction worker is woken; the page joins the next batch of
 // fetches (every fault of one delivery, plus the prefetch window, in one store request); a
-// page never stored is resolved with UFFDIO_ZEROPAGE, a stored one with UFFDIO_COPY of its
-// checked bytes (write-protected: dirty tracking); the copy wakes every thread waiting on it.
+// page never stored is resolved with UFFDIO_ZEROPAGE without asking the store, a stored one
+// with UFFDIO_COPY of its checked bytes (write-protected: dirty tracking); the copy wakes
+// every thread waiting on it. A stored page the store no longer has, or answers wrongly for
+// (another page, an older write, bytes that fail the checksum), fails its access.
 //
 // Dirty pages: with UFFD_FEATURE_WP_ASYNC (6.7) the kernel clears the protection on the first
 // write by itself and PAGEMAP_SCAN reports the pages written ('wp-async'); on older kernels
@@ -27,7 +29,7 @@ import { mapRegion, Region, type SharedRegion } from '../region.js';
 import { UffdFeature, Userfaultfd, type Fault } from '../uffd.js';
 import { ResidentPageTable } from './lspt.js';
 import { Counter, type Counters } from './counters.js';
-import { decodePage, EmbeddedStore, encodePage, pageCrc, type PageStore, type StoredPage } from './store.js';
+import { decodePage, EmbeddedStore, encodePage, instanceSeed, pageCrc, type PageStore, type StoredPage } from './store.js';
 import { RedisStore, type RedisStoreOptions } from './redis-store.js';
 
 export type DirtyTracking = 'wp-async' | 'wp-sync';
@@ -45,7 +47,19 @@ export interface DmHandlerConfig {
   timeoutMs: number;
   tracking: DirtyTracking;
   store: { kind: 'embedded' } | { kind: 'redis'; options: RedisStoreOptions };
+  /** This pager instance's key prefix (application prefix and instance id): the keys' and the checksums' own. */
+  keyPrefix: string;
+  /** Leave the keys in the store at close. */
+  persist: boolean;
   counters: SharedArrayBuffer;
+}
+
+/** What close() did with the pager's keys. */
+export interface CloseResult {
+  /** Keys of this pager the store deleted. */
+  keysDeleted: number;
+  /** Keys left in the store: kept (persist), or the store could not be reached. */
+  keysLeft: number;
 }
 
 interface Batch {
@@ -84,6 +98,7 @@ export class DmHandler {
   #closed = false;
   #refused: PfrError | undefined; // why the store last refused an eviction
   #onError: (err: PfrError) => void;
+  #seed: number;
   #zeroCrc: number;
   #zeros: Uint8Array;
   readonly major: RecordableHistogram = createHistogram();
@@ -96,7 +111,8 @@ export class DmHandler {
     this.#onError = onError;
     this.#counters = new BigInt64Array(cfg.counters);
     this.#zeros = new Uint8Array(cfg.pageSize);
-    this.#zeroCrc = pageCrc(this.#zeros);
+    this.#seed = instanceSeed(cfg.keyPrefix);
+    this.#zeroCrc = pageCrc(this.#seed, this.#zeros);
     this.#region = Region.attach(cfg.region);
     const features = cfg.tracking === 'wp-async' ? UffdFeature.WP_ASYNC : 0n;
     // The store's timeout ends a fetch first; the uffd's watchdog is the last resort.
@@ -118,7 +134,10 @@ export class DmHandler {
   }
 
   static async start(cfg: DmHandlerConfig, onError: (err: PfrError) => void): Promise<DmHandler> {
-    const store = cfg.store.kind === 'redis' ? await RedisStore.connect({ timeoutMs: cfg.timeoutMs, ...cfg.store.options }) : new EmbeddedStore();
+    const store =
+      cfg.store.kind === 'redis'
+        ? await RedisStore.connect({ timeoutMs: cfg.timeoutMs, ...cfg.store.options, prefix: cfg.keyPrefix })
+        : new EmbeddedStore();
     return new DmHandler(cfg, store, onError);
   }
 
@@ -126,9 +145,13 @@ export class DmHandler {
     return this.#cfg.pageSize;
   }
 
-  // EDM stores a page under its address.
+  #address(page: number): bigint {
+    return this.#region.address + BigInt(page * this.#ps);
+  }
+
+  // EDM stores a page under its address (the store adds the instance's prefix).
   #key(page: number): string {
-    return (this.#region.address + BigInt(page * this.#ps)).toString(16);
+    return this.#address(page).toString(16);
   }
 
   #add(c: Counter, n = 1): void {
@@ -239,16 +262,24 @@ export class DmHandler {
     this.#fills++;
     if (this.#lspt.resident >= this.#cfg.highPages) this.#wakeEvictor();
     try {
-      let values: (Buffer | null)[];
+      // Only pages the store holds are asked for: a page never stored is the zero page.
+      const asked = b.pages.filter((p) => this.#lspt.storedVersion(p) !== undefined);
+      let values: (Buffer | null)[] = [];
       try {
-        values = await this.#store.getMany(b.pages.map((p) => this.#key(p)));
+        if (asked.length) values = await this.#store.getMany(asked.map((p) => this.#key(p)));
+        if (!Array.isArray(values) || values.length !== asked.length || !values.every((v) => v === null || Buffer.isBuffer(v))) {
+          throw new PfrError(
+            'ERR_PFR_PAGE_CORRUPT',
+            `remote paging: the store answered ${Array.isArray(values) ? `${values.length} values` : typeof values} for ${asked.length} pages; they are not placed`,
+          );
+        }
       } catch (err) {
-        this.#failFetch(b, err);
-        return;
+        this.#failFetch(b, asked, err);
+        b.pages = b.pages.filter((p) => this.#lspt.storedVersion(p) === undefined); // the zero pages still come
       }
       // Placed without waking, then woken at once: a thread woken by its page's copy would
       // run ahead into the next page of the batch before that one is placed.
-      this.#placeAll(b, values);
+      this.#placeAll(b, new Map(asked.map((p, i) => [p, values[i] ?? null])));
       this.#setResident(); // before the wake: whoever it releases sees the count
       if (!this.#closed && b.pages.length) {
         const lo = Math.min(...b.pages),
@@ -267,7 +298,8 @@ export class DmHandler {
 
   // Place a batch's pages: decode and check each, then one UFFDIO_COPY per run of consecutive
   // pages (a prefetch window is one run), write-protected for dirty tracking, without waking.
-  #placeAll(b: Batch, values: (Buffer | null)[]): void {
+  // `values`: what the store answered for each stored page of the batch.
+  #placeAll(b: Batch, values: Map<number, Buffer | null>): void {
     if (this.#closed) return;
     const ps = this.#ps;
     const ready: { page: number; bytes: Uint8Array; crc: number; stored: boolean }[] = [];
@@ -276,11 +308,13 @@ export class DmHandler {
       major = 0,
       prefetched = 0,
       minor = 0,
-      corrupt = 0;
-    b.pages.forEach((page, i) => {
-      const value = values[i] ?? null;
+      corrupt = 0,
+      lost = 0;
+    b.pages.forEach((page) => {
+      const version = this.#lspt.storedVersion(page);
+      const value = values.get(page) ?? null;
       const faulting = b.faulting.has(page);
-      if (value === null) {
+      if (version === undefined) {
         if (faulting) minor++;
         // Never stored: zeros, as EDM does, placed write-protected like any other page so its
         // first write counts. 'wp-async' protected the whole region while unpopulated, and
@@ -296,8 +330,22 @@ export class DmHandler {
         }
         return;
       }
+      if (value === null) {
+        lost++;
+        const where = this.#store instanceof RedisStore ? ` (key ${this.#store.prefix}:${this.#key(page)})` : '';
+        this.#notPlaced(
+          b,
+          page,
+          new PfrError(
+            'ERR_PFR_PAGE_LOST',
+            `page 0x${this.#key(page)}: the store no longer holds it${where}, though it acknowledged write ${version} of it ` +
+              '(restarted without persistence, flushed, or evicting keys: maxmemory-policy must be noeviction); the page is lost',
+          ),
+        );
+        return;
+      }
       try {
-        const { page: bytes, crc } = decodePage(this.#key(page), value, ps);
+        const { page: bytes, crc } = decodePage(value, { address: this.#address(page), version }, this.#seed, ps);
         ready.push({ page, bytes, crc, stored: true });
         fetched++;
         bytesIn += value.length;
@@ -328,6 +376,7 @@ export class DmHandler {
     this.#add(Counter.prefetched, prefetched);
     this.#add(Counter.minorFaults, minor);
     if (corrupt) this.#add(Counter.corrupt, corrupt);
+    if (lost) this.#add(Counter.lost, lost);
   }
 
   #placed(b: Batch, page: number, crc: number, stored: boolean): void {
@@ -341,8 +390,9 @@ export class DmHandler {
     if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, err);
   }
 
-  #failFetch(b: Batch, cause: unknown): void {
-    for (const page of b.pages) {
+  #failFetch(b: Batch, pages: number[], cause: unknown): void {
+    if ((cause as PfrError).code === 'ERR_PFR_PAGE_CORRUPT') this.#add(Counter.corrupt, pages.length);
+    for (const page of pages) {
       this.#lspt.drop(page);
       if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, cause, false);
     }
@@ -422,7 +472,7 @@ export class DmHandler {
   async #evictBatch(victims: number[], slot: number): Promise<boolean> {
     let done!: () => void;
     const settled = new Promise<void>((r) => (done = r));
-    const taken: { page: number; slot: number; crc: number; write: boolean }[] = [];
+    const taken: { page: number; slot: number; crc: number; version: number }[] = [];
     const writes: StoredPage[] = [];
     try {
       for (const page of victims) {
@@ -442,10 +492,11 @@ export class DmHandler {
           this.#lspt.drop(page); // not there any more
           continue;
         }
-        const crc = pageCrc(bytes);
-        const write = e.dirty || crc !== e.crc;
-        taken.push({ page, slot: slot + taken.length, crc, write });
-        if (write) writes.push({ key: this.#key(page), value: encodePage(bytes, crc) });
+        const crc = pageCrc(this.#seed, bytes);
+        // 0: clean, dropped without a write (the store holds these bytes, or it is a zero page).
+        const version = e.dirty || crc !== e.crc ? this.#lspt.nextVersion(page) : 0;
+        taken.push({ page, slot: slot + taken.length, crc, version });
+        if (version) writes.push({ key: this.#key(page), value: encodePage(bytes, { address: this.#address(page), version }, this.#seed, crc) });
       }
       try {
         await this.#store.setMany(writes);
@@ -456,10 +507,11 @@ export class DmHandler {
         return false;
       }
       for (const t of taken) {
+        if (t.version) this.#lspt.stored(t.page, t.version);
         this.#drop(t.page, t.slot);
         this.#lspt.drop(t.page);
         this.#add(Counter.evicted);
-        this.#add(t.write ? Counter.writtenBack : Counter.droppedClean);
+        this.#add(t.version ? Counter.writtenBack : Counter.droppedClean);
       }
       for (const w of writes) this.#add(Counter.bytesOut, w.value.length);
       return true;
@@ -517,7 +569,7 @@ export class DmHandler {
   async flush(): Promise<number> {
     this.#scanDirty();
     const writes: StoredPage[] = [];
-    const crcs: [number, number][] = [];
+    const crcs: { page: number; crc: number; version: number }[] = [];
     for (const page of this.#lspt.pages()) {
       const e = this.#lspt.get(page)!;
       const off = page * this.#ps;
@@ -526,19 +578,21 @@ export class DmHandler {
       // store works) faults and marks it dirty again ('wp-async': the scan re-armed it).
       if (this.tracking === 'wp-sync' && e.dirty) this.#uffd.writeProtect(this.#region, off, this.#ps, true);
       const bytes = Buffer.from(this.#region.buffer, off, this.#ps);
-      const crc = pageCrc(bytes);
+      const crc = pageCrc(this.#seed, bytes);
       if (!e.dirty && crc === e.crc) continue;
-      writes.push({ key: this.#key(page), value: encodePage(bytes, crc) });
-      crcs.push([page, crc]);
+      const version = this.#lspt.nextVersion(page);
+      writes.push({ key: this.#key(page), value: encodePage(bytes, { address: this.#address(page), version }, this.#seed, crc) });
+      crcs.push({ page, crc, version });
       e.dirty = false;
     }
     try {
       await this.#store.setMany(writes);
     } catch (err) {
-      for (const [page] of crcs) this.#lspt.markDirty(page); // not stored: still dirty
+      for (const { page } of crcs) this.#lspt.markDirty(page); // not stored: still dirty
       throw err;
     }
-    for (const [page, crc] of crcs) {
+    for (const { page, crc, version } of crcs) {
+      this.#lspt.stored(page, version);
       const e = this.#lspt.get(page);
       if (e?.state === 'resident') e.crc = crc;
     }
@@ -574,15 +628,29 @@ export class DmHandler {
     return { major: sum(this.major), minor: sum(this.minor) };
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  /** Stop; delete this pager's keys from the store unless it persists them. */
+  async close(): Promise<CloseResult> {
+    if (this.#closed) return { keysDeleted: 0, keysLeft: 0 };
     await this.#evictor;
     await Promise.all(this.#slots);
     this.#closed = true;
     this.#uffd.close();
     this.#staging?.close();
     this.#region.close();
+    const keys = this.#lspt.written().map((p) => this.#key(p));
+    // (A key whose write was never acknowledged may not be there: what is left is at most this.)
+    let result = { keysDeleted: 0, keysLeft: keys.length };
+    if (!this.#cfg.persist && keys.length) {
+      try {
+        const keysDeleted = await this.#store.deleteMany(keys);
+        result = { keysDeleted, keysLeft: 0 };
+        this.#add(Counter.keysDeleted, keysDeleted);
+      } catch (err) {
+        this.#report(asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE'));
+      }
+    }
     await this.#store.close();
+    return result;
   }
 }
 

@@ -1,5 +1,7 @@
 // The resident-page table (EDM's LSPT): what the DM-Handler knows of each page of a remote-
-// paged region, and the second-chance clock the eviction worker picks victims with.
+// paged region, the second-chance clock the eviction worker picks victims with, and which
+// write of each page the store holds (its version), so that a page the store lost or answers
+// wrongly for is an error, never the zero page.
 
 export type PageState = 'fetching' | 'resident' | 'evicting';
 
@@ -20,6 +22,34 @@ export class ResidentPageTable {
   #entries = new Map<number, PageEntry>();
   // Resident pages in clock order: a Map keeps insertion order, so the front is the hand.
   #clock = new Map<number, true>();
+  // The version of the write of each page the store acknowledged last. Versions come from one
+  // counter, so no two writes share one: a stale or replayed value cannot pass for a new one.
+  #stored = new Map<number, number>();
+  // Every page a write went out for, acknowledged or not (a lost reply may hide a stored
+  // value): the keys close() deletes.
+  #written = new Set<number>();
+  #version = 0;
+
+  /** The version of the page's copy in the store; undefined for a page never stored (the zero page). */
+  storedVersion(page: number): number | undefined {
+    return this.#stored.get(page);
+  }
+
+  /** The version of a write of `page` about to go to the store. */
+  nextVersion(page: number): number {
+    this.#written.add(page);
+    return ++this.#version;
+  }
+
+  /** The store acknowledged write `version` of `page`. Writes of one page reach the store in the order they were issued (one connection), so the highest acknowledged is what it holds. */
+  stored(page: number, version: number): void {
+    if ((this.#stored.get(page) ?? 0) < version) this.#stored.set(page, version);
+  }
+
+  /** Every page whose key the store may hold. */
+  written(): number[] {
+    return [...this.#written];
+  }
 
   get(page: number): PageEntry | undefined {
     return this.#entries.get(page);

@@ -2,6 +2,7 @@
 // or Redis) and come back on demand, through EDM's DM-Handler (dm-handler.ts) running in a
 // worker thread. Every thread may read and write the region at any time; a page that is not
 // resident is fetched while the faulting thread waits, the main JS thread included.
+import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -12,7 +13,7 @@ import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
 import { UffdFeature, Userfaultfd } from '../uffd.js';
 import { checkInt, checkObject, invalidArg, rangeError } from '../validate.js';
 import { newCounters, readCounters } from './counters.js';
-import type { DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handler.js';
+import type { CloseResult, DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handler.js';
 import type { RedisStoreOptions } from './redis-store.js';
 import type { Request } from './worker.js';
 
@@ -35,7 +36,10 @@ export interface RemotePagerOptions {
   /** Eviction batches in flight at once (evict workers; default 1), and pages per batch (default 32). */
   evictWorkers?: number;
   evictBatch?: number;
-  /** A store request not answered in this time fails: the access fails (poisoned page) and an 'error' event says why. Default 2000 ms. */
+  /**
+   * A store request not answered in this time fails: the access fails (poisoned page) and an 'error' event says why. After
+   * one such failure the store counts as down and the next accesses fail at once until it answers again. Default 2000 ms.
+   */
   timeoutMs?: number;
   /** 'auto' (default): 'wp-async' where the kernel has WP_ASYNC and UFFDIO_MOVE (6.8), else 'wp-sync'. */
   dirtyTracking?: 'auto' | DirtyTracking;
@@ -58,7 +62,12 @@ export interface RemotePagingStats {
   resident: number;
   errors: number;
   poisoned: number;
+  /** Pages the store answered wrongly for (short, garbled, another page's, an older write): ERR_PFR_PAGE_CORRUPT. */
   corrupt: number;
+  /** Stored pages the store no longer held: ERR_PFR_PAGE_LOST. */
+  lost: number;
+  /** Keys close() deleted from the store. */
+  keysDeleted: number;
 }
 
 const TRACKINGS = ['auto', 'wp-async', 'wp-sync'] as const;
@@ -87,15 +96,19 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   readonly region: Region;
   readonly pageSize: number;
   readonly tracking: DirtyTracking;
+  /** The prefix of this pager's keys in the store: the application's prefix and an instance id of this pager's own. */
+  readonly keyPrefix: string;
   #worker: Worker;
   #counters: SharedArrayBuffer;
   #next = 1;
   #waiting = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   #closed = false;
+  #closing: Promise<CloseResult> | undefined;
 
-  private constructor(region: Region, worker: Worker, counters: SharedArrayBuffer, pageSize: number, tracking: DirtyTracking) {
+  private constructor(region: Region, worker: Worker, counters: SharedArrayBuffer, pageSize: number, tracking: DirtyTracking, keyPrefix: string) {
     super();
     this.region = region;
+    this.keyPrefix = keyPrefix;
     this.#worker = worker;
     this.#counters = counters;
     this.pageSize = pageSize;
@@ -136,12 +149,22 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     const tracking = o.dirtyTracking ?? 'auto';
     if (!TRACKINGS.includes(tracking)) throw invalidArg(`RemotePager.create: options.dirtyTracking must be one of ${TRACKINGS.join(', ')}`);
     let store: DmHandlerConfig['store'] = { kind: 'embedded' };
+    let prefix = 'pfr',
+      persist = false;
     if (o.store !== undefined && o.store !== 'embedded') {
       const s = checkObject('RemotePager.create: options.store', o.store) as { redis?: RedisStoreOptions };
       if (!s.redis || typeof s.redis !== 'object')
         throw invalidArg("RemotePager.create: options.store must be 'embedded' or { redis: { socket | host, port | url, prefix } }");
+      if (s.redis.prefix !== undefined && (typeof s.redis.prefix !== 'string' || s.redis.prefix === ''))
+        throw invalidArg('RemotePager.create: options.store.redis.prefix must be a non-empty string');
+      if (s.redis.persist !== undefined && typeof s.redis.persist !== 'boolean')
+        throw invalidArg('RemotePager.create: options.store.redis.persist must be a boolean');
       store = { kind: 'redis', options: s.redis };
+      prefix = s.redis.prefix ?? prefix;
+      persist = s.redis.persist ?? false;
     }
+    // An instance id of this pager's own: two pagers with one prefix, even at one address, never read each other's pages.
+    const keyPrefix = `${prefix}:${randomBytes(6).toString('hex')}`;
     const region = mapRegion(size);
     const counters = newCounters();
     const cfg: DmHandlerConfig = {
@@ -157,6 +180,8 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
       timeoutMs: o.timeoutMs === undefined ? 2000 : checkInt('RemotePager.create: options.timeoutMs', o.timeoutMs, 1, 600_000),
       tracking: tracking === 'auto' ? defaultTracking() : tracking,
       store,
+      keyPrefix,
+      persist,
       counters,
     };
     const worker = new Worker(workerPath(), { workerData: cfg });
@@ -175,7 +200,7 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
           else reject(new PfrError(m.error!.code as PfrErrorCode, m.error!.message));
         });
       });
-      return new RemotePager(region, worker, counters, pageSize, ready.tracking);
+      return new RemotePager(region, worker, counters, pageSize, ready.tracking, keyPrefix);
     } catch (err) {
       await worker.terminate();
       region.close();
@@ -211,13 +236,22 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   }
 
   /**
-   * Stop the DM-Handler (it finishes the evictions under way), close its store connection,
-   * unmap the region. Pages that were evicted are gone with it.
+   * Stop the DM-Handler (it finishes the evictions under way), delete this pager's keys from
+   * the store (UNLINK in batches of 1000, only the keys it wrote) unless the store was created
+   * with `persist: true`, close the store connection, unmap the region. Resolves to the keys
+   * deleted and the keys left (kept by `persist`, or the store could not be reached: an
+   * 'error' event says why); `stats().keysDeleted` says it too. A second call resolves to
+   * the first one's result.
    */
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  close(): Promise<CloseResult> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<CloseResult> {
+    let result: CloseResult = { keysDeleted: 0, keysLeft: 0 };
     try {
-      await this.#request({ op: 'close' });
+      result = (await this.#request({ op: 'close' })) as CloseResult;
     } catch {
       // the thread is gone already
     }
@@ -225,6 +259,7 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     pagers.delete(this.region.id);
     await this.#worker.terminate();
     this.region.close();
+    return result;
   }
 
   #request(req: DistributiveOmit<Request, 'id'>): Promise<unknown> {

@@ -1,12 +1,15 @@
-// Page stores: where evicted pages live (EDM's DMS). A page is stored under its key with a
-// checksum, and a reply that does not check out is refused before it reaches memory.
-import { crc32 } from 'node:zlib';
+// Page stores: where evicted pages live (EDM's DMS). A stored value is bound to its key: its
+// checksum covers the pager instance, the page's address and the page's version as well as
+// the bytes, so a reply for another page, another pager or an older write is refused before it
+// reaches memory, like a corrupted one. The checksum is CRC-32C from the native addon
+// (zlib.crc32 is missing before Node 20.15, and this is faster): one pass over the page.
+import { binding } from '../../native/index.js';
 import { PfrError } from '../errors.js';
 
 /** One page on its way to or from a store: the key is the page's address (EDM's layout). */
 export interface StoredPage {
   key: string;
-  /** The stored form: checksum and page (see encodePage). */
+  /** The stored form: the page and its trailer (see encodePage). */
   value: Buffer;
 }
 
@@ -16,45 +19,72 @@ export interface StoredPage {
  */
 export interface PageStore {
   readonly name: string;
-  /** The stored values of `keys`, in order; null for a page never stored. */
+  /** The stored values of `keys`, in order; null for a key the store does not hold. */
   getMany(keys: string[]): Promise<(Buffer | null)[]>;
   /** Store every page; resolves once the store has acknowledged all of them. */
   setMany(pages: StoredPage[]): Promise<void>;
+  /** Delete these keys (the pager's own); resolves to how many the store held. */
+  deleteMany(keys: string[]): Promise<number>;
   close(): Promise<void>;
 }
 
-// Stored form: [crc32 of the page, u32 LE][page length, u32 LE][page bytes].
-const HEADER = 8;
+/** Which write of which page a stored value must be. */
+export interface PageIdentity {
+  /** The page's address in the pager's region (its key). */
+  address: bigint;
+  /** The pager's count of its writes of this page: a value with an older one is stale. */
+  version: number;
+}
 
-export function encodePage(page: Uint8Array, crc = crc32(page)): Buffer {
-  const out = Buffer.allocUnsafe(HEADER + page.length);
-  out.writeUInt32LE(crc >>> 0, 0);
-  out.writeUInt32LE(page.length, 4);
-  out.set(page, HEADER);
+// Stored form: [page bytes][address u64 LE][version u64 LE][page length u32 LE][crc32c u32 LE].
+// The CRC runs from the instance's seed over the page (that much is the page's own checksum,
+// kept to tell a clean page from a dirty one), then over the trailer up to itself.
+export const TRAILER = 24;
+
+/** The checksum seed of a pager instance: the CRC-32C of its key prefix. */
+export const instanceSeed = (prefix: string): number => binding.crc32c(0, Buffer.from(prefix));
+
+/** The page's own checksum under an instance's seed (what the eviction compares to see a change). */
+export const pageCrc = (seed: number, page: Uint8Array): number => binding.crc32c(seed, page);
+
+/** The stored form of `page` as write `id.version` of the page at `id.address`. `crc`: its pageCrc, if known. */
+export function encodePage(page: Uint8Array, id: PageIdentity, seed: number, crc = pageCrc(seed, page)): Buffer {
+  const n = page.length;
+  const out = Buffer.allocUnsafe(n + TRAILER);
+  out.set(page, 0);
+  out.writeBigUInt64LE(id.address, n);
+  out.writeBigUInt64LE(BigInt(id.version), n + 8);
+  out.writeUInt32LE(n, n + 16);
+  out.writeUInt32LE(binding.crc32c(crc, out.subarray(n, n + 20)), n + 20);
   return out;
 }
 
 /**
- * The page bytes of a stored value, after checking its length and checksum. A short,
- * truncated or corrupted reply throws ERR_PFR_PAGE_CORRUPT: it must never be written into
- * memory.
+ * The page bytes of a stored value and their pageCrc, after checking that it is write
+ * `id.version` of the page at `id.address` of this instance, whole. Anything else throws
+ * ERR_PFR_PAGE_CORRUPT: it must never be written into memory.
  */
-export function decodePage(key: string, value: Buffer, pageSize: number): { page: Buffer; crc: number } {
-  if (value.length !== HEADER + pageSize || value.readUInt32LE(4) !== pageSize) {
-    throw new PfrError('ERR_PFR_PAGE_CORRUPT', `page ${key}: the store returned ${value.length} bytes, not a ${pageSize}-byte page with its header`);
+export function decodePage(value: Buffer, id: PageIdentity, seed: number, pageSize: number): { page: Buffer; crc: number } {
+  const what = `page 0x${id.address.toString(16)}`;
+  const corrupt = (why: string): PfrError => new PfrError('ERR_PFR_PAGE_CORRUPT', `${what}: ${why}; the page is lost`);
+  if (value.length !== pageSize + TRAILER || value.readUInt32LE(pageSize + 16) !== pageSize) {
+    throw corrupt(`the store returned ${value.length} bytes, not a ${pageSize}-byte page with its ${TRAILER}-byte trailer`);
   }
-  const page = value.subarray(HEADER);
-  const crc = crc32(page) >>> 0;
-  if (crc !== value.readUInt32LE(0)) {
-    throw new PfrError(
-      'ERR_PFR_PAGE_CORRUPT',
-      `page ${key}: checksum mismatch (stored ${value.readUInt32LE(0).toString(16)}, got ${crc.toString(16)})`,
+  const page = value.subarray(0, pageSize);
+  const crc = pageCrc(seed, page);
+  const sum = binding.crc32c(crc, value.subarray(pageSize, pageSize + 20));
+  const stored = value.readUInt32LE(pageSize + 20);
+  if (sum !== stored) {
+    throw corrupt(
+      `checksum mismatch (stored ${stored.toString(16)}, computed ${sum.toString(16)}): the value is corrupted or was written by another pager instance`,
     );
   }
+  const address = value.readBigUInt64LE(pageSize);
+  if (address !== id.address) throw corrupt(`the store answered with the value of page 0x${address.toString(16)}`);
+  const version = Number(value.readBigUInt64LE(pageSize + 8));
+  if (version !== id.version) throw corrupt(`the store answered with write ${version} of the page, not write ${id.version} (a stale copy)`);
   return { page, crc };
 }
-
-export const pageCrc = (page: Uint8Array): number => crc32(page) >>> 0;
 
 /**
  * The embedded store: pages in a Map of this thread. What `npm start` and the example use,
@@ -70,6 +100,12 @@ export class EmbeddedStore implements PageStore {
 
   async setMany(pages: StoredPage[]): Promise<void> {
     for (const p of pages) this.#pages.set(p.key, Buffer.from(p.value));
+  }
+
+  async deleteMany(keys: string[]): Promise<number> {
+    let n = 0;
+    for (const k of keys) if (this.#pages.delete(k)) n++;
+    return n;
   }
 
   /** Pages stored (for tests and the example). */

@@ -26,8 +26,7 @@ try {
       else if (req.op === 'evict') result = await handler.evict(req.offset, req.length);
       else if (req.op === 'latency') result = handler.latency();
       else {
-        await handler.close();
-        port.postMessage({ id: req.id, result: null });
+        port.postMessage({ id: req.id, result: await handler.close() });
         port.close();
         return;
       }

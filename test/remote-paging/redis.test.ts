@@ -2,9 +2,15 @@
 // and stopped here. Pages are stored under their address with a checksum, per-application
 // prefixes share one server, and every way the server can fail ends in a reported error and
 // an access that fails visibly, never a hang or silent zeros.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
 import { until } from '../helpers.js';
+import { requireDist, ROOT } from '../child.js';
 import { startRedis, type RedisServer } from '../../examples/support/redis-server.js';
 
 let redis: RedisServer;
@@ -35,14 +41,15 @@ describe('Redis page store', () => {
   it('pages evicted to Redis come back byte for byte, stored under their address with a checksum', async () => {
     const N = 512;
     const { p, errors } = await pager({ size: N * P, prefix: 'app-a' });
+    expect(p.keyPrefix).toMatch(/^app-a:[0-9a-f]{12}$/); // the application's prefix, then the instance's id
     fill(p, N, 3);
     expect(await p.evict()).toBe(N);
     const c = await redis.client();
     const keys = (await c.keys('app-a:*')).map(String);
     expect(keys).toHaveLength(N);
-    expect(keys).toContain(`app-a:${(p.region.address + BigInt(5 * P)).toString(16)}`);
-    const raw = (await c.get(`app-a:${p.region.address.toString(16)}`)) as unknown as Buffer;
-    expect(raw.length).toBe(P + 8); // checksum and length, then the page
+    expect(keys).toContain(`${p.keyPrefix}:${(p.region.address + BigInt(5 * P)).toString(16)}`);
+    const raw = (await c.get(`${p.keyPrefix}:${p.region.address.toString(16)}`)) as unknown as Buffer;
+    expect(raw.length).toBe(P + 24); // the page, then address, version, length and checksum
     const r = await touch(p.region);
     for (let i = 0; i < N; i++) expect(r.data![i * P + 17]).toBe((3 + i) & 0xff);
     expect(p.stats()).toMatchObject({ majorFaults: N, evicted: N, writtenBack: N, corrupt: 0 });
@@ -65,7 +72,7 @@ describe('Redis page store', () => {
     fill(p, 4, 9);
     await p.evict();
     const c = await redis.client();
-    const key = (i: number) => `corrupt:${(p.region.address + BigInt(i * P)).toString(16)}`;
+    const key = (i: number) => `${p.keyPrefix}:${(p.region.address + BigInt(i * P)).toString(16)}`;
     const page1 = (await c.get(key(1))) as unknown as Buffer;
     page1[100] ^= 0xff; // one flipped byte
     await c.set(key(1), page1);
@@ -99,10 +106,12 @@ describe('Redis page store', () => {
     }
   });
 
-  it('an unreachable server is a clear error at create()', async () => {
+  it('an unreachable server is a clear error at create(), naming the missing socket and how to get it', async () => {
     await expect(RemotePager.create({ size: 4 * P, store: { redis: { socket: '/nonexistent/redis.sock', timeoutMs: 300 } } })).rejects.toMatchObject({
       code: 'ERR_PFR_STORE_UNAVAILABLE',
-      message: expect.stringMatching(/Redis server/),
+      message: expect.stringMatching(
+        /no Redis socket at \/nonexistent\/redis\.sock: start redis-server with --unixsocket \/nonexistent\/redis\.sock/,
+      ),
     });
   });
 
@@ -121,3 +130,37 @@ describe('Redis page store', () => {
     }
   });
 });
+
+it("README's RemotePager sample prints what its comments say, against a redis-server on a Unix socket", async () => {
+  requireDist();
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const block = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('RemotePager.create'))!;
+  expect(block).toContain("{ host: '127.0.0.1', port: 6379,");
+  const dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-readme-'));
+  try {
+    const file = join(dir, 'sample.mjs');
+    writeFileSync(
+      file,
+      block
+        .replace("{ host: '127.0.0.1', port: 6379,", `{ socket: ${JSON.stringify(redis.socket)},`)
+        .replaceAll("from 'pagefault-rdma'", `from '${pathToFileURL(join(ROOT, 'dist/lib/index.js')).href}'`),
+    );
+    const r = spawnSync(process.execPath, [file], { encoding: 'utf8', timeout: 60_000 });
+    expect(r.stderr).toBe('');
+    const [first, second] = r.stdout.trim().split('\n');
+    expect(first).toBe(block.match(/pager\.stats\(\)\.lost\);\s+\/\/ (.+)/)![1]);
+    // All but lowWatermark (0.7) × 16 MiB of the 64 MiB went to Redis (and the 16 pages read
+    // back, when the eviction worker was still catching up), each under its own key.
+    const deleted = Number(second!.match(/keysDeleted: (\d+), keysLeft: 0 \}/)![1]);
+    expect(deleted).toBeGreaterThanOrEqual((64 << 8) - Math.floor((16 << 8) * 0.7));
+    expect(deleted).toBeLessThanOrEqual((64 << 8) - Math.floor((16 << 8) * 0.7) + 16);
+    // What the comment says, within the 16 pages the timing decides.
+    const said = block.match(/\{ keysDeleted: (\d+), keysLeft: 0 \}: ~([\d.]+) MiB went to Redis/)!;
+    expect(Math.abs(deleted - Number(said[1]))).toBeLessThanOrEqual(16);
+    expect(Math.abs((deleted * P) / 2 ** 20 - Number(said[2]))).toBeLessThanOrEqual(0.1);
+    const c = await redis.client();
+    expect(await c.keys('myapp:*')).toEqual([]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 90_000);
