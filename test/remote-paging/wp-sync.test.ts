@@ -8,7 +8,7 @@ import { PageCategory, RemotePager, touch, type RemotePagerOptions } from '../..
 import { startRedis } from '../../examples/support/redis-server.js';
 import { P } from '../helpers.js';
 
-const open: Array<{ close(): Promise<void> }> = [];
+const open: Array<{ close(): Promise<unknown> }> = [];
 afterEach(async () => {
   for (const r of open.splice(0).reverse()) await r.close();
 });
