@@ -52,7 +52,7 @@ export interface OdpVsPinnedOptions {
   /** Evict the destination only (default), or both buffers. */
   evict?: 'dst' | 'both';
   policies?: readonly PolicyName[];
-  /** Where to put the trace of both processes (--trace). */
+  /** Where to put the trace of both processes (--trace): the first measured write of each size and policy. */
   trace?: TraceFile;
 }
 
@@ -117,7 +117,11 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   const sizes: number[] = options.sizes ? [...options.sizes] : [];
   if (!options.sizes) for (let s = minSize; s <= maxSize; s *= 4) sizes.push(s);
 
-  const pair = connectedPair({ trace: options.trace !== undefined });
+  const pair = connectedPair({ trace: options.trace?.option ?? false });
+  // The trace holds one write per size and policy: all of them (thousands with the warm-up)
+  // would overflow the rings and make a file Perfetto cannot open.
+  const trace = options.trace;
+  trace?.sample(pair.ctx, false);
   const bar = progress(policies.length * sizes.length, 'odp-vs-pinned');
   const gc = gcWatch();
   try {
@@ -150,7 +154,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
     const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
     for (const size of sizes) {
       const n = size >= bigSize ? 1 : size <= SMALL_SIZE ? smallIters : iters;
-      const sized = await measureSize(pair, size, policies, n, evict);
+      const sized = await measureSize(pair, size, policies, n, evict, trace);
       for (const policy of policies) {
         const samples = sized.get(policy)!;
         bar.tick(`${sizeName(size)} ${policy}`);
@@ -262,7 +266,7 @@ async function warmUp(
 /**
  * `iters` writes of `size` bytes per policy, the policies taking turns (in williams() order),
  * after one unrecorded round (not for a single write: the largest sizes,
- * where it would double the run time). A policy that fails stops being measured; its
+ * where it would double the run time). With `trace`, round 0's writes are traced. A policy that fails stops being measured; its
  * error is its last entry.
  */
 async function measureSize(
@@ -271,6 +275,7 @@ async function measureSize(
   policies: readonly PolicyName[],
   iters: number,
   evict: 'dst' | 'both',
+  trace?: TraceFile,
 ): Promise<Map<PolicyName, Array<Sample | string>>> {
   const src = mapRegion(size);
   const dst = mapRegion(size);
@@ -281,7 +286,9 @@ async function measureSize(
         const policy = policies[williams(policies.length, Math.max(0, round))[k]!]!;
         const taken = out.get(policy)!;
         if (typeof taken[taken.length - 1] === 'string') continue;
+        trace?.sample(pair.ctx, round === 0);
         const r = await measure(pair, src, dst, policy, round, evict);
+        trace?.sample(pair.ctx, false);
         if (round >= 0 || typeof r === 'string') taken.push(r);
       }
     }

@@ -38,9 +38,12 @@ export interface PingPongOptions {
   policy?: PolicyName;
   /** Also run with the buffers left resident (default true). */
   baseline?: boolean;
-  /** Where to put the trace of both processes (--trace). */
+  /** Where to put the trace of both processes (--trace): the first round trips of each run. */
   trace?: TraceFile;
 }
+
+// Round trips traced per run (--trace): a few show every step; a thousand would make a file too large to open.
+const TRACED_ROUND_TRIPS = 4;
 
 /** One run: `iters` round trips of `size` bytes, buffers evicted before every message or not. */
 export interface Run {
@@ -74,7 +77,7 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
       { header: 'buffers', width: 8, left: true },
     ]);
     for (const [k, size] of sizes.entries()) {
-      const pair = connectedPair({ trace: options.trace !== undefined });
+      const pair = connectedPair({ trace: options.trace?.option ?? false });
       const { ctx, pd, qp } = pair;
       const bytes = Math.ceil(size / PAGE_SIZE) * PAGE_SIZE;
       const buf: [Region, Region] = [mapRegion(bytes), mapRegion(bytes)];
@@ -98,9 +101,10 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
         qp[1].postRecv({ wrId: 0, sgList: sge(1) });
         qp[0].postRecv({ wrId: 0, sgList: sge(0) });
         // Warm up (JIT, copy threads), unrecorded.
+        options.trace?.sample(ctx, false);
         await run(pair, buf, sge, size, Math.min(50, iters), true);
         for (const evict of baseline ? [true, false] : [true]) {
-          const r = await run(pair, buf, sge, size, iters, evict, bar);
+          const r = await run(pair, buf, sge, size, iters, evict, bar, options.trace);
           runs.push(r);
           const what = r.evict ? 'evicted' : 'resident';
           table.row([String(size), ...latencyCells(latencyStats(r.modelUs)), 'model', what]);
@@ -172,6 +176,7 @@ async function run(
   iters: number,
   evict: boolean,
   bar?: Progress,
+  trace?: TraceFile,
 ): Promise<Run> {
   const { ctx, cq, qp, cluster } = pair;
   const before = ctx.map((c) => c.faultLibrary.stats());
@@ -214,6 +219,7 @@ async function run(
 
   const start = performance.now();
   for (let i = 0; i < iters; i++) {
+    trace?.sample(ctx, i < TRACED_ROUND_TRIPS);
     const t0 = performance.now();
     const ping = await message(0, 1, i);
     const pong = await message(1, 0, i);
