@@ -50,6 +50,11 @@ export interface Program<O extends object = Record<string, unknown>> {
   run(options: O & CommonOptions, io: RunIo): Promise<RunOutcome>;
 }
 
+/** Why a benchmark refuses --trace. */
+export const BENCH_NO_TRACE =
+  'a benchmark runs its transfers at full speed, and tracing every event would slow what it measures; ' +
+  'trace the same transfers with odp-vs-pinned, pingpong or destination-fault --trace';
+
 /** Declare a program: `export default defineProgram({ name, summary, options, run })`. */
 export function defineProgram<O extends object>(program: Program<O>): Program<O> {
   return program;

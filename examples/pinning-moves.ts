@@ -23,12 +23,15 @@ import type { MoveReport } from '../kernel-sim/index.js';
 import { print, sizeName } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import { lockedBytes } from './support/smaps.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export interface PinningMovesOptions {
   /** Buffer size, a multiple of 2 MiB (default 4 MiB). */
   size?: number;
   /** Seconds to leave khugepaged to collapse a second pinned buffer (0: skip; default 15). */
   khugepagedWaitS?: number;
+  /** Where to put the trace of both processes (--trace): the source's faults and the writes' steps. */
+  trace?: TraceFile;
 }
 
 /** One RDMA WRITE into the buffer and whether it holds the bytes afterwards. */
@@ -96,7 +99,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
   const size = options.size ?? 4 * 2 ** 20;
   if (size % HUGE_PAGE_SIZE !== 0) throw new RangeError(`pinningMoves: size (${size}) must be a multiple of 2 MiB`);
   const pages = size / PAGE_SIZE;
-  const pair = connectedPair();
+  const pair = connectedPair({ trace: options.trace?.option ?? false });
   const src = mapRegion(size);
   const dst = mapRegion(size);
   const moves: MoveReport[] = [];
@@ -173,6 +176,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
     odp.dereg();
     pinned.dereg();
     s.dereg();
+    options.trace?.addContexts(pair.ctx);
     result.khugepaged = await khugepaged(size, options.khugepagedWaitS ?? 15);
     report(result);
     return result;
