@@ -22,6 +22,7 @@ import {
 import type { MoveReport } from '../kernel-sim/index.js';
 import { print, sizeName } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
+import { liveLine } from './support/progress.js';
 import { lockedBytes } from './support/smaps.js';
 import type { TraceFile } from './support/trace-file.js';
 
@@ -330,7 +331,16 @@ async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport
     const scans0 = stat('full_scans');
     const collapsed0 = stat('pages_collapsed');
     const t0 = performance.now();
-    while (performance.now() - t0 < waitS * 1000 && huge() < size) await new Promise((res) => setTimeout(res, 250));
+    print(`Waiting up to ${waitS} s for khugepaged to collapse a second pinned buffer (--khugepaged-wait 0 skips this)...`);
+    const line = liveLine();
+    try {
+      for (let left = waitS * 1000; left > 0 && huge() < size; left = waitS * 1000 - (performance.now() - t0)) {
+        line.update(`khugepaged: ${Math.ceil(left / 1000)} s left, ${sizeName(huge())} of ${sizeName(size)} collapsed so far`);
+        await new Promise((res) => setTimeout(res, Math.min(250, left)));
+      }
+    } finally {
+      line.stop();
+    }
     out.waitedS = Math.round((performance.now() - t0) / 100) / 10;
     out.hugeBytes = huge();
     const scans = stat('full_scans') - scans0;

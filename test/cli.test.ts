@@ -350,7 +350,12 @@ describe('remote-paging', () => {
 
 describe('bench-remote', () => {
   test('small run: every case measured, the ratios in the JSON', () => {
-    ok('bench-remote', '--pages', '128', '--rounds', '1', '--prefetch', '15', '--json', file('bench-remote.json'));
+    const out = ok('bench-remote', '--pages', '128', '--rounds', '1', '--prefetch', '15', '--json', file('bench-remote.json'));
+    // Each target named is judged, met or missed, on this run.
+    expect(out.match(/\(target [^)]*\)/g)).toEqual([
+      expect.stringMatching(/^\(target <= 1\.3×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target >= 4×: (met|MISSED)\)$/),
+    ]);
     const doc = json<{
       results: { results: Record<string, { medianUs: number; rounds: unknown[] }>; ratios: { tsOverC: number; prefetchSpeedup: number } };
     }>('bench-remote.json').results;
