@@ -31,7 +31,7 @@ import {
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';
-import { PLOT_CONFIG } from './support/plot.js';
+import { PLOT_CONFIG, SIZE_LABEL_EXPR } from './support/plot.js';
 import { progress } from './support/progress.js';
 import type { TraceFile } from './support/trace-file.js';
 
@@ -199,7 +199,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   }
 }
 
-/** Latency against size per policy, log-log, modelled and measured (--plot). */
+/** Latency against size per policy, log-log, modelled (dashed) and measured (solid) (--plot). */
 export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
   const values = rows
     .filter((r) => !r.error)
@@ -207,6 +207,8 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
       { bytes: r.size, policy: r.policy, time: 'modelled', us: r.modelUs! },
       { bytes: r.size, policy: r.policy, time: 'measured', us: r.realUs! },
     ]);
+  // A tick at each size measured, and only there, labelled as the table writes sizes (4K, 64K, 1M).
+  const sizes = [...new Set(values.map((v) => v.bytes))].sort((a, b) => a - b);
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: { text: 'One RDMA WRITE into evicted memory: latency by size and policy', subtitle: `dashed: ${MODEL_LABEL}; solid: ${MEASURED_LABEL}` },
@@ -214,15 +216,46 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
     width: 560,
     height: 360,
     data: { values },
-    mark: { type: 'line', point: true },
     encoding: {
-      x: { field: 'bytes', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'bytes written' },
+      x: {
+        field: 'bytes',
+        type: 'quantitative',
+        scale: { type: 'log', base: 2, domain: [sizes[0] ?? 1, sizes[sizes.length - 1] ?? 2], nice: false },
+        axis: { values: sizes, labelExpr: SIZE_LABEL_EXPR, labelOverlap: false, grid: true },
+        title: 'bytes written',
+      },
       y: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'latency [µs], registration included' },
       color: { field: 'policy', type: 'nominal', sort: [...TABLE_POLICIES] },
-      strokeDash: { field: 'time', type: 'nominal', title: 'time' },
-      shape: { field: 'time', type: 'nominal', title: 'time' },
-      detail: [{ field: 'policy' }, { field: 'time' }],
     },
+    // Lines and points in layers of their own: a line mark with points would draw the
+    // strokeDash legend's symbols without a stroke, and the legend is what says solid and dashed.
+    layer: [
+      {
+        mark: 'line',
+        encoding: {
+          strokeDash: {
+            field: 'time',
+            type: 'nominal',
+            title: 'time',
+            scale: {
+              domain: ['measured', 'modelled'],
+              range: [
+                [1, 0],
+                [6, 4],
+              ],
+            },
+            legend: {
+              symbolType: 'stroke',
+              symbolStrokeColor: '#444',
+              symbolStrokeWidth: 2,
+              labelExpr: "datum.label === 'measured' ? 'measured (solid)' : 'modelled (dashed)'",
+            },
+          },
+          detail: [{ field: 'policy' }, { field: 'time' }],
+        },
+      },
+      { mark: { type: 'point', filled: true } },
+    ],
   };
 }
 
