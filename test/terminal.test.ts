@@ -64,6 +64,16 @@ describe('a program on a terminal', () => {
     expect(status).not.toBe(0);
   }, 120_000);
 
+  test('pinning-moves: the wait for khugepaged counts down on a live line, gone at the end', () => {
+    const { raw, screen } = onTerminal(['pinning-moves', '--khugepaged-wait', '3']);
+    const thp = screen.lines.find((l) => l.startsWith('khugepaged (THP'));
+    expect(thp).toBeDefined();
+    // THP "never", or huge pages given at once: there is nothing to wait for, and no countdown.
+    if (screen.lines.some((l) => l.startsWith('Waiting up to 3 s for khugepaged'))) expect(raw).toMatch(/khugepaged: [1-3] s left, /);
+    expect(screen.lines.filter((l) => /s left, /.test(l))).toEqual([]);
+    expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+  }, 120_000);
+
   test("remote-paging: the milestones ('written', each pass, 'verified') stay on the screen", () => {
     const { screen } = onTerminal(['remote-paging', '-s', '4M', '--resident', '1M', '--updates', '512']);
     const starts = screen.lines.map((l) => l.split(/ +/)[0]);
