@@ -70,7 +70,7 @@ describe('the programs and their --help', () => {
       expect(help).toContain('--trace <file>');
       expect(help.includes('--plot <file>')).toBe(PLOTTING.includes(p));
     }
-  });
+  }, 120_000); // a dozen processes, each loading every program: slow on a loaded 2-core machine
 
   test('the npm scripts run the CLI', () => {
     const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string>; bin: Record<string, string> })
