@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { line, target } from '../examples/support/format.js';
+import { line, print, target } from '../examples/support/format.js';
 import { progress } from '../examples/support/progress.js';
 import { defaultResults, machineInfo } from './faults.js';
 
@@ -173,7 +173,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       for (let r = 0; r < rounds; r++)
         for (const [i, c] of cases.entries()) {
           samples[i]!.push(await c.take());
-          bar.tick(`round ${r + 1}/${rounds}: ${cases[(i + 1) % cases.length]!.what}`);
+          bar.tick(i + 1 < cases.length ? `round ${r + 1}/${rounds}: ${cases[i + 1]!.what}` : `round ${r + 1}/${rounds} done`);
         }
     } finally {
       bar.stop();
@@ -201,12 +201,12 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
         `${r.what.padEnd(42)} ${String(r.size).padStart(9)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(15)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(10)}`,
       );
     const x = (v: number) => `${v.toFixed(2)}x`;
-    line(
+    print(
       `stall mode (RMA): latency ${x(ratios.latencyStallVsFiPingpong)} fi_pingpong's ${target(ratios.latencyStallVsFiPingpong, '<=', 1.5, 'x')}; ` +
         `bandwidth ${x(ratios.bandwidthStallVsFiPingpong)} ${target(ratios.bandwidthStallVsFiPingpong, '>=', 0.5, 'x')}, ` +
         `${x(ratios.bandwidthStallEvictedVsFiPingpong)} with faults at the server`,
     );
-    line(
+    print(
       `terminate mode (engine packets): latency ${x(ratios.latencyEngineVsFiPingpong)} (${x(ratios.latencyEngineFaultsVsFiPingpong)} with faults); bandwidth ${x(ratios.bandwidthEngineVsFiPingpong)} (${x(ratios.bandwidthEngineFaultsVsFiPingpong)} with faults)`,
     );
     line(
