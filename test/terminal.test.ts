@@ -16,17 +16,17 @@ const HIDE = '\x1b[?25l';
 beforeAll(() => requireDist());
 
 // `pagefault-rdma ARGS` on a terminal of COLS columns; `interruptAfter`: seconds until SIGINT.
-function onTerminal(args: string[], interruptAfter?: number): { raw: string; screen: Screen; status: number | null } {
+function onTerminal(args: string[], interruptAfter?: number, cols = COLS): { raw: string; screen: Screen; status: number | null } {
   const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
   const node = [process.execPath, MAIN, ...args].map(quote).join(' ');
   const run = interruptAfter === undefined ? node : `timeout -s INT ${interruptAfter} ${node}`;
-  const r = spawnSync('script', ['-qec', `stty cols ${COLS} rows 50; ${run}`, '/dev/null'], {
+  const r = spawnSync('script', ['-qec', `stty cols ${cols} rows 50; ${run}`, '/dev/null'], {
     encoding: 'utf8',
     timeout: 120_000,
     env: { ...process.env, FORCE_COLOR: '0' },
   });
   if (r.error) throw r.error;
-  return { raw: r.stdout, screen: render(r.stdout, COLS), status: r.status };
+  return { raw: r.stdout, screen: render(r.stdout, cols), status: r.status };
 }
 
 const BAR = /\[[█░]{30}\] \d+\/\d+/;
@@ -53,6 +53,15 @@ describe('a program on a terminal', () => {
     expect(lines.findIndex((l) => l.includes('(run time'))).toBeGreaterThan(last);
     for (const l of lines) expect(l.length, l).toBeLessThanOrEqual(COLS);
     expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+  }, 120_000);
+
+  test('text is wrapped to the terminal: every line the program writes fits 72 columns', () => {
+    const { raw, screen } = onTerminal(['destination-fault', '-s', '8K'], undefined, 72);
+    // The bytes as written, not as the terminal wrapped them: each line already fits.
+    const escape = new RegExp(`${String.fromCharCode(27)}\\[[0-9;?]*[A-Za-z]`, 'g');
+    const written = raw.split(/\r?\n/).map((l) => l.replace(escape, '').replace(/.*\r/, ''));
+    expect(written.filter((l) => l.length > 72)).toEqual([]);
+    expect(screen.lines.some((l) => l.includes('retransmission: node 0 re-issues block 1'))).toBe(true);
   }, 120_000);
 
   test('Ctrl-C in the middle of a run: the bar is cleared, the cursor shown, autowrap on', () => {

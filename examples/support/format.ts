@@ -177,7 +177,11 @@ export function target(value: number, op: '<=' | '>=', goal: number, unit = ''):
   return `(target ${op} ${goal}${unit}: ${met ? 'met' : 'MISSED'})`;
 }
 
-/** A section heading, 100 columns wide. */
+/** A section heading, as wide as the terminal (at most 100 columns). */
 export function heading(title: string): void {
-  line(`\n== ${title} ${'='.repeat(Math.max(3, Math.min(columns(), COLUMNS) - 4 - title.length))}`);
+  const fill = Math.min(columns(), COLUMNS) - 4 - title.length;
+  line();
+  // A title too long for the terminal is wrapped, without the rule.
+  if (fill >= 3) line(`== ${title} ${'='.repeat(fill)}`);
+  else print(`== ${title}`, 3);
 }
