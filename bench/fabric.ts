@@ -8,6 +8,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { line, print, target } from '../examples/support/format.js';
+import { progress } from '../examples/support/progress.js';
 import { defaultResults, machineInfo } from './faults.js';
 
 export interface FabricBenchOptions {
@@ -166,7 +168,16 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
     ];
     // Interleaved rounds (the machine is shared and noisy): every case once per round, medians.
     const samples = cases.map(() => [] as number[]);
-    for (let r = 0; r < rounds; r++) for (const [i, c] of cases.entries()) samples[i]!.push(await c.take());
+    const bar = progress(rounds * cases.length, 'bench-fabric');
+    try {
+      for (let r = 0; r < rounds; r++)
+        for (const [i, c] of cases.entries()) {
+          samples[i]!.push(await c.take());
+          bar.tick(i + 1 < cases.length ? `round ${r + 1}/${rounds}: ${cases[i + 1]!.what}` : `round ${r + 1}/${rounds} done`);
+        }
+    } finally {
+      bar.stop();
+    }
     const rows: Row[] = cases.map((c, i) => ({
       what: c.what,
       size: c.size,
@@ -184,19 +195,21 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       bandwidthEngineVsFiPingpong: rows[7]!.mbPerSec! / fiBw,
       bandwidthEngineFaultsVsFiPingpong: rows[8]!.mbPerSec! / fiBw,
     };
-    console.log(`${'what'.padEnd(42)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}   (median of ${rounds})`);
+    line(`${'what'.padEnd(42)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}   (median of ${rounds})`);
     for (const r of rows)
-      console.log(
+      line(
         `${r.what.padEnd(42)} ${String(r.size).padStart(9)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(15)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(10)}`,
       );
     const x = (v: number) => `${v.toFixed(2)}x`;
-    console.log(
-      `stall mode (RMA): latency ${x(ratios.latencyStallVsFiPingpong)} fi_pingpong's (target <= 1.5x); bandwidth ${x(ratios.bandwidthStallVsFiPingpong)} (target >= 0.5x), ${x(ratios.bandwidthStallEvictedVsFiPingpong)} with faults at the server`,
+    print(
+      `stall mode (RMA): latency ${x(ratios.latencyStallVsFiPingpong)} fi_pingpong's ${target(ratios.latencyStallVsFiPingpong, '<=', 1.5, 'x')}; ` +
+        `bandwidth ${x(ratios.bandwidthStallVsFiPingpong)} ${target(ratios.bandwidthStallVsFiPingpong, '>=', 0.5, 'x')}, ` +
+        `${x(ratios.bandwidthStallEvictedVsFiPingpong)} with faults at the server`,
     );
-    console.log(
+    print(
       `terminate mode (engine packets): latency ${x(ratios.latencyEngineVsFiPingpong)} (${x(ratios.latencyEngineFaultsVsFiPingpong)} with faults); bandwidth ${x(ratios.bandwidthEngineVsFiPingpong)} (${x(ratios.bandwidthEngineFaultsVsFiPingpong)} with faults)`,
     );
-    console.log(
+    line(
       `load average: ${loadavg()
         .map((l) => l.toFixed(2))
         .join(' ')} on ${cpus().length} CPUs`,

@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { latencyStats, median, PAGE_SIZE, RemotePager, touch, type RemotePagerOptions } from '../lib/index.js';
-import { Table, print } from '../examples/support/format.js';
+import { Table, print, target } from '../examples/support/format.js';
 import { progress } from '../examples/support/progress.js';
 import { startRedis } from '../examples/support/redis-server.js';
 import { compileC, defaultResults, machineInfo, packageRoot } from './faults.js';
@@ -119,7 +119,8 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     const ratio = results.redis.medianUs / results.c.medianUs;
     const speedup = results.redis.meanUs / results.prefetch.meanUs;
     print(
-      `\nTypeScript major fault / C: ${ratio.toFixed(2)}× (target ≤ 1.3×); sequential scan, prefetch ${opts.prefetch}: ${speedup.toFixed(1)}× faster (target ≥ 4×).`,
+      `\nTypeScript major fault / C: ${ratio.toFixed(2)}× ${target(ratio, '<=', 1.3, '×')}; ` +
+        `sequential scan, prefetch ${opts.prefetch}: ${speedup.toFixed(1)}× faster ${target(speedup, '>=', 4, '×')}.`,
     );
 
     const doc = {

@@ -7,11 +7,14 @@ import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { writePlot, type PlotSpec } from '../examples/support/plot.js';
 import { TraceFile } from '../examples/support/trace-file.js';
+import { parsePositiveInt } from '../examples/support/format.js';
+import { DEFAULT_TRACE_EVENTS } from '../lib/index.js';
 
 /** The options every program takes. */
 export interface CommonOptions {
   json?: string;
   trace?: string;
+  traceEvents?: number;
   plot?: string;
   /** The positional arguments (a program that declares some with cmd.argument, e.g. rc-pingpong's HOST). */
   args?: string[];
@@ -39,11 +42,18 @@ export interface Program<O extends object = Record<string, unknown>> {
   description?: string;
   /** What --plot draws; programs without it take no --plot. */
   plot?: string;
+  /** Why --trace is refused, for a program whose faults no fault library traces. */
+  noTrace?: string;
   /** Add the program's own options (and checks) to its command. */
   options?(cmd: Command): void;
   /** Run with the parsed options; print rows as they finish; return what --json and --plot take. */
   run(options: O & CommonOptions, io: RunIo): Promise<RunOutcome>;
 }
+
+/** Why a benchmark refuses --trace. */
+export const BENCH_NO_TRACE =
+  'a benchmark runs its transfers at full speed, and tracing every event would slow what it measures; ' +
+  'trace the same transfers with odp-vs-pinned, pingpong or destination-fault --trace';
 
 /** Declare a program: `export default defineProgram({ name, summary, options, run })`. */
 export function defineProgram<O extends object>(program: Program<O>): Program<O> {
@@ -59,10 +69,12 @@ export function addProgram(cli: Command, program: Program<never>): void {
   program.options?.(cmd);
   cmd.option('--json <file>', 'write the results as JSON to FILE (like perftest --out_json)');
   cmd.option('--trace <file>', 'write a Chrome trace-event JSON of every fault to FILE (open in Perfetto)');
+  cmd.option('--trace-events <n>', 'with --trace: events each process keeps (the newest)', parsePositiveInt, DEFAULT_TRACE_EVENTS);
   if (program.plot) cmd.option('--plot <file>', `draw ${program.plot} to FILE as SVG`);
   // Output files are written at the end: a folder that cannot take them is refused up front.
   cmd.hook('preAction', (c) => {
     const opts = c.opts<CommonOptions>();
+    if (opts.trace !== undefined && program.noTrace) c.error(`error: --trace: ${program.noTrace}`, { code: 'ERR_PFR_OUTPUT' });
     for (const flag of ['json', 'trace', 'plot'] as const) {
       const file = opts[flag];
       if (file === undefined) continue;
@@ -79,10 +91,10 @@ export function addProgram(cli: Command, program: Program<never>): void {
   cmd.action(async (...params: unknown[]) => {
     const command = params[params.length - 1] as Command;
     const opts: CommonOptions = { ...command.opts<CommonOptions>(), args: command.args };
-    const io: RunIo = { trace: opts.trace ? new TraceFile() : undefined };
+    const io: RunIo = { trace: opts.trace ? new TraceFile(opts.traceEvents) : undefined };
     const outcome = await (program as Program<object>).run(opts, io);
     if (opts.json) {
-      const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'plot', 'args'].includes(k)));
+      const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'traceEvents', 'plot', 'args'].includes(k)));
       const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
       writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');
       console.error(`results: ${opts.json}`);
@@ -90,6 +102,8 @@ export function addProgram(cli: Command, program: Program<never>): void {
     if (io.trace && opts.trace) {
       io.trace.write(opts.trace);
       console.error(`trace: ${opts.trace} (${io.trace.events.length} events; open it in https://ui.perfetto.dev)`);
+      const dropped = io.trace.droppedNote;
+      if (dropped) console.error(`trace: ${dropped}`);
     }
     if (opts.plot && outcome.plot) {
       await writePlot(opts.plot, outcome.plot);

@@ -88,7 +88,7 @@ export async function demo(options: { trace?: TraceFile } = {}): Promise<DemoRes
     'npx pagefault-rdma odp-vs-pinned       the policy table (--max-size 64M, -a, --iters, --plot)',
     'npx pagefault-rdma pingpong            RC ping-pong on ODP memory (-s 64K, -n, --policy, --plot)',
     'npx pagefault-rdma bench-faults        the TypeScript fault round trip against a C handler',
-    'Every program takes --help, --json FILE and --trace FILE.json (Perfetto).',
+    'Every program takes --help and --json FILE; those with a fault library take --trace FILE.json (Perfetto).',
     'README.md for the API; docs/threads.md for which thread touches what.',
   ])
     print(line);

@@ -44,7 +44,10 @@ export interface DestinationFaultResult {
   modelUs: number;
   realUs: number;
   faults: { source: number; destination: number };
+  /** Faulted blocks sent again (wc.odp.retransmittedBlocks). */
   retransmittedBlocks: number;
+  /** Blocks sent again without a fault of their own: the destination returned them unwritten behind another block's NACK. */
+  resentBlocks: number;
   dataOk: boolean;
   /** Each phase of each fault (the trace's slices), modelled µs from the post. */
   timeline: TimelineSlice[];
@@ -75,7 +78,7 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
   const policy = options.policy ?? 'touch';
   const size = pages * PAGE_SIZE;
   // Its timeline is drawn from the processes' traces.
-  const { cluster, ctx, pd, cq, qp } = connectedPair({ trace: true });
+  const { cluster, ctx, pd, cq, qp } = connectedPair({ trace: options.trace?.option ?? true });
   const costs = cluster.system.costs;
   try {
     const src = mapRegion(size);
@@ -94,9 +97,11 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
       return cq[0].next();
     };
 
-    // One unobserved warm-up write (JIT, the copy engine's threads), then the one we watch.
+    // One unobserved (and untraced) warm-up write (JIT, the copy engine's threads), then the one we watch.
+    for (const c of ctx) c.faultLibrary.trace.paused = true;
     new Uint8Array(src.buffer).fill(0x11);
     await write();
+    for (const c of ctx) c.faultLibrary.trace.paused = false;
     new Uint8Array(src.buffer).fill(0xa5);
     dst.evict();
     if (options.evictSource) src.evict();
@@ -136,17 +141,30 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     let detailed = false;
     let attributesShown = false;
     const resolvedByNode = new Map<number, number>();
+    // Blocks issued (first attempt), and those issued twice: returned unwritten behind another block's NACK.
+    const issued = new Set<unknown>();
+    const returned = new Set<unknown>();
+    let lastNack: unknown;
     for (const e of traces) {
       const seq = e.detail?.['seq'];
       switch (e.kind) {
-        case 'block':
-          if (e.detail?.['attempt'] === 1)
-            add(
-              e.modelUs,
-              e.realMs,
-              `node ${e.node}'s PLDMA issues block ${seq} (${Math.min(PAGE_SIZE, size)} B); its SMMU translates the source (a read)`,
-            );
+        case 'block': {
+          if (e.detail?.['attempt'] !== 1) break; // a faulted block's resend: its 'retransmit' step says it
+          const again = issued.has(seq);
+          issued.add(seq);
+          if (again) returned.add(seq);
+          add(
+            e.modelUs,
+            e.realMs,
+            again && returned.size === 1
+              ? `node ${e.node}'s PLDMA issues block ${seq} again: the destination returned it unwritten (it drops the transfer's ` +
+                  `blocks behind block ${String(lastNack)}'s NACK, as RC drops what follows a NAK): re-sent, not a retransmission after a fault`
+              : again
+                ? `node ${e.node}'s PLDMA issues block ${seq} again (returned unwritten behind block ${String(lastNack)}'s NACK)`
+                : `node ${e.node}'s PLDMA issues block ${seq} (${Math.min(PAGE_SIZE, size)} B); its SMMU translates the source (a read)`,
+          );
           break;
+        }
         case 'fault': {
           const side = e.side!;
           const d = driverFaults.find((x) => x.node === e.node && x.f.record.addr === e.detail?.['va'] && x.f.info?.side === side);
@@ -176,6 +194,7 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
           break;
         }
         case 'nack':
+          lastNack = seq;
           add(
             e.modelUs,
             e.realMs,
@@ -246,6 +265,12 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     print(
       `  work completion: ${wc.statusStr}, ${wc.byteLen} B; wc.odp: faults source ${odp.faults.source}, destination ${odp.faults.destination}; retransmitted blocks ${odp.retransmittedBlocks}; NACKs ${nacks}`,
     );
+    if (returned.size)
+      print(
+        `  retransmitted blocks counts the blocks that faulted and were sent again; ${returned.size} more block${returned.size === 1 ? ' was' : 's were'} ` +
+          `sent twice (${ranges([...returned] as number[])}): the destination returned ${returned.size === 1 ? 'it' : 'them'} unwritten behind a NACK, ` +
+          `so ${odp.retransmittedBlocks + returned.size} blocks went on the wire twice`,
+      );
     print(`  pages resident now: destination ${dst.residentPages()} of ${pages}, source ${src.residentPages()} of ${pages} (mincore)`);
     print(
       `  modelled end to end: ${us(odp.modelUs)} µs${pages === 1 && !options.evictSource ? ' (the cost model is calibrated to the published ≈38 µs)' : ''}`,
@@ -253,11 +278,18 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     print(`  measured end to end: ${us(odp.realUs)} µs (JavaScript model of the engine, native copy threads, real page faults)`);
     print(`  node 1's buffer holds node 0's bytes: ${dataOk}`);
     options.trace?.addContexts(ctx);
-    const timeline = timelineOf(
-      [...ctx[0].faultLibrary.exportChromeTrace().traceEvents, ...ctx[1].faultLibrary.exportChromeTrace().traceEvents],
-      base,
-    );
-    return { modelUs: odp.modelUs, realUs: odp.realUs, faults: odp.faults, retransmittedBlocks: odp.retransmittedBlocks, dataOk, timeline };
+    const trace = ctx[0].faultLibrary.exportChromeTrace({ with: [ctx[1].faultLibrary] });
+    // The export's modelled time starts at its first event; the timeline counts from the post.
+    const timeline = timelineOf(trace.traceEvents, base - Number(trace.otherData['modelOriginUs'] ?? 0));
+    return {
+      modelUs: odp.modelUs,
+      realUs: odp.realUs,
+      faults: odp.faults,
+      retransmittedBlocks: odp.retransmittedBlocks,
+      resentBlocks: returned.size,
+      dataOk,
+      timeline,
+    };
   } finally {
     cluster.close();
   }
@@ -317,18 +349,29 @@ function attributeLines(node: number, f: DriverFault): string[] {
 // The modelled phase slices of every fault, from the processes' traces, as a timeline.
 function timelineOf(events: ChromeTraceEvent[], baseUs: number): TimelineSlice[] {
   const threads = new Map(events.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => [`${e.pid}:${e.tid}`, String(e.args?.['name'])]));
-  return (
-    events
-      // The watched write only: the warm-up write's faults come before the post.
-      .filter((e) => e.ph === 'X' && e.pid % 2 === 0 && e.ts >= baseUs)
-      .map((e) => ({
-        node: e.pid / 2,
-        thread: threads.get(`${e.pid}:${e.tid}`) ?? String(e.tid),
-        phase: e.name,
-        startUs: e.ts - baseUs,
-        endUs: e.ts + (e.dur ?? 0) - baseUs,
-        block: Number(e.args?.['block']),
-      }))
-      .sort((a, b) => a.startUs - b.startUs)
-  );
+  return events
+    .filter((e) => e.ph === 'X' && e.pid % 2 === 0)
+    .map((e) => ({
+      node: e.pid / 2,
+      // A copy thread's Linux thread id means nothing on the modelled axis.
+      thread: (threads.get(`${e.pid}:${e.tid}`) ?? String(e.tid)).replace(/^copy engine thread \d+$/, 'copy engine'),
+      phase: e.name,
+      startUs: e.ts - baseUs,
+      endUs: e.ts + (e.dur ?? 0) - baseUs,
+      block: Number(e.args?.['block']),
+    }))
+    .sort((a, b) => a.startUs - b.startUs);
+}
+
+// Block numbers as runs: 1–15, 17.
+function ranges(xs: number[]): string {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const out: string[] = [];
+  for (let i = 0; i < sorted.length;) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++;
+    out.push(j > i ? `${sorted[i]}–${sorted[j]}` : String(sorted[i]));
+    i = j + 1;
+  }
+  return `block${sorted.length === 1 ? '' : 's'} ${out.join(', ')}`;
 }

@@ -10,6 +10,7 @@ import { DEFAULT_COSTS } from '../kernel-sim/index.js';
 import { mapRegion, median, PAGE_SIZE, type PolicyName } from '../lib/index.js';
 import { odpVsPinned, SMALL_SIZE, type OdpRow } from './odp-vs-pinned.js';
 import { allSizes, print, sizeName, Table, us } from './support/format.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export interface MeasuredTableOptions {
   /** How many times the table is measured (default 3). */
@@ -23,6 +24,8 @@ export interface MeasuredTableOptions {
   smallIters?: number;
   /** Where the 1.5× claim is checked (default maxSize, or 4 MiB). */
   claimSize?: number;
+  /** Where to put the trace of each run's processes (--trace): one write per size and policy. */
+  trace?: TraceFile;
 }
 
 /** One ordering claim, measured and modelled. */
@@ -127,6 +130,7 @@ export async function measuredTable(options: MeasuredTableOptions = {}): Promise
       iters: options.iters ?? 12,
       smallIters: options.smallIters ?? 24,
       bigSize: Infinity,
+      trace: options.trace,
     });
     const run = judge(rows, claimSize, machineCosts(rows, claimSize), [load, loadavg()[0]!]);
     runs.push(run);

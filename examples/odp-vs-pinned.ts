@@ -31,7 +31,7 @@ import {
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';
-import { PLOT_CONFIG } from './support/plot.js';
+import { PLOT_CONFIG, SIZE_LABEL_EXPR } from './support/plot.js';
 import { progress } from './support/progress.js';
 import type { TraceFile } from './support/trace-file.js';
 
@@ -52,7 +52,7 @@ export interface OdpVsPinnedOptions {
   /** Evict the destination only (default), or both buffers. */
   evict?: 'dst' | 'both';
   policies?: readonly PolicyName[];
-  /** Where to put the trace of both processes (--trace). */
+  /** Where to put the trace of both processes (--trace): the first measured write of each size and policy. */
   trace?: TraceFile;
 }
 
@@ -117,7 +117,11 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   const sizes: number[] = options.sizes ? [...options.sizes] : [];
   if (!options.sizes) for (let s = minSize; s <= maxSize; s *= 4) sizes.push(s);
 
-  const pair = connectedPair({ trace: options.trace !== undefined });
+  const pair = connectedPair({ trace: options.trace?.option ?? false });
+  // The trace holds one write per size and policy: all of them (thousands with the warm-up)
+  // would overflow the rings and make a file Perfetto cannot open.
+  const trace = options.trace;
+  trace?.sample(pair.ctx, false);
   const bar = progress(policies.length * sizes.length, 'odp-vs-pinned');
   const gc = gcWatch();
   try {
@@ -150,7 +154,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
     const ratio = (a?: number, b?: number) => (a !== undefined && b ? (a / b).toFixed(2) : '-');
     for (const size of sizes) {
       const n = size >= bigSize ? 1 : size <= SMALL_SIZE ? smallIters : iters;
-      const sized = await measureSize(pair, size, policies, n, evict);
+      const sized = await measureSize(pair, size, policies, n, evict, trace);
       for (const policy of policies) {
         const samples = sized.get(policy)!;
         bar.tick(`${sizeName(size)} ${policy}`);
@@ -195,7 +199,7 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
   }
 }
 
-/** Latency against size per policy, log-log, modelled and measured (--plot). */
+/** Latency against size per policy, log-log, modelled (dashed) and measured (solid) (--plot). */
 export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
   const values = rows
     .filter((r) => !r.error)
@@ -203,6 +207,8 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
       { bytes: r.size, policy: r.policy, time: 'modelled', us: r.modelUs! },
       { bytes: r.size, policy: r.policy, time: 'measured', us: r.realUs! },
     ]);
+  // A tick at each size measured, and only there, labelled as the table writes sizes (4K, 64K, 1M).
+  const sizes = [...new Set(values.map((v) => v.bytes))].sort((a, b) => a - b);
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: { text: 'One RDMA WRITE into evicted memory: latency by size and policy', subtitle: `dashed: ${MODEL_LABEL}; solid: ${MEASURED_LABEL}` },
@@ -210,15 +216,46 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
     width: 560,
     height: 360,
     data: { values },
-    mark: { type: 'line', point: true },
     encoding: {
-      x: { field: 'bytes', type: 'quantitative', scale: { type: 'log', base: 2 }, title: 'bytes written' },
+      x: {
+        field: 'bytes',
+        type: 'quantitative',
+        scale: { type: 'log', base: 2, domain: [sizes[0] ?? 1, sizes[sizes.length - 1] ?? 2], nice: false },
+        axis: { values: sizes, labelExpr: SIZE_LABEL_EXPR, labelOverlap: false, grid: true },
+        title: 'bytes written',
+      },
       y: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'latency [µs], registration included' },
       color: { field: 'policy', type: 'nominal', sort: [...TABLE_POLICIES] },
-      strokeDash: { field: 'time', type: 'nominal', title: 'time' },
-      shape: { field: 'time', type: 'nominal', title: 'time' },
-      detail: [{ field: 'policy' }, { field: 'time' }],
     },
+    // Lines and points in layers of their own: a line mark with points would draw the
+    // strokeDash legend's symbols without a stroke, and the legend is what says solid and dashed.
+    layer: [
+      {
+        mark: 'line',
+        encoding: {
+          strokeDash: {
+            field: 'time',
+            type: 'nominal',
+            title: 'time',
+            scale: {
+              domain: ['measured', 'modelled'],
+              range: [
+                [1, 0],
+                [6, 4],
+              ],
+            },
+            legend: {
+              symbolType: 'stroke',
+              symbolStrokeColor: '#444',
+              symbolStrokeWidth: 2,
+              labelExpr: "datum.label === 'measured' ? 'measured (solid)' : 'modelled (dashed)'",
+            },
+          },
+          detail: [{ field: 'policy' }, { field: 'time' }],
+        },
+      },
+      { mark: { type: 'point', filled: true } },
+    ],
   };
 }
 
@@ -262,7 +299,7 @@ async function warmUp(
 /**
  * `iters` writes of `size` bytes per policy, the policies taking turns (in williams() order),
  * after one unrecorded round (not for a single write: the largest sizes,
- * where it would double the run time). A policy that fails stops being measured; its
+ * where it would double the run time). With `trace`, round 0's writes are traced. A policy that fails stops being measured; its
  * error is its last entry.
  */
 async function measureSize(
@@ -271,6 +308,7 @@ async function measureSize(
   policies: readonly PolicyName[],
   iters: number,
   evict: 'dst' | 'both',
+  trace?: TraceFile,
 ): Promise<Map<PolicyName, Array<Sample | string>>> {
   const src = mapRegion(size);
   const dst = mapRegion(size);
@@ -281,7 +319,9 @@ async function measureSize(
         const policy = policies[williams(policies.length, Math.max(0, round))[k]!]!;
         const taken = out.get(policy)!;
         if (typeof taken[taken.length - 1] === 'string') continue;
+        trace?.sample(pair.ctx, round === 0);
         const r = await measure(pair, src, dst, policy, round, evict);
+        trace?.sample(pair.ctx, false);
         if (round >= 0 || typeof r === 'string') taken.push(r);
       }
     }

@@ -16,6 +16,7 @@ import { binding } from '../native/index.js';
 import { print, sizeName } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import { residentSetBytes } from './support/smaps.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export interface OvercommitOptions {
   /** Registered memory as a multiple of the machine's RAM (default 4). */
@@ -26,6 +27,8 @@ export interface OvercommitOptions {
   side?: 'both' | 'odp' | 'pinned';
   /** RLIMIT_MEMLOCK of the pinned side's child, KiB (default 8192, the usual default of ulimit -l). */
   memlockKiB?: number;
+  /** Where to put the trace of the ODP side's processes (--trace); the pinned side fails before any fault. */
+  trace?: TraceFile;
 }
 
 export interface SideResult {
@@ -78,7 +81,7 @@ export async function overcommit(options: OvercommitOptions = {}): Promise<Overc
     report(out);
     return out;
   }
-  out.odp = await odpSide(requested, writes);
+  out.odp = await odpSide(requested, writes, options.trace);
   if (side === 'both') out.pinned = await pinnedInChild(ratio, options.memlockKiB ?? 8192);
   report(out);
   return out;
@@ -111,9 +114,9 @@ function baseResult(kind: SideResult['kind'], requestedBytes: number): SideResul
   };
 }
 
-async function odpSide(requested: number, writes: number): Promise<SideResult> {
+async function odpSide(requested: number, writes: number, trace?: TraceFile): Promise<SideResult> {
   const r = baseResult('odp', requested);
-  const pair = connectedPair();
+  const pair = connectedPair({ trace: trace?.option ?? false });
   const regions: Region[] = [];
   const mrs: MemoryRegion[] = [];
   const src = mapRegion(PAGE_SIZE);
@@ -153,6 +156,7 @@ async function odpSide(requested: number, writes: number): Promise<SideResult> {
     r.rssAfter = residentSetBytes();
     r.implicit = await implicitOdp(pair, src, s, regions, r.residentPages);
     s.dereg();
+    trace?.addContexts(pair.ctx);
     return r;
   } finally {
     for (const mr of mrs) mr.dereg();

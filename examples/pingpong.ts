@@ -38,9 +38,12 @@ export interface PingPongOptions {
   policy?: PolicyName;
   /** Also run with the buffers left resident (default true). */
   baseline?: boolean;
-  /** Where to put the trace of both processes (--trace). */
+  /** Where to put the trace of both processes (--trace): the first round trips of each run. */
   trace?: TraceFile;
 }
+
+// Round trips traced per run (--trace): a few show every step; a thousand would make a file too large to open.
+const TRACED_ROUND_TRIPS = 4;
 
 /** One run: `iters` round trips of `size` bytes, buffers evicted before every message or not. */
 export interface Run {
@@ -74,7 +77,7 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
       { header: 'buffers', width: 8, left: true },
     ]);
     for (const [k, size] of sizes.entries()) {
-      const pair = connectedPair({ trace: options.trace !== undefined });
+      const pair = connectedPair({ trace: options.trace?.option ?? false });
       const { ctx, pd, qp } = pair;
       const bytes = Math.ceil(size / PAGE_SIZE) * PAGE_SIZE;
       const buf: [Region, Region] = [mapRegion(bytes), mapRegion(bytes)];
@@ -98,9 +101,10 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
         qp[1].postRecv({ wrId: 0, sgList: sge(1) });
         qp[0].postRecv({ wrId: 0, sgList: sge(0) });
         // Warm up (JIT, copy threads), unrecorded.
+        options.trace?.sample(ctx, false);
         await run(pair, buf, sge, size, Math.min(50, iters), true);
         for (const evict of baseline ? [true, false] : [true]) {
-          const r = await run(pair, buf, sge, size, iters, evict, bar);
+          const r = await run(pair, buf, sge, size, iters, evict, bar, options.trace);
           runs.push(r);
           const what = r.evict ? 'evicted' : 'resident';
           table.row([String(size), ...latencyCells(latencyStats(r.modelUs)), 'model', what]);
@@ -140,16 +144,31 @@ export function runSummary(r: Run): Omit<Run, 'modelUs' | 'realUs'> & { model: L
   return { ...rest, model: latencyStats(modelUs), real: latencyStats(realUs) };
 }
 
-/** The distribution of the measured one-way latency of each run, as a CDF on a log axis (--plot). */
+/** Sizes drawn at most (with -a, thirty runs would be thirty lines nobody can tell apart). */
+export const PLOTTED_SIZES = 4;
+
+/**
+ * The distribution of the measured one-way latency of each run, as a CDF on a log axis
+ * (--plot): a colour per message size (at most PLOTTED_SIZES of them, from the smallest to the
+ * largest, in numeric order), solid for evicted buffers, dashed for resident ones.
+ */
 export function pingPongPlot(runs: readonly Run[]): PlotSpec {
-  const values = runs.flatMap((r) => {
-    const run = `${r.size} B, ${r.evict ? 'evicted before every message' : 'resident'}`;
-    const sorted = [...r.realUs].sort((a, b) => a - b);
-    return sorted.map((us, i) => ({ run, us, fraction: (i + 1) / sorted.length }));
-  });
+  const all = [...new Set(runs.map((r) => r.size))].sort((a, b) => a - b);
+  const picked = pick(all, PLOTTED_SIZES);
+  const values = runs
+    .filter((r) => picked.includes(r.size))
+    .flatMap((r) => {
+      const sorted = [...r.realUs].sort((a, b) => a - b);
+      const buffers = r.evict ? 'evicted before every message' : 'resident';
+      return sorted.map((us, i) => ({ size: sizeName(r.size), buffers, us, fraction: (i + 1) / sorted.length }));
+    });
+  const shown = picked.length < all.length ? `; ${picked.length} of ${all.length} sizes drawn (--json has every run)` : '';
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: 'RC ping-pong on ODP memory: one-way latency distribution', subtitle: `${MEASURED_LABEL}; round trip / 2, as ib_send_lat` },
+    title: {
+      text: 'RC ping-pong on ODP memory: one-way latency distribution',
+      subtitle: `${MEASURED_LABEL}; round trip / 2, as ib_send_lat${shown}`,
+    },
     config: { ...PLOT_CONFIG, legend: { labelLimit: 360 } },
     width: 560,
     height: 320,
@@ -158,9 +177,28 @@ export function pingPongPlot(runs: readonly Run[]): PlotSpec {
     encoding: {
       x: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'one-way latency [µs]' },
       y: { field: 'fraction', type: 'quantitative', title: 'fraction of round trips at or below', scale: { domain: [0, 1] } },
-      color: { field: 'run', type: 'nominal', title: 'buffers' },
+      color: { field: 'size', type: 'nominal', title: 'message size [bytes]', sort: picked.map(sizeName) },
+      strokeDash: {
+        field: 'buffers',
+        type: 'nominal',
+        title: 'buffers',
+        scale: {
+          domain: ['evicted before every message', 'resident'],
+          range: [
+            [1, 0],
+            [6, 4],
+          ],
+        },
+        legend: { symbolType: 'stroke', symbolStrokeColor: '#444', symbolStrokeWidth: 2 },
+      },
     },
   };
+}
+
+// n of `sorted`, evenly spread, the first and the last among them.
+function pick(sorted: readonly number[], n: number): number[] {
+  if (sorted.length <= n) return [...sorted];
+  return [...new Set(Array.from({ length: n }, (_, i) => sorted[Math.round((i * (sorted.length - 1)) / (n - 1))]!))];
 }
 
 // Each side has one receive posted on entry and again on return.
@@ -172,6 +210,7 @@ async function run(
   iters: number,
   evict: boolean,
   bar?: Progress,
+  trace?: TraceFile,
 ): Promise<Run> {
   const { ctx, cq, qp, cluster } = pair;
   const before = ctx.map((c) => c.faultLibrary.stats());
@@ -214,6 +253,7 @@ async function run(
 
   const start = performance.now();
   for (let i = 0; i < iters; i++) {
+    trace?.sample(ctx, i < TRACED_ROUND_TRIPS);
     const t0 = performance.now();
     const ping = await message(0, 1, i);
     const pong = await message(1, 0, i);

@@ -22,13 +22,17 @@ import {
 import type { MoveReport } from '../kernel-sim/index.js';
 import { print, sizeName } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
+import { liveLine } from './support/progress.js';
 import { lockedBytes } from './support/smaps.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export interface PinningMovesOptions {
   /** Buffer size, a multiple of 2 MiB (default 4 MiB). */
   size?: number;
   /** Seconds to leave khugepaged to collapse a second pinned buffer (0: skip; default 15). */
   khugepagedWaitS?: number;
+  /** Where to put the trace of both processes (--trace): the source's faults and the writes' steps. */
+  trace?: TraceFile;
 }
 
 /** One RDMA WRITE into the buffer and whether it holds the bytes afterwards. */
@@ -96,7 +100,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
   const size = options.size ?? 4 * 2 ** 20;
   if (size % HUGE_PAGE_SIZE !== 0) throw new RangeError(`pinningMoves: size (${size}) must be a multiple of 2 MiB`);
   const pages = size / PAGE_SIZE;
-  const pair = connectedPair();
+  const pair = connectedPair({ trace: options.trace?.option ?? false });
   const src = mapRegion(size);
   const dst = mapRegion(size);
   const moves: MoveReport[] = [];
@@ -173,6 +177,7 @@ export async function pinningMoves(options: PinningMovesOptions = {}): Promise<P
     odp.dereg();
     pinned.dereg();
     s.dereg();
+    options.trace?.addContexts(pair.ctx);
     result.khugepaged = await khugepaged(size, options.khugepagedWaitS ?? 15);
     report(result);
     return result;
@@ -326,7 +331,16 @@ async function khugepaged(size: number, waitS: number): Promise<KhugepagedReport
     const scans0 = stat('full_scans');
     const collapsed0 = stat('pages_collapsed');
     const t0 = performance.now();
-    while (performance.now() - t0 < waitS * 1000 && huge() < size) await new Promise((res) => setTimeout(res, 250));
+    print(`Waiting up to ${waitS} s for khugepaged to collapse a second pinned buffer (--khugepaged-wait 0 skips this)...`);
+    const line = liveLine();
+    try {
+      for (let left = waitS * 1000; left > 0 && huge() < size; left = waitS * 1000 - (performance.now() - t0)) {
+        line.update(`khugepaged: ${Math.ceil(left / 1000)} s left, ${sizeName(huge())} of ${sizeName(size)} collapsed so far`);
+        await new Promise((res) => setTimeout(res, Math.min(250, left)));
+      }
+    } finally {
+      line.stop();
+    }
     out.waitedS = Math.round((performance.now() - t0) / 100) / 10;
     out.hugeBytes = huge();
     const scans = stat('full_scans') - scans0;

@@ -6,6 +6,7 @@
 // line shows faults, pages fetched, evicted, written back and resident.
 import { PAGE_SIZE, RemotePager, type RemotePagingStats, type RemotePagerOptions } from '../lib/index.js';
 import { print, sizeName } from './support/format.js';
+import { liveLine } from './support/progress.js';
 import { startRedis, type RedisServer } from './support/redis-server.js';
 
 export interface RemotePagingOptions {
@@ -38,13 +39,10 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
   const pager = await RemotePager.create({ size: o.size, residentLimit: o.resident, prefetch: o.prefetch, store });
   const errors: string[] = [];
   pager.on('error', (e) => errors.push(`${e.code}: ${e.message}`));
-  const live = process.stderr.isTTY === true;
-  const show = (what: string): void => {
-    const line = `${what.padEnd(10)} ${summary(pager.stats())}`;
-    if (live) process.stderr.write(`\r${line.slice(0, 99).padEnd(99)}`);
-    else print(line);
-  };
-  const timer = live ? setInterval(() => show('…'), 200) : undefined;
+  // Milestones are lines of the output; between them a live line (a terminal only) shows the counters.
+  const show = (what: string): void => print(`${what.padEnd(10)} ${summary(pager.stats())}`);
+  const live = liveLine();
+  const timer = process.stderr.isTTY === true ? setInterval(() => live.update(`…          ${summary(pager.stats())}`), 200) : undefined;
   try {
     print(
       `A ${sizeName(o.size)} region (${pages} pages) that may keep ${sizeName(o.resident)} resident; store: ${o.store}` +
@@ -81,7 +79,8 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
     await slices(pages, (i) => {
       if (mem[i * PAGE_SIZE] !== shadow[i] || mem[(i + 1) * PAGE_SIZE - 1] !== shadow[i]) bad++;
     });
-    if (live) process.stderr.write('\n');
+    if (timer) clearInterval(timer);
+    live.stop();
     const seconds = (performance.now() - t0) / 1000;
     const stats = pager.stats();
     const latency = await pager.latency();
@@ -107,6 +106,7 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
     };
   } finally {
     if (timer) clearInterval(timer);
+    live.stop();
     await pager.close();
     await redis?.dispose();
   }

@@ -19,7 +19,8 @@ export type PfrErrorCode =
   | 'ERR_PFR_PAGE_CORRUPT'
   | 'ERR_PFR_PAGE_LOST'
   | 'ERR_PFR_STORE_FULL'
-  | 'ERR_PFR_STORE_UNAVAILABLE';
+  | 'ERR_PFR_STORE_UNAVAILABLE'
+  | 'ERR_PFR_TRACE_OFF';
 
 export class PfrError extends Error {
   readonly code: PfrErrorCode;

@@ -42,6 +42,7 @@ export {
   FAULT_PHASES,
   type ChromeTrace,
   type ChromeTraceEvent,
+  type ChromeTraceOptions,
   type FaultPhase,
   type TraceScope,
 } from './fault-library/trace.js';

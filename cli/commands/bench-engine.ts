@@ -3,7 +3,7 @@
 import { InvalidArgumentError, Option } from 'commander';
 import { benchEngine, ENGINE_CASES, type BenchEngineOptions, type EngineCase } from '../../bench/engine.js';
 import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
-import { defineProgram } from '../program.js';
+import { BENCH_NO_TRACE, defineProgram } from '../program.js';
 
 type Options = Omit<BenchEngineOptions, 'json'>;
 
@@ -25,6 +25,7 @@ export default defineProgram<Options>({
     '(d) a one-page write into an evicted page real vs modelled, (e) µs per faulting page small vs large, (f) all-to-all ' +
     'per-transfer time few vs many nodes, (g) idle wake-ups and the heap after faulting in 1 GiB. Writes its JSON to ' +
     'bench/results/engine.json in a checkout (not tracked), else to a temporary folder, or to --json FILE.',
+  noTrace: BENCH_NO_TRACE,
   options(cmd) {
     cmd
       .option('--rounds <n>', 'measured rounds per case (after one warm-up round)', parsePositiveInt, 3)

@@ -1,7 +1,7 @@
 // `pagefault-rdma bench-fabric` (npm run bench:fabric): the libfabric transport against fi_pingpong.
 import { benchFabric } from '../../bench/fabric.js';
 import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
-import { defineProgram } from '../program.js';
+import { BENCH_NO_TRACE, defineProgram } from '../program.js';
 
 interface Options {
   small: number;
@@ -13,6 +13,7 @@ interface Options {
 export default defineProgram<Options>({
   name: 'bench-fabric',
   summary: "benchmark: two processes over libfabric tcp against fi_pingpong (needs libfabric-dev and Debian's libfabric-bin)",
+  noTrace: BENCH_NO_TRACE,
   options(cmd) {
     cmd
       .option('--small <bytes>', 'latency message size', parseSize, 64)

@@ -19,6 +19,9 @@ export default defineProgram<Options>({
     'program doing the same with hiredis on the same server, the embedded store, and a sequential scan with and without ' +
     'prefetch; side by side, interleaved. JSON to bench/results/remote.json (not tracked), a temporary folder, or --json. ' +
     "Needs Debian's redis-server and libhiredis-dev, and a C compiler.",
+  noTrace:
+    "remote paging's faults are served by the DM-Handler (userfaultfd, in its own thread), not by a fault library, and it keeps " +
+    'no per-fault trace; the benchmark prints its latency percentiles',
   options(cmd) {
     cmd
       .option('--pages <n>', 'pages per round (4 KiB each)', parsePositiveInt, 2048)

@@ -25,24 +25,48 @@ export default defineProgram<{ size: number; pages?: number; policy: PolicyName;
     heading("A destination fault, step by step (terminate mode, the thesis's design)");
     const r = await destinationFault({ pages: o.pages ?? o.size / PAGE_SIZE, policy: o.policy, evictSource: o.evictSource, trace: io.trace });
     console.log(`\n(run time ${((performance.now() - t) / 1000).toFixed(2)} s)`);
-    return { results: r, plot: timelinePlot(r.timeline) };
+    return { results: r, plot: timelinePlot(r.timeline, r.modelUs) };
   },
 });
 
-function timelinePlot(slices: readonly TimelineSlice[]): PlotSpec {
+/** The plot's width in pixels; a phase is drawn at least MIN_PX wide, however short. */
+const WIDTH = 600;
+const MIN_PX = 3;
+
+/** The fault timeline (--plot): each phase of each fault on its lane, the axis from the post to the completion. */
+export function timelinePlot(slices: readonly TimelineSlice[], completionUs: number): PlotSpec {
+  const endUs = Math.max(completionUs, ...slices.map((s) => s.endUs));
+  const minUs = (endUs * MIN_PX) / WIDTH;
+  const x = { field: 'startUs', type: 'quantitative' as const, title: 'µs from the post (modelled)', scale: { domain: [0, endUs], nice: false } };
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: 'A faulting RDMA write: each phase of each fault', subtitle: MODEL_LABEL },
-    config: { ...PLOT_CONFIG, axisY: { labelLimit: 320 } },
-    width: 600,
-    data: { values: slices.map((s) => ({ ...s, lane: `node ${s.node}: ${s.thread}`, endUs: Math.max(s.endUs, s.startUs + 0.05) })) },
-    mark: { type: 'bar', height: { band: 0.7 } },
-    encoding: {
-      y: { field: 'lane', type: 'nominal', title: null, sort: null },
-      x: { field: 'startUs', type: 'quantitative', title: 'µs from the post (modelled)' },
-      x2: { field: 'endUs' },
-      color: { field: 'phase', type: 'nominal', sort: ['detect', 'notify', 'resolve', 'retransmit', 'copy'] },
-      tooltip: [{ field: 'phase' }, { field: 'block' }, { field: 'startUs' }, { field: 'endUs' }],
+    title: {
+      text: 'A faulting RDMA write: each phase of each fault',
+      subtitle: `${MODEL_LABEL}; phases shorter than ${MIN_PX} px drawn ${MIN_PX} px wide`,
     },
+    config: { ...PLOT_CONFIG, axisY: { labelLimit: 320 } },
+    width: WIDTH,
+    layer: [
+      {
+        data: {
+          values: slices.map((s) => ({ ...s, lane: `node ${s.node}: ${s.thread}`, drawnEndUs: Math.max(s.endUs, s.startUs + minUs) })),
+        },
+        mark: { type: 'bar', height: { band: 0.7 } },
+        encoding: {
+          y: { field: 'lane', type: 'nominal', title: null, sort: null },
+          x,
+          x2: { field: 'drawnEndUs' },
+          color: { field: 'phase', type: 'nominal', sort: ['detect', 'notify', 'resolve', 'retransmit', 'copy'] },
+          tooltip: [{ field: 'phase' }, { field: 'block' }, { field: 'startUs' }, { field: 'endUs' }],
+        },
+      },
+      {
+        data: { values: [{ startUs: completionUs, label: `completion ${completionUs.toFixed(1)} µs` }] },
+        layer: [
+          { mark: { type: 'rule', strokeDash: [4, 3], color: 'black' }, encoding: { x } },
+          { mark: { type: 'text', align: 'right', baseline: 'top', dx: -3, y: 2 }, encoding: { x, text: { field: 'label' } } },
+        ],
+      },
+    ],
   };
 }

@@ -38,7 +38,7 @@ export default defineProgram<Options>({
         c.error(`error: sizes must be multiples of ${PAGE_SIZE} and --min-size no larger than --max-size`);
     });
   },
-  async run(o) {
+  async run(o, io) {
     heading("The measured table against the thesis's orderings");
     const results = await measuredTable({
       runs: o.runs,
@@ -47,6 +47,7 @@ export default defineProgram<Options>({
       iters: o.iters,
       smallIters: o.smallIters,
       claimSize: o.maxSize,
+      trace: io.trace,
     });
     return { results };
   },

@@ -27,9 +27,9 @@ export default defineProgram<Options>({
         new Option('--side <which>', 'run both sides, or one (pinned runs in this process)').choices(['both', 'odp', 'pinned']).default('both'),
       );
   },
-  async run(o) {
+  async run(o, io) {
     heading(`Overcommit: ${o.ratio}× the RAM registered, ODP and pinned`);
-    return { results: await overcommit({ ratio: o.ratio, writes: o.writes, side: o.side, memlockKiB: o.memlock }) };
+    return { results: await overcommit({ ratio: o.ratio, writes: o.writes, side: o.side, memlockKiB: o.memlock, trace: io.trace }) };
   },
 });
 

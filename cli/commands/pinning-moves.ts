@@ -25,9 +25,9 @@ export default defineProgram<Options>({
       if (o.size % (2 * 2 ** 20)) c.error('error: --size must be a multiple of 2M (whole huge pages)');
     });
   },
-  async run(o) {
+  async run(o, io) {
     heading('Pinning does not prevent faults: MADV_COLLAPSE moves a pinned buffer');
-    return { results: await pinningMoves({ size: o.size, khugepagedWaitS: o.khugepagedWait }) };
+    return { results: await pinningMoves({ size: o.size, khugepagedWaitS: o.khugepagedWait, trace: io.trace }) };
   },
 });
 

@@ -23,6 +23,9 @@ export default defineProgram<Options>({
     "Remote paging (EDM's DM-Handler on userfaultfd): the main JS thread writes a region larger than it may keep " +
     'resident, then reads and updates random pages, checking every byte. Pages leave for the store (embedded, or a ' +
     'Redis server) and come back on demand; a live summary line shows faults, fetches, evictions, write-backs.',
+  noTrace:
+    "remote-paging's faults are served by the DM-Handler (userfaultfd, in its own thread), not by a fault library, and it keeps " +
+    'no per-fault trace; --json has its fault counts and latency percentiles',
   options(cmd) {
     cmd
       .option('-s, --size <bytes>', 'size of the region', parseSize, 64 * 2 ** 20)

@@ -1,32 +1,52 @@
 // Output helpers shared by the programs: the one table printer (rows printed as they finish),
-// text wrapped to 100 columns, perftest-style latency columns, sizes written and read the way
+// text wrapped to the terminal's width (100 columns when not a terminal), every line written
+// above a progress bar that may be drawn (progress.ts), perftest-style latency columns, sizes written and read the way
 // perftest and dd take them (4K, 64M).
 import { InvalidArgumentError } from 'commander';
 import { MODEL_LABEL } from '../../kernel-sim/index.js';
 import type { LatencyStats } from '../../lib/index.js';
+import { writeAbove } from './progress.js';
 
 export { MODEL_LABEL };
 export const MEASURED_LABEL = 'measured (real time on this machine)';
 
-/** Every line the programs print fits this many columns. */
+/** Lines printed to a log or a pipe fit this many columns. */
 export const COLUMNS = 100;
 
+/** The width text is wrapped to: the terminal's, or COLUMNS when stdout is not a terminal. */
+export function columns(): number {
+  return process.stdout.isTTY === true && process.stdout.columns > 0 ? process.stdout.columns : COLUMNS;
+}
+
+/** Write one line to stdout (above the progress bar, when one is drawn). */
+export function line(text = ''): void {
+  writeAbove(`${text}\n`);
+}
+
 /**
- * Print text wrapped to COLUMNS at spaces; continuation lines are indented by `indent` spaces
+ * Print text wrapped to columns() at spaces; continuation lines are indented by `indent` spaces
  * (default: the text's own leading spaces + 2). Several lines (\n) are wrapped one by one.
  */
 export function print(text = '', indent?: number): void {
-  for (const line of text.split('\n')) for (const l of wrap(line, indent)) console.log(l);
+  const width = columns();
+  writeAbove(
+    text
+      .split('\n')
+      .flatMap((l) => wrap(l, indent, width))
+      .map((l) => `${l}\n`)
+      .join(''),
+  );
 }
 
-export function wrap(line: string, indent?: number): string[] {
-  if (line.length <= COLUMNS) return [line];
-  const lead = indent ?? /^ */.exec(line)![0].length + 2;
+/** `text` as lines of at most `width` columns, cut at spaces. */
+export function wrap(text: string, indent?: number, width = COLUMNS): string[] {
+  if (text.length <= width) return [text];
+  const lead = indent ?? /^ */.exec(text)![0].length + 2;
   const out: string[] = [];
-  let rest = line;
+  let rest = text;
   let prefix = '';
-  while (prefix.length + rest.length > COLUMNS) {
-    const room = COLUMNS - prefix.length;
+  while (prefix.length + rest.length > width) {
+    const room = width - prefix.length;
     let cut = rest.lastIndexOf(' ', room);
     if (cut <= 0) cut = room; // one long word: break it
     out.push((prefix + rest.slice(0, cut)).trimEnd());
@@ -60,13 +80,13 @@ export class Table {
   /** Print the header line(s). */
   header(): void {
     const split = this.columns.map((c) => splitHeader(c.header, c.width));
-    if (split.some((s) => s.length === 2)) console.log(this.#line(split.map((s) => (s.length === 2 ? s[0] : ''))));
-    console.log(this.#line(split.map((s) => (s.length === 2 ? s[1] : s[0]))));
+    if (split.some((s) => s.length === 2)) line(this.#line(split.map((s) => (s.length === 2 ? s[0] : ''))));
+    line(this.#line(split.map((s) => (s.length === 2 ? s[1] : s[0]))));
   }
 
   /** Print one row now. */
   row(cells: string[]): void {
-    console.log(this.#line(cells));
+    line(this.#line(cells));
   }
 
   #line(cells: Array<string | undefined>): string {
@@ -151,7 +171,17 @@ export function parsePositiveInt(value: string): number {
   return n;
 }
 
-/** A section heading, 100 columns wide. */
+/** A benchmark's target and whether this run met it: "(target <= 1.5: met)", "(target >= 4×: MISSED)". */
+export function target(value: number, op: '<=' | '>=', goal: number, unit = ''): string {
+  const met = op === '<=' ? value <= goal : value >= goal;
+  return `(target ${op} ${goal}${unit}: ${met ? 'met' : 'MISSED'})`;
+}
+
+/** A section heading, as wide as the terminal (at most 100 columns). */
 export function heading(title: string): void {
-  console.log(`\n== ${title} ${'='.repeat(Math.max(3, COLUMNS - 4 - title.length))}`);
+  const fill = Math.min(columns(), COLUMNS) - 4 - title.length;
+  line();
+  // A title too long for the terminal is wrapped, without the rule.
+  if (fill >= 3) line(`== ${title} ${'='.repeat(fill)}`);
+  else print(`== ${title}`, 3);
 }

@@ -23,3 +23,9 @@ export async function writePlot(file: string, spec: PlotSpec): Promise<void> {
 
 /** The look every plot shares: white background, readable fonts. */
 export const PLOT_CONFIG = { background: 'white', font: 'sans-serif', axis: { labelFontSize: 11, titleFontSize: 12 } } as const;
+
+/** A Vega expression that writes an axis value in bytes as sizeName() does: 4K, 64K, 1M. */
+export const SIZE_LABEL_EXPR =
+  "datum.value >= 1073741824 && datum.value % 1073741824 === 0 ? datum.value / 1073741824 + 'G' : " +
+  "datum.value >= 1048576 && datum.value % 1048576 === 0 ? datum.value / 1048576 + 'M' : " +
+  "datum.value >= 1024 && datum.value % 1024 === 0 ? datum.value / 1024 + 'K' : datum.value";

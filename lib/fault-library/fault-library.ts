@@ -20,7 +20,7 @@ import {
 import { HUGE_PAGE_SIZE, findRegion, type Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
 import { checkInt, invalidArg } from '../validate.js';
-import { closedError } from '../errors.js';
+import { closedError, PfrError } from '../errors.js';
 import { POLICIES, Prefetcher, spanFor, type PolicyName, type PolicyOptions } from './policy.js';
 import { FaultStats, type FaultStatsSnapshot } from './stats.js';
 import { DEFAULT_TRACE_EVENTS, TraceRecorder, type ChromeTrace } from './trace.js';
@@ -125,6 +125,8 @@ export class FaultLibrary {
   #listeners: Array<(f: ResolvedFault) => void> = [];
   #remoteFetches: Promise<void> = Promise.resolve(); // the chain of remote-paged resolutions
   #untrace: () => void;
+  #tracing: boolean;
+  #system: SimSystem;
   #closed = false;
 
   constructor(options: FaultLibraryOptions) {
@@ -134,6 +136,8 @@ export class FaultLibrary {
     this.#uffd = options.uffd;
     this.defaultPolicy = options.defaultPolicy ?? 'touch-ahead';
     const limit = traceLimit(options.trace);
+    this.#tracing = limit > 0;
+    this.#system = options.system;
     this.trace = new TraceRecorder(limit || undefined, { node: this.node, pid: this.pid });
     // The trace is observation only; the statistics come with the fault notices and the ACKs.
     this.#untrace = limit ? options.system.tracer.on((e) => this.trace.record(e)) : () => {};
@@ -190,9 +194,28 @@ export class FaultLibrary {
     return this.#stats.snapshot();
   }
 
-  /** This process's trace as Chrome trace-event JSON (Perfetto, chrome://tracing). */
-  exportChromeTrace(): ChromeTrace {
-    return this.trace.toChromeTrace();
+  /** Whether this library keeps a trace (the cluster or the device was opened with `trace`). */
+  get tracing(): boolean {
+    return this.#tracing;
+  }
+
+  /**
+   * This process's trace as Chrome trace-event JSON (Perfetto, chrome://tracing), each time
+   * base from 0 at its earliest event; with `options.with`, other processes of the same
+   * cluster in the same export (a fault's flow from one process to another is paired then).
+   * Throws ERR_PFR_TRACE_OFF unless the trace was asked for: `Cluster.create({ trace: true })`.
+   */
+  exportChromeTrace(options: { with?: readonly FaultLibrary[] } = {}): ChromeTrace {
+    for (const lib of [this, ...(options.with ?? [])]) {
+      if (!lib.#tracing)
+        throw new PfrError(
+          'ERR_PFR_TRACE_OFF',
+          `exportChromeTrace: the fault library of node ${lib.node} (pid ${lib.pid}) keeps no trace; create the cluster with ` +
+            'Cluster.create({ trace: true }) (or openDevice(node, { trace: true })) before the transfers',
+        );
+      if (lib.#system !== this.#system) throw invalidArg('exportChromeTrace: options.with must hold fault libraries of the same cluster');
+    }
+    return this.trace.toChromeTrace({ with: (options.with ?? []).map((l) => l.trace.scope!), origin: 'first-event' });
   }
 
   close(): void {

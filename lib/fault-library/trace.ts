@@ -6,7 +6,8 @@
 // event ties the block's fault to its retransmission, across nodes for a destination fault.
 // A recorder scoped to one process exports only that process; the other nodes' events are
 // kept only to time the phases that end there (a destination fault is retransmitted by the
-// source).
+// source). A flow is exported only when both its ends are: one process's export has no flow
+// start without its finish; the processes of a cluster exported together pair theirs.
 import { MODEL_LABEL, type TraceEvent } from '../../kernel-sim/index.js';
 
 export interface ChromeTraceEvent {
@@ -27,7 +28,23 @@ export interface ChromeTraceEvent {
 export interface ChromeTrace {
   traceEvents: ChromeTraceEvent[];
   displayTimeUnit: 'ns';
+  /**
+   * producer, model; keptEvents and droppedEvents (the ring's: the oldest are dropped, with a
+   * note saying how to keep them); modelOriginUs and realOriginMs when the times start at 0
+   * (what 0 is on each clock: modelled µs, performance.now() ms).
+   */
   otherData: Record<string, string>;
+}
+
+/** What toChromeTrace exports and from where its times count. */
+export interface ChromeTraceOptions {
+  /** Other processes of the same system exported with this one (their flows paired with its). */
+  with?: readonly TraceScope[];
+  /**
+   * 'absolute' (default): modelled µs since the system started, real µs of performance.now().
+   * 'first-event': each time base starts at 0 at the earliest event kept (the origins go to otherData).
+   */
+  origin?: 'absolute' | 'first-event';
 }
 
 /** The phases of one fault, in order, as the trace names its slices. */
@@ -57,6 +74,8 @@ export class TraceRecorder {
   readonly scope: TraceScope | undefined;
   /** Events dropped because the ring was full (the oldest ones). */
   dropped = 0;
+  /** While true, events are not recorded (a program traces a sample of its transfers, not all). */
+  paused = false;
   // A ring of at most `limit` events: memory stays bounded however long the run.
   #ring: TraceEvent[] = [];
   #head = 0;
@@ -73,6 +92,7 @@ export class TraceRecorder {
   }
 
   record(e: TraceEvent): void {
+    if (this.paused) return;
     if (this.#ring.length < this.limit) {
       this.#ring.push(e);
       return;
@@ -89,18 +109,23 @@ export class TraceRecorder {
   }
 
   /**
-   * Chrome trace-event JSON: pid 2n = node n in modelled µs, pid 2n+1 = node n in real µs
-   * (performance.now(), so exports of one run line up). Scoped: only this process's node.
+   * Chrome trace-event JSON: pid 2n = node n in modelled µs, pid 2n+1 = node n in real µs:
+   * the two time bases are separate processes. Scoped: only this process's node (and those
+   * of `options.with`).
    */
-  toChromeTrace(): ChromeTrace {
+  toChromeTrace(options: ChromeTraceOptions = {}): ChromeTrace {
     const events = this.events;
     const out: ChromeTraceEvent[] = [];
     const lanes = new Map<string, { pid: number; tid: number; name: string }>();
-    const own = (node: number) => this.scope === undefined || node === this.scope.node;
+    const scopes = this.scope === undefined ? undefined : [this.scope, ...(options.with ?? [])];
+    const own = (node: number) => scopes === undefined || scopes.some((s) => s.node === node);
     const ownPid = (e: TraceEvent) => {
       const pid = e.detail?.['pid'];
-      return this.scope?.pid === undefined || pid === undefined || pid === this.scope.pid;
+      if (pid === undefined || scopes === undefined) return true;
+      const mine = scopes.filter((s) => s.node === e.node);
+      return mine.length === 0 || mine.some((s) => s.pid === undefined || s.pid === pid);
     };
+    const origin = options.origin === 'first-event' ? originOf(events) : { model: 0, real: 0 };
     // One event on both timelines, and the lane it is on named once.
     const both = (node: number, tid: number, lane: string, make: (pid: number, at: 'model' | 'real') => ChromeTraceEvent | undefined) => {
       for (const at of ['model', 'real'] as const) {
@@ -111,7 +136,7 @@ export class TraceRecorder {
         lanes.set(`${pid}:${tid}`, { pid, tid, name: lane });
       }
     };
-    const ts = (t: Time, at: 'model' | 'real') => (at === 'model' ? t.model : t.real * 1000);
+    const ts = (t: Time, at: 'model' | 'real') => (at === 'model' ? t.model - origin.model : (t.real - origin.real) * 1000);
     const time = (e: TraceEvent): Time => ({ model: e.modelUs, real: e.realMs });
 
     const nodes = new Set<number>();
@@ -184,28 +209,27 @@ export class TraceRecorder {
           return { name: phase, cat: 'fault', ph: 'X', ts: t0, dur: Math.max(0, ts(end, at) - t0), pid, tid, args };
         });
       }
-      // The flow: from the faulting block's detection to the block's retransmission.
-      if (retransmit) {
+      // The flow: from the faulting block's detection to the block's retransmission, when
+      // both ends are in this export.
+      if (retransmit && own(f.node) && own(src)) {
         const id = `${src}:${f.tid}:${String(seq)}:${f.side}:${String(retransmit.detail?.['attempt'])}`;
         const flow = { name: 'fault -> retransmission', cat: 'fault' };
-        if (own(f.node))
-          both(f.node, LANE_SMMU, 'SMMU', (pid, at) => ({ ...flow, ph: 's', id: `${at}:${id}`, ts: ts(issued, at), pid, tid: LANE_SMMU }));
-        if (own(src)) {
-          both(src, channelLane, `PLDMA channel ${f.channel ?? 0}`, (pid, at) => ({
-            ...flow,
-            ph: 'f',
-            bp: 'e',
-            id: `${at}:${id}`,
-            ts: ts(resolved ? time(resolved) : time(f), at),
-            pid,
-            tid: channelLane,
-          }));
-        }
+        both(f.node, LANE_SMMU, 'SMMU', (pid, at) => ({ ...flow, ph: 's', id: `${at}:${id}`, ts: ts(issued, at), pid, tid: LANE_SMMU }));
+        both(src, channelLane, `PLDMA channel ${f.channel ?? 0}`, (pid, at) => ({
+          ...flow,
+          ph: 'f',
+          bp: 'e',
+          id: `${at}:${id}`,
+          ts: ts(resolved ? time(resolved) : time(f), at),
+          pid,
+          tid: channelLane,
+        }));
       }
     }
 
-    const scopePid = this.scope?.pid === undefined ? '' : ` (pid ${this.scope.pid})`;
     for (const n of nodes) {
+      const pids = (scopes ?? []).filter((s) => s.node === n && s.pid !== undefined).map((s) => s.pid);
+      const scopePid = pids.length ? ` (pid ${pids.join(', ')})` : '';
       out.push({ name: 'process_name', cat: '__metadata', ph: 'M', ts: 0, pid: n * 2, tid: 0, args: { name: `node ${n}: ${MODEL_LABEL}` } });
       out.push({
         name: 'process_name',
@@ -221,8 +245,33 @@ export class TraceRecorder {
     }
     for (const l of lanes.values())
       out.push({ name: 'thread_name', cat: '__metadata', ph: 'M', ts: 0, pid: l.pid, tid: l.tid, args: { name: l.name } });
-    return { traceEvents: out, displayTimeUnit: 'ns', otherData: { producer: 'pagefault-rdma', model: MODEL_LABEL } };
+    const otherData: Record<string, string> = {
+      producer: 'pagefault-rdma',
+      model: MODEL_LABEL,
+      keptEvents: String(events.length),
+      droppedEvents: String(this.dropped),
+    };
+    if (this.dropped > 0)
+      otherData['dropped'] =
+        `the oldest ${this.dropped} events were dropped: the ring keeps the newest ${this.limit}; ` +
+        'keep more with Cluster.create({ trace: { limit } }) (the programs: --trace-events N)';
+    if (options.origin === 'first-event') {
+      otherData['modelOriginUs'] = String(origin.model);
+      otherData['realOriginMs'] = String(origin.real);
+    }
+    return { traceEvents: out, displayTimeUnit: 'ns', otherData };
   }
+}
+
+// Where each time base starts: the earliest event kept, or the issue of the earliest fault.
+function originOf(events: readonly TraceEvent[]): Time {
+  let model = Infinity;
+  let real = Infinity;
+  for (const e of events) {
+    model = Math.min(model, e.modelUs, Number(e.detail?.['issuedUs'] ?? Infinity));
+    real = Math.min(real, e.realMs, Number(e.detail?.['issuedMs'] ?? Infinity));
+  }
+  return Number.isFinite(model) ? { model, real } : { model: 0, real: 0 };
 }
 
 // The thread an instant event happened on.

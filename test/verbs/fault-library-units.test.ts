@@ -44,7 +44,7 @@ describe('TraceRecorder', () => {
     t.record(ev({ kind: 'complete', node: 0, channel: 2, modelUs: 20, realMs: before + 3 }));
     const { traceEvents, displayTimeUnit, otherData } = t.toChromeTrace();
     expect(displayTimeUnit).toBe('ns');
-    expect(otherData).toEqual({ producer: 'pagefault-rdma', model: MODEL_LABEL });
+    expect(otherData).toEqual({ producer: 'pagefault-rdma', model: MODEL_LABEL, keptEvents: '2', droppedEvents: '0' });
     const inst = traceEvents.filter((e) => e.ph === 'i');
     expect(inst).toHaveLength(4);
     const [m, r, m2, r2] = inst;
@@ -257,12 +257,23 @@ describe("TraceRecorder: one fault's phases, slice by slice", () => {
       'resolve@2',
       'resolve@3',
     ]);
-    expect(dst.filter((e) => e.ph === 's').map((e) => e.pid)).toEqual([2, 3]);
-    expect(dst.filter((e) => e.ph === 'f')).toEqual([]);
+    // The flow goes from one process to the other: neither export alone holds half of it.
+    expect(dst.filter((e) => e.ph === 's' || e.ph === 'f')).toEqual([]);
+    expect(traceFormatErrors({ traceEvents: dst })).toEqual([]);
     const src = recorder(destinationFault(), { node: 0 });
     expect(slices(src).map(([name, pid]) => `${String(name)}@${String(pid)}`)).toEqual(['retransmit@0', 'retransmit@1', 'copy@0', 'copy@1']);
-    expect(src.filter((e) => e.ph === 'f').map((e) => e.pid)).toEqual([0, 1]);
-    expect(src.filter((e) => e.ph === 's')).toEqual([]);
+    expect(src.filter((e) => e.ph === 's' || e.ph === 'f')).toEqual([]);
+    expect(traceFormatErrors({ traceEvents: src })).toEqual([]);
+    // Both processes exported together: the flow, paired, from node 1's fault to node 0's retransmission.
+    const t = new TraceRecorder(100, { node: 1, pid: 7 });
+    for (const e of destinationFault()) t.record(e);
+    const both = t.toChromeTrace({ with: [{ node: 0, pid: 6 }] }).traceEvents;
+    expect(both.filter((e) => e.ph === 's').map((e) => e.pid)).toEqual([2, 3]);
+    expect(both.filter((e) => e.ph === 'f').map((e) => e.pid)).toEqual([0, 1]);
+    expect(traceFormatErrors({ traceEvents: both })).toEqual([]);
+    expect(both.filter((e) => e.name === 'process_labels').map((e) => e.args!['labels'])).toEqual(
+      expect.arrayContaining(['node 1 (pid 7)', 'node 0 (pid 6)']),
+    );
     expect(src.filter((e) => e.name === 'process_name').map((e) => e.pid)).toEqual([0, 1]);
     // Another process's fault on node 1: none of its phases in this process's trace.
     expect(slices(recorder(destinationFault({ pid: 8 }), { node: 1, pid: 7 }))).toEqual([]);

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { MODEL_LABEL } from '../../kernel-sim/index.js';
 import { Cluster, Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent, type TraceOption } from '../../lib/index.js';
 import { closeAll, createPlayers, P, pollOk } from './helpers.js';
+import { traceFormatErrors } from '../trace-format.js';
 
 afterEach(closeAll);
 
@@ -81,7 +82,11 @@ describe('trace', () => {
     const { server, client, cluster } = await faultingWrite(4, 'touch', false);
     expect(cluster.system.tracer.active).toBe(false);
     expect(server.ctx.faultLibrary.trace.events).toEqual([]);
-    expect(client.ctx.faultLibrary.exportChromeTrace().traceEvents.filter((e) => e.ph !== 'M')).toEqual([]);
+    // Exporting it says how to turn it on, rather than handing out an empty trace.
+    expect(client.ctx.faultLibrary.tracing).toBe(false);
+    expect(() => client.ctx.faultLibrary.exportChromeTrace()).toThrow(
+      expect.objectContaining({ code: 'ERR_PFR_TRACE_OFF', message: expect.stringContaining('Cluster.create({ trace: true })') }),
+    );
     // The statistics do not depend on it.
     expect(server.ctx.faultLibrary.stats().faults.destination).toBe(4);
   });
@@ -179,11 +184,69 @@ describe('trace', () => {
     expect(threadNames(dst)).toEqual(expect.arrayContaining(['SMMU', 'SMMU driver (IRQ handler)', 'fault library']));
     expect(threadNames(src).some((n) => /^copy engine thread \d+$/.test(n))).toBe(true);
     for (const e of [...dst, ...src].filter((x) => x.ph === 'X')) expect(e.dur).toBeGreaterThanOrEqual(0);
-    // Flows: started by the fault on node 1, finished by the retransmission on node 0.
-    const starts = dst.filter((e) => e.ph === 's' && e.pid === 2).map((e) => e.id);
-    const ends = src.filter((e) => e.ph === 'f' && e.pid === 0).map((e) => e.id);
+    // Flows: started by the fault on node 1, finished by the retransmission on node 0, in the
+    // export of both processes; each process's own holds no half of one.
+    expect([...dst, ...src].filter((e) => e.ph === 's' || e.ph === 'f')).toEqual([]);
+    const both = server.ctx.faultLibrary.exportChromeTrace({ with: [client.ctx.faultLibrary] }).traceEvents;
+    const starts = both.filter((e) => e.ph === 's' && e.pid === 2).map((e) => e.id);
+    const ends = both.filter((e) => e.ph === 'f' && e.pid === 0).map((e) => e.id);
     expect(starts).toHaveLength(2);
     expect(ends.sort()).toEqual(starts.sort());
+    expect(traceFormatErrors({ traceEvents: both })).toEqual([]);
+  });
+
+  test('each time base starts at 0 in a process of its own; the origins and the dropped events are in the metadata', async () => {
+    const { server, client } = await faultingWrite(8, 'touch', { limit: 30 });
+    const trace = server.ctx.faultLibrary.exportChromeTrace({ with: [client.ctx.faultLibrary] });
+    const timed = trace.traceEvents.filter((e) => e.ph !== 'M');
+    for (const pid of [0, 1, 2, 3])
+      expect(
+        timed.some((e) => e.pid === pid),
+        `pid ${pid}`,
+      ).toBe(true);
+    const model = timed.filter((e) => e.pid % 2 === 0).map((e) => e.ts);
+    const real = timed.filter((e) => e.pid % 2 === 1).map((e) => e.ts);
+    expect([Math.min(...model), Math.min(...real)]).toEqual([0, 0]);
+    // Measured time is µs since the first event, not since the process started.
+    expect(Math.max(...real)).toBeLessThan(performance.now() * 1000 - Number(trace.otherData['realOriginMs']) * 1000 + 1);
+    expect(Number(trace.otherData['realOriginMs'])).toBeGreaterThan(0);
+    const names = trace.traceEvents.filter((e) => e.name === 'process_name').map((e) => [e.pid, e.args!['name']]);
+    expect(names).toEqual(
+      expect.arrayContaining([
+        [2, `node 1: ${MODEL_LABEL}`],
+        [3, 'node 1: measured (real time)'],
+      ]),
+    );
+    const t = server.ctx.faultLibrary.trace;
+    expect(t.dropped).toBeGreaterThan(0);
+    expect(trace.otherData['droppedEvents']).toBe(String(t.dropped));
+    expect(trace.otherData['keptEvents']).toBe('30');
+    expect(trace.otherData['dropped']).toMatch(/trace: \{ limit \}/);
+  });
+
+  test('paused, a recorder keeps nothing: a program traces a sample of its transfers', async () => {
+    const players = createPlayers({ policy: 'touch', cluster: { trace: true } });
+    for (const c of [players.client, players.server]) c.ctx.faultLibrary.trace.paused = true;
+    players.server.region.evict();
+    players.client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [players.client.sge(0, P)],
+      rdma: { remoteAddr: players.server.mr.addr, rkey: players.server.mr.rkey },
+    });
+    expect((await pollOk(players.client.cq)).odp!.faults.destination).toBe(1);
+    expect([players.server.ctx.faultLibrary.trace.events, players.server.ctx.faultLibrary.trace.dropped]).toEqual([[], 0]);
+  });
+
+  test('exported together, the processes must be of one cluster', async () => {
+    const a = await faultingWrite(1, 'touch');
+    const other = Cluster.create({ nodes: 1, trace: true });
+    try {
+      expect(() => a.server.ctx.faultLibrary.exportChromeTrace({ with: [other.openDevice(0).faultLibrary] })).toThrow(/same cluster/);
+    } finally {
+      other.close();
+    }
   });
 });
 

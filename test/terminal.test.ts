@@ -1,0 +1,94 @@
+// The programs on a terminal: run under a pseudo-terminal (util-linux's `script`), their bytes
+// rendered by a small terminal (terminal.ts) and the screen checked: the progress line never
+// shares a line with a row, the table's header and rows are whole, lines fit the terminal,
+// milestones stay on the screen, and the terminal is left as it was found (cursor shown,
+// autowrap on), after a normal end and after Ctrl-C.
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { beforeAll, describe, expect, test } from 'vitest';
+import { requireDist, ROOT } from './child.js';
+import { render, type Screen } from './terminal.js';
+
+const MAIN = join(ROOT, 'dist/cli/main.js');
+const COLS = 100;
+const HIDE = '\x1b[?25l';
+
+beforeAll(() => requireDist());
+
+// `pagefault-rdma ARGS` on a terminal of COLS columns; `interruptAfter`: seconds until SIGINT.
+function onTerminal(args: string[], interruptAfter?: number, cols = COLS): { raw: string; screen: Screen; status: number | null } {
+  const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const node = [process.execPath, MAIN, ...args].map(quote).join(' ');
+  const run = interruptAfter === undefined ? node : `timeout -s INT ${interruptAfter} ${node}`;
+  const r = spawnSync('script', ['-qec', `stty cols ${cols} rows 50; ${run}`, '/dev/null'], {
+    encoding: 'utf8',
+    timeout: 120_000,
+    env: { ...process.env, FORCE_COLOR: '0' },
+  });
+  if (r.error) throw r.error;
+  return { raw: r.stdout, screen: render(r.stdout, cols), status: r.status };
+}
+
+const BAR = /\[[█░]{30}\] \d+\/\d+/;
+
+describe('a program on a terminal', () => {
+  test('pingpong: the bar never shares a line with a row; header and rows whole; cursor shown at the end', () => {
+    const { raw, screen } = onTerminal(['pingpong', '-s', '4K', '-n', '300']);
+    expect(raw).toContain(HIDE); // the bar was drawn
+    const lines = screen.lines;
+    // The bar is gone and shared no line with anything printed.
+    expect(lines.filter((l) => BAR.test(l))).toEqual([]);
+    // The header, over two lines: the column names, then the units beside #bytes.
+    const h = lines.findIndex((l) => l.includes('#bytes'));
+    expect(lines.filter((l) => l.includes('#bytes'))).toHaveLength(1);
+    expect(lines[h - 1]).toMatch(/^ +t_min +t_max +t_typical +t_avg +t_stdev +99% +99\.9%$/);
+    expect(lines[h]).toMatch(/^ +#bytes( +\[usec\]){7} +time +buffers$/);
+    // Four rows (model and real, evicted and resident), each whole: size, seven numbers, time base, buffers.
+    const rows = lines.filter((l) => /^ +4096 /.test(l));
+    expect(rows).toHaveLength(4);
+    for (const row of rows) expect(row).toMatch(/^ +4096( +\d+\.\d\d){7} +(model|real) +(evicted|resident)$/);
+    // The closing notes come after the rows, none over the header.
+    const last = lines.indexOf(rows[3]!);
+    expect(lines.findIndex((l) => l.includes('retransmitted blocks'))).toBeGreaterThan(last);
+    expect(lines.findIndex((l) => l.includes('(run time'))).toBeGreaterThan(last);
+    for (const l of lines) expect(l.length, l).toBeLessThanOrEqual(COLS);
+    expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+  }, 120_000);
+
+  test('text is wrapped to the terminal: every line the program writes fits 72 columns', () => {
+    const { raw, screen } = onTerminal(['destination-fault', '-s', '8K'], undefined, 72);
+    // The bytes as written, not as the terminal wrapped them: each line already fits.
+    const escape = new RegExp(`${String.fromCharCode(27)}\\[[0-9;?]*[A-Za-z]`, 'g');
+    const written = raw.split(/\r?\n/).map((l) => l.replace(escape, '').replace(/.*\r/, ''));
+    expect(written.filter((l) => l.length > 72)).toEqual([]);
+    expect(screen.lines.some((l) => l.includes('retransmission: node 0 re-issues block 1'))).toBe(true);
+  }, 120_000);
+
+  test('Ctrl-C in the middle of a run: the bar is cleared, the cursor shown, autowrap on', () => {
+    const { raw, screen, status } = onTerminal(['pingpong', '-s', '4K', '-n', '1000000', '--no-baseline'], 8);
+    expect(raw).toContain(HIDE); // interrupted while the bar was drawn
+    expect(raw.lastIndexOf('\x1b[?25h')).toBeGreaterThan(raw.lastIndexOf(HIDE));
+    expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+    expect(screen.lines.filter((l) => BAR.test(l))).toEqual([]);
+    expect(status).not.toBe(0);
+  }, 120_000);
+
+  test('pinning-moves: the wait for khugepaged counts down on a live line, gone at the end', () => {
+    const { raw, screen } = onTerminal(['pinning-moves', '--khugepaged-wait', '3']);
+    const thp = screen.lines.find((l) => l.startsWith('khugepaged (THP'));
+    expect(thp).toBeDefined();
+    // THP "never", or huge pages given at once: there is nothing to wait for, and no countdown.
+    if (screen.lines.some((l) => l.startsWith('Waiting up to 3 s for khugepaged'))) expect(raw).toMatch(/khugepaged: [1-3] s left, /);
+    expect(screen.lines.filter((l) => /s left, /.test(l))).toEqual([]);
+    expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+  }, 120_000);
+
+  test("remote-paging: the milestones ('written', each pass, 'verified') stay on the screen", () => {
+    const { screen } = onTerminal(['remote-paging', '-s', '4M', '--resident', '1M', '--updates', '512']);
+    const starts = screen.lines.map((l) => l.split(/ +/)[0]);
+    for (const m of ['written', 'verified']) expect(starts).toContain(m);
+    expect(screen.lines.filter((l) => /^pass [12] +faults \d+/.test(l))).toHaveLength(2);
+    expect(screen.lines.filter((l) => l.startsWith('…'))).toEqual([]); // the live line is gone
+    expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+  }, 120_000);
+});
