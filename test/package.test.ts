@@ -111,6 +111,59 @@ uffd.close(); region.close();
     expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.glibc.node');
   }, 300_000);
 
+  // The published .d.ts files as a strict TypeScript user compiles them: skipLibCheck off, so
+  // every declaration file the two entry points reach is checked (a type stripped by
+  // stripInternal but still imported by another .d.ts is TS2305 here).
+  test('the shipped types compile in a strict nodenext consumer with skipLibCheck off', () => {
+    expect(app).not.toBe('');
+    const consumer = join(dir, 'consumer');
+    mkdirSync(consumer);
+    symlinkSync(join(app, 'node_modules'), join(consumer, 'node_modules'));
+    writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
+    writeFileSync(
+      join(consumer, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          skipLibCheck: false,
+          noEmit: true,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules/@types')],
+        },
+        files: ['index.ts'],
+      }),
+    );
+    writeFileSync(
+      join(consumer, 'index.ts'),
+      `import { Cluster, Access, WrOpcode, WcStatus, mapRegion, RemotePager, FaultLibrary, PfrError, type WorkCompletion } from 'pagefault-rdma';
+import * as lib from 'pagefault-rdma';
+import * as kernelSim from 'pagefault-rdma/kernel-sim';
+export async function write(): Promise<WorkCompletion> {
+  const cluster = Cluster.create({ nodes: 2 });
+  const ctx = cluster.openDevice(0);
+  const pd = ctx.allocPd();
+  const region = mapRegion(4096);
+  const mr = ctx.regMr(pd, region, 0, region.size, Access.LOCAL_WRITE | Access.ON_DEMAND);
+  const cq = ctx.createCq(4);
+  const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
+  qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [{ addr: mr.addr, length: 8, lkey: mr.lkey }], rdma: { remoteAddr: 0n, rkey: 0 } });
+  return cq.next();
+}
+export const names: unknown[] = [RemotePager, FaultLibrary, PfrError, WcStatus.SUCCESS, lib, kernelSim];
+`,
+    );
+    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', consumer], {
+      cwd: consumer,
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    expect(r.stdout + r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  }, 120_000);
+
   // A read-only install: the package folder bind-mounted read-only in a mount namespace.
   const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
   test.skipIf(!canUnshare)(

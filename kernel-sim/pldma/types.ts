@@ -146,7 +146,11 @@ export interface PldmaCounters {
   retryTimeouts: number;
 }
 
-/** @internal State of its own for a block that needs it (one that faulted); the others are counted by the transfer's cursors. */
+/**
+ * State of its own for a block that needs it (one that faulted); the others are counted by the
+ * transfer's cursors. This type and the engine state below are kept off the public surface by
+ * kernel-sim/index.ts's export list, not by an internal tag: requester.d.ts and completer.d.ts import them.
+ */
 export interface BlockState {
   attempts: number;
   /** Faults taken by this block at each side (bounded by the retry limits). */
@@ -155,7 +159,7 @@ export interface BlockState {
 }
 
 /**
- * @internal A run on the wire, as its answer needs it: the engine cost of each block
+ * A run on the wire, as its answer needs it: the engine cost of each block
  * (modelled; reserved when the answer comes back, in order) and its source translation.
  */
 export interface SentRun {
@@ -170,7 +174,7 @@ export interface SentRun {
   window: StallWindow | undefined;
 }
 
-/** @internal */
+/** One DMA transfer in flight: its descriptor, cursors and the blocks that need state of their own. */
 export interface Transfer {
   tid: number;
   desc: DmaDescriptor;
@@ -215,14 +219,14 @@ export interface Transfer {
   runLimit: number;
 }
 
-/** @internal */
+/** One virtual channel: its queue of transfers and the modelled time it may issue next. */
 export interface Channel {
   id: number;
   queue: Transfer[];
   cursor: number; // modelled time the channel may issue its next block
 }
 
-/** @internal What one node's requester, completer and fault waiters share: its own state only. */
+/** What one node's requester, completer and fault waiters share: its own state only. */
 export interface EngineState {
   readonly node: number;
   readonly channels: number;
