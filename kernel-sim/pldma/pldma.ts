@@ -30,9 +30,6 @@ import {
   type Retransmitted,
 } from './types.js';
 
-export * from './types.js';
-export { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from './requester.js';
-
 export class Pldma {
   readonly node: number;
   readonly channels: number;

@@ -2,7 +2,8 @@
 // RDMA device per node; a Context (ibv_context) is one process on one node, with its
 // netlink socket and fault library. The Cluster and Context create objects; the objects
 // themselves know only their device (its tables) and their process.
-import { checkSystemOptions, SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
+import { SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
+import { checkSystemOptions } from '../../kernel-sim/system.js';
 import { closedError } from '../errors.js';
 import { FaultLibrary, traceLimit, type TraceOption } from '../fault-library/fault-library.js';
 import { POLICIES, type PolicyName } from '../fault-library/policy.js';
