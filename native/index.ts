@@ -6,6 +6,11 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+// Node 20.0–20.3 have no Symbol.dispose, and every resource class defines [Symbol.dispose]: without
+// it the method would be named "undefined". Each of their modules imports this one (directly or
+// through kernel-sim), so this runs before any class is defined. Node ≥ 20.4 has this very symbol.
+if (typeof Symbol.dispose !== 'symbol') Object.defineProperty(Symbol, 'dispose', { value: Symbol.for('nodejs.dispose') });
+
 export interface RawMapping {
   id: number;
   address: bigint;
