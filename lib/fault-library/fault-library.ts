@@ -27,11 +27,17 @@ import { remotePagerOf } from '../remote-paging/pager.js';
 
 /** A range of memory the library resolves with one policy. */
 export interface Registration {
+  /** The region the range belongs to. */
   readonly region: Region;
+  /** Byte offset of the range in the region. */
   readonly offset: number;
+  /** Bytes of the range. */
   readonly length: number;
+  /** How a fault in the range is resolved. */
   policy: PolicyName;
+  /** Options of the policy (touch-ahead's cap, prefetch's window). */
   options: PolicyOptions;
+  /** Faults of this range only. */
   readonly stats: FaultStats;
   /** @internal */
   prefetcher: Prefetcher | undefined;
@@ -39,16 +45,25 @@ export interface Registration {
 
 /** One fault as the library handled it (emitted to onResolve listeners). */
 export interface ResolvedFault {
+  /** Which side of the transfer faulted: the source (read) or the destination (write). */
   side: 'source' | 'destination';
+  /** The node whose SMMU took the fault. */
   node: number;
+  /** The faulting virtual address. */
   va: bigint;
+  /** True for a write access (the destination side). */
   write: boolean;
+  /** True if the access was stalled (stall mode) rather than terminated. */
   stall: boolean;
+  /** The region that holds the address, if one is known to this process. */
   region: Region | undefined;
+  /** The policy that resolved it (undefined if none applied). */
   policy: PolicyName | undefined;
   /** Bytes the policy asked to make resident, and pages that really became resident. */
   bytes: number;
+  /** Pages that became resident. */
   pagesMadeResident: number;
+  /** The page response sent back (SUCCESS: retry; INVALID or FAILURE: the transfer fails). */
   status: IommuPageResponseCode;
   /** Measured time the library spent resolving, µs. */
   realUs: number;
@@ -56,8 +71,11 @@ export interface ResolvedFault {
   receivedAt: number;
   /** The transfer it belongs to: posting node, transfer id, block, channel. */
   srcNode: number;
+  /** Transfer id on the posting node. */
   transfer: number;
+  /** Block number in the transfer. */
   block: number;
+  /** Engine channel the transfer runs on. */
   channel: number;
 }
 
@@ -81,10 +99,15 @@ export function traceLimit(trace: TraceOption | undefined): number {
   return trace.limit;
 }
 
+/** What a fault library is attached to: one process on one node. */
 export interface FaultLibraryOptions {
+  /** The simulated system whose SMMU drivers notify the library. */
   system: SimSystem;
+  /** The node the process runs on. */
   node: number;
+  /** The modelled process id (the SMMU stream owner). */
   pid: number;
+  /** The netlink socket the driver's notifications arrive on. */
   socket: NetlinkSocket;
   /** Policy for faults on memory no registration covers (implicit ODP). Default 'touch-ahead'. */
   defaultPolicy?: PolicyName;
@@ -98,10 +121,15 @@ export interface FaultLibraryOptions {
   trace?: TraceOption;
 }
 
+/** The user-space fault library of one process (the thesis's): takes the SMMU driver's netlink notifications, makes the pages resident by the range's policy, and asks for the retransmission or resume. */
 export class FaultLibrary {
+  /** The node the process runs on. */
   readonly node: number;
+  /** The modelled process id. */
   readonly pid: number;
+  /** This process's trace recorder (exportChromeTrace). */
   readonly trace: TraceRecorder;
+  /** Policy for faults no registration covers (implicit ODP). */
   defaultPolicy: PolicyName;
   #socket: NetlinkSocket;
   #uffd: Userfaultfd | undefined;
@@ -125,6 +153,7 @@ export class FaultLibrary {
     this.#socket.onMessage((m) => this.#onMessage(m));
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -148,6 +177,7 @@ export class FaultLibrary {
     return reg;
   }
 
+  /** Stop resolving faults of the range; later faults there use the default policy. */
   unregister(reg: Registration): void {
     const i = this.#regs.indexOf(reg);
     if (i >= 0) this.#regs.splice(i, 1);
@@ -180,6 +210,7 @@ export class FaultLibrary {
     return this.trace.toChromeTrace();
   }
 
+  /** Stop listening for notifications; faults still pending are answered as failed. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

@@ -16,6 +16,7 @@ import type { DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handle
 import type { RedisStoreOptions } from './redis-store.js';
 import type { Request } from './worker.js';
 
+/** Options of `RemotePager.create`. */
 export interface RemotePagerOptions {
   /** Bytes of the region (a multiple of pageSize). */
   size: number;
@@ -27,6 +28,7 @@ export interface RemotePagerOptions {
   residentLimit?: number;
   /** Fraction of residentLimit at which the eviction worker starts (default 0.9) and down to which it evicts (default 0.7). */
   highWatermark?: number;
+  /** Fraction of residentLimit down to which the eviction worker evicts (default 0.7). */
   lowWatermark?: number;
   /** Pages read ahead after a faulting page, in the same store request (default 0). */
   prefetch?: number;
@@ -34,6 +36,7 @@ export interface RemotePagerOptions {
   fillWorkers?: number;
   /** Eviction batches in flight at once (evict workers; default 1), and pages per batch (default 32). */
   evictWorkers?: number;
+  /** Pages per eviction batch (default 32). */
   evictBatch?: number;
   /** A store request not answered in this time fails: the access fails (poisoned page) and an 'error' event says why. Default 2000 ms. */
   timeoutMs?: number;
@@ -41,23 +44,35 @@ export interface RemotePagerOptions {
   dirtyTracking?: 'auto' | DirtyTracking;
 }
 
+/** Counters of a RemotePager (`stats()`). */
 export interface RemotePagingStats {
+  /** Faults taken on the region. */
   faults: number;
   /** Faults served from the store. */
   majorFaults: number;
   /** Faults served without the store: a page never stored (zero page), or one already on its way. */
   minorFaults: number;
+  /** Pages read from the store (faulting and prefetched). */
   pagesFetched: number;
   /** Pages read ahead (prefetch) with a faulting one. */
   prefetched: number;
+  /** Pages evicted. */
   evicted: number;
+  /** Dirty pages written to the store on eviction. */
   writtenBack: number;
+  /** Clean pages dropped without a write (their checksum unchanged). */
   droppedClean: number;
+  /** Bytes read from the store. */
   bytesIn: number;
+  /** Bytes written to the store. */
   bytesOut: number;
+  /** Pages resident now. */
   resident: number;
+  /** Store requests that failed. */
   errors: number;
+  /** Pages poisoned because they could not be had. */
   poisoned: number;
+  /** Stored pages whose checksum did not match. */
   corrupt: number;
 }
 
@@ -82,10 +97,13 @@ function workerPath(): string {
   throw new PfrError('ERR_PFR_UNSUPPORTED', `remote paging: the worker script is not built (${built}); run "npm run build:ts"`);
 }
 
+/** EDM's DM-Handler: a region whose pages live in a page store and come back on demand, with an eviction worker keeping it under residentLimit. */
 export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   /** The remote-paged memory. Read and write it freely; never evict() it directly. */
   readonly region: Region;
+  /** The unit of fetch and eviction, bytes. */
   readonly pageSize: number;
+  /** How dirty pages are found on this kernel. */
   readonly tracking: DirtyTracking;
   #worker: Worker;
   #counters: SharedArrayBuffer;
@@ -183,6 +201,7 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     }
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }

@@ -7,11 +7,13 @@ import { createClient, RESP_TYPES } from 'redis';
 import { PfrError } from '../errors.js';
 import type { PageStore, StoredPage } from './store.js';
 
+/** Where a RedisStore connects and how. */
 export interface RedisStoreOptions {
   /** A Unix socket path (preferred on one host), or */
   socket?: string;
   /** host and port (default 127.0.0.1:6379), or */
   host?: string;
+  /** TCP port (default 6379). */
   port?: number;
   /** a redis:// URL. */
   url?: string;
@@ -45,8 +47,11 @@ function storeError(err: unknown, what: string): PfrError {
 }
 
 export class RedisStore implements PageStore {
+  /** Store name, as stats and errors print it. */
   readonly name = 'redis';
+  /** Key prefix of this application's pages. */
   readonly prefix: string;
+  /** A request not answered in this time fails, ms. */
   readonly timeoutMs: number;
   #client: Client;
 
@@ -92,6 +97,7 @@ export class RedisStore implements PageStore {
     }
   }
 
+  /** Disconnect. Idempotent. */
   async close(): Promise<void> {
     try {
       await withTimeout(this.#client.close(), 1000, 'close');

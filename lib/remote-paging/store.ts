@@ -5,6 +5,7 @@ import { PfrError } from '../errors.js';
 
 /** One page on its way to or from a store: the key is the page's address (EDM's layout). */
 export interface StoredPage {
+  /** The page's key (its address, under the store's prefix). */
   key: string;
   /** The stored form: checksum and page (see encodePage). */
   value: Buffer;
@@ -15,11 +16,13 @@ export interface StoredPage {
  * page it is missing at once (prefetch), and writes a whole eviction batch at once.
  */
 export interface PageStore {
+  /** Store name, as stats and errors print it. */
   readonly name: string;
   /** The stored values of `keys`, in order; null for a page never stored. */
   getMany(keys: string[]): Promise<(Buffer | null)[]>;
   /** Store every page; resolves once the store has acknowledged all of them. */
   setMany(pages: StoredPage[]): Promise<void>;
+  /** Release the store's connection or memory. */
   close(): Promise<void>;
 }
 
@@ -61,6 +64,7 @@ export const pageCrc = (page: Uint8Array): number => crc32(page) >>> 0;
  * so remote paging works with nothing else installed.
  */
 export class EmbeddedStore implements PageStore {
+  /** Store name, as stats and errors print it. */
   readonly name = 'embedded';
   #pages = new Map<string, Buffer>();
 
@@ -77,6 +81,7 @@ export class EmbeddedStore implements PageStore {
     return this.#pages.size;
   }
 
+  /** Drop every page. Idempotent. */
   async close(): Promise<void> {
     this.#pages.clear();
   }
