@@ -16,15 +16,19 @@ import { Fabric } from './fabric.js';
 import type { AckPacket, Packet, WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
+/** A libfabric provider: tcp (between hosts), shm (one host), verbs (a real RDMA NIC). */
 export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
+/** Every provider name. */
 export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
 
 /** The largest message (native/fabric.cc's receive buffers); a larger frame goes in chunks. */
 export const MAX_WIRE_BYTES = 4 << 20;
 
+/** Options of `LibfabricTransport.listen` / `connect`. */
 export interface LibfabricOptions {
   /** The nodes this process hosts (their packets are delivered here). */
   localNodes: number[];
+  /** Provider to use (default tcp). */
   provider?: LibfabricProvider;
   /** The link model (modelled time), as the in-process Fabric's. */
   costs?: Partial<CostModel>;
@@ -134,7 +138,9 @@ interface Staging {
   memory: MemoryLike;
 }
 
+/** A transport between processes or hosts over libfabric: one node per process, packets on the wire. */
 export class LibfabricTransport implements Transport {
+  /** The provider in use. */
   readonly provider: LibfabricProvider;
   /** The port a listening transport is bound to. */
   readonly port: number;
@@ -442,6 +448,7 @@ export class LibfabricTransport implements Transport {
     if (this.#local.has(node)) this.#model.attach(node, handler);
   }
 
+  /** True if `node` is this process's node or its connected peer's. */
   hasNode(node: number): boolean {
     return this.#local.has(node) || this.#remote.has(node) || this.#lost.has(node);
   }
@@ -487,6 +494,7 @@ export class LibfabricTransport implements Transport {
     return packet;
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -512,6 +520,7 @@ export class LibfabricTransport implements Transport {
     this.#spare = [];
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }
