@@ -148,7 +148,12 @@ export class SimNode {
    * A process on this node: its stream (protection domain) in the SMMU and its netlink
    * socket, on which its fault library hears about its faults.
    */
-  attachProcess(config: { pid: number; pd: number; faultModel?: FaultModel }): { stream: StreamContext; socket: NetlinkSocket } {
+  attachProcess(config: { pid: number; pd: number; faultModel?: FaultModel }): {
+    /** The process's SMMU stream on this node. */
+    stream: StreamContext;
+    /** The process's netlink socket. */
+    socket: NetlinkSocket;
+  } {
     const stream = this.smmu.attach(config);
     return { stream, socket: this.netlink.bind(config.pid) };
   }
@@ -226,7 +231,10 @@ export class SimSystem {
   /** Every model event goes through this tracer. */
   readonly tracer = new Tracer();
   /** The modelled clock (µs): the latest modelled completion so far. */
-  readonly clock = { now: 0 };
+  readonly clock = {
+    /** Modelled time now, µs. */
+    now: 0,
+  };
   /** The nodes, by id. */
   readonly nodes: SimNode[] = [];
   #closed = false;

@@ -188,7 +188,17 @@ export class Region {
   }
 
   /** Page-granular check of a sub-range; returns it with defaults filled in. */
-  span(what: string, offset?: number, length?: number, alignLength = false): { offset: number; length: number } {
+  span(
+    what: string,
+    offset?: number,
+    length?: number,
+    alignLength = false,
+  ): {
+    /** Byte offset of the range. */
+    offset: number;
+    /** Bytes of the range. */
+    length: number;
+  } {
     this.#check();
     return checkSpan(what, this.size, offset, length, this.pageSize, alignLength);
   }

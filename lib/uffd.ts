@@ -203,11 +203,34 @@ export interface UserfaultfdEvents {
   /** A handler that threw, rejected or timed out (ERR_PFR_HANDLER_*), or a failed native resolution. */
   error: [err: PfrError];
   /** Pages of a registered range were dropped (MADV_DONTNEED, MADV_REMOVE: evict()). */
-  remove: [event: { address: bigint; length: number }];
+  remove: [
+    event: {
+      /** Start address of the range. */
+      address: bigint;
+      /** Bytes of the range. */
+      length: number;
+    },
+  ];
   /** A registered range was unmapped. */
-  unmap: [event: { address: bigint; length: number }];
+  unmap: [
+    event: {
+      /** Start address of the range. */
+      address: bigint;
+      /** Bytes of the range. */
+      length: number;
+    },
+  ];
   /** A registered range was moved by mremap. */
-  remap: [event: { from: bigint; to: bigint; length: number }];
+  remap: [
+    event: {
+      /** Old start address. */
+      from: bigint;
+      /** New start address. */
+      to: bigint;
+      /** Bytes moved. */
+      length: number;
+    },
+  ];
   /** The process forked (features EVENT_FORK); the child's copy of the registrations was dropped. */
   fork: [event: Record<string, never>];
 }

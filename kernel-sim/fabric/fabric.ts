@@ -73,10 +73,14 @@ export class Fabric implements Transport {
 
   /** Packets and bytes sent per directed link. */
   stats(): Array<{
-    /** Sending node. */ src: number;
-    /** Receiving node. */ dst: number;
-    /** Packets sent. */ packets: number;
-    /** Bytes sent. */ bytes: number;
+    /** Sending node. */
+    src: number;
+    /** Receiving node. */
+    dst: number;
+    /** Packets sent. */
+    packets: number;
+    /** Bytes sent. */
+    bytes: number;
   }> {
     return [...this.#links.values()].map((l) => ({ src: l.src, dst: l.dst, packets: l.packets, bytes: l.bytes }));
   }

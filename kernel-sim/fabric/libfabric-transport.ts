@@ -119,7 +119,10 @@ export interface RmaTarget {
    * thread that progresses it: the one that places the peer's writes in this process's
    * memory, so the one that blocks in their page faults (never the JavaScript thread).
    */
-  readonly accepted: Promise<{ progressTid: number }>;
+  readonly accepted: Promise<{
+    /** Kernel thread id of the libfabric progress thread that serves it. */
+    progressTid: number;
+  }>;
 }
 
 interface RmaState {
@@ -343,7 +346,15 @@ export class LibfabricTransport implements Transport {
    * it names the range's start by (the virtual address, or 0 where the provider's mr_mode has
    * no FI_MR_VIRT_ADDR, as tcp's: offsets into the range).
    */
-  exposeRma(address: bigint, length: number): { key: bigint; base: bigint } {
+  exposeRma(
+    address: bigint,
+    length: number,
+  ): {
+    /** The RMA key the peer uses. */
+    key: bigint;
+    /** Address the peer's offsets start from. */
+    base: bigint;
+  } {
     this.#checkOpen('exposeRma');
     if (this.#rma.conn === undefined || this.#rma.listener === undefined)
       throw fabricError('exposeRma: no RMA connection has been accepted yet (await openRmaTarget().accepted)', 'ENOTCONN');

@@ -104,8 +104,10 @@ export interface WritePacket extends Header {
    * order with the transfer's other answers).
    */
   sourceFault?: {
-    /** The block whose source page was missing. */ seq: number;
-    /** Offset in the payload's region of that page. */ faultOffset: number;
+    /** The block whose source page was missing. */
+    seq: number;
+    /** Offset in the payload's region of that page. */
+    faultOffset: number;
   };
   /** The memory key and QP the write is for (an upper layer's RETH / BTH), checked on every block by the destination. */
   key?: number;
@@ -154,7 +156,12 @@ export interface AckPacket extends Header {
   /** Answers for the blocks handled, in order. */
   verdicts?: Verdict[];
   /** Blocks the responder did not get to (after a refused one): sent again later. */
-  returned?: { /** First block not handled. */ seq: number; /** Blocks not handled. */ count: number };
+  returned?: {
+    /** First block not handled. */
+    seq: number;
+    /** Blocks not handled. */
+    count: number;
+  };
 }
 
 /** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */

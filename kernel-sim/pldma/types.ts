@@ -110,15 +110,21 @@ export interface DmaCompletion {
   pagesFetched: number;
   /** Modelled: start, end and duration (µs), and the label that says it is modelled. */
   model: {
-    /** Modelled start, µs. */ startUs: number;
-    /** Modelled end, µs. */ endUs: number;
-    /** Modelled duration, µs. */ us: number;
-    /** MODEL_LABEL. */ label: string;
+    /** Modelled start, µs. */
+    startUs: number;
+    /** Modelled end, µs. */
+    endUs: number;
+    /** Modelled duration, µs. */
+    us: number;
+    /** MODEL_LABEL. */
+    label: string;
   };
   /** Measured: whole transfer, and each fault from detection to the retransmission. */
   real: {
-    /** Measured duration of the whole transfer, µs. */ us: number;
-    /** Each fault, from detection to the retransmission, µs. */ faultUs: number[];
+    /** Measured duration of the whole transfer, µs. */
+    us: number;
+    /** Each fault, from detection to the retransmission, µs. */
+    faultUs: number[];
   };
 }
 
@@ -157,7 +163,12 @@ export interface FaultInfo {
   /** Real ms the faulting block was issued. */
   issuedMs: number;
   /** Stall mode: the stalled access's tag and window. */
-  stall?: { stag: number; window: StallWindow };
+  stall?: {
+    /** The stall tag CMD_RESUME echoes. */
+    stag: number;
+    /** The stalled access. */
+    window: StallWindow;
+  };
 }
 
 /** Options of one node's engine. */

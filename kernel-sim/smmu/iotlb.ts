@@ -483,7 +483,17 @@ export class Iotlb {
   }
 
   /** The cached entries of [start, start+length), all streams, least recently used first, without touching LRU order or counters. */
-  entriesIn(start: bigint, length: number): Array<{ sid: number; page: bigint; frame: number }> {
+  entriesIn(
+    start: bigint,
+    length: number,
+  ): Array<{
+    /** StreamID. */
+    sid: number;
+    /** Page number. */
+    page: bigint;
+    /** Frame the cached translation points to. */
+    frame: number;
+  }> {
     const first = Number(start);
     const end = first + length;
     const out: Array<{ sid: number; page: bigint; frame: number }> = [];

@@ -47,8 +47,30 @@ export interface StreamContext {
 
 /** The result of translating one access: where it lands, or the fault it raised. */
 export type Translation =
-  | { ok: true; region: MemoryLike; offset: number; walked: number; hit: boolean }
-  | { ok: false; id: EvtId; addr: bigint; recoverable: boolean; reason: string };
+  | {
+      /** Translated. */
+      ok: true;
+      /** Region the access lands in. */
+      region: MemoryLike;
+      /** Byte offset in that region. */
+      offset: number;
+      /** Pages walked (0 on an IOTLB hit). */
+      walked: number;
+      /** True if the IOTLB had the translation. */
+      hit: boolean;
+    }
+  | {
+      /** Not translated: a fault. */
+      ok: false;
+      /** The fault's event id. */
+      id: EvtId;
+      /** Faulting address. */
+      addr: bigint;
+      /** True if resolving the fault can make the access succeed (a translation fault). */
+      recoverable: boolean;
+      /** Why, in words. */
+      reason: string;
+    };
 
 /** What translateBlocks found: the blocks that translated, and the failure that ended the run. */
 export interface RunTranslation {
@@ -133,7 +155,16 @@ export interface MoveReport {
   /** False when the kernel hides frame numbers: every cached entry was dropped unseen. */
   framesKnown: boolean;
   /** The entries dropped: the frame the IOTLB held (what a pinned engine would DMA into) and the page's frame now. */
-  stale: Array<{ sid: number; address: bigint; was: number; now: number }>;
+  stale: Array<{
+    /** StreamID of the stale translation. */
+    sid: number;
+    /** Virtual address of the page. */
+    address: bigint;
+    /** Frame the cached translation pointed to. */
+    was: number;
+    /** Frame the page is in now. */
+    now: number;
+  }>;
 }
 
 /** Counters of one SMMU. */
@@ -505,7 +536,16 @@ export class Smmu implements MemoryObserver {
   }
 
   /** Look up a stalled access by its tag (the driver uses it to build its notification). */
-  stalledAccess(stag: number): { region: MemoryLike; page: number; window: StallWindow } | undefined {
+  stalledAccess(stag: number):
+    | {
+        /** Region of the stalled access. */
+        region: MemoryLike;
+        /** Page it stalled on. */
+        page: number;
+        /** The access's stall window. */
+        window: StallWindow;
+      }
+    | undefined {
     return this.#stalled.get(stag);
   }
 

@@ -88,7 +88,12 @@ interface Pending {
 }
 
 /** A trace: off (false, the default), on with the default ring size (true), or a ring of `limit` events. */
-export type TraceOption = boolean | { limit: number };
+export type TraceOption =
+  | boolean
+  | {
+      /** Newest events kept. */
+      limit: number;
+    };
 
 /** Events the trace keeps, 0 for none; a clear error for a bad option. */
 export function traceLimit(trace: TraceOption | undefined): number {

@@ -55,7 +55,12 @@ export class Prefetcher {
    * its stride, or right after the last window) grows the window ×2; anything else
    * shrinks it back toward the minimum and restarts the pattern.
    */
-  next(page: number): { start: number; pages: number } {
+  next(page: number): {
+    /** First page of the window. */
+    start: number;
+    /** Pages in the window. */
+    pages: number;
+  } {
     const predicted = this.#last >= 0 && this.#stride !== 0 && page === this.#last + this.#stride;
     const sequential = this.#last >= 0 && page > this.#last && page <= this.#last + this.window + 1;
     if (predicted || sequential) {

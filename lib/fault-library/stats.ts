@@ -12,9 +12,12 @@ export const PHASES: readonly Phase[] = ['detect', 'notify', 'resolve', 'retrans
 export interface FaultStatsSnapshot {
   /** Faults by side, and by SMMU event kind. */
   faults: {
-    /** Faults at the source side. */ source: number;
-    /** Faults at the destination side. */ destination: number;
-    /** Faults by SMMU event name (e.g. F_TRANSLATION). */ byKind: Record<string, number>;
+    /** Faults at the source side. */
+    source: number;
+    /** Faults at the destination side. */
+    destination: number;
+    /** Faults by SMMU event name (e.g. F_TRANSLATION). */
+    byKind: Record<string, number>;
   };
   /** Netlink notifications received. */
   notifications: number;
@@ -30,15 +33,22 @@ export interface FaultStatsSnapshot {
   unresolved: number;
   /** Real µs of each phase (measured) and modelled µs (cost model). */
   phases: {
-    /** Measured time per phase. */ real: Record<Phase, ReturnType<Histogram['summary']>>;
-    /** Modelled time per phase. */ model: Record<Phase, ReturnType<Histogram['summary']>>;
+    /** Measured time per phase. */
+    real: Record<Phase, ReturnType<Histogram['summary']>>;
+    /** Modelled time per phase. */
+    model: Record<Phase, ReturnType<Histogram['summary']>>;
   };
 }
 
 /** Fault counters and per-phase latency histograms of one fault library or registration. */
 export class FaultStats {
   /** Faults by side. */
-  faults = { source: 0, destination: 0 };
+  faults = {
+    /** Faults at the source side. */
+    source: 0,
+    /** Faults at the destination side. */
+    destination: 0,
+  };
   /** Faults by SMMU event name. */
   byKind: Record<string, number> = {};
   /** Netlink notifications received. */

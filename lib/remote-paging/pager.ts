@@ -21,7 +21,12 @@ export interface RemotePagerOptions {
   /** Bytes of the region (a multiple of pageSize). */
   size: number;
   /** Where evicted pages go: 'embedded' (default, in the DM-Handler's thread) or a Redis server. */
-  store?: 'embedded' | { redis: RedisStoreOptions };
+  store?:
+    | 'embedded'
+    | {
+        /** Where and how to reach the Redis server. */
+        redis: RedisStoreOptions;
+      };
   /** The unit of fetch and eviction: a multiple of the system page (UMap's UMAP_PAGESIZE). Default the system page. */
   pageSize?: number;
   /** Resident bytes the region may hold (UMap's buffer size). Default: all of it (no eviction). */
@@ -98,7 +103,10 @@ function workerPath(): string {
 }
 
 /** EDM's DM-Handler: a region whose pages live in a page store and come back on demand, with an eviction worker keeping it under residentLimit. */
-export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
+export class RemotePager extends EventEmitter<{
+  /** A page could not be had or stored: the code says why. */
+  error: [err: PfrError];
+}> {
   /** The remote-paged memory. Read and write it freely; never evict() it directly. */
   readonly region: Region;
   /** The unit of fetch and eviction, bytes. */
@@ -212,7 +220,12 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   }
 
   /** Fault latency (receipt to resolution, in the DM-Handler's thread), major and minor. */
-  latency(): Promise<{ major: LatencySummary; minor: LatencySummary }> {
+  latency(): Promise<{
+    /** Faults served from the store. */
+    major: LatencySummary;
+    /** Faults served without the store. */
+    minor: LatencySummary;
+  }> {
     return this.#request({ op: 'latency' }) as Promise<{ major: LatencySummary; minor: LatencySummary }>;
   }
 

@@ -270,7 +270,17 @@ export class MemoryRegion {
    * implicit MR covers the open regions of its own process: those it registered or first
    * reached through its implicit key, never another process's or the library's own.
    */
-  resolve(addr: bigint, length: number): { region: Region; offset: number } | undefined {
+  resolve(
+    addr: bigint,
+    length: number,
+  ):
+    | {
+        /** The Region that holds the range. */
+        region: Region;
+        /** Byte offset of the range in it. */
+        offset: number;
+      }
+    | undefined {
     if (this.#closed) return undefined;
     if (this.implicit) {
       const r = findRegion(addr, Math.max(1, length));

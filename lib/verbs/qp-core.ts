@@ -31,7 +31,12 @@ export interface SendWr {
   /** Immediate data of a *_WITH_IMM operation, delivered with the remote completion. */
   immData?: number;
   /** RDMA_WRITE(_WITH_IMM) and RDMA_READ */
-  rdma?: { /** Remote virtual address (wr.rdma.remote_addr). */ remoteAddr: bigint; /** The remote MR's rkey. */ rkey: number };
+  rdma?: {
+    /** Remote virtual address (wr.rdma.remote_addr). */
+    remoteAddr: bigint;
+    /** The remote MR's rkey. */
+    rkey: number;
+  };
   /** ATOMIC_CMP_AND_SWP (compareAdd = compare, swap) and ATOMIC_FETCH_AND_ADD (compareAdd = add) */
   atomic?: {
     /** Remote virtual address of the 8-byte word (wr.atomic.remote_addr). */

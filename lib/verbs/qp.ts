@@ -195,7 +195,10 @@ export class QueuePair {
   }
 
   /** ibv_query_qp */
-  query(): QpAttr & { qpState: QpState } {
+  query(): QpAttr & {
+    /** Current QP state. */
+    qpState: QpState;
+  } {
     return { qpState: this.#state, ...this.#attr };
   }
 
