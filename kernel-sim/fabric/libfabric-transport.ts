@@ -459,7 +459,7 @@ export class LibfabricTransport implements Transport {
     if (this.#local.has(node)) this.#model.attach(node, handler);
   }
 
-  /** True if `node` is this process's node or its connected peer's. */
+  /** True if `node` is this process's node or a peer's it has been connected to (one since lost included). */
   hasNode(node: number): boolean {
     return this.#local.has(node) || this.#remote.has(node) || this.#lost.has(node);
   }

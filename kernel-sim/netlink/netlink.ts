@@ -148,7 +148,7 @@ export class NetlinkSocket {
     return this.#bus.fromUser(this, cmd, attrs, options.ack ?? false);
   }
 
-  /** Unbind the socket; queued messages are dropped. Idempotent. */
+  /** Unbind the socket; receivers still waiting get `undefined`. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

@@ -26,7 +26,7 @@ export enum DmaStatus {
   BAD_NODE = 6,
   /** The channel number is out of range. */
   BAD_CHANNEL = 7,
-  /** The length is zero, negative or too large. */
+  /** The length is not a positive integer. */
   BAD_LENGTH = 8,
   /** The fault library answered that it could not resolve the fault. */
   FAULT_UNRESOLVED = 9,

@@ -22,7 +22,7 @@ export class Scheduler {
   #inRing = new Set<number>();
   #target: Schedulable;
   #scheduled = false;
-  /** Scheduling turns taken. */
+  /** Scheduling turns taken (one block issued each). */
   turns = 0;
 
   constructor(target: Schedulable, channels: number) {

@@ -182,7 +182,7 @@ export class FaultLibrary {
     return reg;
   }
 
-  /** Stop resolving faults of the range; later faults there use the default policy. */
+  /** Forget the range: later faults in it are resolved as memory no registration covers. */
   unregister(reg: Registration): void {
     const i = this.#regs.indexOf(reg);
     if (i >= 0) this.#regs.splice(i, 1);
@@ -215,7 +215,7 @@ export class FaultLibrary {
     return this.trace.toChromeTrace();
   }
 
-  /** Stop listening for notifications; faults still pending are answered as failed. Idempotent. */
+  /** Stop listening: the netlink socket is closed and the trace no longer recorded. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

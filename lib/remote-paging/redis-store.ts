@@ -97,7 +97,7 @@ export class RedisStore implements PageStore {
     }
   }
 
-  /** Disconnect. Idempotent. */
+  /** Disconnect (forcibly if the server does not answer within a second). */
   async close(): Promise<void> {
     try {
       await withTimeout(this.#client.close(), 1000, 'close');

@@ -169,7 +169,7 @@ export class CompletionQueue {
     return true;
   }
 
-  /** ibv_destroy_cq: completions still queued are dropped; waiting `next()` calls reject. Idempotent. */
+  /** ibv_destroy_cq: waiting `next()` calls reject with ERR_PFR_CLOSED. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
