@@ -6,7 +6,7 @@ import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
   // .stryker-tmp/ holds npm run mutate's sandboxes (a second tsconfig root while a run goes on).
-  { ignores: ['node_modules/', 'build/', 'dist/', 'prebuilds/', 'bench/.build/', 'bench/results/', '.stryker-tmp/', 'reports/'] },
+  { ignores: ['node_modules/', 'build/', 'dist/', 'prebuilds/', 'bench/.build/', 'bench/results/', '.stryker-tmp/', 'reports/', 'docs/api/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

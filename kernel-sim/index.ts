@@ -1,20 +1,105 @@
 // kernel-sim: TypeScript models of the hardware and kernel side of fault-aware RDMA.
-export * from './cost-model/index.js';
-export * from './memory.js';
-export * from './trace.js';
-export * from './smmu/records.js';
+// An explicit list: what a user builds a system, a transport or a fault handler from. Engine
+// internals (transfer state, run sizes, cost helpers, option checks) stay behind it; the library
+// and the tests import those from their own modules.
+export { DEFAULT_COSTS, MODEL_LABEL, costModel, type CostModel } from './cost-model/index.js';
+export type { MemoryLike, MemoryObserver, UffdFaultLike, UffdLike } from './memory.js';
+export { Tracer, type TraceEvent, type TraceKind, type TraceListener } from './trace.js';
+export {
+  CMD_RESUME,
+  CMD_STALL_TERM,
+  EvtClass,
+  EvtId,
+  ResumeResp,
+  decodeEvent,
+  encodeEvent,
+  encodeResume,
+  eventName,
+  type CmdResume,
+  type CmdStallTerm,
+  type SmmuCommand,
+  type SmmuEventRecord,
+} from './smmu/records.js';
 export { EventQueue } from './smmu/event-queue.js';
 export { Iotlb } from './smmu/iotlb.js';
-export * from './smmu/smmu.js';
-export * from './smmu-driver/iopf.js';
+export {
+  Smmu,
+  type Access,
+  type FaultModel,
+  type MoveReport,
+  type RunSpans,
+  type RunTranslation,
+  type SmmuCounters,
+  type SmmuOptions,
+  type StallWindow,
+  type StreamContext,
+  type StreamMapping,
+  type Translation,
+} from './smmu/smmu.js';
+export {
+  IOMMU_FAULT_PAGE_REQ,
+  IOMMU_FAULT_PAGE_REQUEST_LAST_PAGE,
+  IOMMU_FAULT_PAGE_REQUEST_PASID_VALID,
+  IOMMU_FAULT_PAGE_RESPONSE_NEEDS_PASID,
+  IOMMU_FAULT_PERM_EXEC,
+  IOMMU_FAULT_PERM_PRIV,
+  IOMMU_FAULT_PERM_READ,
+  IOMMU_FAULT_PERM_WRITE,
+  IommuPageResponseCode,
+  isRecoverable,
+  resumeFor,
+  toPageRequest,
+  type IommuFaultPageRequest,
+} from './smmu-driver/iopf.js';
 export { SmmuDriver, type DriverFault, type DriverCounters, type FaultAnswers } from './smmu-driver/driver.js';
-export * from './netlink/netlink.js';
-export * from './netlink/messages.js';
-export * from './fabric/packets.js';
-export * from './fabric/transport.js';
-export * from './fabric/fabric.js';
-export * from './fabric/libfabric-transport.js';
-export * from './scheduler/scheduler.js';
-export * from './pldma/copy-engine.js';
-export * from './pldma/pldma.js';
-export * from './system.js';
+export { NetlinkFamily, NetlinkSocket, NlAttr, NlCmd, type KernelHandler, type NetlinkCounters, type NlMessage } from './netlink/netlink.js';
+export {
+  decodeFault,
+  decodeResolved,
+  decodeResolvedAck,
+  encodeFault,
+  encodeResolved,
+  encodeResolvedAck,
+  type FaultNotice,
+  type NlAttrs,
+  type ResolveMethod,
+  type ResolvedAck,
+  type ResolvedAnswer,
+} from './netlink/messages.js';
+export {
+  AckResp,
+  type AckPacket,
+  type MessagePacket,
+  type Packet,
+  type PacketType,
+  type Payload,
+  type Verdict,
+  type WireBlock,
+  type WritePacket,
+} from './fabric/packets.js';
+export type { Transport } from './fabric/transport.js';
+export { Fabric } from './fabric/fabric.js';
+export {
+  DEFAULT_PEER_TIMEOUT_MS,
+  LIBFABRIC_PROVIDERS,
+  LibfabricTransport,
+  peerTimeoutMs,
+  type LibfabricOptions,
+  type LibfabricProvider,
+  type RmaTarget,
+} from './fabric/libfabric-transport.js';
+export { Scheduler, type Schedulable } from './scheduler/scheduler.js';
+export { CopyEngine, CopyFlag, CopyStatus, type CopyResult, type CopyTag } from './pldma/copy-engine.js';
+export { Pldma } from './pldma/pldma.js';
+export {
+  DmaStatus,
+  type DmaCompletion,
+  type DmaDescriptor,
+  type FaultCounts,
+  type FaultInfo,
+  type PldmaCounters,
+  type PldmaOptions,
+  type Retransmitted,
+  type Side,
+} from './pldma/types.js';
+export { SimNode, SimSystem, type SystemOptions } from './system.js';

@@ -7,22 +7,34 @@ import type { Transport } from './fabric/transport.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
 import { CopyEngine, type CopyTag } from './pldma/copy-engine.js';
-import { Pldma, type DmaCompletion, type DmaDescriptor } from './pldma/pldma.js';
+import { Pldma } from './pldma/pldma.js';
+import type { DmaCompletion, DmaDescriptor } from './pldma/types.js';
 import type { Admission } from './pldma/responder.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
 import { releaseForeignFault, Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
 import { Tracer } from './trace.js';
 
+/** Options of the simulated system (and of `Cluster.create`). */
 export interface SystemOptions {
+  /** Simulated nodes (default 2). */
   nodes?: number;
+  /** Cost model overrides (see DEFAULT_COSTS). */
   costs?: Partial<CostModel>;
+  /** Virtual channels per engine (default 1024). */
   channels?: number;
+  /** Bytes per block (default 4096). */
   blockSize?: number;
+  /** Faults one block may take before its transfer fails (default 7). */
   retryLimit?: number;
+  /** A fault not answered in this time fails its transfer, ms (default 2000). */
   faultTimeoutMs?: number;
+  /** Native copy threads (default 2). */
   engineThreads?: number;
+  /** SMMU event queue records (default 256). */
   eventQueueDepth?: number;
+  /** Messages a netlink socket holds before it drops (default 64). */
   netlinkQueue?: number;
+  /** IOTLB entries per SMMU (default 4096). */
   iotlbEntries?: number;
   /** How nodes reach each other: the in-process Fabric by default, or a LibfabricTransport to nodes in other processes. */
   transport?: Transport;
@@ -62,12 +74,17 @@ export function checkSystemOptions(o: SystemOptions): void {
     throw optionError('transport', t, 'a Transport (Fabric or LibfabricTransport)');
 }
 
+/** One simulated node: its SMMU, SMMU driver, netlink family and DMA engine. */
 export class SimNode {
+  /** Node id. */
   readonly id: number;
   /** The node's hardware and kernel parts, for tests and tools that watch them; lib/ uses the methods below. */
   readonly smmu: Smmu;
+  /** The node's netlink family (the driver's channel to processes). */
   readonly netlink: NetlinkFamily;
+  /** The node's SMMU driver. */
   readonly driver: SmmuDriver;
+  /** The node's DMA engine. */
   readonly pldma: Pldma;
   #fabric: Transport;
   #costs: CostModel;
@@ -131,7 +148,12 @@ export class SimNode {
    * A process on this node: its stream (protection domain) in the SMMU and its netlink
    * socket, on which its fault library hears about its faults.
    */
-  attachProcess(config: { pid: number; pd: number; faultModel?: FaultModel }): { stream: StreamContext; socket: NetlinkSocket } {
+  attachProcess(config: { pid: number; pd: number; faultModel?: FaultModel }): {
+    /** The process's SMMU stream on this node. */
+    stream: StreamContext;
+    /** The process's netlink socket. */
+    socket: NetlinkSocket;
+  } {
     const stream = this.smmu.attach(config);
     return { stream, socket: this.netlink.bind(config.pid) };
   }
@@ -156,6 +178,7 @@ export class SimNode {
     this.smmu.map(stream.sid, region, perms);
   }
 
+  /** Unmap `region` from the stream: its translations are dropped. */
   unmap(stream: StreamContext, region: MemoryLike): void {
     if (this.smmu.stream(stream.sid)) this.smmu.unmap(stream.sid, region);
   }
@@ -167,6 +190,7 @@ export class SimNode {
       this.smmu.translate(stream.sid, region.address + BigInt(p), ps, 'read');
   }
 
+  /** Post a DMA transfer on this node's engine; resolves when every block is acknowledged or the transfer fails. */
   post(desc: DmaDescriptor): Promise<DmaCompletion> {
     return this.pldma.post(desc);
   }
@@ -196,13 +220,22 @@ export class SimNode {
   }
 }
 
+/** The whole simulated system: nodes on one transport, one cost model, one copy engine and one modelled clock. */
 export class SimSystem {
+  /** The cost model in use. */
   readonly costs: CostModel;
+  /** The transport between nodes. */
   readonly fabric: Transport;
+  /** The native copy engine. */
   readonly engine: CopyEngine;
+  /** Every model event goes through this tracer. */
   readonly tracer = new Tracer();
   /** The modelled clock (µs): the latest modelled completion so far. */
-  readonly clock = { now: 0 };
+  readonly clock = {
+    /** Modelled time now, µs. */
+    now: 0,
+  };
+  /** The nodes, by id. */
   readonly nodes: SimNode[] = [];
   #closed = false;
 
@@ -220,6 +253,7 @@ export class SimSystem {
     return this.fabric.isLocal?.(id) ?? true;
   }
 
+  /** Node `id` (throws for an unknown id). */
   node(id: number): SimNode {
     const n = this.nodes[id];
     if (!n) throw new RangeError(`no node ${id} (nodes 0..${this.nodes.length - 1})`);
@@ -236,6 +270,7 @@ export class SimSystem {
     });
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -248,6 +283,7 @@ export class SimSystem {
     this.engine.close();
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -3,8 +3,11 @@
 
 /** A failed system call, shaped like Node's own (fs, net) errors. */
 export interface SystemError extends Error {
+  /** The errno name, e.g. 'ENOMEM' or 'EPERM'. */
   code: string;
+  /** The negative errno number, as Node's own system errors carry it. */
   errno: number;
+  /** The system call that failed, e.g. 'ioctl(UFFDIO_COPY)' or 'mlock'. */
   syscall: string;
 }
 
@@ -22,7 +25,9 @@ export type PfrErrorCode =
   | 'ERR_PFR_STORE_UNAVAILABLE'
   | 'ERR_PFR_TRACE_OFF';
 
+/** A library error: a stable `ERR_PFR_*` code and a message that says what to change. */
 export class PfrError extends Error {
+  /** Stable code to test against (`err.code === 'ERR_PFR_CLOSED'`); the message may change. */
   readonly code: PfrErrorCode;
   constructor(code: PfrErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);

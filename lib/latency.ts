@@ -8,14 +8,21 @@ import { createHistogram, type RecordableHistogram } from 'node:perf_hooks';
 
 /** The latency columns of perftest (ib_send_lat, ib_write_lat), in µs. */
 export interface LatencyStats {
+  /** Samples taken. */
   count: number;
+  /** Smallest sample (perftest's t_min). */
   min: number;
+  /** Largest sample (perftest's t_max). */
   max: number;
   /** perftest's t_typical: the median. */
   typical: number;
+  /** Mean (perftest's t_avg). */
   avg: number;
+  /** Standard deviation (perftest's t_stdev). */
   stdev: number;
+  /** 99th percentile. */
   p99: number;
+  /** 99.9th percentile. */
   p999: number;
 }
 
@@ -25,9 +32,13 @@ const PENDING_MAX = 4096;
 export class Histogram {
   /** Bucket i counts values in [2^(i-1), 2^i) µs; bucket 0 those below 1 µs. */
   readonly buckets: number[] = [];
+  /** Samples recorded. */
   count = 0;
+  /** Sum of the samples. */
   sum = 0;
+  /** Smallest sample (Infinity while empty). */
   min = Infinity;
+  /** Largest sample (0 while empty). */
   max = 0;
   #sumSq = 0;
   // Recorded as ns + 1: HdrHistogram takes integers >= 1, and a 0 µs model phase is real.
@@ -62,6 +73,7 @@ export class Histogram {
     return this.#hdr;
   }
 
+  /** Mean of the samples (0 while empty). */
   get mean(): number {
     return this.count ? this.sum / this.count : 0;
   }
@@ -82,7 +94,21 @@ export class Histogram {
     return Math.min(this.max, Math.max(this.min, v));
   }
 
-  summary(): { count: number; mean: number; p50: number; p99: number; min: number; max: number } {
+  /** Count, mean, median, 99th percentile and extremes, as the statistics snapshots print them. */
+  summary(): {
+    /** Samples recorded. */
+    count: number;
+    /** Mean. */
+    mean: number;
+    /** Median. */
+    p50: number;
+    /** 99th percentile. */
+    p99: number;
+    /** Smallest sample (0 while empty). */
+    min: number;
+    /** Largest sample. */
+    max: number;
+  } {
     return { count: this.count, mean: this.mean, p50: this.quantile(0.5), p99: this.quantile(0.99), min: this.count ? this.min : 0, max: this.max };
   }
 

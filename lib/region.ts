@@ -6,9 +6,12 @@ import { binding, type RawMapping } from '../native/index.js';
 import { closedError, sys, systemError } from './errors.js';
 import { checkBool, checkInt, checkObject, checkSpan, invalidArg, rangeError } from './validate.js';
 
+/** The system page size in bytes (4096 on x86_64). */
 export const PAGE_SIZE: number = binding.pageSize;
+/** A transparent huge page or hugetlbfs page: 2 MiB. */
 export const HUGE_PAGE_SIZE = 2 * 1024 * 1024;
 
+/** Options of `mapRegion`. */
 export interface MapOptions {
   /** memfd-backed shared memory (minor faults, a second view of the same pages). Default false: anonymous private. */
   shared?: boolean;
@@ -28,15 +31,23 @@ export const PageCategory = {
   WPALLOWED: 1 << 0,
   /** Written since it was last write-protected (the dirty bit of WP_ASYNC). */
   WRITTEN: 1 << 1,
+  /** The page is file-backed (or shmem). */
   FILE: 1 << 2,
+  /** The page is present in memory. */
   PRESENT: 1 << 3,
+  /** The page is swapped out. */
   SWAPPED: 1 << 4,
+  /** The page maps the shared zero page. */
   PFNZERO: 1 << 5,
+  /** The page is part of a huge page. */
   HUGE: 1 << 6,
 } as const;
 
+/** The range `pagemapScan()` reads. */
 export interface PagemapScanOptions {
+  /** Byte offset where the scan starts (default 0). */
   offset?: number;
+  /** Bytes to scan (default: to the end). */
   length?: number;
   /** Pages must have every one of these categories (PageCategory bits). */
   all?: number;
@@ -77,11 +88,15 @@ export interface SharedRegion {
 
 /** A run of pages PAGEMAP_SCAN reported, with the categories it has. */
 export interface PageRun {
+  /** Byte offset of the run in the region. */
   offset: number;
+  /** Bytes of the run. */
   length: number;
+  /** PageCategory bits every page of the run has. */
   categories: number;
 }
 
+/** Options of `populate()`. */
 export interface PopulateOptions {
   /** MADV_POPULATE_WRITE (default) or MADV_POPULATE_READ. */
   write?: boolean;
@@ -114,14 +129,19 @@ export function findRegion(address: bigint, length = 1): Region | undefined {
   return undefined;
 }
 
+/** Real mmap'd memory that faults for real: evict, populate, pin, scan and share it. Made by `mapRegion()`. */
 export class Region {
   /** Handle of the mapping in the addon (stable for the region's life). */
   readonly id: number;
   /** Virtual address of the first byte. */
   readonly address: bigint;
+  /** Bytes mapped. */
   readonly size: number;
+  /** Page size of the mapping: 4 KiB, or 2 MiB for hugetlb. */
   readonly pageSize: number;
+  /** True for memfd-backed shared memory. */
   readonly shared: boolean;
+  /** True if transparent huge pages were asked for. */
   readonly hugePages: boolean;
   /** hugetlbfs memory: `pageSize` is 2 MiB. */
   readonly hugetlb: boolean;
@@ -157,6 +177,7 @@ export class Region {
     return this.#buffer;
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -167,7 +188,17 @@ export class Region {
   }
 
   /** Page-granular check of a sub-range; returns it with defaults filled in. */
-  span(what: string, offset?: number, length?: number, alignLength = false): { offset: number; length: number } {
+  span(
+    what: string,
+    offset?: number,
+    length?: number,
+    alignLength = false,
+  ): {
+    /** Byte offset of the range. */
+    offset: number;
+    /** Bytes of the range. */
+    length: number;
+  } {
     this.#check();
     return checkSpan(what, this.size, offset, length, this.pageSize, alignLength);
   }
@@ -359,6 +390,7 @@ export class Region {
     }
   }
 
+  /** munlock the range (default: the whole region). */
   unpin(offset?: number, length?: number): void {
     const s = this.span('unpin', offset, length);
     sys('unpin', {}, () => binding.pin(this.id, s.offset, s.length, false));
@@ -417,6 +449,7 @@ export class Region {
     binding.closeRegion(this.id, this.#buffer);
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

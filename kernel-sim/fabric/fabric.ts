@@ -19,7 +19,9 @@ export function linkArrival(costs: CostModel, linkFreeAt: number, bytes: number,
   return { freeAt, arrive: freeAt + costs.linkLatencyUs };
 }
 
+/** The in-process transport: links between nodes with modelled latency and bandwidth; packets are handed over in memory. */
 export class Fabric implements Transport {
+  /** The cost model the links use. */
   readonly costs: CostModel;
   // Keyed by src × 2^20 + dst: a number, not a string built per block.
   #links = new Map<number, Link>();
@@ -39,6 +41,7 @@ export class Fabric implements Transport {
     this.attach(node, handler);
   }
 
+  /** True if a node is attached. */
   hasNode(node: number): boolean {
     return this.#handlers.has(node);
   }
@@ -68,7 +71,17 @@ export class Fabric implements Transport {
     return packet;
   }
 
-  stats(): Array<{ src: number; dst: number; packets: number; bytes: number }> {
+  /** Packets and bytes sent per directed link. */
+  stats(): Array<{
+    /** Sending node. */
+    src: number;
+    /** Receiving node. */
+    dst: number;
+    /** Packets sent. */
+    packets: number;
+    /** Bytes sent. */
+    bytes: number;
+  }> {
     return [...this.#links.values()].map((l) => ({ src: l.src, dst: l.dst, packets: l.packets, bytes: l.bytes }));
   }
 

@@ -16,15 +16,19 @@ import { Fabric } from './fabric.js';
 import type { AckPacket, Packet, WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
+/** A libfabric provider: tcp (between hosts), shm (one host), verbs (a real RDMA NIC). */
 export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
+/** Every provider name. */
 export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
 
 /** The largest message (native/fabric.cc's receive buffers); a larger frame goes in chunks. */
 export const MAX_WIRE_BYTES = 4 << 20;
 
+/** Options of `LibfabricTransport.listen` / `connect`. */
 export interface LibfabricOptions {
   /** The nodes this process hosts (their packets are delivered here). */
   localNodes: number[];
+  /** Provider to use (default tcp). */
   provider?: LibfabricProvider;
   /** The link model (modelled time), as the in-process Fabric's. */
   costs?: Partial<CostModel>;
@@ -115,7 +119,10 @@ export interface RmaTarget {
    * thread that progresses it: the one that places the peer's writes in this process's
    * memory, so the one that blocks in their page faults (never the JavaScript thread).
    */
-  readonly accepted: Promise<{ progressTid: number }>;
+  readonly accepted: Promise<{
+    /** Kernel thread id of the libfabric progress thread that serves it. */
+    progressTid: number;
+  }>;
 }
 
 interface RmaState {
@@ -134,7 +141,9 @@ interface Staging {
   memory: MemoryLike;
 }
 
+/** A transport between processes or hosts over libfabric: one node per process, packets on the wire. */
 export class LibfabricTransport implements Transport {
+  /** The provider in use. */
   readonly provider: LibfabricProvider;
   /** The port a listening transport is bound to. */
   readonly port: number;
@@ -337,7 +346,15 @@ export class LibfabricTransport implements Transport {
    * it names the range's start by (the virtual address, or 0 where the provider's mr_mode has
    * no FI_MR_VIRT_ADDR, as tcp's: offsets into the range).
    */
-  exposeRma(address: bigint, length: number): { key: bigint; base: bigint } {
+  exposeRma(
+    address: bigint,
+    length: number,
+  ): {
+    /** The RMA key the peer uses. */
+    key: bigint;
+    /** Address the peer's offsets start from. */
+    base: bigint;
+  } {
     this.#checkOpen('exposeRma');
     if (this.#rma.conn === undefined || this.#rma.listener === undefined)
       throw fabricError('exposeRma: no RMA connection has been accepted yet (await openRmaTarget().accepted)', 'ENOTCONN');
@@ -442,6 +459,7 @@ export class LibfabricTransport implements Transport {
     if (this.#local.has(node)) this.#model.attach(node, handler);
   }
 
+  /** True if `node` is this process's node or a peer's it has been connected to (one since lost included). */
   hasNode(node: number): boolean {
     return this.#local.has(node) || this.#remote.has(node) || this.#lost.has(node);
   }
@@ -487,6 +505,7 @@ export class LibfabricTransport implements Transport {
     return packet;
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -512,6 +531,7 @@ export class LibfabricTransport implements Transport {
     this.#spare = [];
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -7,6 +7,7 @@ import type { MemoryLike } from '../memory.js';
 
 /** The ACK's 4-bit resp field. */
 export enum AckResp {
+  /** The block was written. */
   OK = 0,
   /** Translation fault at the destination: retransmit later (like InfiniBand's RNR NAK). */
   FAULT = 1,
@@ -34,12 +35,16 @@ export enum AckResp {
  * between processes serialises these bytes instead.
  */
 export interface Payload {
+  /** The source memory the bytes are read from. */
   region: MemoryLike;
+  /** Byte offset of the first byte in that memory. */
   offset: number;
 }
 
 interface Header {
+  /** Sending node. */
   src: number;
+  /** Receiving node. */
   dst: number;
   /** Protection-domain id (16 bits in ExaNet headers): the destination's stream. */
   pd: number;
@@ -47,7 +52,9 @@ interface Header {
   va: bigint;
   /** Transfer id (per source node) and block sequence number. */
   tid: number;
+  /** Block sequence number. */
   seq: number;
+  /** Bytes the packet is about. */
   length: number;
   /** Modelled arrival time (µs). */
   arrivesAt: number;
@@ -55,7 +62,9 @@ interface Header {
 
 /** A span of a write's destination the admission check is asked about (a run's blocks, or one of them). */
 export interface WireBlock {
+  /** Destination virtual address of the span. */
   va: bigint;
+  /** Bytes of the span. */
   length: number;
 }
 
@@ -69,10 +78,13 @@ export interface WireBlock {
  * again, come back unanswered (as an RC responder drops packets after a NAK).
  */
 export interface WritePacket extends Header {
+  /** Packet kind. */
   type: 'write';
+  /** Engine channel the transfer runs on. */
   channel: number;
   /** Blocks of the run, from `seq` on. */
   count: number;
+  /** Bytes per block (the last block of a transfer may be shorter). */
   blockSize: number;
   /** The run's bytes, contiguous from here. */
   payload: Payload;
@@ -80,6 +92,7 @@ export interface WritePacket extends Header {
   lengthHint: number;
   /** Per block: when it was issued and when it arrives (modelled µs). */
   issuedUs: Float64Array;
+  /** Per block: when it arrives (modelled µs). */
   arrivals: Float64Array;
   /** When the run was issued (performance.now() ms). */
   issuedMs: number;
@@ -90,20 +103,29 @@ export interface WritePacket extends Header {
    * process: only the blocks before it carry bytes, and it is answered SOURCE_FAULT (in
    * order with the transfer's other answers).
    */
-  sourceFault?: { seq: number; faultOffset: number };
+  sourceFault?: {
+    /** The block whose source page was missing. */
+    seq: number;
+    /** Offset in the payload's region of that page. */
+    faultOffset: number;
+  };
   /** The memory key and QP the write is for (an upper layer's RETH / BTH), checked on every block by the destination. */
   key?: number;
+  /** The QP the write is for. */
   qpn?: number;
 }
 
 /** The responder's answer for blocks of a write: the ones it wrote, or one it did not. */
 export interface Verdict {
+  /** First block this answer is for. */
   seq: number;
   /** Blocks from `seq` this answer is for: the run written (OK), else 1. */
   count: number;
+  /** The answer. */
   resp: AckResp;
   /** Modelled µs the destination's translation took (per block; `walks` where blocks differ). */
   walkUs: number;
+  /** Per block: modelled µs of the destination's translation, where blocks differ. */
   walks?: Float64Array;
   /** The fault was found by the copy (the page went away after the translation), not by the walk. */
   late?: boolean;
@@ -115,6 +137,7 @@ export interface Verdict {
   stalls?: number;
   /** For the trace only (no wire field of the hardware): the copy thread that wrote the blocks, and its ns. */
   copyThread?: number;
+  /** Real ns the copy thread spent writing the blocks (trace only). */
   copyNs?: number;
 }
 
@@ -124,22 +147,38 @@ export interface Verdict {
  * library's answer.
  */
 export interface AckPacket extends Header {
+  /** Packet kind. */
   type: 'ack';
+  /** The answer as a whole (per-block answers in `verdicts`). */
   resp: AckResp;
   /** RESOLVED: pages the destination's page store supplied (remote paging's major faults). */
   fetched?: number;
+  /** Answers for the blocks handled, in order. */
   verdicts?: Verdict[];
-  returned?: { seq: number; count: number };
+  /** Blocks the responder did not get to (after a refused one): sent again later. */
+  returned?: {
+    /** First block not handled. */
+    seq: number;
+    /** Blocks not handled. */
+    count: number;
+  };
 }
 
 /** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */
 export interface MessagePacket {
+  /** Packet kind. */
   type: 'message';
+  /** Sending node. */
   src: number;
+  /** Receiving node. */
   dst: number;
+  /** The upper layer's message. */
   body: unknown;
+  /** Modelled arrival time, µs. */
   arrivesAt: number;
 }
 
+/** Anything a transport carries between nodes. */
 export type Packet = WritePacket | AckPacket | MessagePacket;
+/** The kinds of packet. */
 export type PacketType = Packet['type'];

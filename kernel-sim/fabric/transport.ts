@@ -3,9 +3,11 @@
 // processes or hosts implements the same interface, and no node holds anything of another.
 import type { Packet } from './packets.js';
 
+/** What carries packets between nodes: the in-process Fabric, or LibfabricTransport between processes. */
 export interface Transport {
   /** Attach a node: packets for it are handed to `handler` (on a later turn, never inside the sender). */
   attach(node: number, handler: (p: Packet) => void): void;
+  /** True if the transport reaches `node`. */
   hasNode(node: number): boolean;
   /**
    * Modelled transmission of `bytes` from `src` to `dst` starting no earlier than `atUs`:

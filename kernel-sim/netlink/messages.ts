@@ -5,6 +5,7 @@
 import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
 import { NlAttr, NlCmd, type NlMessage } from './netlink.js';
 
+/** A message's attributes, by NlAttr. */
 export type NlAttrs = Map<NlAttr, number | bigint | string | boolean>;
 
 /** How the library made pages resident (a cost-model input): touch, gup, uffd or none. */
@@ -12,29 +13,43 @@ export type ResolveMethod = 'touch' | 'gup' | 'uffd' | 'none';
 
 /** PFR_CMD_FAULT: one fault, with the context the engine gave it (transfer, block, side). */
 export interface FaultNotice {
+  /** The process the fault belongs to. */
   pid: number;
+  /** The faulting virtual address. */
   va: bigint;
   /** Bytes of the transfer from `va` on (the Touch-Ahead hint). */
   length: number;
+  /** True for a write access (the destination side). */
   write: boolean;
+  /** Node whose SMMU took the fault. */
   node: number;
+  /** Engine channel of the transfer. */
   channel: number;
+  /** Transfer id on the posting node. */
   transfer: number;
   /** Node that posted the transfer. */
   srcNode: number;
+  /** Block number in the transfer. */
   block: number;
+  /** Which side of the transfer faulted. */
   side: 'source' | 'destination';
+  /** SMMU stream id of the faulting access. */
   sid: number;
   /** The SMMU event (EvtId). */
   event: number;
+  /** True if the access is stalled (stall mode). */
   stall: boolean;
   /** The record's STAG: a stalled access's tag, or the grpid naming a terminated fault's context. */
   stag: number;
   /** The fault's timeline so far, for the library's statistics: modelled µs and real ms. */
   issuedUs: number;
+  /** Real ms (performance.now()) the faulting block was issued. */
   issuedMs: number;
+  /** Modelled µs the fault was detected. */
   detectedUs: number;
+  /** Real ms the fault was detected. */
   detectedMs: number;
+  /** Modelled µs the notice was sent. */
   notifyUs: number;
 }
 
@@ -44,26 +59,37 @@ export interface FaultNotice {
  * went out again (the statistics of the last two phases).
  */
 export interface ResolvedAck {
+  /** Netlink sequence number of the RESOLVED this acknowledges. */
   seq: number;
+  /** Modelled µs the answer reached the engine. */
   resolvedUs: number;
+  /** Modelled µs the block went out again (terminated faults). */
   retransmitUs?: number;
+  /** Real ms the block went out again. */
   retransmitMs?: number;
 }
 
 /** PFR_CMD_RESOLVED: the answer to a fault (STALL and STAG only for a stalled access). */
 export interface ResolvedAnswer {
+  /** SMMU stream id the answer is for. */
   sid: number;
+  /** The faulting virtual address. */
   va: bigint;
+  /** The page response: SUCCESS (retry), INVALID or FAILURE. */
   status: IommuPageResponseCode;
   /** Bytes made resident. */
   length: number;
+  /** How the pages were made resident. */
   method: ResolveMethod;
+  /** True if the access is stalled (answered with CMD_RESUME). */
   stall: boolean;
+  /** The stalled access's tag, or the terminated fault's grpid. */
   stag: number;
   /** Pages a page store supplied (remote paging): the fault was a major one. */
   fetched?: number;
 }
 
+/** A PFR_CMD_FAULT message's attributes. */
 export function encodeFault(n: FaultNotice): NlAttrs {
   return new Map<NlAttr, number | bigint | string | boolean>([
     [NlAttr.PID, n.pid],
@@ -117,6 +143,7 @@ export function decodeFault(m: NlMessage): FaultNotice | undefined {
   };
 }
 
+/** The attributes of a RESOLVED's ACK. */
 export function encodeResolvedAck(a: Omit<ResolvedAck, 'seq'>): NlAttrs {
   const attrs: NlAttrs = new Map([[NlAttr.RESOLVED_US, a.resolvedUs]]);
   if (a.retransmitUs !== undefined) attrs.set(NlAttr.RETRANSMIT_US, a.retransmitUs);
@@ -134,6 +161,7 @@ export function decodeResolvedAck(m: NlMessage): ResolvedAck | undefined {
   return out;
 }
 
+/** A PFR_CMD_RESOLVED message's attributes. */
 export function encodeResolved(r: ResolvedAnswer): NlAttrs {
   const attrs = new Map<NlAttr, number | bigint | string | boolean>([
     [NlAttr.SID, r.sid],

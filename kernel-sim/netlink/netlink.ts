@@ -4,19 +4,33 @@
 
 /** Attributes of a fault notification (PFR_ATTR_*). */
 export enum NlAttr {
+  /** Process id. */
   PID = 1,
+  /** Virtual address. */
   VA = 2,
+  /** Length in bytes (the Touch-Ahead hint, or bytes made resident). */
   LENGTH = 3,
+  /** Write access (boolean). */
   WRITE = 4,
+  /** Node id. */
   NODE = 5,
+  /** Engine channel. */
   CHANNEL = 6,
+  /** Transfer id. */
   TRANSFER = 7,
+  /** Side: 'source' or 'destination'. */
   SIDE = 8,
+  /** SMMU stream id. */
   SID = 9,
+  /** Stall tag or grpid. */
   STAG = 10,
+  /** SMMU event id (EvtId). */
   EVENT = 11,
+  /** Page response code (IommuPageResponseCode). */
   STATUS = 12,
+  /** Stalled access (boolean). */
   STALL = 13,
+  /** Block number. */
   BLOCK = 14,
   /** How the library made pages resident: 'touch', 'gup', 'uffd' or 'none'. */
   METHOD = 15,
@@ -24,14 +38,19 @@ export enum NlAttr {
   SRC_NODE = 16,
   /** Modelled µs: when the faulting block was issued, when the fault was detected, when the notice was sent. */
   ISSUED_US = 17,
+  /** Modelled µs the fault was detected. */
   DETECTED_US = 18,
+  /** Modelled µs the notice was sent. */
   NOTIFY_US = 19,
   /** Real ms (performance.now()): when the faulting block was issued and when the fault was detected. */
   ISSUED_MS = 20,
+  /** Real ms the fault was detected. */
   DETECTED_MS = 21,
   /** In the ACK of RESOLVED: when the answer reached the engine (modelled µs), and when the block went out again (modelled µs, real ms). */
   RESOLVED_US = 22,
+  /** Modelled µs the block went out again. */
   RETRANSMIT_US = 23,
+  /** Real ms the block went out again. */
   RETRANSMIT_MS = 24,
   /** In RESOLVED: pages a page store supplied to resolve the fault (remote paging's major faults). */
   FETCHED = 25,
@@ -47,22 +66,33 @@ export enum NlCmd {
   ACK = 3,
 }
 
+/** One generic-netlink message. */
 export interface NlMessage {
+  /** Family name. */
   family: string;
+  /** Command. */
   cmd: NlCmd;
+  /** Sequence number (per sender). */
   seq: number;
   /** Port id of the sender (0 = kernel). */
   portId: number;
+  /** Attributes. */
   attrs: Map<NlAttr, number | bigint | string | boolean>;
   /** When it was sent (performance.now()), for the measured notify time. */
   sentAt: number;
 }
 
+/** Counters of one netlink family. */
 export interface NetlinkCounters {
+  /** Messages sent to processes. */
   sent: number;
+  /** Messages a process received. */
   delivered: number;
+  /** Messages dropped on a full socket queue. */
   dropped: number;
+  /** Messages for a process with no socket bound. */
   noListener: number;
+  /** ACKs sent back for NLM_F_ACK requests. */
   acks: number;
 }
 
@@ -75,14 +105,18 @@ export type KernelHandler = (
 
 /** A process's socket bound to the family. */
 export class NetlinkSocket {
+  /** The process the socket is bound to. */
   readonly pid: number;
+  /** Messages the receive queue holds before it drops. */
   readonly capacity: number;
   #queue: NlMessage[] = [];
   #waiters: Array<(m: NlMessage | undefined) => void> = [];
   #listener: ((m: NlMessage) => void) | undefined;
   #closed = false;
   #bus: NetlinkFamily;
+  /** Messages dropped on a full queue. */
   dropped = 0;
+  /** Messages received. */
   received = 0;
 
   /** @internal */
@@ -114,6 +148,7 @@ export class NetlinkSocket {
     return this.#bus.fromUser(this, cmd, attrs, options.ack ?? false);
   }
 
+  /** Unbind the socket; receivers still waiting get `undefined`. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -121,6 +156,7 @@ export class NetlinkSocket {
     for (const w of this.#waiters.splice(0)) w(undefined);
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -153,7 +189,9 @@ export class NetlinkSocket {
 
 /** One generic netlink family on one node ("pagefault-rdma"). */
 export class NetlinkFamily {
+  /** Family name. */
   readonly name: string;
+  /** The node whose kernel the family lives in. */
   readonly node: number;
   #sockets = new Map<number, NetlinkSocket>();
   #kernel: KernelHandler | undefined;
@@ -176,6 +214,7 @@ export class NetlinkFamily {
     return s;
   }
 
+  /** The socket bound to `pid`, if any. */
   socket(pid: number): NetlinkSocket | undefined {
     return this.#sockets.get(pid);
   }
@@ -245,6 +284,7 @@ export class NetlinkFamily {
     if (this.#sockets.get(s.pid) === s) this.#sockets.delete(s.pid);
   }
 
+  /** The counters now. */
   counters(): NetlinkCounters {
     return { ...this.#counters };
   }

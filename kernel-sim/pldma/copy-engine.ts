@@ -6,7 +6,9 @@ import type { MemoryLike } from '../memory.js';
 
 export { CopyFlag, CopyStatus };
 
+/** How one copy ended. */
 export interface CopyResult {
+  /** Ok, or which side had a page missing. */
   status: CopyStatus;
   /** Offset (in the faulting side's region) of the first non-resident page, or -1. */
   faultOffset: number;
@@ -18,7 +20,9 @@ export interface CopyResult {
 
 /** What a copy's bytes are written for: a memory key, a QP number (a fence may wait for them). */
 export interface CopyTag {
+  /** The memory key the bytes are written for. */
   key?: number;
+  /** The QP number the bytes are written for. */
   qp?: number;
 }
 
@@ -38,7 +42,9 @@ export const INLINE_SAME_TURN = 16;
 const SPLIT_PIECE_MIN = 512 * 1024;
 const PIECE_ALIGN = 4096;
 
+/** The native copy threads that move the bytes on real memory; a missing page makes a copy fail (terminate) or block in a genuine fault (stall). */
 export class CopyEngine {
+  /** Kernel thread ids of the copy threads. */
   readonly tids: readonly number[];
   #handle: number;
   #pending = new Map<number, (r: CopyResult) => void>();
@@ -57,10 +63,12 @@ export class CopyEngine {
     this.tids = Object.freeze([...raw.tids]);
   }
 
+  /** Copies queued or running. */
   get inflight(): number {
     return this.#pending.size;
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }

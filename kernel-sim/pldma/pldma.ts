@@ -30,16 +30,21 @@ import {
   type Retransmitted,
 } from './types.js';
 
-export * from './types.js';
-export { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from './requester.js';
-
+/** The fault-aware DMA engine (PLDMA) of one node: virtual channels, transfers split into blocks, NACKed blocks retransmitted once the fault is resolved, retry limits. */
 export class Pldma {
+  /** The node the engine belongs to. */
   readonly node: number;
+  /** Virtual channels (1024 in the thesis's engine). */
   readonly channels: number;
+  /** Bytes per block. */
   readonly blockSize: number;
+  /** Faults one block may take before its transfer fails. */
   readonly retryLimit: number;
+  /** A fault not answered in this time fails its transfer, ms. */
   readonly faultTimeoutMs: number;
+  /** Blocks the engine has in flight at once. */
   readonly capacity: number;
+  /** The round-robin channel scheduler (the firmware's). */
   readonly scheduler: Scheduler;
   #s: EngineState;
   #waiters = new FaultWaiters();
@@ -151,6 +156,7 @@ export class Pldma {
     }
   }
 
+  /** The counters now. */
   counters(): PldmaCounters {
     const c = this.#s.counters;
     return { ...c, faults: { ...c.faults } };

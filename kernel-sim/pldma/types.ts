@@ -10,6 +10,7 @@ import type { Transport } from '../fabric/transport.js';
 
 /** Completion status of a DMA transfer. */
 export enum DmaStatus {
+  /** Every block was written and acknowledged. */
   SUCCESS = 0,
   /** Source VA in no region of the protection domain (F_ADDR_SIZE at the source SMMU). */
   SRC_ADDR_ERR = 1,
@@ -21,8 +22,11 @@ export enum DmaStatus {
   DST_PERM_ERR = 4,
   /** No stream for this protection domain (at the source or the destination). */
   PD_ERR = 5,
+  /** The destination node does not exist on the transport. */
   BAD_NODE = 6,
+  /** The channel number is out of range. */
   BAD_CHANNEL = 7,
+  /** The length is not a positive integer. */
   BAD_LENGTH = 8,
   /** The fault library answered that it could not resolve the fault. */
   FAULT_UNRESOLVED = 9,
@@ -34,15 +38,20 @@ export enum DmaStatus {
   FLUSHED = 12,
 }
 
+/** The side of a transfer: the source (read) or the destination (write). */
 export type Side = 'source' | 'destination';
 
+/** A DMA transfer to post (`SimNode.post`): from a source VA on this node to a destination VA on another. */
 export interface DmaDescriptor {
   /** Virtual channel, 0 … channels-1. */
   channel: number;
   /** Source virtual address (in the posting process's memory on this node). */
   srcVa: bigint;
+  /** Destination node. */
   dstNode: number;
+  /** Destination virtual address. */
   dstVa: bigint;
+  /** Bytes to move. */
   length: number;
   /** Protection domain of the posting process: its stream translates the source. */
   pd: number;
@@ -61,25 +70,37 @@ export interface DmaDescriptor {
    * about on every block: a key or QP revoked mid-transfer stops the next block (DST_PERM_ERR).
    */
   key?: number;
+  /** The destination QP the write is for. */
   dstQp?: number;
 }
 
+/** Faults by side. */
 export interface FaultCounts {
+  /** Faults at the source. */
   source: number;
+  /** Faults at the destination. */
   destination: number;
 }
 
+/** How a transfer ended. */
 export interface DmaCompletion {
+  /** Transfer id on the posting node. */
   tid: number;
+  /** How it ended. */
   status: DmaStatus;
+  /** DmaStatus name of `status`. */
   statusName: string;
   /** Human-readable reason for an error status. */
   reason?: string;
   /** Which side the error status comes from (absent on success and for local errors of the post itself). */
   side?: Side;
+  /** The descriptor posted. */
   descriptor: DmaDescriptor;
+  /** Bytes moved. */
   bytes: number;
+  /** Blocks of the transfer. */
   blocks: number;
+  /** Faults taken, by side. */
   faults: FaultCounts;
   /** Blocks sent again after a fault (terminate) or accesses retried (stall). */
   retransmittedBlocks: number;
@@ -87,9 +108,24 @@ export interface DmaCompletion {
   nacks: number;
   /** Pages a page store supplied while this transfer's faults were resolved: remote paging's major faults. */
   pagesFetched: number;
-  model: { startUs: number; endUs: number; us: number; label: string };
+  /** Modelled: start, end and duration (µs), and the label that says it is modelled. */
+  model: {
+    /** Modelled start, µs. */
+    startUs: number;
+    /** Modelled end, µs. */
+    endUs: number;
+    /** Modelled duration, µs. */
+    us: number;
+    /** MODEL_LABEL. */
+    label: string;
+  };
   /** Measured: whole transfer, and each fault from detection to the retransmission. */
-  real: { us: number; faultUs: number[] };
+  real: {
+    /** Measured duration of the whole transfer, µs. */
+    us: number;
+    /** Each fault, from detection to the retransmission, µs. */
+    faultUs: number[];
+  };
 }
 
 /**
@@ -98,28 +134,46 @@ export interface DmaCompletion {
  * block, which side. The driver never asks the engine.
  */
 export interface FaultInfo {
+  /** Node whose SMMU took the fault. */
   node: number;
+  /** SMMU stream id of the access. */
   sid: number;
+  /** Side of the transfer. */
   side: Side;
   /** Node that posted the transfer and its transfer id. */
   srcNode: number;
+  /** Transfer id on the posting node. */
   tid: number;
+  /** Engine channel. */
   channel: number;
+  /** Block number. */
   seq: number;
+  /** Faulting virtual address. */
   va: bigint;
+  /** True for a write (the destination side). */
   write: boolean;
   /** Bytes of the transfer from the faulting address on (the Touch-Ahead hint). */
   lengthHint: number;
   /** Modelled time of detection, µs, and the real one (performance.now() ms). */
   modelUs: number;
+  /** Real ms (performance.now()) the fault was detected. */
   detectedMs: number;
   /** When the faulting block was issued (modelled µs, real performance.now() ms). */
   issuedUs: number;
+  /** Real ms the faulting block was issued. */
   issuedMs: number;
-  stall?: { stag: number; window: StallWindow };
+  /** Stall mode: the stalled access's tag and window. */
+  stall?: {
+    /** The stall tag CMD_RESUME echoes. */
+    stag: number;
+    /** The stalled access. */
+    window: StallWindow;
+  };
 }
 
+/** Options of one node's engine. */
 export interface PldmaOptions {
+  /** The node the engine belongs to. */
   node: number;
   /** Virtual channels (the real engine had 1024). */
   channels?: number;
@@ -133,20 +187,35 @@ export interface PldmaOptions {
   engineSlots?: number;
 }
 
+/** Counters of one engine. */
 export interface PldmaCounters {
+  /** Transfers posted. */
   posted: number;
+  /** Transfers completed successfully. */
   completed: number;
+  /** Transfers that ended with an error. */
   errors: number;
+  /** Blocks issued (first sends and retransmissions). */
   blocksIssued: number;
+  /** Blocks acknowledged. */
   blocksAcked: number;
+  /** Blocks sent again after a fault. */
   retransmittedBlocks: number;
+  /** Faults by side. */
   faults: FaultCounts;
+  /** NACKs this engine sent as a destination. */
   nacksSent: number;
+  /** NACKs this engine received as a source. */
   nacksReceived: number;
+  /** Faults whose answer did not come within faultTimeoutMs. */
   retryTimeouts: number;
 }
 
-/** @internal State of its own for a block that needs it (one that faulted); the others are counted by the transfer's cursors. */
+/**
+ * State of its own for a block that needs it (one that faulted); the others are counted by the
+ * transfer's cursors. This type and the engine state below are kept off the public surface by
+ * kernel-sim/index.ts's export list, not by an internal tag: requester.d.ts and completer.d.ts import them.
+ */
 export interface BlockState {
   attempts: number;
   /** Faults taken by this block at each side (bounded by the retry limits). */
@@ -155,7 +224,7 @@ export interface BlockState {
 }
 
 /**
- * @internal A run on the wire, as its answer needs it: the engine cost of each block
+ * A run on the wire, as its answer needs it: the engine cost of each block
  * (modelled; reserved when the answer comes back, in order) and its source translation.
  */
 export interface SentRun {
@@ -170,7 +239,7 @@ export interface SentRun {
   window: StallWindow | undefined;
 }
 
-/** @internal */
+/** One DMA transfer in flight: its descriptor, cursors and the blocks that need state of their own. */
 export interface Transfer {
   tid: number;
   desc: DmaDescriptor;
@@ -215,14 +284,14 @@ export interface Transfer {
   runLimit: number;
 }
 
-/** @internal */
+/** One virtual channel: its queue of transfers and the modelled time it may issue next. */
 export interface Channel {
   id: number;
   queue: Transfer[];
   cursor: number; // modelled time the channel may issue its next block
 }
 
-/** @internal What one node's requester, completer and fault waiters share: its own state only. */
+/** What one node's requester, completer and fault waiters share: its own state only. */
 export interface EngineState {
   readonly node: number;
   readonly channels: number;

@@ -2,6 +2,7 @@
 // one block per turn, skips parked channels (a transfer waiting on a fault), and keeps
 // serving the others meanwhile: no head-of-line blocking across channels.
 
+/** What the scheduler drives: an engine with channels that have blocks to issue. */
 export interface Schedulable {
   /** True if the channel has a block it may issue now. */
   runnable(channel: number): boolean;
@@ -9,15 +10,19 @@ export interface Schedulable {
   issue(channel: number): void;
   /** Blocks in flight on the engine; the scheduler stops issuing at `capacity`. */
   readonly inflight: number;
+  /** Most blocks in flight at once. */
   readonly capacity: number;
 }
 
+/** The engine firmware's scheduler: channels with work in round-robin order, one block per turn, so one channel's fault never blocks the others. */
 export class Scheduler {
+  /** Channels scheduled. */
   readonly channels: number;
   #ring: number[] = []; // channels with work, in round-robin order
   #inRing = new Set<number>();
   #target: Schedulable;
   #scheduled = false;
+  /** Scheduling turns taken (one block issued each). */
   turns = 0;
 
   constructor(target: Schedulable, channels: number) {

@@ -16,24 +16,37 @@ export type { ResolveMethod };
 
 /** One fault as the driver handled it (for users who want to watch). */
 export interface DriverFault {
+  /** The SMMU event record. */
   record: SmmuEventRecord;
+  /** The event's name (e.g. F_TRANSLATION). */
   name: string;
   /** What today's Linux IOPF framework would report. */
   pageRequest: IommuFaultPageRequest;
+  /** The process that owns the stream, if known. */
   pid: number | undefined;
+  /** The engine's context of the fault (transfer, block, side), if it came from a transfer. */
   info: FaultInfo | undefined;
   /** Netlink sequence number of the notification, -1 if dropped, undefined if not sent. */
   seq: number | undefined;
 }
 
+/** Counters of one SMMU driver. */
 export interface DriverCounters {
+  /** Interrupts handled. */
   interrupts: number;
+  /** Event records drained. */
   records: number;
+  /** Faults sent to a fault library. */
   notified: number;
+  /** Notifications dropped (no listener, or a full queue). */
   dropped: number;
+  /** Records of faults that cannot be recovered (permission, address size). */
   unrecoverable: number;
+  /** Records of a stream no process owns. */
   unknownStream: number;
+  /** Answers received from fault libraries. */
   responses: number;
+  /** CMD_RESUME commands issued. */
   resumes: number;
 }
 
@@ -43,7 +56,9 @@ export interface FaultAnswers {
   resolved(info: FaultInfo, ok: boolean, modelUs: number, fetched: number): void;
 }
 
+/** The modified Linux SMMU driver of one node: its IRQ handler drains the event queue, finds the stream's owner, notifies its fault library over netlink, and acts on the answer (retransmission or CMD_RESUME). */
 export class SmmuDriver {
+  /** The node the driver runs on. */
   readonly node: number;
   #smmu: Smmu;
   #netlink: NetlinkFamily;
@@ -79,6 +94,7 @@ export class SmmuDriver {
     };
   }
 
+  /** The counters now. */
   counters(): DriverCounters {
     return { ...this.#c };
   }

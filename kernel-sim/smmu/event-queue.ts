@@ -2,7 +2,9 @@
 // lost and counted (the driver logs "EVTQ overflow -- events lost"), never silently.
 import { decodeEvent, encodeEvent, type SmmuEventRecord } from './records.js';
 
+/** The SMMU's event queue: a bounded ring of event records the driver drains on its IRQ. */
 export class EventQueue {
+  /** Records the queue holds; more overflow (and are counted). */
   readonly capacity: number;
   #ring: BigUint64Array[] = [];
   #overflows = 0;
@@ -31,12 +33,15 @@ export class EventQueue {
     return out;
   }
 
+  /** Records waiting. */
   get length(): number {
     return this.#ring.length;
   }
+  /** Records lost to a full queue. */
   get overflows(): number {
     return this.#overflows;
   }
+  /** Records ever queued. */
   get recorded(): number {
     return this.#recorded;
   }

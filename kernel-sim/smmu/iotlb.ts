@@ -104,7 +104,9 @@ function span(count: number, walked: number, spans: number[]): void {
   else spans.push(count, walked);
 }
 
+/** The SMMU's IOTLB: cached translations per stream, invalidated when pages are evicted or move. */
 export class Iotlb {
+  /** Most entries held. */
   readonly capacity: number;
   // LRU as a doubly linked list of slots in typed arrays, with an index from key to slot: a
   // hit moves its slot to the tail and an eviction takes the head, both O(1).
@@ -126,14 +128,18 @@ export class Iotlb {
   #pQ: number[] = [];
   #pN: number[] = [];
   #pSlot: number[] = [];
+  /** Lookups that found a translation. */
   hits = 0;
+  /** Lookups that did not. */
   misses = 0;
+  /** Entries invalidated. */
   invalidations = 0;
 
   constructor(capacity: number) {
     this.capacity = capacity;
   }
 
+  /** True if the page's translation is cached (counts a hit or a miss). */
   lookup(sid: number, page: bigint): boolean {
     return this.lookupAt(sid, Number(page));
   }
@@ -150,10 +156,12 @@ export class Iotlb {
     return false;
   }
 
+  /** Cache the page's translation (to `frame`). */
   insert(sid: number, page: bigint, frame = 0): void {
     this.insertAt(sid, Number(page), frame);
   }
 
+  /** Cache a translation by page number. */
   insertAt(sid: number, page: number, frame = 0): void {
     const s = this.#slot.get(keyAt(sid, page));
     if (s === EMPTY) return this.insertMissedAt(sid, page, frame);
@@ -475,7 +483,17 @@ export class Iotlb {
   }
 
   /** The cached entries of [start, start+length), all streams, least recently used first, without touching LRU order or counters. */
-  entriesIn(start: bigint, length: number): Array<{ sid: number; page: bigint; frame: number }> {
+  entriesIn(
+    start: bigint,
+    length: number,
+  ): Array<{
+    /** StreamID. */
+    sid: number;
+    /** Page number. */
+    page: bigint;
+    /** Frame the cached translation points to. */
+    frame: number;
+  }> {
     const first = Number(start);
     const end = first + length;
     const out: Array<{ sid: number; page: bigint; frame: number }> = [];
@@ -496,6 +514,7 @@ export class Iotlb {
     return true;
   }
 
+  /** Drop every translation of a stream. */
   invalidateStream(sid: number): void {
     for (let s = this.#head; s !== NONE;) {
       const next = this.#next[s]!;
@@ -504,6 +523,7 @@ export class Iotlb {
     }
   }
 
+  /** Entries cached now. */
   get size(): number {
     return this.#slot.size;
   }

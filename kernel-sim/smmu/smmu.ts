@@ -16,36 +16,71 @@ import { CMD_RESUME, CMD_STALL_TERM, EvtClass, EvtId, ResumeResp, type SmmuComma
 /** How far ahead one real page-table read looks (not a modelled cost). */
 const WALK_AHEAD_BYTES = 256 * 1024;
 
+/** What the SMMU does on a fault: abort the access and report it (terminate, the thesis's), or hold it until CMD_RESUME (stall). */
 export type FaultModel = 'terminate' | 'stall';
+/** An access's direction. */
 export type Access = 'read' | 'write';
 
 /** One region of the process's address space as the SMMU sees it, with its permissions. */
 export interface StreamMapping {
+  /** The region mapped. */
   region: MemoryLike;
+  /** The device may read it. */
   read: boolean;
+  /** The device may write it. */
   write: boolean;
 }
 
 /** A stream table entry: the context of one process (protection domain) on this node. */
 export interface StreamContext {
+  /** StreamID. */
   readonly sid: number;
+  /** The process that owns the stream. */
   readonly pid: number;
+  /** Protection-domain id the stream serves. */
   readonly pd: number;
+  /** Terminate or stall on a fault. */
   faultModel: FaultModel;
+  /** The regions the device may access through this stream. */
   readonly mappings: StreamMapping[];
 }
 
+/** The result of translating one access: where it lands, or the fault it raised. */
 export type Translation =
-  | { ok: true; region: MemoryLike; offset: number; walked: number; hit: boolean }
-  | { ok: false; id: EvtId; addr: bigint; recoverable: boolean; reason: string };
+  | {
+      /** Translated. */
+      ok: true;
+      /** Region the access lands in. */
+      region: MemoryLike;
+      /** Byte offset in that region. */
+      offset: number;
+      /** Pages walked (0 on an IOTLB hit). */
+      walked: number;
+      /** True if the IOTLB had the translation. */
+      hit: boolean;
+    }
+  | {
+      /** Not translated: a fault. */
+      ok: false;
+      /** The fault's event id. */
+      id: EvtId;
+      /** Faulting address. */
+      addr: bigint;
+      /** True if resolving the fault can make the access succeed (a translation fault). */
+      recoverable: boolean;
+      /** Why, in words. */
+      reason: string;
+    };
 
 /** What translateBlocks found: the blocks that translated, and the failure that ended the run. */
 export interface RunTranslation {
   /** Where the first block lands (undefined if it did not translate). */
   region: MemoryLike | undefined;
+  /** Byte offset of the first block in that region. */
   offset: number;
   /** Pages walked per block translated (0: an IOTLB hit). */
   walked: number[];
+  /** The fault that ended the run, if one did. */
   fault: Extract<Translation, { ok: false }> | undefined;
 }
 
@@ -55,23 +90,33 @@ export interface RunTranslation {
  * an IOTLB hit), so a run costs work per stretch, not per block.
  */
 export interface RunSpans {
+  /** Where the first block lands (undefined if it did not translate). */
   region: MemoryLike | undefined;
+  /** Byte offset of the first block in that region. */
   offset: number;
   /** Blocks translated (the sum of the spans' counts). */
   blocks: number;
+  /** (count, pages walked per block) pairs. */
   spans: number[];
+  /** The fault that ended the run, if one did. */
   fault: Extract<Translation, { ok: false }> | undefined;
 }
 
 /** A device access currently in flight on stall-mode memory (one DMA block). */
 export interface StallWindow {
+  /** StreamID of the access. */
   sid: number;
+  /** Region accessed. */
   region: MemoryLike;
+  /** Byte offset of the access. */
   offset: number;
+  /** Bytes of the access. */
   length: number;
+  /** Read or write. */
   access: Access;
   /** Set when CMD_RESUME ABORT/TERM or CMD_STALL_TERM ended one of its stalls. */
   aborted: boolean;
+  /** Faults the access stalled on so far. */
   stalls: number;
   /** Extra attributes the driver forwards (transfer id, channel, side). */
   tag: unknown;
@@ -85,47 +130,81 @@ interface Stalled {
   at: number;
 }
 
+/** Options of one node's SMMU. */
 export interface SmmuOptions {
+  /** The node the SMMU belongs to. */
   node: number;
+  /** Event queue records (default 256). */
   eventQueueDepth?: number;
+  /** IOTLB entries (default 4096). */
   iotlbEntries?: number;
 }
 
 /** What the SMMU found when the pages of a range moved (regionMoved). */
 export interface MoveReport {
+  /** Node whose SMMU saw the move. */
   node: number;
+  /** Id of the region. */
   region: number;
+  /** Byte offset of the range. */
   offset: number;
+  /** Bytes of the range. */
   length: number;
   /** Cached translations of the range that were re-checked. */
   checked: number;
   /** False when the kernel hides frame numbers: every cached entry was dropped unseen. */
   framesKnown: boolean;
   /** The entries dropped: the frame the IOTLB held (what a pinned engine would DMA into) and the page's frame now. */
-  stale: Array<{ sid: number; address: bigint; was: number; now: number }>;
+  stale: Array<{
+    /** StreamID of the stale translation. */
+    sid: number;
+    /** Virtual address of the page. */
+    address: bigint;
+    /** Frame the cached translation pointed to. */
+    was: number;
+    /** Frame the page is in now. */
+    now: number;
+  }>;
 }
 
+/** Counters of one SMMU. */
 export interface SmmuCounters {
+  /** Accesses translated. */
   translations: number;
+  /** Page table walks (IOTLB misses). */
   walks: number;
+  /** Pages walked. */
   pagesWalked: number;
+  /** Faults by event name. */
   faults: Record<string, number>;
+  /** Event records queued. */
   eventsRecorded: number;
+  /** Event records lost to a full queue. */
   eventQueueOverflows: number;
+  /** IOTLB hits. */
   iotlbHits: number;
+  /** IOTLB misses. */
   iotlbMisses: number;
+  /** IOTLB entries invalidated. */
   iotlbInvalidations: number;
   /** IOTLB entries re-checked after their pages moved (collapse), and those whose frame had changed. */
   movedChecked: number;
+  /** Cached translations found stale after pages moved (THP collapse). */
   movedStale: number;
+  /** Accesses stalled. */
   stalls: number;
+  /** CMD_RESUME commands, by response. */
   resumes: Record<keyof typeof ResumeResp, number>;
+  /** CMD_STALL_TERM commands. */
   stallTerms: number;
 }
 
 export class Smmu implements MemoryObserver {
+  /** The node the SMMU belongs to. */
   readonly node: number;
+  /** The event queue the driver drains. */
   readonly eventq: EventQueue;
+  /** The translation cache. */
   readonly iotlb: Iotlb;
   #streams = new Map<number, StreamContext>();
   #byPd = new Map<number, number>();
@@ -170,6 +249,7 @@ export class Smmu implements MemoryObserver {
     return ctx;
   }
 
+  /** Remove a stream and its translations. */
   detach(sid: number): void {
     const ctx = this.#streams.get(sid);
     if (!ctx) return;
@@ -180,10 +260,12 @@ export class Smmu implements MemoryObserver {
     this.command({ opcode: CMD_STALL_TERM, sid });
   }
 
+  /** The stream with this StreamID, if any. */
   stream(sid: number): StreamContext | undefined {
     return this.#streams.get(sid);
   }
 
+  /** The stream that serves protection domain `pd`, if any. */
   streamForPd(pd: number): StreamContext | undefined {
     const sid = this.#byPd.get(pd);
     return sid === undefined ? undefined : this.#streams.get(sid);
@@ -197,6 +279,7 @@ export class Smmu implements MemoryObserver {
     region.observe(this);
   }
 
+  /** Remove `region` from the stream's mappings and drop its translations. */
   unmap(sid: number, region: MemoryLike): void {
     const ctx = this.#require(sid);
     const i = ctx.mappings.findIndex((m) => m.region === region);
@@ -435,6 +518,7 @@ export class Smmu implements MemoryObserver {
     return win;
   }
 
+  /** The access ended: its stalls are over. */
   endStallWindow(win: StallWindow): void {
     // The access is over, so none of its stalls can still be waiting (one the userfaultfd's
     // own handler timeout released, say): forget them so no late CMD_RESUME finds them.
@@ -452,7 +536,16 @@ export class Smmu implements MemoryObserver {
   }
 
   /** Look up a stalled access by its tag (the driver uses it to build its notification). */
-  stalledAccess(stag: number): { region: MemoryLike; page: number; window: StallWindow } | undefined {
+  stalledAccess(stag: number):
+    | {
+        /** Region of the stalled access. */
+        region: MemoryLike;
+        /** Page it stalled on. */
+        page: number;
+        /** The access's stall window. */
+        window: StallWindow;
+      }
+    | undefined {
     return this.#stalled.get(stag);
   }
 
@@ -523,6 +616,7 @@ export class Smmu implements MemoryObserver {
 
   // ---- invalidation (the MMU-notifier role) ------------------------------------------
 
+  /** Pages of the range were evicted: invalidate their translations. */
   regionEvicted(region: MemoryLike, offset: number, length: number): void {
     this.#walkCache = undefined;
     this.iotlb.invalidateRange(region.address + BigInt(offset), length, region.granule);
@@ -562,6 +656,7 @@ export class Smmu implements MemoryObserver {
     this.#moveHandlers.push(handler);
   }
 
+  /** The region is going away: remove it from every stream. */
   regionClosing(region: MemoryLike): void {
     this.#walkCache = undefined;
     this.iotlb.invalidateRange(region.address, region.size, region.granule);
@@ -571,6 +666,7 @@ export class Smmu implements MemoryObserver {
     }
   }
 
+  /** The counters now. */
   counters(): SmmuCounters {
     return {
       translations: this.#translations,

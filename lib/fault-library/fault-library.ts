@@ -29,11 +29,17 @@ import { touch } from '../toucher.js';
 
 /** A range of memory the library resolves with one policy. */
 export interface Registration {
+  /** The region the range belongs to. */
   readonly region: Region;
+  /** Byte offset of the range in the region. */
   readonly offset: number;
+  /** Bytes of the range. */
   readonly length: number;
+  /** How a fault in the range is resolved. */
   policy: PolicyName;
+  /** Options of the policy (touch-ahead's cap, prefetch's window). */
   options: PolicyOptions;
+  /** Faults of this range only. */
   readonly stats: FaultStats;
   /** @internal */
   prefetcher: Prefetcher | undefined;
@@ -41,16 +47,25 @@ export interface Registration {
 
 /** One fault as the library handled it (emitted to onResolve listeners). */
 export interface ResolvedFault {
+  /** Which side of the transfer faulted: the source (read) or the destination (write). */
   side: 'source' | 'destination';
+  /** The node whose SMMU took the fault. */
   node: number;
+  /** The faulting virtual address. */
   va: bigint;
+  /** True for a write access (the destination side). */
   write: boolean;
+  /** True if the access was stalled (stall mode) rather than terminated. */
   stall: boolean;
+  /** The region that holds the address, if one is known to this process. */
   region: Region | undefined;
+  /** The policy that resolved it (undefined if none applied). */
   policy: PolicyName | undefined;
   /** Bytes the policy asked to make resident, and pages that really became resident. */
   bytes: number;
+  /** Pages that became resident. */
   pagesMadeResident: number;
+  /** The page response sent back (SUCCESS: retry; INVALID or FAILURE: the transfer fails). */
   status: IommuPageResponseCode;
   /** Measured time the library spent resolving, µs. */
   realUs: number;
@@ -58,8 +73,11 @@ export interface ResolvedFault {
   receivedAt: number;
   /** The transfer it belongs to: posting node, transfer id, block, channel. */
   srcNode: number;
+  /** Transfer id on the posting node. */
   transfer: number;
+  /** Block number in the transfer. */
   block: number;
+  /** Engine channel the transfer runs on. */
   channel: number;
 }
 
@@ -84,7 +102,12 @@ interface Pending {
 }
 
 /** A trace: off (false, the default), on with the default ring size (true), or a ring of `limit` events. */
-export type TraceOption = boolean | { limit: number };
+export type TraceOption =
+  | boolean
+  | {
+      /** Newest events kept. */
+      limit: number;
+    };
 
 /** Events the trace keeps, 0 for none; a clear error for a bad option. */
 export function traceLimit(trace: TraceOption | undefined): number {
@@ -95,10 +118,15 @@ export function traceLimit(trace: TraceOption | undefined): number {
   return trace.limit;
 }
 
+/** What a fault library is attached to: one process on one node. */
 export interface FaultLibraryOptions {
+  /** The simulated system whose SMMU drivers notify the library. */
   system: SimSystem;
+  /** The node the process runs on. */
   node: number;
+  /** The modelled process id (the SMMU stream owner). */
   pid: number;
+  /** The netlink socket the driver's notifications arrive on. */
   socket: NetlinkSocket;
   /** Policy for faults on memory no registration covers (implicit ODP). Default 'touch-ahead'. */
   defaultPolicy?: PolicyName;
@@ -112,10 +140,15 @@ export interface FaultLibraryOptions {
   trace?: TraceOption;
 }
 
+/** The user-space fault library of one process (the thesis's): takes the SMMU driver's netlink notifications, makes the pages resident by the range's policy, and asks for the retransmission or resume. */
 export class FaultLibrary {
+  /** The node the process runs on. */
   readonly node: number;
+  /** The modelled process id. */
   readonly pid: number;
+  /** This process's trace recorder (exportChromeTrace). */
   readonly trace: TraceRecorder;
+  /** Policy for faults no registration covers (implicit ODP). */
   defaultPolicy: PolicyName;
   #socket: NetlinkSocket;
   #uffd: Userfaultfd | undefined;
@@ -144,6 +177,7 @@ export class FaultLibrary {
     this.#socket.onMessage((m) => this.#onMessage(m));
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -167,6 +201,7 @@ export class FaultLibrary {
     return reg;
   }
 
+  /** Forget the range: later faults in it are resolved as memory no registration covers. */
   unregister(reg: Registration): void {
     const i = this.#regs.indexOf(reg);
     if (i >= 0) this.#regs.splice(i, 1);
@@ -218,6 +253,7 @@ export class FaultLibrary {
     return this.trace.toChromeTrace({ with: (options.with ?? []).map((l) => l.trace.scope!), origin: 'first-event' });
   }
 
+  /** Stop listening: the netlink socket is closed and the trace no longer recorded. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

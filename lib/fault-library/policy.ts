@@ -5,15 +5,19 @@
 // pin and prefault are the baselines the thesis compares against: they are acted on at
 // registration (mlock) and before each transfer (populate the whole buffer), not on faults.
 
+/** How a fault is resolved: touch one page, touch-ahead (the rest of the transfer at once), an adaptive prefetch window, or the pin / prefault baselines. */
 export type PolicyName = 'touch' | 'touch-ahead' | 'prefetch' | 'pin' | 'prefault';
 
+/** Every policy name, in the order the programs print them. */
 export const POLICIES: readonly PolicyName[] = ['touch', 'touch-ahead', 'prefetch', 'pin', 'prefault'];
 
+/** Options of a policy. */
 export interface PolicyOptions {
   /** touch-ahead: at most this many bytes per fault (default: no cap). */
   cap?: number;
   /** prefetch: first and largest window in pages (defaults 4 and 256). */
   minWindowPages?: number;
+  /** prefetch: largest window in pages (default 256). */
   maxWindowPages?: number;
 }
 
@@ -27,12 +31,17 @@ export interface Span {
 
 /** Per-registration prefetcher state: the last fault and the current window. */
 export class Prefetcher {
+  /** Smallest window, pages. */
   readonly min: number;
+  /** Largest window, pages. */
   readonly max: number;
+  /** Current window, pages: doubled on a sequential fault, reset on a jump. */
   window: number;
   #last = -1;
   #stride = 0;
+  /** Faults that followed the previous one in sequence. */
   hits = 0;
+  /** Faults that did not. */
   misses = 0;
 
   constructor(minPages = 4, maxPages = 256) {
@@ -46,7 +55,12 @@ export class Prefetcher {
    * its stride, or right after the last window) grows the window ×2; anything else
    * shrinks it back toward the minimum and restarts the pattern.
    */
-  next(page: number): { start: number; pages: number } {
+  next(page: number): {
+    /** First page of the window. */
+    start: number;
+    /** Pages in the window. */
+    pages: number;
+  } {
     const predicted = this.#last >= 0 && this.#stride !== 0 && page === this.#last + this.#stride;
     const sequential = this.#last >= 0 && page > this.#last && page <= this.#last + this.window + 1;
     if (predicted || sequential) {

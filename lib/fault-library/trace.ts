@@ -10,23 +10,37 @@
 // start without its finish; the processes of a cluster exported together pair theirs.
 import { MODEL_LABEL, type TraceEvent } from '../../kernel-sim/index.js';
 
+/** One Chrome trace-event (the Trace Event Format that Perfetto and chrome://tracing read). */
 export interface ChromeTraceEvent {
+  /** Event name. */
   name: string;
+  /** Category (comma-separated). */
   cat: string;
   /** i: instant, X: complete slice, M: metadata, s / f: flow start / finish. */
   ph: 'i' | 'X' | 'M' | 's' | 'f';
+  /** Timestamp, µs. */
   ts: number;
+  /** Duration of a complete ('X') event, µs. */
   dur?: number;
+  /** Process id (a track group: one per node and timeline). */
   pid: number;
+  /** Thread id (a track). */
   tid: number;
+  /** Scope of an instant event: thread, process or global. */
   s?: 't' | 'p' | 'g';
+  /** Flow id, joining a flow's start and finish. */
   id?: string;
+  /** Flow binding point: 'e' binds to the enclosing slice. */
   bp?: 'e';
+  /** Extra fields shown with the event. */
   args?: Record<string, unknown>;
 }
 
+/** A whole trace, as JSON.stringify writes it to a file. */
 export interface ChromeTrace {
+  /** The events. */
   traceEvents: ChromeTraceEvent[];
+  /** Unit the viewer shows. */
   displayTimeUnit: 'ns';
   /**
    * producer, model; keptEvents and droppedEvents (the ring's: the oldest are dropped, with a
@@ -49,11 +63,14 @@ export interface ChromeTraceOptions {
 
 /** The phases of one fault, in order, as the trace names its slices. */
 export const FAULT_PHASES = ['detect', 'notify', 'resolve', 'retransmit', 'copy'] as const;
+/** One of FAULT_PHASES. */
 export type FaultPhase = (typeof FAULT_PHASES)[number];
 
 /** Which process a recorder belongs to: its node (and its pid, for notifications). */
 export interface TraceScope {
+  /** The node whose events are kept. */
   node: number;
+  /** The process whose events are kept (default: every process of the node). */
   pid?: number;
 }
 
@@ -69,8 +86,11 @@ type Time = { model: number; real: number };
 /** Events a trace keeps by default (a ring: the newest are kept, the oldest dropped). */
 export const DEFAULT_TRACE_EVENTS = 200_000;
 
+/** Keeps the newest model trace events of one scope and turns them into a Chrome trace. */
 export class TraceRecorder {
+  /** Most events kept; older ones are dropped. */
   readonly limit: number;
+  /** Whose events are kept (undefined: every node's). */
   readonly scope: TraceScope | undefined;
   /** Events dropped because the ring was full (the oldest ones). */
   dropped = 0;
@@ -91,6 +111,7 @@ export class TraceRecorder {
     return this.#head === 0 ? this.#ring.slice() : [...this.#ring.slice(this.#head), ...this.#ring.slice(0, this.#head)];
   }
 
+  /** Keep one event (if it is in scope). */
   record(e: TraceEvent): void {
     if (this.paused) return;
     if (this.#ring.length < this.limit) {
@@ -102,6 +123,7 @@ export class TraceRecorder {
     this.dropped++;
   }
 
+  /** Drop every event kept. */
   clear(): void {
     this.#ring = [];
     this.#head = 0;

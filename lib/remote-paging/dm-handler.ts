@@ -32,6 +32,7 @@ import { Counter, type Counters } from './counters.js';
 import { decodePage, EmbeddedStore, encodePage, instanceSeed, pageCrc, type PageStore, type StoredPage } from './store.js';
 import { RedisStore, type RedisStoreOptions } from './redis-store.js';
 
+/** How dirty pages are found: asynchronous write-protect with PAGEMAP_SCAN (6.7), or write-protect faults. */
 export type DirtyTracking = 'wp-async' | 'wp-sync';
 
 /** What the pager hands the worker (plain data: it crosses threads). */
@@ -73,10 +74,15 @@ interface Batch {
   done: () => void;
 }
 
+/** Latency of one kind of store request. */
 export interface LatencySummary {
+  /** Requests measured. */
   count: number;
+  /** Median, µs. */
   p50Us: number;
+  /** 99th percentile, µs. */
   p99Us: number;
+  /** Largest, µs. */
   maxUs: number;
 }
 

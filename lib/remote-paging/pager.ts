@@ -17,17 +17,24 @@ import type { CloseResult, DirtyTracking, DmHandlerConfig, LatencySummary } from
 import type { RedisStoreOptions } from './redis-store.js';
 import type { Request } from './worker.js';
 
+/** Options of `RemotePager.create`. */
 export interface RemotePagerOptions {
   /** Bytes of the region (a multiple of pageSize). */
   size: number;
   /** Where evicted pages go: 'embedded' (default, in the DM-Handler's thread) or a Redis server. */
-  store?: 'embedded' | { redis: RedisStoreOptions };
+  store?:
+    | 'embedded'
+    | {
+        /** Where and how to reach the Redis server. */
+        redis: RedisStoreOptions;
+      };
   /** The unit of fetch and eviction: a multiple of the system page (UMap's UMAP_PAGESIZE). Default the system page. */
   pageSize?: number;
   /** Resident bytes the region may hold (UMap's buffer size). Default: all of it (no eviction). */
   residentLimit?: number;
   /** Fraction of residentLimit at which the eviction worker starts (default 0.9) and down to which it evicts (default 0.7). */
   highWatermark?: number;
+  /** Fraction of residentLimit down to which the eviction worker evicts (default 0.7). */
   lowWatermark?: number;
   /** Pages read ahead after a faulting page, in the same store request (default 0). */
   prefetch?: number;
@@ -35,6 +42,7 @@ export interface RemotePagerOptions {
   fillWorkers?: number;
   /** Eviction batches in flight at once (evict workers; default 1), and pages per batch (default 32). */
   evictWorkers?: number;
+  /** Pages per eviction batch (default 32). */
   evictBatch?: number;
   /**
    * A store request not answered in this time fails: the access fails (poisoned page) and an 'error' event says why. After
@@ -45,22 +53,33 @@ export interface RemotePagerOptions {
   dirtyTracking?: 'auto' | DirtyTracking;
 }
 
+/** Counters of a RemotePager (`stats()`). */
 export interface RemotePagingStats {
+  /** Faults taken on the region. */
   faults: number;
   /** Faults served from the store. */
   majorFaults: number;
   /** Faults served without the store: a page never stored (zero page), or one already on its way. */
   minorFaults: number;
+  /** Pages read from the store (faulting and prefetched). */
   pagesFetched: number;
   /** Pages read ahead (prefetch) with a faulting one. */
   prefetched: number;
+  /** Pages evicted. */
   evicted: number;
+  /** Dirty pages written to the store on eviction. */
   writtenBack: number;
+  /** Clean pages dropped without a write (their checksum unchanged). */
   droppedClean: number;
+  /** Bytes read from the store. */
   bytesIn: number;
+  /** Bytes written to the store. */
   bytesOut: number;
+  /** Pages resident now. */
   resident: number;
+  /** Store requests that failed. */
   errors: number;
+  /** Pages poisoned because they could not be had. */
   poisoned: number;
   /** Pages the store answered wrongly for (short, garbled, another page's, an older write): ERR_PFR_PAGE_CORRUPT. */
   corrupt: number;
@@ -91,10 +110,16 @@ function workerPath(): string {
   throw new PfrError('ERR_PFR_UNSUPPORTED', `remote paging: the worker script is not built (${built}); run "npm run build:ts"`);
 }
 
-export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
+/** EDM's DM-Handler: a region whose pages live in a page store and come back on demand, with an eviction worker keeping it under residentLimit. */
+export class RemotePager extends EventEmitter<{
+  /** A page could not be had or stored: the code says why. */
+  error: [err: PfrError];
+}> {
   /** The remote-paged memory. Read and write it freely; never evict() it directly. */
   readonly region: Region;
+  /** The unit of fetch and eviction, bytes. */
   readonly pageSize: number;
+  /** How dirty pages are found on this kernel. */
   readonly tracking: DirtyTracking;
   /** The prefix of this pager's keys in the store: the application's prefix and an instance id of this pager's own. */
   readonly keyPrefix: string;
@@ -208,6 +233,7 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
     }
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -218,7 +244,12 @@ export class RemotePager extends EventEmitter<{ error: [err: PfrError] }> {
   }
 
   /** Fault latency (receipt to resolution, in the DM-Handler's thread), major and minor. */
-  latency(): Promise<{ major: LatencySummary; minor: LatencySummary }> {
+  latency(): Promise<{
+    /** Faults served from the store. */
+    major: LatencySummary;
+    /** Faults served without the store. */
+    minor: LatencySummary;
+  }> {
     return this.#request({ op: 'latency' }) as Promise<{ major: LatencySummary; minor: LatencySummary }>;
   }
 

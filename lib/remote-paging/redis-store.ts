@@ -13,11 +13,13 @@ import { createClient, ErrorReply, RESP_TYPES } from 'redis';
 import { PfrError } from '../errors.js';
 import type { PageStore, StoredPage } from './store.js';
 
+/** Where a RedisStore connects and how. */
 export interface RedisStoreOptions {
   /** A Unix socket path (preferred on one host; redis-server needs `--unixsocket PATH`), or */
   socket?: string;
   /** host and port (default 127.0.0.1:6379), or */
   host?: string;
+  /** TCP port (default 6379). */
   port?: number;
   /** a redis:// URL. */
   url?: string;
@@ -102,10 +104,13 @@ function connectError(err: unknown, o: RedisStoreOptions): PfrError {
 }
 
 export class RedisStore implements PageStore {
+  /** Store name, as stats and errors print it. */
   readonly name = 'redis';
   /** The prefix of every key this store reads and writes. */
   readonly prefix: string;
+  /** A request not answered in this time fails, ms. */
   readonly timeoutMs: number;
+  /** While the server is down, at most one PING in this time (ms) checks whether it is back. */
   readonly probeIntervalMs: number;
   /** Where the server is (for messages). */
   readonly where: string;
@@ -163,6 +168,7 @@ export class RedisStore implements PageStore {
     return n;
   }
 
+  /** Disconnect (forcibly if the server does not answer within a second). */
   async close(): Promise<void> {
     try {
       await withTimeout(this.#client.close(), 1000, 'close');

@@ -8,6 +8,7 @@ import { PfrError } from '../errors.js';
 
 /** One page on its way to or from a store: the key is the page's address (EDM's layout). */
 export interface StoredPage {
+  /** The page's key (its address, under the store's prefix). */
   key: string;
   /** The stored form: the page and its trailer (see encodePage). */
   value: Buffer;
@@ -18,6 +19,7 @@ export interface StoredPage {
  * page it is missing at once (prefetch), and writes a whole eviction batch at once.
  */
 export interface PageStore {
+  /** Store name, as stats and errors print it. */
   readonly name: string;
   /** The stored values of `keys`, in order; null for a key the store does not hold. */
   getMany(keys: string[]): Promise<(Buffer | null)[]>;
@@ -25,6 +27,7 @@ export interface PageStore {
   setMany(pages: StoredPage[]): Promise<void>;
   /** Delete these keys (the pager's own); resolves to how many the store held. */
   deleteMany(keys: string[]): Promise<number>;
+  /** Release the store's connection or memory. */
   close(): Promise<void>;
 }
 
@@ -91,6 +94,7 @@ export function decodePage(value: Buffer, id: PageIdentity, seed: number, pageSi
  * so remote paging works with nothing else installed.
  */
 export class EmbeddedStore implements PageStore {
+  /** Store name, as stats and errors print it. */
   readonly name = 'embedded';
   #pages = new Map<string, Buffer>();
 
@@ -113,6 +117,7 @@ export class EmbeddedStore implements PageStore {
     return this.#pages.size;
   }
 
+  /** Drop every page. Idempotent. */
   async close(): Promise<void> {
     this.#pages.clear();
   }

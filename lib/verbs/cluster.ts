@@ -2,7 +2,8 @@
 // RDMA device per node; a Context (ibv_context) is one process on one node, with its
 // netlink socket and fault library. The Cluster and Context create objects; the objects
 // themselves know only their device (its tables) and their process.
-import { checkSystemOptions, SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
+import { SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
+import { checkSystemOptions } from '../../kernel-sim/system.js';
 import { closedError } from '../errors.js';
 import { FaultLibrary, traceLimit, type TraceOption } from '../fault-library/fault-library.js';
 import { POLICIES, type PolicyName } from '../fault-library/policy.js';
@@ -22,13 +23,17 @@ export type { Sge } from './qp-core.js';
 
 /** An asynchronous event (struct ibv_async_event). */
 export interface AsyncEvent {
+  /** Which event (ibv_event_type). */
   eventType: AsyncEventType;
   /** ibv_event_type_str-like name, e.g. 'IBV_EVENT_CQ_ERR'. */
   name: string;
+  /** The CQ the event is about (CQ_ERR). */
   cq?: CompletionQueue;
+  /** The QP the event is about (QP_* events, COMM_EST, SQ_DRAINED). */
   qp?: QueuePair;
 }
 
+/** Options of `Cluster.create`: the simulated system's and every context's defaults. */
 export interface ClusterOptions extends SystemOptions {
   /** Default ODP policy of every context (default 'touch-ahead'). */
   defaultPolicy?: PolicyName;
@@ -39,19 +44,40 @@ export interface ClusterOptions extends SystemOptions {
   trace?: TraceOption;
 }
 
+/** Device attributes (struct ibv_device_attr and its ODP caps), as `Context.queryDevice` returns them. */
 export interface DeviceAttr {
+  /** Device name, as ibv_get_device_name gives it. */
   name: string;
+  /** The simulated node this device belongs to. */
   node: number;
+  /** Most QPs a context may create (max_qp). */
   maxQp: number;
+  /** Most entries of one CQ (max_cqe). */
   maxCqe: number;
+  /** Most MRs a context may register (max_mr). */
   maxMr: number;
+  /** Most scatter/gather entries of one work request (max_sge). */
   maxSge: number;
+  /** Largest MR in bytes (max_mr_size). */
   maxMrSize: bigint;
+  /** Page sizes the device supports, as a bit mask (page_size_cap). */
   pageSizeCap: number;
-  odpCaps: { generalCaps: number; rcOdpCaps: number; ucOdpCaps: number; udOdpCaps: number };
+  /** On-demand paging capabilities (struct ibv_odp_caps): OdpGeneralCaps and OdpTransportCaps bits. */
+  odpCaps: {
+    /** OdpGeneralCaps bits: ODP supported, implicit ODP supported. */
+    generalCaps: number;
+    /** OdpTransportCaps bits for RC QPs. */
+    rcOdpCaps: number;
+    /** OdpTransportCaps bits for UC QPs (none here). */
+    ucOdpCaps: number;
+    /** OdpTransportCaps bits for UD QPs (none here). */
+    udOdpCaps: number;
+  };
 }
 
+/** Simulated nodes on one fabric, each with an SMMU, a fault-aware DMA engine and its driver; `openDevice(n)` opens a process (an ibv_context) on node n. */
 export class Cluster {
+  /** The modelled hardware and kernel of every node (kernel-sim). */
   readonly system: SimSystem;
   #contexts = new Set<Context>();
   #devices: Device[];
@@ -86,10 +112,12 @@ export class Cluster {
     return new Cluster(options);
   }
 
+  /** Number of simulated nodes. */
   get nodes(): number {
     return this.system.nodes.length;
   }
 
+  /** True once `close()` was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -127,6 +155,7 @@ export class Cluster {
     this.system.close();
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }
@@ -136,11 +165,15 @@ export class Cluster {
   }
 }
 
+/** A process on one node with the device open (struct ibv_context): PDs, MRs, CQs, QPs and its own fault library. */
 export class Context {
+  /** The cluster this context belongs to. */
   readonly cluster: Cluster;
+  /** The node this context's process runs on. */
   readonly node: number;
   /** The (simulated) process id its faults are sent to. */
   readonly pid: number;
+  /** The process's fault library: resolves its ODP faults, counts them and records its trace. */
   readonly faultLibrary: FaultLibrary;
   #device: Device;
   #pdHandles: IdAllocator;
@@ -174,6 +207,7 @@ export class Context {
     this.faultLibrary = new FaultLibrary(opts);
   }
 
+  /** True once the context (or its cluster) was closed. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -363,6 +397,7 @@ export class Context {
     this.#forget(this);
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -2,45 +2,78 @@
 
 /** enum ibv_access_flags */
 export const Access = {
+  /** The local side may write the MR (receives, RDMA READ results, atomics' results); required with REMOTE_WRITE or REMOTE_ATOMIC. */
   LOCAL_WRITE: 1,
+  /** A peer may RDMA WRITE into the MR. */
   REMOTE_WRITE: 2,
+  /** A peer may RDMA READ from the MR. */
   REMOTE_READ: 4,
+  /** A peer may run atomic operations on the MR. */
   REMOTE_ATOMIC: 8,
+  /** Memory windows may be bound to the MR. */
   MW_BIND: 16,
+  /** Remote addresses are offsets from the MR's start instead of virtual addresses. */
   ZERO_BASED: 32,
+  /** On-demand paging: the MR is not pinned; pages fault in when the engine touches them. */
   ON_DEMAND: 64,
+  /** The MR is backed by huge pages. */
   HUGETLB: 128,
 } as const;
 const ACCESS_ALL = 0xff;
+/** True if `flags` is a non-negative integer made of Access bits only. */
 export function knownAccess(flags: number): boolean {
   return Number.isInteger(flags) && flags >= 0 && (flags & ~ACCESS_ALL) === 0;
 }
 
 /** enum ibv_wc_status, in libibverbs order. */
 export enum WcStatus {
+  /** The operation completed successfully. */
   SUCCESS = 0,
+  /** Local length error: a receive buffer was too small for the incoming message, or a send was longer than allowed. */
   LOC_LEN_ERR,
+  /** Local QP operation error: an internal QP consistency error while processing the work request. */
   LOC_QP_OP_ERR,
+  /** Local EE context operation error (RD only; never raised here). */
   LOC_EEC_OP_ERR,
+  /** Local protection error: a local buffer is not inside an MR valid for the operation (wrong lkey, PD, bounds). */
   LOC_PROT_ERR,
+  /** Work request flushed: the QP went to the error state while the request was outstanding. */
   WR_FLUSH_ERR,
+  /** Memory window bind error. */
   MW_BIND_ERR,
+  /** Bad response error: the responder returned an unexpected transport opcode. */
   BAD_RESP_ERR,
+  /** Local access error: a protection error on a local buffer while it was written (RDMA READ response, receive with immediate). */
   LOC_ACCESS_ERR,
+  /** Remote invalid request: the responder found the request invalid (operation it does not support, no room for a SEND, length too large). */
   REM_INV_REQ_ERR,
+  /** Remote access error: a protection error on the remote buffer (rkey, bounds, access flags or PD). */
   REM_ACCESS_ERR,
+  /** Remote operation error: the responder could not complete the operation (here also a destination fault it could not resolve). */
   REM_OP_ERR,
+  /** Transport retry counter exceeded: no ACK or NAK came back within timeout, retry_cnt times. */
   RETRY_EXC_ERR,
+  /** RNR retry counter exceeded: the responder had no receive posted, rnr_retry times. */
   RNR_RETRY_EXC_ERR,
+  /** Local RDD violation (RD only; never raised here). */
   LOC_RDD_VIOL_ERR,
+  /** Remote invalid RD request (RD only; never raised here). */
   REM_INV_RD_REQ_ERR,
+  /** Remote aborted: the responder aborted the operation. */
   REM_ABORT_ERR,
+  /** Invalid EE context number (RD only; never raised here). */
   INV_EECN_ERR,
+  /** Invalid EE context state (RD only; never raised here). */
   INV_EEC_STATE_ERR,
+  /** Fatal error of the device. */
   FATAL_ERR,
+  /** Response timeout. */
   RESP_TIMEOUT_ERR,
+  /** Any other error. */
   GENERAL_ERR,
+  /** Tag matching error (tag matching is not modelled). */
   TM_ERR,
+  /** Tag matching rendezvous incomplete (tag matching is not modelled). */
   TM_RNDV_INCOMPLETE,
 }
 
@@ -78,65 +111,138 @@ export function wcStatusStr(status: WcStatus): string {
 
 /** enum ibv_wr_opcode */
 export enum WrOpcode {
+  /** Write the local buffers into remote memory; no completion at the responder. */
   RDMA_WRITE = 0,
+  /** RDMA WRITE that also consumes a receive at the responder and delivers immediate data. */
   RDMA_WRITE_WITH_IMM = 1,
+  /** Send the local buffers into the responder's next posted receive. */
   SEND = 2,
+  /** SEND with immediate data delivered in the receive completion. */
   SEND_WITH_IMM = 3,
+  /** Read remote memory into the local buffers. */
   RDMA_READ = 4,
+  /** Compare the remote 8-byte word with compareAdd and, if equal, write swap; the old value comes back. */
   ATOMIC_CMP_AND_SWP = 5,
+  /** Add compareAdd to the remote 8-byte word; the old value comes back. */
   ATOMIC_FETCH_AND_ADD = 6,
 }
 
 /** enum ibv_wc_opcode */
 export enum WcOpcode {
+  /** A SEND (with or without immediate) completed at the requester. */
   SEND = 0,
+  /** An RDMA WRITE completed at the requester. */
   RDMA_WRITE = 1,
+  /** An RDMA READ completed at the requester. */
   RDMA_READ = 2,
+  /** A compare-and-swap completed at the requester. */
   COMP_SWAP = 3,
+  /** A fetch-and-add completed at the requester. */
   FETCH_ADD = 4,
+  /** A receive completed: a SEND arrived. */
   RECV = 1 << 7,
+  /** A receive consumed by an RDMA WRITE with immediate. */
   RECV_RDMA_WITH_IMM = (1 << 7) + 1,
 }
 
 /** enum ibv_send_flags */
-export const SendFlags = { FENCE: 1, SIGNALED: 2, SOLICITED: 4, INLINE: 8 } as const;
+export const SendFlags = {
+  /** Wait for earlier RDMA READs and atomics to complete before this request starts. */
+  FENCE: 1,
+  /** Generate a work completion for this request (unless the QP signals all). */
+  SIGNALED: 2,
+  /** Set the solicited event indicator at the responder. */
+  SOLICITED: 4,
+  /** Copy the payload at post time: the buffers may be reused at once and need no lkey. */
+  INLINE: 8,
+} as const;
 
 /** enum ibv_wc_flags */
-export const WcFlags = { GRH: 1, WITH_IMM: 2 } as const;
+export const WcFlags = {
+  /** A GRH is present (UD only; never set here). */
+  GRH: 1,
+  /** The completion carries immediate data (immData). */
+  WITH_IMM: 2,
+} as const;
 
 /** enum ibv_qp_state */
 export enum QpState {
+  /** Just created, or reset: nothing is processed. */
   RESET = 0,
+  /** Initialised: receives may be posted, nothing is processed yet. */
   INIT,
+  /** Ready to receive: the QP answers incoming requests. */
   RTR,
+  /** Ready to send: the QP sends and answers. */
   RTS,
+  /** Send queue drained: new sends are held. */
   SQD,
+  /** Send queue error: a send failed; receives still work. */
   SQE,
+  /** Error: outstanding and new work requests complete with WR_FLUSH_ERR. */
   ERR,
 }
 
 /** enum ibv_qp_type (RC only here) */
 export enum QpType {
+  /** Reliable connected: ordered, acknowledged, with RDMA and atomics. */
   RC = 2,
 }
 
 /** enum ib_uverbs_advise_mr_advice and flags */
 export enum AdviseMrAdvice {
+  /** Make the range resident for reading (ibv_advise_mr IBV_ADVISE_MR_ADVICE_PREFETCH). */
   PREFETCH = 0,
+  /** Make the range resident and writable. */
   PREFETCH_WRITE = 1,
+  /** Map only the pages already resident; fault none in. */
   PREFETCH_NO_FAULT = 2,
 }
-export const AdviseMrFlags = { FLUSH: 1 } as const;
+/** Flags of ibv_advise_mr. */
+export const AdviseMrFlags = {
+  /** Synchronous: return only when the advice has been carried out. */
+  FLUSH: 1,
+} as const;
 
-/** ibv_odp_general_caps and transport cap bits */
-export const OdpGeneralCaps = { SUPPORT: 1, SUPPORT_IMPLICIT: 2 } as const;
-export const OdpTransportCaps = { SEND: 1, RECV: 2, WRITE: 4, READ: 8, ATOMIC: 16, SRQ_RECV: 32 } as const;
+/** enum ibv_odp_general_caps */
+export const OdpGeneralCaps = {
+  /** On-demand paging is supported. */
+  SUPPORT: 1,
+  /** Implicit ODP (an MR over the whole address space) is supported. */
+  SUPPORT_IMPLICIT: 2,
+} as const;
+/** enum ibv_odp_transport_cap_bits: the operations ODP works for on a transport. */
+export const OdpTransportCaps = {
+  /** SEND from ODP memory. */
+  SEND: 1,
+  /** Receives into ODP memory. */
+  RECV: 2,
+  /** RDMA WRITE to and from ODP memory. */
+  WRITE: 4,
+  /** RDMA READ from and into ODP memory. */
+  READ: 8,
+  /** Atomics on ODP memory. */
+  ATOMIC: 16,
+  /** Shared-receive-queue receives into ODP memory (no SRQ here). */
+  SRQ_RECV: 32,
+} as const;
 
 /** Implicit ODP: address 0, length SIZE_MAX. */
 export const SIZE_MAX = 2n ** 64n - 1n;
 
 /** rdma-core test defaults (rc_pingpong, tests/base.py). */
-export const QP_DEFAULTS = { timeout: 14, retryCnt: 7, rnrRetry: 7, minRnrTimer: 12, pathMtu: 1024 } as const;
+export const QP_DEFAULTS = {
+  /** Local ACK timeout code: 4.096 µs × 2^14 ≈ 67 ms. */
+  timeout: 14,
+  /** Retries after an ACK timeout. */
+  retryCnt: 7,
+  /** Retries after an RNR NAK: 7 means infinite. */
+  rnrRetry: 7,
+  /** RNR NAK timer code: 12 ≈ 0.64 ms. */
+  minRnrTimer: 12,
+  /** Path MTU in bytes. */
+  pathMtu: 1024,
+} as const;
 
 /** IB encoding of min_rnr_timer (code → ms), from the IB spec table. */
 export function rnrTimerMs(code: number): number {
@@ -149,13 +255,22 @@ export function rnrTimerMs(code: number): number {
 
 /** enum ibv_event_type (the ones this model raises come first in libibverbs too). */
 export enum AsyncEventType {
+  /** A CQ overran: it cannot be used any more. */
   CQ_ERR = 0,
+  /** A QP hit an error that is not tied to one work request; it went to the error state. */
   QP_FATAL,
+  /** A QP's responder received an invalid request; it went to the error state. */
   QP_REQ_ERR,
+  /** A QP's responder hit a protection error on an incoming request; it went to the error state. */
   QP_ACCESS_ERR,
+  /** A QP in RTR received its first packet: communication is established. */
   COMM_EST,
+  /** A QP in SQD has no outstanding send requests left. */
   SQ_DRAINED,
+  /** Path migration completed (never raised here). */
   PATH_MIG,
+  /** Path migration failed (never raised here). */
   PATH_MIG_ERR,
+  /** The device failed; every resource of the context is unusable. */
   DEVICE_FATAL,
 }

@@ -6,14 +6,23 @@ import { WcOpcode, WcStatus, wcStatusStr } from './constants.js';
 
 /** struct ibv_wc, plus what this library can tell about faults. */
 export interface WorkCompletion {
+  /** The work request's id, as posted (ibv_wc.wr_id, 64 bits). */
   wrId: bigint;
+  /** How the work request ended (ibv_wc.status); anything but SUCCESS is an error. */
   status: WcStatus;
+  /** The operation that completed (ibv_wc.opcode). */
   opcode: WcOpcode;
+  /** Vendor error syndrome (ibv_wc.vendor_err); 0 here. */
   vendorErr: number;
+  /** Bytes transferred (ibv_wc.byte_len): received bytes for a receive. */
   byteLen: number;
+  /** Immediate data of a *_WITH_IMM operation, when WcFlags.WITH_IMM is set (ibv_wc.imm_data). */
   immData?: number;
+  /** Local QP number of the completed work request (ibv_wc.qp_num). */
   qpNum: number;
+  /** Remote QP number (ibv_wc.src_qp): the sender's, for a receive. */
   srcQp: number;
+  /** WcFlags bits of the completion (ibv_wc.wc_flags). */
   wcFlags: number;
   /** ibv_wc_status_str(status) */
   statusStr: string;
@@ -22,7 +31,23 @@ export interface WorkCompletion {
    * On-demand paging of the transfer: faults by side, major faults (pages a page store supplied:
    * remote paging), blocks sent again, modelled and measured µs.
    */
-  odp?: { faults: { source: number; destination: number }; majorFaults: number; retransmittedBlocks: number; modelUs: number; realUs: number };
+  odp?: {
+    /** Faults taken at the source and at the destination. */
+    faults: {
+      /** Faults at the source (translating the local buffer). */
+      source: number;
+      /** Faults at the destination (translating the remote buffer). */
+      destination: number;
+    };
+    /** Pages a page store supplied (remote paging). */
+    majorFaults: number;
+    /** Blocks the engine sent again after a fault. */
+    retransmittedBlocks: number;
+    /** Modelled time of the transfer, µs. */
+    modelUs: number;
+    /** Measured (wall-clock) time of the transfer, µs. */
+    realUs: number;
+  };
 }
 
 interface Waiter {
@@ -35,7 +60,9 @@ interface Waiter {
   onAbort: (() => void) | undefined;
 }
 
+/** A completion queue (struct ibv_cq): `poll()` as ibv_poll_cq, `next()` or `for await` to wait for completions. */
 export class CompletionQueue {
+  /** Most completions the CQ holds before it overruns (cqe). */
   readonly depth: number;
   #queue: WorkCompletion[] = [];
   #waiters: Waiter[] = [];
@@ -62,6 +89,7 @@ export class CompletionQueue {
     return this.#error;
   }
 
+  /** True once the CQ (or its context) was closed. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -102,6 +130,7 @@ export class CompletionQueue {
     return out;
   }
 
+  /** Completions as they arrive, until the CQ is closed. */
   async *[Symbol.asyncIterator](): AsyncGenerator<WorkCompletion> {
     while (!this.#closed) {
       try {
@@ -140,6 +169,7 @@ export class CompletionQueue {
     return true;
   }
 
+  /** ibv_destroy_cq: waiting `next()` calls reject with ERR_PFR_CLOSED. Idempotent. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -147,6 +177,7 @@ export class CompletionQueue {
     this.#disarm();
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

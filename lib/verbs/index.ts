@@ -1,10 +1,29 @@
 // The verbs-like API: libibverbs names and semantics over the modelled fault-aware engine.
-export * from './constants.js';
+// An explicit list: the verbs' own objects, constants and types; helpers the layers share
+// (access-mask checks, error builders) are imported from their modules.
+export {
+  Access,
+  AdviseMrAdvice,
+  AdviseMrFlags,
+  AsyncEventType,
+  OdpGeneralCaps,
+  OdpTransportCaps,
+  QP_DEFAULTS,
+  QpState,
+  QpType,
+  SIZE_MAX,
+  SendFlags,
+  WcFlags,
+  WcOpcode,
+  WcStatus,
+  WrOpcode,
+  rnrTimerMs,
+  wcStatusStr,
+} from './constants.js';
 export { Cluster, Context, type AsyncEvent, type ClusterOptions, type DeviceAttr, type Sge } from './cluster.js';
 export { ProtectionDomain, MemoryRegion, type RegMrOptions, type VerbsProcess } from './mr.js';
 export { CompletionQueue, type WorkCompletion } from './cq.js';
 export { QueuePair, connectQps, type QpAttr, type QpCap, type QpInitAttr, type SendWr, type RecvWr } from './qp.js';
-export { verbsError } from './errors.js';
 
 import type { CompletionQueue, WorkCompletion } from './cq.js';
 import type { MemoryRegion } from './mr.js';

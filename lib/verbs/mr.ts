@@ -55,9 +55,13 @@ export function unpinForMr(region: Region, offset: number, length: number): void
 
 /** What a PD, MR or QP knows of the process (ibv_context) that owns it. */
 export interface VerbsProcess {
+  /** The node the process runs on. */
   readonly node: number;
+  /** The modelled process id (the owner of the SMMU stream). */
   readonly pid: number;
+  /** The process's fault library. */
   readonly faultLibrary: FaultLibrary;
+  /** True once the process's context was closed. */
   readonly closed: boolean;
 }
 
@@ -68,9 +72,11 @@ export interface ProcessObjects {
   readonly qps: Set<{ destroy(): void }>;
 }
 
+/** A protection domain (struct ibv_pd): MRs and QPs of one PD only work with each other. */
 export class ProtectionDomain {
   /** Cluster-wide id; the SMMU stream of this PD on its node carries it (ExaNet's PDID). */
   readonly handle: number;
+  /** The context (process) that allocated this PD. */
   readonly context: VerbsProcess;
   /** @internal */
   readonly stream: StreamContext;
@@ -94,6 +100,7 @@ export class ProtectionDomain {
     this.#free = free;
   }
 
+  /** True once the PD was deallocated (or its context closed). */
   get closed(): boolean {
     return this.#closed;
   }
@@ -141,23 +148,33 @@ export class ProtectionDomain {
   }
 }
 
+/** Options of `Context.regMr` beyond libibverbs' arguments: the ODP policy of this MR. */
 export interface RegMrOptions {
   /** ODP resolution policy (default: the context's, 'touch-ahead'). */
   policy?: PolicyName;
+  /** Options of the policy (touch-ahead's cap, prefetch's window). */
   policyOptions?: PolicyOptions;
 }
 
+/** A registered memory region (struct ibv_mr): its keys, its range of a Region and its access flags; pinned, or ODP with `Access.ON_DEMAND`. */
 export class MemoryRegion {
+  /** The PD the MR was registered in. */
   readonly pd: ProtectionDomain;
+  /** Local key: names this MR in the local side of a work request (Sge.lkey). */
   readonly lkey: number;
+  /** Remote key: what a peer puts in RDMA and atomic work requests to reach this MR. */
   readonly rkey: number;
   /** The registered memory, or undefined for an implicit ODP MR. */
   readonly region: Region | undefined;
+  /** Byte offset of the MR in its Region. */
   readonly offset: number;
   /** Start address (0n for implicit) and length (SIZE_MAX for implicit). */
   readonly addr: bigint;
+  /** Bytes registered. */
   readonly length: number;
+  /** Access flags (Access bits) the MR was registered with. */
   readonly access: number;
+  /** True for an implicit ODP MR (address 0, length SIZE_MAX: the whole address space). */
   readonly implicit: boolean;
   /** @internal the fault library registration of an explicit ODP MR */
   readonly registration: Registration | undefined;
@@ -193,10 +210,12 @@ export class MemoryRegion {
     if (region) pd.mapFor(this, region);
   }
 
+  /** True when registered with Access.ON_DEMAND (no pinning; faults resolved by the fault library). */
   get onDemand(): boolean {
     return (this.access & Access.ON_DEMAND) !== 0;
   }
 
+  /** True when the MR's pages are pinned (mlock), i.e. not ON_DEMAND. */
   get pinned(): boolean {
     return this.#pinned;
   }
@@ -214,6 +233,7 @@ export class MemoryRegion {
     return pages * this.pd.device.costs.pinPageUs;
   }
 
+  /** True once the MR was deregistered (or its context closed). */
   get closed(): boolean {
     return this.#closed;
   }
@@ -250,7 +270,17 @@ export class MemoryRegion {
    * implicit MR covers the open regions of its own process: those it registered or first
    * reached through its implicit key, never another process's or the library's own.
    */
-  resolve(addr: bigint, length: number): { region: Region; offset: number } | undefined {
+  resolve(
+    addr: bigint,
+    length: number,
+  ):
+    | {
+        /** The Region that holds the range. */
+        region: Region;
+        /** Byte offset of the range in it. */
+        offset: number;
+      }
+    | undefined {
     if (this.#closed) return undefined;
     if (this.implicit) {
       const r = findRegion(addr, Math.max(1, length));
@@ -277,6 +307,7 @@ export class MemoryRegion {
     this.#objects.mrs.delete(this);
   }
 
+  /** Same as `dereg()`, for `using`. */
   [Symbol.dispose](): void {
     this.dereg();
   }

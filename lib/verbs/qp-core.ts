@@ -10,25 +10,51 @@ import type { WireSge } from './wire.js';
 
 /** One scatter/gather element (struct ibv_sge). */
 export interface Sge {
+  /** Start address of the buffer (virtual address inside a registered MR). */
   addr: bigint;
+  /** Bytes of the buffer. */
   length: number;
+  /** The lkey of the MR that holds the buffer. */
   lkey: number;
 }
 
+/** A send work request (struct ibv_send_wr), as `QueuePair.postSend` takes it. */
 export interface SendWr {
+  /** Id returned in the work completion (as a bigint). */
   wrId: bigint | number;
+  /** The operation (ibv_wr_opcode). */
   opcode: WrOpcode;
+  /** Local buffers (scatter/gather list), gathered in order. */
   sgList: Sge[];
+  /** SendFlags bits (SIGNALED asks for a completion, INLINE, FENCE, SOLICITED). */
   sendFlags?: number;
+  /** Immediate data of a *_WITH_IMM operation, delivered with the remote completion. */
   immData?: number;
   /** RDMA_WRITE(_WITH_IMM) and RDMA_READ */
-  rdma?: { remoteAddr: bigint; rkey: number };
+  rdma?: {
+    /** Remote virtual address (wr.rdma.remote_addr). */
+    remoteAddr: bigint;
+    /** The remote MR's rkey. */
+    rkey: number;
+  };
   /** ATOMIC_CMP_AND_SWP (compareAdd = compare, swap) and ATOMIC_FETCH_AND_ADD (compareAdd = add) */
-  atomic?: { remoteAddr: bigint; rkey: number; compareAdd: bigint; swap?: bigint };
+  atomic?: {
+    /** Remote virtual address of the 8-byte word (wr.atomic.remote_addr). */
+    remoteAddr: bigint;
+    /** The remote MR's rkey. */
+    rkey: number;
+    /** FETCH_AND_ADD: the value added; CMP_AND_SWP: the value compared with. */
+    compareAdd: bigint;
+    /** CMP_AND_SWP: the value written when the comparison matches. */
+    swap?: bigint;
+  };
 }
 
+/** A receive work request (struct ibv_recv_wr), as `QueuePair.postRecv` takes it. */
 export interface RecvWr {
+  /** Id returned in the work completion (as a bigint). */
   wrId: bigint | number;
+  /** Buffers an incoming SEND is scattered into, in order. */
   sgList: Sge[];
 }
 

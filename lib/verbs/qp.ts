@@ -23,19 +23,29 @@ import type { Request, Response } from './wire.js';
 
 export type { RecvWr, SendWr } from './qp-core.js';
 
+/** QP capacities (struct ibv_qp_cap). */
 export interface QpCap {
+  /** Most outstanding send work requests. */
   maxSendWr: number;
+  /** Most outstanding receive work requests. */
   maxRecvWr: number;
+  /** Most scatter/gather entries in one send work request. */
   maxSendSge: number;
+  /** Most scatter/gather entries in one receive work request. */
   maxRecvSge: number;
 }
 
+/** Attributes of a new QP (struct ibv_qp_init_attr), as `Context.createQp` takes them. */
 export interface QpInitAttr {
   /** ibv_qp_init_attr.qp_type: RC only (default). `type` is accepted as a synonym. */
   qpType?: QpType | 'RC';
+  /** Transport type: RC only. */
   type?: QpType | 'RC';
+  /** CQ for send completions. */
   sendCq: CompletionQueue;
+  /** CQ for receive completions. */
   recvCq: CompletionQueue;
+  /** Capacities (defaults for the rest). */
   cap?: Partial<QpCap>;
   /** Every send WR generates a completion (IBV_QPINITATTR sq_sig_all). */
   sqSigAll?: boolean;
@@ -43,21 +53,33 @@ export interface QpInitAttr {
 
 /** struct ibv_qp_attr, the fields this model uses. */
 export interface QpAttr {
+  /** State to move the QP to (ibv_qp_attr.qp_state). */
   qpState: QpState;
   /** Remote operations this QP accepts as a responder (Access.REMOTE_*); 0, the default, accepts none. */
   qpAccessFlags?: number;
+  /** Physical port (1; one port per device here). */
   portNum?: number;
+  /** Path MTU in bytes (RTR). */
   pathMtu?: number;
   /** The remote QP (RTR): its number and the node it lives on (the address vector). */
   destQpNum?: number;
+  /** The node the remote QP lives on. */
   destNode?: number;
+  /** Receive queue's first PSN (RTR). */
   rqPsn?: number;
+  /** Send queue's first PSN (RTS). */
   sqPsn?: number;
+  /** RNR NAK timer code (RTR): how long the peer waits before retrying; see rnrTimerMs(). */
   minRnrTimer?: number;
+  /** Local ACK timeout code (RTS): 4.096 µs × 2^timeout before a retry. */
   timeout?: number;
+  /** Retries after an ACK timeout before RETRY_EXC_ERR (RTS). */
   retryCnt?: number;
+  /** Retries after an RNR NAK before RNR_RETRY_EXC_ERR; 7 means infinite (RTS). */
   rnrRetry?: number;
+  /** Outstanding RDMA reads and atomics this QP may issue (RTS). */
   maxRdAtomic?: number;
+  /** Outstanding RDMA reads and atomics this QP accepts as a responder (RTR). */
   maxDestRdAtomic?: number;
 }
 
@@ -71,14 +93,23 @@ const TRANSITIONS: Record<QpState, QpState[]> = {
   [QpState.ERR]: [],
 };
 
+/** A reliable-connected queue pair (struct ibv_qp): `modify()` through RESET, INIT, RTR, RTS, then `postSend()` / `postRecv()`. */
 export class QueuePair {
+  /** QP number (qp_num), what the peer puts in destQpNum. */
   readonly qpNum: number;
+  /** The context (process) that created the QP. */
   readonly context: VerbsProcess;
+  /** The QP's protection domain. */
   readonly pd: ProtectionDomain;
+  /** CQ for send completions. */
   readonly sendCq: CompletionQueue;
+  /** CQ for receive completions. */
   readonly recvCq: CompletionQueue;
+  /** The QP's capacities. */
   readonly cap: QpCap;
+  /** Transport type: RC. */
   readonly qpType = QpType.RC;
+  /** True if every send work request generates a completion, SIGNALED or not (sq_sig_all). */
   readonly sqSigAll: boolean;
   #device: Device;
   #objects: ProcessObjects;
@@ -158,12 +189,16 @@ export class QueuePair {
     pd.users.add(this);
   }
 
+  /** Current QP state (ibv_query_qp's qp_state). */
   get state(): QpState {
     return this.#state;
   }
 
   /** ibv_query_qp */
-  query(): QpAttr & { qpState: QpState } {
+  query(): QpAttr & {
+    /** Current QP state. */
+    qpState: QpState;
+  } {
     return { qpState: this.#state, ...this.#attr };
   }
 
@@ -255,6 +290,7 @@ export class QueuePair {
     this.#objects.qps.delete(this);
   }
 
+  /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.destroy();
   }

@@ -8,13 +8,13 @@ import {
   AckResp,
   DEFAULT_COSTS,
   DmaStatus,
-  MAX_RUN_BLOCKS,
   IommuPageResponseCode,
   type Packet,
   type SimSystem,
   type TraceEvent,
   type WritePacket,
 } from '../../kernel-sim/index.js';
+import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/requester.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from './helpers.js';
 
 const env = useEnv();

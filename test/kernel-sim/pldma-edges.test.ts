@@ -9,10 +9,10 @@ import {
   CopyStatus,
   DEFAULT_COSTS,
   DmaStatus,
-  INLINE_SAME_TURN,
   IommuPageResponseCode,
   type TraceEvent,
 } from '../../kernel-sim/index.js';
+import { INLINE_SAME_TURN } from '../../kernel-sim/pldma/copy-engine.js';
 import { binding } from '../../native/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 

@@ -7,12 +7,12 @@ import {
   AckResp,
   DEFAULT_COSTS,
   DmaStatus,
-  MAX_RUN_BLOCKS,
   type Packet,
   type SimSystem,
   type TraceEvent,
   type WritePacket,
 } from '../../kernel-sim/index.js';
+import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/requester.js';
 import type { Region } from '../../lib/index.js';
 import { binding } from '../../native/index.js';
 import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from './helpers.js';

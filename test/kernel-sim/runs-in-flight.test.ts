@@ -4,7 +4,8 @@
 // unanswered, as an RC responder drops packets after a NAK. Observed on the real fabric's
 // packets (a tap on the transport) and on real memory.
 import { describe, expect, test } from 'vitest';
-import { type AckPacket, DmaStatus, MAX_RUN_BLOCKS, type Packet, RUNS_IN_FLIGHT, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
+import { type AckPacket, DmaStatus, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
+import { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from '../../kernel-sim/pldma/requester.js';
 import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
 
 const env = useEnv();

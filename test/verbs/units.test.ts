@@ -2,7 +2,9 @@
 // access-flag check, the errno-style verb errors, the device attributes, and what an MR
 // reports about itself (its policy, its modelled pinning cost, its key after dereg).
 import { afterEach, describe, expect, test } from 'vitest';
-import { Access, knownAccess, PAGE_SIZE, rnrTimerMs, SIZE_MAX, verbsError } from '../../lib/index.js';
+import { Access, PAGE_SIZE, rnrTimerMs, SIZE_MAX } from '../../lib/index.js';
+import { knownAccess } from '../../lib/verbs/constants.js';
+import { verbsError } from '../../lib/verbs/errors.js';
 import { isMessage } from '../../lib/verbs/wire.js';
 import { closeAll, createPlayers, ODP_ACCESS, P, PINNED_ACCESS, region } from './helpers.js';
 
