@@ -90,6 +90,7 @@ export {
   EmbeddedStore,
   RedisStore,
   RemotePager,
+  type CloseResult,
   type DirtyTracking,
   type LatencySummary,
   type PageStore,
