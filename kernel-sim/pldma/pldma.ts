@@ -15,7 +15,7 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
 import { Completer } from './completer.js';
-import type { CopyEngine } from './copy-engine.js';
+import { type CopyEngine, type CopyTag, nodeTag } from './copy-engine.js';
 import { FaultWaiters } from './fault-waiters.js';
 import { Requester } from './requester.js';
 import { type Admission, Responder } from './responder.js';
@@ -46,6 +46,7 @@ export class Pldma {
   #requester: Requester;
   #responder: Responder;
   #completer: Completer;
+  #engine: CopyEngine;
 
   constructor(
     options: PldmaOptions,
@@ -57,6 +58,7 @@ export class Pldma {
     this.retryLimit = options.retryLimit ?? 7;
     this.faultTimeoutMs = options.faultTimeoutMs ?? 2000;
     this.capacity = options.engineSlots ?? 4;
+    this.#engine = deps.engine;
     const counters: PldmaCounters = {
       posted: 0,
       completed: 0,
@@ -149,6 +151,29 @@ export class Pldma {
       if (w.side === 'source') this.#completer.sourceResolved(w, ok, modelUs, fetched);
       else this.#responder.destinationResolved(w, ok, modelUs, fetched);
     }
+  }
+
+  /**
+   * End every transfer QP `srcQp` posted on this node (DmaDescriptor.srcQp), as its QP is
+   * destroyed: no run of them is sent again, the runs on the wire are refused where they
+   * arrive (their payload revoked), and their copies already queued or running on this
+   * process's engine are cancelled or waited for (the destination QP's copies: for an RC
+   * connection, exactly this QP's). Each ends FLUSHED once its runs on the wire are answered.
+   * False if a copy was still running after `timeoutMs` (a stall-mode copy held in a fault).
+   */
+  cancel(srcQp: number, timeoutMs?: number): boolean {
+    const fences = new Map<string, CopyTag>();
+    for (const t of [...this.#s.transfers.values()]) {
+      if (t.desc.srcQp !== srcQp || t.done) continue;
+      for (const run of t.runs) run.payload.revoked = true;
+      const d = t.desc;
+      const tag: CopyTag | undefined = d.dstQp !== undefined ? { qp: d.dstQp } : d.key !== undefined ? { key: d.key } : undefined;
+      if (tag) fences.set(`${d.dstNode}:${tag.qp}:${tag.key}`, nodeTag(d.dstNode, tag));
+      this.#completer.fail(t, false, DmaStatus.FLUSHED, `QP ${srcQp} of node ${this.node} was destroyed`, t.modelEnd, 'source');
+    }
+    let ok = true;
+    for (const tag of fences.values()) ok = this.#engine.fence(tag, timeoutMs) && ok;
+    return ok;
   }
 
   counters(): PldmaCounters {

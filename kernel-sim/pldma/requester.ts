@@ -12,7 +12,17 @@ import { realNowUs } from '../cost-model/index.js';
 import type { WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
-import { type DmaCompletion, type DmaDescriptor, DmaStatus, type EngineState, traceTransfer, type Transfer, walkCost, walkedCost } from './types.js';
+import {
+  type DmaCompletion,
+  type DmaDescriptor,
+  DmaStatus,
+  type EngineState,
+  type PayloadView,
+  traceTransfer,
+  type Transfer,
+  walkCost,
+  walkedCost,
+} from './types.js';
 
 /**
  * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
@@ -211,7 +221,8 @@ export class Requester implements Schedulable {
             },
           })
         : undefined;
-    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window });
+    const payload: PayloadView = { region, offset: batch.offset, revoked: false };
+    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload });
     t.plan.cursor = cursor;
     t.plan.engine = engineFree;
     t.plan.link = linkFree;
@@ -237,7 +248,7 @@ export class Requester implements Schedulable {
       channel: d.channel,
       count: k,
       blockSize: bs,
-      payload: { region, offset: batch.offset },
+      payload,
       lengthHint: Math.max(0, d.length - offset0),
       issuedUs: issued,
       arrivals,

@@ -15,9 +15,9 @@ import type { MemoryLike } from '../memory.js';
 import type { Smmu, Translation } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
 import { statusForFault } from './completer.js';
-import { type CopyEngine, CopyFlag, CopyStatus } from './copy-engine.js';
+import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { FaultWaiters } from './fault-waiters.js';
-import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, traceTransfer, walkCost, walkedCost } from './types.js';
+import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, revoked, traceTransfer, walkCost, walkedCost } from './types.js';
 
 export interface ResponderDeps {
   node: number;
@@ -257,6 +257,17 @@ export class Responder {
     const srcOffset = p.payload.offset + g.at * bs;
     const length = Math.min(p.length - g.at * bs, g.count * bs);
     const va = p.va + BigInt(g.at * bs);
+    // Nothing starts once the source cancelled the transfer, or (for a group after the
+    // first, copied a turn later) once this node stopped admitting its key or QP.
+    const refusal = revoked(p.payload)
+      ? `node ${p.src} cancelled transfer ${p.tid} (its QP was destroyed)`
+      : g.at > 0 && this.admit && !this.admit(p, { va, length })
+        ? `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`
+        : undefined;
+    if (refusal) {
+      verdicts.push({ seq, count: 1, resp: revoked(p.payload) ? AckResp.FLUSHED : AckResp.ACCESS_ERR, walkUs: g.walks[0]!, reason: refusal });
+      return false;
+    }
     const window = stall
       ? smmu.beginStallWindow({
           sid,
@@ -276,10 +287,10 @@ export class Responder {
     let faultOffset = -1;
     let copy: { copyThread: number; copyNs: number } | undefined;
     try {
-      const tag: { key?: number; qp?: number } = {};
+      const tag: CopyTag = {};
       if (p.key !== undefined) tag.key = p.key;
       if (p.qpn !== undefined) tag.qp = p.qpn;
-      const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, tag);
+      const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, nodeTag(this.#d.node, tag));
       status = r.status;
       faultOffset = r.faultOffset;
       copy = { copyThread: r.tid, copyNs: r.ns };

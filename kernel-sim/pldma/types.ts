@@ -7,6 +7,7 @@ import type { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu, StallWindow, Translation } from '../smmu/smmu.js';
 import type { TraceKind, Tracer } from '../trace.js';
 import type { Transport } from '../fabric/transport.js';
+import type { Payload } from '../fabric/packets.js';
 
 /** Completion status of a DMA transfer. */
 export enum DmaStatus {
@@ -62,6 +63,8 @@ export interface DmaDescriptor {
    */
   key?: number;
   dstQp?: number;
+  /** The QP on this node that posted the transfer: `SimNode.cancel(srcQp)` ends it (its QP destroyed). */
+  srcQp?: number;
 }
 
 export interface FaultCounts {
@@ -168,6 +171,23 @@ export interface SentRun {
   region: MemoryLike;
   offset: number;
   window: StallWindow | undefined;
+  /** What the run's packet carries: revoked when the transfer is cancelled. */
+  payload: PayloadView;
+}
+
+/**
+ * @internal In one process a write's payload is a view of the source's memory, read when the
+ * destination copies it. The source revokes it when it cancels the transfer (its QP was
+ * destroyed): a destination never starts a copy from a revoked view. A transport between
+ * processes reads the bytes when the packet is sent; there is nothing to revoke then.
+ */
+export interface PayloadView extends Payload {
+  revoked: boolean;
+}
+
+/** Whether a write's payload was revoked by its source (see PayloadView). */
+export function revoked(p: Payload): boolean {
+  return (p as Partial<PayloadView>).revoked === true;
 }
 
 /** @internal */

@@ -246,12 +246,16 @@ export class QueuePair {
     for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
       this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
     this.#requester.stop();
+    // Writes for it are refused from the next block on; what it posted (its writes and SEND
+    // payloads as a requester, READ and atomic answers as a responder) ends, its runs on the
+    // wire refused where they arrive; and the copies for either already running finish
+    // before this returns.
+    this.#device.tables.removeQp(this.qpNum);
+    this.#device.sim.cancel(this.qpNum);
+    this.#device.sim.fence({ qp: this.qpNum });
     this.pd.unmapFor(this);
     this.#scratch?.close();
     this.pd.users.delete(this);
-    this.#device.tables.removeQp(this.qpNum);
-    // Refused from the next block on; and the block being written right now lands before we return.
-    this.#device.sim.fence({ qp: this.qpNum });
     this.#objects.qps.delete(this);
   }
 

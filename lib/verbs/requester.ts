@@ -241,17 +241,22 @@ export class Requester {
     const q = this.#qp;
     for (let attempt = 0; ; attempt++) {
       // A destroyed QP is in ERR too.
-      if (q.state === QpState.ERR) return this.#flushed();
+      if (this.#inError()) return this.#flushed();
       const psn = this.#psn++;
       const r = await new Promise<Response | undefined>((resolve) => {
         this.#waiting.set(psn, resolve);
         this.#send(body, psn);
       });
-      if (!r) return this.#flushed();
+      // No answer (stop()), or one that came in the turn the QP was destroyed: nothing more is posted.
+      if (!r || this.#inError()) return this.#flushed();
       if (r.rnr === undefined) return r;
       if (q.attr.rnrRetry !== 7 && attempt >= q.attr.rnrRetry) return { ...r, status: WcStatus.RNR_RETRY_EXC_ERR };
       await this.#sleep(Math.max(1, rnrTimerMs(r.rnr)));
     }
+  }
+
+  #inError(): boolean {
+    return this.#qp.state === QpState.ERR;
   }
 
   #flushed(): Response {
@@ -295,6 +300,7 @@ export class Requester {
         retryLimit: rnr === 7 ? Infinity : rnr,
         key: p.key,
         dstQp: q.attr.destQpNum,
+        srcQp: q.qpNum,
       });
     // The common case, one SGE: no Promise.all (one promise less per WR).
     if (pieces.length === 1 && pieces[0]!.length > 0) return post(pieces[0]!).then((c) => [c]);

@@ -98,7 +98,8 @@ export class Responder {
           m.rnrRetry,
         ).then((results) => {
           const out = done(statusOf(results), m.length, results);
-          answer(out.status, { odp: out.odp });
+          // Destroyed meanwhile (its transfer was cancelled): as for any request it no longer hears.
+          answer(q.destroyed ? WcStatus.RETRY_EXC_ERR : out.status, { odp: out.odp });
         });
         return;
       }
@@ -110,7 +111,7 @@ export class Responder {
         const run = () => this.#atomic(m, from);
         const p = tables.atomicChain.then(run, run);
         tables.atomicChain = p.catch(() => undefined);
-        void p.then((out) => answer(out.status, { odp: out.odp }));
+        void p.then((out) => answer(q.destroyed ? WcStatus.RETRY_EXC_ERR : out.status, { odp: out.odp }));
         return;
       }
     }
@@ -146,6 +147,8 @@ export class Responder {
     const a = m.atomic!;
     const sink = m.sinks?.[0];
     if (!sink) return fail(WcStatus.LOC_LEN_ERR);
+    // Its turn at the atomic unit came after the QP was destroyed: nothing is read or written.
+    if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     const scratch = q.scratch();
     const here = q.device.node;
     const read = await this.#move([{ fromVa: m.addr!, dstNode: here, toVa: scratch.address, length: 8, dstPd: q.pd.handle }], m.rnrRetry);
@@ -190,6 +193,7 @@ export class Responder {
             pd: q.pd.handle,
             dstPd: p.dstPd,
             retryLimit: rnrRetry === 7 ? Infinity : rnrRetry,
+            srcQp: q.qpNum,
           };
           if (p.key !== undefined) desc.key = p.key;
           if (p.dstQp !== undefined) desc.dstQp = p.dstQp;
