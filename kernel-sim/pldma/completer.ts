@@ -7,13 +7,13 @@ import { AckResp, type AckPacket, type Verdict } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { FaultWaiters } from './fault-waiters.js';
-import { MAX_RUN_BLOCKS } from './requester.js';
 import {
   type DmaCompletion,
   type SentRun,
   DmaStatus,
   type EngineState,
   type FaultInfo,
+  MAX_RUN_BLOCKS,
   type Side,
   stallDelay,
   traceTransfer,

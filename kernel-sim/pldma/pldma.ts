@@ -31,7 +31,6 @@ import {
 } from './types.js';
 
 export * from './types.js';
-export { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from './requester.js';
 
 export class Pldma {
   readonly node: number;

@@ -9,6 +9,22 @@ import type { TraceKind, Tracer } from '../trace.js';
 import type { Transport } from '../fabric/transport.js';
 import type { Payload } from '../fabric/packets.js';
 
+/**
+ * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
+ * fixed cost of a packet, its copy-thread hand-off and its answer is paid once per 4 MiB of
+ * resident memory, not once per 256 KiB. The modelled time is still planned per block.
+ */
+export const MAX_RUN_BLOCKS = 1024;
+
+/**
+ * Runs of one transfer on the wire at once. Two: the JavaScript of run k+1 (its source and
+ * destination translations, its packet) then runs while the copy threads move run k, and the
+ * answer of run k is read while run k+1 is copied; a third would only queue behind them (the
+ * copy engine's threads are already busy with one run). Only full-size runs are pipelined:
+ * after a fault or a returned block a transfer goes one run at a time again.
+ */
+export const RUNS_IN_FLIGHT = 2;
+
 /** Completion status of a DMA transfer. */
 export enum DmaStatus {
   SUCCESS = 0,
