@@ -101,7 +101,6 @@ export class SimNode {
       clock: system.clock,
     });
     this.driver.attachEngine(this.pldma);
-    this.pldma.onRetransmit((src, tid, seq, side, us, ms) => this.driver.retransmitted(src, tid, seq, side, us, ms));
     system.fabric.attach(id, (packet) => {
       if (packet.type === 'message') this.#onMessage?.(packet.body, packet.src);
       else this.pldma.onPacket(packet);

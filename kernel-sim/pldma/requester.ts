@@ -12,6 +12,7 @@ import { realNowUs } from '../cost-model/index.js';
 import type { WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
+import type { Faults } from './faults.js';
 import {
   type DmaCompletion,
   type DmaDescriptor,
@@ -30,12 +31,14 @@ export class Requester implements Schedulable {
   readonly capacity: number;
   #s: EngineState;
   #completer: Completer;
+  #faults: Faults;
   #nextTid = 1;
   #walked: number[] = [];
 
-  constructor(state: EngineState, completer: Completer, engineSlots: number) {
+  constructor(state: EngineState, completer: Completer, faults: Faults, engineSlots: number) {
     this.#s = state;
     this.#completer = completer;
+    this.#faults = faults;
     this.capacity = engineSlots;
   }
 
@@ -189,22 +192,18 @@ export class Requester implements Schedulable {
             offset: batch.offset,
             length: bytes,
             access: 'read',
-            tag: {
-              node: s.node,
+            tag: this.#faults.info('source', {
               sid: src.sid,
-              side: 'source',
               srcNode: s.node,
               tid: t.tid,
               channel: d.channel,
               seq: first,
               va: d.srcVa + BigInt(offset0),
-              write: false,
               lengthHint: Math.max(0, d.length - offset0),
               modelUs: cursor,
-              detectedMs: performance.now(),
               issuedUs: issued[0]!,
               issuedMs,
-            },
+            }),
           })
         : undefined;
     const payload: PayloadView = { region, offset: batch.offset, revoked: false };
@@ -274,7 +273,7 @@ export class Requester implements Schedulable {
           detail: { seq: first + j, attempt: j === 0 && own ? own.attempts : 1 },
         });
     // A source fault of this block answered by this node's fault library: its statistics end here.
-    if (own && own.attempts > 1) s.retransmitted?.(s.node, t.tid, first, 'source', at0, ms);
+    if (own && own.attempts > 1) this.#faults.sentAgain(s.node, t.tid, first, 'source', at0, ms);
     return ms;
   }
 

@@ -13,11 +13,10 @@ import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
 import type { MemoryLike } from '../memory.js';
 import type { Smmu, Translation } from '../smmu/smmu.js';
-import type { Tracer } from '../trace.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
-import type { FaultWaiters } from './fault-waiters.js';
-import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, revoked, traceTransfer, walkCost, walkedCost } from './types.js';
+import type { Faults } from './faults.js';
+import { DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
 export interface ResponderDeps {
   node: number;
@@ -25,9 +24,8 @@ export interface ResponderDeps {
   transport: Transport;
   engine: CopyEngine;
   costs: CostModel;
-  tracer: Tracer;
   counters: PldmaCounters;
-  waiters: FaultWaiters;
+  faults: Faults;
 }
 
 /**
@@ -59,7 +57,6 @@ interface Lane {
 export class Responder {
   #d: ResponderDeps;
   admit: Admission | undefined;
-  retransmitted: Retransmitted | undefined;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
   #walked: number[] = [];
@@ -94,7 +91,7 @@ export class Responder {
     }
     // The transfer goes on (that block again), or another one started on this channel.
     if (stop) lane.stop = undefined;
-    this.retransmitted?.(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
+    this.#d.faults.sentAgain(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
     const verdicts: Verdict[] = [];
     // Faults are recorded as the answer goes out: the NACK reaches the source before the
     // fault library's answer can (the blocks before the fault are written first).
@@ -155,7 +152,7 @@ export class Responder {
             const i = written;
             const tr = fault;
             const at = p.arrivals[i]! + walkUs;
-            refusedFault = () => this.#fault(p, i, ctx.sid, tr, at);
+            refusedFault = () => this.#d.faults.destination(p, i, ctx.sid, tr, at);
             refused = { seq, count: 1, resp: AckResp.FAULT, walkUs };
           } else {
             smmu.recordFault(ctx.sid, fault, 'write');
@@ -275,7 +272,7 @@ export class Responder {
           offset: g.offset,
           length,
           access: 'write',
-          tag: this.#info(p, g.at, sid, va, p.arrivals[g.at]!),
+          tag: this.#d.faults.destinationInfo(p, g.at, sid, va, p.arrivals[g.at]!),
         })
       : undefined;
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
@@ -333,7 +330,7 @@ export class Responder {
           reason: 'destination page evicted before the write',
         };
         smmu.iotlb.invalidateRange(addr, region.pageSize, region.pageSize);
-        faults.push(() => this.#fault(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
+        faults.push(() => this.#d.faults.destination(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
         verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
         break;
       }
@@ -366,67 +363,5 @@ export class Responder {
       v.copyNs = copy.copyNs;
     }
     return v;
-  }
-
-  /** This node's fault library answered a destination fault: tell the source over the fabric. */
-  destinationResolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
-    this.#d.tracer.emit({
-      kind: 'resolved',
-      node: this.#d.node,
-      tid: info.tid,
-      channel: info.channel,
-      side: 'destination',
-      modelUs,
-      detail: { seq: info.seq, srcNode: info.srcNode },
-    });
-    this.#d.transport.send<AckPacket>(
-      {
-        type: 'ack',
-        src: this.#d.node,
-        dst: info.srcNode,
-        pd: 0,
-        va: info.va,
-        tid: info.tid,
-        seq: info.seq,
-        length: 0,
-        resp: ok ? AckResp.RESOLVED : AckResp.UNRESOLVED,
-        ...(fetched ? { fetched } : {}),
-      },
-      modelUs,
-    );
-  }
-
-  #fault(p: WritePacket, i: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number): void {
-    const d = this.#d;
-    d.counters.faults.destination++;
-    d.counters.nacksSent++;
-    const info = this.#info(p, i, sid, tr.addr, at);
-    d.waiters.add(info);
-    traceTransfer(d.tracer, 'fault', d.node, p.tid, p.channel, {
-      side: 'destination',
-      modelUs: at,
-      detail: { seq: info.seq, va: tr.addr, srcNode: p.src, issuedUs: info.issuedUs, issuedMs: info.issuedMs },
-    });
-    d.smmu.recordFault(sid, tr, 'write', { context: info });
-  }
-
-  // The context of a fault at block i of a write (at `va`, the faulting page or the block).
-  #info(p: WritePacket, i: number, sid: number, va: bigint, at: number): FaultInfo {
-    return {
-      node: this.#d.node,
-      sid,
-      side: 'destination',
-      srcNode: p.src,
-      tid: p.tid,
-      channel: p.channel,
-      seq: p.seq + i,
-      va,
-      write: true,
-      lengthHint: Math.max(0, p.lengthHint - Number(va - p.va)),
-      modelUs: at,
-      detectedMs: performance.now(),
-      issuedUs: p.issuedUs[i]!,
-      issuedMs: p.issuedMs,
-    };
   }
 }

@@ -258,7 +258,7 @@ export interface Channel {
   cursor: number; // modelled time the channel may issue its next block
 }
 
-/** @internal What one node's requester, completer and fault waiters share: its own state only. */
+/** @internal What one node's requester, completer and fault unit share: its own state only. */
 export interface EngineState {
   readonly node: number;
   readonly channels: number;
@@ -276,12 +276,7 @@ export interface EngineState {
   readonly counters: PldmaCounters;
   scheduler: Scheduler;
   closed: boolean;
-  /** Told when a block goes out again after a fault (the driver closes the fault's statistics). */
-  retransmitted: Retransmitted | undefined;
 }
-
-/** A block of transfer `tid` of `srcNode` was sent again after a fault at `side`, at these times. */
-export type Retransmitted = (srcNode: number, tid: number, seq: number, side: Side, modelUs: number, realMs: number) => void;
 
 /** Modelled cost of one translation: an IOTLB hit (nothing walked), or a walk per page walked. */
 export function walkCost(costs: CostModel, tr: Translation): number {
