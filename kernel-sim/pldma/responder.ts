@@ -221,7 +221,8 @@ export class Responder {
       tid: p.tid,
       seq: p.seq,
       length: p.length,
-      resp: AckResp.OK,
+      // The envelope says what the verdicts say: OK, or why the write stopped (the last verdict).
+      resp: verdicts.length ? verdicts[verdicts.length - 1]!.resp : AckResp.OK,
       arrivesAt: p.arrivals[p.count - 1]! + this.#d.costs.linkLatencyUs,
       verdicts,
     };

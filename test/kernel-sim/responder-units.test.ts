@@ -311,6 +311,8 @@ describe('a copy that stops while the next run of its transfer is already transl
       [5, 1, AckResp.FAULT],
     ]);
     expect(a1!.returned).toEqual({ seq: 6, count: RUN - 6 });
+    // The envelope says what stopped the write, as its last verdict does.
+    expect(a1!.resp).toBe(AckResp.FAULT);
     expect([a2!.seq, verdicts(a2!), a2!.returned]).toEqual([RUN, [], { seq: RUN, count: 80 }]);
     // Run 2's own fault was never NACKed: block RUN + 70 faults again when it is sent again.
     expect(lib.faults.map((f) => f.offset / P)).toEqual([5, RUN + 70]);
@@ -503,6 +505,7 @@ describe('a page found gone by the copy, after the translation', () => {
     expect(bytesOf(dst).equals(sent)).toBe(true);
     const [first] = acks(packets);
     expect(verdicts(first!)).toEqual([[0, 1, AckResp.FAULT]]);
+    expect(first!.resp).toBe(AckResp.FAULT);
     expect(first!.returned).toEqual({ seq: 1, count: 5 });
   });
 });
