@@ -23,7 +23,7 @@ export interface CopyTag {
 }
 
 /**
- * The tag the engine keeps for a key or QP of node `node`. Keys and QP numbers are a node's
+ * @internal The tag the engine keeps for a key or QP of node `node`. Keys and QP numbers are a node's
  * own (between processes two nodes may use the same), while one engine serves every node of
  * a process: its tags name the node too.
  */

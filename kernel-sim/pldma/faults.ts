@@ -46,9 +46,10 @@ export interface FaultSite {
   issuedMs: number;
 }
 
-/** How the unit ends a transfer (the completer's fail, once its blocks on the wire are answered). */
+/** @internal How the unit ends a transfer (the completer's fail, once its blocks on the wire are answered). */
 export type EndTransfer = (t: Transfer, onWire: boolean, status: DmaStatus, reason: string, at: number, side: Side) => void;
 
+/** @internal The fault unit of one node's PLDMA (see the top of this file). */
 export class Faults {
   #s: EngineState;
   #end: EndTransfer;

@@ -18,6 +18,7 @@ import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './
 import type { Faults } from './faults.js';
 import { DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
+/** @internal What one node's responder needs of its node. */
 export interface ResponderDeps {
   node: number;
   smmu: Smmu;
@@ -54,6 +55,7 @@ interface Lane {
   stop: { tid: number; seq: number } | undefined;
 }
 
+/** @internal The responder of one node's PLDMA (see the top of this file). */
 export class Responder {
   #d: ResponderDeps;
   admit: Admission | undefined;

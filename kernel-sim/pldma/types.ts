@@ -201,7 +201,7 @@ export interface PayloadView extends Payload {
   revoked: boolean;
 }
 
-/** Whether a write's payload was revoked by its source (see PayloadView). */
+/** @internal Whether a write's payload was revoked by its source (see PayloadView). */
 export function revoked(p: Payload): boolean {
   return (p as Partial<PayloadView>).revoked === true;
 }
