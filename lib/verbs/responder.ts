@@ -153,6 +153,8 @@ export class Responder {
     const here = q.device.node;
     const read = await this.#move([{ fromVa: m.addr!, dstNode: here, toVa: scratch.address, length: 8, dstPd: q.pd.handle }], m.rnrRetry);
     if (statusOf(read) !== WcStatus.SUCCESS) return done(statusOf(read), 0, read);
+    // Destroyed meanwhile: its scratch buffer is gone, and nothing more is sent or written.
+    if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     const view = new DataView(scratch.buffer);
     const old = view.getBigUint64(0, true);
     const next = a.fetchAdd
@@ -166,6 +168,7 @@ export class Responder {
     );
     const results = [...read, ...back];
     if (statusOf(back) !== WcStatus.SUCCESS || next === undefined) return done(statusOf(results), 8, results);
+    if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     view.setBigUint64(8, next, true);
     const write = await this.#move(
       [{ fromVa: scratch.address + 8n, dstNode: here, toVa: m.addr!, length: 8, dstPd: q.pd.handle, key: m.rkey!, dstQp: q.qpNum }],

@@ -131,6 +131,36 @@ describe('qp.destroy() of the responder: nothing its QP took part in lands after
     expect(resolved).toBe(32);
   });
 
+  test('an atomic it serves, destroyed while its answer waits on a fault at the requester: the target keeps its value', async () => {
+    const { client, server } = createPlayers({ policy: 'touch' });
+    const target = new DataView(server.region.buffer);
+    target.setBigUint64(0, 41n, true);
+    client.region.evict();
+    let before: ReturnType<typeof look> | undefined;
+    // The old value's way back faults on the client's evicted sink; once the client's library
+    // has answered it, the server's QP goes.
+    const stop = client.ctx.faultLibrary.onResolve(() => {
+      if (before) return;
+      server.qp.destroy();
+      before = look(client, P);
+    });
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+      sendFlags: SendFlags.SIGNALED,
+      sgList: [client.sge(0, 8)],
+      atomic: { remoteAddr: server.at(0), rkey: server.mr.rkey, compareAdd: 1n },
+    });
+    const wc = await next(client.cq);
+    stop();
+    expect(before).toBeDefined();
+    expect(wc.status).not.toBe(WcStatus.SUCCESS);
+    expectUnchanged(client, P, before!);
+    await sleep(500);
+    expectUnchanged(client, P, before!);
+    expect(target.getBigUint64(0, true)).toBe(41n);
+  });
+
   test('a long READ it serves, destroyed while the answer is being copied into the requester', async () => {
     const { client, server } = createPlayers({ size: LONG });
     server.fill(0x5a, 0, LONG);
