@@ -99,7 +99,6 @@ export {
   type FaultInfo,
   type PldmaCounters,
   type PldmaOptions,
-  type Retransmitted,
   type Side,
 } from './pldma/types.js';
 export { SimNode, SimSystem, type SystemOptions } from './system.js';

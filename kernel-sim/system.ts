@@ -6,7 +6,7 @@ import { Fabric } from './fabric/fabric.js';
 import type { Transport } from './fabric/transport.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
-import { CopyEngine, type CopyTag } from './pldma/copy-engine.js';
+import { CopyEngine, type CopyTag, nodeTag } from './pldma/copy-engine.js';
 import { Pldma } from './pldma/pldma.js';
 import type { DmaCompletion, DmaDescriptor } from './pldma/types.js';
 import type { Admission } from './pldma/responder.js';
@@ -118,7 +118,6 @@ export class SimNode {
       clock: system.clock,
     });
     this.driver.attachEngine(this.pldma);
-    this.pldma.onRetransmit((src, tid, seq, side, us, ms) => this.driver.retransmitted(src, tid, seq, side, us, ms));
     system.fabric.attach(id, (packet) => {
       if (packet.type === 'message') this.#onMessage?.(packet.body, packet.src);
       else this.pldma.onPacket(packet);
@@ -201,7 +200,17 @@ export class SimNode {
    * returns. False if a stall-mode copy was still held after `timeoutMs`.
    */
   fence(tag: CopyTag, timeoutMs?: number): boolean {
-    return this.#engine.fence(tag, timeoutMs);
+    return this.#engine.fence(nodeTag(this.id, tag), timeoutMs);
+  }
+
+  /**
+   * End every transfer QP `qp` of this node posted (DmaDescriptor.srcQp): once it returns,
+   * nothing of them lands in this process (runs already handed to a transport between
+   * processes may still land there). They complete FLUSHED. False if a stall-mode copy was
+   * still held after `timeoutMs`.
+   */
+  cancel(qp: number, timeoutMs?: number): boolean {
+    return this.pldma.cancel(qp, timeoutMs);
   }
 
   /** The check the node's responder makes of the key and QP every incoming write names. */

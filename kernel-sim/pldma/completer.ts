@@ -1,19 +1,18 @@
 // The completer of one node's PLDMA (rxe_comp's role): it reads the ACKs, NACKs and error
-// ACKs that come back for the runs this node sent (a transfer's in the order it sent them), parks a transfer on a fault until the
-// fault library answers (or its timer runs out), enforces the retry limits, and completes
-// the transfer with a status that says which side failed and why.
+// ACKs that come back for the runs this node sent (a transfer's in the order it sent them),
+// hands a fault to the fault unit (faults.ts: it parks the transfer until the fault library
+// answers), and completes the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
 import { AckResp, type AckPacket, type Verdict } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
-import type { FaultWaiters } from './fault-waiters.js';
-import { MAX_RUN_BLOCKS } from './requester.js';
+import type { Faults } from './faults.js';
 import {
   type DmaCompletion,
   type SentRun,
   DmaStatus,
   type EngineState,
-  type FaultInfo,
+  MAX_RUN_BLOCKS,
   type Side,
   stallDelay,
   traceTransfer,
@@ -41,21 +40,20 @@ export function statusForFault(id: EvtId, access: Access): DmaStatus {
 
 export class Completer {
   #s: EngineState;
-  #waiters: FaultWaiters;
+  #faults: Faults;
   /** Write packets sent and not yet answered (the scheduler's capacity is in these). */
   outstanding = 0;
   /** When the block #reserve last reserved was issued, and the modelled delay of its stalls. */
   #issueAt = 0;
   #delay = 0;
 
-  constructor(state: EngineState, waiters: FaultWaiters) {
+  constructor(state: EngineState, faults: Faults) {
     this.#s = state;
-    this.#waiters = waiters;
+    this.#faults = faults;
   }
 
-  /** An ACK for this node: the answer to one of its writes, or a destination fault library's answer. */
+  /** The answer to one of this node's writes. */
   onAck(p: AckPacket): void {
-    if (p.resp === AckResp.RESOLVED || p.resp === AckResp.UNRESOLVED) return this.#onResolvedAck(p);
     this.outstanding--;
     const s = this.#s;
     const t = s.transfers.get(p.tid);
@@ -151,7 +149,7 @@ export class Completer {
         t.faultStarted.push(realNowUs());
         s.counters.nacksReceived++;
         traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
-        this.park(t, seq, at, 'destination');
+        this.#faults.park(t, seq, at, 'destination');
         return;
       }
       case AckResp.SOURCE_FAULT: {
@@ -205,117 +203,11 @@ export class Completer {
     if (t.failing && t.inflight === 0) this.finish(t, t.failing.status, t.failing.reason, t.failing.side);
   }
 
-  /** A source-side fault of block `seq`: an error if it cannot be resolved, else wait for the fault library. */
+  /** A source-side fault of block `seq`: an error if it cannot be resolved, else the fault unit parks the transfer. */
   blockFault(t: Transfer, seq: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number, issuedUs: number, issuedMs: number): void {
-    const s = this.#s;
-    if (!tr.recoverable) {
-      s.smmu.recordFault(sid, tr, 'read');
-      this.fail(t, true, statusForFault(tr.id, 'read'), tr.reason, at, 'source');
-      return;
-    }
-    t.faults.source++;
-    s.counters.faults.source++;
-    t.faultStarted.push(realNowUs());
-    const info: FaultInfo = {
-      node: s.node,
-      sid,
-      side: 'source',
-      srcNode: s.node,
-      tid: t.tid,
-      channel: t.desc.channel,
-      seq,
-      va: tr.addr,
-      write: false,
-      lengthHint: Math.max(0, t.desc.length - Number(tr.addr - t.desc.srcVa)),
-      modelUs: at,
-      detectedMs: performance.now(),
-      issuedUs,
-      issuedMs,
-    };
-    this.#waiters.add(info);
-    traceTransfer(s.tracer, 'fault', s.node, t.tid, t.desc.channel, {
-      side: 'source',
-      modelUs: at,
-      detail: { seq, va: tr.addr, srcNode: s.node, issuedUs, issuedMs },
-    });
-    this.park(t, seq, at, 'source');
-    s.smmu.recordFault(sid, tr, 'read', { context: info });
-  }
-
-  /** The fault library answered a source fault of this node (through its driver). */
-  sourceResolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
-    const t = this.#s.transfers.get(info.tid);
-    if (!t || !t.parked || t.parkedSeq !== info.seq) return; // retried meanwhile: a late answer
-    traceTransfer(this.#s.tracer, 'resolved', this.#s.node, t.tid, t.desc.channel, {
-      side: 'source',
-      modelUs,
-      detail: { seq: info.seq, srcNode: info.srcNode },
-    });
-    t.pagesFetched += fetched;
-    if (ok) this.#unpark(t, modelUs);
-    else
-      this.fail(
-        t,
-        false,
-        DmaStatus.FAULT_UNRESOLVED,
-        `the fault library could not resolve the source fault at 0x${info.va.toString(16)}`,
-        modelUs,
-        'source',
-      );
-  }
-
-  #onResolvedAck(p: AckPacket): void {
-    const t = this.#s.transfers.get(p.tid);
-    if (!t || !t.parked || t.parkedSeq !== p.seq) return; // retried meanwhile: a late answer
-    t.pagesFetched += p.fetched ?? 0;
-    if (p.resp === AckResp.RESOLVED) this.#unpark(t, p.arrivesAt);
-    else
-      this.fail(
-        t,
-        false,
-        DmaStatus.FAULT_UNRESOLVED,
-        `node ${p.src}'s fault library could not resolve the destination fault`,
-        p.arrivesAt,
-        'destination',
-      );
-  }
-
-  // Block `seq` (the transfer's first not acked: blocks are answered in order) waits for the
-  // retransmission request (or the timeout). The transfer goes on from it: O(1) per fault.
-  park(t: Transfer, seq: number, at: number, side: Side): void {
-    t.parked = true;
-    t.parkedSeq = seq;
-    t.inflight--;
-    if (seq < t.cursor) t.cursor = seq;
-    t.modelReady = Math.max(t.modelReady, at);
-    let st = t.own.get(seq);
-    if (!st) t.own.set(seq, (st = { attempts: 1, srcFaults: 0, dstNacks: 0 }));
-    const faults = side === 'source' ? ++st.srcFaults : ++st.dstNacks;
-    const limit = side === 'source' ? this.#s.retryLimit : (t.desc.retryLimit ?? this.#s.retryLimit);
-    if (faults > limit) {
-      this.fail(t, false, DmaStatus.RETRY_EXCEEDED, `block ${seq} took ${faults} ${side} faults (retry limit ${limit})`, at, side);
-      return;
-    }
-    clearTimeout(t.parkTimer);
-    t.parkTimer = setTimeout(() => {
-      // Nobody answered (no fault library, a dropped notification): retry anyway, like an
-      // RNR timer; the retry limit bounds it.
-      if (t.done || !t.parked) return;
-      this.#s.counters.retryTimeouts++;
-      this.#unpark(t, t.modelReady);
-    }, this.#s.faultTimeoutMs);
-    t.parkTimer.unref?.();
-    this.#s.scheduler.kick();
-  }
-
-  #unpark(t: Transfer, at: number): void {
-    if (t.done) return;
-    clearTimeout(t.parkTimer);
-    t.parkTimer = undefined;
-    t.parked = false;
-    t.parkedSeq = -1;
-    t.modelReady = Math.max(t.modelReady, at);
-    this.#s.scheduler.wake(t.desc.channel);
+    if (tr.recoverable) return this.#faults.source(t, seq, sid, tr, at, issuedUs, issuedMs);
+    this.#s.smmu.recordFault(sid, tr, 'read');
+    this.fail(t, true, statusForFault(tr.id, 'read'), tr.reason, at, 'source');
   }
 
   /** Blocks [seq, seq+count) landed; the last of them acked at `ackAt` (modelled). */

@@ -27,6 +27,18 @@ export interface CopyTag {
 }
 
 /**
+ * @internal The tag the engine keeps for a key or QP of node `node`. Keys and QP numbers are a node's
+ * own (between processes two nodes may use the same), while one engine serves every node of
+ * a process: its tags name the node too.
+ */
+export function nodeTag(node: number, tag: CopyTag): CopyTag {
+  const out: CopyTag = {};
+  if (tag.key !== undefined) out.key = node * 2 ** 32 + tag.key;
+  if (tag.qp !== undefined) out.qp = node * 2 ** 24 + tag.qp;
+  return out;
+}
+
+/**
  * The largest copy done inline on the JavaScript thread (copyNow): up to here a memcpy costs
  * less than waking a copy thread and hearing back from it (~60 µs here).
  */

@@ -1,22 +1,24 @@
 // The fault-aware PLDMA of one node: virtual channels, descriptors, transfers split into
 // blocks, built by role as rdma_rxe is. The requester (requester.ts) translates each block's
 // source on this node's SMMU and sends it as a write packet; the destination node's
-// responder (responder.ts) translates it on its own SMMU, records a fault and NACKs it, or
-// writes it with the native copy engine and ACKs it; the completer (completer.ts) reads the
-// answers, parks a transfer on a fault until the fault library asks for the retransmission
-// (terminate mode, the thesis's design), enforces retry limits and completes transfers. In
-// stall mode the copy thread blocks in a genuine userfaultfd fault until CMD_RESUME. Only
-// packets, through the transport, pass between nodes.
+// responder (responder.ts) translates it on its own SMMU and NACKs a fault, or writes it
+// with the native copy engine and ACKs it; the completer (completer.ts) reads the answers and
+// completes transfers; the fault unit (faults.ts, rxe_odp's role) owns every fault of either
+// side: its record, the blocks waiting on it, parking a transfer until the fault library
+// asks for the retransmission (terminate mode, the thesis's design) within the retry
+// limits, and the answer's fan-out. In stall mode the copy thread blocks in a genuine
+// userfaultfd fault until CMD_RESUME. Only packets, through the transport, pass between nodes.
 import type { CostModel } from '../cost-model/index.js';
 import { ModelResource } from '../cost-model/index.js';
-import type { Packet } from '../fabric/packets.js';
+import { AckResp, type Packet } from '../fabric/packets.js';
+import type { ResolveMethod } from '../netlink/messages.js';
 import type { Transport } from '../fabric/transport.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
 import { Completer } from './completer.js';
-import type { CopyEngine } from './copy-engine.js';
-import { FaultWaiters } from './fault-waiters.js';
+import { type CopyEngine, type CopyTag, nodeTag } from './copy-engine.js';
+import { Faults, type PageResponse, type SentAgain } from './faults.js';
 import { Requester } from './requester.js';
 import { type Admission, Responder } from './responder.js';
 import {
@@ -27,7 +29,6 @@ import {
   type FaultInfo,
   type PldmaCounters,
   type PldmaOptions,
-  type Retransmitted,
 } from './types.js';
 
 /** The fault-aware DMA engine (PLDMA) of one node: virtual channels, transfers split into blocks, NACKed blocks retransmitted once the fault is resolved, retry limits. */
@@ -47,10 +48,11 @@ export class Pldma {
   /** The round-robin channel scheduler (the firmware's). */
   readonly scheduler: Scheduler;
   #s: EngineState;
-  #waiters = new FaultWaiters();
+  #faults: Faults;
   #requester: Requester;
   #responder: Responder;
   #completer: Completer;
+  #engine: CopyEngine;
 
   constructor(
     options: PldmaOptions,
@@ -62,6 +64,7 @@ export class Pldma {
     this.retryLimit = options.retryLimit ?? 7;
     this.faultTimeoutMs = options.faultTimeoutMs ?? 2000;
     this.capacity = options.engineSlots ?? 4;
+    this.#engine = deps.engine;
     const counters: PldmaCounters = {
       posted: 0,
       completed: 0,
@@ -90,11 +93,12 @@ export class Pldma {
       transfers: new Map(),
       counters,
       closed: false,
-      retransmitted: undefined,
     };
     this.#s = state as EngineState;
-    this.#completer = new Completer(this.#s, this.#waiters);
-    this.#requester = new Requester(this.#s, this.#completer, this.capacity);
+    // The fault unit ends a transfer through the completer (a retry limit, an unresolved fault).
+    this.#faults = new Faults(this.#s, (t, onWire, status, reason, at, side) => this.#completer.fail(t, onWire, status, reason, at, side));
+    this.#completer = new Completer(this.#s, this.#faults);
+    this.#requester = new Requester(this.#s, this.#completer, this.#faults, this.capacity);
     this.scheduler = new Scheduler(this.#requester, this.channels);
     this.#s.scheduler = this.scheduler;
     this.#responder = new Responder({
@@ -103,9 +107,8 @@ export class Pldma {
       transport: deps.transport,
       engine: deps.engine,
       costs: deps.costs,
-      tracer: deps.tracer,
       counters,
-      waiters: this.#waiters,
+      faults: this.#faults,
     });
   }
 
@@ -127,16 +130,12 @@ export class Pldma {
     return this.#requester.post(desc);
   }
 
-  /** A packet for this node: a write for its responder, an answer for its completer. */
+  /** A packet for this node: a write for its responder, an answer for its completer, a destination's fault answer for its fault unit. */
   onPacket(p: Packet): void {
     if (p.type === 'write') void this.#responder.onWrite(p);
-    else if (p.type === 'ack') this.#completer.onAck(p);
-  }
-
-  /** Hear about every block sent again after a fault, at this node's source or destination. */
-  onRetransmit(listener: Retransmitted | undefined): void {
-    this.#s.retransmitted = listener;
-    this.#responder.retransmitted = listener;
+    else if (p.type !== 'ack') return;
+    else if (p.resp === AckResp.RESOLVED || p.resp === AckResp.UNRESOLVED) this.#faults.onResolvedAck(p);
+    else this.#completer.onAck(p);
   }
 
   /** Check the key and QP of every incoming write that names them (see DmaDescriptor.key). */
@@ -145,15 +144,40 @@ export class Pldma {
   }
 
   /**
-   * The fault library answered (through this node's driver). `modelUs` is when, in modelled
-   * time, the answer reached the engine. Every block waiting on that page hears it: a source
-   * block is re-queued, a destination block's source is told over the fabric.
+   * The fault library answered `info` (through this node's driver, as iommu_page_response):
+   * the fault unit re-queues every source block waiting on that page and tells the sources
+   * of the destination blocks. `sentAgain` hears when the block goes out again.
    */
-  resolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
-    for (const w of this.#waiters.take(info)) {
-      if (w.side === 'source') this.#completer.sourceResolved(w, ok, modelUs, fetched);
-      else this.#responder.destinationResolved(w, ok, modelUs, fetched);
+  answer(info: FaultInfo, response: PageResponse, sentAgain?: SentAgain): void {
+    this.#faults.answer(info, response, sentAgain);
+  }
+
+  /** When, modelled, the fault library's answer to `info` reached this node's engine (or SMMU, for a stalled access). */
+  answeredAt(info: FaultInfo, method: ResolveMethod, bytes: number): number {
+    return this.#faults.answeredAt(info, method, bytes);
+  }
+
+  /**
+   * End every transfer QP `srcQp` posted on this node (DmaDescriptor.srcQp), as its QP is
+   * destroyed: no run of them is sent again, the runs on the wire are refused where they
+   * arrive (their payload revoked), and their copies already queued or running on this
+   * process's engine are cancelled or waited for (the destination QP's copies: for an RC
+   * connection, exactly this QP's). Each ends FLUSHED once its runs on the wire are answered.
+   * False if a copy was still running after `timeoutMs` (a stall-mode copy held in a fault).
+   */
+  cancel(srcQp: number, timeoutMs?: number): boolean {
+    const fences = new Map<string, CopyTag>();
+    for (const t of [...this.#s.transfers.values()]) {
+      if (t.desc.srcQp !== srcQp || t.done) continue;
+      for (const run of t.runs) run.payload.revoked = true;
+      const d = t.desc;
+      const tag: CopyTag | undefined = d.dstQp !== undefined ? { qp: d.dstQp } : d.key !== undefined ? { key: d.key } : undefined;
+      if (tag) fences.set(`${d.dstNode}:${tag.qp}:${tag.key}`, nodeTag(d.dstNode, tag));
+      this.#completer.fail(t, false, DmaStatus.FLUSHED, `QP ${srcQp} of node ${this.node} was destroyed`, t.modelEnd, 'source');
     }
+    let ok = true;
+    for (const tag of fences.values()) ok = this.#engine.fence(tag, timeoutMs) && ok;
+    return ok;
   }
 
   /** The counters now. */

@@ -12,34 +12,33 @@ import { realNowUs } from '../cost-model/index.js';
 import type { WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
-import { type DmaCompletion, type DmaDescriptor, DmaStatus, type EngineState, traceTransfer, type Transfer, walkCost, walkedCost } from './types.js';
-
-/**
- * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
- * fixed cost of a packet, its copy-thread hand-off and its answer is paid once per 4 MiB of
- * resident memory, not once per 256 KiB. The modelled time is still planned per block.
- */
-export const MAX_RUN_BLOCKS = 1024;
-
-/**
- * Runs of one transfer on the wire at once. Two: the JavaScript of run k+1 (its source and
- * destination translations, its packet) then runs while the copy threads move run k, and the
- * answer of run k is read while run k+1 is copied; a third would only queue behind them (the
- * copy engine's threads are already busy with one run). Only full-size runs are pipelined:
- * after a fault or a returned block a transfer goes one run at a time again.
- */
-export const RUNS_IN_FLIGHT = 2;
+import type { Faults } from './faults.js';
+import {
+  type DmaCompletion,
+  type DmaDescriptor,
+  DmaStatus,
+  type EngineState,
+  MAX_RUN_BLOCKS,
+  type PayloadView,
+  RUNS_IN_FLIGHT,
+  traceTransfer,
+  type Transfer,
+  walkCost,
+  walkedCost,
+} from './types.js';
 
 export class Requester implements Schedulable {
   readonly capacity: number;
   #s: EngineState;
   #completer: Completer;
+  #faults: Faults;
   #nextTid = 1;
   #walked: number[] = [];
 
-  constructor(state: EngineState, completer: Completer, engineSlots: number) {
+  constructor(state: EngineState, completer: Completer, faults: Faults, engineSlots: number) {
     this.#s = state;
     this.#completer = completer;
+    this.#faults = faults;
     this.capacity = engineSlots;
   }
 
@@ -193,25 +192,22 @@ export class Requester implements Schedulable {
             offset: batch.offset,
             length: bytes,
             access: 'read',
-            tag: {
-              node: s.node,
+            tag: this.#faults.info('source', {
               sid: src.sid,
-              side: 'source',
               srcNode: s.node,
               tid: t.tid,
               channel: d.channel,
               seq: first,
               va: d.srcVa + BigInt(offset0),
-              write: false,
               lengthHint: Math.max(0, d.length - offset0),
               modelUs: cursor,
-              detectedMs: performance.now(),
               issuedUs: issued[0]!,
               issuedMs,
-            },
+            }),
           })
         : undefined;
-    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window });
+    const payload: PayloadView = { region, offset: batch.offset, revoked: false };
+    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload });
     t.plan.cursor = cursor;
     t.plan.engine = engineFree;
     t.plan.link = linkFree;
@@ -237,7 +233,7 @@ export class Requester implements Schedulable {
       channel: d.channel,
       count: k,
       blockSize: bs,
-      payload: { region, offset: batch.offset },
+      payload,
       lengthHint: Math.max(0, d.length - offset0),
       issuedUs: issued,
       arrivals,
@@ -277,7 +273,7 @@ export class Requester implements Schedulable {
           detail: { seq: first + j, attempt: j === 0 && own ? own.attempts : 1 },
         });
     // A source fault of this block answered by this node's fault library: its statistics end here.
-    if (own && own.attempts > 1) s.retransmitted?.(s.node, t.tid, first, 'source', at0, ms);
+    if (own && own.attempts > 1) this.#faults.sentAgain(s.node, t.tid, first, 'source', at0, ms);
     return ms;
   }
 

@@ -13,21 +13,20 @@ import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
 import type { MemoryLike } from '../memory.js';
 import type { Smmu, Translation } from '../smmu/smmu.js';
-import type { Tracer } from '../trace.js';
 import { statusForFault } from './completer.js';
-import { type CopyEngine, CopyFlag, CopyStatus } from './copy-engine.js';
-import type { FaultWaiters } from './fault-waiters.js';
-import { DmaStatus, type FaultInfo, type PldmaCounters, type Retransmitted, traceTransfer, walkCost, walkedCost } from './types.js';
+import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
+import type { Faults } from './faults.js';
+import { DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
+/** @internal What one node's responder needs of its node. */
 export interface ResponderDeps {
   node: number;
   smmu: Smmu;
   transport: Transport;
   engine: CopyEngine;
   costs: CostModel;
-  tracer: Tracer;
   counters: PldmaCounters;
-  waiters: FaultWaiters;
+  faults: Faults;
 }
 
 /**
@@ -56,10 +55,10 @@ interface Lane {
   stop: { tid: number; seq: number } | undefined;
 }
 
+/** @internal The responder of one node's PLDMA (see the top of this file). */
 export class Responder {
   #d: ResponderDeps;
   admit: Admission | undefined;
-  retransmitted: Retransmitted | undefined;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
   #walked: number[] = [];
@@ -94,7 +93,7 @@ export class Responder {
     }
     // The transfer goes on (that block again), or another one started on this channel.
     if (stop) lane.stop = undefined;
-    this.retransmitted?.(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
+    this.#d.faults.sentAgain(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
     const verdicts: Verdict[] = [];
     // Faults are recorded as the answer goes out: the NACK reaches the source before the
     // fault library's answer can (the blocks before the fault are written first).
@@ -155,7 +154,7 @@ export class Responder {
             const i = written;
             const tr = fault;
             const at = p.arrivals[i]! + walkUs;
-            refusedFault = () => this.#fault(p, i, ctx.sid, tr, at);
+            refusedFault = () => this.#d.faults.destination(p, i, ctx.sid, tr, at);
             refused = { seq, count: 1, resp: AckResp.FAULT, walkUs };
           } else {
             smmu.recordFault(ctx.sid, fault, 'write');
@@ -224,7 +223,8 @@ export class Responder {
       tid: p.tid,
       seq: p.seq,
       length: p.length,
-      resp: AckResp.OK,
+      // The envelope says what the verdicts say: OK, or why the write stopped (the last verdict).
+      resp: verdicts.length ? verdicts[verdicts.length - 1]!.resp : AckResp.OK,
       arrivesAt: p.arrivals[p.count - 1]! + this.#d.costs.linkLatencyUs,
       verdicts,
     };
@@ -257,6 +257,17 @@ export class Responder {
     const srcOffset = p.payload.offset + g.at * bs;
     const length = Math.min(p.length - g.at * bs, g.count * bs);
     const va = p.va + BigInt(g.at * bs);
+    // Nothing starts once the source cancelled the transfer, or (for a group after the
+    // first, copied a turn later) once this node stopped admitting its key or QP.
+    const refusal = revoked(p.payload)
+      ? `node ${p.src} cancelled transfer ${p.tid} (its QP was destroyed)`
+      : g.at > 0 && this.admit && !this.admit(p, { va, length })
+        ? `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`
+        : undefined;
+    if (refusal) {
+      verdicts.push({ seq, count: 1, resp: revoked(p.payload) ? AckResp.FLUSHED : AckResp.ACCESS_ERR, walkUs: g.walks[0]!, reason: refusal });
+      return false;
+    }
     const window = stall
       ? smmu.beginStallWindow({
           sid,
@@ -264,7 +275,7 @@ export class Responder {
           offset: g.offset,
           length,
           access: 'write',
-          tag: this.#info(p, g.at, sid, va, p.arrivals[g.at]!),
+          tag: this.#d.faults.destinationInfo(p, g.at, sid, va, p.arrivals[g.at]!),
         })
       : undefined;
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
@@ -276,10 +287,10 @@ export class Responder {
     let faultOffset = -1;
     let copy: { copyThread: number; copyNs: number } | undefined;
     try {
-      const tag: { key?: number; qp?: number } = {};
+      const tag: CopyTag = {};
       if (p.key !== undefined) tag.key = p.key;
       if (p.qpn !== undefined) tag.qp = p.qpn;
-      const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, tag);
+      const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, nodeTag(this.#d.node, tag));
       status = r.status;
       faultOffset = r.faultOffset;
       copy = { copyThread: r.tid, copyNs: r.ns };
@@ -322,7 +333,7 @@ export class Responder {
           reason: 'destination page evicted before the write',
         };
         smmu.iotlb.invalidateRange(addr, region.pageSize, region.pageSize);
-        faults.push(() => this.#fault(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
+        faults.push(() => this.#d.faults.destination(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
         verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
         break;
       }
@@ -355,67 +366,5 @@ export class Responder {
       v.copyNs = copy.copyNs;
     }
     return v;
-  }
-
-  /** This node's fault library answered a destination fault: tell the source over the fabric. */
-  destinationResolved(info: FaultInfo, ok: boolean, modelUs: number, fetched = 0): void {
-    this.#d.tracer.emit({
-      kind: 'resolved',
-      node: this.#d.node,
-      tid: info.tid,
-      channel: info.channel,
-      side: 'destination',
-      modelUs,
-      detail: { seq: info.seq, srcNode: info.srcNode },
-    });
-    this.#d.transport.send<AckPacket>(
-      {
-        type: 'ack',
-        src: this.#d.node,
-        dst: info.srcNode,
-        pd: 0,
-        va: info.va,
-        tid: info.tid,
-        seq: info.seq,
-        length: 0,
-        resp: ok ? AckResp.RESOLVED : AckResp.UNRESOLVED,
-        ...(fetched ? { fetched } : {}),
-      },
-      modelUs,
-    );
-  }
-
-  #fault(p: WritePacket, i: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number): void {
-    const d = this.#d;
-    d.counters.faults.destination++;
-    d.counters.nacksSent++;
-    const info = this.#info(p, i, sid, tr.addr, at);
-    d.waiters.add(info);
-    traceTransfer(d.tracer, 'fault', d.node, p.tid, p.channel, {
-      side: 'destination',
-      modelUs: at,
-      detail: { seq: info.seq, va: tr.addr, srcNode: p.src, issuedUs: info.issuedUs, issuedMs: info.issuedMs },
-    });
-    d.smmu.recordFault(sid, tr, 'write', { context: info });
-  }
-
-  // The context of a fault at block i of a write (at `va`, the faulting page or the block).
-  #info(p: WritePacket, i: number, sid: number, va: bigint, at: number): FaultInfo {
-    return {
-      node: this.#d.node,
-      sid,
-      side: 'destination',
-      srcNode: p.src,
-      tid: p.tid,
-      channel: p.channel,
-      seq: p.seq + i,
-      va,
-      write: true,
-      lengthHint: Math.max(0, p.lengthHint - Number(va - p.va)),
-      modelUs: at,
-      detectedMs: performance.now(),
-      issuedUs: p.issuedUs[i]!,
-      issuedMs: p.issuedMs,
-    };
   }
 }

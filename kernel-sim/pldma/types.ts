@@ -7,6 +7,23 @@ import type { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu, StallWindow, Translation } from '../smmu/smmu.js';
 import type { TraceKind, Tracer } from '../trace.js';
 import type { Transport } from '../fabric/transport.js';
+import type { Payload } from '../fabric/packets.js';
+
+/**
+ * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
+ * fixed cost of a packet, its copy-thread hand-off and its answer is paid once per 4 MiB of
+ * resident memory, not once per 256 KiB. The modelled time is still planned per block.
+ */
+export const MAX_RUN_BLOCKS = 1024;
+
+/**
+ * Runs of one transfer on the wire at once. Two: the JavaScript of run k+1 (its source and
+ * destination translations, its packet) then runs while the copy threads move run k, and the
+ * answer of run k is read while run k+1 is copied; a third would only queue behind them (the
+ * copy engine's threads are already busy with one run). Only full-size runs are pipelined:
+ * after a fault or a returned block a transfer goes one run at a time again.
+ */
+export const RUNS_IN_FLIGHT = 2;
 
 /** Completion status of a DMA transfer. */
 export enum DmaStatus {
@@ -72,6 +89,8 @@ export interface DmaDescriptor {
   key?: number;
   /** The destination QP the write is for. */
   dstQp?: number;
+  /** The QP on this node that posted the transfer: `SimNode.cancel(srcQp)` ends it (its QP destroyed). */
+  srcQp?: number;
 }
 
 /** Faults by side. */
@@ -237,6 +256,23 @@ export interface SentRun {
   region: MemoryLike;
   offset: number;
   window: StallWindow | undefined;
+  /** What the run's packet carries: revoked when the transfer is cancelled. */
+  payload: PayloadView;
+}
+
+/**
+ * @internal In one process a write's payload is a view of the source's memory, read when the
+ * destination copies it. The source revokes it when it cancels the transfer (its QP was
+ * destroyed): a destination never starts a copy from a revoked view. A transport between
+ * processes reads the bytes when the packet is sent; there is nothing to revoke then.
+ */
+export interface PayloadView extends Payload {
+  revoked: boolean;
+}
+
+/** @internal Whether a write's payload was revoked by its source (see PayloadView). */
+export function revoked(p: Payload): boolean {
+  return (p as Partial<PayloadView>).revoked === true;
 }
 
 /** One DMA transfer in flight: its descriptor, cursors and the blocks that need state of their own. */
@@ -291,7 +327,7 @@ export interface Channel {
   cursor: number; // modelled time the channel may issue its next block
 }
 
-/** What one node's requester, completer and fault waiters share: its own state only. */
+/** What one node's requester, completer and fault unit share: its own state only. */
 export interface EngineState {
   readonly node: number;
   readonly channels: number;
@@ -309,12 +345,7 @@ export interface EngineState {
   readonly counters: PldmaCounters;
   scheduler: Scheduler;
   closed: boolean;
-  /** Told when a block goes out again after a fault (the driver closes the fault's statistics). */
-  retransmitted: Retransmitted | undefined;
 }
-
-/** A block of transfer `tid` of `srcNode` was sent again after a fault at `side`, at these times. */
-export type Retransmitted = (srcNode: number, tid: number, seq: number, side: Side, modelUs: number, realMs: number) => void;
 
 /** Modelled cost of one translation: an IOTLB hit (nothing walked), or a walk per page walked. */
 export function walkCost(costs: CostModel, tr: Translation): number {

@@ -6,6 +6,7 @@
 import type { CostModel } from '../cost-model/index.js';
 import { decodeResolved, encodeFault, encodeResolvedAck, type NlAttrs, type ResolveMethod } from '../netlink/messages.js';
 import { NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
+import type { PageResponse, SentAgain } from '../pldma/faults.js';
 import type { FaultInfo } from '../pldma/types.js';
 import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
 import type { Smmu } from '../smmu/smmu.js';
@@ -50,10 +51,16 @@ export interface DriverCounters {
   resumes: number;
 }
 
-/** Where the driver sends the fault library's answers to terminated faults (its node's engine). */
+/**
+ * The engine of the driver's node, which owns what a fault means for a transfer: the driver
+ * hands it the fault library's answer (iommu_page_response: the status, with what the
+ * library did) and keeps no engine bookkeeping of its own.
+ */
 export interface FaultAnswers {
-  /** `fetched`: pages a page store supplied for it (remote paging). */
-  resolved(info: FaultInfo, ok: boolean, modelUs: number, fetched: number): void;
+  /** A terminated fault answered; `sentAgain` hears when the block goes out again. */
+  answer(info: FaultInfo, response: PageResponse, sentAgain?: SentAgain): void;
+  /** When (modelled) the fault library's answer to a fault reached the engine or, for a stalled access, the SMMU. */
+  answeredAt(info: FaultInfo, method: ResolveMethod, bytes: number): number;
 }
 
 /** The modified Linux SMMU driver of one node: its IRQ handler drains the event queue, finds the stream's owner, notifies its fault library over netlink, and acts on the answer (retransmission or CMD_RESUME). */
@@ -66,8 +73,6 @@ export class SmmuDriver {
   #tracer: Tracer;
   #engine: FaultAnswers | undefined;
   #pending = new Map<string, FaultInfo>(); // notified and waiting for the library
-  // Answers that asked for an ACK, waiting for their block to go out again (srcNode:tid:seq:side).
-  #acks = new Map<string, { socket: NetlinkSocket; seq: number; resolvedUs: number }>();
   #watchers: Array<(f: DriverFault) => void> = [];
   #c: DriverCounters = { interrupts: 0, records: 0, notified: 0, dropped: 0, unrecoverable: 0, unknownStream: 0, responses: 0, resumes: 0 };
 
@@ -204,54 +209,21 @@ export class SmmuDriver {
     this.#pending.delete(key);
     this.#c.responses++;
     const code = r.status;
-    const method = r.method;
-    const bytes = r.length;
-    const c = this.#costs;
-    const modelUs =
-      info.modelUs + c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + this.resolveCost(method, bytes, info) + c.requestUs;
+    const resolvedUs = this.#engine?.answeredAt(info, r.method, r.length) ?? info.modelUs;
     if (stall && info.stall) {
       this.#resume(sid, stag, resumeFor(code));
-      return encodeResolvedAck({ resolvedUs: modelUs });
+      return encodeResolvedAck({ resolvedUs });
     }
-    const ok = code === IommuPageResponseCode.SUCCESS;
     // The ACK of an answer that asks for a retransmission waits for it: it tells the library
     // when the block went out again (the last phase of the fault's statistics).
-    const deferred = wantsAck && ok;
-    if (deferred) {
-      this.#acks.set(`${info.srcNode}:${info.tid}:${info.seq}:${info.side}`, { socket: from, seq: m.seq, resolvedUs: modelUs });
-      // Transfers that end without sending the block again never claim theirs: keep it bounded.
-      if (this.#acks.size > 10_000) this.#acks.delete(this.#acks.keys().next().value as string);
-    }
-    this.#engine?.resolved(info, ok, modelUs, r.fetched ?? 0);
-    return deferred ? 'defer' : encodeResolvedAck({ resolvedUs: modelUs });
-  }
-
-  /** The engine sent a block again after a fault this node's library answered: acknowledge that answer now. */
-  retransmitted(srcNode: number, tid: number, seq: number, side: 'source' | 'destination', modelUs: number, realMs: number): void {
-    // Called for every block sent: no key is built while no answer waits (the common case).
-    if (this.#acks.size === 0) return;
-    const key = `${srcNode}:${tid}:${seq}:${side}`;
-    const a = this.#acks.get(key);
-    if (!a) return;
-    this.#acks.delete(key);
-    if (!a.socket.closed)
-      this.#netlink.ack(a.socket, a.seq, encodeResolvedAck({ resolvedUs: a.resolvedUs, retransmitUs: modelUs, retransmitMs: realMs }));
-  }
-
-  /** Modelled cost of what the library did to make pages resident. */
-  resolveCost(method: ResolveMethod, bytes: number, info: { va: bigint }): number {
-    const ps = 4096;
-    const pages = Math.max(1, Math.ceil((bytes + Number(info.va % BigInt(ps))) / ps));
-    const c = this.#costs;
-    switch (method) {
-      case 'touch':
-        return c.touchPageUs * pages;
-      case 'gup':
-      case 'uffd':
-        return c.gupCallUs + c.gupPageUs * pages;
-      case 'none':
-        return 0;
-    }
+    const deferred = wantsAck && code === IommuPageResponseCode.SUCCESS;
+    const sentAgain = deferred
+      ? (retransmitUs: number, retransmitMs: number) => {
+          if (!from.closed) this.#netlink.ack(from, m.seq, encodeResolvedAck({ resolvedUs, retransmitUs, retransmitMs }));
+        }
+      : undefined;
+    this.#engine?.answer(info, { status: code, method: r.method, bytes: r.length, fetched: r.fetched ?? 0 }, sentAgain);
+    return deferred ? 'defer' : encodeResolvedAck({ resolvedUs });
   }
 
   #resume(sid: number, stag: number, resp: ResumeResp): void {

@@ -1,10 +1,11 @@
 // Reliable-connected queue pairs: the QP state machine and the verbs that post work. The
 // work itself is done by the QP's roles, as in rdma_rxe: its requester (requester.ts) runs
 // the send queue, its responder (responder.ts) answers the connected QP's requests on this
-// QP's own node, its completer (completer.ts) writes completions. A destination fault
-// behaves like ODP's RNR NAK: the requester retries up to rnrRetry (7 = infinite), then
-// completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR and the rest
-// complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
+// QP's own node, its completer (completer.ts) reads the answers to its requests (retrying an
+// RNR NAK) and writes completions. A destination fault behaves like ODP's RNR NAK: the
+// engine retries up to rnrRetry (7 = infinite), then completes with RNR_RETRY_EXC_ERR. A
+// failed work request moves the QP to ERR and the rest complete with WR_FLUSH_ERR. A QP
+// holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { mapRegion, type Region } from '../region.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
@@ -162,6 +163,12 @@ export class QueuePair {
       get destQpNum() {
         return attr.destQpNum;
       },
+      get state() {
+        return state();
+      },
+      get rnrRetry() {
+        return attr.rnrRetry;
+      },
       toError: () => this.#toError(),
     });
     this.#core = {
@@ -280,13 +287,17 @@ export class QueuePair {
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
     for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
       this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
-    this.#requester.stop();
+    this.#completer.stop();
+    // Writes for it are refused from the next block on; what it posted (its writes and SEND
+    // payloads as a requester, READ and atomic answers as a responder) ends, its runs on the
+    // wire refused where they arrive; and the copies for either already running finish
+    // before this returns.
+    this.#device.tables.removeQp(this.qpNum);
+    this.#device.sim.cancel(this.qpNum);
+    this.#device.sim.fence({ qp: this.qpNum });
     this.pd.unmapFor(this);
     this.#scratch?.close();
     this.pd.users.delete(this);
-    this.#device.tables.removeQp(this.qpNum);
-    // Refused from the next block on; and the block being written right now lands before we return.
-    this.#device.sim.fence({ qp: this.qpNum });
     this.#objects.qps.delete(this);
   }
 
@@ -300,14 +311,14 @@ export class QueuePair {
     this.#responder.onRequest(m, from);
   }
 
-  /** @internal a response header for this QP's requester */
+  /** @internal a response header for this QP's completer */
   onResponse(m: Response): void {
-    this.#requester.onResponse(m);
+    this.#completer.onResponse(m);
   }
 
   /** @internal node `node` went away: if it is this QP's peer, what the requester waits for ends (RETRY_EXC_ERR) */
   peerLost(node: number): void {
-    if (this.#attr.destNode === node) this.#requester.peerLost();
+    if (this.#attr.destNode === node) this.#completer.peerLost();
   }
 
   /** @internal the per-block admission of a write landing in this QP's memory */
@@ -330,7 +341,7 @@ export class QueuePair {
     this.#state = QpState.ERR;
     for (const wr of [...this.#responder.takeReceiving(), ...this.#rq.splice(0)])
       this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    this.#requester.stop();
+    this.#completer.stop();
     if (!this.#requester.running)
       for (const wr of this.#sq.splice(0)) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
   }

@@ -1,10 +1,10 @@
 // The requester of a QP (rdma_rxe's rxe_req): it runs the send queue in order. It checks the
-// WR's own SGEs on its own device, asks the connected QP's responder (a request header
-// through the fabric) for what it needs, and moves bytes only by posting on its own node's
-// engine; a READ or ATOMIC is carried out by the responder, which sends the bytes back. An
-// RNR NAK is retried min_rnr_timer apart, rnrRetry times (7: forever), on an unref'd timer.
+// WR's own SGEs on its own device, sends the connected QP's responder a request header
+// through the fabric for what it needs (its completer waits for the answer and retries an
+// RNR NAK), and moves bytes only by posting on its own node's engine; a READ or ATOMIC is
+// carried out by the responder, which sends the bytes back.
 import type { DmaCompletion } from '../../kernel-sim/index.js';
-import { QpState, rnrTimerMs, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
+import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import { localSges, offsetOf, type QpCore, scatter, type SendWr } from './qp-core.js';
 import type { Request, Response } from './wire.js';
@@ -45,8 +45,6 @@ export class Requester {
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
   #psn = 1;
-  #waiting = new Map<number, (r: Response | undefined) => void>();
-  #timers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
 
   constructor(qp: QpCore) {
     this.#qp = qp;
@@ -78,32 +76,6 @@ export class Requester {
       // Work posted while the loop was finishing.
       if (q.sq.length && (q.state === QpState.RTS || q.state === QpState.ERR) && !q.destroyed) this.kick();
     });
-  }
-
-  /** A response header for this QP. */
-  onResponse(m: Response): void {
-    const w = this.#waiting.get(m.psn);
-    if (!w) return;
-    this.#waiting.delete(m.psn);
-    w(m);
-  }
-
-  /** The peer's node went away: every response waited for ends as its retries would have (RETRY_EXC_ERR). */
-  peerLost(): void {
-    const lost: Response = { kind: 'response', srcQpn: 0, dstQpn: this.#qp.qpNum, psn: 0, status: WcStatus.RETRY_EXC_ERR };
-    for (const w of [...this.#waiting.values()]) w(lost);
-    this.#waiting.clear();
-  }
-
-  /** The QP went to ERR or away: nothing it waits for will be used. */
-  stop(): void {
-    for (const w of [...this.#waiting.values()]) w(undefined);
-    this.#waiting.clear();
-    for (const t of [...this.#timers]) {
-      clearTimeout(t.timer);
-      t.wake();
-    }
-    this.#timers.clear();
   }
 
   // WRs in flight (see overlaps), completed in posting order: each WR's completion waits for
@@ -236,46 +208,17 @@ export class Requester {
     return fail(WcStatus.LOC_QP_OP_ERR);
   }
 
-  // Send a request and wait for its response; RNR NAKs are retried as the QP's rnrRetry says.
-  async #request(body: RequestBody): Promise<Response> {
-    const q = this.#qp;
-    for (let attempt = 0; ; attempt++) {
-      // A destroyed QP is in ERR too.
-      if (q.state === QpState.ERR) return this.#flushed();
-      const psn = this.#psn++;
-      const r = await new Promise<Response | undefined>((resolve) => {
-        this.#waiting.set(psn, resolve);
-        this.#send(body, psn);
-      });
-      if (!r) return this.#flushed();
-      if (r.rnr === undefined) return r;
-      if (q.attr.rnrRetry !== 7 && attempt >= q.attr.rnrRetry) return { ...r, status: WcStatus.RNR_RETRY_EXC_ERR };
-      await this.#sleep(Math.max(1, rnrTimerMs(r.rnr)));
-    }
-  }
-
-  #flushed(): Response {
-    return { kind: 'response', srcQpn: 0, dstQpn: this.#qp.qpNum, psn: 0, status: WcStatus.WR_FLUSH_ERR };
+  // Send a request; the completer waits for its answer (and retries an RNR NAK).
+  #request(body: RequestBody): Promise<Response> {
+    return this.#qp.completer.request(
+      (psn) => this.#send(body, psn),
+      () => this.#psn++,
+    );
   }
 
   #send(body: RequestBody, psn: number): void {
     const q = this.#qp;
     q.device.send(q.attr.destNode, { kind: 'request', srcQpn: q.qpNum, dstQpn: q.attr.destQpNum, psn, ...body });
-  }
-
-  // An RNR wait neither keeps the process alive nor outlives the QP.
-  #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const t = {
-        timer: setTimeout(() => {
-          this.#timers.delete(t);
-          resolve();
-        }, ms),
-        wake: resolve,
-      };
-      t.timer.unref();
-      this.#timers.add(t);
-    });
   }
 
   // Post one DMA descriptor per piece on this node's engine, to the connected QP's node.
@@ -295,6 +238,7 @@ export class Requester {
         retryLimit: rnr === 7 ? Infinity : rnr,
         key: p.key,
         dstQp: q.attr.destQpNum,
+        srcQp: q.qpNum,
       });
     // The common case, one SGE: no Promise.all (one promise less per WR).
     if (pieces.length === 1 && pieces[0]!.length > 0) return post(pieces[0]!).then((c) => [c]);

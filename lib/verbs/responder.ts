@@ -98,7 +98,8 @@ export class Responder {
           m.rnrRetry,
         ).then((results) => {
           const out = done(statusOf(results), m.length, results);
-          answer(out.status, { odp: out.odp });
+          // Destroyed meanwhile (its transfer was cancelled): as for any request it no longer hears.
+          answer(q.destroyed ? WcStatus.RETRY_EXC_ERR : out.status, { odp: out.odp });
         });
         return;
       }
@@ -110,7 +111,7 @@ export class Responder {
         const run = () => this.#atomic(m, from);
         const p = tables.atomicChain.then(run, run);
         tables.atomicChain = p.catch(() => undefined);
-        void p.then((out) => answer(out.status, { odp: out.odp }));
+        void p.then((out) => answer(q.destroyed ? WcStatus.RETRY_EXC_ERR : out.status, { odp: out.odp }));
         return;
       }
     }
@@ -146,10 +147,14 @@ export class Responder {
     const a = m.atomic!;
     const sink = m.sinks?.[0];
     if (!sink) return fail(WcStatus.LOC_LEN_ERR);
+    // Its turn at the atomic unit came after the QP was destroyed: nothing is read or written.
+    if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     const scratch = q.scratch();
     const here = q.device.node;
     const read = await this.#move([{ fromVa: m.addr!, dstNode: here, toVa: scratch.address, length: 8, dstPd: q.pd.handle }], m.rnrRetry);
     if (statusOf(read) !== WcStatus.SUCCESS) return done(statusOf(read), 0, read);
+    // Destroyed meanwhile: its scratch buffer is gone, and nothing more is sent or written.
+    if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     const view = new DataView(scratch.buffer);
     const old = view.getBigUint64(0, true);
     const next = a.fetchAdd
@@ -163,6 +168,7 @@ export class Responder {
     );
     const results = [...read, ...back];
     if (statusOf(back) !== WcStatus.SUCCESS || next === undefined) return done(statusOf(results), 8, results);
+    if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     view.setBigUint64(8, next, true);
     const write = await this.#move(
       [{ fromVa: scratch.address + 8n, dstNode: here, toVa: m.addr!, length: 8, dstPd: q.pd.handle, key: m.rkey!, dstQp: q.qpNum }],
@@ -190,6 +196,7 @@ export class Responder {
             pd: q.pd.handle,
             dstPd: p.dstPd,
             retryLimit: rnrRetry === 7 ? Infinity : rnrRetry,
+            srcQp: q.qpNum,
           };
           if (p.key !== undefined) desc.key = p.key;
           if (p.dstQp !== undefined) desc.dstQp = p.dstQp;

@@ -1,9 +1,13 @@
-// The fault waiters of one node: several blocks that fault on the same page of a stream
+// The fault unit's waiters on one node: several blocks that fault on the same page of a stream
 // are answered together by the one answer, and an answer nobody recorded (a stall-mode
 // fault, or one answered twice) still speaks for the fault it carries.
 import { describe, expect, test } from 'vitest';
-import { FaultWaiters } from '../../kernel-sim/pldma/fault-waiters.js';
-import type { FaultInfo } from '../../kernel-sim/pldma/types.js';
+import { Faults } from '../../kernel-sim/pldma/faults.js';
+import type { EngineState, FaultInfo } from '../../kernel-sim/pldma/types.js';
+import { Tracer } from '../../kernel-sim/trace.js';
+
+/** A fault unit whose waiters alone are used: nothing is traced, no transfer is ended. */
+const unit = () => new Faults({ node: 0, tracer: new Tracer() } as unknown as EngineState, () => undefined);
 
 function info(sid: number, va: bigint, tid: number): FaultInfo {
   return {
@@ -24,14 +28,14 @@ function info(sid: number, va: bigint, tid: number): FaultInfo {
   };
 }
 
-describe('FaultWaiters', () => {
+describe("the fault unit's waiters", () => {
   test('one answer takes every block waiting on its stream and page, once, in the order they faulted', () => {
-    const w = new FaultWaiters();
+    const w = unit();
     const a = info(1, 0x1000n, 1);
     const b = info(1, 0x1000n, 2);
     const otherPage = info(1, 0x2000n, 3);
     const otherStream = info(2, 0x1000n, 4);
-    for (const x of [a, otherPage, b, otherStream]) w.add(x);
+    for (const x of [a, otherPage, b, otherStream]) w.wait(x);
     expect(w.take(info(1, 0x1000n, 9))).toEqual([a, b]);
     // Taken: a second answer for that page finds only itself.
     const again = info(1, 0x1000n, 9);
@@ -41,7 +45,7 @@ describe('FaultWaiters', () => {
   });
 
   test('an answer for a fault nobody recorded is taken as that fault alone', () => {
-    const w = new FaultWaiters();
+    const w = unit();
     const stall = info(3, 0x5000n, 7);
     expect(w.take(stall)).toEqual([stall]);
   });

@@ -12,7 +12,7 @@ import {
   type TraceEvent,
   type WritePacket,
 } from '../../kernel-sim/index.js';
-import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/requester.js';
+import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
 import type { Region } from '../../lib/index.js';
 import { binding } from '../../native/index.js';
 import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from './helpers.js';
@@ -209,6 +209,71 @@ describe('the copy a write becomes is written for its key and QP', () => {
   }
 });
 
+describe('a transfer its source QP cancels (SimNode.cancel): nothing of it lands once the call returns', () => {
+  test('its run handed to the fabric, not yet at the destination: the revoked payload is never copied, answered FLUSHED', async () => {
+    const sys = env.system({ nodes: 2 });
+    const src = env.region(64 * P);
+    const dst = env.region(64 * P);
+    fill(src, 0x6c);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    let cancelled = false;
+    const packets = tap(sys, () => {
+      if (cancelled) return;
+      cancelled = true;
+      expect(sys.node(0).cancel(5)).toBe(true);
+    });
+    const cpl = await within('the write', post(sys.node(0), src, dst, { key: 0x4d, dstQp: 9, srcQp: 5 }));
+    expect(cancelled).toBe(true);
+    expect(cpl).toMatchObject({ status: DmaStatus.FLUSHED, side: 'source', bytes: 0, reason: 'QP 5 of node 0 was destroyed' });
+    await within(
+      'the answer',
+      (async () => {
+        while (acks(packets).length === 0) await new Promise((r) => setImmediate(r));
+      })(),
+    );
+    expect(verdicts(acks(packets)[0]!)).toEqual([[0, 1, AckResp.FLUSHED]]);
+    expect(acks(packets)[0]!.verdicts![0]!.reason).toBe('node 0 cancelled transfer 1 (its QP was destroyed)');
+    expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
+  });
+
+  test("its copy queued behind a held one: cancelled with it; another QP's transfer is not touched", async () => {
+    const sys = env.system({ nodes: 2, engineThreads: 1 });
+    const release = await holdCopyThread(env, sys.engine);
+    const pages = 64; // 256 KiB: more than is copied inline
+    const src = env.region(2 * pages * P);
+    const dst = env.region(2 * pages * P);
+    const data = fill(src, 0x6d);
+    dst.populate();
+    proc(sys.node(0), 100, 7, [src]);
+    proc(sys.node(1), 200, 7, [dst]);
+    const mine = post(sys.node(0), src, dst, { length: pages * P, key: 0x4d, dstQp: 9, srcQp: 5 });
+    const other = post(sys.node(0), src, dst, {
+      channel: 1,
+      srcVa: src.address + BigInt(pages * P),
+      dstVa: dst.address + BigInt(pages * P),
+      length: pages * P,
+      key: 0x4e,
+      dstQp: 10,
+      srcQp: 6,
+    });
+    await within(
+      'both writes queued',
+      (async () => {
+        while (sys.engine.inflight < 3) await new Promise((r) => setImmediate(r));
+      })(),
+    );
+    expect(sys.node(0).cancel(5, 1000)).toBe(true);
+    expect((await release()).status).toBe(0);
+    const [a, b] = await within('the writes', Promise.all([mine, other]));
+    expect(a).toMatchObject({ status: DmaStatus.FLUSHED, side: 'source', bytes: 0 });
+    expect(b.status).toBe(DmaStatus.SUCCESS);
+    expect(bytesOf(dst, 0, pages * P).every((x) => x === 0)).toBe(true);
+    expect(bytesOf(dst, pages * P).equals(data.subarray(pages * P))).toBe(true);
+  });
+});
+
 describe('a copy that stops while the next run of its transfer is already translated', () => {
   test("the next run's answer is dropped (its blocks returned whole), though it stopped at a fault of its own", async () => {
     // Run 1 (RUN blocks) and run 2 (80) of one transfer are both translated before either is
@@ -246,6 +311,8 @@ describe('a copy that stops while the next run of its transfer is already transl
       [5, 1, AckResp.FAULT],
     ]);
     expect(a1!.returned).toEqual({ seq: 6, count: RUN - 6 });
+    // The envelope says what stopped the write, as its last verdict does.
+    expect(a1!.resp).toBe(AckResp.FAULT);
     expect([a2!.seq, verdicts(a2!), a2!.returned]).toEqual([RUN, [], { seq: RUN, count: 80 }]);
     // Run 2's own fault was never NACKed: block RUN + 70 faults again when it is sent again.
     expect(lib.faults.map((f) => f.offset / P)).toEqual([5, RUN + 70]);
@@ -438,6 +505,7 @@ describe('a page found gone by the copy, after the translation', () => {
     expect(bytesOf(dst).equals(sent)).toBe(true);
     const [first] = acks(packets);
     expect(verdicts(first!)).toEqual([[0, 1, AckResp.FAULT]]);
+    expect(first!.resp).toBe(AckResp.FAULT);
     expect(first!.returned).toEqual({ seq: 1, count: 5 });
   });
 });

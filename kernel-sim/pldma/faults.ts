@@ -1,0 +1,299 @@
+// The fault unit of one node's PLDMA (rdma_rxe's rxe_odp): everything a fault is, on either
+// side, in one place. It builds a fault's context (FaultInfo: one builder for source,
+// destination and stall windows), records it in the SMMU's event queue and counts it, keeps
+// the blocks waiting on a page (one answer serves every block waiting on it: the driver
+// merges their notifications), parks a transfer on a fault and unparks it (retry limits, the
+// park timer), and fans the fault library's answer out: a source block is re-queued, a
+// destination block's source is told over the fabric (an ACK with resp RESOLVED). It also
+// models what the answer cost and tells the driver when the block went out again, so the
+// SMMU driver keeps no engine bookkeeping.
+import { realNowUs } from '../cost-model/index.js';
+import { AckResp, type AckPacket, type WritePacket } from '../fabric/packets.js';
+import type { ResolveMethod } from '../netlink/messages.js';
+import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
+import type { Translation } from '../smmu/smmu.js';
+import { DmaStatus, type EngineState, type FaultInfo, type Side, traceTransfer, type Transfer } from './types.js';
+
+type Fault = Extract<Translation, { ok: false }>;
+
+/** What the fault library answered for a fault, as the driver hands it on (iommu_page_response and the library's report). */
+export interface PageResponse {
+  status: IommuPageResponseCode;
+  /** How the library made the pages resident, and how many bytes it asked for. */
+  method: ResolveMethod;
+  bytes: number;
+  /** Pages a page store supplied (remote paging's major faults). */
+  fetched: number;
+}
+
+/** Told when the block whose fault was answered goes out again (modelled µs, performance.now() ms). */
+export type SentAgain = (modelUs: number, realMs: number) => void;
+
+/** Where a fault happened, as its side knows it: the one FaultInfo builder's input. */
+export interface FaultSite {
+  sid: number;
+  /** Node that posted the transfer, its transfer id and channel, the block. */
+  srcNode: number;
+  tid: number;
+  channel: number;
+  seq: number;
+  /** The faulting address, and the transfer's bytes from it on (the Touch-Ahead hint). */
+  va: bigint;
+  lengthHint: number;
+  /** Modelled detection; when the block was issued (modelled µs, performance.now() ms). */
+  modelUs: number;
+  issuedUs: number;
+  issuedMs: number;
+}
+
+/** @internal How the unit ends a transfer (the completer's fail, once its blocks on the wire are answered). */
+export type EndTransfer = (t: Transfer, onWire: boolean, status: DmaStatus, reason: string, at: number, side: Side) => void;
+
+/** @internal The fault unit of one node's PLDMA (see the top of this file). */
+export class Faults {
+  #s: EngineState;
+  #end: EndTransfer;
+  /** Blocks waiting on a page, by stream and page. */
+  #waiting = new Map<string, FaultInfo[]>();
+  /** Answers whose driver waits for their block to go out again (srcNode:tid:seq:side). */
+  #sentAgain = new Map<string, SentAgain>();
+
+  constructor(state: EngineState, end: EndTransfer) {
+    this.#s = state;
+    this.#end = end;
+  }
+
+  /** The context of a fault of this node's `side` (the one builder of FaultInfo). */
+  info(side: Side, at: FaultSite): FaultInfo {
+    return { node: this.#s.node, side, write: side === 'destination', detectedMs: performance.now(), ...at };
+  }
+
+  /**
+   * A recoverable fault of the source of block `seq` (its transfer's first block not acked):
+   * recorded, and the transfer parked until the fault library answers.
+   */
+  source(t: Transfer, seq: number, sid: number, tr: Fault, at: number, issuedUs: number, issuedMs: number): void {
+    const s = this.#s;
+    t.faults.source++;
+    s.counters.faults.source++;
+    t.faultStarted.push(realNowUs());
+    const d = t.desc;
+    const info = this.info('source', {
+      sid,
+      srcNode: s.node,
+      tid: t.tid,
+      channel: d.channel,
+      seq,
+      va: tr.addr,
+      lengthHint: Math.max(0, d.length - Number(tr.addr - d.srcVa)),
+      modelUs: at,
+      issuedUs,
+      issuedMs,
+    });
+    this.wait(info);
+    this.park(t, seq, at, 'source');
+    this.#raise(info, tr);
+  }
+
+  /** A recoverable fault of the destination of block `i` of a write this node received: recorded here, NACKed by the responder. */
+  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number): void {
+    const s = this.#s;
+    s.counters.faults.destination++;
+    s.counters.nacksSent++;
+    const info = this.destinationInfo(p, i, sid, tr.addr, at);
+    this.wait(info);
+    this.#raise(info, tr);
+  }
+
+  /** The context of a fault at block i of a write (at `va`, the faulting page or the block). */
+  destinationInfo(p: WritePacket, i: number, sid: number, va: bigint, at: number): FaultInfo {
+    return this.info('destination', {
+      sid,
+      srcNode: p.src,
+      tid: p.tid,
+      channel: p.channel,
+      seq: p.seq + i,
+      va,
+      lengthHint: Math.max(0, p.lengthHint - Number(va - p.va)),
+      modelUs: at,
+      issuedUs: p.issuedUs[i]!,
+      issuedMs: p.issuedMs,
+    });
+  }
+
+  /** The block `info` is about waits on its page (traced as a fault) until an answer for that page takes it. */
+  wait(info: FaultInfo): void {
+    const s = this.#s;
+    const key = `${info.sid}:${info.va}`;
+    const list = this.#waiting.get(key);
+    if (list) list.push(info);
+    else this.#waiting.set(key, [info]);
+    traceTransfer(s.tracer, 'fault', s.node, info.tid, info.channel, {
+      side: info.side,
+      modelUs: info.modelUs,
+      detail: { seq: info.seq, va: info.va, srcNode: info.srcNode, issuedUs: info.issuedUs, issuedMs: info.issuedMs },
+    });
+  }
+
+  // The event record that carries the context to the driver (last: its answer may come at once).
+  #raise(info: FaultInfo, tr: Fault): void {
+    this.#s.smmu.recordFault(info.sid, tr, info.write ? 'write' : 'read', { context: info });
+  }
+
+  /** Blocks waiting on the page `info` is about (at least `info` itself): the waiters an answer takes. */
+  take(info: FaultInfo): FaultInfo[] {
+    const key = `${info.sid}:${info.va}`;
+    const list = this.#waiting.get(key) ?? [info];
+    this.#waiting.delete(key);
+    return list;
+  }
+
+  /**
+   * The fault library answered `info` (through this node's driver). Every block waiting on
+   * that page hears it: a source block is re-queued, a destination block's source is told
+   * over the fabric. `sentAgain` (if given) is told when the block goes out again.
+   */
+  answer(info: FaultInfo, r: PageResponse, sentAgain?: SentAgain): void {
+    const modelUs = this.answeredAt(info, r.method, r.bytes);
+    const ok = r.status === IommuPageResponseCode.SUCCESS;
+    if (sentAgain && ok) {
+      this.#sentAgain.set(`${info.srcNode}:${info.tid}:${info.seq}:${info.side}`, sentAgain);
+      // Transfers that end without sending the block again never claim theirs: keep it bounded.
+      if (this.#sentAgain.size > 10_000) this.#sentAgain.delete(this.#sentAgain.keys().next().value as string);
+    }
+    for (const w of this.take(info)) {
+      if (w.side === 'source') this.#sourceAnswered(w, ok, modelUs, r.fetched);
+      else this.#destinationAnswered(w, ok, modelUs, r.fetched);
+    }
+  }
+
+  /**
+   * When, modelled, the fault library's answer to `info` reached the device: the fault's
+   * detection, the event record, interrupt, driver, netlink, the library's wake-up, what it
+   * did to make the pages resident, and its request back.
+   */
+  answeredAt(info: FaultInfo, method: ResolveMethod, bytes: number): number {
+    const c = this.#s.costs;
+    const ps = 4096;
+    const pages = Math.max(1, Math.ceil((bytes + Number(info.va % BigInt(ps))) / ps));
+    const resolve = method === 'touch' ? c.touchPageUs * pages : method === 'gup' || method === 'uffd' ? c.gupCallUs + c.gupPageUs * pages : 0;
+    return info.modelUs + c.eventRecordUs + c.irqUs + c.driverUs + c.netlinkUs + c.wakeupUs + resolve + c.requestUs;
+  }
+
+  /** A block goes out again after a fault at `side` (a source retransmission, or one arriving here): the answer's waiter hears it. */
+  sentAgain(srcNode: number, tid: number, seq: number, side: Side, modelUs: number, realMs: number): void {
+    // Asked for every block received: no key is built while no answer waits (the common case).
+    if (this.#sentAgain.size === 0) return;
+    const key = `${srcNode}:${tid}:${seq}:${side}`;
+    const waiter = this.#sentAgain.get(key);
+    if (!waiter) return;
+    this.#sentAgain.delete(key);
+    waiter(modelUs, realMs);
+  }
+
+  #sourceAnswered(info: FaultInfo, ok: boolean, modelUs: number, fetched: number): void {
+    const s = this.#s;
+    const t = s.transfers.get(info.tid);
+    if (!t || !t.parked || t.parkedSeq !== info.seq) return; // retried meanwhile: a late answer
+    traceTransfer(s.tracer, 'resolved', s.node, t.tid, t.desc.channel, { side: 'source', modelUs, detail: { seq: info.seq, srcNode: info.srcNode } });
+    t.pagesFetched += fetched;
+    if (ok) this.#unpark(t, modelUs);
+    else
+      this.#end(
+        t,
+        false,
+        DmaStatus.FAULT_UNRESOLVED,
+        `the fault library could not resolve the source fault at 0x${info.va.toString(16)}`,
+        modelUs,
+        'source',
+      );
+  }
+
+  // A destination fault of this node answered: its source hears it over the fabric.
+  #destinationAnswered(info: FaultInfo, ok: boolean, modelUs: number, fetched: number): void {
+    const s = this.#s;
+    s.tracer.emit({
+      kind: 'resolved',
+      node: s.node,
+      tid: info.tid,
+      channel: info.channel,
+      side: 'destination',
+      modelUs,
+      detail: { seq: info.seq, srcNode: info.srcNode },
+    });
+    s.transport.send<AckPacket>(
+      {
+        type: 'ack',
+        src: s.node,
+        dst: info.srcNode,
+        pd: 0,
+        va: info.va,
+        tid: info.tid,
+        seq: info.seq,
+        length: 0,
+        resp: ok ? AckResp.RESOLVED : AckResp.UNRESOLVED,
+        ...(fetched ? { fetched } : {}),
+      },
+      modelUs,
+    );
+  }
+
+  /** A destination's fault library answered a fault of one of this node's transfers (an ACK RESOLVED / UNRESOLVED). */
+  onResolvedAck(p: AckPacket): void {
+    const t = this.#s.transfers.get(p.tid);
+    if (!t || !t.parked || t.parkedSeq !== p.seq) return; // retried meanwhile: a late answer
+    t.pagesFetched += p.fetched ?? 0;
+    if (p.resp === AckResp.RESOLVED) this.#unpark(t, p.arrivesAt);
+    else
+      this.#end(
+        t,
+        false,
+        DmaStatus.FAULT_UNRESOLVED,
+        `node ${p.src}'s fault library could not resolve the destination fault`,
+        p.arrivesAt,
+        'destination',
+      );
+  }
+
+  /**
+   * Block `seq` (the transfer's first not acked: blocks are answered in order) waits for the
+   * retransmission request (or the timeout), within the retry limit of its side. The
+   * transfer goes on from it: O(1) per fault.
+   */
+  park(t: Transfer, seq: number, at: number, side: Side): void {
+    const s = this.#s;
+    t.parked = true;
+    t.parkedSeq = seq;
+    t.inflight--;
+    if (seq < t.cursor) t.cursor = seq;
+    t.modelReady = Math.max(t.modelReady, at);
+    let st = t.own.get(seq);
+    if (!st) t.own.set(seq, (st = { attempts: 1, srcFaults: 0, dstNacks: 0 }));
+    const faults = side === 'source' ? ++st.srcFaults : ++st.dstNacks;
+    const limit = side === 'source' ? s.retryLimit : (t.desc.retryLimit ?? s.retryLimit);
+    if (faults > limit) {
+      this.#end(t, false, DmaStatus.RETRY_EXCEEDED, `block ${seq} took ${faults} ${side} faults (retry limit ${limit})`, at, side);
+      return;
+    }
+    clearTimeout(t.parkTimer);
+    t.parkTimer = setTimeout(() => {
+      // Nobody answered (no fault library, a dropped notification): retry anyway, like an
+      // RNR timer; the retry limit bounds it.
+      if (t.done || !t.parked) return;
+      s.counters.retryTimeouts++;
+      this.#unpark(t, t.modelReady);
+    }, s.faultTimeoutMs);
+    t.parkTimer.unref?.();
+    s.scheduler.kick();
+  }
+
+  #unpark(t: Transfer, at: number): void {
+    if (t.done) return;
+    clearTimeout(t.parkTimer);
+    t.parkTimer = undefined;
+    t.parked = false;
+    t.parkedSeq = -1;
+    t.modelReady = Math.max(t.modelReady, at);
+    this.#s.scheduler.wake(t.desc.channel);
+  }
+}
