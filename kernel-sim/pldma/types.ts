@@ -261,7 +261,7 @@ export interface SentRun {
 }
 
 /**
- * @internal In one process a write's payload is a view of the source's memory, read when the
+ * In one process a write's payload is a view of the source's memory, read when the
  * destination copies it. The source revokes it when it cancels the transfer (its QP was
  * destroyed): a destination never starts a copy from a revoked view. A transport between
  * processes reads the bytes when the packet is sent; there is nothing to revoke then.
