@@ -199,9 +199,9 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
   if (kind !== 'pingpong') checkPerftest(name, op, o);
   if (o.prefetch && !o.odp && !o.iodp) throw new InvalidArgumentError('-P: prefetch is valid only with an on-demand memory region (-o or -O)');
   // --run_infinitely: Ctrl-C stops the run (WRs in flight complete), both sides say done, exit 0.
+  const txDepth = kind !== 'pingpong' ? (o.txDepth ?? (kind === 'bw' && !o.stall ? 128 : 1)) : 1;
   const stop = new AbortController();
   const onSigint = () => stop.abort();
-  if (o.run_infinitely) process.once('SIGINT', onSigint);
   let table: Table | undefined;
   try {
     const r = await runPeer({
@@ -220,7 +220,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       ...(o.atomic_type ? { atomicType: o.atomic_type } : {}),
       ...(o.duration !== undefined ? { durationS: o.duration } : {}),
       ...(o.run_infinitely ? { infinite: true } : {}),
-      ...(kind !== 'pingpong' ? { txDepth: o.txDepth ?? (kind === 'bw' && !o.stall ? 128 : 1), qps: o.qp ?? 1 } : {}),
+      ...(kind !== 'pingpong' ? { txDepth, qps: o.qp ?? 1 } : {}),
       ...(o.bidirectional ? { bidirectional: true } : {}),
       ...(o.iodp ? { implicitOdp: true } : {}),
       ...(o.prefetch ? { prefetch: true } : {}),
@@ -232,6 +232,9 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
           `waiting for a client on port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${hostname()} -p ${port} [-s SIZE -n ITERS --evict]`,
         ),
       onConnected: (local, remote, p) => {
+        // Only now: opening the libfabric provider installed its own SIGINT handler (exit 1),
+        // and a listener added after it puts Node's back.
+        if (o.run_infinitely) process.once('SIGINT', onSigint);
         if (kind === 'pingpong') {
           print(`  local address:  ${describe(local[0]!)}`);
           print(`  remote address: ${describe(remote[0]!)}`);
@@ -243,7 +246,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
         if (p.infinite) table = perftestTable(kind, o);
       },
       onPeriod: (period) => {
-        if (table && kind !== 'pingpong') printRow(kind, op, table, period, o);
+        if (table && kind !== 'pingpong') printRow(kind, op, table, period, o, undefined, txDepth * (o.qp ?? 1));
       },
     });
     if (r.error) console.error(`${name}: a work request failed: ${r.error}`);
@@ -290,19 +293,25 @@ function perftestTable(kind: 'bw' | 'lat', o: FabricOptions): Table {
   return t;
 }
 
-/** perftest's bandwidth columns for one size: peak over any `window` WRs in a row (those in flight together). */
+/**
+ * perftest's bandwidth columns for one size. Peak: one WR alone, its size over its post-to-completion
+ * time; with `window` WRs in flight (-t × -q), the best `window` completions in a row.
+ */
 function bwRow(run: SizeRun, window: number, gbits: boolean): Record<string, number> {
   const n = run.iterations;
   const scale = (bytesPerUs: number) => (gbits ? (bytesPerUs * 8) / 1e3 : bytesPerUs);
   const bwAverage = n && run.seconds ? scale((run.size * n) / (run.seconds * 1e6)) : 0;
-  const w = Math.max(1, Math.min(window, run.doneUs.length));
+  const done = run.doneUs;
   let best = 0;
-  for (let i = 0; i + w <= run.doneUs.length; i++) {
-    const began = run.doneUs[i]! - run.realUs[i]!;
-    const us = run.doneUs[i + w - 1]! - began;
-    if (us > 0) best = Math.max(best, (run.size * w) / us);
-  }
-  return { bytes: run.size, iterations: n, bwPeak: scale(best), bwAverage, msgRateMpps: run.seconds ? n / run.seconds / 1e6 : 0 };
+  if (window <= 1 || done.length <= window) for (const us of run.realUs) best = Math.max(best, run.size / us);
+  else for (let i = window; i < done.length; i++) best = Math.max(best, (run.size * window) / (done[i]! - done[i - window]!));
+  return {
+    bytes: run.size,
+    iterations: n,
+    bwPeak: scale(Number.isFinite(best) ? best : 0),
+    bwAverage,
+    msgRateMpps: run.seconds ? n / run.seconds / 1e6 : 0,
+  };
 }
 
 /** One table row for `run` (-b: the sum of both directions); returns what --json gets. */

@@ -482,7 +482,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     ctl.over = true;
     if (role === 'client' && peer) {
       r.peer = { bytesVerified: peer.bytesVerified, mismatches: peer.mismatches, nacks: peer.nacks };
-      if (peer.trace) o.traceFile?.addEvents(peer.trace, 'server');
+      if (peer.trace && o.traceFile) addPeerTrace(o.traceFile, peer.trace);
     }
     o.traceFile?.addContexts([ctx], role === 'client' && params.trace ? 'client' : undefined);
     return r;
@@ -502,6 +502,11 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
         qp.postRecv({ wrId: BigInt(posted++), sgList: recvSge });
       };
       for (let i = 0; i < rxDepth; i++) postRecv();
+      // Receives consumed are posted again in the next iteration, after its eviction.
+      let owed = 0;
+      const repost = () => {
+        for (; owed > 0; owed--) postRecv();
+      };
       const clock = newClock(run);
       let it = 0;
       for (; clock.more(it) && !r.error; it++) {
@@ -509,6 +514,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
         if (role === 'client') {
           await pattern(view, size, it, 'c');
           if (params.evict) region.unmapPages();
+          repost();
           qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
           let got = 0;
           for (; got < 2 && !r.error; got++) {
@@ -520,6 +526,8 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
           r.mismatches += await compare(view, size, it, 's');
           r.bytesVerified += size;
         } else {
+          if (params.evict && it > 0) region.unmapPages();
+          repost();
           const wc = await ctl.completion(cq, size, true);
           if (!wc || !count(wc)) break;
           r.mismatches += await compare(view, size, it, 'c');
@@ -530,7 +538,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
           const sent = await ctl.completion(cq, size);
           if (!sent || !count(sent)) break;
         }
-        postRecv();
+        owed++;
         clock.record(t);
       }
       clock.end();
@@ -656,6 +664,19 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     cluster?.close();
     transport.close();
     buf?.close();
+  }
+}
+
+/** The server's trace, sent over at the end, into the client's file: pids of its own, its processes labelled. */
+function addPeerTrace(file: TraceFile, events: readonly ChromeTraceEvent[]): void {
+  const pids = new Map<number, number>();
+  for (const e of events) {
+    let pid = pids.get(e.pid);
+    if (pid === undefined) pids.set(e.pid, (pid = file.nextPid()));
+    const ev = { ...e, pid };
+    if (e.id !== undefined) ev.id = `server:${e.id}`; // flow ids of another cluster
+    if (e.ph === 'M' && e.name === 'process_name') ev.args = { name: `server: ${String(e.args?.['name'])}` };
+    file.add(ev);
   }
 }
 
@@ -876,7 +897,7 @@ async function runStall(
       const { trace, ...counters } = peer;
       r.peer = counters;
       r.faults.destination = peer.stall?.libraryFaults ?? 0;
-      if (trace) o.traceFile?.addEvents(trace, 'server');
+      if (trace && o.traceFile) addPeerTrace(o.traceFile, trace);
     }
     return r;
   } finally {

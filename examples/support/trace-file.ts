@@ -12,22 +12,16 @@ export class TraceFile {
 
   /** The traces of `contexts` (call before the cluster closes or after: traces outlive it). */
   addContexts(contexts: readonly Context[], label?: string): void {
-    this.addEvents(
-      contexts.flatMap((c) => c.faultLibrary.exportChromeTrace().traceEvents),
-      label,
-    );
-  }
-
-  /** One cluster's exported events (e.g. another process's, sent over): pids and flow ids of their own. */
-  addEvents(events: readonly ChromeTraceEvent[], label?: string): void {
     // Each cluster's node n is pid 2n / 2n+1 in its own export; each run gets pids of its own.
     const offset = this.#base;
-    for (const e of events) {
-      const ev = { ...e, pid: e.pid + offset };
-      this.#base = Math.max(this.#base, ev.pid + 1);
-      if (e.id !== undefined) ev.id = `${offset}:${e.id}`; // flow ids restart with each cluster
-      if (label && e.ph === 'M' && e.name === 'process_name') ev.args = { name: `${label}: ${String(e.args?.['name'])}` };
-      this.events.push(ev);
+    for (const c of contexts) {
+      for (const e of c.faultLibrary.exportChromeTrace().traceEvents) {
+        const ev = { ...e, pid: e.pid + offset };
+        this.#base = Math.max(this.#base, ev.pid + 1);
+        if (e.id !== undefined) ev.id = `${offset}:${e.id}`; // flow ids restart with each cluster
+        if (label && e.ph === 'M' && e.name === 'process_name') ev.args = { name: `${label}: ${String(e.args?.['name'])}` };
+        this.events.push(ev);
+      }
     }
   }
 
