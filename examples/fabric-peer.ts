@@ -1,24 +1,34 @@
 // Two processes, one RDMA node each, joined by libfabric (the way ibv_rc_pingpong and
 // perftest run: a server in one terminal, a client in another, possibly on another host).
 // The server hosts node 1 and listens; the client hosts node 0 and connects; they swap the
-// run's parameters, then QP numbers, buffer addresses and rkeys, as rc_pingpong does over its
-// socket. Buffers are memfd-backed (shared) so that evicting them (MADV_DONTNEED) keeps the
-// bytes: every fault is genuine and the payload can still be verified.
+// run's parameters, then QP numbers, PSNs, buffer addresses and rkeys, as rc_pingpong does
+// over its socket. Buffers are memfd-backed (shared) so that evicting them (MADV_DONTNEED)
+// keeps the bytes: every fault is genuine and the payload can still be verified.
 //   send:  ping-pong, each side evicts its buffer before every message (faults at both ends)
-//   write: the client evicts its source before every write; the server's buffer starts evicted
-//   read:  the client evicts its sink before every read; the server's buffer starts evicted
+//   write: the writer evicts its source before every write; the target's buffer starts evicted
+//   read:  the reader evicts its sink before every read; the target's buffer starts evicted
 //   atomic: the client's FETCH_AND_ADD 1 (or CMP_AND_SWAP i → i+1) on the server's first 8
 //          bytes, its 8-byte sink evicted before each; the server's buffer starts evicted.
-//          Iteration i must return i, and the server's word ends at iters.
+//          Iteration i must return i, and the server's word ends at the count.
+// Writes and reads run on `qps` lanes (perftest -q), each a QP with its own slot of both
+// buffers (out: what it sends or lets be read; in: what the peer writes or it reads into),
+// up to `txDepth` WRs in flight on each (-t); -b: both sides stream at once. A run ends after
+// `iters` WRs per lane, or `durationS` seconds (-D), or never (--run_infinitely) until the
+// caller's signal stops it. Each side then says it is done (its error and count per lane), and
+// the target verifies what was written. The other side lost (its connection shut, or silent
+// past the transport's peer timeout) ends every wait at once, with `lost` naming it.
 // Stall mode (faultModel 'stall', write only): the client's writes are libfabric RMA writes
 // straight into the server's buffer, which is anonymous memory registered on the server's
 // userfaultfd; with --evict the server evicts it before each write (the client asks). The server's provider places them on a native progress
 // thread; a write that lands on a missing page blocks that thread in a genuine fault, which
 // the server's SMMU stalls and its fault library resolves (netlink, CMD_RESUME): the JS thread
 // serving the fault is never the one blocked.
+import { randomInt } from 'node:crypto';
 import type { FaultModel, SimNode } from '../kernel-sim/index.js';
 import {
   Access,
+  AdviseMrAdvice,
+  AdviseMrFlags,
   Cluster,
   LibfabricTransport,
   mapRegion,
@@ -26,9 +36,11 @@ import {
   QP_DEFAULTS,
   QpState,
   SendFlags,
+  SIZE_MAX,
   WcStatus,
   wcStatusStr,
   WrOpcode,
+  type ChromeTraceEvent,
   type CompletionQueue,
   type LibfabricProvider,
   type PolicyName,
@@ -38,6 +50,10 @@ import {
   type WorkCompletion,
   Userfaultfd,
 } from '../lib/index.js';
+import { MAX_MSG } from '../lib/verbs/requester.js';
+import type { TraceFile } from './support/trace-file.js';
+
+export { MAX_MSG };
 
 export type FabricOp = 'send' | 'write' | 'read' | 'atomic';
 
@@ -58,6 +74,26 @@ export interface RunParams {
   all?: boolean;
   /** The 'atomic' op's operation (default FETCH_AND_ADD). */
   atomicType?: AtomicType;
+  /** perftest's -D: each size runs this many seconds instead of `iters` WRs per lane. */
+  durationS?: number;
+  /** perftest's --run_infinitely: run until the caller's signal, a report every `durationS` seconds. */
+  infinite?: boolean;
+  /** perftest's -t: WRs in flight on each lane (default 1). */
+  txDepth?: number;
+  /** perftest's -q: lanes, each a QP with its own slot of the buffers (default 1). */
+  qps?: number;
+  /** perftest's -b: both sides write (or read) at once. */
+  bidirectional?: boolean;
+  /** ibv_rc_pingpong's -O: one implicit ODP MR (address 0, length SIZE_MAX) covers the buffer. */
+  implicitOdp?: boolean;
+  /** ibv_rc_pingpong's -P: prefetch the buffer (ibv_advise_mr PREFETCH, FLUSH) once registered. */
+  prefetch?: boolean;
+  /** ibv_rc_pingpong's -r: receives posted ahead (send; default 500). */
+  rxDepth?: number;
+  /** The path MTU set on the QPs at RTR (-m; default 1024, libibverbs' default). */
+  mtu?: number;
+  /** The client wants the server's fault trace too (--trace). */
+  trace?: boolean;
 }
 
 /** perftest's -a sizes: 2, 4, … 2^23 bytes. */
@@ -68,11 +104,15 @@ export function runSizes(p: RunParams): number[] {
   return p.all ? [...ALL_SIZES] : [p.size];
 }
 
-/** One message size's measurements. */
+/** One message size's measurements (or one period's, with --run_infinitely). */
 export interface SizeRun {
   size: number;
-  /** Round trip (send) or completion time (write, read) of each iteration, µs (measured). */
+  /** WRs completed (ping-pong: round trips). */
+  iterations: number;
+  /** Round trip (send) or post-to-completion time (write, read, atomic) of each WR, µs (measured). */
   realUs: number[];
+  /** When each WR completed, µs since the run (or period) began, in completion order. */
+  doneUs: number[];
   seconds: number;
 }
 
@@ -83,13 +123,23 @@ export interface PeerOptions extends RunParams {
   provider?: LibfabricProvider;
   /** Server: told the port it listens on (useful with port 0). */
   onListening?: (port: number) => void;
-  /** Told the local and remote QP numbers, addresses and keys once they are swapped. */
-  onConnected?: (local: Endpoint, remote: Endpoint) => void;
+  /** Told each lane's local and remote QP numbers, PSNs, addresses and keys once they are swapped, and the run's parameters. */
+  onConnected?: (local: Endpoint[], remote: Endpoint[], params: RunParams) => void;
+  /** --run_infinitely: told each period's measurements as it ends. */
+  onPeriod?: (run: SizeRun) => void;
+  /** Stops the run (no new WRs; those in flight complete): --run_infinitely's SIGINT. */
+  signal?: AbortSignal;
+  /** --trace: this side's faults go here, and the client's gets the server's too. */
+  traceFile?: TraceFile;
 }
 
+/** One lane's QP as the other side needs it (rc_pingpong's "local address" line). */
 export interface Endpoint {
   node: number;
   qpn: number;
+  /** The PSN the QP starts from (its sq_psn; the peer's rq_psn). */
+  psn: number;
+  /** The lane's slot pair: out at addr, in at addr + slot. */
   addr: bigint;
   rkey: number;
 }
@@ -103,12 +153,20 @@ export interface PeerResult {
   mismatches: number;
   /** The first failed work completion's status string (the run stops there). */
   error?: string;
+  /** The other side went away before the run's end: who, and why. */
+  lost?: string;
+  /** The other side's first failed work completion, as it said in its final word. */
+  peerError?: string;
+  /** The run was stopped by the caller's signal (--run_infinitely's SIGINT), here or on the other side. */
+  stopped?: boolean;
   faults: { source: number; destination: number };
   retransmitted: number;
   /** NACKs this node's engine received (destination faults of the transfers it sent). */
   nacks: number;
-  /** Each size's measurements (one size unless -a), in order; the client's (and both sides' for send). */
+  /** Each size's measurements (one size unless -a; one per period with --run_infinitely), in order: of this side's own WRs (both sides' for send). */
   runs: SizeRun[];
+  /** -b: the other side's runs, as it reported them at the end. */
+  peerRuns?: SizeRun[];
   /** The server's own counters, as it reported them at the end (client only). */
   peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
@@ -139,37 +197,167 @@ const SERVER = 1;
  * retry_cnt + 1 is lost: its work requests end with RETRY_EXC_ERR.
  */
 const QP_TIMEOUT = 16;
-const PEER_TIMEOUT_MS = peerTimeoutMs(QP_TIMEOUT, QP_DEFAULTS.retryCnt);
+export const PEER_TIMEOUT_MS = peerTimeoutMs(QP_TIMEOUT, QP_DEFAULTS.retryCnt);
+/** The longest a wait for the other side's final word may take (a run can last as long as it is asked to). */
+const FOREVER_MS = 2 ** 31 - 1;
+/** rc_pingpong's receives posted ahead. */
+export const DEFAULT_RX_DEPTH = 500;
+/** The path MTUs a QP takes (IBV_MTU_256 … IBV_MTU_4096). */
+export const MTUS: readonly number[] = [256, 512, 1024, 2048, 4096];
 
-/** The byte at `i` of iteration `it`'s payload from `who` (c: client, s: server). */
-function pattern(buf: Uint8Array, len: number, it: number, who: 'c' | 's'): void {
+// The byte at `i` of iteration `it`'s payload from `who` (c: client, s: server) repeats every
+// 256 bytes, so a payload is its first period copied by doubling (memcpy speed), and checked
+// a MiB at a time (memcmp). Past YIELD_BYTES the work yields to the event loop between slices:
+// a GiB payload takes seconds (first touches allocate its pages), and a thread that sends no
+// keepalive for the peer timeout counts as lost on the other side.
+const PERIOD = 256;
+const YIELD_BYTES = 32 << 20;
+
+function periodOf(it: number, who: 'c' | 's'): Uint8Array {
   const k = who === 'c' ? 17 : 29;
-  for (let i = 0; i < len; i++) buf[i] = (i * k + it * 7 + 1) & 0xff;
+  const p = new Uint8Array(PERIOD);
+  for (let i = 0; i < PERIOD; i++) p[i] = (i * k + it * 7 + 1) & 0xff;
+  return p;
 }
 
-function compare(buf: Uint8Array, len: number, it: number, who: 'c' | 's'): number {
-  const want = new Uint8Array(len);
-  pattern(want, len, it, who);
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+async function pattern(buf: Uint8Array, len: number, it: number, who: 'c' | 's'): Promise<void> {
+  const p = periodOf(it, who);
+  buf.set(p.subarray(0, Math.min(len, PERIOD)));
+  let n = PERIOD;
+  for (; n < len && n < YIELD_BYTES; n *= 2) buf.copyWithin(n, 0, Math.min(n, len - n));
+  for (; n < len; n += YIELD_BYTES) {
+    await turn();
+    buf.copyWithin(n, 0, Math.min(YIELD_BYTES, len - n));
+  }
+}
+
+/** Bytes of buf[0, len) that differ from `who`'s iteration `it` payload. */
+async function compare(buf: Uint8Array, len: number, it: number, who: 'c' | 's'): Promise<number> {
+  const chunk = Math.min(len, 1 << 20);
+  const want = Buffer.alloc(Math.ceil(chunk / PERIOD) * PERIOD);
+  await pattern(want, want.length, it, who);
   let bad = 0;
-  for (let i = 0; i < len; i++) if (buf[i] !== want[i]) bad++;
+  for (let at = 0; at < len; at += chunk) {
+    if (at % YIELD_BYTES === 0 && at > 0) await turn();
+    const n = Math.min(chunk, len - at);
+    const got = Buffer.from(buf.buffer, buf.byteOffset + at, n);
+    if (got.equals(want.subarray(0, n))) continue;
+    for (let i = 0; i < n; i++) if (got[i] !== want[i]) bad++;
+  }
   return bad;
 }
 
-function connect(qp: QueuePair, remote: Endpoint): void {
+/** A completion may take this long: 30 s, plus a second per 10 MB of message (a 2 GiB write on a loaded machine). */
+function completionTimeoutMs(size: number): number {
+  return 30_000 + Math.ceil(size / 10_000);
+}
+
+/** A 24-bit starting PSN, as rc_pingpong and perftest draw theirs (lrand48() & 0xffffff). */
+function newPsn(): number {
+  return randomInt(0, 0x100_0000);
+}
+
+function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: number): void {
   qp.modify({
     qpState: QpState.INIT,
     portNum: 1,
     qpAccessFlags: Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC,
   });
-  qp.modify({ qpState: QpState.RTR, destQpNum: remote.qpn, destNode: remote.node, minRnrTimer: QP_DEFAULTS.minRnrTimer });
-  qp.modify({ qpState: QpState.RTS, timeout: QP_TIMEOUT, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
+  qp.modify({
+    qpState: QpState.RTR,
+    destQpNum: remote.qpn,
+    destNode: remote.node,
+    rqPsn: remote.psn,
+    pathMtu: mtu,
+    minRnrTimer: QP_DEFAULTS.minRnrTimer,
+  });
+  qp.modify({ qpState: QpState.RTS, sqPsn: local.psn, timeout: QP_TIMEOUT, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
 }
 
-async function completion(cq: CompletionQueue): Promise<WorkCompletion> {
-  return cq.next({ timeoutMs: 30_000 });
+/** A side's final word: its first error, and the WRs each of its lanes completed in the last size. */
+interface Done {
+  error?: string;
+  counts: number[];
+  /** -b: its runs, for the client's sum of both directions. */
+  runs?: SizeRun[];
 }
 
-/** Run one side; resolves with its result (a failed work completion is reported in `error`, not thrown). */
+/**
+ * What ends a run early: the other side lost (every wait ends), its final word (a ping-pong's
+ * waits end: no answer will come; with --run_infinitely no new WRs either), or the caller's stop
+ * (no new WRs). WRs in flight on a live peer are always waited for: their bytes are checked.
+ */
+class RunControl {
+  lost: string | undefined;
+  peerDone: Done | undefined;
+  /** Set once the run's last exchange is over: a connection shut after that is the normal end. */
+  over = false;
+  readonly #lost = new AbortController();
+  readonly #heard = new AbortController();
+  readonly #stop: AbortSignal | undefined;
+  readonly #infinite: () => boolean;
+
+  constructor(transport: LibfabricTransport, who: string, stop: AbortSignal | undefined, infinite: () => boolean) {
+    this.#stop = stop;
+    this.#infinite = infinite;
+    transport.onPeerLost((_node, reason) => {
+      if (this.over || this.lost !== undefined) return;
+      this.lost = `${who} went away: ${reason?.message.replace(/^the peer went away: /, '') ?? 'its connection shut down'}`;
+      // A turn later: the WRs that waited on the peer complete first (RETRY_EXC_ERR, which the
+      // run reports); only what would wait forever (a posted receive) is cut short.
+      setImmediate(() => {
+        this.#lost.abort();
+        this.#heard.abort();
+      });
+    });
+  }
+
+  /** No new WRs: the peer is lost, or the caller stopped the run, or (--run_infinitely) the other side did. */
+  get stopping(): boolean {
+    return this.lost !== undefined || this.#stop?.aborted === true || (this.peerDone !== undefined && this.#infinite());
+  }
+
+  heard(d: Done): void {
+    this.peerDone = d;
+    this.#heard.abort();
+  }
+
+  /**
+   * The next completion of `cq`, or undefined once the peer is lost (or, `answer`: a completion
+   * that needs the other side to act, once it has said it is done).
+   */
+  async completion(cq: CompletionQueue, size: number, answer = false): Promise<WorkCompletion | undefined> {
+    const signal = answer ? this.#heard.signal : this.#lost.signal;
+    if (signal.aborted) return undefined;
+    try {
+      return await cq.next({ timeoutMs: completionTimeoutMs(size), signal });
+    } catch (e) {
+      if (signal.aborted) return undefined;
+      throw e;
+    }
+  }
+
+  /** Resolves once the other side is lost or done, or the caller stopped the run (a passive side's wait). */
+  idle(): Promise<void> {
+    const signals = [this.#heard.signal, ...(this.#stop ? [this.#stop] : [])];
+    if (signals.some((s) => s.aborted)) return Promise.resolve();
+    return new Promise((resolve) => {
+      for (const s of signals) s.addEventListener('abort', () => resolve(), { once: true });
+    });
+  }
+}
+
+/** One lane: a QP and where its WRs go, here and on the other side. */
+interface Lane {
+  qp: QueuePair;
+  /** Offset of the lane's slot pair in this side's buffer. */
+  offset: number;
+  remote: Endpoint;
+}
+
+/** Run one side; resolves with its result (a failed work completion or a lost peer is reported in `error` / `lost`, not thrown). */
 export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   const role = o.host === undefined ? 'server' : 'client';
   const me = role === 'server' ? SERVER : CLIENT;
@@ -182,28 +370,53 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   } else {
     transport = await LibfabricTransport.connect({ host: o.host!, port: o.port, provider, localNodes: [CLIENT], peerTimeoutMs: PEER_TIMEOUT_MS });
   }
-  const cluster = Cluster.create({ nodes: 2, transport });
+  const who = role === 'server' ? `the client (node ${CLIENT})` : `the server (node ${SERVER} at ${o.host}:${o.port})`;
+  let infinite = false;
+  const ctl = new RunControl(transport, who, o.signal, () => infinite);
+  let cluster: Cluster | undefined;
   let buf: Region | undefined;
   try {
     const theirs = await transport.exchange<RunParams | null>(role === 'client' ? pickParams(o) : null);
     const params = role === 'client' ? pickParams(o) : theirs!;
-    if ((params.faultModel ?? 'terminate') === 'stall') return await runStall(role, params, provider, transport, cluster, o.onConnected);
+    infinite = params.infinite === true;
+    // A server traces when asked to (its own --trace) or when the client asks for its faults.
+    cluster = Cluster.create({ nodes: 2, transport, ...(o.traceFile || params.trace ? { trace: true } : {}) });
+    if ((params.faultModel ?? 'terminate') === 'stall') return await runStall(role, params, provider, transport, cluster, ctl, o);
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy });
     const pd = ctx.allocPd();
-    const cq = ctx.createCq(256);
-    const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
     const sizes = runSizes(params);
     const largest = Math.max(...sizes);
-    const bytes = Math.max(4096, Math.ceil(largest / 4096) * 4096);
+    const slot = Math.max(4096, Math.ceil(largest / 4096) * 4096);
+    const lanes = params.op === 'send' || params.op === 'atomic' ? 1 : (params.qps ?? 1);
+    const depth = params.txDepth ?? 1;
+    const rxDepth = params.op === 'send' ? (params.rxDepth ?? DEFAULT_RX_DEPTH) : 1;
+    const cq = ctx.createCq(lanes * depth + rxDepth + 16);
+    const bytes = lanes * 2 * slot;
+    // QPs first, then the MR (the order rc_pingpong and perftest use).
+    const qps = Array.from({ length: lanes }, () => ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: depth, maxRecvWr: rxDepth } }));
     const region = (buf = mapRegion(bytes, { shared: true }));
     const view = new Uint8Array(region.buffer);
-    const access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC | (params.odp ? Access.ON_DEMAND : 0);
-    const mr = ctx.regMr(pd, buf, 0, bytes, access, { policy: params.policy });
-    const local: Endpoint = { node: me, qpn: qp.qpNum, addr: mr.addr, rkey: mr.rkey };
-    const remote = await transport.exchange<Endpoint>(local);
-    connect(qp, remote);
-    o.onConnected?.(local, remote);
+    const odp = params.odp || params.implicitOdp ? Access.ON_DEMAND : 0;
+    const access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC | odp;
+    const mr = params.implicitOdp ? ctx.regMr(pd, null, 0, SIZE_MAX, access) : ctx.regMr(pd, buf, 0, bytes, access, { policy: params.policy });
+    if (params.prefetch)
+      await ctx.adviseMr(pd, AdviseMrAdvice.PREFETCH, AdviseMrFlags.FLUSH, [{ addr: region.address, length: bytes, lkey: mr.lkey }]);
+    const local = qps.map((qp, k): Endpoint => ({
+      node: me,
+      qpn: qp.qpNum,
+      psn: newPsn(),
+      addr: region.address + BigInt(k * 2 * slot),
+      rkey: mr.rkey,
+    }));
+    // Long waits: the other side may be pinning or filling a large buffer (its loss ends them).
+    const remote = await transport.exchange<Endpoint[]>(local, FOREVER_MS);
+    const mtu = params.mtu ?? QP_DEFAULTS.pathMtu;
+    qps.forEach((qp, k) => connect(qp, local[k]!, remote[k]!, mtu));
+    o.onConnected?.(local, remote, params);
+    const lane = qps.map((qp, k): Lane => ({ qp, offset: k * 2 * slot, remote: remote[k]! }));
     const r = emptyResult(role, params, provider);
+    const mine = role === 'client' ? 'c' : 's';
+    const theirsWho = role === 'client' ? 's' : 'c';
     const count = (wc: WorkCompletion) => {
       if (wc.status !== WcStatus.SUCCESS) r.error ??= `${wc.statusStr} (${WcStatus[wc.status]})`;
       if (wc.odp) {
@@ -213,114 +426,281 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       }
       return wc.status === WcStatus.SUCCESS;
     };
-    // The server's passive buffer starts evicted: the first write or read faults there.
-    if (params.op !== 'send' && role === 'server') {
-      if (params.op === 'read') pattern(view, largest, 0, 's');
-      if (params.evict) buf.unmapPages();
+    // Who streams: both sides ping-pong; the client writes, reads or does atomics, and with -b
+    // the server writes or reads too. A read's target fills its out slots first; with --evict a
+    // target's buffer starts evicted, so the first write or read faults there.
+    const streams = params.op === 'send' || role === 'client' || (params.bidirectional === true && params.op !== 'atomic');
+    const target = params.op !== 'send' && (role === 'server' || params.bidirectional === true);
+    if (target && params.op === 'read') for (const l of lane) await pattern(view.subarray(l.offset), largest, 0, mine);
+    if (params.evict) region.unmapPages();
+    await transport.exchange('ready', FOREVER_MS);
+    // The other side's final word (nothing else comes after 'ready'); its loss is the watch's.
+    const peerDone = transport.receive<Done>(FOREVER_MS).then(
+      (d) => ctl.heard(d),
+      () => undefined,
+    );
+    let counts = lane.map(() => 0);
+    if (streams) {
+      for (const size of sizes) {
+        if (r.error || ctl.stopping) break;
+        counts = params.op === 'send' ? [await pingpong(size)] : await stream(size);
+      }
+    } else await ctl.idle();
+    // Say done (this side's error and counts), then hear the other side's.
+    const done: Done = { counts, ...(r.error ? { error: r.error } : {}), ...(params.bidirectional ? { runs: r.runs } : {}) };
+    try {
+      transport.post(done);
+    } catch {
+      // Gone already: the watch says so.
     }
-    await transport.exchange('ready');
-    for (const size of sizes) {
-      if (r.error) break;
-      const run: SizeRun = { size, realUs: [], seconds: 0 };
-      if (params.op === 'send' || role === 'client') r.runs.push(run);
-      const sge = [{ addr: mr.addr, length: size, lkey: mr.lkey }];
-      const t0 = performance.now();
-      await iterate(size, sge, run);
-      run.seconds = (performance.now() - t0) / 1000;
-    }
-    // One size's iterations: ping-pong (send), or the client's writes or reads.
-    async function iterate(size: number, sge: Array<{ addr: bigint; length: number; lkey: number }>, run: SizeRun): Promise<void> {
-      if (params.op === 'send') {
-        for (let it = 0; it < params.iters && !r.error; it++) {
-          const t = performance.now();
-          if (role === 'client') {
-            pattern(view, size, it, 'c');
-            if (params.evict) region.unmapPages();
-            qp.postRecv({ wrId: BigInt(it), sgList: sge });
-            qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
-            for (let k = 0; k < 2 && !r.error; k++) count(await completion(cq));
-            if (r.error) break;
-            r.mismatches += compare(view, size, it, 's');
-            r.bytesVerified += size;
-          } else {
-            if (params.evict) region.unmapPages();
-            qp.postRecv({ wrId: BigInt(it), sgList: sge });
-            if (!count(await completion(cq))) break;
-            r.mismatches += compare(view, size, it, 'c');
-            r.bytesVerified += size;
-            pattern(view, size, it, 's');
-            if (params.evict) region.unmapPages();
-            qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
-            count(await completion(cq));
-          }
-          run.realUs.push((performance.now() - t) * 1000);
-        }
-      } else if (role === 'client' && params.op === 'atomic') {
-        const cas = params.atomicType === 'CMP_AND_SWAP';
-        const word = new DataView(region.buffer);
-        for (let it = 0; it < params.iters && !r.error; it++) {
-          if (params.evict) region.unmapPages();
-          const atomic = cas
-            ? { remoteAddr: remote.addr, rkey: remote.rkey, compareAdd: BigInt(it), swap: BigInt(it + 1) }
-            : { remoteAddr: remote.addr, rkey: remote.rkey, compareAdd: 1n };
-          const t = performance.now();
-          qp.postSend({
-            wrId: BigInt(it),
-            opcode: cas ? WrOpcode.ATOMIC_CMP_AND_SWP : WrOpcode.ATOMIC_FETCH_AND_ADD,
-            sgList: [{ ...sge[0]!, length: 8 }],
-            sendFlags: SendFlags.SIGNALED,
-            atomic,
-          });
-          if (!count(await completion(cq))) break;
-          run.realUs.push((performance.now() - t) * 1000);
-          // The original value comes back into the sink (host byte order): iteration i's is i.
-          if (word.getBigUint64(0, true) !== BigInt(it)) r.mismatches += 8;
+    await peerDone;
+    if (ctl.lost) r.lost = ctl.lost;
+    const theirDone = ctl.peerDone;
+    if (theirDone?.error) r.peerError = theirDone.error;
+    if (theirDone?.runs) r.peerRuns = theirDone.runs;
+    if (o.signal?.aborted || (params.infinite && theirDone && !r.lost)) r.stopped = true;
+    r.nacks = cluster.system.node(me).pldma.counters().nacksReceived;
+    // A target checks what was written into its buffer once the writer is done (not before:
+    // reading it would make its pages resident): each lane's slot holds its last write.
+    if (target && theirDone && !theirDone.error && !r.error && !r.lost) {
+      for (const [k, l] of lane.entries()) {
+        const n = theirDone.counts[k] ?? 0;
+        if (n === 0) continue;
+        if (params.op === 'write') {
+          r.mismatches += await compare(view.subarray(l.offset + slot), largest, n - 1, theirsWho);
+          r.bytesVerified += largest;
+        } else if (params.op === 'atomic') {
+          if (new DataView(region.buffer).getBigUint64(l.offset + slot, true) !== BigInt(n)) r.mismatches += 8;
           r.bytesVerified += 8;
-        }
-      } else if (role === 'client') {
-        const opcode = params.op === 'write' ? WrOpcode.RDMA_WRITE : WrOpcode.RDMA_READ;
-        for (let it = 0; it < params.iters && !r.error; it++) {
-          if (params.op === 'write') pattern(view, size, it, 'c');
-          if (params.evict) region.unmapPages();
-          const t = performance.now();
-          qp.postSend({ wrId: BigInt(it), opcode, sgList: sge, sendFlags: SendFlags.SIGNALED, rdma: { remoteAddr: remote.addr, rkey: remote.rkey } });
-          if (!count(await completion(cq))) break;
-          run.realUs.push((performance.now() - t) * 1000);
-          if (params.op === 'read') {
-            r.mismatches += compare(view, size, 0, 's');
-            r.bytesVerified += size;
-          }
         }
       }
     }
-    // The end: once the client is done, the server checks what was written into its buffer
-    // (not before: reading it would make its pages resident) and both report their counters.
-    const finished = await transport.exchange('done', r.error ? 1000 : 600_000).catch(() => undefined);
-    r.nacks = cluster.system.node(me).pldma.counters().nacksReceived;
-    if (params.op === 'atomic' && role === 'server' && finished !== undefined) {
-      if (new DataView(region.buffer).getBigUint64(0, true) !== BigInt(params.iters)) r.mismatches += 8;
-      r.bytesVerified += 8;
+    // Counters (and the server's trace, if the client asked) close the run.
+    const traced = role === 'server' && params.trace ? ctx.faultLibrary.exportChromeTrace().traceEvents : undefined;
+    const report = { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: r.nacks, ...(traced ? { trace: traced } : {}) };
+    const peer = r.lost ? undefined : await transport.exchange<typeof report>(report, 30_000 + (traced ? traced.length : 0)).catch(() => undefined);
+    ctl.over = true;
+    if (role === 'client' && peer) {
+      r.peer = { bytesVerified: peer.bytesVerified, mismatches: peer.mismatches, nacks: peer.nacks };
+      if (peer.trace && o.traceFile) addPeerTrace(o.traceFile, peer.trace);
     }
-    if (params.op === 'write' && role === 'server' && finished !== undefined) {
-      // The last write of the largest size covers every byte the others wrote.
-      r.mismatches += compare(view, largest, params.iters - 1, 'c');
-      r.bytesVerified += largest;
-    }
-    const mine = { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: r.nacks };
-    const peer = await transport.exchange<typeof mine>(mine, r.error ? 1000 : 30_000).catch(() => undefined);
-    if (role === 'client' && peer) r.peer = peer;
+    o.traceFile?.addContexts([ctx], role === 'client' && params.trace ? 'client' : undefined);
     return r;
+
+    // Ping-pong of one size (both sides); rc_pingpong keeps `rxDepth` receives posted ahead,
+    // each as long as the buffer. Returns the round trips done.
+    async function pingpong(size: number): Promise<number> {
+      const qp = qps[0]!;
+      const run = newRun(size);
+      r.runs.push(run);
+      const sge = [{ addr: region.address, length: size, lkey: mr.lkey }];
+      const recvSge = [{ addr: region.address, length: slot, lkey: mr.lkey }];
+      const fixed = params.durationS === undefined && !params.infinite;
+      let posted = 0;
+      const postRecv = () => {
+        if (fixed && posted >= params.iters) return;
+        qp.postRecv({ wrId: BigInt(posted++), sgList: recvSge });
+      };
+      for (let i = 0; i < rxDepth; i++) postRecv();
+      // Receives consumed are posted again in the next iteration, after its eviction.
+      let owed = 0;
+      const repost = () => {
+        for (; owed > 0; owed--) postRecv();
+      };
+      const clock = newClock(run);
+      let it = 0;
+      for (; clock.more(it) && !r.error; it++) {
+        const t = performance.now();
+        if (role === 'client') {
+          await pattern(view, size, it, 'c');
+          if (params.evict) region.unmapPages();
+          repost();
+          qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
+          let got = 0;
+          for (; got < 2 && !r.error; got++) {
+            const wc = await ctl.completion(cq, size, true);
+            if (!wc) break;
+            count(wc);
+          }
+          if (got < 2 || r.error) break;
+          r.mismatches += await compare(view, size, it, 's');
+          r.bytesVerified += size;
+        } else {
+          if (params.evict && it > 0) region.unmapPages();
+          repost();
+          const wc = await ctl.completion(cq, size, true);
+          if (!wc || !count(wc)) break;
+          r.mismatches += await compare(view, size, it, 'c');
+          r.bytesVerified += size;
+          await pattern(view, size, it, 's');
+          if (params.evict) region.unmapPages();
+          qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
+          const sent = await ctl.completion(cq, size);
+          if (!sent || !count(sent)) break;
+        }
+        owed++;
+        clock.record(t);
+      }
+      clock.end();
+      return clock.total;
+    }
+
+    // Writes, reads or atomics of one size on every lane, up to `depth` in flight on each.
+    // Returns the WRs each lane completed.
+    async function stream(size: number): Promise<number[]> {
+      const run = newRun(size);
+      r.runs.push(run);
+      const clock = newClock(run);
+      const done = lane.map(() => 0);
+      const next = lane.map(() => 0);
+      const flying = lane.map(() => 0);
+      const started = new Map<bigint, { k: number; t: number }>();
+      let wrId = 0n;
+      const cas = params.atomicType === 'CMP_AND_SWAP';
+      const post = async (k: number) => {
+        const l = lane[k]!;
+        const it = next[k]!++;
+        const out = view.subarray(l.offset);
+        if (params.op === 'write') await pattern(out, size, it, mine);
+        // The WR's own local slot: the write's source, the read's sink (in), the atomic's 8 bytes.
+        const at = params.op === 'read' ? l.offset + slot : l.offset;
+        if (params.evict) region.unmapPages();
+        const sge = { addr: region.address + BigInt(at), length: params.op === 'atomic' ? 8 : size, lkey: mr.lkey };
+        const id = wrId++;
+        started.set(id, { k, t: performance.now() });
+        flying[k]!++;
+        if (params.op === 'atomic')
+          l.qp.postSend({
+            wrId: id,
+            opcode: cas ? WrOpcode.ATOMIC_CMP_AND_SWP : WrOpcode.ATOMIC_FETCH_AND_ADD,
+            sgList: [sge],
+            sendFlags: SendFlags.SIGNALED,
+            atomic: cas
+              ? { remoteAddr: l.remote.addr + BigInt(slot), rkey: l.remote.rkey, compareAdd: BigInt(it), swap: BigInt(it + 1) }
+              : { remoteAddr: l.remote.addr + BigInt(slot), rkey: l.remote.rkey, compareAdd: 1n },
+          });
+        else {
+          // A write lands in the peer's in slot; a read takes the peer's out slot.
+          const remoteAddr = l.remote.addr + BigInt(params.op === 'write' ? slot : 0);
+          l.qp.postSend({
+            wrId: id,
+            opcode: params.op === 'write' ? WrOpcode.RDMA_WRITE : WrOpcode.RDMA_READ,
+            sgList: [sge],
+            sendFlags: SendFlags.SIGNALED,
+            rdma: { remoteAddr, rkey: l.remote.rkey },
+          });
+        }
+      };
+      const fill = async () => {
+        for (let k = 0; k < lane.length; k++) while (!r.error && flying[k]! < depth && clock.more(next[k]!)) await post(k);
+      };
+      await fill();
+      while (flying.some((n) => n > 0)) {
+        const wc = await ctl.completion(cq, size);
+        if (!wc) break;
+        const s = started.get(wc.wrId)!;
+        started.delete(wc.wrId);
+        flying[s.k]!--;
+        if (!count(wc)) continue; // the rest complete WR_FLUSH_ERR: drain them
+        const l = lane[s.k]!;
+        if (params.op === 'read') {
+          r.mismatches += await compare(view.subarray(l.offset + slot), size, 0, theirsWho);
+          r.bytesVerified += size;
+        } else if (params.op === 'atomic') {
+          // The original value comes back into the sink (host byte order): iteration i's is i.
+          if (new DataView(region.buffer).getBigUint64(l.offset, true) !== BigInt(done[s.k]!)) r.mismatches += 8;
+          r.bytesVerified += 8;
+        }
+        done[s.k]!++;
+        clock.record(s.t);
+        await fill();
+      }
+      clock.end();
+      return done;
+    }
+
+    // When a size's run ends: after `iters` (per lane), after -D seconds, or when stopped;
+    // --run_infinitely reports and starts a new period every -D seconds.
+    function newClock(first: SizeRun) {
+      let run = first;
+      let t0 = performance.now();
+      const periodMs = (params.durationS ?? 5) * 1000;
+      const fixed = params.durationS === undefined && !params.infinite;
+      const follows = params.op === 'send' && role === 'server';
+      const clock = {
+        total: 0,
+        more(it: number): boolean {
+          if (r.error || ctl.stopping) return false;
+          // A ping-pong server answers until the client's final word.
+          if (follows && !fixed) return true;
+          if (params.infinite) return true;
+          if (params.durationS !== undefined) return performance.now() - t0 < periodMs;
+          return it < params.iters;
+        },
+        record(t: number): void {
+          const now = performance.now();
+          run.realUs.push((now - t) * 1000);
+          run.doneUs.push((now - t0) * 1000);
+          run.iterations++;
+          clock.total++;
+          if (params.infinite && now - t0 >= periodMs) {
+            run.seconds = (now - t0) / 1000;
+            o.onPeriod?.(run);
+            // Reported: keep the period's figures, not its samples (a run may go on for days).
+            run.realUs = [];
+            run.doneUs = [];
+            run = newRun(run.size);
+            r.runs.push(run);
+            t0 = now;
+          }
+        },
+        end(): void {
+          run.seconds = (performance.now() - t0) / 1000;
+        },
+      };
+      return clock;
+    }
   } finally {
-    cluster.close();
+    cluster?.close();
     transport.close();
     buf?.close();
   }
 }
 
+/** The server's trace, sent over at the end, into the client's file: pids of its own, its processes labelled. */
+function addPeerTrace(file: TraceFile, events: readonly ChromeTraceEvent[]): void {
+  const pids = new Map<number, number>();
+  for (const e of events) {
+    let pid = pids.get(e.pid);
+    if (pid === undefined) pids.set(e.pid, (pid = file.nextPid()));
+    const ev = { ...e, pid };
+    if (e.id !== undefined) ev.id = `server:${e.id}`; // flow ids of another cluster
+    if (e.ph === 'M' && e.name === 'process_name') ev.args = { name: `server: ${String(e.args?.['name'])}` };
+    file.add(ev);
+  }
+}
+
+function newRun(size: number): SizeRun {
+  return { size, iterations: 0, realUs: [], doneUs: [], seconds: 0 };
+}
+
 function pickParams(o: PeerOptions): RunParams {
   const p: RunParams = { op: o.op, size: o.size, iters: o.iters, evict: o.evict, odp: o.odp, policy: o.policy };
-  if (o.faultModel) p.faultModel = o.faultModel;
-  if (o.all) p.all = true;
+  for (const k of [
+    'faultModel',
+    'all',
+    'durationS',
+    'infinite',
+    'txDepth',
+    'qps',
+    'bidirectional',
+    'implicitOdp',
+    'prefetch',
+    'rxDepth',
+    'mtu',
+  ] as const)
+    if (o[k] !== undefined && o[k] !== false) (p as unknown as Record<string, unknown>)[k] = o[k];
+  if (o.traceFile) p.trace = true;
   if (o.op === 'atomic') {
     p.size = 8;
     p.atomicType = o.atomicType ?? 'FETCH_AND_ADD';
@@ -384,10 +764,16 @@ async function runStall(
   provider: LibfabricProvider,
   transport: LibfabricTransport,
   cluster: Cluster,
-  onConnected: PeerOptions['onConnected'],
+  ctl: RunControl,
+  o: PeerOptions,
 ): Promise<PeerResult> {
   if (params.op !== 'write')
     throw Object.assign(new Error(`stall mode carries RDMA WRITE only (write-bw, write-lat), not ${params.op}`), { code: 'ERR_INVALID_ARG_VALUE' });
+  // One provider write at a time on one RMA connection, for a count of iterations.
+  if ((params.qps ?? 1) > 1 || (params.txDepth ?? 1) > 1 || params.bidirectional || params.durationS !== undefined || params.infinite)
+    throw Object.assign(new Error('stall mode runs one RMA write at a time on one connection, -n times: no -q, -t, -b, -D or --run_infinitely'), {
+      code: 'ERR_INVALID_ARG_VALUE',
+    });
   const me = role === 'server' ? SERVER : CLIENT;
   const r = emptyResult(role, params, provider);
   const sizes = runSizes(params);
@@ -415,16 +801,18 @@ async function runStall(
       await transport.exchange({ addr: base, key });
       // --evict: before each write the client asks for the buffer to be evicted and waits for
       // the answer, so every write meets missing pages (and the provider thread stalls on each).
-      let m = await transport.receive<string>(600_000).catch(() => undefined);
+      let m = await transport.receive<string | Done>(FOREVER_MS).catch(() => undefined);
       while (m === 'evict') {
         buf.evict();
         transport.post('evicted');
-        m = await transport.receive<string>(600_000).catch(() => undefined);
+        m = await transport.receive<string | Done>(FOREVER_MS).catch(() => undefined);
       }
-      const finished = m === 'done';
-      if (finished) transport.post('done');
-      if (finished) {
-        r.mismatches += compare(new Uint8Array(buf.buffer), largest, params.iters - 1, 'c');
+      const done = typeof m === 'object' ? m : undefined;
+      if (done) transport.post('done');
+      if (done?.error) r.peerError = done.error;
+      else if (!done) r.lost = ctl.lost ?? 'the client said nothing the run expects';
+      if (done && !done.error) {
+        r.mismatches += await compare(new Uint8Array(buf.buffer), largest, params.iters - 1, 'c');
         r.bytesVerified += largest;
       }
       r.faults.destination = ctx.faultLibrary.stats().faults.destination;
@@ -439,7 +827,16 @@ async function runStall(
         pagesTouched,
       };
       cluster.system.node(me).smmu.endStallWindow(win);
-      await transport.exchange({ bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: 0, stall: r.stall }, 30_000).catch(() => undefined);
+      const traced = params.trace ? ctx.faultLibrary.exportChromeTrace().traceEvents : undefined;
+      if (!r.lost)
+        await transport
+          .exchange(
+            { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: 0, stall: r.stall, ...(traced ? { trace: traced } : {}) },
+            30_000,
+          )
+          .catch(() => undefined);
+      ctl.over = true;
+      o.traceFile?.addContexts([ctx]);
       return r;
     } finally {
       buf.close();
@@ -452,15 +849,19 @@ async function runStall(
     const { rmaPort } = await transport.exchange<{ rmaPort: number }>(null);
     await transport.connectRma(rmaPort);
     const remote = await transport.exchange<{ addr: bigint; key: bigint }>(null);
-    // No QP here: the libfabric endpoints are the queue pairs (QPN 0).
-    onConnected?.({ node: CLIENT, qpn: 0, addr: buf.address, rkey: 0 }, { node: SERVER, qpn: 0, addr: remote.addr, rkey: Number(remote.key) });
+    // No QP here: the libfabric endpoints are the queue pairs (QPN 0, PSN 0).
+    o.onConnected?.(
+      [{ node: CLIENT, qpn: 0, psn: 0, addr: buf.address, rkey: 0 }],
+      [{ node: SERVER, qpn: 0, psn: 0, addr: remote.addr, rkey: Number(remote.key) }],
+      params,
+    );
     for (const size of sizes) {
       if (r.error) break;
-      const run: SizeRun = { size, realUs: [], seconds: 0 };
+      const run = newRun(size);
       r.runs.push(run);
       const t0 = performance.now();
       for (let it = 0; it < params.iters && !r.error; it++) {
-        pattern(view, size, it, 'c');
+        await pattern(view, size, it, 'c');
         let t = 0;
         try {
           if (params.evict) {
@@ -478,15 +879,25 @@ async function runStall(
           break;
         }
         run.realUs.push((performance.now() - t) * 1000);
+        run.doneUs.push((performance.now() - t0) * 1000);
+        run.iterations++;
       }
       // With --evict only the writes count, not the eviction requests between them.
       run.seconds = params.evict ? run.realUs.reduce((a, b) => a + b, 0) / 1e6 : (performance.now() - t0) / 1000;
     }
-    await transport.exchange('done', r.error ? 1000 : 600_000).catch(() => undefined);
-    const peer = await transport.exchange<NonNullable<PeerResult['peer']>>({}, r.error ? 1000 : 30_000).catch(() => undefined);
+    const done: Done = { counts: [r.runs.at(-1)?.iterations ?? 0], ...(r.error ? { error: r.error } : {}) };
+    const heard = ctl.lost ? undefined : await transport.exchange(done, FOREVER_MS).catch(() => undefined);
+    const peer =
+      heard === undefined
+        ? undefined
+        : await transport.exchange<NonNullable<PeerResult['peer']> & { trace?: ChromeTraceEvent[] }>({}, 30_000).catch(() => undefined);
+    ctl.over = true;
+    if (ctl.lost) r.lost = ctl.lost;
     if (peer) {
-      r.peer = peer;
+      const { trace, ...counters } = peer;
+      r.peer = counters;
       r.faults.destination = peer.stall?.libraryFaults ?? 0;
+      if (trace && o.traceFile) addPeerTrace(o.traceFile, trace);
     }
     return r;
   } finally {

@@ -157,7 +157,7 @@ export class LibfabricTransport implements Transport {
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   #exchanges: unknown[] = [];
   #exchangeWaiters: Array<{ take: (body: unknown) => void; fail: (e: Error) => void }> = [];
-  #lostListeners: Array<(node: number) => void> = [];
+  #lostListeners: Array<(node: number, reason?: Error) => void> = [];
   #staged = new Map<string, Staging>();
   #spare: Staging[] = [];
   #host: string | undefined;
@@ -444,8 +444,11 @@ export class LibfabricTransport implements Transport {
     }
   }
 
-  /** Hear when a peer node goes away (its connection shut down): whatever waits on it must end. */
-  onPeerLost(listener: (node: number) => void): void {
+  /**
+   * Hear when a peer node goes away (its connection shut down, or silent past the peer
+   * timeout): whatever waits on it must end. `reason` says why, the first time a node is told.
+   */
+  onPeerLost(listener: (node: number, reason?: Error) => void): void {
     this.#lostListeners.push(listener);
   }
 
@@ -594,8 +597,8 @@ export class LibfabricTransport implements Transport {
     this.#spare.push(s);
   }
 
-  #tellLost(node: number): void {
-    for (const l of this.#lostListeners) l(node);
+  #tellLost(node: number, reason?: Error): void {
+    for (const l of this.#lostListeners) l(node, reason);
   }
 
   /** @internal native events */
@@ -662,14 +665,14 @@ export class LibfabricTransport implements Transport {
       for (const w of this.#peerWaiters.splice(0)) w.reject(e);
       return;
     }
+    const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
     for (const n of lost) {
       this.#remote.delete(n);
       this.#lost.add(n);
-      this.#tellLost(n);
+      this.#tellLost(n, gone);
     }
     // What waits on that peer's answers ends too: exchanges, and stall mode's writes (their
     // delivery can never be confirmed).
-    const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
     for (const w of this.#exchangeWaiters.splice(0)) w.fail(gone);
     for (const w of this.#rma.writes.values()) w.reject(gone);
     this.#rma.writes.clear();

@@ -98,7 +98,8 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
 
   it('RDMA WRITE: faults at both ends (evicted pages), NACKs, retransmissions, bytes verified by the destination', async () => {
     const size = 64 * 1024;
-    const r = await pair('write-bw', ['-s', String(size), '-n', '5', '--evict']);
+    // -t 1: one write at a time, so that each one's source was evicted just before it.
+    const r = await pair('write-bw', ['-s', String(size), '-n', '5', '-t', '1', '--evict']);
     expect(r.client.error).toBeUndefined();
     expect(r.client.faults.source).toBeGreaterThanOrEqual(5);
     expect(r.client.faults.destination).toBeGreaterThanOrEqual(1);
@@ -169,7 +170,8 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
 
   it('RDMA READ: the source faults in the server process, the sink in the client; every byte verified', async () => {
     const size = 32 * 1024;
-    const r = await pair('read-bw', ['-s', String(size), '-n', '4', '--evict']);
+    // -t 1: one read at a time, so that each one's sink was evicted just before it.
+    const r = await pair('read-bw', ['-s', String(size), '-n', '4', '-t', '1', '--evict']);
     expect(r.client.error).toBeUndefined();
     expect(r.client.faults.source).toBeGreaterThanOrEqual(1);
     expect(r.client.faults.destination).toBeGreaterThanOrEqual(4);
@@ -182,7 +184,8 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
   it('SEND (rc-pingpong): both sides evict before every message; both verify what they received', async () => {
     const size = 16 * 1024;
     const iters = 20;
-    const r = await pair('rc-pingpong', ['-s', String(size), '-n', String(iters), '--evict']);
+    // -r 1: each receive is posted after its buffer was evicted (not 500 ahead).
+    const r = await pair('rc-pingpong', ['-s', String(size), '-n', String(iters), '-r', '1', '--evict']);
     for (const side of [r.client, r.server]) {
       expect(side.error).toBeUndefined();
       expect(side.bytesVerified).toBe(iters * size);
@@ -278,4 +281,124 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
     server.child.kill('SIGTERM');
     await server.exit;
   }, 30_000);
+
+  for (const program of ['rc-pingpong', 'write-bw'])
+    for (const victim of ['client', 'server'] as const) {
+      it(`${program}: the ${victim} killed mid-run ends the other side non-zero, naming it, within the peer timeout`, async () => {
+        const server = start([program, '-p', '0']);
+        const port = (await waitFor(server.output, /port (\d+)/))[1]!;
+        const client = start([program, '127.0.0.1', '-p', port, '-s', '16K', '-n', '1000000']);
+        await waitFor(client.output, /remote address/);
+        await new Promise((r) => setTimeout(r, 1000));
+        const [killed, survivor] = victim === 'client' ? [client, server] : [server, client];
+        killed.child.kill('SIGKILL');
+        const killedAt = Date.now();
+        const s = await survivor.exit;
+        // A killed process's connection shuts at once; the peer timeout bounds a silent one.
+        expect(Date.now() - killedAt).toBeLessThan(peerTimeoutMs(16, 7) + 3_000);
+        expect(s.code).toBe(1);
+        const name =
+          victim === 'client' ? /the client \(node 0\) went away/ : new RegExp(`the server \\(node 1 at 127\\.0\\.0\\.1:${port}\\) went away`);
+        expect(s.stderr).toMatch(name);
+      }, 60_000);
+    }
+
+  it('sizes past what the programs carry are refused at once, the limit named', async () => {
+    const big = await start(['write-bw', '127.0.0.1', '-s', '2047M']).exit;
+    expect(big.code).toBe(1);
+    expect(big.stderr).toMatch(/2047M is larger than these programs carry between processes, 1G: .*peer timeout \(2148 ms\)/);
+    const huge = await start(['read-bw', '-s', '4G']).exit;
+    expect(huge.code).toBe(1);
+    expect(huge.stderr).toContain("4G is larger than the largest message, 2^31 bytes (the modelled port's max_msg_sz)");
+  }, 30_000);
+
+  it("perftest's header block, -q lanes, -t depth and -b: both directions verified", async () => {
+    const r = await pair('write-bw', ['-s', '16K', '-n', '20', '-q', '2', '-t', '4', '-b', '--evict']);
+    for (const side of [r.client, r.server]) {
+      expect(side.error).toBeUndefined();
+      // Each side checks the last write into each of its two lanes' slots.
+      expect(side.bytesVerified).toBe(2 * 16 * 1024);
+      expect(side.mismatches).toBe(0);
+    }
+    expect(r.stdout).toMatch(/RDMA_Write BW Test\n Number of qps\s+: 2\n Connection type : RC\n TX depth\s+: 4\n Mtu\s+: 1024\[B\]/);
+    expect(r.stdout).toMatch(/On-demand paging: ON \(touch-ahead\)\n Bidirectional\s+: ON/);
+    const addresses = [
+      ...r.stdout.matchAll(/^ local address: LID 0x0000 QPN 0x[0-9a-f]{4} PSN 0x[0-9a-f]{6} RKey 0x[0-9a-f]{6} VAddr 0x[0-9a-f]{14}$/gm),
+    ];
+    expect(addresses).toHaveLength(2);
+    expect(r.stdout).toMatch(/^ remote address: LID 0x0001 QPN/m);
+    // 2 lanes × 20 writes.
+    expect(r.stdout).toMatch(/^\s+16384\s+40\s+[\d.]+\s+[\d.]+\s+[\d.]+$/m);
+  }, 60_000);
+
+  it('-D: a duration instead of a count; latency columns are measured per WR, not one value repeated', async () => {
+    const r = await pair('write-lat', ['-D', '2']);
+    expect(r.client.error).toBeUndefined();
+    const row = /^\s+4096\s+(\d+)((?:\s+[\d.]+){7})$/m.exec(r.stdout)!;
+    expect(Number(row[1])).toBeGreaterThan(1);
+    const [min, max, typical] = row[2]!.trim().split(/\s+/).map(Number);
+    expect(min).toBeLessThan(max!);
+    expect(typical).toBeGreaterThanOrEqual(min!);
+    expect(r.stdout).toMatch(/Duration\s+: 2 s/);
+  }, 60_000);
+
+  it('--run_infinitely prints a line per period until SIGINT, then both sides exit 0', async () => {
+    const server = start(['write-bw', '-p', '0']);
+    const port = (await waitFor(server.output, /port (\d+)/))[1]!;
+    const client = start(['write-bw', '127.0.0.1', '-p', port, '-s', '4K', '-D', '1', '--run_infinitely']);
+    await waitFor(client.output, /^\s+4096\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\n(?:.*\n)*\s+4096\s+\d+\s+[\d.]+/m, 30_000);
+    client.child.kill('SIGINT');
+    const [c, s] = await Promise.all([client.exit, server.exit]);
+    expect([c.code, s.code]).toEqual([0, 0]);
+    expect(c.stderr + s.stderr).not.toMatch(/went away|failed|differ/);
+    expect(c.stdout).toMatch(/mismatches 0/);
+  }, 60_000);
+
+  it("atomic-lat takes no -s or --report_gbits (perftest's atomics are 8 bytes); send-lat refuses -q", async () => {
+    for (const flag of [['-s', '64'], ['--report_gbits']]) {
+      const e = await start(['atomic-lat', ...flag]).exit;
+      expect(e.code).toBe(1);
+      expect(e.stderr).toContain(`unknown option '${flag[0]}'`);
+    }
+    const q = await start(['send-lat', '127.0.0.1', '-q', '2']).exit;
+    expect(q.code).toBe(1);
+    expect(q.stderr).toContain('a ping-pong has one message each way at a time on one QP');
+  }, 30_000);
+
+  it('rc-pingpong -O -P -r -m: implicit ODP, prefetched, rx depth and MTU, bytes verified; -P alone is refused as ibv_rc_pingpong does', async () => {
+    const r = await pair('rc-pingpong', ['-s', '8K', '-n', '20', '-O', '-P', '-r', '4', '-m', '2048', '--evict']);
+    for (const side of [r.client, r.server]) {
+      expect(side.error).toBeUndefined();
+      expect(side.bytesVerified).toBe(20 * 8192);
+      expect(side.mismatches).toBe(0);
+    }
+    expect(r.stdout).toMatch(/ {2}local address: {2}LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}/);
+    expect(r.stdout).toContain('MTU 2048, implicit ODP, prefetched, rx depth 4');
+    const p = await start(['rc-pingpong', '127.0.0.1', '-P']).exit;
+    expect(p.code).toBe(1);
+    expect(p.stderr).toContain('-P: prefetch is valid only with an on-demand memory region (-o or -O)');
+  }, 60_000);
+
+  for (const program of ['rc-pingpong', 'write-lat']) {
+    it(`${program} --trace: each side writes its faults, and the client's file holds the server's too`, async () => {
+      const sf = join(dir, `${program}-server.trace.json`);
+      const cf = join(dir, `${program}-client.trace.json`);
+      const server = start([program, '-p', '0', '--trace', sf]);
+      const port = (await waitFor(server.output, /port (\d+)/))[1]!;
+      const c = await start([program, '127.0.0.1', '-p', port, '-n', '10', '--evict', '--trace', cf]).exit;
+      const s = await server.exit;
+      expect([c.code, s.code]).toEqual([0, 0]);
+      type Ev = { ph: string; name: string; pid: number; args?: { name?: string } };
+      const events = (f: string) => (JSON.parse(readFileSync(f, 'utf8')) as { traceEvents: Ev[] }).traceEvents;
+      const names = (evs: Ev[]) => evs.filter((e) => e.name === 'process_name').map((e) => e.args!.name!);
+      const client = events(cf);
+      const server_ = events(sf);
+      expect(server_.filter((e) => e.ph !== 'M').length).toBeGreaterThan(0);
+      expect(names(client).some((n) => n.startsWith('server: node 1'))).toBe(true);
+      expect(names(client).some((n) => n.startsWith('client: node 0'))).toBe(true);
+      // The client's own faults (its evicted buffer) are there besides the server's.
+      const clientPids = new Set(client.filter((e) => e.name === 'process_name' && e.args!.name!.startsWith('client')).map((e) => e.pid));
+      expect(client.filter((e) => e.ph !== 'M' && clientPids.has(e.pid)).length).toBeGreaterThan(0);
+    }, 60_000);
+  }
 });
