@@ -3,7 +3,7 @@
 // with it, one file per command in commands/ built from here. The work is examples/fabric-peer.ts.
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
-import { LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
+import { DEFAULT_BIND, LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
 import { runPeer, type AtomicType, type Endpoint, type FabricOp, type PeerResult, type SizeRun } from '../examples/fabric-peer.js';
 import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, parseSize, print, Table } from '../examples/support/format.js';
 import { defineProgram, type CommonOptions, type Program } from './program.js';
@@ -13,6 +13,7 @@ export const DEFAULT_PORT = 18515;
 
 export interface FabricOptions extends CommonOptions {
   port: number;
+  bind: string;
   size: number;
   iters: number;
   odp: boolean;
@@ -37,6 +38,7 @@ function addFabricOptions(cmd: Command, iters: number, perftest: boolean, op?: F
   cmd
     .argument('[host]', 'the server to connect to (without it: run the server)')
     .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT)
+    .option('--bind <addr>', 'server: the address to listen on (0.0.0.0: every interface)', DEFAULT_BIND)
     .option('-s, --size <bytes>', 'message size (4096, 64K, 1M)', parseSize, 4096)
     .option('-n, --iters <n>', 'iterations', parsePositiveInt, iters)
     .option('--odp', 'register the buffers with ODP (Access.ON_DEMAND)', false)
@@ -74,6 +76,7 @@ async function run(name: string, op: FabricOp, o: FabricOptions): Promise<PeerRe
   const r = await runPeer({
     host,
     port: o.port,
+    bind: o.bind,
     provider: o.provider,
     op,
     size: o.size,
@@ -86,7 +89,7 @@ async function run(name: string, op: FabricOp, o: FabricOptions): Promise<PeerRe
     ...(o.atomic_type ? { atomicType: o.atomic_type } : {}),
     onListening: (port) =>
       print(
-        `waiting for a client on port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${hostname()} -p ${port} [-s SIZE -n ITERS --evict]`,
+        `waiting for a client on ${o.bind} port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${o.bind === '0.0.0.0' ? hostname() : o.bind} -p ${port} [-s SIZE -n ITERS --evict]`,
       ),
     onConnected: (local, remote) => {
       print(`  local address:  ${describe(local)}`);

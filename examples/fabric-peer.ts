@@ -80,6 +80,8 @@ export interface PeerOptions extends RunParams {
   /** Client: the server's host; absent: run the server. */
   host?: string | undefined;
   port: number;
+  /** Server: the address to listen on (default 127.0.0.1, this host only; 0.0.0.0: every interface). */
+  bind?: string;
   provider?: LibfabricProvider;
   /** Server: told the port it listens on (useful with port 0). */
   onListening?: (port: number) => void;
@@ -113,6 +115,8 @@ export interface PeerResult {
   peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
   stall?: StallReport;
+  /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's). */
+  refused: number;
 }
 
 export interface StallReport {
@@ -176,7 +180,13 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   const provider = o.provider ?? 'tcp';
   let transport: LibfabricTransport;
   if (role === 'server') {
-    transport = LibfabricTransport.listen({ port: o.port, provider, localNodes: [SERVER], peerTimeoutMs: PEER_TIMEOUT_MS });
+    transport = LibfabricTransport.listen({
+      port: o.port,
+      provider,
+      localNodes: [SERVER],
+      peerTimeoutMs: PEER_TIMEOUT_MS,
+      ...(o.bind !== undefined ? { host: o.bind } : {}),
+    });
     o.onListening?.(transport.port);
     await transport.waitForPeer();
   } else {
@@ -187,7 +197,11 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   try {
     const theirs = await transport.exchange<RunParams | null>(role === 'client' ? pickParams(o) : null);
     const params = role === 'client' ? pickParams(o) : theirs!;
-    if ((params.faultModel ?? 'terminate') === 'stall') return await runStall(role, params, provider, transport, cluster, o.onConnected);
+    if ((params.faultModel ?? 'terminate') === 'stall') {
+      const r = await runStall(role, params, provider, transport, cluster, o.onConnected);
+      r.refused = transport.stats().refused;
+      return r;
+    }
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy });
     const pd = ctx.allocPd();
     const cq = ctx.createCq(256);
@@ -309,6 +323,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const mine = { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: r.nacks };
     const peer = await transport.exchange<typeof mine>(mine, r.error ? 1000 : 30_000).catch(() => undefined);
     if (role === 'client' && peer) r.peer = peer;
+    r.refused = transport.stats().refused;
     return r;
   } finally {
     cluster.close();
@@ -339,6 +354,7 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
     retransmitted: 0,
     nacks: 0,
     runs: [],
+    refused: 0,
   };
 }
 

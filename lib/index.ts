@@ -48,6 +48,7 @@ export {
 export * from './verbs/index.js';
 export * from './remote-paging/index.js';
 export {
+  DEFAULT_BIND,
   DEFAULT_PEER_TIMEOUT_MS,
   LibfabricTransport,
   LIBFABRIC_PROVIDERS,
@@ -55,4 +56,5 @@ export {
   type LibfabricProvider,
   type LibfabricOptions,
   type RmaTarget,
+  type TransportStats,
 } from '../kernel-sim/fabric/libfabric-transport.js';
