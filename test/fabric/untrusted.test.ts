@@ -5,14 +5,14 @@
 // around our frames) tries what the wire allows; each try is refused and counted by the
 // transport or answered with an access error by the responder, no byte lands, and the real
 // client is served afterwards.
-import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AckResp, DmaStatus, LibfabricTransport, type AckPacket, type WritePacket } from '../../kernel-sim/index.js';
-import { decodeFrame, encodeHello, encodePacket, Op, type Frame } from '../../kernel-sim/fabric/headers.js';
+import { encodeHello, encodePacket, Op } from '../../kernel-sim/fabric/headers.js';
 import type { MemoryLike } from '../../kernel-sim/memory.js';
 import { binding } from '../../native/index.js';
 import { Access, Cluster, mapRegion, QpState, SendFlags, WcStatus, WrOpcode, type QueuePair, type Region } from '../../lib/index.js';
 import { allBytes, closeAll, createPlayers, MSG, next, P, region, track } from '../verbs/helpers.js';
+import { Raw, until } from './raw.js';
 
 afterEach(() => closeAll());
 
@@ -75,70 +75,6 @@ describe('a LOCAL_WRITE-only key is no licence to write (in one process)', () =>
   });
 });
 
-/** An attacker's connection: libfabric tcp's CM exchange, then our frames in provider messages. */
-class Raw {
-  readonly frames: Frame[] = [];
-  readonly closed: Promise<void>;
-  #sock: Socket;
-  #buf = Buffer.alloc(0);
-  #cm = false;
-
-  private constructor(sock: Socket) {
-    this.#sock = sock;
-    this.closed = new Promise((resolve) => sock.on('close', () => resolve()));
-    sock.on('error', () => undefined);
-    sock.on('data', (d: Buffer) => this.#data(d));
-  }
-
-  /** Connect and send tcp's connection request (version 3, type connreq): 32 bytes, as a real client does. */
-  static async open(port: number): Promise<Raw> {
-    const sock = connect(port, '127.0.0.1');
-    await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
-    const r = new Raw(sock);
-    const req = Buffer.alloc(32);
-    req[0] = 3;
-    req[24] = 1;
-    sock.write(req);
-    return r;
-  }
-
-  /** One provider message (version 3, op msg, header 16 bytes, total size little-endian) around `frame`. */
-  send(frame: Uint8Array): void {
-    const h = Buffer.alloc(16);
-    h[0] = 3;
-    h[6] = 16;
-    h.writeBigUInt64LE(BigInt(16 + frame.length), 8);
-    this.#sock.write(Buffer.concat([h, frame]));
-  }
-
-  close(): void {
-    this.#sock.destroy();
-  }
-
-  #data(d: Buffer): void {
-    this.#buf = Buffer.concat([this.#buf, d]);
-    if (!this.#cm) {
-      if (this.#buf.length < 32) return;
-      this.#buf = this.#buf.subarray(32);
-      this.#cm = true;
-    }
-    while (this.#buf.length >= 16) {
-      const size = Number(this.#buf.readBigUInt64LE(8));
-      if (this.#buf.length < size) return;
-      this.frames.push(decodeFrame(this.#buf.subarray(this.#buf[6]!, size)));
-      this.#buf = this.#buf.subarray(size);
-    }
-  }
-}
-
-async function until(what: string, ok: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!ok()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 /** Connect `qp` to QP `destQpNum` on node `destNode` (INIT → RTR → RTS), taking remote writes. */
 function rc(qp: QueuePair, destQpNum: number, destNode: number): void {
   qp.modify({ qpState: QpState.INIT, portNum: 1, qpAccessFlags: Access.LOCAL_WRITE | Access.REMOTE_WRITE });
@@ -183,9 +119,6 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     claim.send(encodeHello([1]));
     await claim.closed;
     expect(refused('a hello naming a node that is hosted here')).toBe(1);
-    // A connection that never says hello (it stays open while the real client comes).
-    const silent = await Raw.open(server.port);
-
     // A peer that says hello as node 0, then forges.
     const evil = await Raw.open(server.port);
     evil.send(encodeHello([0]));
@@ -237,7 +170,9 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     evil.close();
     await until('the attacker gone', () => lost.includes(0));
 
-    // The real client: its hello, the exchange (which the silent connection never sees), a write that lands.
+    // A connection that never says hello, open while the real client comes; then the real
+    // client: its hello, the exchange (which the silent connection never sees), a write that lands.
+    const silent = await Raw.open(server.port);
     const clientT = track(await LibfabricTransport.connect({ host: '127.0.0.1', port: server.port, localNodes: [0] }));
     const clientCluster = track(Cluster.create({ nodes: 2, transport: clientT }));
     const cctx = clientCluster.openDevice(0);
@@ -250,6 +185,7 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     server.post({ addr: remote.addr, rkey: remote.rkey });
     const got = await clientT.receive<{ addr: bigint; rkey: number }>(5000);
     expect([got.addr, got.rkey]).toEqual([remote.addr, remote.rkey]);
+    expect(silent.open).toBe(true);
     const src = track(mapRegion(P));
     new Uint8Array(src.buffer).fill(0x5a);
     const smr = cctx.regMr(cpd, src, 0, P, Access.LOCAL_WRITE);
