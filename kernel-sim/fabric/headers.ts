@@ -210,6 +210,10 @@ function checkVerbs(m: VerbsHeader): void {
     addr('atomic.swap', m.atomic.swap);
   }
   if (m.ok !== undefined) bool('ok', m.ok);
+  // What the responder acts on must be there: a READ's or an atomic's target, key, sinks and PD.
+  if (m.op === 'read' || m.op === 'atomic')
+    for (const f of ['addr', 'rkey', 'sinks', 'pd', ...(m.op === 'atomic' ? (['atomic'] as const) : [])] as const)
+      if (m[f] === undefined) bad(f, `present in ${m.op === 'read' ? 'a READ' : 'an atomic'} request`, undefined);
 }
 
 /**

@@ -55,6 +55,10 @@ export interface LibfabricOptions {
 /** The address a server listens on unless told otherwise: this host only. */
 export const DEFAULT_BIND = '127.0.0.1';
 
+/** Exchange bodies kept until the program asks for them, and incoming writes staged at once: beyond, refused. */
+const MAX_QUEUED_EXCHANGES = 64;
+const MAX_STAGED_WRITES = 1024;
+
 /** Bytes of a frame one chunk frame carries (a receive buffer less the chunk's header). */
 const CHUNK_BYTES = MAX_WIRE_BYTES - CHUNK_HEADER_BYTES;
 
@@ -598,8 +602,12 @@ export class LibfabricTransport implements Transport {
   }
 
   #decodeWrite(p: DecodedWrite): WritePacket {
+    const key = `${p.src}:${p.tid}:${p.seq}`;
+    // Each staged write is released by its answer: one already waiting, or too many, is refused.
+    if (this.#staged.has(key)) throw new RefusedError('a write repeating one not yet answered');
+    if (this.#staged.size >= MAX_STAGED_WRITES) throw new RefusedError('a write beyond the staged writes');
     const s = this.#stage(p.bytes.length);
-    this.#staged.set(`${p.src}:${p.tid}:${p.seq}`, s);
+    this.#staged.set(key, s);
     new Uint8Array(s.raw.buffer).set(p.bytes);
     return withPayload(p, s.memory);
   }
@@ -685,6 +693,7 @@ export class LibfabricTransport implements Transport {
           if (handle !== this.#exchangePeer()) throw new RefusedError('an exchange from a connection that is not the peer');
           const w = this.#exchangeWaiters.shift();
           if (w) w.take(f.body);
+          else if (this.#exchanges.length >= MAX_QUEUED_EXCHANGES) throw new RefusedError('an exchange beyond the queue');
           else this.#exchanges.push(f.body);
           return;
         }

@@ -14,7 +14,7 @@ import {
   WIRE_MAX_BLOCKS,
   WireError,
 } from '../../kernel-sim/fabric/headers.js';
-import { AckResp, type AckPacket, type MessagePacket, type WritePacket } from '../../kernel-sim/fabric/packets.js';
+import { AckResp, type AckPacket, type MessagePacket, type VerbsRequest, type WritePacket } from '../../kernel-sim/fabric/packets.js';
 import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/requester.js';
 import type { MemoryLike } from '../../kernel-sim/memory.js';
 
@@ -153,7 +153,10 @@ describe('wire layout: round trips', () => {
   it('the verbs request and response headers', () => {
     expect(decodeFrame(encodePacket(request))).toEqual({ op: Op.REQUEST, packet: request });
     expect(decodeFrame(encodePacket(response))).toEqual({ op: Op.RESPONSE, packet: response });
-    for (const op of ['write', 'write-imm', 'send', 'send-fin', 'read'] as const) {
+    const { atomic: _atomic, ...readBody } = request.body as VerbsRequest;
+    const read: MessagePacket = { ...request, body: { ...readBody, op: 'read' } };
+    expect(decodeFrame(encodePacket(read))).toEqual({ op: Op.REQUEST, packet: read });
+    for (const op of ['write', 'write-imm', 'send', 'send-fin'] as const) {
       const m: MessagePacket = {
         type: 'message',
         src: 2,
@@ -242,6 +245,11 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     expect(() => encodePacket({ ...response, body: { ...response.body, status: 24 } as never })).toThrow(
       /status must be an integer in 0\.\.23, got 24/,
     );
+    // What the responder acts on: a READ without its target address, an atomic without its operands.
+    const { addr: _a, ...noAddr } = request.body as VerbsRequest;
+    expect(() => encodePacket({ ...request, body: { ...noAddr, op: 'read' } })).toThrow(/addr must be present in a READ request/);
+    const { atomic: _o, ...noOperands } = request.body as VerbsRequest;
+    expect(() => encodePacket({ ...request, body: noOperands })).toThrow(/atomic must be present in an atomic request/);
     const sinks = Array.from({ length: 33 }, () => ({ addr: 0n, length: 1, lkey: 1 }));
     expect(() => encodePacket({ ...request, body: { ...request.body, sinks } as never })).toThrow(/sinks must be an array of at most 32 entries/);
   });
