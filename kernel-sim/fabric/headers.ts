@@ -47,6 +47,7 @@ const MAX_ACK_RESP = AckResp.FLUSHED;
 const MAX_WC_STATUS = 23;
 const REQUEST_OPS = ['write', 'write-imm', 'send', 'send-fin', 'read', 'atomic'] as const;
 const U64 = (1n << 64n) - 1n;
+const SPACE = 1n << 64n;
 
 /** A frame or packet that breaks the layout: `code` ERR_WIRE_MALFORMED, the message names the field. */
 export class WireError extends Error {
@@ -57,9 +58,14 @@ export class WireError extends Error {
   }
 }
 
+/** The verdict whose fields are being checked (-1: none): named in an error only, no string built per check. */
+let verdictAt = -1;
+
 function bad(field: string, want: string, got: unknown): never {
   const shown = typeof got === 'bigint' ? `${got}n` : typeof got === 'number' || typeof got === 'boolean' ? String(got) : typeof got;
-  throw new WireError(`${field} must be ${want}, got ${shown}`);
+  const name = verdictAt < 0 ? field : `verdicts[${verdictAt}].${field}`;
+  verdictAt = -1;
+  throw new WireError(`${name} must be ${want}, got ${shown}`);
 }
 
 // ---- field checks, shared by the decoder and checkPacket ----
@@ -88,9 +94,13 @@ function bool(field: string, v: unknown): boolean {
   return v;
 }
 
-function times(field: string, v: unknown, count: number): Float64Array {
+/**
+ * Per-block modelled times: their count always; each value's finiteness where they come off
+ * the wire (`each`): in one process they are the engine's own sums, and a time moves no byte.
+ */
+function times(field: string, v: unknown, count: number, each: boolean): Float64Array {
   if (!(v instanceof Float64Array) || v.length !== count) bad(field, `a Float64Array of ${count} modelled times`, v);
-  for (let i = 0; i < count; i++) if (!Number.isFinite(v[i]!)) bad(`${field}[${i}]`, 'a finite number', v[i]);
+  if (each) for (let i = 0; i < count; i++) if (!Number.isFinite(v[i]!)) bad(`${field}[${i}]`, 'a finite number', v[i]);
   return v;
 }
 
@@ -108,11 +118,11 @@ function checkHeader(p: Packet & { type: 'write' | 'ack' }): void {
   u32('tid', p.tid);
   u32('seq', p.seq);
   const length = u32('length', p.length);
-  if (va + BigInt(length) > U64 + 1n) bad('va + length', 'within the 64-bit address space', va + BigInt(length));
+  if (va + BigInt(length) > SPACE) bad('va + length', 'within the 64-bit address space', va + BigInt(length));
   finite('arrivesAt', p.arrivesAt);
 }
 
-function checkWrite(p: WritePacket): void {
+function checkWrite(p: WritePacket, each = false): void {
   checkHeader(p);
   int('channel', p.channel, 0, 0xffff);
   const count = int('count', p.count, 1, WIRE_MAX_BLOCKS);
@@ -122,8 +132,8 @@ function checkWrite(p: WritePacket): void {
   if (p.length <= (count - 1) * bs || p.length > count * bs)
     bad('length', `in ${(count - 1) * bs + 1}..${count * bs} for ${count} blocks of ${bs}`, p.length);
   size('lengthHint', p.lengthHint);
-  times('issuedUs', p.issuedUs, count);
-  times('arrivals', p.arrivals, count);
+  times('issuedUs', p.issuedUs, count, each);
+  times('arrivals', p.arrivals, count, each);
   finite('issuedMs', p.issuedMs);
   bool('sourceStall', p.sourceStall);
   if (p.key !== undefined) u32('key', p.key);
@@ -134,28 +144,29 @@ function checkWrite(p: WritePacket): void {
   }
 }
 
-function checkVerdict(i: number, v: Verdict): void {
-  const f = `verdicts[${i}]`;
-  u32(`${f}.seq`, v.seq);
-  const count = int(`${f}.count`, v.count, 1, WIRE_MAX_BLOCKS);
-  int(`${f}.resp`, v.resp, 0, MAX_ACK_RESP);
-  finite(`${f}.walkUs`, v.walkUs);
-  if (v.walks !== undefined) times(`${f}.walks`, v.walks, count);
-  if (v.late !== undefined) bool(`${f}.late`, v.late);
-  if (v.reason !== undefined) text(`${f}.reason`, v.reason, MAX_REASON);
-  if (v.faultOffset !== undefined) size(`${f}.faultOffset`, v.faultOffset);
-  if (v.stalls !== undefined) u32(`${f}.stalls`, v.stalls);
-  if (v.copyThread !== undefined) u32(`${f}.copyThread`, v.copyThread);
-  if (v.copyNs !== undefined) finite(`${f}.copyNs`, v.copyNs);
+function checkVerdict(i: number, v: Verdict, each: boolean): void {
+  verdictAt = i;
+  u32('seq', v.seq);
+  const count = int('count', v.count, 1, WIRE_MAX_BLOCKS);
+  int('resp', v.resp, 0, MAX_ACK_RESP);
+  finite('walkUs', v.walkUs);
+  if (v.walks !== undefined) times('walks', v.walks, count, each);
+  if (v.late !== undefined) bool('late', v.late);
+  if (v.reason !== undefined) text('reason', v.reason, MAX_REASON);
+  if (v.faultOffset !== undefined) size('faultOffset', v.faultOffset);
+  if (v.stalls !== undefined) u32('stalls', v.stalls);
+  if (v.copyThread !== undefined) u32('copyThread', v.copyThread);
+  if (v.copyNs !== undefined) finite('copyNs', v.copyNs);
+  verdictAt = -1;
 }
 
-function checkAck(p: AckPacket): void {
+function checkAck(p: AckPacket, each = false): void {
   checkHeader(p);
   int('resp', p.resp, 0, MAX_ACK_RESP);
   if (p.fetched !== undefined) u32('fetched', p.fetched);
   if (p.verdicts !== undefined) {
     if (!Array.isArray(p.verdicts) || p.verdicts.length > MAX_VERDICTS) bad('verdicts', `an array of at most ${MAX_VERDICTS}`, p.verdicts);
-    for (let i = 0; i < p.verdicts.length; i++) checkVerdict(i, p.verdicts[i]!);
+    for (let i = 0; i < p.verdicts.length; i++) checkVerdict(i, p.verdicts[i]!, each);
   }
   if (p.returned !== undefined) {
     u32('returned.seq', p.returned.seq);
@@ -585,7 +596,7 @@ function readWrite(r: Reader): DecodedWrite {
   if (f & W_SOURCE_FAULT) p.sourceFault = { seq: r.u32('sourceFault.seq'), faultOffset: r.f64('sourceFault.faultOffset') };
   p.issuedUs = r.f64s('issuedUs', count);
   p.arrivals = r.f64s('arrivals', count);
-  checkWrite(p as unknown as WritePacket);
+  checkWrite(p as unknown as WritePacket, true);
   const carried = carriedBytes(p as unknown as WritePacket);
   p.bytes = r.bytes('payload', carried);
   r.end();
@@ -625,7 +636,7 @@ function readAck(r: Reader): AckPacket {
     for (let i = 0; i < n; i++) p.verdicts.push(readVerdict(r, i));
   }
   r.end();
-  checkAck(p);
+  checkAck(p, true);
   return p;
 }
 

@@ -16,6 +16,8 @@ import {
 } from '../../kernel-sim/fabric/headers.js';
 import { AckResp, type AckPacket, type MessagePacket, type VerbsRequest, type WritePacket } from '../../kernel-sim/fabric/packets.js';
 import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/requester.js';
+import { costModel } from '../../kernel-sim/cost-model/index.js';
+import { Fabric } from '../../kernel-sim/fabric/fabric.js';
 import type { MemoryLike } from '../../kernel-sim/memory.js';
 
 const BS = 4096;
@@ -285,6 +287,10 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     expect(() => checkPacket(write({ dst: 5000 }))).toThrow(/dst must be an integer in 0\.\.1023, got 5000/);
     expect(() => checkPacket(write({ issuedUs: new Float64Array(1) }))).toThrow(/issuedUs must be a Float64Array of 3 modelled times/);
     expect(() => checkPacket({ type: 'bogus' } as never)).toThrow(WireError);
+    // The in-process fabric hands over nothing the layout could not carry.
+    const fabric = new Fabric(costModel());
+    fabric.attach(1, () => undefined);
+    expect(() => fabric.deliver(write({ va: 4096 as unknown as bigint }))).toThrow(WireError);
     try {
       checkPacket(write({ tid: -1 }));
     } catch (e) {
