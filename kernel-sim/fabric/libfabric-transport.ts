@@ -678,6 +678,8 @@ export class LibfabricTransport implements Transport {
     if (!c) return;
     try {
       let f = decodeFrame(bytes);
+      // Before its hello a connection gets nothing but its hello read, not even a chunk joined.
+      if (!c.nodes && f.op !== Op.HELLO) throw new RefusedError('a frame before the hello');
       if (f.op === Op.CHUNK) {
         const frame = this.#join(c, f);
         if (!frame) return;

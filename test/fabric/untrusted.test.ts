@@ -7,7 +7,7 @@
 // client is served afterwards.
 import { afterEach, describe, expect, it } from 'vitest';
 import { AckResp, DmaStatus, LibfabricTransport, type AckPacket, type WritePacket } from '../../kernel-sim/index.js';
-import { encodeHello, encodePacket, Op } from '../../kernel-sim/fabric/headers.js';
+import { encodeChunk, encodeHello, encodePacket, Op } from '../../kernel-sim/fabric/headers.js';
 import type { MemoryLike } from '../../kernel-sim/memory.js';
 import { binding } from '../../native/index.js';
 import { Access, Cluster, mapRegion, QpState, SendFlags, WcStatus, WrOpcode, type QueuePair, type Region } from '../../lib/index.js';
@@ -114,6 +114,11 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     garbage.send(Uint8Array.of(0xff, 1, 2, 3));
     await garbage.closed;
     expect(refused('a malformed frame (unknown opcode 0xff)')).toBe(1);
+    // Nor is a slice of a large frame joined for a connection that has not said who it is.
+    const slicer = await Raw.open(server.port);
+    slicer.send(encodeChunk(1 << 20, 0, new Uint8Array(1000)));
+    await slicer.closed;
+    expect(refused('a frame before the hello')).toBe(1);
     // A hello claiming the server's own node: refused, cut.
     const claim = await Raw.open(server.port);
     claim.send(encodeHello([1]));
@@ -203,6 +208,6 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     // The silent one is cut after the peer timeout, counted too.
     await silent.closed;
     expect(refused('no hello within the peer timeout')).toBe(1);
-    expect(refused()).toBe(7);
+    expect(refused()).toBe(8);
   }, 60_000);
 });
