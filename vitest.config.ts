@@ -7,5 +7,7 @@ export default defineConfig({
     pool: 'forks',
     testTimeout: 30_000,
     hookTimeout: 30_000,
+    // Every in-process packet checked against the wire layout (kernel-sim/fabric/fabric.ts).
+    env: { PAGEFAULT_RDMA_CHECK_PACKETS: '1' },
   },
 });

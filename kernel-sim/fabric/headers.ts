@@ -176,11 +176,13 @@ function checkAck(p: AckPacket, each = false): void {
 
 function checkSges(field: string, v: unknown): void {
   if (!Array.isArray(v) || v.length > MAX_SGE) bad(field, `an array of at most ${MAX_SGE} entries`, v);
-  v.forEach((s: { addr: unknown; length: unknown; lkey: unknown }, i) => {
-    addr(`${field}[${i}].addr`, s.addr);
-    u32(`${field}[${i}].length`, s.length);
-    u32(`${field}[${i}].lkey`, s.lkey);
-  });
+  for (let i = 0; i < v.length; i++) {
+    const s = v[i] as { addr: unknown; length: unknown; lkey: unknown };
+    // Names built only for the message of an entry that fails.
+    if (typeof s.addr !== 'bigint' || s.addr < 0n || s.addr > U64) addr(`${field}[${i}].addr`, s.addr);
+    if (typeof s.length !== 'number' || !Number.isInteger(s.length) || s.length < 0 || s.length > 0xffffffff) u32(`${field}[${i}].length`, s.length);
+    if (typeof s.lkey !== 'number' || !Number.isInteger(s.lkey) || s.lkey < 0 || s.lkey > 0xffffffff) u32(`${field}[${i}].lkey`, s.lkey);
+  }
 }
 
 function checkOdp(o: NonNullable<VerbsHeader['odp']>): void {
