@@ -4,7 +4,7 @@
 // examples/fabric-peer.ts. The client decides the run's parameters; the server adopts them.
 import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
+import { DEFAULT_BIND, LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
 import {
   DEFAULT_RX_DEPTH,
   MAX_MSG,
@@ -27,6 +27,7 @@ export const DEFAULT_PORT = 18515;
 
 export interface FabricOptions extends CommonOptions {
   port: number;
+  bind: string;
   size: number;
   iters: number;
   odp: boolean;
@@ -111,7 +112,8 @@ type Kind = 'bw' | 'lat' | 'pingpong';
 function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   cmd
     .argument('[host]', 'the server to connect to (without it: run the server)')
-    .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT);
+    .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT)
+    .option('--bind <addr>', 'server: the address to listen on (0.0.0.0: every interface)', DEFAULT_BIND);
   if (op !== 'atomic') cmd.option('-s, --size <bytes>', 'message size (4096, 64K, 1M; at most 1G)', parseMessageSize, 4096);
   cmd
     .option('-n, --iters <n>', 'iterations (per QP)', parsePositiveInt, kind === 'bw' ? 5000 : 1000)
@@ -207,6 +209,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
     const r = await runPeer({
       host,
       port: o.port,
+      bind: o.bind,
       provider: o.provider,
       op,
       size: o.size ?? 8,
@@ -229,7 +232,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       ...(trace ? { traceFile: trace } : {}),
       onListening: (port) =>
         print(
-          `waiting for a client on port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${hostname()} -p ${port} [-s SIZE -n ITERS --evict]`,
+          `waiting for a client on ${o.bind} port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${o.bind === '0.0.0.0' ? hostname() : o.bind} -p ${port} [-s SIZE -n ITERS --evict]`,
         ),
       onConnected: (local, remote, p) => {
         // Only now: opening the libfabric provider installed its own SIGINT handler (exit 1),

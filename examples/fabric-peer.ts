@@ -120,6 +120,8 @@ export interface PeerOptions extends RunParams {
   /** Client: the server's host; absent: run the server. */
   host?: string | undefined;
   port: number;
+  /** Server: the address to listen on (default 127.0.0.1, this host only; 0.0.0.0: every interface). */
+  bind?: string;
   provider?: LibfabricProvider;
   /** Server: told the port it listens on (useful with port 0). */
   onListening?: (port: number) => void;
@@ -171,6 +173,8 @@ export interface PeerResult {
   peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
   stall?: StallReport;
+  /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's). */
+  refused: number;
 }
 
 export interface StallReport {
@@ -364,7 +368,13 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   const provider = o.provider ?? 'tcp';
   let transport: LibfabricTransport;
   if (role === 'server') {
-    transport = LibfabricTransport.listen({ port: o.port, provider, localNodes: [SERVER], peerTimeoutMs: PEER_TIMEOUT_MS });
+    transport = LibfabricTransport.listen({
+      port: o.port,
+      provider,
+      localNodes: [SERVER],
+      peerTimeoutMs: PEER_TIMEOUT_MS,
+      ...(o.bind !== undefined ? { host: o.bind } : {}),
+    });
     o.onListening?.(transport.port);
     await transport.waitForPeer();
   } else {
@@ -381,7 +391,11 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     infinite = params.infinite === true;
     // A server traces when asked to (its own --trace) or when the client asks for its faults.
     cluster = Cluster.create({ nodes: 2, transport, ...(o.traceFile || params.trace ? { trace: true } : {}) });
-    if ((params.faultModel ?? 'terminate') === 'stall') return await runStall(role, params, provider, transport, cluster, ctl, o);
+    if ((params.faultModel ?? 'terminate') === 'stall') {
+      const r = await runStall(role, params, provider, transport, cluster, ctl, o);
+      r.refused = transport.stats().refused;
+      return r;
+    }
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy });
     const pd = ctx.allocPd();
     const sizes = runSizes(params);
@@ -485,6 +499,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       if (peer.trace && o.traceFile) addPeerTrace(o.traceFile, peer.trace);
     }
     o.traceFile?.addContexts([ctx], role === 'client' && params.trace ? 'client' : undefined);
+    r.refused = transport.stats().refused;
     return r;
 
     // Ping-pong of one size (both sides); rc_pingpong keeps `rxDepth` receives posted ahead,
@@ -719,6 +734,7 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
     retransmitted: 0,
     nacks: 0,
     runs: [],
+    refused: 0,
   };
 }
 

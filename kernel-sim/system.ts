@@ -3,6 +3,7 @@
 // threads move the bytes) and one modelled clock.
 import { costModel, type CostModel } from './cost-model/index.js';
 import { Fabric } from './fabric/fabric.js';
+import type { VerbsHeader } from './fabric/packets.js';
 import type { Transport } from './fabric/transport.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
@@ -224,7 +225,7 @@ export class SimNode {
   }
 
   /** Send an upper-layer message to node `dst`; it arrives on a later turn (one link latency later, modelled). */
-  sendMessage(dst: number, body: unknown): void {
+  sendMessage(dst: number, body: VerbsHeader): void {
     this.#fabric.deliver({ type: 'message', src: this.id, dst, body, arrivesAt: this.#costs.linkLatencyUs });
   }
 }

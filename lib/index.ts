@@ -100,6 +100,7 @@ export {
   type StoredPage,
 } from './remote-paging/index.js';
 export {
+  DEFAULT_BIND,
   DEFAULT_PEER_TIMEOUT_MS,
   LibfabricTransport,
   LIBFABRIC_PROVIDERS,
@@ -107,4 +108,5 @@ export {
   type LibfabricProvider,
   type LibfabricOptions,
   type RmaTarget,
+  type TransportStats,
 } from '../kernel-sim/fabric/libfabric-transport.js';

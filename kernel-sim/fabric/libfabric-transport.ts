@@ -1,18 +1,35 @@
 // The Transport between processes and hosts, over libfabric (provider tcp by default, shm
 // on one host, verbs on an RDMA NIC): a server listens on a port, a client connects to
 // HOST:PORT through libfabric's connection manager (FI_EP_MSG), and the two sides tell
-// each other which nodes they host. Packets are serialised (node:v8, which keeps bigints);
-// a write packet carries its run's bytes, which the destination puts in a staging
-// mapping its copy engine reads from, as a NIC's receive buffer. Delivery waits on the
-// CQ's wait fd from the event loop (native/fabric.cc). Timing stays modelled, as in Fabric.
+// each other which nodes they host (the hello). Frames are bytes laid out by headers.ts and
+// checked field by field on arrival; a write packet carries its run's bytes, which the
+// destination puts in a staging mapping its copy engine reads from, as a NIC's receive
+// buffer. The wire is untrusted: a connection is bound by its hello to the nodes it named,
+// a packet whose source is not one of them is refused, as is anything before the hello,
+// anything malformed, and a connection that stays silent past the peer timeout without one;
+// each refusal is counted (stats()) and the connection's frame dropped, never thrown.
+// Delivery waits on the CQ's wait fd from the event loop (native/fabric.cc). Timing stays
+// modelled, as in Fabric.
 // Stall mode adds a second connection for libfabric RMA writes straight into the target's
 // memory (openRmaTarget / connectRma / rmaWrite): the target progresses it on a native thread
 // of its own, the thread that blocks when a write lands on a page its fault library must resolve.
-import { deserialize, serialize } from 'node:v8';
 import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBinding, type RawMapping } from '../../native/index.js';
 import { costModel, type CostModel } from '../cost-model/index.js';
 import type { MemoryLike } from '../memory.js';
 import { Fabric } from './fabric.js';
+import {
+  CHUNK_HEADER_BYTES,
+  MAX_FRAME_BYTES,
+  Op,
+  decodeFrame,
+  encodeChunk,
+  encodeExchange,
+  encodeHello,
+  encodePacket,
+  encodePing,
+  withPayload,
+  type DecodedWrite,
+} from './headers.js';
 import type { AckPacket, Packet, WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
@@ -39,16 +56,32 @@ export interface LibfabricOptions {
   peerTimeoutMs?: number;
 }
 
-type Frame =
-  | { k: 'hello'; nodes: number[] }
-  | { k: 'packet'; p: Packet; bytes?: Uint8Array[] }
-  | { k: 'exchange'; body: unknown }
-  | { k: 'ping' }
-  /** A slice of a frame larger than one receive buffer (messages of a connection arrive in order). */
-  | { k: 'chunk'; data: Uint8Array; last: boolean };
+/** The address a server listens on unless told otherwise: this host only. */
+export const DEFAULT_BIND = '127.0.0.1';
 
-/** Room left in a receive buffer for a chunk frame's own header. */
-const CHUNK_BYTES = MAX_WIRE_BYTES - 4096;
+/** Exchange bodies kept until the program asks for them, and incoming writes staged at once: beyond, refused. */
+const MAX_QUEUED_EXCHANGES = 64;
+const MAX_STAGED_WRITES = 1024;
+
+/** Bytes of a frame one chunk frame carries (a receive buffer less the chunk's header). */
+const CHUNK_BYTES = MAX_WIRE_BYTES - CHUNK_HEADER_BYTES;
+
+/** What the transport refused from its peers, by reason (stats()). */
+export interface TransportStats {
+  /** Frames (and connections) refused: malformed, before a hello, from a node the connection was not bound to, … */
+  refused: number;
+  /** The same, by reason (a short fixed phrase per check). */
+  refusedBy: Record<string, number>;
+}
+
+/** A connection as the hello left it: the nodes it is bound to (none until its hello). */
+interface Conn {
+  nodes: Set<number> | undefined;
+  /** Slices of a chunked frame so far, and its announced size. */
+  chunks: Uint8Array[];
+  chunkBytes: number;
+  chunkTotal: number;
+}
 
 /**
  * How long a requester waits for a silent peer before RETRY_EXC_ERR, as InfiniBand counts it:
@@ -153,7 +186,9 @@ export class LibfabricTransport implements Transport {
   #remote = new Map<number, number>(); // node → connection handle
   #lost = new Set<number>();
   #listener: number | undefined;
-  #conns = new Set<number>();
+  #conns = new Map<number, Conn>(); // connection handle → what its hello bound
+  #refused: TransportStats = { refused: 0, refusedBy: {} };
+  #bind: string;
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   #exchanges: unknown[] = [];
   #exchangeWaiters: Array<{ take: (body: unknown) => void; fail: (e: Error) => void }> = [];
@@ -162,13 +197,13 @@ export class LibfabricTransport implements Transport {
   #spare: Staging[] = [];
   #host: string | undefined;
   #rma: RmaState = { writes: new Map(), nextId: 1 };
-  #chunks = new Map<number, Uint8Array[]>(); // connection handle → slices of a frame so far
   #heard = new Map<number, number>(); // connection handle → when a frame last came (performance.now())
   #keepalive: ReturnType<typeof setInterval>;
   #closed = false;
 
-  private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, port: number) {
+  private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, port: number, bind: string) {
     this.#fi = fi;
+    this.#bind = bind;
     this.provider = provider;
     this.#local = new Set(o.localNodes);
     this.#model = new Fabric(costModel(o.costs));
@@ -182,35 +217,47 @@ export class LibfabricTransport implements Transport {
       const late = now - last > 2 * every;
       last = now;
       for (const [handle, at] of this.#heard) {
+        const proven = this.#conns.get(handle)?.nodes !== undefined;
         if (late) this.#heard.set(handle, now);
         else if (now - at > timeout) {
+          if (!proven) this.#refuse('no hello within the peer timeout');
           this.#onDown(
             handle,
             fabricError(`the peer sent nothing for ${Math.round(now - at)} ms (peer timeout ${timeout} ms): it is stopped or hung`, 'ETIMEDOUT'),
+            !proven,
           );
           continue;
         }
-        this.#fi.fabricSend(handle, serialize({ k: 'ping' } satisfies Frame));
+        // Nothing goes to a connection before its hello but our own hello.
+        if (proven) this.#fi.fabricSend(handle, encodePing());
       }
     }, every);
     this.#keepalive.unref();
   }
 
-  /** A server: listen on `port` (0: any free port, see `.port`); peers connect with `connect`. */
+  /**
+   * A server: listen on `port` (0: any free port, see `.port`) at address `host` (default
+   * DEFAULT_BIND, this host only; '0.0.0.0' listens on every interface); peers connect with `connect`.
+   */
   static listen(options: LibfabricOptions & { port: number; host?: string }): LibfabricTransport {
     const provider = checkOptions('LibfabricTransport.listen', options);
     checkPort('LibfabricTransport.listen', options.port, 0);
+    const host = options.host ?? DEFAULT_BIND;
+    if (typeof host !== 'string' || host === '')
+      throw Object.assign(new TypeError('LibfabricTransport.listen: host must be an address to listen on (0.0.0.0: every interface)'), {
+        code: 'ERR_INVALID_ARG_TYPE',
+      });
     const fi = fabricBinding();
     // Events come only from the event loop, after the transport below exists.
     const ref: { t?: LibfabricTransport } = {};
     let listening: { handle: number; port: number };
     try {
-      listening = fi.fabricListen(provider, options.host ?? null, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+      listening = fi.fabricListen(provider, host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
     } catch (e) {
       throw providerError(provider, e);
     }
     const { handle, port } = listening;
-    const t = (ref.t = new LibfabricTransport(fi, provider, options, port));
+    const t = (ref.t = new LibfabricTransport(fi, provider, options, port, host));
     t.#listener = handle;
     return t;
   }
@@ -235,9 +282,9 @@ export class LibfabricTransport implements Transport {
         e,
       );
     }
-    const t = (ref.t = new LibfabricTransport(fi, provider, options, options.port));
+    const t = (ref.t = new LibfabricTransport(fi, provider, options, options.port, options.host));
     t.#host = options.host;
-    t.#conns.add(handle);
+    t.#conns.set(handle, newConn());
     try {
       await t.waitForPeer(options.timeoutMs ?? 10_000);
     } catch (e) {
@@ -284,11 +331,25 @@ export class LibfabricTransport implements Transport {
     return this.receive<T>(timeoutMs);
   }
 
-  /** Send `body` to the peer (it comes out of the peer's exchange or receive), without waiting. */
+  /**
+   * Send `body` to the peer (it comes out of the peer's exchange or receive), without waiting:
+   * null, booleans, numbers, bigints, strings, arrays and plain objects (headers.ts says how
+   * many and how deep). The peer is the first connection whose hello was accepted.
+   */
   post(body: unknown): void {
-    const [handle] = this.#conns;
+    const handle = this.#exchangePeer();
     if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
-    this.#fi.fabricSend(handle, serialize({ k: 'exchange', body } satisfies Frame));
+    this.#fi.fabricSend(handle, encodeExchange(body));
+  }
+
+  /** What this transport refused from its peers so far. */
+  stats(): TransportStats {
+    return { refused: this.#refused.refused, refusedBy: { ...this.#refused.refusedBy } };
+  }
+
+  #exchangePeer(): number | undefined {
+    for (const [handle, c] of this.#conns) if (c.nodes) return handle;
+    return undefined;
   }
 
   /** Wait for the next body the peer posts (or exchanges), without sending: one side of a request and its answer. */
@@ -321,7 +382,7 @@ export class LibfabricTransport implements Transport {
   openRmaTarget(timeoutMs = 10_000): RmaTarget {
     this.#checkOpen('openRmaTarget');
     if (this.#rma.listener !== undefined) throw fabricError('openRmaTarget: the RMA target is already open', 'ERR_INVALID_STATE');
-    const { handle, port } = this.#fi.fabricListen(this.provider, null, 0, (h, kind, a, b) => this.onEvent(h, kind, a, b), true);
+    const { handle, port } = this.#fi.fabricListen(this.provider, this.#bind, 0, (h, kind, a, b) => this.onEvent(h, kind, a, b), true);
     this.#rma.listener = handle;
     const accepted = new Promise<{ progressTid: number }>((resolve, reject) => {
       const timer = setTimeout(() => reject(fabricError(`openRmaTarget: no RMA connection within ${timeoutMs} ms`, 'ETIMEDOUT')), timeoutMs);
@@ -417,7 +478,11 @@ export class LibfabricTransport implements Transport {
   #onRmaEvent(handle: number, kind: string, a: unknown, b: unknown): void {
     const rma = this.#rma;
     if (kind === 'connection') {
-      rma.conn = a as number;
+      // One RMA connection, the peer's: a second one (anyone else on the port) is closed.
+      if (rma.conn !== undefined) {
+        this.#refuse('a second RMA connection');
+        this.#fi.fabricClose(a as number);
+      } else rma.conn = a as number;
       return;
     }
     if (kind === 'connected') {
@@ -495,10 +560,8 @@ export class LibfabricTransport implements Transport {
     }
     // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers) can exceed a
     // receive buffer: it goes as ordered slices the peer joins before decoding.
-    for (let at = 0; at < frame.length; at += CHUNK_BYTES) {
-      const data = frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES));
-      this.#fi.fabricSend(handle, serialize({ k: 'chunk', data, last: at + CHUNK_BYTES >= frame.length } satisfies Frame));
-    }
+    for (let at = 0; at < frame.length; at += CHUNK_BYTES)
+      this.#fi.fabricSend(handle, encodeChunk(frame.length, at, frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES))));
   }
 
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {
@@ -518,7 +581,7 @@ export class LibfabricTransport implements Transport {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#keepalive);
-    for (const h of this.#conns) this.#fi.fabricClose(h);
+    for (const h of this.#conns.keys()) this.#fi.fabricClose(h);
     this.#conns.clear();
     if (this.#listener !== undefined) this.#fi.fabricClose(this.#listener);
     for (const h of [this.#rma.conn, this.#rma.listener]) if (h !== undefined) this.#fi.fabricClose(h);
@@ -544,7 +607,7 @@ export class LibfabricTransport implements Transport {
   // SOURCE_FAULT after the blocks before it (the write still goes: a transfer's answers come
   // back in order).
   #encode(p: Packet): Uint8Array {
-    if (p.type !== 'write') return serialize({ k: 'packet', p } satisfies Frame);
+    if (p.type !== 'write') return encodePacket(p);
     const r = p.payload.region;
     const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
     const resident = r.closed || !buffer ? undefined : binding.residency(r.id, p.payload.offset, p.length);
@@ -557,17 +620,19 @@ export class LibfabricTransport implements Transport {
       carried = j * p.blockSize;
       sourceFault = { seq: p.seq + j, faultOffset };
     }
-    const wire: WritePacket = { ...p, payload: { region: undefined as unknown as MemoryLike, offset: 0 } };
-    if (sourceFault) wire.sourceFault = sourceFault;
-    const bytes = carried && buffer ? [new Uint8Array(buffer, p.payload.offset, carried)] : [];
-    return serialize({ k: 'packet', p: wire, bytes } satisfies Frame);
+    const wire: WritePacket = sourceFault ? { ...p, sourceFault } : p;
+    return encodePacket(wire, carried && buffer ? new Uint8Array(buffer, p.payload.offset, carried) : new Uint8Array(0));
   }
 
-  #decodeWrite(p: WritePacket, bytes: Uint8Array[]): WritePacket {
-    const s = this.#stage(bytes[0]?.length ?? 0);
-    this.#staged.set(`${p.src}:${p.tid}:${p.seq}`, s);
-    if (bytes[0]) new Uint8Array(s.raw.buffer).set(bytes[0]);
-    return { ...p, payload: { region: s.memory, offset: 0 } };
+  #decodeWrite(p: DecodedWrite): WritePacket {
+    const key = `${p.src}:${p.tid}:${p.seq}`;
+    // Each staged write is released by its answer: one already waiting, or too many, is refused.
+    if (this.#staged.has(key)) throw new RefusedError('a write repeating one not yet answered');
+    if (this.#staged.size >= MAX_STAGED_WRITES) throw new RefusedError('a write beyond the staged writes');
+    const s = this.#stage(p.bytes.length);
+    this.#staged.set(key, s);
+    new Uint8Array(s.raw.buffer).set(p.bytes);
+    return withPayload(p, s.memory);
   }
 
   #stage(size: number): Staging {
@@ -610,14 +675,16 @@ export class LibfabricTransport implements Transport {
     }
     switch (kind) {
       case 'connection':
-        this.#conns.add(a as number);
+        // Accepted, not yet trusted: it has the peer timeout to say its hello.
+        this.#conns.set(a as number, newConn());
+        this.#heard.set(a as number, performance.now());
         return;
       case 'connected':
-        this.#fi.fabricSend(handle, serialize({ k: 'hello', nodes: [...this.#local] } satisfies Frame));
+        this.#fi.fabricSend(handle, encodeHello([...this.#local]));
         return;
       case 'message':
         this.#heard.set(handle, performance.now());
-        this.#onFrame(handle, deserialize(a as Buffer) as Frame);
+        this.#onMessage(handle, a as Buffer);
         return;
       case 'shutdown':
       case 'error':
@@ -626,43 +693,103 @@ export class LibfabricTransport implements Transport {
     }
   }
 
-  #onFrame(handle: number, f: Frame): void {
-    if (f.k === 'ping') return;
-    if (f.k === 'chunk') {
-      const parts = this.#chunks.get(handle) ?? [];
-      parts.push(f.data);
-      if (!f.last) {
-        this.#chunks.set(handle, parts);
-        return;
+  // Whatever a peer sends is checked here and refused (counted, dropped) if it breaks the
+  // layout or the handshake; nothing a peer sends may throw out of this (it would end the
+  // process from the native event callback).
+  #onMessage(handle: number, bytes: Uint8Array): void {
+    const c = this.#conns.get(handle);
+    if (!c) return;
+    try {
+      let f = decodeFrame(bytes);
+      // Before its hello a connection gets nothing but its hello read, not even a chunk joined.
+      if (!c.nodes && f.op !== Op.HELLO) throw new RefusedError('a frame before the hello');
+      if (f.op === Op.CHUNK) {
+        const frame = this.#join(c, f);
+        if (!frame) return;
+        f = decodeFrame(frame);
+        if (f.op === Op.CHUNK) throw new RefusedError('a chunk inside a chunked frame');
       }
-      this.#chunks.delete(handle);
-      this.#onFrame(handle, deserialize(Buffer.concat(parts)) as Frame);
-      return;
-    }
-    if (f.k === 'hello') {
-      for (const n of f.nodes) {
-        this.#remote.set(n, handle);
-        this.#lost.delete(n);
+      if (f.op === Op.HELLO) return this.#onHello(handle, c, f.nodes);
+      if (!c.nodes) throw new RefusedError('a frame before the hello');
+      switch (f.op) {
+        case Op.PING:
+          return;
+        case Op.EXCHANGE: {
+          if (handle !== this.#exchangePeer()) throw new RefusedError('an exchange from a connection that is not the peer');
+          const w = this.#exchangeWaiters.shift();
+          if (w) w.take(f.body);
+          else if (this.#exchanges.length >= MAX_QUEUED_EXCHANGES) throw new RefusedError('an exchange beyond the queue');
+          else this.#exchanges.push(f.body);
+          return;
+        }
+        default: {
+          // The source is the connection's: a node its hello named, never just what the packet says.
+          const p = f.packet;
+          if (!c.nodes.has(p.src)) throw new RefusedError('a packet from a node its connection is not bound to');
+          if (!this.#local.has(p.dst)) throw new RefusedError('a packet for a node not hosted here');
+          this.#model.deliver(f.op === Op.WRITE ? this.#decodeWrite(f.packet) : f.packet);
+        }
       }
-      for (const w of this.#peerWaiters.splice(0)) w.resolve();
-    } else if (f.k === 'exchange') {
-      const w = this.#exchangeWaiters.shift();
-      if (w) w.take(f.body);
-      else this.#exchanges.push(f.body);
-    } else {
-      const p = f.p.type === 'write' ? this.#decodeWrite(f.p, f.bytes ?? []) : f.p;
-      if (this.#local.has(p.dst)) this.#model.deliver(p);
+    } catch (e) {
+      this.#refuse(e instanceof RefusedError ? e.message : `a malformed frame (${(e as Error).message})`);
+      // A connection that has not proven itself gets no second chance.
+      if (!c.nodes && this.#conns.has(handle)) this.#onDown(handle, fabricError('refused before its hello', 'EPROTO'), true);
     }
   }
 
-  #onDown(handle: number, err: Error | undefined): void {
+  // A chunk joins its frame's earlier slices (messages of a connection arrive in order);
+  // returns the whole frame with its last slice.
+  #join(c: Conn, f: { total: number; offset: number; data: Uint8Array }): Uint8Array | undefined {
+    if (f.offset !== c.chunkBytes || (c.chunkBytes > 0 && f.total !== c.chunkTotal) || f.total > MAX_FRAME_BYTES) {
+      c.chunks = [];
+      c.chunkBytes = 0;
+      throw new RefusedError('a chunk out of order');
+    }
+    c.chunks.push(f.data);
+    c.chunkBytes += f.data.length;
+    c.chunkTotal = f.total;
+    if (c.chunkBytes < f.total) return undefined;
+    const frame = Buffer.concat(c.chunks);
+    c.chunks = [];
+    c.chunkBytes = 0;
+    return frame;
+  }
+
+  #onHello(handle: number, c: Conn, nodes: number[]): void {
+    if (c.nodes) throw new RefusedError('a second hello');
+    // A node hosted here, or bound to another live connection, is not this connection's to claim.
+    for (const n of nodes)
+      if (this.#local.has(n) || this.#remote.has(n)) {
+        this.#refuse('a hello naming a node that is hosted here or by another peer');
+        this.#onDown(handle, fabricError(`node ${n} is not the peer's to claim`, 'EPROTO'), true);
+        return;
+      }
+    c.nodes = new Set(nodes);
+    for (const n of nodes) {
+      this.#remote.set(n, handle);
+      this.#lost.delete(n);
+    }
+    for (const w of this.#peerWaiters.splice(0)) w.resolve();
+  }
+
+  #refuse(reason: string): void {
+    this.#refused.refused++;
+    this.#refused.refusedBy[reason] = (this.#refused.refusedBy[reason] ?? 0) + 1;
+  }
+
+  // A connection went down (or was cut: `refused`, already counted).
+  #onDown(handle: number, err: Error | undefined, refused = false): void {
     this.#heard.delete(handle);
-    const lost = [...this.#remote].filter(([, h]) => h === handle).map(([n]) => n);
+    const c = this.#conns.get(handle);
+    const lost = [...(c?.nodes ?? [])];
     if (this.#conns.delete(handle)) this.#fi.fabricClose(handle);
-    if (lost.length === 0) {
-      // Before the hello: a failed connect.
-      const e = err ?? fabricError('the peer closed the connection', 'ECONNRESET');
-      for (const w of this.#peerWaiters.splice(0)) w.reject(e);
+    if (!c?.nodes) {
+      // Before the hello. A client's one connection failed to connect; a server's accepted
+      // connection closed without saying who it is: refused, and the server listens on.
+      if (this.#listener === undefined) {
+        const e = err ?? fabricError('the peer closed the connection', 'ECONNRESET');
+        for (const w of this.#peerWaiters.splice(0)) w.reject(e);
+      } else if (c && !refused) this.#refuse('a connection closed before its hello');
       return;
     }
     const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
@@ -677,4 +804,11 @@ export class LibfabricTransport implements Transport {
     for (const w of this.#rma.writes.values()) w.reject(gone);
     this.#rma.writes.clear();
   }
+}
+
+/** A frame a peer may not send (where it is, or from whom): refused, as a malformed one is. */
+class RefusedError extends Error {}
+
+function newConn(): Conn {
+  return { nodes: undefined, chunks: [], chunkBytes: 0, chunkTotal: 0 };
 }

@@ -164,6 +164,65 @@ export interface AckPacket extends Header {
   };
 }
 
+/** A scatter/gather entry a verbs header names (a READ's sinks, a SEND's targets). */
+export interface WireSge {
+  addr: bigint;
+  length: number;
+  lkey: number;
+}
+
+/** The faults and times of a transfer, reported to the other side's completion. */
+export interface Odp {
+  faults: { source: number; destination: number };
+  /** Faults resolved with pages from a page store (remote paging): major faults, counted in pages. */
+  majorFaults: number;
+  retransmittedBlocks: number;
+  modelUs: number;
+  realUs: number;
+}
+
+/** The verbs' request header (BTH/RETH/AtomicETH/ImmDt of an RC packet, in spirit). */
+export interface VerbsRequest {
+  kind: 'request';
+  op: 'write' | 'write-imm' | 'send' | 'send-fin' | 'read' | 'atomic';
+  srcQpn: number;
+  dstQpn: number;
+  /** Matches the response to the request (a packet sequence number). */
+  psn: number;
+  length: number;
+  rkey?: number;
+  addr?: bigint;
+  immData?: number;
+  /** READ / ATOMIC: where the answer lands at the requester, its PD handle and its RNR retry count for the transfer. */
+  sinks?: WireSge[];
+  pd?: number;
+  rnrRetry?: number;
+  atomic?: { fetchAdd: boolean; compareAdd: bigint; swap: bigint };
+  /** SEND's end: whether the payload landed. */
+  ok?: boolean;
+  /** SEND's end, WRITE_WITH_IMM: the transfer's faults and times, for the receive completion. */
+  odp?: Odp;
+}
+
+/** The verbs' response header (an AETH, in spirit). */
+export interface VerbsResponse {
+  kind: 'response';
+  srcQpn: number;
+  dstQpn: number;
+  psn: number;
+  /** An ibv_wc_status: SUCCESS: go ahead (WRITE, SEND) or done (READ, ATOMIC); else the requester's completion status. */
+  status: number;
+  /** RNR NAK: no receive posted; retry after this min_rnr_timer code. */
+  rnr?: number;
+  /** WRITE / SEND: the responder's PD handle (its stream on its node), SEND: where the payload goes. */
+  pd?: number;
+  targets?: WireSge[];
+  /** READ / ATOMIC: what the responder's transfers took. */
+  odp?: Odp;
+}
+
+export type VerbsHeader = VerbsRequest | VerbsResponse;
+
 /** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */
 export interface MessagePacket {
   /** Packet kind. */
@@ -173,7 +232,7 @@ export interface MessagePacket {
   /** Receiving node. */
   dst: number;
   /** The upper layer's message. */
-  body: unknown;
+  body: VerbsHeader;
   /** Modelled arrival time, µs. */
   arrivesAt: number;
 }

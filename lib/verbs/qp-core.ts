@@ -81,10 +81,37 @@ export interface QpCore {
   readonly completer: Completer;
   readonly state: QpState;
   readonly destroyed: boolean;
+  /**
+   * Where the peer may land bytes under a key without REMOTE_WRITE: this QP's READ and atomic
+   * sinks while they wait for their answer, and the buffers of a receive a SEND has taken.
+   */
+  readonly landings: Set<Landing>;
   /** A buffer of the library's own (never reachable by any key), mapped in the QP's PD. */
   scratch(): Region;
   /** Move the QP to ERR (flushing its receives and queued sends); a no-op once in ERR. */
   toError(): void;
+}
+
+/** A span of this QP's memory the peer's bytes are expected in, under `key`. */
+export interface Landing {
+  key: number;
+  addr: bigint;
+  end: bigint;
+}
+
+/** Expect the peer's bytes in `sges` (a READ's sinks, a taken receive); the returned function ends it. */
+export function expectLanding(qp: QpCore, sges: ReadonlyArray<{ addr: bigint; length: number; lkey: number }>): () => void {
+  const spans = sges.map((s) => ({ key: s.lkey, addr: s.addr, end: s.addr + BigInt(s.length) }));
+  for (const l of spans) qp.landings.add(l);
+  return () => {
+    for (const l of spans) qp.landings.delete(l);
+  };
+}
+
+/** Whether [va, va+length) under `key` lies in a span this QP expects the peer's bytes in. */
+export function expectsLanding(qp: QpCore, key: number, va: bigint, length: number): boolean {
+  for (const l of qp.landings) if (l.key === key && va >= l.addr && va + BigInt(length) <= l.end) return true;
+  return false;
 }
 
 export interface LocalSge extends Sge {

@@ -188,6 +188,7 @@ export class QueuePair {
       get destroyed() {
         return destroyed();
       },
+      landings: new Set(),
       scratch: () => this.#scratchRegion(),
       toError: () => this.#toError(),
     };

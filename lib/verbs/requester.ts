@@ -6,7 +6,7 @@
 import type { DmaCompletion } from '../../kernel-sim/index.js';
 import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
-import { localSges, offsetOf, type QpCore, scatter, type SendWr } from './qp-core.js';
+import { expectLanding, localSges, offsetOf, type QpCore, scatter, type SendWr } from './qp-core.js';
 import type { Request, Response } from './wire.js';
 
 export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
@@ -177,6 +177,7 @@ export class Requester {
       }
       case WrOpcode.RDMA_READ: {
         const { remoteAddr, rkey } = wr.rdma!;
+        const landed = expectLanding(q, sinks());
         const r = await this.#request({
           op: 'read',
           rkey,
@@ -185,13 +186,14 @@ export class Requester {
           sinks: sinks(),
           pd: q.pd.handle,
           rnrRetry: q.attr.rnrRetry,
-        });
+        }).finally(landed);
         return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? total : 0, odp: r.odp ?? fail(r.status).odp };
       }
       case WrOpcode.ATOMIC_CMP_AND_SWP:
       case WrOpcode.ATOMIC_FETCH_AND_ADD: {
         const a = wr.atomic!;
         if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+        const landed = expectLanding(q, sinks());
         const r = await this.#request({
           op: 'atomic',
           rkey: a.rkey,
@@ -201,7 +203,7 @@ export class Requester {
           pd: q.pd.handle,
           rnrRetry: q.attr.rnrRetry,
           atomic: { fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD, compareAdd: a.compareAdd, swap: a.swap ?? 0n },
-        });
+        }).finally(landed);
         return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? 8 : 0, odp: r.odp ?? fail(r.status).odp };
       }
     }

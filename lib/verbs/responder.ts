@@ -9,13 +9,13 @@ import type { DmaCompletion } from '../../kernel-sim/index.js';
 import { Access, QpState, WcOpcode, WcStatus } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import type { MemoryRegion } from './mr.js';
-import { localSges, offsetOf, prefaultIfAsked, type QpCore, type RecvWr } from './qp-core.js';
+import { expectLanding, expectsLanding, localSges, offsetOf, prefaultIfAsked, type QpCore, type RecvWr } from './qp-core.js';
 import type { Request, Response } from './wire.js';
 
 export class Responder {
   #qp: QpCore;
-  /** SEND receives taken and waiting for the requester's word on the payload, by psn. */
-  #receiving = new Map<number, RecvWr>();
+  /** SEND receives taken and waiting for the requester's word on the payload, by psn (and the end of their landing). */
+  #receiving = new Map<number, { wqe: RecvWr; done: () => void }>();
 
   constructor(qp: QpCore) {
     this.#qp = qp;
@@ -25,7 +25,8 @@ export class Responder {
   takeReceiving(): RecvWr[] {
     const out = [...this.#receiving.values()];
     this.#receiving.clear();
-    return out;
+    for (const r of out) r.done();
+    return out.map((r) => r.wqe);
   }
 
   onRequest(m: Request, from: number): void {
@@ -63,13 +64,15 @@ export class Responder {
           q.toError();
           return answer(WcStatus.REM_INV_REQ_ERR);
         }
-        this.#receiving.set(m.psn, wqe);
+        this.#receiving.set(m.psn, { wqe, done: expectLanding(q, wqe.sgList) });
         return answer(WcStatus.SUCCESS, { pd: q.pd.handle, targets: wqe.sgList.map((s) => ({ addr: s.addr, length: s.length, lkey: s.lkey })) });
       }
       case 'send-fin': {
-        const wqe = this.#receiving.get(m.psn);
-        if (!wqe) return;
+        const taken = this.#receiving.get(m.psn);
+        if (!taken) return;
         this.#receiving.delete(m.psn);
+        taken.done();
+        const wqe = taken.wqe;
         q.completer.complete(
           q.recvCq,
           wqe.wrId,
@@ -117,7 +120,12 @@ export class Responder {
     }
   }
 
-  /** Whether a write block from `from` into [va, va+length) under `key` may land: checked per block. */
+  /**
+   * Whether a write block from `from` into [va, va+length) under `key` may land: checked per
+   * block. From the peer, only where an RDMA WRITE may land (a REMOTE_WRITE key, a QP that
+   * takes remote writes) or where this QP expects its bytes (its READ and atomic sinks, a
+   * taken receive's buffers): a LOCAL_WRITE-only key is no licence to write.
+   */
   accepts(from: number, key: number | undefined, va: bigint, length: number, pd: number): boolean {
     const q = this.#qp;
     if (q.destroyed || q.pd.closed || pd !== q.pd.handle) return false;
@@ -125,6 +133,8 @@ export class Responder {
     if (key === undefined) return false;
     const mr = q.device.tables.mr(key) as MemoryRegion | undefined;
     if (!mr || mr.closed || mr.pd !== q.pd || !(mr.access & Access.LOCAL_WRITE)) return false;
+    const remoteWrite = (mr.access & Access.REMOTE_WRITE) !== 0 && (q.attr.qpAccessFlags & Access.REMOTE_WRITE) !== 0;
+    if (from !== q.device.node && !remoteWrite && !expectsLanding(q, key, va, length)) return false;
     return mr.resolve(va, length) !== undefined;
   }
 

@@ -3,14 +3,16 @@
 // when the addon was built without libfabric; elsewhere they are skipped then.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { connect, createServer } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport, peerTimeoutMs } from '../../kernel-sim/index.js';
 import { binding } from '../../native/index.js';
 import type { StallReport } from '../../examples/fabric-peer.js';
 import { ROOT } from '../child.js';
+import { Op } from '../../kernel-sim/fabric/headers.js';
+import { Raw } from './raw.js';
 
 const MAIN = join(ROOT, 'dist/cli/main.js');
 const built = binding.fabricListen !== undefined;
@@ -273,6 +275,56 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
       }),
     );
   });
+
+  it('a server refuses connections that never say hello (closing, sending garbage, staying silent) and serves its real client', async () => {
+    const sj = join(dir, `refuse-${Date.now()}-server.json`);
+    const cj = join(dir, `refuse-${Date.now()}-client.json`);
+    const server = start(['write-bw', '-p', '0', '--json', sj]);
+    const port = Number((await waitFor(server.output, /port (\d+)/))[1]);
+    (await Raw.open(port)).close();
+    const garbage = await Raw.open(port);
+    garbage.send(Uint8Array.of(0xff, 0, 0));
+    await garbage.closed;
+    const client = start(['write-bw', '127.0.0.1', '-p', String(port), '-s', '4096', '-n', '5', '--json', cj]);
+    // Connected before the client (while it starts), never a hello: it must not be the one the
+    // server swaps its buffer's address and key with (it is cut after the peer timeout).
+    const silent = await Raw.open(port);
+    const [s, c] = await Promise.all([server.exit, client.exit]);
+    silent.close();
+    expect(c.stderr + s.stderr).not.toMatch(/failed|differ|Error/);
+    expect([c.code, s.code]).toEqual([0, 0]);
+    const results = (f: string) =>
+      (JSON.parse(readFileSync(f, 'utf8')) as { results: { bytesVerified: number; mismatches: number; refused: number } }).results;
+    expect(results(sj)).toMatchObject({ bytesVerified: 4096, mismatches: 0 });
+    expect(results(sj).refused).toBeGreaterThanOrEqual(2);
+    expect(results(cj).refused).toBe(0);
+    expect(silent.frames.map((f) => f.op)).toEqual([Op.HELLO]);
+  }, 60_000);
+
+  it('a server listens on loopback only, unless --bind 0.0.0.0', async () => {
+    const external = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a?.family === 'IPv4' && !a.internal)?.address;
+    if (!external) return; // no address but loopback: nothing to tell apart
+    for (const [args, reachable] of [
+      [[], false],
+      [['--bind', '0.0.0.0'], true],
+    ] as const) {
+      const server = start(['rc-pingpong', '-p', '0', ...args]);
+      const port = Number((await waitFor(server.output, /port (\d+)/))[1]);
+      const reached = await new Promise<boolean>((resolve) => {
+        const sock = connect(port, external);
+        sock.on('connect', () => {
+          sock.destroy();
+          resolve(true);
+        });
+        sock.on('error', () => resolve(false));
+      });
+      server.child.kill('SIGTERM');
+      await server.exit;
+      expect([args, reached]).toEqual([args, reachable]);
+    }
+  }, 30_000);
 
   it('without HOST the server says how to start the other side', async () => {
     const server = start(['rc-pingpong', '-p', '0']);

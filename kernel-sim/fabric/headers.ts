@@ -1,0 +1,895 @@
+// The byte layout of everything that crosses from one node's process to another's, in one
+// place (as rxe_hdr.h is for rdma_rxe): the frame header, the engine's write and ACK packets,
+// the verbs' request and response headers, and the transport's own hello, keepalive,
+// exchange and chunk frames. Every frame starts with an opcode byte and a flags byte; the
+// fields that follow are fixed by the opcode and the flags, big-endian as on an IB wire.
+// Decoding trusts nothing: every length, count, enum and number is checked against its
+// range before anything is built from it, an unknown opcode or flag is refused, and a frame
+// that ends early or goes on after its last field is refused, each with a WireError that
+// names the field. `checkPacket` applies the same field checks to a packet object, so the
+// in-process fabric hands over packets that obey the layout's ranges too.
+import { AckResp, type AckPacket, type MessagePacket, type Packet, type Verdict, type VerbsHeader, type WritePacket } from './packets.js';
+import type { MemoryLike } from '../memory.js';
+
+/** Frame opcodes (the first byte of every frame). */
+export enum Op {
+  HELLO = 0x01,
+  PING = 0x02,
+  EXCHANGE = 0x03,
+  CHUNK = 0x04,
+  WRITE = 0x10,
+  ACK = 0x11,
+  REQUEST = 0x12,
+  RESPONSE = 0x13,
+}
+
+/** Node ids a frame may name (LibfabricOptions.localNodes' range). */
+export const MAX_NODES = 1024;
+/** Blocks one write packet may carry (the engine's MAX_RUN_BLOCKS must not exceed it; a test checks). */
+export const WIRE_MAX_BLOCKS = 1024;
+/** Block sizes: a multiple of the page size up to 1 GiB (SystemOptions.blockSize's range). */
+const MIN_BLOCK = 4096;
+const MAX_BLOCK = 1 << 30;
+/** Verdicts one ACK may carry: one per group of blocks written and one for where it stopped. */
+const MAX_VERDICTS = WIRE_MAX_BLOCKS + 2;
+/** Scatter/gather entries one verbs header may carry (the QPs' max_sge). */
+const MAX_SGE = 32;
+/** Bytes of a reason string, of an exchange string, and the exchange value's shape limits. */
+const MAX_REASON = 1024;
+const MAX_STRING = 1 << 16;
+const MAX_ITEMS = 4096;
+const MAX_KEYS = 256;
+const MAX_DEPTH = 8;
+/** The largest frame a peer may announce in chunks: a run of MAX blocks of 1 MiB plus its headers. */
+export const MAX_FRAME_BYTES = WIRE_MAX_BLOCKS * (1 << 20) + (1 << 20);
+/** The highest AckResp and WcStatus (ibv_wc_status' TM_RNDV_INCOMPLETE) a frame may carry. */
+const MAX_ACK_RESP = AckResp.FLUSHED;
+const MAX_WC_STATUS = 23;
+const REQUEST_OPS = ['write', 'write-imm', 'send', 'send-fin', 'read', 'atomic'] as const;
+const U64 = (1n << 64n) - 1n;
+const SPACE = 1n << 64n;
+
+/** A frame or packet that breaks the layout: `code` ERR_WIRE_MALFORMED, the message names the field. */
+export class WireError extends Error {
+  readonly code = 'ERR_WIRE_MALFORMED';
+  constructor(message: string) {
+    super(message);
+    this.name = 'WireError';
+  }
+}
+
+/** The verdict whose fields are being checked (-1: none): named in an error only, no string built per check. */
+let verdictAt = -1;
+
+function bad(field: string, want: string, got: unknown): never {
+  const shown = typeof got === 'bigint' ? `${got}n` : typeof got === 'number' || typeof got === 'boolean' ? String(got) : typeof got;
+  const name = verdictAt < 0 ? field : `verdicts[${verdictAt}].${field}`;
+  verdictAt = -1;
+  throw new WireError(`${name} must be ${want}, got ${shown}`);
+}
+
+// ---- field checks, shared by the decoder and checkPacket ----
+
+function int(field: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) bad(field, `an integer in ${min}..${max}`, v);
+  return v;
+}
+const u32 = (field: string, v: unknown) => int(field, v, 0, 0xffffffff);
+const node = (field: string, v: unknown) => int(field, v, 0, MAX_NODES - 1);
+/** A non-negative count of bytes or pages carried as a double (up to 2^53). */
+const size = (field: string, v: unknown) => int(field, v, 0, Number.MAX_SAFE_INTEGER);
+
+function finite(field: string, v: unknown): number {
+  if (typeof v !== 'number' || !Number.isFinite(v)) bad(field, 'a finite number', v);
+  return v;
+}
+
+function addr(field: string, v: unknown): bigint {
+  if (typeof v !== 'bigint' || v < 0n || v > U64) bad(field, 'a bigint in 0..2^64-1', v);
+  return v;
+}
+
+function bool(field: string, v: unknown): boolean {
+  if (typeof v !== 'boolean') bad(field, 'a boolean', v);
+  return v;
+}
+
+/**
+ * Per-block modelled times: their count always; each value's finiteness where they come off
+ * the wire (`each`): in one process they are the engine's own sums, and a time moves no byte.
+ */
+function times(field: string, v: unknown, count: number, each: boolean): Float64Array {
+  if (!(v instanceof Float64Array) || v.length !== count) bad(field, `a Float64Array of ${count} modelled times`, v);
+  if (each) for (let i = 0; i < count; i++) if (!Number.isFinite(v[i]!)) bad(`${field}[${i}]`, 'a finite number', v[i]);
+  return v;
+}
+
+function text(field: string, v: unknown, max: number): string {
+  if (typeof v !== 'string' || v.length > max) bad(field, `a string of at most ${max} characters`, v);
+  return v;
+}
+
+/** The header every engine packet has: where it goes, the transfer and block, the span. */
+function checkHeader(p: Packet & { type: 'write' | 'ack' }): void {
+  node('src', p.src);
+  node('dst', p.dst);
+  u32('pd', p.pd);
+  const va = addr('va', p.va);
+  u32('tid', p.tid);
+  u32('seq', p.seq);
+  const length = u32('length', p.length);
+  if (va + BigInt(length) > SPACE) bad('va + length', 'within the 64-bit address space', va + BigInt(length));
+  finite('arrivesAt', p.arrivesAt);
+}
+
+function checkWrite(p: WritePacket, each = false): void {
+  checkHeader(p);
+  int('channel', p.channel, 0, 0xffff);
+  const count = int('count', p.count, 1, WIRE_MAX_BLOCKS);
+  const bs = int('blockSize', p.blockSize, MIN_BLOCK, MAX_BLOCK);
+  if (bs % MIN_BLOCK !== 0) bad('blockSize', `a multiple of ${MIN_BLOCK}`, bs);
+  // A run's last block may be short, its others are whole.
+  if (p.length <= (count - 1) * bs || p.length > count * bs)
+    bad('length', `in ${(count - 1) * bs + 1}..${count * bs} for ${count} blocks of ${bs}`, p.length);
+  size('lengthHint', p.lengthHint);
+  times('issuedUs', p.issuedUs, count, each);
+  times('arrivals', p.arrivals, count, each);
+  finite('issuedMs', p.issuedMs);
+  bool('sourceStall', p.sourceStall);
+  if (p.key !== undefined) u32('key', p.key);
+  if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
+  if (p.sourceFault !== undefined) {
+    int('sourceFault.seq', p.sourceFault.seq, p.seq, p.seq + count - 1);
+    size('sourceFault.faultOffset', p.sourceFault.faultOffset);
+  }
+}
+
+function checkVerdict(i: number, v: Verdict, each: boolean): void {
+  verdictAt = i;
+  u32('seq', v.seq);
+  const count = int('count', v.count, 1, WIRE_MAX_BLOCKS);
+  int('resp', v.resp, 0, MAX_ACK_RESP);
+  finite('walkUs', v.walkUs);
+  if (v.walks !== undefined) times('walks', v.walks, count, each);
+  if (v.late !== undefined) bool('late', v.late);
+  if (v.reason !== undefined) text('reason', v.reason, MAX_REASON);
+  if (v.faultOffset !== undefined) size('faultOffset', v.faultOffset);
+  if (v.stalls !== undefined) u32('stalls', v.stalls);
+  if (v.copyThread !== undefined) u32('copyThread', v.copyThread);
+  if (v.copyNs !== undefined) finite('copyNs', v.copyNs);
+  verdictAt = -1;
+}
+
+function checkAck(p: AckPacket, each = false): void {
+  checkHeader(p);
+  int('resp', p.resp, 0, MAX_ACK_RESP);
+  if (p.fetched !== undefined) u32('fetched', p.fetched);
+  if (p.verdicts !== undefined) {
+    if (!Array.isArray(p.verdicts) || p.verdicts.length > MAX_VERDICTS) bad('verdicts', `an array of at most ${MAX_VERDICTS}`, p.verdicts);
+    for (let i = 0; i < p.verdicts.length; i++) checkVerdict(i, p.verdicts[i]!, each);
+  }
+  if (p.returned !== undefined) {
+    u32('returned.seq', p.returned.seq);
+    int('returned.count', p.returned.count, 1, WIRE_MAX_BLOCKS);
+  }
+}
+
+function checkSges(field: string, v: unknown): void {
+  if (!Array.isArray(v) || v.length > MAX_SGE) bad(field, `an array of at most ${MAX_SGE} entries`, v);
+  for (let i = 0; i < v.length; i++) {
+    const s = v[i] as { addr: unknown; length: unknown; lkey: unknown };
+    // Names built only for the message of an entry that fails.
+    if (typeof s.addr !== 'bigint' || s.addr < 0n || s.addr > U64) addr(`${field}[${i}].addr`, s.addr);
+    if (typeof s.length !== 'number' || !Number.isInteger(s.length) || s.length < 0 || s.length > 0xffffffff) u32(`${field}[${i}].length`, s.length);
+    if (typeof s.lkey !== 'number' || !Number.isInteger(s.lkey) || s.lkey < 0 || s.lkey > 0xffffffff) u32(`${field}[${i}].lkey`, s.lkey);
+  }
+}
+
+function checkOdp(o: NonNullable<VerbsHeader['odp']>): void {
+  u32('odp.faults.source', o.faults.source);
+  u32('odp.faults.destination', o.faults.destination);
+  u32('odp.majorFaults', o.majorFaults);
+  u32('odp.retransmittedBlocks', o.retransmittedBlocks);
+  finite('odp.modelUs', o.modelUs);
+  finite('odp.realUs', o.realUs);
+}
+
+function checkVerbs(m: VerbsHeader): void {
+  const qpn = (f: string, v: unknown) => int(f, v, 0, 0xffffff);
+  qpn('srcQpn', m.srcQpn);
+  qpn('dstQpn', m.dstQpn);
+  u32('psn', m.psn);
+  if (m.odp !== undefined) checkOdp(m.odp);
+  if (m.kind === 'response') {
+    int('status', m.status, 0, MAX_WC_STATUS);
+    if (m.rnr !== undefined) int('rnr', m.rnr, 0, 31);
+    if (m.pd !== undefined) u32('pd', m.pd);
+    if (m.targets !== undefined) checkSges('targets', m.targets);
+    return;
+  }
+  const kind: unknown = m.kind;
+  if (kind !== 'request') bad('kind', "'request' or 'response'", kind);
+  if (!REQUEST_OPS.includes(m.op)) bad('op', REQUEST_OPS.join(', '), m.op);
+  u32('length', m.length);
+  if (m.rkey !== undefined) u32('rkey', m.rkey);
+  if (m.addr !== undefined) addr('addr', m.addr);
+  if (m.immData !== undefined) u32('immData', m.immData);
+  if (m.sinks !== undefined) checkSges('sinks', m.sinks);
+  if (m.pd !== undefined) u32('pd', m.pd);
+  if (m.rnrRetry !== undefined) int('rnrRetry', m.rnrRetry, 0, 7);
+  if (m.atomic !== undefined) {
+    bool('atomic.fetchAdd', m.atomic.fetchAdd);
+    addr('atomic.compareAdd', m.atomic.compareAdd);
+    addr('atomic.swap', m.atomic.swap);
+  }
+  if (m.ok !== undefined) bool('ok', m.ok);
+  // What the responder acts on must be there: a READ's or an atomic's target, key, sinks and PD.
+  if (m.op === 'read' || m.op === 'atomic')
+    for (const f of ['addr', 'rkey', 'sinks', 'pd', ...(m.op === 'atomic' ? (['atomic'] as const) : [])] as const)
+      if (m[f] === undefined) bad(f, `present in ${m.op === 'read' ? 'a READ' : 'an atomic'} request`, undefined);
+}
+
+/**
+ * Check every field of a packet against the layout's ranges (what decoding a frame of it
+ * would check); throws a WireError naming the first field out of range. The in-process
+ * fabric checks each packet it delivers with it.
+ */
+export function checkPacket(p: Packet): void {
+  switch (p?.type) {
+    case 'write':
+      return checkWrite(p);
+    case 'ack':
+      return checkAck(p);
+    case 'message':
+      node('src', p.src);
+      node('dst', p.dst);
+      return checkVerbs(p.body);
+    default:
+      bad('type', "'write', 'ack' or 'message'", (p as { type?: unknown })?.type);
+  }
+}
+
+// ---- encoding ----
+
+class Writer {
+  #buf = new Uint8Array(256);
+  #view = new DataView(this.#buf.buffer);
+  at = 0;
+
+  #room(n: number): DataView {
+    if (this.at + n > this.#buf.length) {
+      const next = new Uint8Array(Math.max(this.#buf.length * 2, this.at + n));
+      next.set(this.#buf.subarray(0, this.at));
+      this.#buf = next;
+      this.#view = new DataView(next.buffer);
+    }
+    return this.#view;
+  }
+  u8(v: number): void {
+    this.#room(1).setUint8(this.at, v);
+    this.at += 1;
+  }
+  u16(v: number): void {
+    this.#room(2).setUint16(this.at, v);
+    this.at += 2;
+  }
+  u32(v: number): void {
+    this.#room(4).setUint32(this.at, v);
+    this.at += 4;
+  }
+  u64(v: bigint): void {
+    this.#room(8).setBigUint64(this.at, v);
+    this.at += 8;
+  }
+  f64(v: number): void {
+    this.#room(8).setFloat64(this.at, v);
+    this.at += 8;
+  }
+  f64s(v: Float64Array): void {
+    const d = this.#room(8 * v.length);
+    for (let i = 0; i < v.length; i++) d.setFloat64(this.at + 8 * i, v[i]!);
+    this.at += 8 * v.length;
+  }
+  bytes(v: Uint8Array): void {
+    this.#room(v.length);
+    this.#buf.set(v, this.at);
+    this.at += v.length;
+  }
+  /** A UTF-8 string with its byte length first (u32). */
+  str(v: string): void {
+    const b = Buffer.from(v, 'utf8');
+    this.u32(b.length);
+    this.bytes(b);
+  }
+  done(): Uint8Array {
+    return this.#buf.subarray(0, this.at);
+  }
+}
+
+class Reader {
+  #b: Uint8Array;
+  #view: DataView;
+  at = 0;
+
+  constructor(b: Uint8Array) {
+    this.#b = b;
+    this.#view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  }
+  #need(n: number, field: string): number {
+    if (this.at + n > this.#b.length) throw new WireError(`the frame ends inside ${field} (${this.#b.length} bytes)`);
+    const at = this.at;
+    this.at += n;
+    return at;
+  }
+  u8(field: string): number {
+    return this.#view.getUint8(this.#need(1, field));
+  }
+  u16(field: string): number {
+    return this.#view.getUint16(this.#need(2, field));
+  }
+  u32(field: string): number {
+    return this.#view.getUint32(this.#need(4, field));
+  }
+  u64(field: string): bigint {
+    return this.#view.getBigUint64(this.#need(8, field));
+  }
+  f64(field: string): number {
+    return this.#view.getFloat64(this.#need(8, field));
+  }
+  f64s(field: string, n: number): Float64Array {
+    const at = this.#need(8 * n, field);
+    const out = new Float64Array(n);
+    for (let i = 0; i < n; i++) out[i] = this.#view.getFloat64(at + 8 * i);
+    return out;
+  }
+  bytes(field: string, n: number): Uint8Array {
+    const at = this.#need(n, field);
+    return this.#b.subarray(at, at + n);
+  }
+  str(field: string, max: number): string {
+    const n = this.u32(`${field} length`);
+    if (n > max) bad(`${field} length`, `at most ${max} bytes`, n);
+    const b = this.bytes(field, n);
+    const s = Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('utf8');
+    return s;
+  }
+  rest(): Uint8Array {
+    return this.bytes('the rest', this.#b.length - this.at);
+  }
+  end(): void {
+    if (this.at !== this.#b.length) throw new WireError(`${this.#b.length - this.at} bytes after the last field of the frame`);
+  }
+}
+
+/** Flags must name only the bits the opcode defines. */
+function flags(r: Reader, known: number, what: string): number {
+  const f = r.u8('flags');
+  if (f & ~known) throw new WireError(`${what}: unknown flag bits 0x${(f & ~known).toString(16)}`);
+  return f;
+}
+
+const W_STALL = 1;
+const W_KEY = 2;
+const W_QPN = 4;
+const W_SOURCE_FAULT = 8;
+
+/**
+ * The bytes of a packet. A write's payload is `bytes` (what the source read, up to the run's
+ * length; fewer where `sourceFault` says a source page was missing), not `p.payload`.
+ */
+export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
+  checkPacket(p);
+  const w = new Writer();
+  if (p.type === 'message') {
+    encodeVerbs(w, p);
+    return w.done();
+  }
+  if (p.type === 'write') {
+    const f =
+      (p.sourceStall ? W_STALL : 0) | (p.key !== undefined ? W_KEY : 0) | (p.qpn !== undefined ? W_QPN : 0) | (p.sourceFault ? W_SOURCE_FAULT : 0);
+    w.u8(Op.WRITE);
+    w.u8(f);
+    header(w, p);
+    w.u16(p.channel);
+    w.u16(p.count);
+    w.u32(p.blockSize);
+    w.f64(p.lengthHint);
+    w.f64(p.issuedMs);
+    if (p.key !== undefined) w.u32(p.key);
+    if (p.qpn !== undefined) w.u32(p.qpn);
+    if (p.sourceFault) {
+      w.u32(p.sourceFault.seq);
+      w.f64(p.sourceFault.faultOffset);
+    }
+    w.f64s(p.issuedUs);
+    w.f64s(p.arrivals);
+    const payload = bytes ?? new Uint8Array(0);
+    if (payload.length !== carriedBytes(p))
+      throw new WireError(`payload must be the ${carriedBytes(p)} bytes the run carries, got ${payload.length}`);
+    w.bytes(payload);
+    return w.done();
+  }
+  const f = (p.fetched !== undefined ? 1 : 0) | (p.verdicts !== undefined ? 2 : 0) | (p.returned !== undefined ? 4 : 0);
+  w.u8(Op.ACK);
+  w.u8(f);
+  header(w, p);
+  w.u8(p.resp);
+  if (p.fetched !== undefined) w.u32(p.fetched);
+  if (p.returned !== undefined) {
+    w.u32(p.returned.seq);
+    w.u16(p.returned.count);
+  }
+  if (p.verdicts !== undefined) {
+    w.u16(p.verdicts.length);
+    for (const v of p.verdicts) verdict(w, v);
+  }
+  return w.done();
+}
+
+/** Bytes a write carries: the run's, or those of the blocks before a missing source page. */
+export function carriedBytes(p: WritePacket): number {
+  return p.sourceFault ? (p.sourceFault.seq - p.seq) * p.blockSize : p.length;
+}
+
+function header(w: Writer, p: WritePacket | AckPacket): void {
+  w.u16(p.src);
+  w.u16(p.dst);
+  w.u32(p.pd);
+  w.u64(p.va);
+  w.u32(p.tid);
+  w.u32(p.seq);
+  w.u32(p.length);
+  w.f64(p.arrivesAt);
+}
+
+const V_WALKS = 1;
+const V_LATE = 2;
+const V_REASON = 4;
+const V_FAULT_OFFSET = 8;
+const V_STALLS = 16;
+const V_COPY_THREAD = 32;
+const V_COPY_NS = 64;
+
+function verdict(w: Writer, v: Verdict): void {
+  const f =
+    (v.walks ? V_WALKS : 0) |
+    (v.late ? V_LATE : 0) |
+    (v.reason !== undefined ? V_REASON : 0) |
+    (v.faultOffset !== undefined ? V_FAULT_OFFSET : 0) |
+    (v.stalls !== undefined ? V_STALLS : 0) |
+    (v.copyThread !== undefined ? V_COPY_THREAD : 0) |
+    (v.copyNs !== undefined ? V_COPY_NS : 0);
+  w.u8(f);
+  w.u32(v.seq);
+  w.u16(v.count);
+  w.u8(v.resp);
+  w.f64(v.walkUs);
+  if (v.walks) w.f64s(v.walks);
+  if (v.reason !== undefined) w.str(v.reason);
+  if (v.faultOffset !== undefined) w.f64(v.faultOffset);
+  if (v.stalls !== undefined) w.u32(v.stalls);
+  if (v.copyThread !== undefined) w.u32(v.copyThread);
+  if (v.copyNs !== undefined) w.f64(v.copyNs);
+}
+
+const M_RKEY = 1;
+const M_ADDR = 2;
+const M_IMM = 4;
+const M_SINKS = 8;
+const M_PD = 16;
+const M_RNR_RETRY = 32;
+const M_ATOMIC = 64;
+const M_OK = 128;
+const R_RNR = 1;
+const R_PD = 2;
+const R_TARGETS = 4;
+/** The ODP figures follow (both headers): bit 8 of a request's flags is the extra byte's bit 0. */
+const HAS_ODP = 1;
+
+function sges(w: Writer, list: ReadonlyArray<{ addr: bigint; length: number; lkey: number }>): void {
+  w.u8(list.length);
+  for (const s of list) {
+    w.u64(s.addr);
+    w.u32(s.length);
+    w.u32(s.lkey);
+  }
+}
+
+function encodeVerbs(w: Writer, p: MessagePacket): void {
+  const m = p.body;
+  if (m.kind === 'request') {
+    w.u8(Op.REQUEST);
+    w.u8(
+      (m.rkey !== undefined ? M_RKEY : 0) |
+        (m.addr !== undefined ? M_ADDR : 0) |
+        (m.immData !== undefined ? M_IMM : 0) |
+        (m.sinks !== undefined ? M_SINKS : 0) |
+        (m.pd !== undefined ? M_PD : 0) |
+        (m.rnrRetry !== undefined ? M_RNR_RETRY : 0) |
+        (m.atomic !== undefined ? M_ATOMIC : 0) |
+        (m.ok !== undefined ? M_OK : 0),
+    );
+  } else {
+    w.u8(Op.RESPONSE);
+    w.u8((m.rnr !== undefined ? R_RNR : 0) | (m.pd !== undefined ? R_PD : 0) | (m.targets !== undefined ? R_TARGETS : 0));
+  }
+  w.u8(m.odp !== undefined ? HAS_ODP : 0);
+  w.u16(p.src);
+  w.u16(p.dst);
+  w.f64(p.arrivesAt);
+  w.u32(m.srcQpn);
+  w.u32(m.dstQpn);
+  w.u32(m.psn);
+  if (m.kind === 'request') {
+    w.u8(REQUEST_OPS.indexOf(m.op));
+    w.u32(m.length);
+    if (m.rkey !== undefined) w.u32(m.rkey);
+    if (m.addr !== undefined) w.u64(m.addr);
+    if (m.immData !== undefined) w.u32(m.immData);
+    if (m.sinks !== undefined) sges(w, m.sinks);
+    if (m.pd !== undefined) w.u32(m.pd);
+    if (m.rnrRetry !== undefined) w.u8(m.rnrRetry);
+    if (m.atomic !== undefined) {
+      w.u8(m.atomic.fetchAdd ? 1 : 0);
+      w.u64(m.atomic.compareAdd);
+      w.u64(m.atomic.swap);
+    }
+    if (m.ok !== undefined) w.u8(m.ok ? 1 : 0);
+  } else {
+    w.u8(m.status);
+    if (m.rnr !== undefined) w.u8(m.rnr);
+    if (m.pd !== undefined) w.u32(m.pd);
+    if (m.targets !== undefined) sges(w, m.targets);
+  }
+  if (m.odp !== undefined) {
+    w.u32(m.odp.faults.source);
+    w.u32(m.odp.faults.destination);
+    w.u32(m.odp.majorFaults);
+    w.u32(m.odp.retransmittedBlocks);
+    w.f64(m.odp.modelUs);
+    w.f64(m.odp.realUs);
+  }
+}
+
+// ---- decoding ----
+
+/** A decoded write: its header fields, and a view of the payload bytes inside the frame. */
+export type DecodedWrite = Omit<WritePacket, 'payload'> & { bytes: Uint8Array };
+
+export type DecodedPacket = DecodedWrite | AckPacket | MessagePacket;
+
+type Header = Pick<AckPacket, 'src' | 'dst' | 'pd' | 'va' | 'tid' | 'seq' | 'length' | 'arrivesAt'>;
+
+function readHeader(r: Reader): Header {
+  return {
+    src: r.u16('src'),
+    dst: r.u16('dst'),
+    pd: r.u32('pd'),
+    va: r.u64('va'),
+    tid: r.u32('tid'),
+    seq: r.u32('seq'),
+    length: r.u32('length'),
+    arrivesAt: r.f64('arrivesAt'),
+  };
+}
+
+function readWrite(r: Reader): DecodedWrite {
+  const f = flags(r, W_STALL | W_KEY | W_QPN | W_SOURCE_FAULT, 'write');
+  const h = readHeader(r);
+  const channel = r.u16('channel');
+  const count = r.u16('count');
+  // The count bounds what is read next: checked before the per-block fields are.
+  int('count', count, 1, WIRE_MAX_BLOCKS);
+  const p: DecodedWrite = {
+    type: 'write',
+    ...h,
+    channel,
+    count,
+    blockSize: r.u32('blockSize'),
+    lengthHint: r.f64('lengthHint'),
+    issuedMs: r.f64('issuedMs'),
+    sourceStall: (f & W_STALL) !== 0,
+    issuedUs: new Float64Array(0),
+    arrivals: new Float64Array(0),
+    bytes: new Uint8Array(0),
+  };
+  if (f & W_KEY) p.key = r.u32('key');
+  if (f & W_QPN) p.qpn = r.u32('qpn');
+  if (f & W_SOURCE_FAULT) p.sourceFault = { seq: r.u32('sourceFault.seq'), faultOffset: r.f64('sourceFault.faultOffset') };
+  p.issuedUs = r.f64s('issuedUs', count);
+  p.arrivals = r.f64s('arrivals', count);
+  checkWrite(p as unknown as WritePacket, true);
+  const carried = carriedBytes(p as unknown as WritePacket);
+  p.bytes = r.bytes('payload', carried);
+  r.end();
+  return p;
+}
+
+function readVerdict(r: Reader, i: number): Verdict {
+  const f = r.u8(`verdicts[${i}].flags`);
+  if (f & ~(V_WALKS | V_LATE | V_REASON | V_FAULT_OFFSET | V_STALLS | V_COPY_THREAD | V_COPY_NS))
+    throw new WireError(`verdicts[${i}]: unknown flag bits 0x${f.toString(16)}`);
+  const v: Verdict = {
+    seq: r.u32(`verdicts[${i}].seq`),
+    count: r.u16(`verdicts[${i}].count`),
+    resp: r.u8(`verdicts[${i}].resp`),
+    walkUs: r.f64(`verdicts[${i}].walkUs`),
+  };
+  int(`verdicts[${i}].count`, v.count, 1, WIRE_MAX_BLOCKS);
+  if (f & V_WALKS) v.walks = r.f64s(`verdicts[${i}].walks`, v.count);
+  if (f & V_LATE) v.late = true;
+  if (f & V_REASON) v.reason = r.str(`verdicts[${i}].reason`, MAX_REASON);
+  if (f & V_FAULT_OFFSET) v.faultOffset = r.f64(`verdicts[${i}].faultOffset`);
+  if (f & V_STALLS) v.stalls = r.u32(`verdicts[${i}].stalls`);
+  if (f & V_COPY_THREAD) v.copyThread = r.u32(`verdicts[${i}].copyThread`);
+  if (f & V_COPY_NS) v.copyNs = r.f64(`verdicts[${i}].copyNs`);
+  return v;
+}
+
+function readAck(r: Reader): AckPacket {
+  const f = flags(r, 7, 'ack');
+  const p: AckPacket = { type: 'ack', ...readHeader(r), resp: r.u8('resp') };
+  if (f & 1) p.fetched = r.u32('fetched');
+  if (f & 4) p.returned = { seq: r.u32('returned.seq'), count: r.u16('returned.count') };
+  if (f & 2) {
+    const n = r.u16('verdicts count');
+    int('verdicts count', n, 0, MAX_VERDICTS);
+    p.verdicts = [];
+    for (let i = 0; i < n; i++) p.verdicts.push(readVerdict(r, i));
+  }
+  r.end();
+  checkAck(p, true);
+  return p;
+}
+
+function readSges(r: Reader, field: string): Array<{ addr: bigint; length: number; lkey: number }> {
+  const n = r.u8(`${field} count`);
+  int(`${field} count`, n, 0, MAX_SGE);
+  const out = [];
+  for (let i = 0; i < n; i++)
+    out.push({ addr: r.u64(`${field}[${i}].addr`), length: r.u32(`${field}[${i}].length`), lkey: r.u32(`${field}[${i}].lkey`) });
+  return out;
+}
+
+function readVerbs(r: Reader, op: Op.REQUEST | Op.RESPONSE): MessagePacket {
+  const f = flags(r, op === Op.REQUEST ? 0xff : R_RNR | R_PD | R_TARGETS, op === Op.REQUEST ? 'request' : 'response');
+  const more = r.u8('flags2');
+  if (more & ~HAS_ODP) throw new WireError(`verbs header: unknown flag bits 0x${more.toString(16)}`);
+  const src = r.u16('src');
+  const dst = r.u16('dst');
+  const arrivesAt = r.f64('arrivesAt');
+  const ids = { srcQpn: r.u32('srcQpn'), dstQpn: r.u32('dstQpn'), psn: r.u32('psn') };
+  let body: VerbsHeader;
+  if (op === Op.REQUEST) {
+    const k = r.u8('op');
+    if (k >= REQUEST_OPS.length) bad('op', `0..${REQUEST_OPS.length - 1}`, k);
+    const m: Extract<VerbsHeader, { kind: 'request' }> = { kind: 'request', op: REQUEST_OPS[k]!, ...ids, length: r.u32('length') };
+    if (f & M_RKEY) m.rkey = r.u32('rkey');
+    if (f & M_ADDR) m.addr = r.u64('addr');
+    if (f & M_IMM) m.immData = r.u32('immData');
+    if (f & M_SINKS) m.sinks = readSges(r, 'sinks');
+    if (f & M_PD) m.pd = r.u32('pd');
+    if (f & M_RNR_RETRY) m.rnrRetry = r.u8('rnrRetry');
+    if (f & M_ATOMIC) m.atomic = { fetchAdd: boolByte(r, 'atomic.fetchAdd'), compareAdd: r.u64('atomic.compareAdd'), swap: r.u64('atomic.swap') };
+    if (f & M_OK) m.ok = boolByte(r, 'ok');
+    body = m;
+  } else {
+    const m: Extract<VerbsHeader, { kind: 'response' }> = { kind: 'response', ...ids, status: r.u8('status') };
+    if (f & R_RNR) m.rnr = r.u8('rnr');
+    if (f & R_PD) m.pd = r.u32('pd');
+    if (f & R_TARGETS) m.targets = readSges(r, 'targets');
+    body = m;
+  }
+  if (more & HAS_ODP)
+    body.odp = {
+      faults: { source: r.u32('odp.faults.source'), destination: r.u32('odp.faults.destination') },
+      majorFaults: r.u32('odp.majorFaults'),
+      retransmittedBlocks: r.u32('odp.retransmittedBlocks'),
+      modelUs: r.f64('odp.modelUs'),
+      realUs: r.f64('odp.realUs'),
+    };
+  r.end();
+  const p: MessagePacket = { type: 'message', src, dst, body, arrivesAt };
+  finite('arrivesAt', arrivesAt);
+  checkPacket(p);
+  return p;
+}
+
+function boolByte(r: Reader, field: string): boolean {
+  const b = r.u8(field);
+  if (b > 1) bad(field, '0 or 1', b);
+  return b === 1;
+}
+
+// ---- the transport's own frames ----
+
+/** What one frame says, decoded and checked. */
+export type Frame =
+  | { op: Op.HELLO; nodes: number[] }
+  | { op: Op.PING }
+  | { op: Op.EXCHANGE; body: unknown }
+  | { op: Op.CHUNK; total: number; offset: number; data: Uint8Array }
+  | { op: Op.WRITE; packet: DecodedWrite }
+  | { op: Op.ACK | Op.REQUEST | Op.RESPONSE; packet: AckPacket | MessagePacket };
+
+/** Decode one frame; throws a WireError for anything that breaks the layout. */
+export function decodeFrame(frame: Uint8Array): Frame {
+  const r = new Reader(frame);
+  const op = r.u8('opcode') as Op;
+  switch (op) {
+    case Op.WRITE:
+      return { op, packet: readWrite(r) };
+    case Op.ACK:
+      return { op, packet: readAck(r) };
+    case Op.REQUEST:
+    case Op.RESPONSE:
+      return { op, packet: readVerbs(r, op) };
+    case Op.HELLO: {
+      flags(r, 0, 'hello');
+      const n = r.u16('nodes count');
+      int('nodes count', n, 1, MAX_NODES);
+      const nodes: number[] = [];
+      for (let i = 0; i < n; i++) nodes.push(node(`nodes[${i}]`, r.u16(`nodes[${i}]`)));
+      r.end();
+      if (new Set(nodes).size !== n) throw new WireError('hello: a node is named twice');
+      return { op, nodes };
+    }
+    case Op.PING:
+      flags(r, 0, 'ping');
+      r.end();
+      return { op };
+    case Op.EXCHANGE: {
+      flags(r, 0, 'exchange');
+      const body = readValue(r, 0);
+      r.end();
+      return { op, body };
+    }
+    case Op.CHUNK: {
+      flags(r, 0, 'chunk');
+      const total = r.u32('chunk total');
+      const offset = r.u32('chunk offset');
+      int('chunk total', total, 1, MAX_FRAME_BYTES);
+      const data = r.rest();
+      if (data.length === 0 || offset + data.length > total)
+        bad('chunk offset + length', `within the announced ${total} bytes`, offset + data.length);
+      return { op, total, offset, data };
+    }
+    default:
+      throw new WireError(`unknown opcode 0x${(op as number).toString(16).padStart(2, '0')}`);
+  }
+}
+
+export function encodeHello(nodes: readonly number[]): Uint8Array {
+  int('nodes count', nodes.length, 1, MAX_NODES);
+  const w = new Writer();
+  w.u8(Op.HELLO);
+  w.u8(0);
+  w.u16(nodes.length);
+  nodes.forEach((n, i) => w.u16(node(`nodes[${i}]`, n)));
+  return w.done();
+}
+
+const PING = Uint8Array.of(Op.PING, 0);
+export function encodePing(): Uint8Array {
+  return PING;
+}
+
+/** A slice of a frame too large for one message: `total` bytes, this one at `offset`. */
+export function encodeChunk(total: number, offset: number, data: Uint8Array): Uint8Array {
+  const w = new Writer();
+  w.u8(Op.CHUNK);
+  w.u8(0);
+  w.u32(total);
+  w.u32(offset);
+  w.bytes(data);
+  return w.done();
+}
+
+/** Bytes a chunk frame adds to its slice. */
+export const CHUNK_HEADER_BYTES = 10;
+
+// An exchange carries a small value the two programs swap (parameters, QP numbers, addresses
+// and keys, counters): null, booleans, finite numbers, bigints of 64 bits, strings, arrays and
+// plain objects, each tagged, bounded in size and nesting. Nothing else can be expressed.
+const enum Tag {
+  NULL = 0,
+  UNDEFINED = 1,
+  FALSE = 2,
+  TRUE = 3,
+  NUMBER = 4,
+  BIGINT = 5,
+  NEG_BIGINT = 6,
+  STRING = 7,
+  ARRAY = 8,
+  OBJECT = 9,
+}
+
+export function encodeExchange(body: unknown): Uint8Array {
+  const w = new Writer();
+  w.u8(Op.EXCHANGE);
+  w.u8(0);
+  writeValue(w, body, 0, 'body');
+  return w.done();
+}
+
+function writeValue(w: Writer, v: unknown, depth: number, path: string): void {
+  if (depth > MAX_DEPTH) throw new WireError(`${path}: nested deeper than ${MAX_DEPTH}`);
+  if (v === null) w.u8(Tag.NULL);
+  else if (v === undefined) w.u8(Tag.UNDEFINED);
+  else if (typeof v === 'boolean') w.u8(v ? Tag.TRUE : Tag.FALSE);
+  else if (typeof v === 'number') {
+    w.u8(Tag.NUMBER);
+    w.f64(finite(path, v));
+  } else if (typeof v === 'bigint') {
+    const m = v < 0n ? -v : v;
+    if (m > U64) bad(path, 'a bigint within ±(2^64-1)', v);
+    w.u8(v < 0n ? Tag.NEG_BIGINT : Tag.BIGINT);
+    w.u64(m);
+  } else if (typeof v === 'string') {
+    w.u8(Tag.STRING);
+    w.str(text(path, v, MAX_STRING));
+  } else if (Array.isArray(v)) {
+    if (v.length > MAX_ITEMS) bad(path, `an array of at most ${MAX_ITEMS} items`, v);
+    w.u8(Tag.ARRAY);
+    w.u32(v.length);
+    v.forEach((x, i) => writeValue(w, x, depth + 1, `${path}[${i}]`));
+  } else if (typeof v === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(v) as object | null)) {
+    const entries = Object.entries(v as Record<string, unknown>);
+    if (entries.length > MAX_KEYS) bad(path, `an object of at most ${MAX_KEYS} keys`, v);
+    w.u8(Tag.OBJECT);
+    w.u32(entries.length);
+    for (const [k, x] of entries) {
+      w.str(text(`${path} key`, k, MAX_REASON));
+      writeValue(w, x, depth + 1, `${path}.${k}`);
+    }
+  } else bad(path, 'null, a boolean, number, bigint, string, array or plain object', v);
+}
+
+function readValue(r: Reader, depth: number): unknown {
+  if (depth > MAX_DEPTH) throw new WireError(`exchange body nested deeper than ${MAX_DEPTH}`);
+  const tag = r.u8('value tag') as Tag;
+  switch (tag) {
+    case Tag.NULL:
+      return null;
+    case Tag.UNDEFINED:
+      return undefined;
+    case Tag.FALSE:
+      return false;
+    case Tag.TRUE:
+      return true;
+    case Tag.NUMBER:
+      return finite('number', r.f64('number'));
+    case Tag.BIGINT:
+      return r.u64('bigint');
+    case Tag.NEG_BIGINT:
+      return -r.u64('bigint');
+    case Tag.STRING:
+      return r.str('string', MAX_STRING);
+    case Tag.ARRAY: {
+      const n = r.u32('array length');
+      int('array length', n, 0, MAX_ITEMS);
+      const out: unknown[] = [];
+      for (let i = 0; i < n; i++) out.push(readValue(r, depth + 1));
+      return out;
+    }
+    case Tag.OBJECT: {
+      const n = r.u32('object keys');
+      int('object keys', n, 0, MAX_KEYS);
+      // No prototype to reach through a key such as "__proto__".
+      const out = Object.create(null) as Record<string, unknown>;
+      for (let i = 0; i < n; i++) {
+        const k = r.str('key', MAX_REASON);
+        out[k] = readValue(r, depth + 1);
+      }
+      return out;
+    }
+    default:
+      throw new WireError(`unknown value tag ${tag as number}`);
+  }
+}
+
+/** The decoded write with its payload placed in `memory` at offset 0 (a staging mapping). */
+export function withPayload(p: DecodedWrite, memory: MemoryLike): WritePacket {
+  const { bytes: _bytes, ...rest } = p;
+  return { ...rest, payload: { region: memory, offset: 0 } };
+}

@@ -1,0 +1,300 @@
+// The wire layout (kernel-sim/fabric/headers.ts): every packet type survives encode and
+// decode field for field, and every malformed field, short or long frame, unknown opcode or
+// flag is refused with a WireError that names it, before anything is built from it.
+import { describe, expect, it } from 'vitest';
+import {
+  checkPacket,
+  decodeFrame,
+  encodeChunk,
+  encodeExchange,
+  encodeHello,
+  encodePacket,
+  encodePing,
+  Op,
+  WIRE_MAX_BLOCKS,
+  WireError,
+} from '../../kernel-sim/fabric/headers.js';
+import { AckResp, type AckPacket, type MessagePacket, type VerbsRequest, type WritePacket } from '../../kernel-sim/fabric/packets.js';
+import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
+import { costModel } from '../../kernel-sim/cost-model/index.js';
+import { Fabric } from '../../kernel-sim/fabric/fabric.js';
+import type { MemoryLike } from '../../kernel-sim/memory.js';
+
+const BS = 4096;
+
+function write(over: Partial<WritePacket> = {}): WritePacket {
+  const count = over.count ?? 3;
+  return {
+    type: 'write',
+    src: 0,
+    dst: 1,
+    pd: 7,
+    va: 0x7f00_0000_1000n,
+    tid: 42,
+    seq: 5,
+    length: 2 * BS + 100,
+    arrivesAt: 12.5,
+    channel: 3,
+    count,
+    blockSize: BS,
+    payload: { region: undefined as unknown as MemoryLike, offset: 0 },
+    lengthHint: 10 * BS,
+    issuedUs: over.issuedUs ?? Float64Array.from({ length: count }, (_, i) => i + 0.25),
+    arrivals: over.arrivals ?? Float64Array.from({ length: count }, (_, i) => i + 2.5),
+    issuedMs: 1234.5,
+    sourceStall: false,
+    ...over,
+  };
+}
+
+function payload(n: number): Uint8Array {
+  return Uint8Array.from({ length: n }, (_, i) => (i * 7 + 3) & 0xff);
+}
+
+const ack: AckPacket = {
+  type: 'ack',
+  src: 1,
+  dst: 0,
+  pd: 7,
+  va: 0x1000n,
+  tid: 42,
+  seq: 5,
+  length: 3 * BS,
+  arrivesAt: 30,
+  resp: AckResp.OK,
+  fetched: 2,
+  returned: { seq: 7, count: 1 },
+  verdicts: [
+    { seq: 5, count: 2, resp: AckResp.OK, walkUs: 0.5, walks: Float64Array.of(0.5, 0.75), stalls: 0, copyThread: 1234, copyNs: 999.5 },
+    { seq: 7, count: 1, resp: AckResp.FAULT, walkUs: 1, late: true, reason: 'destination page evicted — before the write', faultOffset: 8192 },
+  ],
+};
+
+const request: MessagePacket = {
+  type: 'message',
+  src: 0,
+  dst: 1,
+  arrivesAt: 3,
+  body: {
+    kind: 'request',
+    op: 'atomic',
+    srcQpn: 0x12,
+    dstQpn: 0xffffff,
+    psn: 9,
+    length: 8,
+    rkey: 0xdeadbeef,
+    addr: (1n << 64n) - 8n,
+    immData: 77,
+    sinks: [{ addr: 0x2000n, length: 8, lkey: 5 }],
+    pd: 3,
+    rnrRetry: 7,
+    atomic: { fetchAdd: false, compareAdd: (1n << 64n) - 1n, swap: 0n },
+    ok: true,
+    odp: { faults: { source: 1, destination: 2 }, majorFaults: 3, retransmittedBlocks: 4, modelUs: 5.5, realUs: 6.5 },
+  },
+};
+
+const response: MessagePacket = {
+  type: 'message',
+  src: 1,
+  dst: 0,
+  arrivesAt: 4,
+  body: { kind: 'response', srcQpn: 1, dstQpn: 2, psn: 9, status: 13, rnr: 12, pd: 4, targets: [{ addr: 0x3000n, length: 4096, lkey: 6 }] },
+};
+
+/** Whether decoding `bytes` is refused with a WireError whose message matches `re`. */
+function refused(bytes: Uint8Array, re: RegExp): void {
+  expect(() => decodeFrame(bytes)).toThrow(WireError);
+  expect(() => decodeFrame(bytes)).toThrow(re);
+}
+
+// Offsets in a write frame: opcode, flags, then the header (src 2, dst 4, pd 6, va 10, tid 18,
+// seq 22, length 26, arrivesAt 30), channel 38, count 40, blockSize 42.
+const COUNT_AT = 40;
+const BLOCK_AT = 42;
+
+describe('wire layout: round trips', () => {
+  it('a write with every optional field, and its payload bytes', () => {
+    const p = write({ key: 0xabc, qpn: 0x123456, sourceStall: true, sourceFault: { seq: 7, faultOffset: 3 * BS } });
+    const bytes = payload(2 * BS);
+    const f = decodeFrame(encodePacket(p, bytes));
+    expect(f.op).toBe(Op.WRITE);
+    if (f.op !== Op.WRITE) return;
+    const { bytes: got, ...fields } = f.packet;
+    const { payload: _p, ...want } = p;
+    expect(fields).toEqual(want);
+    expect(got).toEqual(bytes);
+  });
+
+  it('a plain write: no key, no QP, the whole run carried', () => {
+    const p = write();
+    const f = decodeFrame(encodePacket(p, payload(p.length)));
+    if (f.op !== Op.WRITE) throw new Error('not a write');
+    expect(f.packet.key).toBeUndefined();
+    expect(f.packet.qpn).toBeUndefined();
+    expect(f.packet.sourceFault).toBeUndefined();
+    expect(f.packet.bytes).toEqual(payload(p.length));
+  });
+
+  it('an ACK with verdicts of every kind, returned blocks and pages fetched', () => {
+    const f = decodeFrame(encodePacket(ack));
+    expect(f).toEqual({ op: Op.ACK, packet: ack });
+    const bare: AckPacket = {
+      ...ack,
+      resp: AckResp.RESOLVED,
+      verdicts: undefined as never,
+      returned: undefined as never,
+      fetched: undefined as never,
+    };
+    delete bare.verdicts;
+    delete bare.returned;
+    delete bare.fetched;
+    expect(decodeFrame(encodePacket(bare))).toEqual({ op: Op.ACK, packet: bare });
+  });
+
+  it('the verbs request and response headers', () => {
+    expect(decodeFrame(encodePacket(request))).toEqual({ op: Op.REQUEST, packet: request });
+    expect(decodeFrame(encodePacket(response))).toEqual({ op: Op.RESPONSE, packet: response });
+    const { atomic: _atomic, ...readBody } = request.body as VerbsRequest;
+    const read: MessagePacket = { ...request, body: { ...readBody, op: 'read' } };
+    expect(decodeFrame(encodePacket(read))).toEqual({ op: Op.REQUEST, packet: read });
+    for (const op of ['write', 'write-imm', 'send', 'send-fin'] as const) {
+      const m: MessagePacket = {
+        type: 'message',
+        src: 2,
+        dst: 3,
+        arrivesAt: 0,
+        body: { kind: 'request', op, srcQpn: 1, dstQpn: 2, psn: 0, length: 64 },
+      };
+      expect(decodeFrame(encodePacket(m))).toEqual({ op: Op.REQUEST, packet: m });
+    }
+  });
+
+  it("the transport's hello, ping, chunk and exchange frames", () => {
+    expect(decodeFrame(encodeHello([0, 1023]))).toEqual({ op: Op.HELLO, nodes: [0, 1023] });
+    expect(decodeFrame(encodePing())).toEqual({ op: Op.PING });
+    expect(decodeFrame(encodeChunk(100, 40, payload(60)))).toEqual({ op: Op.CHUNK, total: 100, offset: 40, data: payload(60) });
+    const body = { op: 'write', size: 4096, odp: false, addr: (1n << 64n) - 1n, neg: -5n, list: [null, true, 'ß', [1.5]], none: undefined };
+    const f = decodeFrame(encodeExchange(body));
+    expect(f.op).toBe(Op.EXCHANGE);
+    expect({ ...(f as { body: object }).body }).toEqual(body);
+    expect(decodeFrame(encodeExchange('done'))).toEqual({ op: Op.EXCHANGE, body: 'done' });
+  });
+
+  it("the engine's runs fit the layout's block count", () => {
+    expect(MAX_RUN_BLOCKS).toBeLessThanOrEqual(WIRE_MAX_BLOCKS);
+  });
+});
+
+describe('wire layout: malformed frames are refused, naming the field', () => {
+  const good = encodePacket(write(), payload(write().length));
+
+  it('an empty frame, an unknown opcode, unknown flag bits', () => {
+    refused(new Uint8Array(0), /the frame ends inside opcode/);
+    refused(Uint8Array.of(0x7e, 0), /unknown opcode 0x7e/);
+    const f = good.slice();
+    f[1] = 0x80;
+    refused(f, /write: unknown flag bits 0x80/);
+    refused(Uint8Array.of(Op.PING, 1), /ping: unknown flag bits/);
+  });
+
+  it('every truncation of a write, and bytes after its last field', () => {
+    for (let n = 1; n < good.length; n += n < 120 ? 1 : 997) refused(good.subarray(0, n), /the frame ends inside/);
+    refused(Uint8Array.from([...good, 0]), /1 bytes after the last field/);
+  });
+
+  it('a block count of 0 or beyond the bound (no loop over a claimed 1e9 blocks)', () => {
+    for (const count of [0, WIRE_MAX_BLOCKS + 1, 0xffff]) {
+      const f = good.slice();
+      new DataView(f.buffer).setUint16(COUNT_AT, count);
+      refused(f, new RegExp(`count must be an integer in 1\\.\\.${WIRE_MAX_BLOCKS}, got ${count}`));
+    }
+  });
+
+  it('a block size that is not a whole number of pages, a length that does not fit the blocks', () => {
+    const f = good.slice();
+    new DataView(f.buffer).setUint32(BLOCK_AT, 4097);
+    refused(f, /blockSize must be a multiple of 4096, got 4097/);
+    expect(() => encodePacket(write({ length: 3 * BS + 1 }), payload(3 * BS + 1))).toThrow(/length must be in 8193\.\.12288 for 3 blocks of 4096/);
+    expect(() => encodePacket(write(), payload(10))).toThrow(/payload must be the 8292 bytes the run carries, got 10/);
+  });
+
+  it('a span past the end of the address space, a source fault outside the run', () => {
+    expect(() => encodePacket(write({ va: (1n << 64n) - 4096n }), payload(write().length))).toThrow(
+      /va \+ length must be within the 64-bit address space/,
+    );
+    expect(() => encodePacket(write({ sourceFault: { seq: 9, faultOffset: 0 } }))).toThrow(/sourceFault\.seq must be an integer in 5\.\.7, got 9/);
+  });
+
+  it('an ACK with an unknown resp, a verdict count of 0, a reason longer than its bound', () => {
+    const f = encodePacket({ ...ack, verdicts: [], returned: undefined as never, fetched: undefined as never });
+    const r = f.slice();
+    r[2 + 36] = 99; // resp, after the 36-byte header
+    refused(r, /resp must be an integer in 0\.\.9, got 99/);
+    expect(() => encodePacket({ ...ack, verdicts: [{ seq: 1, count: 0, resp: 0, walkUs: 0 }] })).toThrow(
+      /verdicts\[0\]\.count must be an integer in 1\.\.1024, got 0/,
+    );
+    expect(() => encodePacket({ ...ack, verdicts: [{ seq: 1, count: 1, resp: 0, walkUs: 0, reason: 'x'.repeat(2000) }] })).toThrow(
+      /verdicts\[0\]\.reason must be a string of at most 1024 characters/,
+    );
+  });
+
+  it('a verbs header with an unknown op, a status beyond ibv_wc_status, too many SGEs', () => {
+    const f = encodePacket(request).slice();
+    // op follows: opcode, flags, flags2, src, dst, arrivesAt (8), srcQpn, dstQpn, psn.
+    f[1 + 1 + 1 + 4 + 8 + 12] = 6;
+    refused(f, /op must be 0\.\.5, got 6/);
+    expect(() => encodePacket({ ...response, body: { ...response.body, status: 24 } as never })).toThrow(
+      /status must be an integer in 0\.\.23, got 24/,
+    );
+    // What the responder acts on: a READ without its target address, an atomic without its operands.
+    const { addr: _a, ...noAddr } = request.body as VerbsRequest;
+    expect(() => encodePacket({ ...request, body: { ...noAddr, op: 'read' } })).toThrow(/addr must be present in a READ request/);
+    const { atomic: _o, ...noOperands } = request.body as VerbsRequest;
+    expect(() => encodePacket({ ...request, body: noOperands })).toThrow(/atomic must be present in an atomic request/);
+    const sinks = Array.from({ length: 33 }, () => ({ addr: 0n, length: 1, lkey: 1 }));
+    expect(() => encodePacket({ ...request, body: { ...request.body, sinks } as never })).toThrow(/sinks must be an array of at most 32 entries/);
+  });
+
+  it('a hello naming a node twice or beyond the node ids, a chunk past its announced size', () => {
+    refused(Uint8Array.of(Op.HELLO, 0, 0, 2, 0, 1, 0, 1), /a node is named twice/);
+    refused(Uint8Array.of(Op.HELLO, 0, 0, 1, 0x04, 0), /nodes\[0\] must be an integer in 0\.\.1023, got 1024/);
+    refused(Uint8Array.of(Op.HELLO, 0, 0, 0), /nodes count must be an integer in 1\.\.1024, got 0/);
+    refused(encodeChunk(10, 8, payload(3)), /chunk offset \+ length must be within the announced 10 bytes, got 11/);
+    refused(encodeChunk(0xffffffff, 0, payload(3)), /chunk total must be an integer in 1\.\./);
+  });
+
+  it('an exchange value nested too deep, an unknown tag, a "__proto__" key that reaches no prototype', () => {
+    let deep: unknown = 1;
+    for (let i = 0; i < 10; i++) deep = [deep];
+    expect(() => encodeExchange(deep)).toThrow(/nested deeper than 8/);
+    refused(Uint8Array.of(Op.EXCHANGE, 0, 42), /unknown value tag 42/);
+    expect(() => encodeExchange(new Map())).toThrow(/body must be null, a boolean, number, bigint, string, array or plain object/);
+    // { "__proto__": { polluted: true } } in the tagged form.
+    const key = Buffer.from('__proto__');
+    const inner = Buffer.from('polluted');
+    const frame = Uint8Array.from([Op.EXCHANGE, 0, 9, 0, 0, 0, 1, 0, 0, 0, key.length, ...key, 9, 0, 0, 0, 1, 0, 0, 0, inner.length, ...inner, 3]);
+    const f = decodeFrame(frame) as { body: Record<string, unknown> };
+    expect(Object.getPrototypeOf(f.body)).toBeNull();
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
+  it('checkPacket: a va given as a Number, a count of 1e9, a node id out of range', () => {
+    expect(() => checkPacket(write({ va: 4096 as unknown as bigint }))).toThrow(/va must be a bigint in 0\.\.2\^64-1, got 4096/);
+    // The per-block times of a normal run: the claimed count alone must be refused.
+    const times = { issuedUs: new Float64Array(3), arrivals: new Float64Array(3) };
+    expect(() => checkPacket(write({ ...times, count: 1e9 }))).toThrow(/count must be an integer in 1\.\.1024, got 1000000000/);
+    expect(() => checkPacket(write({ dst: 5000 }))).toThrow(/dst must be an integer in 0\.\.1023, got 5000/);
+    expect(() => checkPacket(write({ issuedUs: new Float64Array(1) }))).toThrow(/issuedUs must be a Float64Array of 3 modelled times/);
+    expect(() => checkPacket({ type: 'bogus' } as never)).toThrow(WireError);
+    // The in-process fabric hands over nothing the layout could not carry.
+    const fabric = new Fabric(costModel());
+    fabric.attach(1, () => undefined);
+    expect(() => fabric.deliver(write({ va: 4096 as unknown as bigint }))).toThrow(WireError);
+    try {
+      checkPacket(write({ tid: -1 }));
+    } catch (e) {
+      expect((e as WireError).code).toBe('ERR_WIRE_MALFORMED');
+    }
+  });
+});
