@@ -490,7 +490,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       }
     }
     // Counters (and the server's trace, if the client asked) close the run.
-    const traced = role === 'server' && params.trace ? ctx.faultLibrary.exportChromeTrace().traceEvents : undefined;
+    const traced = role === 'server' && params.trace ? packTrace(ctx.faultLibrary.exportChromeTrace().traceEvents) : undefined;
     const report = { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: r.nacks, ...(traced ? { trace: traced } : {}) };
     const peer = r.lost ? undefined : await transport.exchange<typeof report>(report, 30_000 + (traced ? traced.length : 0)).catch(() => undefined);
     ctl.over = true;
@@ -682,10 +682,37 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   }
 }
 
-/** The server's trace, sent over at the end, into the client's file: pids of its own, its processes labelled. */
-function addPeerTrace(file: TraceFile, events: readonly ChromeTraceEvent[]): void {
+// A trace crosses as JSON text in pieces: an exchange carries at most 4096 items and 64 KiB a
+// string (kernel-sim/fabric/headers.ts), and a server's trace has tens of thousands of events.
+const TRACE_PIECE = 16_000; // characters: at most 48 KB of UTF-8
+const TRACE_PIECES = 4096;
+
+/** The server's trace as pieces of JSON text; past what an exchange carries, its first events only (said on stderr). */
+function packTrace(events: readonly ChromeTraceEvent[]): string[] {
+  const json = JSON.stringify(events);
+  if (json.length <= TRACE_PIECE * TRACE_PIECES)
+    return Array.from({ length: Math.ceil(json.length / TRACE_PIECE) }, (_, i) => json.slice(i * TRACE_PIECE, (i + 1) * TRACE_PIECE));
+  const kept = Math.floor((events.length * TRACE_PIECE * TRACE_PIECES) / json.length / 2);
+  process.stderr.write(
+    `trace: the server's ${events.length} events are more than the client's file can be sent; its first ${kept} go there (the server's own file has them all)\n`,
+  );
+  return packTrace(events.slice(0, kept));
+}
+
+/** The server's trace, sent over at the end, into the client's file: pids of its own, its processes labelled. Nothing from the peer is trusted: text that is not a list of events is said on stderr and left out. */
+function addPeerTrace(file: TraceFile, pieces: unknown): void {
+  let events: unknown;
+  try {
+    if (!Array.isArray(pieces) || !pieces.every((p) => typeof p === 'string')) throw new Error('not pieces of text');
+    events = JSON.parse(pieces.join(''));
+    if (!Array.isArray(events) || !events.every((e: unknown) => typeof e === 'object' && e !== null && Number.isInteger((e as ChromeTraceEvent).pid)))
+      throw new Error('not a list of trace events');
+  } catch (err) {
+    process.stderr.write(`trace: the server's events were left out: ${(err as Error).message}\n`);
+    return;
+  }
   const pids = new Map<number, number>();
-  for (const e of events) {
+  for (const e of events as ChromeTraceEvent[]) {
     let pid = pids.get(e.pid);
     if (pid === undefined) pids.set(e.pid, (pid = file.nextPid()));
     const ev = { ...e, pid };
@@ -843,7 +870,7 @@ async function runStall(
         pagesTouched,
       };
       cluster.system.node(me).smmu.endStallWindow(win);
-      const traced = params.trace ? ctx.faultLibrary.exportChromeTrace().traceEvents : undefined;
+      const traced = params.trace ? packTrace(ctx.faultLibrary.exportChromeTrace().traceEvents) : undefined;
       if (!r.lost)
         await transport
           .exchange(
@@ -906,7 +933,7 @@ async function runStall(
     const peer =
       heard === undefined
         ? undefined
-        : await transport.exchange<NonNullable<PeerResult['peer']> & { trace?: ChromeTraceEvent[] }>({}, 30_000).catch(() => undefined);
+        : await transport.exchange<NonNullable<PeerResult['peer']> & { trace?: string[] }>({}, 30_000).catch(() => undefined);
     ctl.over = true;
     if (ctl.lost) r.lost = ctl.lost;
     if (peer) {

@@ -826,8 +826,10 @@ function writeValue(w: Writer, v: unknown, depth: number, path: string): void {
     w.u8(v < 0n ? Tag.NEG_BIGINT : Tag.BIGINT);
     w.u64(m);
   } else if (typeof v === 'string') {
+    // Bytes, as the decoder counts them: a string of multi-byte characters may not pass here and be refused there.
+    if (Buffer.byteLength(v, 'utf8') > MAX_STRING) bad(path, `a string of at most ${MAX_STRING} UTF-8 bytes`, v);
     w.u8(Tag.STRING);
-    w.str(text(path, v, MAX_STRING));
+    w.str(v);
   } else if (Array.isArray(v)) {
     if (v.length > MAX_ITEMS) bad(path, `an array of at most ${MAX_ITEMS} items`, v);
     w.u8(Tag.ARRAY);

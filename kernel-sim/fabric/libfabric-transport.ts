@@ -339,7 +339,7 @@ export class LibfabricTransport implements Transport {
   post(body: unknown): void {
     const handle = this.#exchangePeer();
     if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
-    this.#fi.fabricSend(handle, encodeExchange(body));
+    this.#sendFrame(handle, encodeExchange(body));
   }
 
   /** What this transport refused from its peers so far. */
@@ -553,13 +553,17 @@ export class LibfabricTransport implements Transport {
       return;
     }
     if (p.type === 'ack' && p.verdicts) this.#release(p);
-    const frame = this.#encode(p);
+    this.#sendFrame(handle, this.#encode(p));
+  }
+
+  #sendFrame(handle: number, frame: Uint8Array): void {
     if (frame.length <= MAX_WIRE_BYTES) {
       this.#fi.fabricSend(handle, frame);
       return;
     }
-    // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers) can exceed a
-    // receive buffer: it goes as ordered slices the peer joins before decoding.
+    // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers), or a large
+    // exchange body, can exceed a receive buffer: it goes as ordered slices the peer joins
+    // before decoding.
     for (let at = 0; at < frame.length; at += CHUNK_BYTES)
       this.#fi.fabricSend(handle, encodeChunk(frame.length, at, frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES))));
   }
