@@ -54,30 +54,38 @@ function read(from: Player, to: Player, length: number): void {
   });
 }
 
+/**
+ * A long write into an evicted ODP destination whose QP on `side` is destroyed right after the
+ * server's fault library answered its 32nd fault, before the source hears of it (it would send
+ * the block again): the destination's residency and bytes must not change from then on.
+ */
+async function writeDestroyedBetweenFaults(side: 'client' | 'server'): Promise<{ status: WcStatus; before: ReturnType<typeof look> }> {
+  const { client, server } = createPlayers({ size: LONG, policy: 'touch' });
+  client.fill(0x5a, 0, LONG);
+  server.region.evict();
+  let resolved = 0;
+  let before: ReturnType<typeof look> | undefined;
+  const stop = server.ctx.faultLibrary.onResolve(() => {
+    if (++resolved !== 32) return;
+    (side === 'client' ? client : server).qp.destroy();
+    before = look(server, LONG);
+  });
+  write(client, server, LONG);
+  const wc = await next(client.cq);
+  expect(before).toBeDefined();
+  expectUnchanged(server, LONG, before!);
+  await sleep(500);
+  stop();
+  expectUnchanged(server, LONG, before!);
+  expect(resolved).toBe(32);
+  return { status: wc.status, before: before! };
+}
+
 describe('qp.destroy() of the requester: nothing it started lands after it returns', () => {
   test('a long write into an evicted ODP destination, destroyed between two of its faults', async () => {
-    const { client, server } = createPlayers({ size: LONG, policy: 'touch' });
-    client.fill(0x5a, 0, LONG);
-    server.region.evict();
-    let resolved = 0;
-    let before: ReturnType<typeof look> | undefined;
-    // Destroyed right after the server's fault library answered its 32nd fault, before the
-    // source hears of it (it would send the block again).
-    const stop = server.ctx.faultLibrary.onResolve(() => {
-      if (++resolved !== 32) return;
-      client.qp.destroy();
-      before = look(server, LONG);
-    });
-    write(client, server, LONG);
-    const wc = await next(client.cq);
-    expect(wc.status).toBe(WcStatus.WR_FLUSH_ERR);
-    expect(before).toBeDefined();
-    expect(resident(before!.resident)).toBeGreaterThan(0);
-    expectUnchanged(server, LONG, before!);
-    await sleep(500);
-    stop();
-    expectUnchanged(server, LONG, before!);
-    expect(resolved).toBe(32);
+    const { status, before } = await writeDestroyedBetweenFaults('client');
+    expect(status).toBe(WcStatus.WR_FLUSH_ERR);
+    expect(resident(before.resident)).toBeGreaterThan(0);
   });
 
   test('a long resident write, destroyed while its blocks are being copied', async () => {
@@ -110,25 +118,8 @@ describe('qp.destroy() of the requester: nothing it started lands after it retur
 
 describe('qp.destroy() of the responder: nothing its QP took part in lands after it returns', () => {
   test('a long write into an evicted ODP destination, destroyed between two of its faults', async () => {
-    const { client, server } = createPlayers({ size: LONG, policy: 'touch' });
-    client.fill(0x5a, 0, LONG);
-    server.region.evict();
-    let resolved = 0;
-    let before: ReturnType<typeof look> | undefined;
-    const stop = server.ctx.faultLibrary.onResolve(() => {
-      if (++resolved !== 32) return;
-      server.qp.destroy();
-      before = look(server, LONG);
-    });
-    write(client, server, LONG);
-    const wc = await next(client.cq);
-    expect(wc.status).not.toBe(WcStatus.SUCCESS);
-    expect(before).toBeDefined();
-    expectUnchanged(server, LONG, before!);
-    await sleep(500);
-    stop();
-    expectUnchanged(server, LONG, before!);
-    expect(resolved).toBe(32);
+    const { status } = await writeDestroyedBetweenFaults('server');
+    expect(status).not.toBe(WcStatus.SUCCESS);
   });
 
   test('an atomic it serves, destroyed while its answer waits on a fault at the requester: the target keeps its value', async () => {
