@@ -25,18 +25,21 @@ describe('a LOCAL_WRITE-only key is no licence to write (in one process)', () =>
     new Uint8Array(src.buffer).fill(0x66);
     const node0 = cluster.system.node(0);
     node0.map(node0.allocStream({ pid: 9000, pd: 900 }), src);
-    const c = await node0.post({
-      channel: 0,
-      srcVa: src.address,
-      dstNode: 1,
-      dstVa: local.region.address,
-      length: 64,
-      pd: 900,
-      dstPd: server.pd.handle,
-      retryLimit: 0,
-      key: local.mr.lkey,
-      dstQp: server.qp.qpNum,
-    });
+    // A forged write from node 0's engine under the server's LOCAL_WRITE-only key, named for its QP.
+    const forge = () =>
+      node0.post({
+        channel: 0,
+        srcVa: src.address,
+        dstNode: 1,
+        dstVa: local.region.address,
+        length: 64,
+        pd: 900,
+        dstPd: server.pd.handle,
+        retryLimit: 0,
+        key: local.mr.lkey,
+        dstQp: server.qp.qpNum,
+      });
+    const c = await forge();
     expect([c.status, c.bytes]).toEqual([DmaStatus.DST_PERM_ERR, 0]);
     expect(allBytes(Buffer.from(local.region.buffer, 0, P), 0x33)).toBe(true);
     // What the QP asked for still lands there: a READ's sink, a receive's buffer.
@@ -58,18 +61,7 @@ describe('a LOCAL_WRITE-only key is no licence to write (in one process)', () =>
     expect((await next(server.cq)).status).toBe(WcStatus.SUCCESS);
     expect(allBytes(Buffer.from(local.region.buffer, 0, MSG), 0x55)).toBe(true);
     // Once the receive is complete, its buffer is closed to the peer again.
-    const again = await node0.post({
-      channel: 0,
-      srcVa: src.address,
-      dstNode: 1,
-      dstVa: local.region.address,
-      length: 64,
-      pd: 900,
-      dstPd: server.pd.handle,
-      retryLimit: 0,
-      key: local.mr.lkey,
-      dstQp: server.qp.qpNum,
-    });
+    const again = await forge();
     expect(again.status).toBe(DmaStatus.DST_PERM_ERR);
     expect(allBytes(Buffer.from(local.region.buffer, 0, MSG), 0x55)).toBe(true);
   });
