@@ -10,7 +10,7 @@ import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
 import { CopyEngine, type CopyTag, nodeTag } from './pldma/copy-engine.js';
 import { Pldma } from './pldma/pldma.js';
 import type { DmaCompletion, DmaDescriptor } from './pldma/types.js';
-import type { Admission } from './pldma/responder.js';
+import { RcTables } from './pldma/rc.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
 import { releaseForeignFault, Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
 import { Tracer } from './trace.js';
@@ -87,6 +87,8 @@ export class SimNode {
   readonly driver: SmmuDriver;
   /** The node's DMA engine. */
   readonly pldma: Pldma;
+  /** The node's QP and MR tables (rxe_pool): the verbs device keeps its objects here, the responder checks every RC packet against them. */
+  readonly tables = new RcTables();
   #fabric: Transport;
   #costs: CostModel;
   #engine: CopyEngine;
@@ -117,6 +119,7 @@ export class SimNode {
       engine: system.engine,
       tracer: system.tracer,
       clock: system.clock,
+      tables: this.tables,
     });
     this.driver.attachEngine(this.pldma);
     system.fabric.attach(id, (packet) => {
@@ -212,11 +215,6 @@ export class SimNode {
    */
   cancel(qp: number, timeoutMs?: number): boolean {
     return this.pldma.cancel(qp, timeoutMs);
-  }
-
-  /** The check the node's responder makes of the key and QP every incoming write names. */
-  admit(check: Admission | undefined): void {
-    this.pldma.setAdmission(check);
   }
 
   /** Receive upper-layer messages (request and response headers) sent to this node. */

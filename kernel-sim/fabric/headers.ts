@@ -8,7 +8,7 @@
 // that ends early or goes on after its last field is refused, each with a WireError that
 // names the field. `checkPacket` applies the same field checks to a packet object, so the
 // in-process fabric hands over packets that obey the layout's ranges too.
-import { AckResp, type AckPacket, type MessagePacket, type Packet, type Verdict, type VerbsHeader, type WritePacket } from './packets.js';
+import { AckResp, type AckPacket, type MessagePacket, type Packet, RcOp, type Verdict, type VerbsHeader, type WritePacket } from './packets.js';
 import type { MemoryLike } from '../memory.js';
 
 /** Frame opcodes (the first byte of every frame). */
@@ -43,9 +43,9 @@ const MAX_DEPTH = 8;
 /** The largest frame a peer may announce in chunks: a run of MAX blocks of 1 MiB plus its headers. */
 export const MAX_FRAME_BYTES = WIRE_MAX_BLOCKS * (1 << 20) + (1 << 20);
 /** The highest AckResp and WcStatus (ibv_wc_status' TM_RNDV_INCOMPLETE) a frame may carry. */
-const MAX_ACK_RESP = AckResp.FLUSHED;
+const MAX_ACK_RESP = AckResp.OP_ERR;
 const MAX_WC_STATUS = 23;
-const REQUEST_OPS = ['write', 'write-imm', 'send', 'send-fin', 'read', 'atomic'] as const;
+const REQUEST_OPS = ['read', 'atomic'] as const;
 const U64 = (1n << 64n) - 1n;
 const SPACE = 1n << 64n;
 
@@ -128,8 +128,9 @@ function checkWrite(p: WritePacket, each = false): void {
   const count = int('count', p.count, 1, WIRE_MAX_BLOCKS);
   const bs = int('blockSize', p.blockSize, MIN_BLOCK, MAX_BLOCK);
   if (bs % MIN_BLOCK !== 0) bad('blockSize', `a multiple of ${MIN_BLOCK}`, bs);
-  // A run's last block may be short, its others are whole.
-  if (p.length <= (count - 1) * bs || p.length > count * bs)
+  // A run's last block may be short, its others are whole; an empty RC message is one block of none.
+  const empty = p.length === 0 && count === 1 && p.opcode !== undefined;
+  if (!empty && (p.length <= (count - 1) * bs || p.length > count * bs))
     bad('length', `in ${(count - 1) * bs + 1}..${count * bs} for ${count} blocks of ${bs}`, p.length);
   size('lengthHint', p.lengthHint);
   times('issuedUs', p.issuedUs, count, each);
@@ -138,6 +139,23 @@ function checkWrite(p: WritePacket, each = false): void {
   bool('sourceStall', p.sourceStall);
   if (p.key !== undefined) u32('key', p.key);
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
+  if (p.opcode !== undefined) {
+    // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
+    int('opcode', p.opcode, RcOp.WRITE, RcOp.READ_RESPONSE);
+    if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
+    int('srcQpn', p.srcQpn, 0, 0xffffff);
+    int('psn', p.psn, 0, 0xffffff);
+    if (p.immData !== undefined) u32('immData', p.immData);
+    if (p.srcFaults !== undefined) u32('srcFaults', p.srcFaults);
+    if ((p.msgOffset === undefined) !== (p.msgLength === undefined)) bad('msgOffset', 'given with msgLength', p.msgOffset);
+    if (p.msgOffset !== undefined) {
+      const total = size('msgLength', p.msgLength);
+      if (size('msgOffset', p.msgOffset) + p.seq * bs + p.length > total)
+        bad('msgOffset + seq × blockSize + length', `at most msgLength (${total})`, p.msgOffset);
+    }
+  } else if (p.srcQpn !== undefined || p.psn !== undefined || p.immData !== undefined || p.msgOffset !== undefined) {
+    bad('opcode', 'present with the RC fields', undefined);
+  }
   if (p.sourceFault !== undefined) {
     int('sourceFault.seq', p.sourceFault.seq, p.seq, p.seq + count - 1);
     size('sourceFault.faultOffset', p.sourceFault.faultOffset);
@@ -157,6 +175,7 @@ function checkVerdict(i: number, v: Verdict, each: boolean): void {
   if (v.stalls !== undefined) u32('stalls', v.stalls);
   if (v.copyThread !== undefined) u32('copyThread', v.copyThread);
   if (v.copyNs !== undefined) finite('copyNs', v.copyNs);
+  if (v.rnrTimer !== undefined) int('rnrTimer', v.rnrTimer, 0, 31);
   verdictAt = -1;
 }
 
@@ -372,6 +391,11 @@ const W_STALL = 1;
 const W_KEY = 2;
 const W_QPN = 4;
 const W_SOURCE_FAULT = 8;
+const W_RC = 16;
+const W_IMM = 32;
+const W_SRC_FAULTS = 64;
+const W_MESSAGE = 128;
+const W_ALL = W_STALL | W_KEY | W_QPN | W_SOURCE_FAULT | W_RC | W_IMM | W_SRC_FAULTS | W_MESSAGE;
 
 /**
  * The bytes of a packet. A write's payload is `bytes` (what the source read, up to the run's
@@ -386,7 +410,14 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
   }
   if (p.type === 'write') {
     const f =
-      (p.sourceStall ? W_STALL : 0) | (p.key !== undefined ? W_KEY : 0) | (p.qpn !== undefined ? W_QPN : 0) | (p.sourceFault ? W_SOURCE_FAULT : 0);
+      (p.sourceStall ? W_STALL : 0) |
+      (p.key !== undefined ? W_KEY : 0) |
+      (p.qpn !== undefined ? W_QPN : 0) |
+      (p.sourceFault ? W_SOURCE_FAULT : 0) |
+      (p.opcode !== undefined ? W_RC : 0) |
+      (p.immData !== undefined ? W_IMM : 0) |
+      (p.srcFaults !== undefined ? W_SRC_FAULTS : 0) |
+      (p.msgOffset !== undefined ? W_MESSAGE : 0);
     w.u8(Op.WRITE);
     w.u8(f);
     header(w, p);
@@ -400,6 +431,17 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
     if (p.sourceFault) {
       w.u32(p.sourceFault.seq);
       w.f64(p.sourceFault.faultOffset);
+    }
+    if (p.opcode !== undefined) {
+      w.u8(p.opcode);
+      w.u32(p.srcQpn!);
+      w.u32(p.psn!);
+    }
+    if (p.immData !== undefined) w.u32(p.immData);
+    if (p.srcFaults !== undefined) w.u32(p.srcFaults);
+    if (p.msgOffset !== undefined) {
+      w.f64(p.msgOffset);
+      w.f64(p.msgLength!);
     }
     w.f64s(p.issuedUs);
     w.f64s(p.arrivals);
@@ -449,6 +491,7 @@ const V_FAULT_OFFSET = 8;
 const V_STALLS = 16;
 const V_COPY_THREAD = 32;
 const V_COPY_NS = 64;
+const V_RNR = 128;
 
 function verdict(w: Writer, v: Verdict): void {
   const f =
@@ -458,7 +501,8 @@ function verdict(w: Writer, v: Verdict): void {
     (v.faultOffset !== undefined ? V_FAULT_OFFSET : 0) |
     (v.stalls !== undefined ? V_STALLS : 0) |
     (v.copyThread !== undefined ? V_COPY_THREAD : 0) |
-    (v.copyNs !== undefined ? V_COPY_NS : 0);
+    (v.copyNs !== undefined ? V_COPY_NS : 0) |
+    (v.rnrTimer !== undefined ? V_RNR : 0);
   w.u8(f);
   w.u32(v.seq);
   w.u16(v.count);
@@ -470,6 +514,7 @@ function verdict(w: Writer, v: Verdict): void {
   if (v.stalls !== undefined) w.u32(v.stalls);
   if (v.copyThread !== undefined) w.u32(v.copyThread);
   if (v.copyNs !== undefined) w.f64(v.copyNs);
+  if (v.rnrTimer !== undefined) w.u8(v.rnrTimer);
 }
 
 const M_RKEY = 1;
@@ -574,7 +619,7 @@ function readHeader(r: Reader): Header {
 }
 
 function readWrite(r: Reader): DecodedWrite {
-  const f = flags(r, W_STALL | W_KEY | W_QPN | W_SOURCE_FAULT, 'write');
+  const f = flags(r, W_ALL, 'write');
   const h = readHeader(r);
   const channel = r.u16('channel');
   const count = r.u16('count');
@@ -596,6 +641,17 @@ function readWrite(r: Reader): DecodedWrite {
   if (f & W_KEY) p.key = r.u32('key');
   if (f & W_QPN) p.qpn = r.u32('qpn');
   if (f & W_SOURCE_FAULT) p.sourceFault = { seq: r.u32('sourceFault.seq'), faultOffset: r.f64('sourceFault.faultOffset') };
+  if (f & W_RC) {
+    p.opcode = r.u8('opcode');
+    p.srcQpn = r.u32('srcQpn');
+    p.psn = r.u32('psn');
+  }
+  if (f & W_IMM) p.immData = r.u32('immData');
+  if (f & W_SRC_FAULTS) p.srcFaults = r.u32('srcFaults');
+  if (f & W_MESSAGE) {
+    p.msgOffset = r.f64('msgOffset');
+    p.msgLength = r.f64('msgLength');
+  }
   p.issuedUs = r.f64s('issuedUs', count);
   p.arrivals = r.f64s('arrivals', count);
   checkWrite(p as unknown as WritePacket, true);
@@ -607,7 +663,7 @@ function readWrite(r: Reader): DecodedWrite {
 
 function readVerdict(r: Reader, i: number): Verdict {
   const f = r.u8(`verdicts[${i}].flags`);
-  if (f & ~(V_WALKS | V_LATE | V_REASON | V_FAULT_OFFSET | V_STALLS | V_COPY_THREAD | V_COPY_NS))
+  if (f & ~(V_WALKS | V_LATE | V_REASON | V_FAULT_OFFSET | V_STALLS | V_COPY_THREAD | V_COPY_NS | V_RNR))
     throw new WireError(`verdicts[${i}]: unknown flag bits 0x${f.toString(16)}`);
   const v: Verdict = {
     seq: r.u32(`verdicts[${i}].seq`),
@@ -623,6 +679,7 @@ function readVerdict(r: Reader, i: number): Verdict {
   if (f & V_STALLS) v.stalls = r.u32(`verdicts[${i}].stalls`);
   if (f & V_COPY_THREAD) v.copyThread = r.u32(`verdicts[${i}].copyThread`);
   if (f & V_COPY_NS) v.copyNs = r.f64(`verdicts[${i}].copyNs`);
+  if (f & V_RNR) v.rnrTimer = r.u8(`verdicts[${i}].rnrTimer`);
   return v;
 }
 

@@ -5,6 +5,20 @@
 // ExaNet's headers: the protection domain, the destination VA, tid and seq, a 4-bit resp.
 import type { MemoryLike } from '../memory.js';
 
+/** The RC opcode a write packet carries (BTH.opcode, folded: a run of packets of one message). */
+export enum RcOp {
+  /** RDMA WRITE: RETH names the destination (rkey, address). */
+  WRITE = 1,
+  /** RDMA WRITE with immediate: the last packet takes a receive WQE (RNR NAK if none). */
+  WRITE_IMM = 2,
+  /** SEND: the first packet takes a receive WQE (RNR NAK if none); the bytes go where it says. */
+  SEND = 3,
+  /** SEND with immediate. */
+  SEND_IMM = 4,
+  /** RDMA READ response (and an atomic's original value): it lands in the requester's own sinks. */
+  READ_RESPONSE = 5,
+}
+
 /** The ACK's 4-bit resp field. */
 export enum AckResp {
   /** The block was written. */
@@ -27,6 +41,17 @@ export enum AckResp {
   SOURCE_FAULT = 8,
   /** The destination's engine is closed: the block was not written. */
   FLUSHED = 9,
+  /** RNR NAK: no receive WQE posted for a SEND (or a WRITE with immediate): send it again after the verdict's timer. */
+  RNR = 10,
+  /**
+   * The packet was dropped: no QP of that number accepting packets, not the connected QP, or
+   * a PSN out of sequence. An RC requester's transport retries then run out (RETRY_EXC_ERR).
+   */
+  DROPPED = 11,
+  /** NAK invalid request: e.g. a SEND longer than the receive buffers (REM_INV_REQ_ERR). */
+  INV_REQ = 12,
+  /** NAK remote operational error: the responder could not carry it out, e.g. a receive buffer in no MR (REM_OP_ERR). */
+  OP_ERR = 13,
 }
 
 /**
@@ -109,10 +134,29 @@ export interface WritePacket extends Header {
     /** Offset in the payload's region of that page. */
     faultOffset: number;
   };
-  /** The memory key and QP the write is for (an upper layer's RETH / BTH), checked on every block by the destination. */
-  key?: number;
-  /** The QP the write is for. */
+  /**
+   * RC packets (a QP's message; absent for the engine's own raw transfers): BTH.opcode, the
+   * destination QP (BTH.DestQP), the message's PSN (its blocks follow it), the sender's QP;
+   * RETH.rkey (`key`) and RETH.va (`va`) for RETH-addressed opcodes; ImmDt. The responder
+   * checks them all, once per packet, against its own node's tables (rc.ts).
+   */
+  opcode?: RcOp;
+  /** BTH destination QP. */
   qpn?: number;
+  /** The sending QP (the connection's other end). */
+  srcQpn?: number;
+  /** BTH PSN of the message. */
+  psn?: number;
+  /** RETH rkey (RDMA WRITE), or the requester's lkey of its sink (READ response). */
+  key?: number;
+  /** ImmDt of a SEND or WRITE with immediate. */
+  immData?: number;
+  /** Source faults the message took so far (for the receive completion's odp figures). */
+  srcFaults?: number;
+  /** A message of several transfers (one per SGE): this transfer's byte offset in it. */
+  msgOffset?: number;
+  /** The message's bytes (with msgOffset). */
+  msgLength?: number;
 }
 
 /** The responder's answer for blocks of a write: the ones it wrote, or one it did not. */
@@ -135,6 +179,8 @@ export interface Verdict {
   faultOffset?: number;
   /** Stalls the destination took while writing (each a fault retried in place). */
   stalls?: number;
+  /** RNR NAK: the min_rnr_timer code to wait before sending the block again. */
+  rnrTimer?: number;
   /** For the trace only (no wire field of the hardware): the copy thread that wrote the blocks, and its ns. */
   copyThread?: number;
   /** Real ns the copy thread spent writing the blocks (trace only). */
@@ -184,7 +230,8 @@ export interface Odp {
 /** The verbs' request header (BTH/RETH/AtomicETH/ImmDt of an RC packet, in spirit). */
 export interface VerbsRequest {
   kind: 'request';
-  op: 'write' | 'write-imm' | 'send' | 'send-fin' | 'read' | 'atomic';
+  /** WRITE and SEND are RC packets of the engine (RcOp); only READ and ATOMIC still go as a verbs request. */
+  op: 'read' | 'atomic';
   srcQpn: number;
   dstQpn: number;
   /** Matches the response to the request (a packet sequence number). */

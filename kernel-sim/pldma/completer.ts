@@ -7,6 +7,7 @@ import { AckResp, type AckPacket, type Verdict } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
+import { rnrTimerMs } from './rc.js';
 import {
   type DmaCompletion,
   type SentRun,
@@ -31,6 +32,9 @@ const STATUS_OF_RESP: Partial<Record<AckResp, DmaStatus>> = {
   [AckResp.PD_ERR]: DmaStatus.PD_ERR,
   [AckResp.ACCESS_ERR]: DmaStatus.DST_PERM_ERR,
   [AckResp.ADDR_ERR]: DmaStatus.DST_ADDR_ERR,
+  [AckResp.DROPPED]: DmaStatus.DROPPED,
+  [AckResp.INV_REQ]: DmaStatus.REM_INV_REQ,
+  [AckResp.OP_ERR]: DmaStatus.REM_OP,
 };
 
 /** The status a fault that cannot be resolved ends a transfer with. */
@@ -150,6 +154,14 @@ export class Completer {
         s.counters.nacksReceived++;
         traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
         this.#faults.park(t, seq, at, 'destination');
+        return;
+      }
+      case AckResp.RNR: {
+        const at = arrive + c.linkLatencyUs;
+        t.nacks++;
+        s.counters.nacksReceived++;
+        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq, rnr: true } });
+        this.#faults.rnr(t, seq, at, rnrTimerMs(v.rnrTimer ?? 0));
         return;
       }
       case AckResp.SOURCE_FAULT: {

@@ -96,17 +96,17 @@ export class Faults {
   }
 
   /** A recoverable fault of the destination of block `i` of a write this node received: recorded here, NACKed by the responder. */
-  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number): void {
+  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number, base: bigint = p.va): void {
     const s = this.#s;
     s.counters.faults.destination++;
     s.counters.nacksSent++;
-    const info = this.destinationInfo(p, i, sid, tr.addr, at);
+    const info = this.destinationInfo(p, i, sid, tr.addr, at, base);
     this.wait(info);
     this.#raise(info, tr);
   }
 
-  /** The context of a fault at block i of a write (at `va`, the faulting page or the block). */
-  destinationInfo(p: WritePacket, i: number, sid: number, va: bigint, at: number): FaultInfo {
+  /** The context of a fault at block i of a write (at `va`, the faulting page or the block; `base`: where the packet's bytes start landing). */
+  destinationInfo(p: WritePacket, i: number, sid: number, va: bigint, at: number, base: bigint = p.va): FaultInfo {
     return this.info('destination', {
       sid,
       srcNode: p.src,
@@ -114,7 +114,7 @@ export class Faults {
       channel: p.channel,
       seq: p.seq + i,
       va,
-      lengthHint: Math.max(0, p.lengthHint - Number(va - p.va)),
+      lengthHint: Math.max(0, p.lengthHint - Number(va - base)),
       modelUs: at,
       issuedUs: p.issuedUs[i]!,
       issuedMs: p.issuedMs,
@@ -283,6 +283,40 @@ export class Faults {
       s.counters.retryTimeouts++;
       this.#unpark(t, t.modelReady);
     }, s.faultTimeoutMs);
+    t.parkTimer.unref?.();
+    s.scheduler.kick();
+  }
+
+  /**
+   * An RNR NAK for block `seq` (no receive posted at the destination): it goes again after
+   * `ms` (the destination's min_rnr_timer), within the transfer's retry limit (rnr_retry; the
+   * same count as its destination faults').
+   */
+  rnr(t: Transfer, seq: number, at: number, ms: number): void {
+    const s = this.#s;
+    t.parked = true;
+    t.parkedSeq = seq;
+    t.inflight--;
+    if (seq < t.cursor) t.cursor = seq;
+    let st = t.own.get(seq);
+    if (!st) t.own.set(seq, (st = { attempts: 1, srcFaults: 0, dstNacks: 0 }));
+    const limit = t.desc.retryLimit ?? s.retryLimit;
+    if (++st.dstNacks > limit) {
+      this.#end(
+        t,
+        false,
+        DmaStatus.RETRY_EXCEEDED,
+        `block ${seq} took ${st.dstNacks} RNR NAKs: no receive posted (rnr_retry ${limit})`,
+        at,
+        'destination',
+      );
+      return;
+    }
+    t.modelReady = Math.max(t.modelReady, at + ms * 1000);
+    clearTimeout(t.parkTimer);
+    t.parkTimer = setTimeout(() => {
+      if (!t.done && t.parked) this.#unpark(t, t.modelReady);
+    }, ms);
     t.parkTimer.unref?.();
     s.scheduler.kick();
   }

@@ -20,7 +20,8 @@ import { Completer } from './completer.js';
 import { type CopyEngine, type CopyTag, nodeTag } from './copy-engine.js';
 import { Faults, type PageResponse, type SentAgain } from './faults.js';
 import { Requester } from './requester.js';
-import { type Admission, Responder } from './responder.js';
+import { RcTables } from './rc.js';
+import { Responder } from './responder.js';
 import {
   DmaStatus,
   type DmaCompletion,
@@ -56,7 +57,7 @@ export class Pldma {
 
   constructor(
     options: PldmaOptions,
-    deps: { smmu: Smmu; transport: Transport; costs: CostModel; engine: CopyEngine; tracer: Tracer; clock: { now: number } },
+    deps: { smmu: Smmu; transport: Transport; costs: CostModel; engine: CopyEngine; tracer: Tracer; clock: { now: number }; tables?: RcTables },
   ) {
     this.node = options.node;
     this.channels = options.channels ?? 1024;
@@ -109,6 +110,7 @@ export class Pldma {
       costs: deps.costs,
       counters,
       faults: this.#faults,
+      tables: deps.tables ?? new RcTables(),
     });
   }
 
@@ -136,11 +138,6 @@ export class Pldma {
     else if (p.type !== 'ack') return;
     else if (p.resp === AckResp.RESOLVED || p.resp === AckResp.UNRESOLVED) this.#faults.onResolvedAck(p);
     else this.#completer.onAck(p);
-  }
-
-  /** Check the key and QP of every incoming write that names them (see DmaDescriptor.key). */
-  setAdmission(admit: Admission | undefined): void {
-    this.#responder.admit = admit;
   }
 
   /**

@@ -19,6 +19,7 @@ import {
   DmaStatus,
   type EngineState,
   MAX_RUN_BLOCKS,
+  NO_MEMORY,
   type PayloadView,
   RUNS_IN_FLIGHT,
   traceTransfer,
@@ -88,7 +89,8 @@ export class Requester implements Schedulable {
         this.#completer.finish(t, bad.status, bad.reason);
         return;
       }
-      t.blocks = Math.ceil(desc.length / s.blockSize);
+      // An empty RC message is one packet with no bytes.
+      t.blocks = Math.max(1, Math.ceil(desc.length / s.blockSize));
       s.transfers.set(tid, t);
       let ch = s.chans.get(desc.channel);
       if (!ch) {
@@ -140,6 +142,7 @@ export class Requester implements Schedulable {
       this.#completer.fail(t, true, DmaStatus.FLUSHED, `node ${s.node} no longer has a stream for protection domain ${d.pd}`, issueAt, 'source');
       return;
     }
+    if (d.length === 0) return this.#empty(t, ch, issueAt);
     const n = src.faultModel === 'stall' ? 1 : Math.min(t.runLimit, t.blocks - first);
     const offset0 = first * bs;
     const walked = this.#walked;
@@ -240,8 +243,75 @@ export class Requester implements Schedulable {
       issuedMs,
       sourceStall: window !== undefined,
     };
+    this.#rc(packet, t);
+    s.transport.deliver(packet);
+  }
+
+  // The RC headers of a QP's message, in every packet (BTH, RETH, ImmDt).
+  #rc(packet: WritePacket, t: Transfer): void {
+    const d = t.desc;
     if (d.key !== undefined) packet.key = d.key;
     if (d.dstQp !== undefined) packet.qpn = d.dstQp;
+    if (d.opcode === undefined) return;
+    packet.opcode = d.opcode;
+    if (d.srcQp !== undefined) packet.srcQpn = d.srcQp;
+    if (d.psn !== undefined) packet.psn = d.psn;
+    if (d.immData !== undefined) packet.immData = d.immData;
+    if (d.message) {
+      packet.msgOffset = d.message.offset;
+      packet.msgLength = d.message.length;
+    }
+    if (t.faults.source) packet.srcFaults = t.faults.source;
+  }
+
+  // An empty RC message: one packet carrying no bytes (a zero-length WRITE, SEND or immediate).
+  #empty(t: Transfer, ch: { cursor: number }, issueAt: number): void {
+    const s = this.#s;
+    const c = s.costs;
+    const d = t.desc;
+    const cost = c.scheduleUs + c.blockUs;
+    const issued = Float64Array.of(issueAt);
+    const arrivals = Float64Array.of(Math.max(issueAt + cost, s.transport.linkFreeAt(s.node, d.dstNode)) + c.linkLatencyUs);
+    const issuedMs = this.#start(t, 0, 1, issued);
+    const payload: PayloadView = { region: NO_MEMORY, offset: 0, revoked: false };
+    t.runs.push({
+      seq: 0,
+      count: 1,
+      costs: Float64Array.of(cost),
+      issuedUs: issued,
+      issuedMs,
+      sid: -1,
+      region: NO_MEMORY,
+      offset: 0,
+      window: undefined,
+      payload,
+    });
+    t.plan.cursor = t.plan.engine = issueAt + cost;
+    t.plan.link = arrivals[0]! - c.linkLatencyUs;
+    t.cursor = 1;
+    ch.cursor = Math.max(ch.cursor, issueAt);
+    this.#completer.outstanding++;
+    const packet: WritePacket = {
+      type: 'write',
+      src: s.node,
+      dst: d.dstNode,
+      pd: d.dstPd ?? d.pd,
+      va: d.dstVa,
+      tid: t.tid,
+      seq: 0,
+      length: 0,
+      arrivesAt: arrivals[0]!,
+      channel: d.channel,
+      count: 1,
+      blockSize: s.blockSize,
+      payload,
+      lengthHint: 0,
+      issuedUs: issued,
+      arrivals,
+      issuedMs,
+      sourceStall: false,
+    };
+    this.#rc(packet, t);
     s.transport.deliver(packet);
   }
 
@@ -282,8 +352,8 @@ export class Requester implements Schedulable {
     if (s.closed) return { status: DmaStatus.FLUSHED, reason: 'the engine is closed' };
     if (!Number.isInteger(d.channel) || d.channel < 0 || d.channel >= s.channels)
       return { status: DmaStatus.BAD_CHANNEL, reason: `channel ${d.channel} is not in 0..${s.channels - 1}` };
-    if (!Number.isSafeInteger(d.length) || d.length <= 0)
-      return { status: DmaStatus.BAD_LENGTH, reason: `length ${d.length} must be a positive integer` };
+    if (!Number.isSafeInteger(d.length) || d.length < (d.opcode === undefined ? 1 : 0))
+      return { status: DmaStatus.BAD_LENGTH, reason: `length ${d.length} must be a positive integer (0 only for an RC message)` };
     if (typeof d.srcVa !== 'bigint' || d.srcVa < 0n) return { status: DmaStatus.SRC_ADDR_ERR, reason: 'srcVa must be a non-negative bigint' };
     if (typeof d.dstVa !== 'bigint' || d.dstVa < 0n) return { status: DmaStatus.DST_ADDR_ERR, reason: 'dstVa must be a non-negative bigint' };
     if (!Number.isInteger(d.dstNode) || !s.transport.hasNode(d.dstNode))

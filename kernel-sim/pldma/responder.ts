@@ -8,14 +8,15 @@
 // RC responder's PSN check). Everything it knows comes from the packet; everything it says
 // goes back as a packet.
 import type { CostModel } from '../cost-model/index.js';
-import { AckResp, type AckPacket, type Verdict, type WireBlock, type WritePacket } from '../fabric/packets.js';
+import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
 import type { MemoryLike } from '../memory.js';
-import type { Smmu, Translation } from '../smmu/smmu.js';
+import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { Faults } from './faults.js';
+import { admitRc, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
 import { DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
 /** @internal What one node's responder needs of its node. */
@@ -27,14 +28,9 @@ export interface ResponderDeps {
   costs: CostModel;
   counters: PldmaCounters;
   faults: Faults;
+  /** The node's QP and MR tables, which RC packets are checked against. */
+  tables: RcTables;
 }
-
-/**
- * The destination's own check of the key and QP a write names (the verbs responder's rkey
- * check), for a span of its blocks. Once installed it is asked about every write, also one
- * that names neither.
- */
-export type Admission = (p: WritePacket, span: WireBlock) => boolean;
 
 /** Blocks of a write whose destination translated in one piece: where they land. */
 interface Group {
@@ -45,7 +41,30 @@ interface Group {
   offset: number;
   /** Per block, modelled µs of the walk (0-length: all `walkUs`). */
   walks: number[];
+  /** Destination address and bytes of the piece. */
+  va: bigint;
+  length: number;
+  /** Byte offset of the piece in the packet, where it does not start at block `at` (a SEND's receive buffer). */
+  byteAt?: number;
 }
+
+/** A packet's destination, checked: the stream that translates it and the spans it lands in. */
+interface Placed {
+  ctx: StreamContext;
+  spans: Array<{ va: bigint; length: number; key: number | undefined }>;
+  /** An RC packet: its QP and message. */
+  rc?: RcAdmitted;
+}
+
+/** The ACK syndrome of each refusal of the RC checks. */
+const NAK_RESP: Record<RcRefusal['nak'], AckResp> = {
+  qp: AckResp.DROPPED,
+  psn: AckResp.DROPPED,
+  access: AckResp.ACCESS_ERR,
+  'inv-req': AckResp.INV_REQ,
+  op: AckResp.OP_ERR,
+  rnr: AckResp.RNR,
+};
 
 /** A channel of a source node, as this responder sees it: its writes answered in order, and where the transfer stopped. */
 interface Lane {
@@ -58,7 +77,6 @@ interface Lane {
 /** @internal The responder of one node's PLDMA (see the top of this file). */
 export class Responder {
   #d: ResponderDeps;
-  admit: Admission | undefined;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
   #walked: number[] = [];
@@ -98,7 +116,6 @@ export class Responder {
     // Faults are recorded as the answer goes out: the NACK reaches the source before the
     // fault library's answer can (the blocks before the fault are written first).
     const faults: Array<() => void> = [];
-    const ctx = smmu.streamForPd(p.pd);
     const bs = p.blockSize;
     // Blocks that carry bytes: a source page missing when another process's transport read
     // the payload ends the run there (answered SOURCE_FAULT after the blocks before it).
@@ -107,32 +124,43 @@ export class Responder {
     let written = 0;
     let refused: Verdict | undefined;
     let refusedFault: (() => void) | undefined;
-    if (!ctx) {
-      refused = { seq: p.seq, count: 1, resp: AckResp.PD_ERR, walkUs: 0, reason: `node ${this.#d.node} has no stream for protection domain ${p.pd}` };
+    // Where the packet lands, checked once, here, against this node's own tables and SMMU.
+    const dest = this.#place(p);
+    const ctx = 'refusal' in dest ? undefined : dest.ctx;
+    if ('refusal' in dest) {
+      refused = { seq: p.seq, count: 1, resp: dest.refusal, walkUs: 0, reason: dest.reason };
+      if (dest.rnrTimer !== undefined) refused.rnrTimer = dest.rnrTimer;
+    } else if (dest.spans.length === 0) {
+      // A zero-length message: nothing to translate or copy.
+      written = carried;
+    } else if (dest.spans.length > 1) {
+      // A SEND's run across receive buffers: translated span by span, a fault stopping it at
+      // the block it falls in.
+      const r = this.#placeSpans(p, dest, carried, groups);
+      written = r.written;
+      refused = r.refused;
+      refusedFault = r.fault;
     } else {
-      // Per run, not per block: the admitted blocks' destinations translated in one call per
-      // region (one in all but at a region's end), with the same walks and IOTLB lookups as
-      // block by block. A stall-mode block is written alone, under its own stall window.
-      const stallMode = ctx.faultModel === 'stall';
+      // Per run, not per block: the blocks' destinations translated in one call per region
+      // (one in all but at a region's end), with the same walks and IOTLB lookups as block
+      // by block. A stall-mode block is written alone, under its own stall window.
+      const base = dest.spans[0]!.va;
+      const stallMode = ctx!.faultModel === 'stall';
       const want = stallMode ? Math.min(carried, 1) : carried;
-      // With a check installed every write is asked, also one that names no key and no QP
-      // (another node's engine could send one; the check decides what such a write may do).
-      const checks = this.admit !== undefined;
-      const admitted = checks ? this.#admitted(p, want) : want;
-      const end = Math.min(p.length, admitted * bs);
+      const end = Math.min(p.length, want * bs);
       const walked = this.#walked;
-      while (written < admitted) {
-        const va = p.va + BigInt(written * bs);
+      while (written < want) {
+        const va = base + BigInt(written * bs);
         let fault: Extract<Translation, { ok: false }> | undefined;
         let got = 0;
         if (stallMode) {
-          const tr = smmu.translate(ctx.sid, va, end - written * bs, 'write');
+          const tr = smmu.translate(ctx!.sid, va, end - written * bs, 'write');
           if (tr.ok) {
-            groups.push({ at: written, count: 1, region: tr.region, offset: tr.offset, walks: [walkCost(c, tr)] });
+            groups.push({ at: written, count: 1, region: tr.region, offset: tr.offset, walks: [walkCost(c, tr)], va, length: end - written * bs });
             got = 1;
           } else fault = tr;
         } else {
-          const batch = smmu.translateBlocks(ctx.sid, va, end - written * bs, bs, 'write', walked);
+          const batch = smmu.translateBlocks(ctx!.sid, va, end - written * bs, bs, 'write', walked);
           fault = batch.fault;
           got = walked.length;
           if (got) {
@@ -140,53 +168,36 @@ export class Responder {
             // region's end) joins it: one copy.
             const prev = groups[groups.length - 1];
             const joins = prev !== undefined && prev.region === batch.region && prev.offset + prev.count * bs === batch.offset;
-            const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [] };
+            const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [], va, length: 0 };
             for (let j = 0; j < got; j++) g.walks.push(walkedCost(c, walked[j]!));
             g.count += got;
+            g.length = Math.min(end, (g.at + g.count) * bs) - g.at * bs;
             if (!joins) groups.push(g);
           }
         }
         written += got;
         if (fault) {
-          const seq = p.seq + written;
-          const walkUs = walkCost(c, fault);
-          if (fault.recoverable) {
-            const i = written;
-            const tr = fault;
-            const at = p.arrivals[i]! + walkUs;
-            refusedFault = () => this.#d.faults.destination(p, i, ctx.sid, tr, at);
-            refused = { seq, count: 1, resp: AckResp.FAULT, walkUs };
-          } else {
-            smmu.recordFault(ctx.sid, fault, 'write');
-            // F_PERMISSION or F_ADDR_SIZE: the stream was found above, in this same turn.
-            const resp = statusForFault(fault.id, 'write') === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : AckResp.ADDR_ERR;
-            refused = { seq, count: 1, resp, walkUs, reason: fault.reason };
-          }
+          const r = this.#fault(p, written, ctx!.sid, fault, base);
+          refused = r.verdict;
+          refusedFault = r.fault;
           break;
         }
       }
-      if (!refused && admitted < want)
-        refused = {
-          seq: p.seq + admitted,
-          count: 1,
-          resp: AckResp.ACCESS_ERR,
-          walkUs: 0,
-          reason:
-            p.key === undefined && p.qpn === undefined
-              ? `node ${this.#d.node} does not accept a write from node ${p.src} that names no memory key and no QP`
-              : `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`,
-        };
     }
     // Where this write stops is known now, before any copy: the channel's next write of this
     // transfer, already on its way, is returned instead of written.
     if (refused || written < p.count) lane.stop = { tid: p.tid, seq: refused ? refused.seq : p.seq + written };
     let stopped = false;
     for (const g of groups) {
-      if (!(await this.#write(p, g, ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults))) {
+      if (!(await this.#write(p, g, ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults, dest as Placed))) {
         stopped = true;
         break;
       }
     }
+    // An empty message, or a SEND's run across receive buffers: one verdict for its blocks.
+    const pieces = groups.length === 0 || groups[0]!.byteAt !== undefined;
+    if (!stopped && pieces && written > 0)
+      verdicts.push({ seq: p.seq, count: written, resp: AckResp.OK, walkUs: groups.length ? groups[0]!.walks[0]! : 0 });
     if (!stopped && refused) {
       verdicts.push(refused);
       if (refusedFault) faults.push(refusedFault);
@@ -200,6 +211,8 @@ export class Responder {
       const seq = last!.seq;
       if (!lane.stop || lane.stop.tid !== p.tid || seq < lane.stop.seq) lane.stop = { tid: p.tid, seq };
     }
+    const rc = 'rc' in dest ? dest.rc : undefined;
+    if (rc) rc.msg.faults += faults.length;
     await before;
     // A write of this transfer before this one stopped under its copy, after this one was
     // translated: this one's answer is dropped (its bytes are written again after that block).
@@ -207,10 +220,130 @@ export class Responder {
     if (early && early.tid === p.tid && early.seq < p.seq) {
       this.#answer(p, [], { seq: p.seq, count: p.count });
     } else {
+      // Every byte of the message is in: its receive completes before the ACK goes out.
+      if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
       this.#answer(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
       for (const f of faults) f();
     }
     answered();
+  }
+
+  /**
+   * Where a packet lands: an RC packet (one naming a QP) through its QP's checks on this
+   * node's tables (rc.ts), translated in its QP's PD; the engine's own raw transfer (no QP)
+   * in the PD the packet names, from a peer only while no verbs device drives this node.
+   */
+  #place(p: WritePacket): Placed | { refusal: AckResp; reason: string; rnrTimer?: number } {
+    const { smmu, tables, node } = this.#d;
+    if (p.opcode === undefined || p.qpn === undefined) {
+      // The engine's raw transfer: its key and QP, if any, only tag its copies (for fences).
+      if (tables.strict && p.src !== node)
+        return { refusal: AckResp.ACCESS_ERR, reason: `node ${node} does not accept a write from node ${p.src} that names no QP` };
+      const ctx = smmu.streamForPd(p.pd);
+      if (!ctx) return { refusal: AckResp.PD_ERR, reason: `node ${node} has no stream for protection domain ${p.pd}` };
+      return { ctx, spans: p.length > 0 ? [{ va: p.va, length: p.length, key: p.key }] : [] };
+    }
+    const a = admitRc(tables, {
+      src: p.src,
+      qpn: p.qpn,
+      srcQpn: p.srcQpn,
+      opcode: p.opcode,
+      psn: p.psn,
+      key: p.key,
+      tid: p.tid,
+      seq: p.seq,
+      va: p.va,
+      length: p.length,
+      lengthHint: p.lengthHint,
+      msgOffset: p.msgOffset,
+      msgLength: p.msgLength,
+      blockSize: p.blockSize,
+      issuedUs: p.issuedUs[0]!,
+      issuedMs: p.issuedMs,
+    });
+    if ('nak' in a) {
+      const r: { refusal: AckResp; reason: string; rnrTimer?: number } = { refusal: NAK_RESP[a.nak], reason: a.reason };
+      if (a.rnrTimer !== undefined) r.rnrTimer = a.rnrTimer;
+      return r;
+    }
+    const ctx = smmu.streamForPd(a.qp.pd.handle);
+    if (!ctx) return { refusal: AckResp.PD_ERR, reason: `node ${node} has no stream for protection domain ${a.qp.pd.handle}` };
+    return { ctx, spans: a.spans, rc: a };
+  }
+
+  // A SEND's run over several receive buffers: each span translated whole (a fault stops the
+  // run at the block the span starts in: the blocks before it are written in full).
+  #placeSpans(p: WritePacket, dest: Placed, carried: number, groups: Group[]): { written: number; refused?: Verdict; fault?: () => void } {
+    const { smmu, costs: c } = this.#d;
+    const bs = p.blockSize;
+    const end = Math.min(p.length, carried * bs);
+    let at = 0;
+    for (const s of dest.spans) {
+      if (at >= end) break;
+      const length = Math.min(s.length, end - at);
+      const tr = smmu.translate(dest.ctx.sid, s.va, length, 'write');
+      const block = Math.floor(at / bs);
+      if (!tr.ok) {
+        const r = this.#fault(p, block, dest.ctx.sid, tr, s.va - BigInt(at - block * bs));
+        return { written: block, refused: r.verdict, fault: r.fault };
+      }
+      groups.push({
+        at: block,
+        count: Math.ceil((at + length) / bs) - block,
+        region: tr.region,
+        offset: tr.offset,
+        walks: [walkCost(c, tr)],
+        va: s.va,
+        length,
+        byteAt: at,
+      });
+      at += length;
+    }
+    return { written: carried };
+  }
+
+  // A fault at block `i` of the packet (its bytes landing from `base` on): the NACK's verdict,
+  // and the fault recorded once the answer goes out; an access this node refuses is an error.
+  #fault(p: WritePacket, i: number, sid: number, fault: Extract<Translation, { ok: false }>, base: bigint): { verdict: Verdict; fault?: () => void } {
+    const seq = p.seq + i;
+    const walkUs = walkCost(this.#d.costs, fault);
+    if (fault.recoverable) {
+      const at = p.arrivals[i]! + walkUs;
+      return { verdict: { seq, count: 1, resp: AckResp.FAULT, walkUs }, fault: () => this.#d.faults.destination(p, i, sid, fault, at, base) };
+    }
+    this.#d.smmu.recordFault(sid, fault, 'write');
+    // F_PERMISSION or F_ADDR_SIZE: the stream was found above, in this same turn.
+    const resp = statusForFault(fault.id, 'write') === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : AckResp.ADDR_ERR;
+    return { verdict: { seq, count: 1, resp, walkUs, reason: fault.reason } };
+  }
+
+  // The last packet of a SEND or a WRITE with immediate landed: its receive completes.
+  #received(p: WritePacket, a: RcAdmitted): void {
+    const { qp, msg } = a;
+    // A READ response is the requester's own: no message of this QP's responder.
+    if (p.opcode === RcOp.READ_RESPONSE) return;
+    if (qp.resp.msg === msg) qp.resp.msg = undefined;
+    if (p.opcode === RcOp.WRITE) return;
+    const wqe = msg.wqe ?? qp.rq[0];
+    // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
+    if (!wqe || qp.rq[0] !== wqe) return;
+    qp.rq.shift();
+    const total = a.total;
+    const r: RcReceived = {
+      status: 'ok',
+      op: p.opcode as RcReceived['op'],
+      byteLen: total,
+      srcQpn: p.srcQpn ?? 0,
+      odp: {
+        faults: { source: p.srcFaults ?? 0, destination: msg.faults },
+        majorFaults: 0,
+        retransmittedBlocks: msg.faults,
+        modelUs: p.arrivals[p.count - 1]! - msg.firstUs,
+        realUs: (performance.now() - msg.firstMs) * 1000,
+      },
+    };
+    if (p.immData !== undefined) r.immData = p.immData;
+    qp.received(wqe, r);
   }
 
   #answer(p: WritePacket, verdicts: Verdict[], returned: { seq: number; count: number } | undefined): void {
@@ -232,38 +365,35 @@ export class Responder {
     this.#d.transport.deliver(ack);
   }
 
-  // How many of the packet's first `carried` blocks the destination's key and QP admit: the
-  // whole span checked first (nothing can be revoked within this synchronous step), then
-  // block by block only if it is refused.
-  #admitted(p: WritePacket, carried: number): number {
-    if (carried === 0) return 0;
-    const spanOf = (n: number): WireBlock => ({ va: p.va, length: Math.min(p.length, n * p.blockSize) });
-    if (this.admit!(p, spanOf(carried))) return carried;
-    let admitted = 0;
-    while (
-      admitted < carried &&
-      this.admit!(p, { va: p.va + BigInt(admitted * p.blockSize), length: Math.min(p.blockSize, p.length - admitted * p.blockSize) })
-    )
-      admitted++;
-    return admitted;
-  }
-
   // One copy-engine job for a group of blocks contiguous at both ends; verdicts for the
   // blocks it settles. False if it stopped at one (the blocks after it are returned).
-  async #write(p: WritePacket, g: Group, sid: number, stall: boolean, verdicts: Verdict[], faults: Array<() => void>): Promise<boolean> {
+  async #write(
+    p: WritePacket,
+    g: Group,
+    sid: number,
+    stall: boolean,
+    verdicts: Verdict[],
+    faults: Array<() => void>,
+    dest: Placed,
+  ): Promise<boolean> {
     const { smmu } = this.#d;
     const bs = p.blockSize;
     const seq = p.seq + g.at;
-    const srcOffset = p.payload.offset + g.at * bs;
-    const length = Math.min(p.length - g.at * bs, g.count * bs);
-    const va = p.va + BigInt(g.at * bs);
+    const srcOffset = p.payload.offset + (g.byteAt ?? g.at * bs);
+    const length = g.length;
+    const va = g.va;
+    const key = this.#spanKey(dest, g);
     // Nothing starts once the source cancelled the transfer, or (for a group after the
-    // first, copied a turn later) once this node stopped admitting its key or QP.
+    // first, copied a turn later) once this node's QP or key no longer takes it.
     const refusal = revoked(p.payload)
       ? `node ${p.src} cancelled transfer ${p.tid} (its QP was destroyed)`
-      : g.at > 0 && this.admit && !this.admit(p, { va, length })
-        ? `node ${this.#d.node} no longer accepts key 0x${(p.key ?? 0).toString(16)} for QP ${p.qpn}`
+      : g.at > 0 && dest.rc && !stillAdmitted(this.#d.tables, dest.rc, key)
+        ? `node ${this.#d.node} no longer accepts key 0x${(key ?? 0).toString(16)} for QP ${p.qpn}`
         : undefined;
+    // A piece of a SEND's run across receive buffers: its blocks are answered once the run is
+    // (the caller's one verdict), or, where it stops, the blocks before the one it starts in.
+    const piece = g.byteAt !== undefined;
+    if (piece && (revoked(p.payload) || refusal) && g.at > 0) verdicts.push({ seq: p.seq, count: g.at, resp: AckResp.OK, walkUs: 0 });
     if (refusal) {
       verdicts.push({ seq, count: 1, resp: revoked(p.payload) ? AckResp.FLUSHED : AckResp.ACCESS_ERR, walkUs: g.walks[0]!, reason: refusal });
       return false;
@@ -275,7 +405,7 @@ export class Responder {
           offset: g.offset,
           length,
           access: 'write',
-          tag: this.#d.faults.destinationInfo(p, g.at, sid, va, p.arrivals[g.at]!),
+          tag: this.#d.faults.destinationInfo(p, g.at, sid, va, p.arrivals[g.at]!, dest.spans[0]!.va),
         })
       : undefined;
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
@@ -288,7 +418,7 @@ export class Responder {
     let copy: { copyThread: number; copyNs: number } | undefined;
     try {
       const tag: CopyTag = {};
-      if (p.key !== undefined) tag.key = p.key;
+      if (key !== undefined) tag.key = key;
       if (p.qpn !== undefined) tag.qp = p.qpn;
       const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, nodeTag(this.#d.node, tag));
       status = r.status;
@@ -302,17 +432,19 @@ export class Responder {
     }
     const stalls = window?.stalls ?? 0;
     this.#d.counters.faults.destination += stalls;
+    if (piece && status !== CopyStatus.Ok && g.at > 0) verdicts.push({ seq: p.seq, count: g.at, resp: AckResp.OK, walkUs: 0 });
     if (window?.aborted) {
       verdicts.push({ seq, count: 1, resp: AckResp.ABORTED, walkUs: g.walks[0]!, stalls });
       return false;
     }
     if (status === CopyStatus.Ok) {
-      verdicts.push(this.#written(seq, g.count, g, stalls, copy));
+      if (!piece) verdicts.push(this.#written(seq, g.count, g, stalls, copy));
       return true;
     }
     // The copy stopped at the first page it found missing: the blocks before it were written.
-    const k =
-      status === CopyStatus.SourceFault || status === CopyStatus.DestFault
+    const k = piece
+      ? 0
+      : status === CopyStatus.SourceFault || status === CopyStatus.DestFault
         ? Math.min(g.count - 1, Math.max(0, Math.floor((faultOffset - (status === CopyStatus.SourceFault ? srcOffset : g.offset)) / bs)))
         : 0;
     if (k > 0) verdicts.push(this.#written(seq, k, g, stalls, copy));
@@ -333,7 +465,7 @@ export class Responder {
           reason: 'destination page evicted before the write',
         };
         smmu.iotlb.invalidateRange(addr, region.pageSize, region.pageSize);
-        faults.push(() => this.#d.faults.destination(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!));
+        faults.push(() => this.#d.faults.destination(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!, dest.spans[0]!.va));
         verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
         break;
       }
@@ -351,6 +483,18 @@ export class Responder {
         verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FLUSHED, walkUs, reason: 'the copy engine was closed' });
     }
     return false;
+  }
+
+  // The key of the span a group lands in (a SEND's receive buffer, the RETH's rkey).
+  #spanKey(dest: Placed, g: Group): number | undefined {
+    if (dest.spans.length === 1) return dest.spans[0]!.key;
+    const at = g.byteAt ?? 0;
+    let o = 0;
+    for (const s of dest.spans) {
+      if (at < o + s.length) return s.key;
+      o += s.length;
+    }
+    return undefined;
   }
 
   // The verdict for the first `count` blocks of a group, written: one walk figure if they

@@ -7,7 +7,7 @@ import type { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu, StallWindow, Translation } from '../smmu/smmu.js';
 import type { TraceKind, Tracer } from '../trace.js';
 import type { Transport } from '../fabric/transport.js';
-import type { Payload } from '../fabric/packets.js';
+import type { Payload, RcOp } from '../fabric/packets.js';
 
 /**
  * Blocks one write packet (and one copy-engine job) may carry: 4 MiB of 4 KiB blocks, so the
@@ -53,6 +53,12 @@ export enum DmaStatus {
   ABORTED = 11,
   /** The engine was closed (or the channel flushed) before the transfer completed. */
   FLUSHED = 12,
+  /** The destination dropped the packets (no such QP, not the connected one, a PSN out of sequence): RC's transport retries run out. */
+  DROPPED = 13,
+  /** The destination's responder found the request invalid (a SEND longer than the receive). */
+  REM_INV_REQ = 14,
+  /** The destination's responder could not carry it out (a receive buffer in no MR). */
+  REM_OP = 15,
 }
 
 /** The side of a transfer: the source (read) or the destination (write). */
@@ -91,6 +97,24 @@ export interface DmaDescriptor {
   dstQp?: number;
   /** The QP on this node that posted the transfer: `SimNode.cancel(srcQp)` ends it (its QP destroyed). */
   srcQp?: number;
+  /**
+   * An RC message (with dstQp and srcQp): its opcode, PSN and immediate data, carried in every
+   * packet; the destination's responder checks them against its own QP and MR tables. A SEND
+   * names no destination address (`dstVa` is ignored): the receive WQE its first packet takes
+   * says where its bytes go. An RC message may be empty (length 0): one packet, no bytes.
+   */
+  opcode?: RcOp;
+  /** The message's PSN (24 bits). */
+  psn?: number;
+  /** ImmDt of a SEND or WRITE with immediate. */
+  immData?: number;
+  /** A message of several transfers (one per SGE). */
+  message?: {
+    /** This transfer's byte offset in the message. */
+    offset: number;
+    /** The message's bytes. */
+    length: number;
+  };
 }
 
 /** Faults by side. */
@@ -269,6 +293,18 @@ export interface SentRun {
 export interface PayloadView extends Payload {
   revoked: boolean;
 }
+
+/** @internal The memory of an empty message's payload: no bytes, never read. */
+export const NO_MEMORY: MemoryLike = {
+  id: -1,
+  address: 0n,
+  size: 0,
+  pageSize: 4096,
+  closed: false,
+  granule: 4096,
+  observe() {},
+  unobserve() {},
+};
 
 /** @internal Whether a write's payload was revoked by its source (see PayloadView). */
 export function revoked(p: Payload): boolean {

@@ -95,7 +95,7 @@ export class Cluster {
     this.#defaultPolicy = defaultPolicy ?? 'touch-ahead';
     const keys = new KeyAllocator();
     const qpns = qpNumbers();
-    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, keys, qpns)));
+    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, keys, qpns, n.tables)));
   }
 
   /** Create `nodes` simulated nodes (default 2) wired by the fabric. Every option is checked first. */

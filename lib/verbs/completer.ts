@@ -176,6 +176,12 @@ export function statusOf(results: DmaCompletion[]): WcStatus {
         return WcStatus.REM_ABORT_ERR;
       case DmaStatus.FLUSHED:
         return WcStatus.WR_FLUSH_ERR;
+      case DmaStatus.DROPPED:
+        return WcStatus.RETRY_EXC_ERR;
+      case DmaStatus.REM_INV_REQ:
+        return WcStatus.REM_INV_REQ_ERR;
+      case DmaStatus.REM_OP:
+        return WcStatus.REM_OP_ERR;
       default:
         return WcStatus.GENERAL_ERR;
     }

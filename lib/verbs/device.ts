@@ -1,8 +1,9 @@
-// One RDMA device (rdma_rxe's rxe_dev) per simulated node: its object tables, the node it
-// drives through the SimNode surface, and the dispatch of what arrives for it: request and
-// response headers go to the QP they name, and every incoming write block is admitted only
-// if the QP and key it names still accept it. It only ever looks in its own tables.
-import type { CostModel, SimNode, WireBlock, WritePacket } from '../../kernel-sim/index.js';
+// One RDMA device (rdma_rxe's rxe_dev) per simulated node: its object tables and the node it
+// drives through the SimNode surface. What the node's engine checks of every RC packet (a
+// QP's state, connection and PSN, an rkey's MR, PD, bounds and access, a receive WQE) it
+// reads in the node's own tables, where the device keeps its MRs and QPs; only the READ and
+// atomic request headers still come up here, to the QP they name.
+import type { CostModel, RcMr, RcQp, SimNode } from '../../kernel-sim/index.js';
 import type { Region } from '../region.js';
 import { WcStatus } from './constants.js';
 import type { DeviceTables } from './tables.js';
@@ -10,19 +11,17 @@ import { isMessage, type Request, type Response, type Message } from './wire.js'
 
 /** What the device needs of a QP of its own. */
 export interface Endpoint {
+  /** What the node's engine responder reads of the QP. */
+  readonly rc: RcQp;
   onRequest(m: Request, from: number): void;
   onResponse(m: Response): void;
   /** Node `node` (in another process) went away. */
   peerLost(node: number): void;
-  /** Whether a write block from node `from` into [va, va+length) under `key` still lands. */
-  accepts(from: number, key: number | undefined, va: bigint, length: number, pd: number): boolean;
 }
 
 /** What the device needs of an MR of its own. */
-export interface KeyedMr {
-  readonly closed: boolean;
-  readonly access: number;
-  readonly pd: { readonly handle: number };
+export interface KeyedMr extends RcMr {
+  readonly pd: { readonly handle: number; readonly closed: boolean };
   resolve(addr: bigint, length: number): { region: Region; offset: number } | undefined;
 }
 
@@ -41,7 +40,8 @@ export class Device {
     sim.onMessage((body, from) => {
       if (isMessage(body)) this.#dispatch(body, from);
     });
-    sim.admit((p, block) => this.#admit(p, block));
+    // A packet naming no QP lands only from this node's own engine from now on.
+    sim.tables.strict = true;
     sim.onPeerLost((node) => {
       for (const qp of this.tables.qps()) qp.peerLost(node);
     });
@@ -57,7 +57,6 @@ export class Device {
     if (this.#closed) return;
     this.#closed = true;
     this.sim.onMessage(undefined);
-    this.sim.admit(undefined);
     this.sim.onPeerLost(undefined);
   }
 
@@ -72,14 +71,6 @@ export class Device {
       return;
     }
     // No such QP here: its packets are dropped and the requester's retries run out.
-    if (m.op !== 'send-fin') this.send(from, { kind: 'response', srcQpn: m.dstQpn, dstQpn: m.srcQpn, psn: m.psn, status: WcStatus.RETRY_EXC_ERR });
-  }
-
-  #admit(p: WritePacket, block: WireBlock): boolean {
-    // A write that names no QP is the device's own (an atomic reading into its QP's scratch
-    // buffer): only this node's engine posts one, and with no key. Another node's never lands.
-    if (p.qpn === undefined) return p.src === this.node && p.key === undefined;
-    const qp = this.tables.qp(p.qpn);
-    return qp !== undefined && qp.accepts(p.src, p.key, block.va, block.length, p.pd);
+    this.send(from, { kind: 'response', srcQpn: m.dstQpn, dstQpn: m.srcQpn, psn: m.psn, status: WcStatus.RETRY_EXC_ERR });
   }
 }

@@ -292,6 +292,23 @@ export class MemoryRegion {
     return { region: this.region!, offset: Number(addr - this.region!.address) };
   }
 
+  /**
+   * @internal What the node's engine responder asks of an MR (RcMr): where a range lies, its
+   * region mapped in the PD's stream (the 'prefault' baseline touches it first).
+   */
+  place(addr: bigint, length: number): { region: Region; offset: number } | undefined {
+    const at = this.resolve(addr, length);
+    if (!at) return undefined;
+    this.pd.mapFor(this, at.region);
+    prefaultIfAsked(this, at.region, at.offset, length);
+    return at;
+  }
+
+  /** @internal Whether [addr, addr+length) lies inside the MR (RcMr). */
+  covers(addr: bigint, length: number): boolean {
+    return this.resolve(addr, length) !== undefined;
+  }
+
   /** ibv_dereg_mr: unpin a pinned MR, forget the key, unmap what only it held. Idempotent. */
   dereg(): void {
     if (this.#closed) return;
@@ -315,4 +332,12 @@ export class MemoryRegion {
   #check(): void {
     if (this.#closed) throw closedError('MemoryRegion');
   }
+}
+
+// The 'prefault' baseline: touch the whole buffer before each transfer.
+export function prefaultIfAsked(mr: MemoryRegion, region: Region, offset: number, length: number): void {
+  if (mr.policy !== 'prefault') return;
+  const ps = region.pageSize;
+  const start = offset - (offset % ps);
+  region.populate(start, Math.min(region.size - start, Math.ceil((length + offset - start) / ps) * ps));
 }

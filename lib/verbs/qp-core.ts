@@ -5,8 +5,9 @@ import { Access, type QpState, type WrOpcode } from './constants.js';
 import type { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
-import type { MemoryRegion, ProtectionDomain } from './mr.js';
-import type { WireSge } from './wire.js';
+import { type MemoryRegion, prefaultIfAsked, type ProtectionDomain } from './mr.js';
+
+export { prefaultIfAsked };
 
 /** One scatter/gather element (struct ibv_sge). */
 export interface Sge {
@@ -66,6 +67,9 @@ export interface QpAttrs {
   rnrRetry: number;
   destQpNum: number;
   destNode: number;
+  /** The PSN the responder expects first (RTR) and the requester sends first (RTS). */
+  rqPsn: number;
+  sqPsn: number;
 }
 
 export interface QpCore {
@@ -139,38 +143,8 @@ export function localSges(qp: QpCore, sges: Sge[], write: boolean): LocalSge[] |
   return out;
 }
 
-// The 'prefault' baseline: touch the whole buffer before each transfer.
-export function prefaultIfAsked(mr: MemoryRegion, region: Region, offset: number, length: number): void {
-  if (mr.policy !== 'prefault') return;
-  const ps = region.pageSize;
-  const start = offset - (offset % ps);
-  region.populate(start, Math.min(region.size - start, Math.ceil((length + offset - start) / ps) * ps));
-}
-
 export function offsetOf(sges: { length: number }[], i: number): number {
   let o = 0;
   for (let k = 0; k < i; k++) o += sges[k]!.length;
   return o;
-}
-
-/** Split the bytes of `from` SGEs over `to` SGEs, in order. */
-export function scatter(from: Sge[], to: WireSge[]): Array<{ fromVa: bigint; toVa: bigint; length: number; key: number }> {
-  const out: Array<{ fromVa: bigint; toVa: bigint; length: number; key: number }> = [];
-  let ti = 0;
-  let tOff = 0;
-  for (const f of from) {
-    let fOff = 0;
-    while (fOff < f.length && ti < to.length) {
-      const room = to[ti]!.length - tOff;
-      const n = Math.min(room, f.length - fOff);
-      if (n > 0) out.push({ fromVa: f.addr + BigInt(fOff), toVa: to[ti]!.addr + BigInt(tOff), length: n, key: to[ti]!.lkey });
-      fOff += n;
-      tOff += n;
-      if (tOff >= to[ti]!.length) {
-        ti++;
-        tOff = 0;
-      }
-    }
-  }
-  return out;
 }

@@ -9,13 +9,14 @@
 import { closedError } from '../errors.js';
 import { mapRegion, type Region } from '../region.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
+import { RcOp, type RcQp } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
-import type { QpAttrs, QpCore, RecvWr, SendWr } from './qp-core.js';
+import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { Responder } from './responder.js';
 import { LIBRARY, claimRegion } from './tables.js';
@@ -123,12 +124,16 @@ export class QueuePair {
     rnrRetry: QP_DEFAULTS.rnrRetry,
     destQpNum: -1,
     destNode: -1,
+    rqPsn: 0,
+    sqPsn: 0,
   };
   #sq: SendWr[] = [];
   #rq: RecvWr[] = [];
   #destroyed = false;
   #scratch: Region | undefined;
   #core: QpCore;
+  /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
+  readonly rc: RcQp;
   #requester: Requester;
   #responder: Responder;
   #completer: Completer;
@@ -192,8 +197,45 @@ export class QueuePair {
       scratch: () => this.#scratchRegion(),
       toError: () => this.#toError(),
     };
+    const core = this.#core;
+    const completer = this.#completer;
+    this.rc = {
+      qpNum,
+      pd,
+      get receiving() {
+        const st = state();
+        return !destroyed() && (st === QpState.RTR || st === QpState.RTS || st === QpState.SQD);
+      },
+      get destNode() {
+        return attr.destNode;
+      },
+      get destQpNum() {
+        return attr.destQpNum;
+      },
+      get accessFlags() {
+        return attr.qpAccessFlags;
+      },
+      get minRnrTimer() {
+        return attr.minRnrTimer;
+      },
+      rq: this.#rq,
+      expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
+      received: (wqe, r) =>
+        completer.complete(
+          this.recvCq,
+          wqe.wrId,
+          r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
+          r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
+          r.status === 'ok' ? r.byteLen : 0,
+          r.immData,
+          r.status === 'ok' ? r.odp : undefined,
+          r.srcQpn,
+        ),
+      toError: () => this.#toError(),
+      resp: { epsn: 0, msg: undefined },
+    };
     this.#requester = new Requester(this.#core);
-    this.#responder = new Responder(this.#core);
+    this.#responder = new Responder(this.#core, this.rc);
     pd.users.add(this);
   }
 
@@ -234,8 +276,14 @@ export class QueuePair {
       this.#attr.destQpNum = checkInt('destQpNum', destQp, 0, 0xff_ffff);
       this.#attr.destNode = destNode;
       if (attr.minRnrTimer !== undefined) this.#attr.minRnrTimer = checkInt('minRnrTimer', attr.minRnrTimer, 0, 31);
+      if (attr.rqPsn !== undefined) this.#attr.rqPsn = checkInt('rqPsn', attr.rqPsn, 0, 0xff_ffff);
+      // The responder expects the peer's first message at rq_psn.
+      this.rc.resp.epsn = this.#attr.rqPsn;
+      this.rc.resp.msg = undefined;
     }
     if (to === QpState.RTS) {
+      if (attr.sqPsn !== undefined) this.#attr.sqPsn = checkInt('sqPsn', attr.sqPsn, 0, 0xff_ffff);
+      if (this.#state === QpState.RTR) this.#requester.startPsn(this.#attr.sqPsn);
       if (attr.timeout !== undefined) this.#attr.timeout = checkInt('timeout', attr.timeout, 0, 31);
       if (attr.retryCnt !== undefined) this.#attr.retryCnt = checkInt('retryCnt', attr.retryCnt, 0, 7);
       if (attr.rnrRetry !== undefined) this.#attr.rnrRetry = checkInt('rnrRetry', attr.rnrRetry, 0, 7);
@@ -322,11 +370,6 @@ export class QueuePair {
     if (this.#attr.destNode === node) this.#completer.peerLost();
   }
 
-  /** @internal the per-block admission of a write landing in this QP's memory */
-  accepts(from: number, key: number | undefined, va: bigint, length: number, pd: number): boolean {
-    return this.#responder.accepts(from, key, va, length, pd);
-  }
-
   #scratchRegion(): Region {
     if (!this.#scratch) {
       this.#scratch = mapRegion(4096);
@@ -340,9 +383,12 @@ export class QueuePair {
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
-    for (const wr of [...this.#responder.takeReceiving(), ...this.#rq.splice(0)])
-      this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+    // A receive a SEND has taken is still at the head of rq: flushed with the rest.
+    this.rc.resp.msg = undefined;
+    for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     this.#completer.stop();
+    // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
+    this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)
       for (const wr of this.#sq.splice(0)) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
   }

@@ -1,12 +1,12 @@
 // The requester of a QP (rdma_rxe's rxe_req): it runs the send queue in order. It checks the
-// WR's own SGEs on its own device, sends the connected QP's responder a request header
-// through the fabric for what it needs (its completer waits for the answer and retries an
-// RNR NAK), and moves bytes only by posting on its own node's engine; a READ or ATOMIC is
-// carried out by the responder, which sends the bytes back.
-import type { DmaCompletion } from '../../kernel-sim/index.js';
+// WR's own SGEs on its own device and turns a WRITE or SEND into RC packets on its own
+// node's engine (BTH: opcode, destination QP, PSN; RETH; ImmDt), which the connected QP's
+// node checks and answers with an ACK or a NAK (an RNR NAK retried by the engine); a READ
+// or ATOMIC is still a request header its responder carries out, sending the bytes back.
+import { type DmaCompletion, type DmaDescriptor, RcOp } from '../../kernel-sim/index.js';
 import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
-import { expectLanding, localSges, offsetOf, type QpCore, scatter, type SendWr } from './qp-core.js';
+import { expectLanding, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
 import type { Request, Response } from './wire.js';
 
 export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
@@ -44,10 +44,15 @@ export class Requester {
   #inflight: SendWr[] = [];
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
-  #psn = 1;
+  #psn = 0;
 
   constructor(qp: QpCore) {
     this.#qp = qp;
+  }
+
+  /** The QP reached RTS: its first PSN (sq_psn). */
+  startPsn(psn: number): void {
+    this.#psn = psn & 0xff_ffff;
   }
 
   /** The WRs being executed, in posting order (destroy flushes them). */
@@ -138,42 +143,29 @@ export class Requester {
     switch (wr.opcode) {
       case WrOpcode.RDMA_WRITE:
       case WrOpcode.RDMA_WRITE_WITH_IMM: {
+        // RC packets straight away: the responder's engine checks the rkey on every packet
+        // and, for the immediate, takes a receive with the last one.
         const { remoteAddr, rkey } = wr.rdma!;
-        const r = await this.#request({ op: 'write', rkey, addr: remoteAddr, length: total });
-        if (r.status !== WcStatus.SUCCESS) return fail(r.status);
+        const imm = wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM;
         const results = await this.#move(
+          imm ? RcOp.WRITE_IMM : RcOp.WRITE,
           local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(wr.sgList, i)), length: l.length, key: rkey })),
-          r.pd!,
+          total,
+          imm ? (wr.immData ?? 0) : undefined,
         );
-        const status = statusOf(results);
-        if (status !== WcStatus.SUCCESS || wr.opcode === WrOpcode.RDMA_WRITE) return done(status, total, results);
-        // The receive completion reports the same faults as the sender's: one transfer.
-        const out = done(status, total, results);
-        const imm = await this.#request({ op: 'write-imm', length: total, immData: wr.immData ?? 0, odp: out.odp });
-        return done(imm.status, total, results);
+        return done(statusOf(results), total, results);
       }
       case WrOpcode.SEND:
       case WrOpcode.SEND_WITH_IMM: {
-        const body: RequestBody = { op: 'send', length: total };
-        if (wr.opcode === WrOpcode.SEND_WITH_IMM) body.immData = wr.immData ?? 0;
-        const psn = this.#psn;
-        const r = await this.#request(body);
-        if (r.status !== WcStatus.SUCCESS) return fail(r.status);
-        const results = await this.#move(scatter(wr.sgList, r.targets!), r.pd!);
-        const status = statusOf(results);
-        // The responder completes its receive when it hears how the payload fared.
-        const out = done(status, total, results);
-        this.#send(
-          {
-            op: 'send-fin',
-            length: total,
-            ok: status === WcStatus.SUCCESS,
-            odp: out.odp,
-            ...(body.immData !== undefined ? { immData: body.immData } : {}),
-          },
-          r.psn ?? psn,
+        // The receive WQE is taken where the first packet lands; its buffers say where the bytes go.
+        const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
+        const results = await this.#move(
+          imm ? RcOp.SEND_IMM : RcOp.SEND,
+          local.map((l) => ({ fromVa: l.addr, toVa: 0n, length: l.length })),
+          total,
+          imm ? (wr.immData ?? 0) : undefined,
         );
-        return out;
+        return done(statusOf(results), total, results);
       }
       case WrOpcode.RDMA_READ: {
         const { remoteAddr, rkey } = wr.rdma!;
@@ -214,7 +206,7 @@ export class Requester {
   #request(body: RequestBody): Promise<Response> {
     return this.#qp.completer.request(
       (psn) => this.#send(body, psn),
-      () => this.#psn++,
+      () => this.#nextPsn(),
     );
   }
 
@@ -223,27 +215,52 @@ export class Requester {
     q.device.send(q.attr.destNode, { kind: 'request', srcQpn: q.qpNum, dstQpn: q.attr.destQpNum, psn, ...body });
   }
 
-  // Post one DMA descriptor per piece on this node's engine, to the connected QP's node.
-  #move(pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key: number }>, dstPd: number): Promise<DmaCompletion[]> {
+  #nextPsn(): number {
+    const psn = this.#psn;
+    this.#psn = (psn + 1) & 0xff_ffff;
+    return psn;
+  }
+
+  /**
+   * One WR as RC packets on this node's engine, to the connected QP: one transfer per SGE
+   * (each names its byte offset in the message when there are several), all under the WR's
+   * PSN; an empty message is one packet with no bytes.
+   */
+  #move(
+    opcode: RcOp,
+    pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
+    total: number,
+    immData: number | undefined,
+  ): Promise<DmaCompletion[]> {
     const q = this.#qp;
     const sim = q.device.sim;
     const rnr = q.attr.rnrRetry;
-    const post = (p: { fromVa: bigint; toVa: bigint; length: number; key: number }) =>
-      sim.post({
+    const psn = this.#nextPsn();
+    const parts = pieces.filter((p) => p.length > 0);
+    if (parts.length === 0) parts.push({ fromVa: 0n, toVa: pieces[0]?.toVa ?? 0n, length: 0 });
+    let offset = 0;
+    const post = (p: { fromVa: bigint; toVa: bigint; length: number; key?: number }) => {
+      const desc: DmaDescriptor = {
         channel: q.qpNum % sim.channels,
         srcVa: p.fromVa,
         dstNode: q.attr.destNode,
         dstVa: p.toVa,
         length: p.length,
         pd: q.pd.handle,
-        dstPd,
         retryLimit: rnr === 7 ? Infinity : rnr,
-        key: p.key,
         dstQp: q.attr.destQpNum,
         srcQp: q.qpNum,
-      });
+        opcode,
+        psn,
+      };
+      if (p.key !== undefined) desc.key = p.key;
+      if (immData !== undefined) desc.immData = immData;
+      if (parts.length > 1) desc.message = { offset, length: total };
+      offset += p.length;
+      return sim.post(desc);
+    };
     // The common case, one SGE: no Promise.all (one promise less per WR).
-    if (pieces.length === 1 && pieces[0]!.length > 0) return post(pieces[0]!).then((c) => [c]);
-    return Promise.all(pieces.filter((p) => p.length > 0).map(post));
+    if (parts.length === 1) return post(parts[0]!).then((c) => [c]);
+    return Promise.all(parts.map(post));
   }
 }

@@ -1,32 +1,24 @@
-// The responder of a QP (rdma_rxe's rxe_resp): it answers the request headers that reach
-// its QP, and checks each on its own node: that the sender is the QP it is connected to,
-// its own QP access flags (0 refuses every remote operation), the rkey in its own device's
-// table, the MR's PD, bounds and access flags. It takes receive WQEs for SEND and
-// WRITE_WITH_IMM (an RNR NAK when there is none), and carries out READ and ATOMIC itself by
-// posting on its own node's engine. Every write block that lands here is admitted again by
-// `accepts` (per block, as rxe checks the rkey per packet).
-import type { DmaCompletion } from '../../kernel-sim/index.js';
-import { Access, QpState, WcOpcode, WcStatus } from './constants.js';
+// The READ and ATOMIC part of a QP's responder (rdma_rxe's rxe_resp): it answers the
+// request headers that reach its QP, and checks each on its own node: that the sender is the
+// QP it is connected to, its own QP access flags (0 refuses every remote operation), the rkey
+// in its own device's table, the MR's PD, bounds and access flags; then it carries the
+// operation out by posting on its own node's engine, the bytes going back as READ responses
+// that the requester's node checks against the sinks it expects. WRITE and SEND never come
+// here: their packets are checked and written by the node's engine (kernel-sim/pldma/rc.ts).
+import { type DmaCompletion, RcOp, type RcQp } from '../../kernel-sim/index.js';
+import { Access, QpState, WcStatus } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import type { MemoryRegion } from './mr.js';
-import { expectLanding, expectsLanding, localSges, offsetOf, prefaultIfAsked, type QpCore, type RecvWr } from './qp-core.js';
+import { offsetOf, prefaultIfAsked, type QpCore } from './qp-core.js';
 import type { Request, Response } from './wire.js';
 
 export class Responder {
   #qp: QpCore;
-  /** SEND receives taken and waiting for the requester's word on the payload, by psn (and the end of their landing). */
-  #receiving = new Map<number, { wqe: RecvWr; done: () => void }>();
+  #rc: RcQp;
 
-  constructor(qp: QpCore) {
+  constructor(qp: QpCore, rc: RcQp) {
     this.#qp = qp;
-  }
-
-  /** Receives taken but not completed: flushed with the rest when the QP goes to ERR. */
-  takeReceiving(): RecvWr[] {
-    const out = [...this.#receiving.values()];
-    this.#receiving.clear();
-    for (const r of out) r.done();
-    return out.map((r) => r.wqe);
+    this.#rc = rc;
   }
 
   onRequest(m: Request, from: number): void {
@@ -37,54 +29,12 @@ export class Responder {
     // dropped, and the sender's transport retries run out.
     const receives = q.state === QpState.RTR || q.state === QpState.RTS || q.state === QpState.SQD;
     if (q.destroyed || !receives || from !== q.attr.destNode || m.srcQpn !== q.attr.destQpNum) {
-      if (m.op !== 'send-fin') answer(WcStatus.RETRY_EXC_ERR);
+      answer(WcStatus.RETRY_EXC_ERR);
       return;
     }
+    // A READ or atomic is a message of this QP's receive side: the next one's PSN follows it.
+    this.#rc.resp.epsn = (m.psn + 1) & 0xff_ffff;
     switch (m.op) {
-      case 'write':
-        if (!this.#remote(m.rkey, m.addr, m.length, Access.REMOTE_WRITE)) return answer(WcStatus.REM_ACCESS_ERR);
-        return answer(WcStatus.SUCCESS, { pd: q.pd.handle });
-      case 'write-imm': {
-        const wqe = q.rq.shift();
-        if (!wqe) return answer(WcStatus.RNR_RETRY_EXC_ERR, { rnr: q.attr.minRnrTimer });
-        q.completer.complete(q.recvCq, wqe.wrId, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, m.length, m.immData ?? 0, m.odp, m.srcQpn);
-        return answer(WcStatus.SUCCESS);
-      }
-      case 'send': {
-        const wqe = q.rq.shift();
-        if (!wqe) return answer(WcStatus.RNR_RETRY_EXC_ERR, { rnr: q.attr.minRnrTimer });
-        if (!localSges(q, wqe.sgList, true)) {
-          q.completer.complete(q.recvCq, wqe.wrId, WcStatus.LOC_PROT_ERR, WcOpcode.RECV, 0);
-          q.toError();
-          return answer(WcStatus.REM_OP_ERR);
-        }
-        const room = wqe.sgList.reduce((s, x) => s + x.length, 0);
-        if (m.length > room) {
-          q.completer.complete(q.recvCq, wqe.wrId, WcStatus.LOC_LEN_ERR, WcOpcode.RECV, 0);
-          q.toError();
-          return answer(WcStatus.REM_INV_REQ_ERR);
-        }
-        this.#receiving.set(m.psn, { wqe, done: expectLanding(q, wqe.sgList) });
-        return answer(WcStatus.SUCCESS, { pd: q.pd.handle, targets: wqe.sgList.map((s) => ({ addr: s.addr, length: s.length, lkey: s.lkey })) });
-      }
-      case 'send-fin': {
-        const taken = this.#receiving.get(m.psn);
-        if (!taken) return;
-        this.#receiving.delete(m.psn);
-        taken.done();
-        const wqe = taken.wqe;
-        q.completer.complete(
-          q.recvCq,
-          wqe.wrId,
-          m.ok ? WcStatus.SUCCESS : WcStatus.LOC_PROT_ERR,
-          WcOpcode.RECV,
-          m.length,
-          m.immData,
-          m.odp,
-          m.srcQpn,
-        );
-        return;
-      }
       case 'read': {
         if (!this.#remote(m.rkey, m.addr, m.length, Access.REMOTE_READ)) return answer(WcStatus.REM_ACCESS_ERR);
         const sinks = m.sinks ?? [];
@@ -97,6 +47,7 @@ export class Responder {
             dstPd: m.pd!,
             key: s.lkey,
             dstQp: m.srcQpn,
+            psn: m.psn,
           })),
           m.rnrRetry,
         ).then((results) => {
@@ -118,24 +69,6 @@ export class Responder {
         return;
       }
     }
-  }
-
-  /**
-   * Whether a write block from `from` into [va, va+length) under `key` may land: checked per
-   * block. From the peer, only where an RDMA WRITE may land (a REMOTE_WRITE key, a QP that
-   * takes remote writes) or where this QP expects its bytes (its READ and atomic sinks, a
-   * taken receive's buffers): a LOCAL_WRITE-only key is no licence to write.
-   */
-  accepts(from: number, key: number | undefined, va: bigint, length: number, pd: number): boolean {
-    const q = this.#qp;
-    if (q.destroyed || q.pd.closed || pd !== q.pd.handle) return false;
-    if (from !== q.device.node && from !== q.attr.destNode) return false;
-    if (key === undefined) return false;
-    const mr = q.device.tables.mr(key) as MemoryRegion | undefined;
-    if (!mr || mr.closed || mr.pd !== q.pd || !(mr.access & Access.LOCAL_WRITE)) return false;
-    const remoteWrite = (mr.access & Access.REMOTE_WRITE) !== 0 && (q.attr.qpAccessFlags & Access.REMOTE_WRITE) !== 0;
-    if (from !== q.device.node && !remoteWrite && !expectsLanding(q, key, va, length)) return false;
-    return mr.resolve(va, length) !== undefined;
   }
 
   // Check a remote key against this QP's flags and PD and the access wanted; map its memory.
@@ -173,7 +106,7 @@ export class Responder {
         ? BigInt.asUintN(64, a.swap)
         : undefined;
     const back = await this.#move(
-      [{ fromVa: scratch.address, dstNode: from, toVa: sink.addr, length: 8, dstPd: m.pd!, key: sink.lkey, dstQp: m.srcQpn }],
+      [{ fromVa: scratch.address, dstNode: from, toVa: sink.addr, length: 8, dstPd: m.pd!, key: sink.lkey, dstQp: m.srcQpn, psn: m.psn }],
       m.rnrRetry,
     );
     const results = [...read, ...back];
@@ -181,14 +114,16 @@ export class Responder {
     if (q.destroyed) return fail(WcStatus.RETRY_EXC_ERR);
     view.setBigUint64(8, next, true);
     const write = await this.#move(
-      [{ fromVa: scratch.address + 8n, dstNode: here, toVa: m.addr!, length: 8, dstPd: q.pd.handle, key: m.rkey!, dstQp: q.qpNum }],
+      // This node's own write into its own memory (no QP: the engine's raw transfer; the key
+      // only tags the copy, so deregistering the MR waits for it).
+      [{ fromVa: scratch.address + 8n, dstNode: here, toVa: m.addr!, length: 8, dstPd: q.pd.handle, key: m.rkey! }],
       m.rnrRetry,
     );
     return done(statusOf(write), 8, [...results, ...write]);
   }
 
   #move(
-    pieces: Array<{ fromVa: bigint; dstNode: number; toVa: bigint; length: number; dstPd: number; key?: number; dstQp?: number }>,
+    pieces: Array<{ fromVa: bigint; dstNode: number; toVa: bigint; length: number; dstPd: number; key?: number; dstQp?: number; psn?: number }>,
     rnrRetry = 7,
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;
@@ -209,7 +144,12 @@ export class Responder {
             srcQp: q.qpNum,
           };
           if (p.key !== undefined) desc.key = p.key;
-          if (p.dstQp !== undefined) desc.dstQp = p.dstQp;
+          if (p.dstQp !== undefined) {
+            // The answer's bytes, as RC's READ response: checked at the requester against the sinks it expects.
+            desc.dstQp = p.dstQp;
+            desc.opcode = RcOp.READ_RESPONSE;
+            if (p.psn !== undefined) desc.psn = p.psn;
+          }
           return sim.post(desc);
         }),
     );

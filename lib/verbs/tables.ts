@@ -2,6 +2,7 @@
 // memory keys and QP numbers are handed out, looked up and released here, one table per
 // device (node) for what a device looks up on its own. MRs and QPs hold the table of their
 // own device, never their Cluster or Context, and a device only ever looks in its own.
+import type { RcMr, RcQp, RcTables } from '../../kernel-sim/index.js';
 import type { Region } from '../region.js';
 import { verbsError } from './errors.js';
 
@@ -81,21 +82,27 @@ export function qpNumbers(): IdAllocator {
 /** Device limits (ibv_query_device), enforced by the tables. */
 export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, maxSge: 16 } as const;
 
-/** One device's (node's) tables: what its responder looks up, by key and by QP number. */
-export class DeviceTables<MR, QP> {
+/**
+ * One device's (node's) tables: its MRs by key and its QPs by number. What the node's
+ * engine responder reads of them (RcMr, a QP's RcQp face) is kept in the node's own RcTables
+ * too: the engine checks every RC packet there, never asking the verbs.
+ */
+export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
   readonly node: number;
   readonly #mrs = new Map<number, MR>();
   readonly #qps = new Map<number, QP>();
+  readonly #rc: RcTables;
   readonly keys: KeyAllocator;
   #qpns: IdAllocator;
   /** Serialises atomics: the device's atomic unit. */
   atomicChain: Promise<unknown> = Promise.resolve();
 
   /** Keys and QP numbers come from allocators shared by the devices of a cluster: unique across it. */
-  constructor(node: number, keys: KeyAllocator, qpns: IdAllocator) {
+  constructor(node: number, keys: KeyAllocator, qpns: IdAllocator, rc: RcTables) {
     this.node = node;
     this.keys = keys;
     this.#qpns = qpns;
+    this.#rc = rc;
   }
 
   addMr(make: (key: number) => MR): MR {
@@ -105,6 +112,7 @@ export class DeviceTables<MR, QP> {
     try {
       const mr = make(key);
       this.#mrs.set(key, mr);
+      this.#rc.mrs.set(key, mr);
       return mr;
     } catch (e) {
       this.keys.free(key);
@@ -117,6 +125,7 @@ export class DeviceTables<MR, QP> {
   }
 
   removeMr(key: number): void {
+    this.#rc.mrs.delete(key);
     if (this.#mrs.delete(key)) this.keys.free(key);
   }
 
@@ -127,6 +136,7 @@ export class DeviceTables<MR, QP> {
     try {
       const qp = make(qpn);
       this.#qps.set(qpn, qp);
+      this.#rc.qps.set(qpn, qp.rc);
       return qp;
     } catch (e) {
       this.#qpns.free(qpn);
@@ -143,6 +153,7 @@ export class DeviceTables<MR, QP> {
   }
 
   removeQp(qpn: number): void {
+    this.#rc.qps.delete(qpn);
     if (this.#qps.delete(qpn)) this.#qpns.free(qpn);
   }
 }

@@ -158,15 +158,10 @@ describe('wire layout: round trips', () => {
     const { atomic: _atomic, ...readBody } = request.body as VerbsRequest;
     const read: MessagePacket = { ...request, body: { ...readBody, op: 'read' } };
     expect(decodeFrame(encodePacket(read))).toEqual({ op: Op.REQUEST, packet: read });
-    for (const op of ['write', 'write-imm', 'send', 'send-fin'] as const) {
-      const m: MessagePacket = {
-        type: 'message',
-        src: 2,
-        dst: 3,
-        arrivesAt: 0,
-        body: { kind: 'request', op, srcQpn: 1, dstQpn: 2, psn: 0, length: 64 },
-      };
-      expect(decodeFrame(encodePacket(m))).toEqual({ op: Op.REQUEST, packet: m });
+    // WRITE and SEND are RC packets of the engine now: a verbs request naming them is refused.
+    for (const op of ['write', 'write-imm', 'send', 'send-fin']) {
+      const m = { type: 'message', src: 2, dst: 3, arrivesAt: 0, body: { kind: 'request', op, srcQpn: 1, dstQpn: 2, psn: 0, length: 64 } };
+      expect(() => encodePacket(m as unknown as MessagePacket)).toThrow(/op must be read, atomic/);
     }
   });
 
@@ -192,9 +187,13 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
   it('an empty frame, an unknown opcode, unknown flag bits', () => {
     refused(new Uint8Array(0), /the frame ends inside opcode/);
     refused(Uint8Array.of(0x7e, 0), /unknown opcode 0x7e/);
+    const a = encodePacket({ ...ack, verdicts: [], returned: undefined as never, fetched: undefined as never }).slice();
+    a[1] = 0x80;
+    refused(a, /ack: unknown flag bits 0x80/);
+    // Every bit of a write's flags is defined: one that announces RC fields needs an RC opcode.
     const f = good.slice();
-    f[1] = 0x80;
-    refused(f, /write: unknown flag bits 0x80/);
+    f[1] |= 0x80;
+    refused(f, /the frame ends inside|opcode must be present with the RC fields/);
     refused(Uint8Array.of(Op.PING, 1), /ping: unknown flag bits/);
   });
 
@@ -230,7 +229,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const f = encodePacket({ ...ack, verdicts: [], returned: undefined as never, fetched: undefined as never });
     const r = f.slice();
     r[2 + 36] = 99; // resp, after the 36-byte header
-    refused(r, /resp must be an integer in 0\.\.9, got 99/);
+    refused(r, /resp must be an integer in 0\.\.13, got 99/);
     expect(() => encodePacket({ ...ack, verdicts: [{ seq: 1, count: 0, resp: 0, walkUs: 0 }] })).toThrow(
       /verdicts\[0\]\.count must be an integer in 1\.\.1024, got 0/,
     );
@@ -243,7 +242,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const f = encodePacket(request).slice();
     // op follows: opcode, flags, flags2, src, dst, arrivesAt (8), srcQpn, dstQpn, psn.
     f[1 + 1 + 1 + 4 + 8 + 12] = 6;
-    refused(f, /op must be 0\.\.5, got 6/);
+    refused(f, /op must be 0\.\.1, got 6/);
     expect(() => encodePacket({ ...response, body: { ...response.body, status: 24 } as never })).toThrow(
       /status must be an integer in 0\.\.23, got 24/,
     );

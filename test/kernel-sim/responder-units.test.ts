@@ -6,8 +6,13 @@ import {
   type AckPacket,
   AckResp,
   DEFAULT_COSTS,
+  type DmaDescriptor,
   DmaStatus,
   type Packet,
+  RcOp,
+  type RcMr,
+  type RcQp,
+  type RcReceived,
   type SimSystem,
   type TraceEvent,
   type WritePacket,
@@ -319,8 +324,10 @@ describe('a copy that stops while the next run of its transfer is already transl
   });
 });
 
-describe("the destination's admission check (key and QP)", () => {
-  function rig(pages: number) {
+describe("the responder's RC checks, on its own node's tables", () => {
+  // Node 1 holds one QP connected to QP 5 of node 0, and one MR over the destination's first
+  // `mrPages` pages: what the verbs layer keeps there, built by hand.
+  function rig(pages: number, mrPages = pages) {
     const sys = env.system({ nodes: 2 });
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
@@ -328,82 +335,112 @@ describe("the destination's admission check (key and QP)", () => {
     dst.populate();
     proc(sys.node(0), 100, 7, [src]);
     proc(sys.node(1), 200, 7, [dst]);
-    const spans: Array<[number, number]> = [];
-    /** Admit what ends at or before `limit` bytes into dst, recording each span asked about (offset, length). */
-    const admitUpTo = (limit: number) =>
-      sys.node(1).admit((_, span) => {
-        const off = Number(span.va - dst.address);
-        spans.push([off, span.length]);
-        return off + span.length <= limit;
-      });
-    return { sys, src, dst, data, spans, admitUpTo };
+    const pd = { handle: 7, closed: false };
+    const covers = (addr: bigint, length: number) => addr >= dst.address && addr + BigInt(length) <= dst.address + BigInt(mrPages * P);
+    const mr: RcMr = {
+      closed: false,
+      access: 1 | 2,
+      pd,
+      covers,
+      place: (addr, length) => (covers(addr, length) ? { region: dst, offset: Number(addr - dst.address) } : undefined),
+    };
+    const received: RcReceived[] = [];
+    const qp: RcQp = {
+      qpNum: 9,
+      pd,
+      receiving: true,
+      destNode: 0,
+      destQpNum: 5,
+      accessFlags: 1 | 2,
+      minRnrTimer: 1,
+      rq: [],
+      expects: () => false,
+      received: (_, r) => received.push(r),
+      toError: () => undefined,
+      resp: { epsn: 0, msg: undefined },
+    };
+    const t = sys.node(1).tables;
+    t.strict = true;
+    t.mrs.set(0x1234, mr);
+    t.qps.set(9, qp);
+    const rc = (d: Partial<DmaDescriptor>) => post(sys.node(0), src, dst, { dstQp: 9, srcQp: 5, key: 0x1234, opcode: RcOp.WRITE, psn: 0, ...d });
+    return { sys, src, dst, data, mr, qp, received, rc };
   }
+  const zero = (r: Region) => bytesOf(r).every((x) => x === 0);
 
-  test('a write admitted for its first blocks only: those land, the next is refused DST_PERM_ERR, nothing after it', async () => {
-    const { sys, src, dst, data, spans, admitUpTo } = rig(8);
-    admitUpTo(3 * P);
-    const cpl = await within('transfer', post(sys.node(0), src, dst, { key: 0x1234, dstQp: 5 }));
-    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, side: 'destination', bytes: 3 * P });
-    expect(cpl.reason).toBe('node 1 no longer accepts key 0x1234 for QP 5');
-    expect(bytesOf(dst, 0, 3 * P).equals(data.subarray(0, 3 * P))).toBe(true);
-    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
-    // The whole span first, then block by block up to the one refused.
-    expect(spans).toEqual([
-      [0, 8 * P],
-      [0, P],
-      [P, P],
-      [2 * P, P],
-      [3 * P, P],
-    ]);
-    expect(sys.node(0).pldma.counters()).toMatchObject({ blocksAcked: 3, errors: 1 });
+  test('a WRITE past its MR is refused whole, once per packet: DST_PERM_ERR, nothing written', async () => {
+    const { dst, rc } = rig(8, 3);
+    const cpl = await within('write', rc({}));
+    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, side: 'destination', bytes: 0 });
+    expect(cpl.reason).toMatch(/is not inside rkey 0x1234's MR/);
+    expect(zero(dst)).toBe(true);
   });
 
-  test('the last, partial block refused: each block is asked about with its own length', async () => {
-    const { sys, src, dst, data, spans, admitUpTo } = rig(4);
-    const length = 3 * P + 100;
-    admitUpTo(length - 1);
-    const cpl = await within('transfer', post(sys.node(0), src, dst, { length, key: 7 }));
-    expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 3 * P });
-    expect(cpl.reason).toMatch(/^node 1 no longer accepts key 0x7 /);
-    expect(spans).toEqual([
-      [0, length],
-      [0, P],
-      [P, P],
-      [2 * P, P],
-      [3 * P, 100],
-    ]);
-    expect(bytesOf(dst, 0, 3 * P).equals(data.subarray(0, 3 * P))).toBe(true);
-    expect(bytesOf(dst, 3 * P).every((x) => x === 0)).toBe(true);
+  test('another PD, a closed MR, a missing access flag: each refused, nothing written', async () => {
+    const { dst, mr, rc } = rig(2);
+    for (const [change, reason] of [
+      [{ pd: { handle: 8, closed: false } }, /another protection domain/],
+      [{ closed: true }, /names no live MR/],
+      [{ access: 1 }, /without REMOTE_WRITE/],
+    ] as const) {
+      const saved = { pd: mr.pd, closed: mr.closed, access: mr.access };
+      Object.assign(mr, change);
+      const cpl = await within('write', rc({}));
+      expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0 });
+      expect(cpl.reason).toMatch(reason);
+      Object.assign(mr, saved);
+    }
+    expect(zero(dst)).toBe(true);
   });
 
-  test('no check set: a write naming a key and QP lands; with one set, a write naming only a QP, or neither, is checked', async () => {
-    const { sys, src, dst, data, spans, admitUpTo } = rig(2);
-    const unchecked = await within('no check', post(sys.node(0), src, dst, { key: 3, dstQp: 4 }));
-    expect(unchecked.status).toBe(DmaStatus.SUCCESS);
+  test('the wrong sender, a QP not receiving, a PSN out of sequence: dropped (DROPPED), nothing written', async () => {
+    const { dst, qp, data, rc } = rig(2);
+    expect(await within('other QP', rc({ srcQp: 6 }))).toMatchObject({ status: DmaStatus.DROPPED, bytes: 0 });
+    expect(await within('skipped PSN', rc({ psn: 1 }))).toMatchObject({ status: DmaStatus.DROPPED, bytes: 0 });
+    Object.assign(qp, { receiving: false });
+    const off = await within('not receiving', rc({}));
+    expect(off).toMatchObject({ status: DmaStatus.DROPPED, bytes: 0 });
+    expect(off.reason).toBe('no QP 9 accepting packets on this node');
+    expect(zero(dst)).toBe(true);
+    Object.assign(qp, { receiving: true });
+    // The expected PSN did not move: the first message lands, the next must follow it.
+    expect(await within('in sequence', rc({}))).toMatchObject({ status: DmaStatus.SUCCESS });
     expect(bytesOf(dst).equals(data)).toBe(true);
-    new Uint8Array(dst.buffer).fill(0);
-    admitUpTo(0);
-    const byQp = await within('QP only', post(sys.node(0), src, dst, { dstQp: 9 }));
-    expect(byQp).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0, reason: 'node 1 no longer accepts key 0x0 for QP 9' });
-    expect(spans).toEqual([
-      [0, 2 * P],
-      [0, P],
-    ]);
-    expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
-    // Naming neither is no way around the check: it is asked too, and says what it refused.
-    const plain = await within('neither', post(sys.node(0), src, dst));
-    expect(plain).toMatchObject({
-      status: DmaStatus.DST_PERM_ERR,
-      bytes: 0,
-      reason: 'node 1 does not accept a write from node 0 that names no memory key and no QP',
-    });
-    expect(spans).toHaveLength(4);
-    expect(bytesOf(dst).every((x) => x === 0)).toBe(true);
-    admitUpTo(2 * P);
-    const admitted = await within('neither, admitted', post(sys.node(0), src, dst));
-    expect(admitted.status).toBe(DmaStatus.SUCCESS);
-    expect(spans).toHaveLength(5);
+    expect(qp.resp.epsn).toBe(1);
+    expect(await within('a PSN again', rc({ psn: 0 }))).toMatchObject({ status: DmaStatus.DROPPED });
+  });
+
+  test('a packet naming no QP: refused from a peer once a device drives the node, written from its own engine', async () => {
+    const { sys, src, dst, data } = rig(2);
+    const plain = await within('raw', post(sys.node(0), src, dst));
+    expect(plain).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0, reason: 'node 1 does not accept a write from node 0 that names no QP' });
+    expect(zero(dst)).toBe(true);
+    sys.node(1).tables.strict = false;
+    expect((await within('not strict', post(sys.node(0), src, dst))).status).toBe(DmaStatus.SUCCESS);
     expect(bytesOf(dst).equals(data)).toBe(true);
+  });
+
+  test("a SEND with no receive posted: RNR NAKs until one is; it lands in the receive's buffer and completes there", async () => {
+    const { dst, qp, data, received, rc } = rig(2);
+    const sent = rc({ opcode: RcOp.SEND, key: undefined, dstVa: 0n, length: 100, immData: 0xabc, retryLimit: Infinity });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(received).toEqual([]);
+    qp.rq.push({ wrId: 1, sgList: [{ addr: dst.address + BigInt(P), length: 200, lkey: 0x1234 }] });
+    const cpl = await within('send', sent);
+    expect(cpl.status).toBe(DmaStatus.SUCCESS);
+    expect(cpl.nacks).toBeGreaterThan(0);
+    expect(bytesOf(dst, P, 100).equals(data.subarray(0, 100))).toBe(true);
+    expect(received).toMatchObject([{ status: 'ok', op: RcOp.SEND, byteLen: 100, immData: 0xabc, srcQpn: 5 }]);
+    expect(qp.rq).toEqual([]);
+  });
+
+  test('a SEND longer than the receive: the receive completes with "len", the requester gets REM_INV_REQ, nothing written', async () => {
+    const { dst, qp, received, rc } = rig(2);
+    qp.rq.push({ wrId: 1, sgList: [{ addr: dst.address, length: 50, lkey: 0x1234 }] });
+    const cpl = await within('send', rc({ opcode: RcOp.SEND, key: undefined, length: 100 }));
+    expect(cpl).toMatchObject({ status: DmaStatus.REM_INV_REQ, bytes: 0 });
+    expect(received).toMatchObject([{ status: 'len' }]);
+    expect(zero(dst)).toBe(true);
   });
 });
 

@@ -412,14 +412,28 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.WR_FLUSH_ERR });
   });
 
-  test('a SEND whose bytes fail to land completes its receive with an error, not SUCCESS', async () => {
+  test('a SEND whose bytes fail to land never completes its receive: it stays posted, and the next SEND fills it whole', async () => {
+    // RC: the responder took the receive at the first packet; the message never ended, so the
+    // receive does not complete (no SUCCESS for bytes that did not all land), and the next
+    // message's first packet takes it again (rxe keeps qp->resp.wqe the same way).
     const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
     client.fill(0x52, 0, 4 * P);
     server.region.evict();
     server.qp.postRecv({ wrId: 9, sgList: [server.sge(0, 4 * P)] });
     const wc = await fails(client, { opcode: WrOpcode.SEND, sgList: [client.sge(0, 4 * P)] });
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
-    expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.LOC_PROT_ERR });
+    await sleep(20);
+    expect(server.cq.poll(4)).toEqual([]);
+    // The requester is in ERR: reset it, its next PSN the one the responder now expects (1),
+    // and send again: the same receive completes, with the new message whole.
+    client.qp.modify({ qpState: QpState.RESET });
+    client.qp.modify({ qpState: QpState.INIT, qpAccessFlags: 0 });
+    client.qp.modify({ qpState: QpState.RTR, destQpNum: server.qp.qpNum, destNode: server.ctx.node });
+    client.qp.modify({ qpState: QpState.RTS, sqPsn: 1, rnrRetry: 7 });
+    client.fill(0x53, 0, 4 * P);
+    expect((await fails(client, { opcode: WrOpcode.SEND, sgList: [client.sge(0, 4 * P)] })).status).toBe(WcStatus.SUCCESS);
+    expect(await next(server.cq)).toMatchObject({ wrId: 9n, status: WcStatus.SUCCESS, byteLen: 4 * P });
+    expect(server.bytes(0, 4 * P).every((b) => b === 0x53)).toBe(true);
   });
 
   test('an atomic whose old value cannot land at the requester is not applied: the remote value stays', async () => {

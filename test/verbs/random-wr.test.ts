@@ -103,11 +103,20 @@ test('5000 seeded random work requests match the libibverbs oracle; canaries nev
   const ro = s.ctx.regMr(s.mr.pd, s.region, CANARY, BUF, Access.REMOTE_READ | Access.ON_DEMAND);
   const connect = () => connectQps(c.qp, s.qp, { rnrRetry: 1, minRnrTimer: 1 });
   connect();
+  const resetServer = () => {
+    s.qp.modify({ qpState: QpState.RESET });
+    s.qp.modify({ qpState: QpState.INIT, qpAccessFlags: Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC });
+    s.qp.modify({ qpState: QpState.RTR, destQpNum: c.qp.qpNum, destNode: 0, minRnrTimer: 1 });
+    s.qp.modify({ qpState: QpState.RTS, rnrRetry: 1 });
+  };
+  // A client QP reset starts again at PSN 0 (sq_psn): its peer is reset too, to expect it
+  // (as two rc_pingpong ends exchange their PSNs before they connect).
   const reconnectClient = () => {
     c.qp.modify({ qpState: QpState.RESET });
     c.qp.modify({ qpState: QpState.INIT, qpAccessFlags: Access.LOCAL_WRITE });
     c.qp.modify({ qpState: QpState.RTR, destQpNum: s.qp.qpNum, destNode: 1, minRnrTimer: 1 });
     c.qp.modify({ qpState: QpState.RTS, rnrRetry: 1 });
+    if (s.qp.state !== QpState.ERR) resetServer();
   };
   const buf = (x: Side) => Buffer.from(x.region.buffer, CANARY, BUF);
   const canariesIntact = (x: Side) => {
@@ -223,10 +232,7 @@ test('5000 seeded random work requests match the libibverbs oracle; canaries nev
       s.qp.modify({ qpState: QpState.ERR });
       const flushed = await s.cq.next({ timeoutMs: 5000 });
       expect(WcStatus[flushed.status], what).toBe('WR_FLUSH_ERR');
-      s.qp.modify({ qpState: QpState.RESET });
-      s.qp.modify({ qpState: QpState.INIT, qpAccessFlags: Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC });
-      s.qp.modify({ qpState: QpState.RTR, destQpNum: c.qp.qpNum, destNode: 0, minRnrTimer: 1 });
-      s.qp.modify({ qpState: QpState.RTS, rnrRetry: 1 });
+      resetServer();
     }
   }
   // The requests really faulted, at both ends; and every kind of outcome happened.

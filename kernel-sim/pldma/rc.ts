@@ -1,0 +1,401 @@
+// What one node's RC responder knows of its own QPs and MRs (rdma_rxe's rxe_pool objects as
+// rxe_resp reads them), and the checks it makes of every packet that names a QP, once per
+// packet, on its own node: QP state and connection, opcode, rkey, PD, access flags, bounds
+// (rxe_resp's check_op_valid, check_rkey, check_length), and for a SEND or a WRITE with
+// immediate the receive WQE it takes (check_resource: none posted is an RNR NAK). The verbs
+// layer keeps its objects in these tables; the engine only reads them: it never asks the
+// verbs whether a packet may land.
+import { RcOp } from '../fabric/packets.js';
+import type { MemoryLike } from '../memory.js';
+import type { FaultCounts } from './types.js';
+
+export { RcOp };
+
+/** A protection domain as the tables see it: its handle (its SMMU stream's PD) and whether it is gone. */
+export interface RcPd {
+  /** The PD's handle. */
+  readonly handle: number;
+  /** True once the PD was deallocated. */
+  readonly closed: boolean;
+}
+
+/** Where a range of an MR lies: a region of the process's memory and the offset in it. */
+export interface RcPlaceAt {
+  /** The region. */
+  region: MemoryLike;
+  /** Byte offset of the range in it. */
+  offset: number;
+}
+
+/** ibv_access_flags bits the responder checks (libibverbs values). */
+export const RcAccess = { LOCAL_WRITE: 1, REMOTE_WRITE: 2, REMOTE_READ: 4, REMOTE_ATOMIC: 8 } as const;
+
+/** An MR as its node's responder reads it. */
+export interface RcMr {
+  /** True once deregistered. */
+  readonly closed: boolean;
+  /** ibv_access_flags. */
+  readonly access: number;
+  /** The MR's protection domain (its handle is its SMMU stream's PD). */
+  readonly pd: RcPd;
+  /**
+   * Where [addr, addr+length) lies, its region mapped in the PD's stream (ODP: the engine
+   * faults on its pages); undefined if the range is not all inside the MR.
+   */
+  place(addr: bigint, length: number): RcPlaceAt | undefined;
+  /** Whether [addr, addr+length) lies inside the MR (nothing mapped or touched). */
+  covers(addr: bigint, length: number): boolean;
+}
+
+/** A receive work request as the responder takes it. */
+export interface RcRecvWqe {
+  /** The WR's id, for its completion. */
+  wrId: bigint | number;
+  /** The buffers an incoming SEND is scattered into, in order. */
+  sgList: RcSge[];
+}
+
+/** A scatter/gather entry of a receive (struct ibv_sge). */
+export interface RcSge {
+  /** Start address. */
+  addr: bigint;
+  /** Bytes. */
+  length: number;
+  /** The lkey of the MR that holds it. */
+  lkey: number;
+}
+
+/** How a receive ended, as the responder reports it to its QP (which completes it on its CQ). */
+export interface RcReceived {
+  /** 'ok'; 'prot': a buffer is in no MR of the QP's PD with LOCAL_WRITE; 'len': the message is longer than the buffers. */
+  status: 'ok' | 'prot' | 'len';
+  /** Which operation consumed it. */
+  op: RcOp.SEND | RcOp.SEND_IMM | RcOp.WRITE_IMM;
+  /** Bytes of the message. */
+  byteLen: number;
+  /** The immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM. */
+  immData?: number;
+  /** The QP number of the sender. */
+  srcQpn: number;
+  /** What the message took at this end (and the source's faults, as the last packet reported them). */
+  odp: RcOdp;
+}
+
+/** The faults and times of a message, as one end saw them. */
+export interface RcOdp {
+  /** Faults by side. */
+  faults: FaultCounts;
+  /** Pages a page store supplied (remote paging's major faults). */
+  majorFaults: number;
+  /** Blocks sent again after a fault. */
+  retransmittedBlocks: number;
+  /** Modelled µs, first packet issued to last landed. */
+  modelUs: number;
+  /** Measured µs, the same span. */
+  realUs: number;
+}
+
+/** A QP as its node's responder reads it. */
+export interface RcQp {
+  /** The QP's number. */
+  readonly qpNum: number;
+  /** The QP's protection domain: the MRs it may use, the stream that translates its bytes. */
+  readonly pd: RcPd;
+  /** In RTR, RTS or SQD and not destroyed: it accepts packets. */
+  readonly receiving: boolean;
+  /** The node of the connected QP: the only one whose packets it accepts. */
+  readonly destNode: number;
+  /** The connected QP's number. */
+  readonly destQpNum: number;
+  /** qp_access_flags: the remote operations it accepts. */
+  readonly accessFlags: number;
+  /** The RNR NAK timer code it answers with. */
+  readonly minRnrTimer: number;
+  /** The receive queue: its head is taken by a SEND's first packet (kept there until the message completes). */
+  readonly rq: RcRecvWqe[];
+  /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
+  expects(lkey: number, va: bigint, length: number): boolean;
+  /** A receive ended (its WQE has left `rq`). */
+  received(wqe: RcRecvWqe, r: RcReceived): void;
+  /** A receive failed at this end (a bad buffer, too short): the QP goes to ERR. */
+  toError(): void;
+  /** The responder's own state of this QP (rxe's qp->resp): the PSN it expects, the message in progress. */
+  readonly resp: RcRespState;
+}
+
+/** What a QP's responder keeps between packets (set up by the QP at RTR, cleared at RESET). */
+export interface RcRespState {
+  /** The PSN of the next message (rq_psn at RTR; 24 bits). */
+  epsn: number;
+  /** The message in progress: its PSN, the sender's transfer, the receive WQE it took, what it cost here. */
+  msg: RcMessage | undefined;
+}
+
+/** A message this QP is receiving. */
+export interface RcMessage {
+  psn: number;
+  tid: number;
+  opcode: RcOp;
+  /** SEND: the receive WQE its first packet took (still at the head of rq until the message completes). */
+  wqe: RcRecvWqe | undefined;
+  /** Destination faults (NACKs) this end took for it. */
+  faults: number;
+  /** When its first packet was issued (modelled µs, performance.now() ms). */
+  firstUs: number;
+  firstMs: number;
+}
+
+/** One node's object tables: its MRs by key and its QPs by number. */
+export class RcTables {
+  /** MRs by key (lkey = rkey). */
+  readonly mrs = new Map<number, RcMr>();
+  /** QPs by number. */
+  readonly qps = new Map<number, RcQp>();
+  /**
+   * Set once a verbs device drives the node: a packet that names no QP is then accepted only
+   * from the node's own engine (an atomic's read into its own buffer), never from a peer.
+   */
+  strict = false;
+}
+
+/** Why the responder refused a packet: the NAK syndrome (AETH) and what it says. */
+export interface RcRefusal {
+  nak: 'qp' | 'psn' | 'access' | 'inv-req' | 'op' | 'rnr';
+  reason: string;
+  /** RNR NAK: the QP's min_rnr_timer code. */
+  rnrTimer?: number;
+}
+
+/** An RC packet's fields the responder acts on. */
+export interface RcPacket {
+  src: number;
+  qpn: number;
+  srcQpn: number | undefined;
+  opcode: RcOp;
+  psn: number | undefined;
+  key: number | undefined;
+  tid: number;
+  seq: number;
+  va: bigint;
+  length: number;
+  /** Bytes of the transfer from this packet's first on. */
+  lengthHint: number;
+  /** A message of several transfers (one per SGE): this transfer's offset in it and the message's bytes. */
+  msgOffset: number | undefined;
+  msgLength: number | undefined;
+  blockSize: number;
+  issuedUs: number;
+  issuedMs: number;
+}
+
+/** A packet admitted: its QP, the message it belongs to, where its bytes land. */
+export interface RcAdmitted {
+  qp: RcQp;
+  msg: RcMessage;
+  /** Bytes of the message. */
+  total: number;
+  /** Destination spans in order, each inside an MR checked for this packet (empty: no bytes). */
+  spans: RcPlace['spans'];
+  /** The packet ends the message. */
+  last: boolean;
+}
+
+/**
+ * Admit an RC packet at this node (rxe_resp's checks, in its order): the QP and its
+ * connection, the PSN (the next message's first packet, or the message in progress), the
+ * opcode and rkey (checkRc), then the resources: a SEND's first packet takes the receive at
+ * the head of rq (RNR NAK if there is none; its buffers are checked: not in an MR of the
+ * QP's PD is REM_OP_ERR, too short REM_INV_REQ_ERR, the receive completing in error and the
+ * QP going to ERR), a WRITE with immediate's last packet needs one too. A message starts
+ * (epsn moves on) only once its first packet is admitted.
+ */
+export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  const refused = checkRc(t, p);
+  if (refused) return refused;
+  const qp = t.qps.get(p.qpn)!;
+  // Where the packet's bytes sit in its message, and whether it ends the message.
+  const { off, total } = spanOf(p);
+  const last = off + p.length === total;
+  const spansOf = (): RcPlace['spans'] => (p.length > 0 ? [{ va: p.va, length: p.length, key: p.key! }] : []);
+  // A READ response belongs to this QP's own outstanding READ (checkRc checked it expects it),
+  // not to a message its responder receives: no PSN of the receive side.
+  if (p.opcode === RcOp.READ_RESPONSE)
+    return {
+      qp,
+      msg: { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs },
+      total,
+      spans: spansOf(),
+      last,
+    };
+  const r = qp.resp;
+  let msg = r.msg;
+  const continues = msg !== undefined && msg.psn === p.psn;
+  if (!continues) {
+    if (p.psn !== r.epsn || off !== 0)
+      return { nak: 'psn', reason: `QP ${p.qpn} expects PSN ${r.epsn} to start a message, got PSN ${String(p.psn)} at byte ${off}` };
+    msg = { psn: p.psn, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
+  }
+  const send = p.opcode === RcOp.SEND || p.opcode === RcOp.SEND_IMM;
+  let spans: RcPlace['spans'];
+  if (send) {
+    if (!msg!.wqe) {
+      const wqe = qp.rq[0];
+      if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+      const s = scatterSend(t, qp, wqe, 0, 0, total);
+      if ('fail' in s) {
+        qp.rq.shift();
+        qp.received(wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+        qp.toError();
+        return s.fail === 'prot'
+          ? { nak: 'op', reason: `a buffer of QP ${p.qpn}'s receive is in no MR of its PD with LOCAL_WRITE` }
+          : { nak: 'inv-req', reason: `a ${total}-byte SEND does not fit QP ${p.qpn}'s receive buffers` };
+      }
+      msg!.wqe = wqe;
+    }
+    const s = scatterSend(t, qp, msg!.wqe!, off, p.length, 0);
+    if ('fail' in s) return { nak: 'op', reason: `QP ${p.qpn}'s receive buffers went away mid-message` };
+    spans = s.spans;
+  } else {
+    if (p.opcode === RcOp.WRITE_IMM && last && !qp.rq[0])
+      return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+    spans = spansOf();
+  }
+  if (!continues) {
+    r.msg = msg;
+    r.epsn = (r.epsn + 1) & 0xffffff;
+  }
+  return { qp, msg: msg!, total, spans, last };
+}
+
+/** Zero faults and times. */
+export function emptyRcOdp(): RcOdp {
+  return { faults: { source: 0, destination: 0 }, majorFaults: 0, retransmittedBlocks: 0, modelUs: 0, realUs: 0 };
+}
+
+/** Whether an admitted packet's key and QP still hold a turn later (a group copied after the first). */
+export function stillAdmitted(t: RcTables, a: RcAdmitted, key: number | undefined): boolean {
+  if (!a.qp.receiving || a.qp.pd.closed || t.qps.get(a.qp.qpNum) !== a.qp) return false;
+  if (key === undefined) return true;
+  const mr = t.mrs.get(key);
+  return mr !== undefined && !mr.closed && !mr.pd.closed;
+}
+
+/** Where a run of a message lands at this node, once checked. */
+export interface RcPlace {
+  /** The destination span(s): one for RETH-addressed packets, one per receive buffer for a SEND. */
+  spans: Array<{ va: bigint; length: number; key: number }>;
+  /** The PD whose stream translates them. */
+  pd: number;
+  qp: RcQp;
+}
+
+const hex = (n: number) => `0x${n.toString(16)}`;
+
+/**
+ * The MR `key` names, if it is this QP's to use for `access` over [va, va+length) (and, when
+ * given, over the message's bytes from va on: RETH's DMA length), its span mapped.
+ */
+function keyFor(t: RcTables, qp: RcQp, key: number, va: bigint, length: number, access: number, rest = length): RcMr | undefined {
+  const mr = t.mrs.get(key);
+  if (!mr || mr.closed || mr.pd.closed || mr.pd.handle !== qp.pd.handle || (mr.access & access) !== access) return undefined;
+  if (rest > length && !mr.covers(va, rest)) return undefined;
+  return mr.place(va, length) ? mr : undefined;
+}
+
+/** Where a packet's bytes sit in its message, the message's bytes, and what of it is left from this packet on. */
+function spanOf(p: RcPacket): { off: number; total: number; rest: number } {
+  const off = (p.msgOffset ?? 0) + p.seq * p.blockSize;
+  const total = p.msgLength ?? off + p.lengthHint;
+  return { off, total, rest: total - off };
+}
+
+/**
+ * Check a packet that names QP `qpn` against this node's tables (once per packet, no
+ * callback to anyone): the QP, its connection (the packet's source node as the transport
+ * proved it, and its QP), the opcode against the QP's access flags, and for RETH-addressed
+ * packets the rkey: its MR live, in the QP's PD, with the access and covering the span.
+ * Returns the refusal, or undefined.
+ */
+export function checkRc(t: RcTables, p: RcPacket): RcRefusal | undefined {
+  const qp = t.qps.get(p.qpn);
+  if (!qp || !qp.receiving || qp.pd.closed) return { nak: 'qp', reason: `no QP ${p.qpn} accepting packets on this node` };
+  if (p.src !== qp.destNode || p.srcQpn !== qp.destQpNum)
+    return { nak: 'qp', reason: `QP ${p.qpn} is connected to QP ${qp.destQpNum} of node ${qp.destNode}, not QP ${p.srcQpn} of node ${p.src}` };
+  switch (p.opcode) {
+    case RcOp.WRITE:
+    case RcOp.WRITE_IMM: {
+      if (!(qp.accessFlags & RcAccess.REMOTE_WRITE)) return { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA WRITE (qp_access_flags)` };
+      // A zero-length write names no memory (IB: its rkey is not checked). The rest of the
+      // message must fit too (RETH's DMA length): a write past its MR lands nothing.
+      if (p.length === 0) return undefined;
+      const { rest } = spanOf(p);
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.REMOTE_WRITE, rest))
+        return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, rest, 'REMOTE_WRITE') };
+      return undefined;
+    }
+    case RcOp.SEND:
+    case RcOp.SEND_IMM:
+      return undefined;
+    case RcOp.READ_RESPONSE:
+      if (p.length === 0) return undefined;
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length))
+        return { nak: 'access', reason: `QP ${p.qpn} expects no response bytes at ${hex(Number(p.va))} under key ${hex(p.key ?? 0)}` };
+      return undefined;
+    default:
+      return { nak: 'inv-req', reason: `opcode ${String(p.opcode)} is not an RC opcode this responder knows` };
+  }
+}
+
+function rkeyReason(t: RcTables, qp: RcQp, key: number | undefined, va: bigint, length: number, want: string): string {
+  if (key === undefined) return 'the packet names no rkey';
+  const mr = t.mrs.get(key);
+  if (!mr || mr.closed) return `rkey ${hex(key)} names no live MR on this node`;
+  if (mr.pd.handle !== qp.pd.handle) return `rkey ${hex(key)} belongs to another protection domain than QP ${qp.qpNum}'s`;
+  if (!(mr.access & RcAccess[want as keyof typeof RcAccess])) return `rkey ${hex(key)}'s MR was registered without ${want}`;
+  return `[0x${va.toString(16)}, +${length}) is not inside rkey ${hex(key)}'s MR`;
+}
+
+/**
+ * The receive buffers' spans for bytes [from, from+length) of a SEND's message: checked
+ * against this node's MRs (LOCAL_WRITE, the QP's PD). A 'prot' or 'len' refusal if the WQE
+ * cannot hold them.
+ */
+export function scatterSend(
+  t: RcTables,
+  qp: RcQp,
+  wqe: RcRecvWqe,
+  from: number,
+  length: number,
+  total: number,
+): { spans: RcPlace['spans'] } | { fail: 'prot' | 'len' } {
+  let room = 0;
+  for (const s of wqe.sgList) {
+    if (s.length > 0 && !keyFor(t, qp, s.lkey, s.addr, s.length, RcAccess.LOCAL_WRITE)) return { fail: 'prot' };
+    room += s.length;
+  }
+  if (total > room || from + length > room) return { fail: 'len' };
+  const spans: RcPlace['spans'] = [];
+  let at = 0;
+  for (const s of wqe.sgList) {
+    const lo = Math.max(from, at);
+    const hi = Math.min(from + length, at + s.length);
+    if (hi > lo) spans.push({ va: s.addr + BigInt(lo - at), length: hi - lo, key: s.lkey });
+    at += s.length;
+    if (at >= from + length) break;
+  }
+  return { spans };
+}
+
+/** The MR behind `key`, for a span already checked by checkRc or scatterSend. */
+export function placeSpan(t: RcTables, key: number, va: bigint, length: number): { region: MemoryLike; offset: number } | undefined {
+  return t.mrs.get(key)?.place(va, length);
+}
+
+/** min_rnr_timer codes in ms (IB spec table; 0 is the longest, 655.36 ms). */
+export function rnrTimerMs(code: number): number {
+  const table = [
+    655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48,
+    30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52,
+  ];
+  return table[code & 31]!;
+}
