@@ -1,0 +1,155 @@
+// One RC protocol: what a work request puts on the transport, counted with a tap on it. A
+// resident RDMA WRITE, a SEND and a WRITE with immediate are one packet and its ACK; no
+// verbs-level request or response goes before or after the bytes. A SEND with no receive
+// posted is answered with an RNR NAK, a packet like any other; a destination fault with the
+// fault NACK, the thesis's retransmission request, the retransmission and its ACK.
+import { afterEach, describe, expect, test } from 'vitest';
+import { AckResp, type Packet, RcOp } from '../../kernel-sim/index.js';
+import { SendFlags, WcOpcode, WcStatus, WrOpcode } from '../../lib/index.js';
+import { closeAll, createPlayers, next, P, pollOk, sleep, type Players } from './helpers.js';
+
+afterEach(closeAll);
+
+/** Every packet the cluster's transport carries from now on, in order. */
+function tap(players: Players): Packet[] {
+  const fabric = players.cluster.system.fabric;
+  const seen: Packet[] = [];
+  const deliver = fabric.deliver.bind(fabric);
+  fabric.deliver = (p: Packet) => {
+    seen.push(p);
+    deliver(p);
+  };
+  return seen;
+}
+
+/** A packet as a short word: write:OPCODE (or raw), ack:RESP of its last verdict, message:op. */
+function word(p: Packet): string {
+  if (p.type === 'write') return `write:${p.opcode !== undefined ? RcOp[p.opcode] : 'raw'}`;
+  if (p.type === 'ack') return `ack:${AckResp[p.resp]}`;
+  return `message:${p.body.kind}`;
+}
+
+function resident(players: Players): void {
+  players.client.region.populate();
+  players.server.region.populate();
+}
+
+describe('a resident work request is exactly two packets', () => {
+  test.each([
+    ['64 B', 64],
+    ['one run, 1 MiB', 1 << 20],
+  ])('RDMA WRITE of %s: the write and its ACK', async (_, bytes) => {
+    const players = createPlayers({ size: 2 << 20 });
+    const { client, server } = players;
+    resident(players);
+    client.fill(0x41, 0, bytes);
+    const seen = tap(players);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, bytes)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect((await pollOk(client.cq)).byteLen).toBe(bytes);
+    expect(seen.map(word)).toEqual(['write:WRITE', 'ack:OK']);
+    const w = seen[0]!;
+    expect(w.type === 'write' && { qpn: w.qpn, srcQpn: w.srcQpn, key: w.key, psn: w.psn }).toEqual({
+      qpn: server.qp.qpNum,
+      srcQpn: client.qp.qpNum,
+      key: server.mr.rkey,
+      psn: 0,
+    });
+    expect(server.bytes(0, bytes).every((b) => b === 0x41)).toBe(true);
+  });
+
+  test('SEND of 8 B: the packet takes the receive where it lands, and its ACK; the next SEND has the next PSN', async () => {
+    const players = createPlayers();
+    const { client, server } = players;
+    resident(players);
+    server.qp.postRecv([
+      { wrId: 7, sgList: [server.sge(0, 64)] },
+      { wrId: 8, sgList: [server.sge(64, 64)] },
+    ]);
+    client.fill(0x42, 0, 8);
+    const seen = tap(players);
+    for (const id of [1, 2]) client.qp.postSend({ wrId: id, opcode: WrOpcode.SEND, sgList: [client.sge(0, 8)], sendFlags: SendFlags.SIGNALED });
+    await pollOk(client.cq);
+    await pollOk(client.cq);
+    expect(seen.map(word)).toEqual(['write:SEND', 'ack:OK', 'write:SEND', 'ack:OK']);
+    expect(seen.filter((p) => p.type === 'write').map((p) => p.type === 'write' && p.psn)).toEqual([0, 1]);
+    const recvs = [await pollOk(server.cq), await pollOk(server.cq)];
+    expect(recvs.map((w) => [w.wrId, w.opcode, w.byteLen, w.srcQp])).toEqual([
+      [7n, WcOpcode.RECV, 8, client.qp.qpNum],
+      [8n, WcOpcode.RECV, 8, client.qp.qpNum],
+    ]);
+    expect(server.bytes(0, 8).every((b) => b === 0x42)).toBe(true);
+  });
+
+  test('WRITE with immediate, and an empty SEND: one packet each and its ACK, the receive completed', async () => {
+    const players = createPlayers();
+    const { client, server } = players;
+    resident(players);
+    server.qp.postRecv([
+      { wrId: 7, sgList: [] },
+      { wrId: 8, sgList: [] },
+    ]);
+    const seen = tap(players);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE_WITH_IMM,
+      immData: 0x1234,
+      sgList: [client.sge(0, 256)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    client.qp.postSend({ wrId: 2, opcode: WrOpcode.SEND_WITH_IMM, immData: 5, sgList: [], sendFlags: SendFlags.SIGNALED });
+    await pollOk(client.cq);
+    await pollOk(client.cq);
+    expect(seen.map(word)).toEqual(['write:WRITE_IMM', 'ack:OK', 'write:SEND_IMM', 'ack:OK']);
+    expect(await pollOk(server.cq)).toMatchObject({ wrId: 7n, opcode: WcOpcode.RECV_RDMA_WITH_IMM, immData: 0x1234, byteLen: 256 });
+    expect(await pollOk(server.cq)).toMatchObject({ wrId: 8n, opcode: WcOpcode.RECV, immData: 5, byteLen: 0 });
+  });
+});
+
+describe('what a WRITE or SEND adds when it cannot land at once', () => {
+  test('a SEND with no receive: an RNR NAK, then after the timer the packet again and its ACK', async () => {
+    const players = createPlayers({ rc: { minRnrTimer: 14 } }); // 1.28 ms
+    const { client, server } = players;
+    resident(players);
+    const seen = tap(players);
+    client.qp.postSend({ wrId: 1, opcode: WrOpcode.SEND, sgList: [client.sge(0, 8)], sendFlags: SendFlags.SIGNALED });
+    await sleep(5);
+    server.qp.postRecv({ wrId: 7, sgList: [server.sge(0, 64)] });
+    await pollOk(client.cq);
+    const words = seen.map(word);
+    // One RNR NAK per retry while no receive was posted, then the packet lands.
+    const naks = words.filter((w) => w === 'ack:RNR').length;
+    expect(naks).toBeGreaterThan(0);
+    expect(words).toEqual([...Array.from({ length: naks }, () => ['write:SEND', 'ack:RNR']).flat(), 'write:SEND', 'ack:OK']);
+    const rnr = seen.find((p) => p.type === 'ack' && p.resp === AckResp.RNR);
+    expect(rnr?.type === 'ack' && rnr.verdicts?.[0]?.rnrTimer).toBe(14);
+    expect((await pollOk(server.cq)).wrId).toBe(7n);
+  });
+
+  test('a one-page WRITE into an evicted page: the fault NACK, the retransmission request, the retransmission and its ACK', async () => {
+    const players = createPlayers({ policy: 'touch' });
+    const { client, server } = players;
+    client.region.populate();
+    server.region.evict();
+    client.fill(0x43, 0, P);
+    const seen = tap(players);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [client.sge(0, P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp!.faults.destination).toBe(1);
+    expect(seen.map(word)).toEqual(['write:WRITE', 'ack:FAULT', 'ack:RESOLVED', 'write:WRITE', 'ack:OK']);
+    expect(server.bytes(0, P).every((b) => b === 0x43)).toBe(true);
+  });
+});
