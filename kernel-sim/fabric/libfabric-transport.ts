@@ -611,10 +611,13 @@ export class LibfabricTransport implements Transport {
   // SOURCE_FAULT after the blocks before it (the write still goes: a transfer's answers come
   // back in order).
   #encode(p: Packet): Uint8Array {
-    if (p.type !== 'write') return encodePacket(p);
+    // An ACK, or a packet with no bytes (a READ or atomic request, an empty message).
+    if (p.type !== 'write' || p.length === 0) return encodePacket(p, new Uint8Array(0));
     const r = p.payload.region;
     const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
-    const resident = r.closed || !buffer ? undefined : binding.residency(r.id, p.payload.offset, p.length);
+    // mincore wants a page-aligned start: the pages from the one the payload starts in.
+    const first = p.payload.offset - (p.payload.offset % r.pageSize);
+    const resident = r.closed || !buffer ? undefined : binding.residency(r.id, first, p.payload.offset + p.length - first);
     const missing = resident ? resident.findIndex((x) => (x & 1) === 0) : 0;
     let carried = p.length;
     let sourceFault: WritePacket['sourceFault'];
