@@ -69,7 +69,6 @@ export {
 export {
   AckResp,
   type AckPacket,
-  type MessagePacket,
   type Packet,
   type PacketType,
   type Payload,

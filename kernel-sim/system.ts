@@ -3,7 +3,6 @@
 // threads move the bytes) and one modelled clock.
 import { costModel, type CostModel } from './cost-model/index.js';
 import { Fabric } from './fabric/fabric.js';
-import type { VerbsHeader } from './fabric/packets.js';
 import type { Transport } from './fabric/transport.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
@@ -61,7 +60,8 @@ export function checkSystemOptions(o: SystemOptions): void {
       throw optionError(name, v, `an integer in ${min}..${max}${infinity ? ' or Infinity' : ''}`);
   };
   int('nodes', 1, 1024);
-  int('channels', 1, 1 << 16);
+  // Up to 2^15: a responder's answers use channels of their own above them (2^16 on the wire).
+  int('channels', 1, 1 << 15);
   int('blockSize', 4096, 1 << 30);
   if (o.blockSize !== undefined && o.blockSize % 4096 !== 0) throw optionError('blockSize', o.blockSize, 'a multiple of the page size (4096)');
   int('retryLimit', 0, 1 << 30, true);
@@ -90,16 +90,13 @@ export class SimNode {
   /** The node's QP and MR tables (rxe_pool): the verbs device keeps its objects here, the responder checks every RC packet against them. */
   readonly tables = new RcTables();
   #fabric: Transport;
-  #costs: CostModel;
   #engine: CopyEngine;
-  #onMessage: ((body: unknown, from: number) => void) | undefined;
   #onPeerLost: ((node: number) => void) | undefined;
 
   /** @internal */
   constructor(id: number, system: SimSystem, options: SystemOptions) {
     this.id = id;
     this.#fabric = system.fabric;
-    this.#costs = system.costs;
     this.#engine = system.engine;
     const smmuOpts: ConstructorParameters<typeof Smmu>[0] = { node: id };
     if (options.eventQueueDepth !== undefined) smmuOpts.eventQueueDepth = options.eventQueueDepth;
@@ -122,10 +119,7 @@ export class SimNode {
       tables: this.tables,
     });
     this.driver.attachEngine(this.pldma);
-    system.fabric.attach(id, (packet) => {
-      if (packet.type === 'message') this.#onMessage?.(packet.body, packet.src);
-      else this.pldma.onPacket(packet);
-    });
+    system.fabric.attach(id, (packet) => this.pldma.onPacket(packet));
     system.fabric.onPeerLost?.((node) => {
       this.pldma.peerLost(node);
       this.#onPeerLost?.(node);
@@ -216,16 +210,6 @@ export class SimNode {
   cancel(qp: number, timeoutMs?: number): boolean {
     return this.pldma.cancel(qp, timeoutMs);
   }
-
-  /** Receive upper-layer messages (request and response headers) sent to this node. */
-  onMessage(handler: ((body: unknown, from: number) => void) | undefined): void {
-    this.#onMessage = handler;
-  }
-
-  /** Send an upper-layer message to node `dst`; it arrives on a later turn (one link latency later, modelled). */
-  sendMessage(dst: number, body: VerbsHeader): void {
-    this.#fabric.deliver({ type: 'message', src: this.id, dst, body, arrivesAt: this.#costs.linkLatencyUs });
-  }
 }
 
 /** The whole simulated system: nodes on one transport, one cost model, one copy engine and one modelled clock. */
@@ -289,6 +273,7 @@ export class SimSystem {
     this.#closed = true;
     for (const n of this.nodes) n.pldma.close();
     this.engine.close();
+    for (const n of this.nodes) n.pldma.release();
   }
 
   /** Same as `close()`, for `using`. */

@@ -8,7 +8,7 @@
 // that ends early or goes on after its last field is refused, each with a WireError that
 // names the field. `checkPacket` applies the same field checks to a packet object, so the
 // in-process fabric hands over packets that obey the layout's ranges too.
-import { AckResp, type AckPacket, type MessagePacket, type Packet, RcOp, type Verdict, type VerbsHeader, type WritePacket } from './packets.js';
+import { AckResp, type AckPacket, type Packet, RcOp, type Verdict, type WritePacket } from './packets.js';
 import type { MemoryLike } from '../memory.js';
 
 /** Frame opcodes (the first byte of every frame). */
@@ -19,8 +19,6 @@ export enum Op {
   CHUNK = 0x04,
   WRITE = 0x10,
   ACK = 0x11,
-  REQUEST = 0x12,
-  RESPONSE = 0x13,
 }
 
 /** Node ids a frame may name (LibfabricOptions.localNodes' range). */
@@ -43,9 +41,7 @@ const MAX_DEPTH = 8;
 /** The largest frame a peer may announce in chunks: a run of MAX blocks of 1 MiB plus its headers. */
 export const MAX_FRAME_BYTES = WIRE_MAX_BLOCKS * (1 << 20) + (1 << 20);
 /** The highest AckResp and WcStatus (ibv_wc_status' TM_RNDV_INCOMPLETE) a frame may carry. */
-const MAX_ACK_RESP = AckResp.OP_ERR;
-const MAX_WC_STATUS = 23;
-const REQUEST_OPS = ['read', 'atomic'] as const;
+const MAX_ACK_RESP = AckResp.ANSWER_ERR;
 const U64 = (1n << 64n) - 1n;
 const SPACE = 1n << 64n;
 
@@ -141,7 +137,7 @@ function checkWrite(p: WritePacket, each = false): void {
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
   if (p.opcode !== undefined) {
     // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
-    int('opcode', p.opcode, RcOp.WRITE, RcOp.READ_RESPONSE);
+    int('opcode', p.opcode, RcOp.WRITE, RcOp.ATOMIC);
     if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
     int('srcQpn', p.srcQpn, 0, 0xffffff);
     int('psn', p.psn, 0, 0xffffff);
@@ -152,6 +148,22 @@ function checkWrite(p: WritePacket, each = false): void {
       const total = size('msgLength', p.msgLength);
       if (size('msgOffset', p.msgOffset) + p.seq * bs + p.length > total)
         bad('msgOffset + seq × blockSize + length', `at most msgLength (${total})`, p.msgOffset);
+    }
+    const request = p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC;
+    if (request) {
+      // A request carries no payload: RETH / AtomicETH and where the answer lands.
+      if (p.length !== 0) bad('length', `0 in a ${RcOp[p.opcode]} request`, p.length);
+      checkSges('sinks', p.sinks);
+      if (p.rnrRetry !== undefined) int('rnrRetry', p.rnrRetry, 0, 7);
+      if (p.opcode === RcOp.READ_REQUEST) int('dmaLength', p.dmaLength, 0, 2 ** 31);
+      else {
+        if (p.atomic === undefined) bad('atomic', 'present in an ATOMIC request', undefined);
+        bool('atomic.fetchAdd', p.atomic.fetchAdd);
+        addr('atomic.compareAdd', p.atomic.compareAdd);
+        addr('atomic.swap', p.atomic.swap);
+      }
+    } else if (p.sinks !== undefined || p.dmaLength !== undefined || p.atomic !== undefined) {
+      bad('opcode', 'READ_REQUEST or ATOMIC with sinks, dmaLength or atomic', p.opcode);
     }
   } else if (p.srcQpn !== undefined || p.psn !== undefined || p.immData !== undefined || p.msgOffset !== undefined) {
     bad('opcode', 'present with the RC fields', undefined);
@@ -176,6 +188,17 @@ function checkVerdict(i: number, v: Verdict, each: boolean): void {
   if (v.copyThread !== undefined) u32('copyThread', v.copyThread);
   if (v.copyNs !== undefined) finite('copyNs', v.copyNs);
   if (v.rnrTimer !== undefined) int('rnrTimer', v.rnrTimer, 0, 31);
+  if (v.answered !== undefined) {
+    u32('answered.faults.source', v.answered.faults.source);
+    u32('answered.faults.destination', v.answered.faults.destination);
+    u32('answered.retransmittedBlocks', v.answered.retransmittedBlocks);
+    u32('answered.majorFaults', v.answered.majorFaults);
+  }
+  if ((v.resp === AckResp.ANSWER_ERR) !== (v.answer !== undefined)) bad('answer', 'present exactly with resp ANSWER_ERR', v.answer);
+  if (v.answer !== undefined) {
+    int('answer.status', v.answer.status, 1, 15);
+    if (v.answer.side !== 'source' && v.answer.side !== 'destination') bad('answer.side', "'source' or 'destination'", v.answer.side);
+  }
   verdictAt = -1;
 }
 
@@ -204,50 +227,6 @@ function checkSges(field: string, v: unknown): void {
   }
 }
 
-function checkOdp(o: NonNullable<VerbsHeader['odp']>): void {
-  u32('odp.faults.source', o.faults.source);
-  u32('odp.faults.destination', o.faults.destination);
-  u32('odp.majorFaults', o.majorFaults);
-  u32('odp.retransmittedBlocks', o.retransmittedBlocks);
-  finite('odp.modelUs', o.modelUs);
-  finite('odp.realUs', o.realUs);
-}
-
-function checkVerbs(m: VerbsHeader): void {
-  const qpn = (f: string, v: unknown) => int(f, v, 0, 0xffffff);
-  qpn('srcQpn', m.srcQpn);
-  qpn('dstQpn', m.dstQpn);
-  u32('psn', m.psn);
-  if (m.odp !== undefined) checkOdp(m.odp);
-  if (m.kind === 'response') {
-    int('status', m.status, 0, MAX_WC_STATUS);
-    if (m.rnr !== undefined) int('rnr', m.rnr, 0, 31);
-    if (m.pd !== undefined) u32('pd', m.pd);
-    if (m.targets !== undefined) checkSges('targets', m.targets);
-    return;
-  }
-  const kind: unknown = m.kind;
-  if (kind !== 'request') bad('kind', "'request' or 'response'", kind);
-  if (!REQUEST_OPS.includes(m.op)) bad('op', REQUEST_OPS.join(', '), m.op);
-  u32('length', m.length);
-  if (m.rkey !== undefined) u32('rkey', m.rkey);
-  if (m.addr !== undefined) addr('addr', m.addr);
-  if (m.immData !== undefined) u32('immData', m.immData);
-  if (m.sinks !== undefined) checkSges('sinks', m.sinks);
-  if (m.pd !== undefined) u32('pd', m.pd);
-  if (m.rnrRetry !== undefined) int('rnrRetry', m.rnrRetry, 0, 7);
-  if (m.atomic !== undefined) {
-    bool('atomic.fetchAdd', m.atomic.fetchAdd);
-    addr('atomic.compareAdd', m.atomic.compareAdd);
-    addr('atomic.swap', m.atomic.swap);
-  }
-  if (m.ok !== undefined) bool('ok', m.ok);
-  // What the responder acts on must be there: a READ's or an atomic's target, key, sinks and PD.
-  if (m.op === 'read' || m.op === 'atomic')
-    for (const f of ['addr', 'rkey', 'sinks', 'pd', ...(m.op === 'atomic' ? (['atomic'] as const) : [])] as const)
-      if (m[f] === undefined) bad(f, `present in ${m.op === 'read' ? 'a READ' : 'an atomic'} request`, undefined);
-}
-
 /**
  * Check every field of a packet against the layout's ranges (what decoding a frame of it
  * would check); throws a WireError naming the first field out of range. The in-process
@@ -259,12 +238,8 @@ export function checkPacket(p: Packet): void {
       return checkWrite(p);
     case 'ack':
       return checkAck(p);
-    case 'message':
-      node('src', p.src);
-      node('dst', p.dst);
-      return checkVerbs(p.body);
     default:
-      bad('type', "'write', 'ack' or 'message'", (p as { type?: unknown })?.type);
+      bad('type', "'write' or 'ack'", (p as { type?: unknown })?.type);
   }
 }
 
@@ -404,10 +379,6 @@ const W_ALL = W_STALL | W_KEY | W_QPN | W_SOURCE_FAULT | W_RC | W_IMM | W_SRC_FA
 export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
   checkPacket(p);
   const w = new Writer();
-  if (p.type === 'message') {
-    encodeVerbs(w, p);
-    return w.done();
-  }
   if (p.type === 'write') {
     const f =
       (p.sourceStall ? W_STALL : 0) |
@@ -436,6 +407,16 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
       w.u8(p.opcode);
       w.u32(p.srcQpn!);
       w.u32(p.psn!);
+      if (p.opcode === RcOp.READ_REQUEST) w.u32(p.dmaLength!);
+      if (p.opcode === RcOp.ATOMIC) {
+        w.u8(p.atomic!.fetchAdd ? 1 : 0);
+        w.u64(p.atomic!.compareAdd);
+        w.u64(p.atomic!.swap);
+      }
+      if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) {
+        sges(w, p.sinks!);
+        w.u8(p.rnrRetry ?? 0xff);
+      }
     }
     if (p.immData !== undefined) w.u32(p.immData);
     if (p.srcFaults !== undefined) w.u32(p.srcFaults);
@@ -491,7 +472,10 @@ const V_FAULT_OFFSET = 8;
 const V_STALLS = 16;
 const V_COPY_THREAD = 32;
 const V_COPY_NS = 64;
-const V_RNR = 128;
+/** A second flags byte follows (V2_*). */
+const V_MORE = 128;
+const V2_RNR = 1;
+const V2_ANSWERED = 2;
 
 function verdict(w: Writer, v: Verdict): void {
   const f =
@@ -502,8 +486,9 @@ function verdict(w: Writer, v: Verdict): void {
     (v.stalls !== undefined ? V_STALLS : 0) |
     (v.copyThread !== undefined ? V_COPY_THREAD : 0) |
     (v.copyNs !== undefined ? V_COPY_NS : 0) |
-    (v.rnrTimer !== undefined ? V_RNR : 0);
+    (v.rnrTimer !== undefined || v.answered !== undefined ? V_MORE : 0);
   w.u8(f);
+  if (f & V_MORE) w.u8((v.rnrTimer !== undefined ? V2_RNR : 0) | (v.answered !== undefined ? V2_ANSWERED : 0));
   w.u32(v.seq);
   w.u16(v.count);
   w.u8(v.resp);
@@ -515,21 +500,18 @@ function verdict(w: Writer, v: Verdict): void {
   if (v.copyThread !== undefined) w.u32(v.copyThread);
   if (v.copyNs !== undefined) w.f64(v.copyNs);
   if (v.rnrTimer !== undefined) w.u8(v.rnrTimer);
+  if (v.answered !== undefined) {
+    w.u32(v.answered.faults.source);
+    w.u32(v.answered.faults.destination);
+    w.u32(v.answered.retransmittedBlocks);
+    w.u32(v.answered.majorFaults);
+  }
+  // Fixed by the resp, not by a flag: an ANSWER_ERR says how the answer ended.
+  if (v.answer) {
+    w.u8(v.answer.status);
+    w.u8(v.answer.side === 'source' ? 0 : 1);
+  }
 }
-
-const M_RKEY = 1;
-const M_ADDR = 2;
-const M_IMM = 4;
-const M_SINKS = 8;
-const M_PD = 16;
-const M_RNR_RETRY = 32;
-const M_ATOMIC = 64;
-const M_OK = 128;
-const R_RNR = 1;
-const R_PD = 2;
-const R_TARGETS = 4;
-/** The ODP figures follow (both headers): bit 8 of a request's flags is the extra byte's bit 0. */
-const HAS_ODP = 1;
 
 function sges(w: Writer, list: ReadonlyArray<{ addr: bigint; length: number; lkey: number }>): void {
   w.u8(list.length);
@@ -540,68 +522,12 @@ function sges(w: Writer, list: ReadonlyArray<{ addr: bigint; length: number; lke
   }
 }
 
-function encodeVerbs(w: Writer, p: MessagePacket): void {
-  const m = p.body;
-  if (m.kind === 'request') {
-    w.u8(Op.REQUEST);
-    w.u8(
-      (m.rkey !== undefined ? M_RKEY : 0) |
-        (m.addr !== undefined ? M_ADDR : 0) |
-        (m.immData !== undefined ? M_IMM : 0) |
-        (m.sinks !== undefined ? M_SINKS : 0) |
-        (m.pd !== undefined ? M_PD : 0) |
-        (m.rnrRetry !== undefined ? M_RNR_RETRY : 0) |
-        (m.atomic !== undefined ? M_ATOMIC : 0) |
-        (m.ok !== undefined ? M_OK : 0),
-    );
-  } else {
-    w.u8(Op.RESPONSE);
-    w.u8((m.rnr !== undefined ? R_RNR : 0) | (m.pd !== undefined ? R_PD : 0) | (m.targets !== undefined ? R_TARGETS : 0));
-  }
-  w.u8(m.odp !== undefined ? HAS_ODP : 0);
-  w.u16(p.src);
-  w.u16(p.dst);
-  w.f64(p.arrivesAt);
-  w.u32(m.srcQpn);
-  w.u32(m.dstQpn);
-  w.u32(m.psn);
-  if (m.kind === 'request') {
-    w.u8(REQUEST_OPS.indexOf(m.op));
-    w.u32(m.length);
-    if (m.rkey !== undefined) w.u32(m.rkey);
-    if (m.addr !== undefined) w.u64(m.addr);
-    if (m.immData !== undefined) w.u32(m.immData);
-    if (m.sinks !== undefined) sges(w, m.sinks);
-    if (m.pd !== undefined) w.u32(m.pd);
-    if (m.rnrRetry !== undefined) w.u8(m.rnrRetry);
-    if (m.atomic !== undefined) {
-      w.u8(m.atomic.fetchAdd ? 1 : 0);
-      w.u64(m.atomic.compareAdd);
-      w.u64(m.atomic.swap);
-    }
-    if (m.ok !== undefined) w.u8(m.ok ? 1 : 0);
-  } else {
-    w.u8(m.status);
-    if (m.rnr !== undefined) w.u8(m.rnr);
-    if (m.pd !== undefined) w.u32(m.pd);
-    if (m.targets !== undefined) sges(w, m.targets);
-  }
-  if (m.odp !== undefined) {
-    w.u32(m.odp.faults.source);
-    w.u32(m.odp.faults.destination);
-    w.u32(m.odp.majorFaults);
-    w.u32(m.odp.retransmittedBlocks);
-    w.f64(m.odp.modelUs);
-    w.f64(m.odp.realUs);
-  }
-}
-
 // ---- decoding ----
 
 /** A decoded write: its header fields, and a view of the payload bytes inside the frame. */
 export type DecodedWrite = Omit<WritePacket, 'payload'> & { bytes: Uint8Array };
 
-export type DecodedPacket = DecodedWrite | AckPacket | MessagePacket;
+export type DecodedPacket = DecodedWrite | AckPacket;
 
 type Header = Pick<AckPacket, 'src' | 'dst' | 'pd' | 'va' | 'tid' | 'seq' | 'length' | 'arrivesAt'>;
 
@@ -645,6 +571,17 @@ function readWrite(r: Reader): DecodedWrite {
     p.opcode = r.u8('opcode');
     p.srcQpn = r.u32('srcQpn');
     p.psn = r.u32('psn');
+    if (p.opcode === RcOp.READ_REQUEST) p.dmaLength = r.u32('dmaLength');
+    if (p.opcode === RcOp.ATOMIC) {
+      const fa = r.u8('atomic.fetchAdd');
+      if (fa > 1) bad('atomic.fetchAdd', '0 or 1', fa);
+      p.atomic = { fetchAdd: fa === 1, compareAdd: r.u64('atomic.compareAdd'), swap: r.u64('atomic.swap') };
+    }
+    if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) {
+      p.sinks = readSges(r, 'sinks');
+      const rnr = r.u8('rnrRetry');
+      if (rnr !== 0xff) p.rnrRetry = rnr;
+    }
   }
   if (f & W_IMM) p.immData = r.u32('immData');
   if (f & W_SRC_FAULTS) p.srcFaults = r.u32('srcFaults');
@@ -663,8 +600,8 @@ function readWrite(r: Reader): DecodedWrite {
 
 function readVerdict(r: Reader, i: number): Verdict {
   const f = r.u8(`verdicts[${i}].flags`);
-  if (f & ~(V_WALKS | V_LATE | V_REASON | V_FAULT_OFFSET | V_STALLS | V_COPY_THREAD | V_COPY_NS | V_RNR))
-    throw new WireError(`verdicts[${i}]: unknown flag bits 0x${f.toString(16)}`);
+  const f2 = f & V_MORE ? r.u8(`verdicts[${i}].flags2`) : 0;
+  if (f2 & ~(V2_RNR | V2_ANSWERED)) throw new WireError(`verdicts[${i}]: unknown flag bits 0x${f2.toString(16)} (second byte)`);
   const v: Verdict = {
     seq: r.u32(`verdicts[${i}].seq`),
     count: r.u16(`verdicts[${i}].count`),
@@ -679,7 +616,19 @@ function readVerdict(r: Reader, i: number): Verdict {
   if (f & V_STALLS) v.stalls = r.u32(`verdicts[${i}].stalls`);
   if (f & V_COPY_THREAD) v.copyThread = r.u32(`verdicts[${i}].copyThread`);
   if (f & V_COPY_NS) v.copyNs = r.f64(`verdicts[${i}].copyNs`);
-  if (f & V_RNR) v.rnrTimer = r.u8(`verdicts[${i}].rnrTimer`);
+  if (f2 & V2_RNR) v.rnrTimer = r.u8(`verdicts[${i}].rnrTimer`);
+  if (f2 & V2_ANSWERED)
+    v.answered = {
+      faults: { source: r.u32(`verdicts[${i}].answered.faults.source`), destination: r.u32(`verdicts[${i}].answered.faults.destination`) },
+      retransmittedBlocks: r.u32(`verdicts[${i}].answered.retransmittedBlocks`),
+      majorFaults: r.u32(`verdicts[${i}].answered.majorFaults`),
+    };
+  if (v.resp === AckResp.ANSWER_ERR) {
+    const status = r.u8(`verdicts[${i}].answer.status`);
+    const side = r.u8(`verdicts[${i}].answer.side`);
+    if (side > 1) bad(`verdicts[${i}].answer.side`, '0 or 1', side);
+    v.answer = { status, side: side === 0 ? 'source' : 'destination' };
+  }
   return v;
 }
 
@@ -708,56 +657,6 @@ function readSges(r: Reader, field: string): Array<{ addr: bigint; length: numbe
   return out;
 }
 
-function readVerbs(r: Reader, op: Op.REQUEST | Op.RESPONSE): MessagePacket {
-  const f = flags(r, op === Op.REQUEST ? 0xff : R_RNR | R_PD | R_TARGETS, op === Op.REQUEST ? 'request' : 'response');
-  const more = r.u8('flags2');
-  if (more & ~HAS_ODP) throw new WireError(`verbs header: unknown flag bits 0x${more.toString(16)}`);
-  const src = r.u16('src');
-  const dst = r.u16('dst');
-  const arrivesAt = r.f64('arrivesAt');
-  const ids = { srcQpn: r.u32('srcQpn'), dstQpn: r.u32('dstQpn'), psn: r.u32('psn') };
-  let body: VerbsHeader;
-  if (op === Op.REQUEST) {
-    const k = r.u8('op');
-    if (k >= REQUEST_OPS.length) bad('op', `0..${REQUEST_OPS.length - 1}`, k);
-    const m: Extract<VerbsHeader, { kind: 'request' }> = { kind: 'request', op: REQUEST_OPS[k]!, ...ids, length: r.u32('length') };
-    if (f & M_RKEY) m.rkey = r.u32('rkey');
-    if (f & M_ADDR) m.addr = r.u64('addr');
-    if (f & M_IMM) m.immData = r.u32('immData');
-    if (f & M_SINKS) m.sinks = readSges(r, 'sinks');
-    if (f & M_PD) m.pd = r.u32('pd');
-    if (f & M_RNR_RETRY) m.rnrRetry = r.u8('rnrRetry');
-    if (f & M_ATOMIC) m.atomic = { fetchAdd: boolByte(r, 'atomic.fetchAdd'), compareAdd: r.u64('atomic.compareAdd'), swap: r.u64('atomic.swap') };
-    if (f & M_OK) m.ok = boolByte(r, 'ok');
-    body = m;
-  } else {
-    const m: Extract<VerbsHeader, { kind: 'response' }> = { kind: 'response', ...ids, status: r.u8('status') };
-    if (f & R_RNR) m.rnr = r.u8('rnr');
-    if (f & R_PD) m.pd = r.u32('pd');
-    if (f & R_TARGETS) m.targets = readSges(r, 'targets');
-    body = m;
-  }
-  if (more & HAS_ODP)
-    body.odp = {
-      faults: { source: r.u32('odp.faults.source'), destination: r.u32('odp.faults.destination') },
-      majorFaults: r.u32('odp.majorFaults'),
-      retransmittedBlocks: r.u32('odp.retransmittedBlocks'),
-      modelUs: r.f64('odp.modelUs'),
-      realUs: r.f64('odp.realUs'),
-    };
-  r.end();
-  const p: MessagePacket = { type: 'message', src, dst, body, arrivesAt };
-  finite('arrivesAt', arrivesAt);
-  checkPacket(p);
-  return p;
-}
-
-function boolByte(r: Reader, field: string): boolean {
-  const b = r.u8(field);
-  if (b > 1) bad(field, '0 or 1', b);
-  return b === 1;
-}
-
 // ---- the transport's own frames ----
 
 /** What one frame says, decoded and checked. */
@@ -767,7 +666,7 @@ export type Frame =
   | { op: Op.EXCHANGE; body: unknown }
   | { op: Op.CHUNK; total: number; offset: number; data: Uint8Array }
   | { op: Op.WRITE; packet: DecodedWrite }
-  | { op: Op.ACK | Op.REQUEST | Op.RESPONSE; packet: AckPacket | MessagePacket };
+  | { op: Op.ACK; packet: AckPacket };
 
 /** Decode one frame; throws a WireError for anything that breaks the layout. */
 export function decodeFrame(frame: Uint8Array): Frame {
@@ -778,9 +677,6 @@ export function decodeFrame(frame: Uint8Array): Frame {
       return { op, packet: readWrite(r) };
     case Op.ACK:
       return { op, packet: readAck(r) };
-    case Op.REQUEST:
-    case Op.RESPONSE:
-      return { op, packet: readVerbs(r, op) };
     case Op.HELLO: {
       flags(r, 0, 'hello');
       const n = r.u16('nodes count');

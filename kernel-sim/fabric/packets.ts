@@ -17,6 +17,10 @@ export enum RcOp {
   SEND_IMM = 4,
   /** RDMA READ response (and an atomic's original value): it lands in the requester's own sinks. */
   READ_RESPONSE = 5,
+  /** RDMA READ request: RETH names what to read (`va`, `key`, `dmaLength`); no payload. */
+  READ_REQUEST = 6,
+  /** ATOMIC (compare-and-swap or fetch-and-add): AtomicETH names the 8-byte word and the operands; no payload. */
+  ATOMIC = 7,
 }
 
 /** The ACK's 4-bit resp field. */
@@ -52,6 +56,8 @@ export enum AckResp {
   INV_REQ = 12,
   /** NAK remote operational error: the responder could not carry it out, e.g. a receive buffer in no MR (REM_OP_ERR). */
   OP_ERR = 13,
+  /** A READ's or an atomic's answer did not land: the verdict's `answer` says how it ended. */
+  ANSWER_ERR = 14,
 }
 
 /**
@@ -157,6 +163,21 @@ export interface WritePacket extends Header {
   msgOffset?: number;
   /** The message's bytes (with msgOffset). */
   msgLength?: number;
+  /** READ request: RETH's DMA length, the bytes to read from `va`. */
+  dmaLength?: number;
+  /** READ request, ATOMIC: where the response lands at the requester (its own SGEs, checked there against what it expects). */
+  sinks?: WireSge[];
+  /** READ request, ATOMIC: the requester's rnr_retry (bounds its sinks' faults; 7: no bound). */
+  rnrRetry?: number;
+  /** ATOMIC: AtomicETH's operation and operands. */
+  atomic?: {
+    /** Fetch-and-add (else compare-and-swap). */
+    fetchAdd: boolean;
+    /** The value added, or compared with. */
+    compareAdd: bigint;
+    /** Compare-and-swap: the value written when the comparison matches. */
+    swap: bigint;
+  };
 }
 
 /** The responder's answer for blocks of a write: the ones it wrote, or one it did not. */
@@ -181,6 +202,27 @@ export interface Verdict {
   stalls?: number;
   /** RNR NAK: the min_rnr_timer code to wait before sending the block again. */
   rnrTimer?: number;
+  /** A READ's or an atomic's answer that landed: what its transfers took (the requester's completion reports it). */
+  answered?: {
+    /** Faults at the responder's memory (the answer's source) and at the requester's sinks. */
+    faults: {
+      /** At the responder's memory. */
+      source: number;
+      /** At the requester's sinks. */
+      destination: number;
+    };
+    /** Blocks of the answer sent again. */
+    retransmittedBlocks: number;
+    /** Pages a page store supplied. */
+    majorFaults: number;
+  };
+  /** ANSWER_ERR: how the answer's transfer ended (a DmaStatus) and at which side. */
+  answer?: {
+    /** Its DmaStatus. */
+    status: number;
+    /** The side that failed: 'source' (the responder's memory) or 'destination' (the requester's sink). */
+    side: 'source' | 'destination';
+  };
   /** For the trace only (no wire field of the hardware): the copy thread that wrote the blocks, and its ns. */
   copyThread?: number;
   /** Real ns the copy thread spent writing the blocks (trace only). */
@@ -210,81 +252,14 @@ export interface AckPacket extends Header {
   };
 }
 
-/** A scatter/gather entry a verbs header names (a READ's sinks, a SEND's targets). */
+/** A scatter/gather entry a READ or atomic request names: where its answer lands at the requester. */
 export interface WireSge {
   addr: bigint;
   length: number;
   lkey: number;
 }
 
-/** The faults and times of a transfer, reported to the other side's completion. */
-export interface Odp {
-  faults: { source: number; destination: number };
-  /** Faults resolved with pages from a page store (remote paging): major faults, counted in pages. */
-  majorFaults: number;
-  retransmittedBlocks: number;
-  modelUs: number;
-  realUs: number;
-}
-
-/** The verbs' request header (BTH/RETH/AtomicETH/ImmDt of an RC packet, in spirit). */
-export interface VerbsRequest {
-  kind: 'request';
-  /** WRITE and SEND are RC packets of the engine (RcOp); only READ and ATOMIC still go as a verbs request. */
-  op: 'read' | 'atomic';
-  srcQpn: number;
-  dstQpn: number;
-  /** Matches the response to the request (a packet sequence number). */
-  psn: number;
-  length: number;
-  rkey?: number;
-  addr?: bigint;
-  immData?: number;
-  /** READ / ATOMIC: where the answer lands at the requester, its PD handle and its RNR retry count for the transfer. */
-  sinks?: WireSge[];
-  pd?: number;
-  rnrRetry?: number;
-  atomic?: { fetchAdd: boolean; compareAdd: bigint; swap: bigint };
-  /** SEND's end: whether the payload landed. */
-  ok?: boolean;
-  /** SEND's end, WRITE_WITH_IMM: the transfer's faults and times, for the receive completion. */
-  odp?: Odp;
-}
-
-/** The verbs' response header (an AETH, in spirit). */
-export interface VerbsResponse {
-  kind: 'response';
-  srcQpn: number;
-  dstQpn: number;
-  psn: number;
-  /** An ibv_wc_status: SUCCESS: go ahead (WRITE, SEND) or done (READ, ATOMIC); else the requester's completion status. */
-  status: number;
-  /** RNR NAK: no receive posted; retry after this min_rnr_timer code. */
-  rnr?: number;
-  /** WRITE / SEND: the responder's PD handle (its stream on its node), SEND: where the payload goes. */
-  pd?: number;
-  targets?: WireSge[];
-  /** READ / ATOMIC: what the responder's transfers took. */
-  odp?: Odp;
-}
-
-export type VerbsHeader = VerbsRequest | VerbsResponse;
-
-/** An upper layer's message (the verbs' request and response headers), delivered to the destination node's handler. */
-export interface MessagePacket {
-  /** Packet kind. */
-  type: 'message';
-  /** Sending node. */
-  src: number;
-  /** Receiving node. */
-  dst: number;
-  /** The upper layer's message. */
-  body: VerbsHeader;
-  /** Modelled arrival time, µs. */
-  arrivesAt: number;
-}
-
 /** Anything a transport carries between nodes. */
-export type Packet = WritePacket | AckPacket | MessagePacket;
+export type Packet = WritePacket | AckPacket;
 /** The kinds of packet. */
 export type PacketType = Packet['type'];

@@ -3,7 +3,7 @@
 // hands a fault to the fault unit (faults.ts: it parks the transfer until the fault library
 // answers), and completes the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
-import { AckResp, type AckPacket, type Verdict } from '../fabric/packets.js';
+import { AckResp, type AckPacket, RcOp, type Verdict } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
@@ -127,6 +127,7 @@ export class Completer {
         const detail = { seq: v.seq, attempt: own.attempts, srcNode: s.node, thread: v.copyThread, copyNs: v.copyNs };
         traceTransfer(s.tracer, 'ack', s.node, t.tid, t.desc.channel, { modelUs: firstAck, detail });
       }
+      this.#answered(t, v);
       this.ack(t, v.seq, v.count, end);
       return;
     }
@@ -148,12 +149,14 @@ export class Completer {
     switch (v.resp) {
       case AckResp.FAULT: {
         const at = v.late ? arrive + c.linkLatencyUs : arrive + v.walkUs + c.linkLatencyUs;
+        // An atomic's word is the source of its answer (read first): its fault counts there.
+        const side: Side = t.desc.opcode === RcOp.ATOMIC ? 'source' : 'destination';
         t.nacks++;
-        t.faults.destination++;
+        t.faults[side]++;
         t.faultStarted.push(realNowUs());
         s.counters.nacksReceived++;
         traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
-        this.#faults.park(t, seq, at, 'destination');
+        this.#faults.park(t, seq, at, side);
         return;
       }
       case AckResp.RNR: {
@@ -175,6 +178,11 @@ export class Completer {
       case AckResp.FLUSHED:
         this.fail(t, true, DmaStatus.FLUSHED, v.reason ?? 'the copy engine was closed', arrive, 'destination');
         return;
+      case AckResp.ANSWER_ERR:
+        // A READ's or an atomic's answer ended so: the request ends the same way.
+        this.#answered(t, v);
+        this.fail(t, true, v.answer!.status as DmaStatus, v.reason ?? `the answer ended ${DmaStatus[v.answer!.status]}`, arrive, v.answer!.side);
+        return;
       default:
         this.fail(
           t,
@@ -185,6 +193,15 @@ export class Completer {
           'destination',
         );
     }
+  }
+
+  // A READ's or an atomic's answer: what its transfers took is this transfer's too.
+  #answered(t: Transfer, v: Verdict): void {
+    if (!v.answered) return;
+    t.faults.source += v.answered.faults.source;
+    t.faults.destination += v.answered.faults.destination;
+    t.retransmitted += v.answered.retransmittedBlocks;
+    t.pagesFetched += v.answered.majorFaults;
   }
 
   // Blocks the responder did not get to: as if they had never been sent.

@@ -111,6 +111,8 @@ export class Pldma {
       counters,
       faults: this.#faults,
       tables: deps.tables ?? new RcTables(),
+      post: (d) => this.#requester.post(d),
+      channels: this.channels,
     });
   }
 
@@ -194,5 +196,10 @@ export class Pldma {
     if (this.#s.closed) return;
     this.#s.closed = true;
     for (const t of [...this.#s.transfers.values()]) this.#completer.finish(t, DmaStatus.FLUSHED, 'the engine was closed');
+  }
+
+  /** @internal Free the atomic unit's register, once the copy engine that may write it has stopped. */
+  release(): void {
+    this.#responder.close();
   }
 }

@@ -183,6 +183,8 @@ export interface RcPacket {
   /** A message of several transfers (one per SGE): this transfer's offset in it and the message's bytes. */
   msgOffset: number | undefined;
   msgLength: number | undefined;
+  /** READ request: the bytes to read from `va`. */
+  dmaLength: number | undefined;
   blockSize: number;
   issuedUs: number;
   issuedMs: number;
@@ -335,6 +337,20 @@ export function checkRc(t: RcTables, p: RcPacket): RcRefusal | undefined {
     }
     case RcOp.SEND:
     case RcOp.SEND_IMM:
+      return undefined;
+    case RcOp.READ_REQUEST: {
+      if (!(qp.accessFlags & RcAccess.REMOTE_READ)) return { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA READ (qp_access_flags)` };
+      const n = p.dmaLength ?? 0;
+      if (n === 0) return undefined;
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, n, RcAccess.REMOTE_READ))
+        return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, n, 'REMOTE_READ') };
+      return undefined;
+    }
+    case RcOp.ATOMIC:
+      if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an atomic's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
+      if (!(qp.accessFlags & RcAccess.REMOTE_ATOMIC)) return { nak: 'access', reason: `QP ${p.qpn} does not accept atomics (qp_access_flags)` };
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, 8, RcAccess.REMOTE_ATOMIC))
+        return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, 8, 'REMOTE_ATOMIC') };
       return undefined;
     case RcOp.READ_RESPONSE:
       if (p.length === 0) return undefined;

@@ -9,7 +9,7 @@
 // destination's SMMU, engine or memory map: only the answers to its packets, which the
 // completer reads.
 import { realNowUs } from '../cost-model/index.js';
-import type { WritePacket } from '../fabric/packets.js';
+import { RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
 import type { Faults } from './faults.js';
@@ -261,6 +261,10 @@ export class Requester implements Schedulable {
       packet.msgOffset = d.message.offset;
       packet.msgLength = d.message.length;
     }
+    if (d.dmaLength !== undefined) packet.dmaLength = d.dmaLength;
+    if (d.sinks) packet.sinks = d.sinks;
+    if (d.atomic) packet.atomic = d.atomic;
+    if (d.rnrRetry !== undefined) packet.rnrRetry = d.rnrRetry;
     if (t.faults.source) packet.srcFaults = t.faults.source;
   }
 
@@ -350,7 +354,9 @@ export class Requester implements Schedulable {
   #validate(d: DmaDescriptor): { status: DmaStatus; reason: string } | undefined {
     const s = this.#s;
     if (s.closed) return { status: DmaStatus.FLUSHED, reason: 'the engine is closed' };
-    if (!Number.isInteger(d.channel) || d.channel < 0 || d.channel >= s.channels)
+    // A responder's answers (READ responses) have channels of their own above the posted ones.
+    const channels = d.opcode === RcOp.READ_RESPONSE ? 2 * s.channels : s.channels;
+    if (!Number.isInteger(d.channel) || d.channel < 0 || d.channel >= channels)
       return { status: DmaStatus.BAD_CHANNEL, reason: `channel ${d.channel} is not in 0..${s.channels - 1}` };
     if (!Number.isSafeInteger(d.length) || d.length < (d.opcode === undefined ? 1 : 0))
       return { status: DmaStatus.BAD_LENGTH, reason: `length ${d.length} must be a positive integer (0 only for an RC message)` };

@@ -8,6 +8,7 @@
 // RC responder's PSN check). Everything it knows comes from the packet; everything it says
 // goes back as a packet.
 import type { CostModel } from '../cost-model/index.js';
+import { binding, type RawMapping } from '../../native/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
@@ -17,7 +18,7 @@ import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { Faults } from './faults.js';
 import { admitRc, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
-import { DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
+import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
 /** @internal What one node's responder needs of its node. */
 export interface ResponderDeps {
@@ -30,6 +31,18 @@ export interface ResponderDeps {
   faults: Faults;
   /** The node's QP and MR tables, which RC packets are checked against. */
   tables: RcTables;
+  /** Post a transfer on this node's engine (a READ response, an atomic's original value). */
+  post: (d: DmaDescriptor) => Promise<DmaCompletion>;
+  /** Virtual channels of this node's engine. */
+  channels: number;
+}
+
+/** The atomic unit's register: a page of the node's own, where an atomic's original value is read and its answer sent from. */
+interface AtomicRegister {
+  raw: RawMapping;
+  memory: MemoryLike;
+  /** The streams it is mapped in (an answer's source is translated there). */
+  mapped: WeakSet<StreamContext>;
 }
 
 /** Blocks of a write whose destination translated in one piece: where they land. */
@@ -82,6 +95,9 @@ export class Responder {
   #walked: number[] = [];
   /** Keyed by source node × 2^20 + channel: bounded by the fabric's nodes and channels. */
   #lanes = new Map<number, Lane>();
+  /** One atomic at a time on this node (the atomic unit), and its register. */
+  #atomics: Promise<unknown> = Promise.resolve();
+  #register: AtomicRegister | undefined;
 
   constructor(deps: ResponderDeps) {
     this.#d = deps;
@@ -127,6 +143,18 @@ export class Responder {
     // Where the packet lands, checked once, here, against this node's own tables and SMMU.
     const dest = this.#place(p);
     const ctx = 'refusal' in dest ? undefined : dest.ctx;
+    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC)) {
+      // A READ or an atomic: carried out here, its answer's bytes sent back on this node's
+      // engine; the request's ACK goes out once they have landed (or with why they did not).
+      const out = p.opcode === RcOp.READ_REQUEST ? await this.#read(p, dest.rc) : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
+      if (dest.rc.qp.resp.msg === dest.rc.msg && out.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
+      if (out.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
+      await before;
+      this.#answer(p, [out.verdict], undefined);
+      out.fault?.();
+      answered();
+      return;
+    }
     if ('refusal' in dest) {
       refused = { seq: p.seq, count: 1, resp: dest.refusal, walkUs: 0, reason: dest.reason };
       if (dest.rnrTimer !== undefined) refused.rnrTimer = dest.rnrTimer;
@@ -257,6 +285,7 @@ export class Responder {
       lengthHint: p.lengthHint,
       msgOffset: p.msgOffset,
       msgLength: p.msgLength,
+      dmaLength: p.dmaLength,
       blockSize: p.blockSize,
       issuedUs: p.issuedUs[0]!,
       issuedMs: p.issuedMs,
@@ -269,6 +298,161 @@ export class Responder {
     const ctx = smmu.streamForPd(a.qp.pd.handle);
     if (!ctx) return { refusal: AckResp.PD_ERR, reason: `node ${node} has no stream for protection domain ${a.qp.pd.handle}` };
     return { ctx, spans: a.spans, rc: a };
+  }
+
+  // An RDMA READ: the bytes read from this node's memory go back as READ responses, one
+  // transfer per sink of the requester's, on this node's engine, in the QP's PD.
+  async #read(p: WritePacket, a: RcAdmitted): Promise<{ verdict: Verdict; fault?: () => void }> {
+    const sinks = p.sinks ?? [];
+    const n = p.dmaLength ?? 0;
+    let room = 0;
+    for (const s of sinks) room += s.length;
+    if (room !== n) return { verdict: this.#nak(p, AckResp.INV_REQ, `a ${n}-byte READ names ${room} bytes of sinks`) };
+    let off = 0;
+    const posts: Array<Promise<DmaCompletion>> = [];
+    for (const s of sinks) {
+      if (s.length > 0) posts.push(this.#d.post(this.#answerDesc(p, a, p.va + BigInt(off), s)));
+      off += s.length;
+    }
+    return { verdict: this.#outcome(p, await Promise.all(posts)) };
+  }
+
+  // The descriptor of an answer's bytes: from this node's `from` to the requester's sink.
+  #answerDesc(p: WritePacket, a: RcAdmitted, from: bigint, sink: { addr: bigint; length: number; lkey: number }): DmaDescriptor {
+    const d: DmaDescriptor = {
+      // Answers run on channels of their own (channels … 2×channels-1): never queued behind
+      // the QP's own requests, which may be waiting for the peer's answers in turn.
+      channel: this.#d.channels + (a.qp.qpNum % this.#d.channels),
+      srcVa: from,
+      dstNode: p.src,
+      dstVa: sink.addr,
+      length: sink.length,
+      pd: a.qp.pd.handle,
+      key: sink.lkey,
+      dstQp: p.srcQpn!,
+      srcQp: a.qp.qpNum,
+      opcode: RcOp.READ_RESPONSE,
+      psn: p.psn!,
+    };
+    if (p.rnrRetry !== undefined) d.retryLimit = p.rnrRetry === 7 ? Infinity : p.rnrRetry;
+    return d;
+  }
+
+  // The request's verdict from how its answer's transfers ended: OK, or the first failure,
+  // carried whole (status and side) so the requester's completion says what happened.
+  #outcome(p: WritePacket, results: DmaCompletion[]): Verdict {
+    const answered = { faults: { source: 0, destination: 0 }, retransmittedBlocks: 0, majorFaults: 0 };
+    for (const r of results) {
+      answered.faults.source += r.faults.source;
+      answered.faults.destination += r.faults.destination;
+      answered.retransmittedBlocks += r.retransmittedBlocks;
+      answered.majorFaults += r.pagesFetched;
+    }
+    const bad = results.find((r) => r.status !== DmaStatus.SUCCESS);
+    if (!bad) return { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: 0, answered };
+    const v: Verdict = {
+      seq: p.seq,
+      count: 1,
+      resp: AckResp.ANSWER_ERR,
+      walkUs: 0,
+      answered,
+      answer: { status: bad.status, side: bad.side ?? 'source' },
+    };
+    if (bad.reason) v.reason = bad.reason;
+    return v;
+  }
+
+  #nak(p: WritePacket, resp: AckResp, reason: string): Verdict {
+    return { seq: p.seq, count: 1, resp, walkUs: 0, reason };
+  }
+
+  // Atomics run one at a time on this node (the device's atomic unit).
+  #queueAtomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: () => void }> {
+    const run = () => this.#atomic(p, dest);
+    const out = this.#atomics.then(run, run);
+    this.#atomics = out.catch(() => undefined);
+    return out;
+  }
+
+  // An atomic on the 8-byte word at p.va: translated on this node's SMMU (a fault is the
+  // fault NACK: the requester sends it again once resolved), its original value read into the
+  // atomic unit's register and sent to the requester's sink; once that landed, the new value
+  // written. Nothing is written if the answer could not land.
+  async #atomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: () => void }> {
+    const { smmu, engine } = this.#d;
+    const a = dest.rc;
+    const sink = p.sinks?.[0];
+    if (!sink || sink.length !== 8 || p.sinks!.length !== 1)
+      return { verdict: this.#nak(p, AckResp.INV_REQ, 'an atomic answers into one 8-byte sink') };
+    // The QP went away while the atomic waited for the unit: nothing is read or written.
+    if (!stillAdmitted(this.#d.tables, a, p.key))
+      return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} went away before its atomic ran`) };
+    const tr = smmu.translate(dest.ctx.sid, p.va, 8, 'write');
+    if (!tr.ok) return this.#fault(p, 0, dest.ctx.sid, tr, p.va);
+    const reg = this.#registerFor(dest.ctx);
+    const tag = nodeTag(this.#d.node, { qp: a.qp.qpNum, ...(p.key !== undefined ? { key: p.key } : {}) });
+    const read = await engine.copy(tr.region, tr.offset, reg.memory, 0, 8, CopyFlag.CheckSource, tag);
+    if (read.status !== CopyStatus.Ok) {
+      if (read.status === CopyStatus.SourceFault) {
+        const evicted: Translation = {
+          ok: false,
+          id: EvtId.F_TRANSLATION,
+          addr: p.va,
+          recoverable: true,
+          reason: "the atomic's word was evicted before it was read",
+        };
+        smmu.iotlb.invalidateRange(p.va, tr.region.pageSize, tr.region.pageSize);
+        return this.#fault(p, 0, dest.ctx.sid, evicted as Extract<Translation, { ok: false }>, p.va);
+      }
+      return { verdict: this.#nak(p, AckResp.OP_ERR, 'the atomic unit could not read the word') };
+    }
+    const view = new DataView(reg.raw.buffer);
+    const old = view.getBigUint64(0, true);
+    const at = p.atomic!;
+    const next = at.fetchAdd ? BigInt.asUintN(64, old + at.compareAdd) : old === at.compareAdd ? at.swap : undefined;
+    const answered = await this.#d.post(this.#answerDesc(p, a, reg.memory.address, sink));
+    const verdict = this.#outcome(p, [answered]);
+    if (verdict.resp !== AckResp.OK || next === undefined) return { verdict };
+    // The QP may have gone meanwhile: its word is not written then.
+    if (!stillAdmitted(this.#d.tables, a, p.key)) return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} went away during its atomic`) };
+    view.setBigUint64(8, next, true);
+    const wrote = await engine.copy(reg.memory, 8, tr.region, tr.offset, 8, CopyFlag.CheckDest, tag);
+    if (wrote.status !== CopyStatus.Ok)
+      return { verdict: this.#nak(p, AckResp.OP_ERR, "the atomic's word went away before its new value was written") };
+    return { verdict };
+  }
+
+  // The atomic unit's register, mapped in `ctx`'s stream (the answer's source is translated there).
+  #registerFor(ctx: StreamContext): AtomicRegister {
+    if (!this.#register) {
+      const raw = binding.mapRegion(4096, false, false, false);
+      new Uint8Array(raw.buffer).fill(0);
+      // Its bytes are read by a transport between processes too (it looks for `buffer`).
+      const memory: MemoryLike & { buffer: ArrayBuffer } = {
+        id: raw.id,
+        address: raw.address,
+        buffer: raw.buffer,
+        size: raw.buffer.byteLength,
+        pageSize: raw.pageSize,
+        closed: false,
+        granule: raw.pageSize,
+        observe() {},
+        unobserve() {},
+      };
+      this.#register = { raw, memory, mapped: new WeakSet() };
+    }
+    const r = this.#register;
+    if (!r.mapped.has(ctx)) {
+      this.#d.smmu.map(ctx.sid, r.memory, { read: true, write: true });
+      r.mapped.add(ctx);
+    }
+    return r;
+  }
+
+  /** The atomic register goes with the engine. */
+  close(): void {
+    if (this.#register) binding.closeRegion(this.#register.raw.id, this.#register.raw.buffer);
+    this.#register = undefined;
   }
 
   // A SEND's run over several receive buffers: each span translated whole (a fault stops the

@@ -108,6 +108,28 @@ export interface DmaDescriptor {
   psn?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** READ request: RETH's DMA length. */
+  dmaLength?: number;
+  /** READ request, ATOMIC: where the answer lands at the requester. */
+  sinks?: Array<{
+    /** Start address. */
+    addr: bigint;
+    /** Bytes. */
+    length: number;
+    /** The requester's lkey. */
+    lkey: number;
+  }>;
+  /** ATOMIC: AtomicETH. */
+  atomic?: {
+    /** Fetch-and-add (else compare-and-swap). */
+    fetchAdd: boolean;
+    /** The value added, or compared with. */
+    compareAdd: bigint;
+    /** Compare-and-swap: the value written when the comparison matches. */
+    swap: bigint;
+  };
+  /** READ request, ATOMIC: the requester's rnr_retry, which bounds the faults its sinks may take (7: no bound). */
+  rnrRetry?: number;
   /** A message of several transfers (one per SGE). */
   message?: {
     /** This transfer's byte offset in the message. */

@@ -151,7 +151,6 @@ export class Cluster {
     if (this.#closed) return;
     this.#closed = true;
     for (const c of [...this.#contexts]) c.close();
-    for (const d of this.#devices) d.close();
     this.system.close();
   }
 

@@ -1,13 +1,15 @@
-// The completer of a QP (rdma_rxe's rxe_comp): it reads the answers of the QP's requests (the
-// responder's ACK or NAK, matched by psn), retries an RNR NAK min_rnr_timer apart, rnrRetry
-// times (7: forever), on an unref'd timer, turns the outcome of a work request into its
-// libibverbs status (statusOf) and writes the work completion on the QP's own CQ. A CQ that
-// overflows behaves as in libibverbs: the CQ goes to error, IBV_EVENT_CQ_ERR is reported,
-// and the QP moves to ERR; no completion vanishes without that.
-import { DmaStatus, type DmaCompletion } from '../../kernel-sim/index.js';
-import { QpState, rnrTimerMs, WcFlags, WcStatus, type WcOpcode } from './constants.js';
+// The verbs half of a QP's completer (rdma_rxe's rxe_comp): the ACKs and NAKs, their
+// retransmissions and the RNR timer are the engine's (kernel-sim/pldma/completer.ts); here
+// the outcome of a work request becomes its libibverbs status (statusOf) and the work
+// completion goes on the QP's own CQ. A CQ that overflows behaves as in libibverbs: the CQ
+// goes to error, IBV_EVENT_CQ_ERR is reported, and the QP moves to ERR; no completion
+// vanishes without that.
+import { DmaStatus, type DmaCompletion, type RcOdp } from '../../kernel-sim/index.js';
+import { type QpState, WcFlags, WcStatus, type WcOpcode } from './constants.js';
 import type { CompletionQueue } from './cq.js';
-import type { Odp, Response } from './wire.js';
+
+/** The faults and times of a transfer, as a work completion reports them. */
+export type Odp = RcOdp;
 
 export type Outcome = { status: WcStatus; byteLen: number; odp: Odp };
 
@@ -23,83 +25,9 @@ export interface CompleterQp {
 
 export class Completer {
   #qp: CompleterQp;
-  /** Requests sent and waiting for their answer, by psn. */
-  #waiting = new Map<number, (r: Response | undefined) => void>();
-  #timers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
 
   constructor(qp: CompleterQp) {
     this.#qp = qp;
-  }
-
-  /**
-   * Send a request (`send` with its psn, a fresh one from `psn()` per attempt) and wait for
-   * its answer; an RNR NAK is retried as the QP's rnrRetry says. A QP in ERR (destroyed
-   * included) sends nothing more: the request ends WR_FLUSH_ERR.
-   */
-  async request(send: (psn: number) => void, psn: () => number): Promise<Response> {
-    const q = this.#qp;
-    for (let attempt = 0; ; attempt++) {
-      if (this.#inError()) return this.#flushed();
-      const n = psn();
-      const r = await new Promise<Response | undefined>((resolve) => {
-        this.#waiting.set(n, resolve);
-        send(n);
-      });
-      // No answer (stop()), or one that came in the turn the QP was destroyed: nothing more is posted.
-      if (!r || this.#inError()) return this.#flushed();
-      if (r.rnr === undefined) return r;
-      if (q.rnrRetry !== 7 && attempt >= q.rnrRetry) return { ...r, status: WcStatus.RNR_RETRY_EXC_ERR };
-      await this.#sleep(Math.max(1, rnrTimerMs(r.rnr)));
-    }
-  }
-
-  /** The answer to one of this QP's requests (an ACK, or a NAK with its status). */
-  onResponse(m: Response): void {
-    const w = this.#waiting.get(m.psn);
-    if (!w) return;
-    this.#waiting.delete(m.psn);
-    w(m);
-  }
-
-  /** The peer's node went away: every answer waited for ends as its retries would have (RETRY_EXC_ERR). */
-  peerLost(): void {
-    const lost: Response = { kind: 'response', srcQpn: 0, dstQpn: this.#qp.qpNum, psn: 0, status: WcStatus.RETRY_EXC_ERR };
-    for (const w of [...this.#waiting.values()]) w(lost);
-    this.#waiting.clear();
-  }
-
-  /** The QP went to ERR or away: nothing it waits for will be used. */
-  stop(): void {
-    for (const w of [...this.#waiting.values()]) w(undefined);
-    this.#waiting.clear();
-    for (const t of [...this.#timers]) {
-      clearTimeout(t.timer);
-      t.wake();
-    }
-    this.#timers.clear();
-  }
-
-  #inError(): boolean {
-    return this.#qp.state === QpState.ERR;
-  }
-
-  #flushed(): Response {
-    return { kind: 'response', srcQpn: 0, dstQpn: this.#qp.qpNum, psn: 0, status: WcStatus.WR_FLUSH_ERR };
-  }
-
-  // An RNR wait neither keeps the process alive nor outlives the QP.
-  #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const t = {
-        timer: setTimeout(() => {
-          this.#timers.delete(t);
-          resolve();
-        }, ms),
-        wake: resolve,
-      };
-      t.timer.unref();
-      this.#timers.add(t);
-    });
   }
 
   complete(

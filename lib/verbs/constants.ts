@@ -244,14 +244,7 @@ export const QP_DEFAULTS = {
   pathMtu: 1024,
 } as const;
 
-/** IB encoding of min_rnr_timer (code → ms), from the IB spec table. */
-export function rnrTimerMs(code: number): number {
-  const table = [
-    655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48,
-    30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52,
-  ];
-  return table[code & 31]!;
-}
+export { rnrTimerMs } from '../../kernel-sim/index.js';
 
 /** enum ibv_event_type (the ones this model raises come first in libibverbs too). */
 export enum AsyncEventType {

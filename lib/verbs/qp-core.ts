@@ -90,8 +90,6 @@ export interface QpCore {
    * sinks while they wait for their answer, and the buffers of a receive a SEND has taken.
    */
   readonly landings: Set<Landing>;
-  /** A buffer of the library's own (never reachable by any key), mapped in the QP's PD. */
-  scratch(): Region;
   /** Move the QP to ERR (flushing its receives and queued sends); a no-op once in ERR. */
   toError(): void;
 }

@@ -7,7 +7,6 @@
 // failed work request moves the QP to ERR and the rest complete with WR_FLUSH_ERR. A QP
 // holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
-import { mapRegion, type Region } from '../region.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
 import { RcOp, type RcQp } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
@@ -18,10 +17,7 @@ import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
-import { Responder } from './responder.js';
-import { LIBRARY, claimRegion } from './tables.js';
 import { checkRecvWr, checkSendWr } from './wr-check.js';
-import type { Request, Response } from './wire.js';
 
 export type { RecvWr, SendWr } from './qp-core.js';
 
@@ -130,12 +126,10 @@ export class QueuePair {
   #sq: SendWr[] = [];
   #rq: RecvWr[] = [];
   #destroyed = false;
-  #scratch: Region | undefined;
   #core: QpCore;
   /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
   readonly rc: RcQp;
   #requester: Requester;
-  #responder: Responder;
   #completer: Completer;
 
   /** @internal use Context.createQp */
@@ -194,7 +188,6 @@ export class QueuePair {
         return destroyed();
       },
       landings: new Set(),
-      scratch: () => this.#scratchRegion(),
       toError: () => this.#toError(),
     };
     const core = this.#core;
@@ -235,7 +228,6 @@ export class QueuePair {
       resp: { epsn: 0, msg: undefined },
     };
     this.#requester = new Requester(this.#core);
-    this.#responder = new Responder(this.#core, this.rc);
     pd.users.add(this);
   }
 
@@ -336,7 +328,6 @@ export class QueuePair {
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
     for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
       this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
-    this.#completer.stop();
     // Writes for it are refused from the next block on; what it posted (its writes and SEND
     // payloads as a requester, READ and atomic answers as a responder) ends, its runs on the
     // wire refused where they arrive; and the copies for either already running finish
@@ -345,7 +336,6 @@ export class QueuePair {
     this.#device.sim.cancel(this.qpNum);
     this.#device.sim.fence({ qp: this.qpNum });
     this.pd.unmapFor(this);
-    this.#scratch?.close();
     this.pd.users.delete(this);
     this.#objects.qps.delete(this);
   }
@@ -355,38 +345,12 @@ export class QueuePair {
     this.destroy();
   }
 
-  /** @internal a request header for this QP's responder */
-  onRequest(m: Request, from: number): void {
-    this.#responder.onRequest(m, from);
-  }
-
-  /** @internal a response header for this QP's completer */
-  onResponse(m: Response): void {
-    this.#completer.onResponse(m);
-  }
-
-  /** @internal node `node` went away: if it is this QP's peer, what the requester waits for ends (RETRY_EXC_ERR) */
-  peerLost(node: number): void {
-    if (this.#attr.destNode === node) this.#completer.peerLost();
-  }
-
-  #scratchRegion(): Region {
-    if (!this.#scratch) {
-      this.#scratch = mapRegion(4096);
-      this.#scratch.populate();
-      claimRegion(this.#scratch, LIBRARY);
-      this.pd.mapFor(this, this.#scratch);
-    }
-    return this.#scratch;
-  }
-
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
     // A receive a SEND has taken is still at the head of rq: flushed with the rest.
     this.rc.resp.msg = undefined;
     for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    this.#completer.stop();
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)

@@ -1,13 +1,12 @@
 // The requester of a QP (rdma_rxe's rxe_req): it runs the send queue in order. It checks the
-// WR's own SGEs on its own device and turns a WRITE or SEND into RC packets on its own
-// node's engine (BTH: opcode, destination QP, PSN; RETH; ImmDt), which the connected QP's
-// node checks and answers with an ACK or a NAK (an RNR NAK retried by the engine); a READ
-// or ATOMIC is still a request header its responder carries out, sending the bytes back.
+// WR's own SGEs on its own device and turns each WR into RC packets on its own node's engine
+// (BTH: opcode, destination QP, PSN; RETH; AtomicETH; ImmDt), which the connected QP's node
+// checks and answers with an ACK or a NAK (an RNR NAK retried by the engine). A READ or an
+// atomic is one request packet; the responder's node sends the bytes back as READ responses.
 import { type DmaCompletion, type DmaDescriptor, RcOp } from '../../kernel-sim/index.js';
 import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import { expectLanding, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
-import type { Request, Response } from './wire.js';
 
 export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
   [WrOpcode.RDMA_WRITE]: WcOpcode.RDMA_WRITE,
@@ -21,8 +20,6 @@ export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
 
 /** The largest message (ibv_port_attr.max_msg_sz): 2^31 bytes. */
 export const MAX_MSG = 2 ** 31;
-
-type RequestBody = Omit<Request, 'kind' | 'srcQpn' | 'dstQpn' | 'psn'>;
 
 /**
  * WRs that may run while the ones before them are still in flight: RDMA_WRITEs after
@@ -168,51 +165,35 @@ export class Requester {
         return done(statusOf(results), total, results);
       }
       case WrOpcode.RDMA_READ: {
+        // One READ request packet (RETH: address, rkey, DMA length); the responder's node
+        // sends the bytes back as READ responses, which land here only in these sinks.
         const { remoteAddr, rkey } = wr.rdma!;
         const landed = expectLanding(q, sinks());
-        const r = await this.#request({
-          op: 'read',
-          rkey,
-          addr: remoteAddr,
-          length: total,
+        const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
+          dmaLength: total,
           sinks: sinks(),
-          pd: q.pd.handle,
           rnrRetry: q.attr.rnrRetry,
         }).finally(landed);
-        return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? total : 0, odp: r.odp ?? fail(r.status).odp };
+        return done(statusOf(results), total, results);
       }
       case WrOpcode.ATOMIC_CMP_AND_SWP:
       case WrOpcode.ATOMIC_FETCH_AND_ADD: {
         const a = wr.atomic!;
         if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
         const landed = expectLanding(q, sinks());
-        const r = await this.#request({
-          op: 'atomic',
-          rkey: a.rkey,
-          addr: a.remoteAddr,
-          length: 8,
+        const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
           sinks: sinks(),
-          pd: q.pd.handle,
           rnrRetry: q.attr.rnrRetry,
-          atomic: { fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD, compareAdd: a.compareAdd, swap: a.swap ?? 0n },
+          atomic: {
+            fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD,
+            compareAdd: BigInt.asUintN(64, a.compareAdd),
+            swap: BigInt.asUintN(64, a.swap ?? 0n),
+          },
         }).finally(landed);
-        return { status: r.status, byteLen: r.status === WcStatus.SUCCESS ? 8 : 0, odp: r.odp ?? fail(r.status).odp };
+        return done(statusOf(results), 8, results);
       }
     }
     return fail(WcStatus.LOC_QP_OP_ERR);
-  }
-
-  // Send a request; the completer waits for its answer (and retries an RNR NAK).
-  #request(body: RequestBody): Promise<Response> {
-    return this.#qp.completer.request(
-      (psn) => this.#send(body, psn),
-      () => this.#nextPsn(),
-    );
-  }
-
-  #send(body: RequestBody, psn: number): void {
-    const q = this.#qp;
-    q.device.send(q.attr.destNode, { kind: 'request', srcQpn: q.qpNum, dstQpn: q.attr.destQpNum, psn, ...body });
   }
 
   #nextPsn(): number {
@@ -231,13 +212,14 @@ export class Requester {
     pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
     total: number,
     immData: number | undefined,
+    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry'>,
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;
     const sim = q.device.sim;
     const rnr = q.attr.rnrRetry;
     const psn = this.#nextPsn();
     const parts = pieces.filter((p) => p.length > 0);
-    if (parts.length === 0) parts.push({ fromVa: 0n, toVa: pieces[0]?.toVa ?? 0n, length: 0 });
+    if (parts.length === 0) parts.push({ ...(pieces[0] ?? { fromVa: 0n, toVa: 0n }), length: 0 });
     let offset = 0;
     const post = (p: { fromVa: bigint; toVa: bigint; length: number; key?: number }) => {
       const desc: DmaDescriptor = {
@@ -256,6 +238,7 @@ export class Requester {
       if (p.key !== undefined) desc.key = p.key;
       if (immData !== undefined) desc.immData = immData;
       if (parts.length > 1) desc.message = { offset, length: total };
+      if (request) Object.assign(desc, request);
       offset += p.length;
       return sim.post(desc);
     };

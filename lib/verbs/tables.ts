@@ -94,8 +94,6 @@ export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
   readonly #rc: RcTables;
   readonly keys: KeyAllocator;
   #qpns: IdAllocator;
-  /** Serialises atomics: the device's atomic unit. */
-  atomicChain: Promise<unknown> = Promise.resolve();
 
   /** Keys and QP numbers come from allocators shared by the devices of a cluster: unique across it. */
   constructor(node: number, keys: KeyAllocator, qpns: IdAllocator, rc: RcTables) {

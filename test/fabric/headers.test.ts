@@ -14,7 +14,7 @@ import {
   WIRE_MAX_BLOCKS,
   WireError,
 } from '../../kernel-sim/fabric/headers.js';
-import { AckResp, type AckPacket, type MessagePacket, type VerbsRequest, type WritePacket } from '../../kernel-sim/fabric/packets.js';
+import { AckResp, type AckPacket, RcOp, type WritePacket } from '../../kernel-sim/fabric/packets.js';
 import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
 import { costModel } from '../../kernel-sim/cost-model/index.js';
 import { Fabric } from '../../kernel-sim/fabric/fabric.js';
@@ -70,37 +70,24 @@ const ack: AckPacket = {
   ],
 };
 
-const request: MessagePacket = {
-  type: 'message',
-  src: 0,
-  dst: 1,
-  arrivesAt: 3,
-  body: {
-    kind: 'request',
-    op: 'atomic',
+/** An RC ATOMIC request: no payload, AtomicETH and the requester's sink. */
+const atomic = (over: Partial<WritePacket> = {}): WritePacket =>
+  write({
+    count: 1,
+    seq: 0,
+    length: 0,
+    lengthHint: 0,
+    opcode: RcOp.ATOMIC,
+    qpn: 0xffffff,
     srcQpn: 0x12,
-    dstQpn: 0xffffff,
     psn: 9,
-    length: 8,
-    rkey: 0xdeadbeef,
-    addr: (1n << 64n) - 8n,
-    immData: 77,
+    key: 0xdeadbeef,
+    va: (1n << 64n) - 8n,
     sinks: [{ addr: 0x2000n, length: 8, lkey: 5 }],
-    pd: 3,
     rnrRetry: 7,
     atomic: { fetchAdd: false, compareAdd: (1n << 64n) - 1n, swap: 0n },
-    ok: true,
-    odp: { faults: { source: 1, destination: 2 }, majorFaults: 3, retransmittedBlocks: 4, modelUs: 5.5, realUs: 6.5 },
-  },
-};
-
-const response: MessagePacket = {
-  type: 'message',
-  src: 1,
-  dst: 0,
-  arrivesAt: 4,
-  body: { kind: 'response', srcQpn: 1, dstQpn: 2, psn: 9, status: 13, rnr: 12, pd: 4, targets: [{ addr: 0x3000n, length: 4096, lkey: 6 }] },
-};
+    ...over,
+  });
 
 /** Whether decoding `bytes` is refused with a WireError whose message matches `re`. */
 function refused(bytes: Uint8Array, re: RegExp): void {
@@ -152,17 +139,57 @@ describe('wire layout: round trips', () => {
     expect(decodeFrame(encodePacket(bare))).toEqual({ op: Op.ACK, packet: bare });
   });
 
-  it('the verbs request and response headers', () => {
-    expect(decodeFrame(encodePacket(request))).toEqual({ op: Op.REQUEST, packet: request });
-    expect(decodeFrame(encodePacket(response))).toEqual({ op: Op.RESPONSE, packet: response });
-    const { atomic: _atomic, ...readBody } = request.body as VerbsRequest;
-    const read: MessagePacket = { ...request, body: { ...readBody, op: 'read' } };
-    expect(decodeFrame(encodePacket(read))).toEqual({ op: Op.REQUEST, packet: read });
-    // WRITE and SEND are RC packets of the engine now: a verbs request naming them is refused.
-    for (const op of ['write', 'write-imm', 'send', 'send-fin']) {
-      const m = { type: 'message', src: 2, dst: 3, arrivesAt: 0, body: { kind: 'request', op, srcQpn: 1, dstQpn: 2, psn: 0, length: 64 } };
-      expect(() => encodePacket(m as unknown as MessagePacket)).toThrow(/op must be read, atomic/);
-    }
+  it('RC packets: BTH, RETH, ImmDt, a message of several transfers, READ and ATOMIC requests, an ANSWER_ERR verdict', () => {
+    const decoded = (p: WritePacket, bytes: Uint8Array) => {
+      const f = decodeFrame(encodePacket(p, bytes));
+      expect(f.op).toBe(Op.WRITE);
+      return f.op === Op.WRITE ? f.packet : undefined;
+    };
+    const send = write({
+      opcode: RcOp.SEND_IMM,
+      qpn: 0x11,
+      srcQpn: 0x12,
+      psn: 0xffffff,
+      immData: 77,
+      srcFaults: 3,
+      msgOffset: 4096,
+      msgLength: 100 * BS,
+    });
+    expect(decoded(send, payload(send.length))).toMatchObject({
+      opcode: RcOp.SEND_IMM,
+      qpn: 0x11,
+      srcQpn: 0x12,
+      psn: 0xffffff,
+      immData: 77,
+      srcFaults: 3,
+      msgOffset: 4096,
+      msgLength: 100 * BS,
+    });
+    const empty = write({ count: 1, seq: 0, length: 0, lengthHint: 0, opcode: RcOp.WRITE, qpn: 1, srcQpn: 2, psn: 0, key: 9 });
+    expect(decoded(empty, new Uint8Array(0))).toMatchObject({ length: 0, opcode: RcOp.WRITE, key: 9 });
+    expect(decoded(atomic(), new Uint8Array(0))).toMatchObject({
+      opcode: RcOp.ATOMIC,
+      sinks: [{ addr: 0x2000n, length: 8, lkey: 5 }],
+      rnrRetry: 7,
+      atomic: { fetchAdd: false, compareAdd: (1n << 64n) - 1n, swap: 0n },
+    });
+    const read = atomic({ opcode: RcOp.READ_REQUEST, atomic: undefined, dmaLength: 2 ** 31, va: 0x1000n });
+    expect(decoded(read, new Uint8Array(0))).toMatchObject({ opcode: RcOp.READ_REQUEST, dmaLength: 2 ** 31 });
+    const refusedAnswer = {
+      ...ack,
+      verdicts: [
+        {
+          seq: 5,
+          count: 1,
+          resp: AckResp.OK,
+          walkUs: 0,
+          answered: { faults: { source: 1, destination: 2 }, retransmittedBlocks: 3, majorFaults: 4 },
+          rnrTimer: 3,
+        },
+        { seq: 6, count: 1, resp: AckResp.ANSWER_ERR, walkUs: 0, answer: { status: 10, side: 'destination' as const } },
+      ],
+    };
+    expect(decodeFrame(encodePacket(refusedAnswer))).toEqual({ op: Op.ACK, packet: refusedAnswer });
   });
 
   it("the transport's hello, ping, chunk and exchange frames", () => {
@@ -229,7 +256,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const f = encodePacket({ ...ack, verdicts: [], returned: undefined as never, fetched: undefined as never });
     const r = f.slice();
     r[2 + 36] = 99; // resp, after the 36-byte header
-    refused(r, /resp must be an integer in 0\.\.13, got 99/);
+    refused(r, /resp must be an integer in 0\.\.14, got 99/);
     expect(() => encodePacket({ ...ack, verdicts: [{ seq: 1, count: 0, resp: 0, walkUs: 0 }] })).toThrow(
       /verdicts\[0\]\.count must be an integer in 1\.\.1024, got 0/,
     );
@@ -238,21 +265,23 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     );
   });
 
-  it('a verbs header with an unknown op, a status beyond ibv_wc_status, too many SGEs', () => {
-    const f = encodePacket(request).slice();
-    // op follows: opcode, flags, flags2, src, dst, arrivesAt (8), srcQpn, dstQpn, psn.
-    f[1 + 1 + 1 + 4 + 8 + 12] = 6;
-    refused(f, /op must be 0\.\.1, got 6/);
-    expect(() => encodePacket({ ...response, body: { ...response.body, status: 24 } as never })).toThrow(
-      /status must be an integer in 0\.\.23, got 24/,
+  it('RC packets out of range: an unknown opcode, a request with bytes or no operands, too many sinks, fields without an opcode', () => {
+    const f = encodePacket(atomic()).slice();
+    // The opcode byte follows the write's fixed fields, its key and QP: find it by its value.
+    const at = f.indexOf(RcOp.ATOMIC, 60);
+    f[at] = 9;
+    refused(f, /opcode must be an integer in 1\.\.7, got 9/);
+    expect(() => encodePacket(atomic({ va: 0x1000n, length: 10, lengthHint: 10 }), payload(10))).toThrow(
+      /length must be 0 in a ATOMIC request, got 10/,
     );
-    // What the responder acts on: a READ without its target address, an atomic without its operands.
-    const { addr: _a, ...noAddr } = request.body as VerbsRequest;
-    expect(() => encodePacket({ ...request, body: { ...noAddr, op: 'read' } })).toThrow(/addr must be present in a READ request/);
-    const { atomic: _o, ...noOperands } = request.body as VerbsRequest;
-    expect(() => encodePacket({ ...request, body: noOperands })).toThrow(/atomic must be present in an atomic request/);
+    expect(() => encodePacket(atomic({ atomic: undefined }))).toThrow(/atomic must be present in an ATOMIC request/);
+    expect(() => encodePacket(atomic({ opcode: RcOp.READ_REQUEST, atomic: undefined }))).toThrow(/dmaLength must be an integer in 0\.\.2147483648/);
     const sinks = Array.from({ length: 33 }, () => ({ addr: 0n, length: 1, lkey: 1 }));
-    expect(() => encodePacket({ ...request, body: { ...request.body, sinks } as never })).toThrow(/sinks must be an array of at most 32 entries/);
+    expect(() => encodePacket(atomic({ sinks }))).toThrow(/sinks must be an array of at most 32 entries/);
+    expect(() => encodePacket(write({ psn: 3 }), payload(write().length))).toThrow(/opcode must be present with the RC fields/);
+    expect(() => encodePacket(write({ opcode: RcOp.WRITE, qpn: 1, srcQpn: 2, psn: 1 << 24 }), payload(write().length))).toThrow(
+      /psn must be an integer in 0\.\.16777215/,
+    );
   });
 
   it('a hello naming a node twice or beyond the node ids, a chunk past its announced size', () => {

@@ -32,7 +32,7 @@ function tap(sys: SimSystem, edit?: (p: WritePacket) => void): Packet[] {
   const deliver = fabric.deliver.bind(fabric);
   fabric.deliver = (p: Packet) => {
     if (p.type === 'write') edit?.(p);
-    if (p.type !== 'message') seen.push(p);
+    seen.push(p);
     deliver(p);
   };
   return seen;

@@ -17,7 +17,7 @@ function tap(sys: SimSystem): Packet[] {
   const fabric = sys.fabric;
   const deliver = fabric.deliver.bind(fabric);
   fabric.deliver = (p: Packet) => {
-    if (p.type !== 'message') seen.push(p);
+    seen.push(p);
     deliver(p);
   };
   return seen;

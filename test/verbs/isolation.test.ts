@@ -263,7 +263,9 @@ describe('lifetimes: nothing lands after the call returns', () => {
     new DataView(target.buffer).setBigUint64(0, 41n, true);
     const mrX = server.ctx.regMr(server.pd, target, 0, P, ODP_ACCESS);
     // The first atomic is held in the atomic unit by a fault where its answer lands (the
-    // client's page 1); the second's sink is on page 0.
+    // client's page 1); the second's sink is on page 0. Its word is resident: a fault there
+    // would be NACKed before the unit takes it, and the second atomic would run first.
+    server.fill(0, 0, 8);
     client.region.evict();
     client.fill(0xee, 8, 8);
     let deregistered = false;

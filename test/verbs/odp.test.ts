@@ -252,8 +252,9 @@ describe('atomics on ODP (test_odp_rc_atomic_cmp_and_swp / fetch_and_add)', () =
       atomic: { remoteAddr: server.at(8 * P), rkey: server.mr.rkey, compareAdd: int8b(2) },
     });
     const wc = await pollOk(client.cq);
-    // The read of the remote word faults once at its source (the responder's page); the
-    // write of the sum then finds that page resident.
+    // The remote word is the source of the atomic's answer: its page faults once there (the
+    // fault NACK; the request is sent again once it is resident), then the atomic unit reads
+    // and writes it with no more faults, and the old value lands on the client's resident page.
     expect(wc.odp!.faults).toEqual({ source: 1, destination: 0 });
     expect(u64(client)).toBe(0n);
     expect(u64(server, 8 * P)).toBe(int8b(2));

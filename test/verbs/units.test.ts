@@ -5,7 +5,6 @@ import { afterEach, describe, expect, test } from 'vitest';
 import { Access, PAGE_SIZE, rnrTimerMs, SIZE_MAX } from '../../lib/index.js';
 import { knownAccess } from '../../lib/verbs/constants.js';
 import { verbsError } from '../../lib/verbs/errors.js';
-import { isMessage } from '../../lib/verbs/wire.js';
 import { closeAll, createPlayers, ODP_ACCESS, P, PINNED_ACCESS, region } from './helpers.js';
 
 afterEach(closeAll);
@@ -45,13 +44,6 @@ test('queryDevice: the name and node of the context, its limits, no UC/UD ODP', 
   });
   server.ctx.close();
   expect(() => server.ctx.queryDevice()).toThrow(/closed/);
-});
-
-describe("the device's messages", () => {
-  test('only request and response headers are verbs messages: anything else on the fabric is not dispatched', () => {
-    expect([isMessage({ kind: 'request' }), isMessage({ kind: 'response' })]).toEqual([true, true]);
-    for (const other of [{ kind: 'page' }, {}, null, undefined, 'request', 7]) expect(isMessage(other), String(other)).toBe(false);
-  });
 });
 
 describe('what an MR says about itself', () => {
