@@ -19,7 +19,7 @@ export interface LaunchOptions {
   timeoutMs: number;
   /** Rank 0's rendezvous (default: 127.0.0.1, a port free now). */
   rendezvous?: string;
-  /** After a rank fails, how long the others get to end on their own before they are killed (they learn it too). */
+  /** After a rank fails, how long the others get to end on their own (they learn it too) before SIGTERM, and SIGKILL after as long again. */
   graceMs?: number;
 }
 
@@ -50,15 +50,20 @@ export async function launch(o: LaunchOptions): Promise<LaunchResult> {
   const grace = o.graceMs ?? 3_000;
   const children: ChildProcess[] = [];
   const result: LaunchResult = { ranks: [] };
-  let killTimer: ReturnType<typeof setTimeout> | undefined;
-  // The first failure ends the job: the others are asked to stop, then killed after the grace.
-  const fail = (why: string) => {
+  const timers: Array<ReturnType<typeof setTimeout>> = [];
+  const alive = () => children.filter((c) => c.exitCode === null && c.signalCode === null);
+  // The first failure ends the job. A rank's failure reaches the others through the job itself
+  // (they fail with its reason, which they print): they get `grace` to do so, then SIGTERM,
+  // then SIGKILL. The timeout and Ctrl-C stop them at once.
+  const fail = (why: string, now = false) => {
     if (result.failure !== undefined) return;
     result.failure = why;
-    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
-    killTimer = setTimeout(() => {
-      for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-    }, grace);
+    const term = () => {
+      for (const c of alive()) c.kill('SIGTERM');
+      timers.push(setTimeout(() => alive().forEach((c) => c.kill('SIGKILL')), grace));
+    };
+    if (now) term();
+    else timers.push(setTimeout(term, grace));
   };
   const exits = Array.from({ length: o.np }, (_, rank) => {
     const child = spawn(process.execPath, [MAIN, ...o.args], {
@@ -84,15 +89,14 @@ export async function launch(o: LaunchOptions): Promise<LaunchResult> {
       });
     });
   });
-  const timer = setTimeout(() => fail(`the job did not finish within ${o.timeoutMs / 1000} s (run --timeout)`), o.timeoutMs);
-  const onSignal = (sig: NodeJS.Signals) => fail(`interrupted (${sig})`);
+  timers.push(setTimeout(() => fail(`the job did not finish within ${o.timeoutMs / 1000} s (run --timeout)`, true), o.timeoutMs));
+  const onSignal = (sig: NodeJS.Signals) => fail(`interrupted (${sig})`, true);
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
     await Promise.all(exits);
   } finally {
-    clearTimeout(timer);
-    clearTimeout(killTimer);
+    for (const t of timers) clearTimeout(t);
     process.removeListener('SIGINT', onSignal);
     process.removeListener('SIGTERM', onSignal);
   }

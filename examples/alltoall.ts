@@ -110,6 +110,23 @@ function checkEndpoints(v: unknown, rank: number, size: number): { addr: bigint;
   return { addr: BigInt(e.addr), rkey: e.rkey, qpns: e.qpns, psns: e.psns };
 }
 
+/** Another rank's result, checked: its counts must be counts, its times a list of them. */
+function checkResult(v: unknown, rank: number, iters: number): RankResult {
+  const x = v as RankResult;
+  const count = (n: unknown) => Number.isInteger(n) && (n as number) >= 0;
+  const ok =
+    x !== null &&
+    typeof x === 'object' &&
+    x.rank === rank &&
+    Array.isArray(x.iterUs) &&
+    x.iterUs.length <= iters &&
+    x.iterUs.every((t) => typeof t === 'number' && t >= 0) &&
+    [x.faults?.source, x.faults?.destination, x.nacks, x.retransmitted, x.bytesVerified, x.mismatches].every(count) &&
+    (x.error === undefined || typeof x.error === 'string');
+  if (!ok) throw Object.assign(new Error(`rank ${rank} sent a malformed result`), { code: 'ERR_PFR_RENDEZVOUS' });
+  return x;
+}
+
 /** Run this process's rank of the all-to-all; resolves with every rank's result (a rank lost fails it). */
 export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
   const job = await Job.start({
@@ -183,7 +200,7 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
     const stats = ctx.faultLibrary.stats();
     me.faults = { source: stats.faults.source, destination: stats.faults.destination };
     me.nacks = cluster.system.node(rank).pldma.counters().nacksReceived;
-    const ranks = (await job.allgather(me).catch((e: unknown) => Promise.reject(why(e)))) as RankResult[];
+    const ranks = (await job.allgather(me).catch((e: unknown) => Promise.reject(why(e)))).map((v, r) => checkResult(v, r, o.iters));
     return { rank, size, launcher: job.launcher, block, iters: o.iters, ranks };
   } catch (e) {
     if (!job.signal.aborted) job.abort((e as Error).message);

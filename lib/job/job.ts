@@ -34,6 +34,9 @@ const LAUNCHERS: ReadonlyArray<[Launcher, string, string]> = [
 /** Where rank 0 listens for the rendezvous unless told otherwise (PFR_RENDEZVOUS, --rendezvous). */
 export const DEFAULT_RENDEZVOUS = '127.0.0.1:18517';
 
+/** How long a rank lost on the transport waits for the rendezvous to say why before failing with the loss itself. */
+const LOSS_GRACE_MS = 1_000;
+
 /** The rank and size the launcher set in `env` (the first launcher whose variables are there). */
 export function launchInfo(env: NodeJS.ProcessEnv = process.env): LaunchInfo {
   for (const [launcher, rankVar, sizeVar] of LAUNCHERS) {
@@ -137,8 +140,12 @@ export class Job {
         if (ending.value) return;
         const why = reason?.message.replace(/^the peer went away: /, '') ?? 'its connection shut down';
         const e = new PfrError('ERR_PFR_RANK_LOST', `rank ${node} went away (its transport connection: ${why})`);
-        abort.abort(e);
-        rdv.abort(e.message);
+        // A rank that fails closes its connections just after telling rank 0 why: the
+        // rendezvous gets a moment to bring that first cause before this loss becomes the reason.
+        setTimeout(() => {
+          abort.abort(e);
+          rdv.abort(e.message);
+        }, LOSS_GRACE_MS).unref();
       });
       // Lower ranks are dialled, higher ones dial here: one connection per pair.
       const others = [...Array(info.size).keys()].filter((r) => r !== info.rank);

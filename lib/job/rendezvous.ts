@@ -262,7 +262,12 @@ export class Rendezvous {
   #fail(e: Error, tell = true): void {
     if (this.#failed) return;
     this.#failed = e;
-    if (this.rank === 0 && tell) for (const [r, s] of this.#members) if (!this.#said.has(r)) send(s, { t: 'abort', reason: e.message });
+    // The job is over: rank 0 tells the ranks still in it why, and lets them go.
+    if (this.rank === 0 && tell)
+      for (const [r, s] of this.#members) {
+        if (!this.#said.has(r) && !s.destroyed) send(s, { t: 'abort', reason: e.message });
+        s.end();
+      }
     this.#waiter?.reject(e);
     for (const l of this.#failListeners.splice(0)) l(e);
   }
