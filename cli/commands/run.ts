@@ -24,14 +24,18 @@ export default defineProgram<Options>({
   description:
     "Start N copies of `pagefault-rdma PROGRAM ARGS`, each told its rank, the job size and rank 0's rendezvous " +
     '(PFR_RANK, PFR_SIZE, PFR_RENDEZVOUS); their output is prefixed by rank. One rank failing, Ctrl-C or the timeout ' +
-    'stops the others; the exit status is non-zero then. Put `--` before the program: run -n 4 -- alltoall -s 64K',
+    'stops the others; the exit status is non-zero then. Example: run -n 4 -- alltoall -s 64K',
   noTrace: 'the launcher moves no data: give --trace to a program of two processes (write-bw --trace)',
   options(cmd) {
+    // The program's options are its own, not run's: run -n 4 alltoall -n 20 works too (commander
+    // allows that only with the top level's options before the program's name, all it has).
+    cmd.parent?.enablePositionalOptions();
     cmd
       .requiredOption('-n, --np <n>', 'processes (ranks)', parseRanks)
       .option('--timeout <seconds>', "the whole job's limit", parsePositiveInt, 600)
       .option('--rendezvous <host:port>', "rank 0's rendezvous (default: 127.0.0.1 and a free port)")
-      .argument('<program...>', 'the program and its arguments, after --');
+      .argument('<program...>', 'the program and its arguments (after -- or not)')
+      .passThroughOptions();
   },
   async run(o) {
     const args = o.args ?? [];
