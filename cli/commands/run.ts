@@ -42,6 +42,8 @@ export default defineProgram<Options>({
     const r = await launch({ np: o.np, args, timeoutMs: o.timeout * 1000, ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}) });
     if (r.failure !== undefined) {
       console.error(`run: the job failed: ${r.failure}`);
+      const how = r.ranks.map((x) => `rank ${x.rank} ${x.signal ? `killed by ${x.signal}` : `exited ${String(x.code)}`}`);
+      console.error(`run: ${how.join(', ')}`);
       process.exitCode = 1;
     }
     return { results: r };
