@@ -54,6 +54,9 @@ function rankLost(message: string): PfrError {
   return new PfrError('ERR_PFR_RANK_LOST', message);
 }
 
+/** "rank 3" or "ranks 1, 2". */
+const ranks = (xs: number[]) => `rank${xs.length === 1 ? '' : 's'} ${xs.join(', ')}`;
+
 const isRank = (v: unknown, size: number): v is number => Number.isInteger(v) && (v as number) >= 0 && (v as number) < size;
 
 /** Check `m`'s keys are exactly `keys` (besides t): a message with anything more or less is malformed. */
@@ -188,7 +191,7 @@ export class Rendezvous {
     const seq = this.#seq;
     const p = this.#wait(timeoutMs, () =>
       this.rank === 0
-        ? `ranks ${this.#missingInRound().join(', ')} did not reach allgather ${seq} within ${timeoutMs} ms`
+        ? `${ranks(this.#missingInRound())} did not reach allgather ${seq} within ${timeoutMs} ms`
         : `rank 0 did not answer allgather ${seq} within ${timeoutMs} ms`,
     );
     if (this.rank === 0) this.#give(0, value);
@@ -280,13 +283,18 @@ export class Rendezvous {
     const table = this.#wait(timeoutMs, () => {
       const missing = [...Array(this.size).keys()].filter((r) => r > 0 && !this.#members.has(r));
       return (
-        `ranks ${missing.join(', ')} did not reach the rendezvous at ${o.at.host}:${o.at.port} within ${timeoutMs} ms` +
+        `${ranks(missing)} did not reach the rendezvous at ${o.at.host}:${o.at.port} within ${timeoutMs} ms` +
         (this.refused.length ? ` (refused: ${this.refused.slice(-3).join('; ')})` : '')
       );
     });
     const server = (this.#server = createServer((s) => this.#accept(s, addresses, timeoutMs)));
     server.on('error', (e: NodeJS.ErrnoException) => {
-      const hint = e.code === 'EADDRINUSE' ? ': another job uses it; give this job another (--rendezvous HOST:PORT)' : '';
+      const hint =
+        e.code === 'EADDRINUSE'
+          ? ': another job uses it; give this job another (--rendezvous HOST:PORT)'
+          : e.code === 'EADDRNOTAVAIL'
+            ? ": it is not an address of rank 0's host (the rendezvous is rank 0's)"
+            : '';
       this.#waiter?.reject(
         new PfrError('ERR_PFR_RENDEZVOUS', `rank 0 cannot listen on ${o.at.host}:${o.at.port} for the rendezvous${hint} (${e.message})`, {
           cause: e,
@@ -301,8 +309,8 @@ export class Rendezvous {
   #refuse(s: Socket, reason: string): void {
     this.refused.push(reason);
     if (!s.destroyed) send(s, { t: 'refused', reason });
-    s.end();
-    s.destroySoon?.();
+    // Told why, then gone (a stranger that keeps its side open keeps nothing here).
+    s.end(() => s.destroy());
   }
 
   #accept(s: Socket, addresses: string[], timeoutMs: number): void {
@@ -336,7 +344,8 @@ export class Rendezvous {
         else this.#fail(protocolError(`rank ${rank} sent a malformed message: ${e.message}`));
       },
     );
-    s.on('data', (d: Buffer) => framer.push(d));
+    // Nothing more is read from a connection refused, or let go when the job failed.
+    s.on('data', (d: Buffer) => s.writableEnded || framer.push(d));
   }
 
   // A connection's first message must be its hello: a rank of this job, not yet arrived.
