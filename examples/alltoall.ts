@@ -5,7 +5,7 @@
 // every write meets missing pages at both ends, source faults here and destination faults
 // (NACKs) at the target, all resolved by each process's own fault library. After the writes
 // complete everywhere (a second barrier) each rank checks every byte it received.
-// Buffer layout, `block` bytes a slot: [send to rank 0 … send to rank N-1 | from rank 0 … from rank N-1].
+// Buffer layout, one page-aligned slot per block: [to rank 0 … to rank N-1 | from rank 0 … from rank N-1].
 import {
   Access,
   Cluster,
@@ -150,7 +150,9 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     const qps = new Map<number, QueuePair>(peers.map((p) => [p, ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: 1, maxRecvWr: 1 } })]));
     const block = o.block;
-    region = mapRegion(2 * size * block, { shared: true });
+    // Slots start on pages: the transport reads a source's residency page by page from its start.
+    const stride = Math.ceil(block / 4096) * 4096;
+    region = mapRegion(2 * size * stride, { shared: true });
     const buf = region;
     const mr = ctx.regMr(pd, buf, 0, buf.size, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.ON_DEMAND, { policy: o.policy });
     const psns = [...Array(size).keys()].map(() => newPsn());
@@ -168,7 +170,7 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
     }
     o.onConnected?.(job);
     const me: RankResult = { rank, iterUs: [], faults: { source: 0, destination: 0 }, nacks: 0, retransmitted: 0, bytesVerified: 0, mismatches: 0 };
-    const slot = (k: number) => Buffer.from(buf.buffer, k * block, block);
+    const slot = (k: number) => Buffer.from(buf.buffer, k * stride, block);
     for (let it = 0; it < o.iters && !me.error; it++) {
       for (const p of peers) slot(p).fill(period(it, rank, p));
       if (o.evict ?? true) buf.unmapPages();
@@ -179,9 +181,9 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
         qps.get(p)!.postSend({
           wrId: BigInt(p),
           opcode: WrOpcode.RDMA_WRITE,
-          sgList: [{ addr: buf.address + BigInt(p * block), length: block, lkey: mr.lkey }],
+          sgList: [{ addr: buf.address + BigInt(p * stride), length: block, lkey: mr.lkey }],
           sendFlags: SendFlags.SIGNALED,
-          rdma: { remoteAddr: theirs[p]!.addr + BigInt((size + rank) * block), rkey: theirs[p]!.rkey },
+          rdma: { remoteAddr: theirs[p]!.addr + BigInt((size + rank) * stride), rkey: theirs[p]!.rkey },
         });
       for (let n = 0; n < peers.length; n++) {
         const wc: WorkCompletion = await cq.next({ timeoutMs: WRITE_TIMEOUT_MS, signal: job.signal }).catch((e: unknown) => Promise.reject(why(e)));
