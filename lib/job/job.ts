@@ -201,7 +201,8 @@ export class Job {
     this.#closed = true;
     this.#ending.value = true;
     if (!this.signal.aborted) await this.#rendezvous.barrier(this.#timeoutMs).catch(() => undefined);
-    await this.#rendezvous.close();
+    // A failed job waits for nobody: a rank may be stopped, its socket never closing.
+    await this.#rendezvous.close(this.signal.aborted ? 0 : undefined);
     this.transport.close();
   }
 }
