@@ -24,8 +24,8 @@ import { Job, type Launcher } from '../lib/index.js';
 import { connect, newPsn, PEER_TIMEOUT_MS, type Endpoint } from './fabric-peer.js';
 
 export interface AlltoallOptions {
-  /** Bytes each rank writes to each other rank per iteration (a multiple of 4096 is not required). */
-  block: number;
+  /** Bytes each rank writes to each other rank per iteration, one run of `iters` per size, in order. */
+  blocks: number[];
   iters: number;
   policy: PolicyName;
   /** Evict the buffer before every iteration (default true): faults at both ends every time. */
@@ -42,8 +42,8 @@ export interface AlltoallOptions {
 /** One rank's outcome, as every rank learns it at the end. */
 export interface RankResult {
   rank: number;
-  /** Real µs of each iteration's writes: from posting the first to the last completion. */
-  iterUs: number[];
+  /** Real µs of each iteration's writes (posting the first to the last completion), per size in order. */
+  iterUs: number[][];
   /** Faults this rank's fault library resolved: its blocks read (source), its slots written (destination). */
   faults: { source: number; destination: number };
   /** NACKs this rank's engine received (destination faults of its writes at the other ranks). */
@@ -59,7 +59,7 @@ export interface AlltoallResult {
   rank: number;
   size: number;
   launcher: Launcher;
-  block: number;
+  blocks: number[];
   iters: number;
   /** Every rank's result, by rank. */
   ranks: RankResult[];
@@ -111,7 +111,7 @@ function checkEndpoints(v: unknown, rank: number, size: number): { addr: bigint;
 }
 
 /** Another rank's result, checked: its counts must be counts, its times a list of them. */
-function checkResult(v: unknown, rank: number, iters: number): RankResult {
+function checkResult(v: unknown, rank: number, sizes: number, iters: number): RankResult {
   const x = v as RankResult;
   const count = (n: unknown) => Number.isInteger(n) && (n as number) >= 0;
   const ok =
@@ -119,8 +119,8 @@ function checkResult(v: unknown, rank: number, iters: number): RankResult {
     typeof x === 'object' &&
     x.rank === rank &&
     Array.isArray(x.iterUs) &&
-    x.iterUs.length <= iters &&
-    x.iterUs.every((t) => typeof t === 'number' && t >= 0) &&
+    x.iterUs.length <= sizes &&
+    x.iterUs.every((run) => Array.isArray(run) && run.length <= iters && run.every((t) => typeof t === 'number' && t >= 0)) &&
     [x.faults?.source, x.faults?.destination, x.nacks, x.retransmitted, x.bytesVerified, x.mismatches].every(count) &&
     (x.error === undefined || typeof x.error === 'string');
   if (!ok) throw Object.assign(new Error(`rank ${rank} sent a malformed result`), { code: 'ERR_PFR_RENDEZVOUS' });
@@ -149,9 +149,9 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
     const cq: CompletionQueue = ctx.createCq(2 * size + 16);
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
     const qps = new Map<number, QueuePair>(peers.map((p) => [p, ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: 1, maxRecvWr: 1 } })]));
-    const block = o.block;
-    // Slots start on pages: the transport reads a source's residency page by page from its start.
-    const stride = Math.ceil(block / 4096) * 4096;
+    // Slots start on pages (the transport reads a source's residency page by page from its
+    // start), each as large as the largest block.
+    const stride = Math.ceil(Math.max(...o.blocks) / 4096) * 4096;
     region = mapRegion(2 * size * stride, { shared: true });
     const buf = region;
     const mr = ctx.regMr(pd, buf, 0, buf.size, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.ON_DEMAND, { policy: o.policy });
@@ -170,40 +170,47 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
     }
     o.onConnected?.(job);
     const me: RankResult = { rank, iterUs: [], faults: { source: 0, destination: 0 }, nacks: 0, retransmitted: 0, bytesVerified: 0, mismatches: 0 };
-    const slot = (k: number) => Buffer.from(buf.buffer, k * stride, block);
-    for (let it = 0; it < o.iters && !me.error; it++) {
-      for (const p of peers) slot(p).fill(period(it, rank, p));
-      if (o.evict ?? true) buf.unmapPages();
-      // Every rank's slots are evicted (and its last check done) before anyone writes.
-      await job.barrier().catch((e: unknown) => Promise.reject(why(e)));
-      const t0 = performance.now();
-      for (const p of peers)
-        qps.get(p)!.postSend({
-          wrId: BigInt(p),
-          opcode: WrOpcode.RDMA_WRITE,
-          sgList: [{ addr: buf.address + BigInt(p * stride), length: block, lkey: mr.lkey }],
-          sendFlags: SendFlags.SIGNALED,
-          rdma: { remoteAddr: theirs[p]!.addr + BigInt((size + rank) * stride), rkey: theirs[p]!.rkey },
-        });
-      for (let n = 0; n < peers.length; n++) {
-        const wc: WorkCompletion = await cq.next({ timeoutMs: WRITE_TIMEOUT_MS, signal: job.signal }).catch((e: unknown) => Promise.reject(why(e)));
-        if (wc.status !== WcStatus.SUCCESS) me.error ??= `write to rank ${String(wc.wrId)}: ${wc.statusStr} (${WcStatus[wc.status]})`;
-        if (wc.odp) me.retransmitted += wc.odp.retransmittedBlocks;
-      }
-      me.iterUs.push((performance.now() - t0) * 1000);
-      // A write completes at its writer once the target placed it: after this barrier every
-      // rank's slots hold this iteration's blocks.
-      await job.barrier().catch((e: unknown) => Promise.reject(why(e)));
-      for (const p of peers) {
-        me.mismatches += differing(slot(size + p), it, p, rank);
-        me.bytesVerified += block;
-      }
-    }
+    const slot = (k: number, block: number) => Buffer.from(buf.buffer, k * stride, block);
+    for (const block of o.blocks) if (!me.error) me.iterUs.push(await run(block));
     const stats = ctx.faultLibrary.stats();
     me.faults = { source: stats.faults.source, destination: stats.faults.destination };
     me.nacks = cluster.system.node(rank).pldma.counters().nacksReceived;
-    const ranks = (await job.allgather(me).catch((e: unknown) => Promise.reject(why(e)))).map((v, r) => checkResult(v, r, o.iters));
-    return { rank, size, launcher: job.launcher, block, iters: o.iters, ranks };
+    const ranks = (await job.allgather(me).catch((e: unknown) => Promise.reject(why(e)))).map((v, r) => checkResult(v, r, o.blocks.length, o.iters));
+    return { rank, size, launcher: job.launcher, blocks: o.blocks, iters: o.iters, ranks };
+
+    // `iters` iterations of `block` bytes to every other rank; returns each one's time.
+    async function run(block: number): Promise<number[]> {
+      const times: number[] = [];
+      for (let it = 0; it < o.iters && !me.error; it++) {
+        for (const p of peers) slot(p, block).fill(period(it, rank, p));
+        if (o.evict ?? true) buf.unmapPages();
+        // Every rank's slots are evicted (and its last check done) before anyone writes.
+        await job.barrier().catch((e: unknown) => Promise.reject(why(e)));
+        const t0 = performance.now();
+        for (const p of peers)
+          qps.get(p)!.postSend({
+            wrId: BigInt(p),
+            opcode: WrOpcode.RDMA_WRITE,
+            sgList: [{ addr: buf.address + BigInt(p * stride), length: block, lkey: mr.lkey }],
+            sendFlags: SendFlags.SIGNALED,
+            rdma: { remoteAddr: theirs[p]!.addr + BigInt((size + rank) * stride), rkey: theirs[p]!.rkey },
+          });
+        for (let n = 0; n < peers.length; n++) {
+          const wc: WorkCompletion = await cq.next({ timeoutMs: WRITE_TIMEOUT_MS, signal: job.signal }).catch((e: unknown) => Promise.reject(why(e)));
+          if (wc.status !== WcStatus.SUCCESS) me.error ??= `write to rank ${String(wc.wrId)}: ${wc.statusStr} (${WcStatus[wc.status]})`;
+          if (wc.odp) me.retransmitted += wc.odp.retransmittedBlocks;
+        }
+        times.push((performance.now() - t0) * 1000);
+        // A write completes at its writer once the target placed it: after this barrier every
+        // rank's slots hold this iteration's blocks.
+        await job.barrier().catch((e: unknown) => Promise.reject(why(e)));
+        for (const p of peers) {
+          me.mismatches += differing(slot(size + p, block), it, p, rank);
+          me.bytesVerified += block;
+        }
+      }
+      return times;
+    }
   } catch (e) {
     if (!job.signal.aborted) job.abort((e as Error).message);
     throw why(e);

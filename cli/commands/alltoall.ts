@@ -4,14 +4,15 @@
 // table and writes --json; a failure of any rank fails every rank.
 import { Option } from 'commander';
 import { DEFAULT_BIND, DEFAULT_RENDEZVOUS, LIBFABRIC_PROVIDERS, latencyStats, POLICIES } from '../../lib/index.js';
-
 import { runAlltoall, type AlltoallOptions } from '../../examples/alltoall.js';
-import { parsePositiveInt, print, Table, us } from '../../examples/support/format.js';
+import { ALL_SIZES } from '../../examples/fabric-peer.js';
+import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, print, Table, us } from '../../examples/support/format.js';
 import { parseMessageSize } from '../fabric-programs.js';
 import { defineProgram } from '../program.js';
 
-interface Options extends Omit<AlltoallOptions, 'block' | 'timeoutMs'> {
+interface Options extends Omit<AlltoallOptions, 'blocks' | 'timeoutMs'> {
   size: number;
+  all: boolean;
   timeout: number;
 }
 
@@ -22,7 +23,8 @@ export default defineProgram<Options>({
   options(cmd) {
     cmd
       .option('-s, --size <bytes>', 'bytes each rank writes to each other rank per iteration (4096, 64K, 1M)', parseMessageSize, 64 * 1024)
-      .option('-n, --iters <n>', 'iterations', parsePositiveInt, 10)
+      .option('-a, --all', 'every size from 2 to 2^23 bytes, -n iterations each, a row each (perftest -a)', false)
+      .option('-n, --iters <n>', 'iterations (per size)', parsePositiveInt, 10)
       .addOption(
         new Option('--policy <name>', 'fault library policy of the buffers').choices(POLICIES.filter((p) => p !== 'pin')).default('touch-ahead'),
       )
@@ -34,7 +36,7 @@ export default defineProgram<Options>({
   },
   async run(o) {
     const r = await runAlltoall({
-      block: o.size,
+      blocks: o.all ? [...ALL_SIZES] : [o.size],
       iters: o.iters,
       policy: o.policy,
       evict: o.evict,
@@ -49,44 +51,42 @@ export default defineProgram<Options>({
     const failed = r.ranks.filter((x) => x.error || x.mismatches);
     for (const x of failed) console.error(`alltoall: rank ${x.rank}: ${x.error ?? `${x.mismatches} bytes differ from what the other ranks wrote`}`);
     if (failed.length) process.exitCode = 1;
-    // The slowest rank's writes bound each iteration.
-    const slowest = r.ranks[0]!.iterUs.map((_, i) => Math.max(...r.ranks.map((x) => x.iterUs[i] ?? 0)));
-    const l = latencyStats(slowest);
+    // An iteration lasts as long as its slowest rank's writes.
+    const rows = r.blocks.map((bytes, k) => {
+      const slowest = (r.ranks[0]!.iterUs[k] ?? []).map((_, i) => Math.max(...r.ranks.map((x) => x.iterUs[k]?.[i] ?? 0)));
+      return { bytes, iterations: slowest.length, ...latencyStats(slowest) };
+    });
     if (r.rank === 0) {
       print(
-        `all-to-all: ${r.size} ranks (${r.launcher}), ${r.block} bytes to each other rank, ${r.iters} iterations, buffers ${o.evict ? 'evicted before each' : 'resident'}`,
+        `all-to-all: ${r.size} ranks (${r.launcher}), each writing to each other rank; buffers ${o.evict ? 'evicted before every iteration' : 'resident'}`,
       );
-      const t = new Table([
+      print("an iteration's time: its slowest rank's writes, from posting the first to the last completion");
+      const t = new Table([{ header: '#bytes', width: 8 }, { header: '#iterations', width: 11 }, ...LATENCY_COLUMNS]);
+      t.header();
+      for (const row of rows) t.row([String(row.bytes), String(row.iterations), ...latencyCells(row)]);
+      const ranks = new Table([
         { header: 'rank', width: 4 },
-        { header: '#bytes', width: 8 },
-        { header: '#iterations', width: 11 },
-        { header: 't_typical[usec]', width: 15 },
         { header: 'faults src', width: 10 },
         { header: 'faults dst', width: 10 },
         { header: 'NACKs', width: 6 },
-        { header: 'verified', width: 9 },
+        { header: 'retransmitted', width: 13 },
+        { header: 'bytes verified', width: 14 },
         { header: 'differ', width: 6 },
       ]);
-      t.header();
-      for (const x of r.ranks) {
-        const typical = latencyStats(x.iterUs).typical;
-        t.row([
+      ranks.header();
+      for (const x of r.ranks)
+        ranks.row([
           String(x.rank),
-          String(r.block),
-          String(x.iterUs.length),
-          us(typical),
           String(x.faults.source),
           String(x.faults.destination),
           String(x.nacks),
+          String(x.retransmitted),
           String(x.bytesVerified),
           String(x.mismatches),
         ]);
-      }
-      const transfers = r.size - 1;
-      print(
-        `iteration (slowest rank's writes): typical ${us(l.typical)} usec, average ${us(l.avg)} usec; per transfer ${us(l.typical / transfers)} usec`,
-      );
+      const last = rows.at(-1);
+      if (last?.iterations) print(`per transfer (${last.bytes} bytes, typical): ${us(last.typical / (r.size - 1))} usec`);
     }
-    return { results: { ...r, iterationUs: l }, writes: r.rank === 0 };
+    return { results: { ...r, rows }, writes: r.rank === 0 };
   },
 });
