@@ -31,6 +31,8 @@ export interface RunOutcome {
   results: unknown;
   /** What --plot draws, for programs that draw. */
   plot?: PlotSpec;
+  /** False: this process writes no --json (a job's rank other than 0: rank 0 writes the whole job's). */
+  writes?: boolean;
 }
 
 export interface Program<O extends object = Record<string, unknown>> {
@@ -93,7 +95,7 @@ export function addProgram(cli: Command, program: Program<never>): void {
     const opts: CommonOptions = { ...command.opts<CommonOptions>(), args: command.args };
     const io: RunIo = { trace: opts.trace ? new TraceFile(opts.traceEvents) : undefined };
     const outcome = await (program as Program<object>).run(opts, io);
-    if (opts.json) {
+    if (opts.json && outcome.writes !== false) {
       const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'traceEvents', 'plot', 'args'].includes(k)));
       const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
       writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');

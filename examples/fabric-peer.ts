@@ -259,11 +259,11 @@ function completionTimeoutMs(size: number): number {
 }
 
 /** A 24-bit starting PSN, as rc_pingpong and perftest draw theirs (lrand48() & 0xffffff). */
-function newPsn(): number {
+export function newPsn(): number {
   return randomInt(0, 0x100_0000);
 }
 
-function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: number): void {
+export function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: number): void {
   qp.modify({
     qpState: QpState.INIT,
     portNum: 1,

@@ -23,7 +23,10 @@ export type PfrErrorCode =
   | 'ERR_PFR_PAGE_LOST'
   | 'ERR_PFR_STORE_FULL'
   | 'ERR_PFR_STORE_UNAVAILABLE'
-  | 'ERR_PFR_TRACE_OFF';
+  | 'ERR_PFR_TRACE_OFF'
+  | 'ERR_PFR_NO_LAUNCHER'
+  | 'ERR_PFR_RENDEZVOUS'
+  | 'ERR_PFR_RANK_LOST';
 
 /** A library error: a stable `ERR_PFR_*` code and a message that says what to change. */
 export class PfrError extends Error {

@@ -99,6 +99,7 @@ export {
   type RemotePagingStats,
   type StoredPage,
 } from './remote-paging/index.js';
+export { Job, launchInfo, DEFAULT_RENDEZVOUS, type JobOptions, type LaunchInfo, type Launcher } from './job/job.js';
 export {
   DEFAULT_BIND,
   DEFAULT_PEER_TIMEOUT_MS,

@@ -190,6 +190,8 @@ export class LibfabricTransport implements Transport {
   #refused: TransportStats = { refused: 0, refusedBy: {} };
   #bind: string;
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
+  #dialing = new Map<number, { resolve: () => void; reject: (e: Error) => void }>(); // connectPeer's connections before their hello
+  #nodeWatchers = new Set<() => void>(); // waitForNodes: told of every hello, loss and close
   #exchanges: unknown[] = [];
   #exchangeWaiters: Array<{ take: (body: unknown) => void; fail: (e: Error) => void }> = [];
   #lostListeners: Array<(node: number, reason?: Error) => void> = [];
@@ -315,6 +317,75 @@ export class LibfabricTransport implements Transport {
         reject(fabricError(`no peer within ${timeoutMs} ms`, 'ETIMEDOUT'));
       }, timeoutMs);
       this.#peerWaiters.push(w);
+    });
+  }
+
+  /**
+   * Connect to one more peer, a transport listening at HOST:PORT (a job's other rank): a
+   * transport reaches every node of a job this way, each connection bound by its own hello.
+   * Resolves once the peer's hello was accepted.
+   */
+  connectPeer(host: string, port: number, timeoutMs = 10_000): Promise<void> {
+    this.#checkOpen('connectPeer');
+    checkPort('LibfabricTransport.connectPeer', port, 1);
+    if (typeof host !== 'string' || host === '')
+      throw Object.assign(new TypeError('LibfabricTransport.connectPeer: host must be a host name or address'), { code: 'ERR_INVALID_ARG_TYPE' });
+    const where = `${host}:${port}`;
+    let handle: number;
+    try {
+      handle = this.#fi.fabricConnect(this.provider, host, port, (h, kind, a, b) => this.onEvent(h, kind, a, b));
+    } catch (e) {
+      return Promise.reject(fabricError(`cannot connect to ${where} over libfabric ${this.provider}: ${(e as Error).message}`, 'EFABRIC', e));
+    }
+    this.#conns.set(handle, newConn());
+    return new Promise((resolve, reject) => {
+      const end = (e?: Error) => {
+        clearTimeout(timer);
+        this.#dialing.delete(handle);
+        if (!e) return resolve();
+        const hint = (e as { code?: string }).code === 'ECONNREFUSED' ? ': nothing listens there' : '';
+        reject(
+          fabricError(
+            `cannot connect to ${where} over libfabric ${this.provider}${hint} (${e.message})`,
+            (e as { code?: string }).code ?? 'EFABRIC',
+            e,
+          ),
+        );
+      };
+      const timer = setTimeout(() => {
+        end(fabricError(`no hello within ${timeoutMs} ms`, 'ETIMEDOUT'));
+        this.#onDown(handle, undefined, true);
+      }, timeoutMs);
+      this.#dialing.set(handle, { resolve: () => end(), reject: end });
+    });
+  }
+
+  /**
+   * Wait until every node of `nodes` is connected (its connection's hello accepted), whichever
+   * side connected. Fails at once if one of them connected and went away, or on close.
+   */
+  waitForNodes(nodes: readonly number[], timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const missing = () => nodes.filter((n) => !this.#remote.has(n));
+      const end = (e?: Error) => {
+        clearTimeout(timer);
+        this.#nodeWatchers.delete(check);
+        if (e) reject(e);
+        else resolve();
+      };
+      const check = () => {
+        const m = missing();
+        const lost = m.find((n) => this.#lost.has(n));
+        if (this.#closed) end(fabricError('waitForNodes: the transport was closed', 'ERR_CLOSED'));
+        else if (lost !== undefined) end(fabricError(`node ${lost} connected and went away`, 'ECONNRESET'));
+        else if (m.length === 0) end();
+      };
+      const timer = setTimeout(
+        () => end(fabricError(`nodes ${missing().join(', ')} did not connect within ${timeoutMs} ms`, 'ETIMEDOUT')),
+        timeoutMs,
+      );
+      this.#nodeWatchers.add(check);
+      check();
     });
   }
 
@@ -595,6 +666,8 @@ export class LibfabricTransport implements Transport {
     for (const w of this.#rma.writes.values()) w.reject(closed);
     this.#rma.writes.clear();
     for (const w of this.#peerWaiters.splice(0)) w.reject(fabricError('the transport was closed', 'ERR_CLOSED'));
+    for (const d of [...this.#dialing.values()]) d.reject(fabricError('the transport was closed', 'ERR_CLOSED'));
+    for (const w of [...this.#nodeWatchers]) w();
     for (const w of this.#exchangeWaiters.splice(0)) w.fail(fabricError('the transport was closed', 'ERR_CLOSED'));
     for (const s of [...this.#staged.values(), ...this.#spare]) binding.closeRegion(s.raw.id, s.raw.buffer);
     this.#staged.clear();
@@ -777,6 +850,8 @@ export class LibfabricTransport implements Transport {
       this.#lost.delete(n);
     }
     for (const w of this.#peerWaiters.splice(0)) w.resolve();
+    this.#dialing.get(handle)?.resolve();
+    for (const w of [...this.#nodeWatchers]) w();
   }
 
   #refuse(reason: string): void {
@@ -793,7 +868,9 @@ export class LibfabricTransport implements Transport {
     if (!c?.nodes) {
       // Before the hello. A client's one connection failed to connect; a server's accepted
       // connection closed without saying who it is: refused, and the server listens on.
-      if (this.#listener === undefined) {
+      const dial = this.#dialing.get(handle);
+      if (dial) dial.reject(err ?? fabricError('the peer closed the connection', 'ECONNRESET'));
+      else if (this.#listener === undefined) {
         const e = err ?? fabricError('the peer closed the connection', 'ECONNRESET');
         for (const w of this.#peerWaiters.splice(0)) w.reject(e);
       } else if (c && !refused) this.#refuse('a connection closed before its hello');
@@ -810,6 +887,7 @@ export class LibfabricTransport implements Transport {
     for (const w of this.#exchangeWaiters.splice(0)) w.fail(gone);
     for (const w of this.#rma.writes.values()) w.reject(gone);
     this.#rma.writes.clear();
+    for (const w of [...this.#nodeWatchers]) w();
   }
 }
 

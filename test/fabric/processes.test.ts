@@ -1,61 +1,20 @@
 // Nodes in separate processes over libfabric (tcp on loopback): the CLI's server and client
 // are real processes the tests start and stop. Under CI (CI set) these tests run and fail
 // when the addon was built without libfabric; elsewhere they are skipped then.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport, peerTimeoutMs } from '../../kernel-sim/index.js';
-import { binding } from '../../native/index.js';
 import type { StallReport } from '../../examples/fabric-peer.js';
-import { ROOT } from '../child.js';
 import { Op } from '../../kernel-sim/fabric/headers.js';
 import { Raw } from './raw.js';
+import { built, ci, freePort, start, waitFor } from './spawn.js';
 
-const MAIN = join(ROOT, 'dist/cli/main.js');
-const built = binding.fabricListen !== undefined;
 const dir = mkdtempSync(join(tmpdir(), 'pfr-fabric-'));
-const children = new Set<ChildProcess>();
 
-afterAll(() => {
-  for (const c of children) c.kill('SIGKILL');
-  rmSync(dir, { recursive: true, force: true });
-});
-
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-function start(args: string[]): { child: ChildProcess; exit: Promise<Exit>; output: () => string } {
-  const child = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FORCE_COLOR: '0' } });
-  children.add(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exit = new Promise<Exit>((resolve) =>
-    child.on('exit', (code, signal) => {
-      children.delete(child);
-      resolve({ code, signal, stdout, stderr });
-    }),
-  );
-  return { child, exit, output: () => stdout + stderr };
-}
-
-async function waitFor(get: () => string, re: RegExp, timeoutMs = 20_000): Promise<RegExpExecArray> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const m = re.exec(get());
-    if (m) return m;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${re} in:\n${get()}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Run `program` as a server (port 0) and a client against it; both write --json. */
 async function pair(program: string, args: string[]) {
@@ -80,18 +39,6 @@ async function pair(program: string, args: string[]) {
   const read = (f: string) => (JSON.parse(readFileSync(f, 'utf8')) as { results: R }).results;
   return { client: read(cj), server: read(sj), stdout: c.stdout };
 }
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-// CI=true (GitHub), CI=1 (others), and .ci/run sets it too; CI=0 or CI=false is not CI.
-const ci = !!process.env.CI && !/^(0|false)$/i.test(process.env.CI);
 
 describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () => {
   it('is built in (CI installs libfabric-dev)', () => {
