@@ -80,9 +80,9 @@ export class MemoryServerStore implements PageStore {
   readonly namespace: string;
   /** Where the server is (for messages). */
   readonly where: string;
+  /** A request not answered in this time fails, ms. */
   readonly timeoutMs: number;
-  /** Times the server was found restarted (a new epoch): the pages stored before are gone. */
-  restarts = 0;
+  #restarts = 0;
   #o: MemoryServerStoreOptions;
   #secret = randomBytes(SECRET_BYTES);
   // The largest value stored so far (a 4 KiB page and its trailer until told otherwise).
@@ -99,6 +99,11 @@ export class MemoryServerStore implements PageStore {
     this.namespace = namespace;
     this.where = where(o);
     this.timeoutMs = o.timeoutMs ?? 2000;
+  }
+
+  /** Times the server was found restarted (a new epoch at a reconnection): the pages stored before are gone. */
+  get restarts(): number {
+    return this.#restarts;
   }
 
   /** Connect and say hello; fails with ERR_PFR_STORE_UNAVAILABLE naming what is missing. */
@@ -289,7 +294,7 @@ export class MemoryServerStore implements PageStore {
       throw err;
     }
     // A new epoch: the server restarted and holds none of the pages stored before.
-    if (this.#epoch && !this.#epoch.equals(epoch)) this.restarts++;
+    if (this.#epoch && !this.#epoch.equals(epoch)) this.#restarts++;
     this.#epoch = epoch;
     return c;
   }

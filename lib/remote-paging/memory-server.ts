@@ -46,28 +46,35 @@ export interface MemoryServerOptions {
 
 /** What the server did (stats(); printed at exit). */
 export interface MemoryServerStats {
-  /** Connections accepted, and open now. */
+  /** Connections accepted. */
   connections: number;
+  /** Connections open now. */
   open: number;
   /** Namespaces holding pages now. */
   namespaces: number;
-  /** Values held now, and their bytes. */
+  /** Values held now. */
   pages: number;
+  /** Bytes of the values held now. */
   bytes: number;
-  /** Requests served, by op. */
+  /** GET requests served. */
   gets: number;
+  /** PUT requests served (refused ones for the memory limit included). */
   puts: number;
+  /** DEL requests served. */
   dels: number;
-  /** Values sent, received, deleted. */
+  /** Values sent. */
   pagesRead: number;
+  /** Values stored. */
   pagesWritten: number;
+  /** Values deleted. */
   pagesDeleted: number;
   /** GETs of a value the namespace does not hold (answered ABSENT). */
   absent: number;
   /** PUTs refused for the memory limit. */
   full: number;
-  /** Frames refused (the connection closed), and by reason. */
+  /** Frames refused (the connection closed). */
   refused: number;
+  /** The same, by reason (a short fixed phrase per check). */
   refusedBy: Record<string, number>;
 }
 
@@ -84,6 +91,7 @@ export class MemoryServer {
   readonly address: string;
   /** A new random id at each start: a client that sees it change knows the pages it stored are gone. */
   readonly epoch: Buffer = randomBytes(8);
+  /** Bytes of page values it may hold. */
   readonly maxMemory: number;
   #server: Server;
   #socketPath: string | undefined;
@@ -133,6 +141,7 @@ export class MemoryServer {
     return this.#closing !== undefined;
   }
 
+  /** What it served so far, and what it holds now. */
   stats(): MemoryServerStats {
     let spaces = 0;
     for (const ns of this.#spaces.values()) if (ns.pages.size) spaces++;
