@@ -260,6 +260,21 @@ describe('malformed frames from a raw socket', () => {
   });
 });
 
+describe('a memory server at its memory limit', () => {
+  let server: MemoryServerProcess;
+  beforeAll(async () => void (server = await startMemoryServer(['--max-memory', '64K'])));
+  afterAll(async () => server?.dispose());
+
+  it('refuses the write: ERR_PFR_STORE_FULL, and the pages stay resident with their bytes', async () => {
+    const { p, errors } = await pager(server, { size: 32 * P, evictBatch: 32 });
+    fill(p, 32, 0x50);
+    await expect(p.evict()).rejects.toMatchObject({ code: 'ERR_PFR_STORE_FULL', message: expect.stringMatching(/--max-memory/) as unknown });
+    expect(errors.map((e) => e.code)).toContain('ERR_PFR_STORE_FULL');
+    expect(p.stats()).toMatchObject({ evicted: 0, resident: 32 });
+    expect(holds(Buffer.from(p.region.buffer), 32, 0x50)).toBe(true);
+  });
+});
+
 describe('pagefault-rdma memory-server', () => {
   const cli = (...args: string[]) =>
     spawnSync(process.execPath, [`${ROOT}/dist/cli/main.js`, 'memory-server', ...args], { encoding: 'utf8', timeout: 15_000 });
