@@ -50,7 +50,7 @@ export interface MemoryServerStats {
   connections: number;
   /** Connections open now. */
   open: number;
-  /** Namespaces holding pages now. */
+  /** Namespaces known now: holding pages, or bound to a connection. */
   namespaces: number;
   /** Values held now. */
   pages: number;
@@ -81,8 +81,11 @@ export interface MemoryServerStats {
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 interface Namespace {
+  name: string;
   secret: Buffer;
   pages: Map<number, Buffer>;
+  /** Connections bound to it now. */
+  conns: number;
 }
 
 /** A memory server: `MemoryServer.listen({ socket })`, then `close()`. */
@@ -143,12 +146,10 @@ export class MemoryServer {
 
   /** What it served so far, and what it holds now. */
   stats(): MemoryServerStats {
-    let spaces = 0;
-    for (const ns of this.#spaces.values()) if (ns.pages.size) spaces++;
     return {
       ...this.#stats,
       open: this.#conns.size,
-      namespaces: spaces,
+      namespaces: this.#spaces.size,
       pages: this.#pages,
       bytes: this.#bytes,
       refusedBy: { ...this.#refusedBy },
@@ -192,6 +193,9 @@ export class MemoryServer {
     s.on('close', () => {
       reader.stop();
       this.#conns.delete(s);
+      // A namespace with no pages and no connection is forgotten: every pager instance has a
+      // namespace of its own, and a long-lived server must not keep one per pager it ever served.
+      if (ns && --ns.conns === 0 && ns.pages.size === 0) this.#spaces.delete(ns.name);
     });
   }
 
@@ -220,7 +224,8 @@ export class MemoryServer {
       s.end(errorFrame(Op.HELLO, Status.NAMESPACE, h.id, `memory server: the namespace ${key} belongs to another client`));
       return undefined;
     }
-    if (!ns) this.#spaces.set(key, (ns = { secret, pages: new Map() }));
+    if (!ns) this.#spaces.set(key, (ns = { name: key, secret, pages: new Map(), conns: 0 }));
+    ns.conns++;
     const r = frame(Op.HELLO | REPLY, Status.OK, h.id, 0, HELLO_REPLY_BYTES);
     this.epoch.copy(r, HEADER_BYTES);
     r.writeUInt32LE(MAX_BODY, HEADER_BYTES + 8);

@@ -257,6 +257,8 @@ describe('malformed frames from a raw socket', () => {
     expect(last).toMatch(/memory server stopped \(SIGTERM\)/);
     expect(last).toMatch(new RegExp(`refused ${cases.length} \\(`));
     for (const [reason] of cases) expect(last).toContain(`${reason}: 1`);
+    // Every client gone, every page deleted: no namespace is kept for them.
+    expect(last).toMatch(/held 0 pages, 0 B in 0 namespaces/);
   });
 });
 
