@@ -4,9 +4,10 @@
 // socket are refused and counted while the real client goes on, and two clients never see each
 // other's pages. Accesses are made by the native toucher (a failed one is ERR_PFR_ACCESS_FAILED;
 // the main thread would die of SIGBUS).
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createConnection } from 'node:net';
+import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
 import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
@@ -280,6 +281,25 @@ describe('a memory server at its memory limit', () => {
 describe('pagefault-rdma memory-server', () => {
   const cli = (...args: string[]) =>
     spawnSync(process.execPath, [`${ROOT}/dist/cli/main.js`, 'memory-server', ...args], { encoding: 'utf8', timeout: 15_000 });
+
+  it('serves a pager over loopback TCP too (--port 0: a free port, printed)', async () => {
+    const proc = spawn(process.execPath, [`${ROOT}/dist/cli/main.js`, 'memory-server', '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const lines: string[] = [];
+      createInterface({ input: proc.stdout }).on('line', (l) => lines.push(l));
+      await until('the server to listen', () => lines.some((l) => /listening on 127\.0\.0\.1:\d+/.test(l)));
+      const port = Number(/127\.0\.0\.1:(\d+)/.exec(lines.join(' '))![1]);
+      const p = await RemotePager.create({ size: 16 * P, residentLimit: 4 * P, store: { server: { port } } });
+      open.push(p);
+      fill(p, 16, 0x60);
+      await p.evict();
+      expect(holds((await readBack(p)).data!, 16, 0x60)).toBe(true);
+      expect(p.stats().majorFaults).toBeGreaterThanOrEqual(16);
+      expect((await p.close()).keysLeft).toBe(0);
+    } finally {
+      proc.kill('SIGKILL');
+    }
+  });
 
   it('listens on loopback only, and on one of a socket or a port', () => {
     const wide = cli('--port', '0', '--host', '0.0.0.0');
