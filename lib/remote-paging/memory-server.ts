@@ -250,20 +250,26 @@ export class MemoryServer {
   #get(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
     const addrs = this.#addresses(h, body);
     if (!addrs) return this.#refuse(s, reader, 'malformed get', h);
-    const values = addrs.map((a) => ns.pages.get(a));
-    let total = h.count * 4;
-    for (const v of values) if (v) total += v.length;
+    const values = new Array<Buffer | undefined>(h.count);
+    let total = h.count * 4,
+      found = 0;
+    for (let i = 0; i < h.count; i++) {
+      const v = (values[i] = ns.pages.get(addrs[i]!));
+      if (!v) continue;
+      total += v.length;
+      found++;
+    }
     // A reply past the frame limit cannot happen: values are at most MAX_VALUE, and a client
     // asks for at most MAX_BODY of them (it is told both at the hello); refuse a GET that does.
     if (total > MAX_BODY) return this.#refuse(s, reader, 'get reply too large', h);
     const r = frame(Op.GET | REPLY, Status.OK, h.id, h.count, total);
     let at = HEADER_BYTES + h.count * 4;
-    values.forEach((v, i) => {
+    for (let i = 0; i < h.count; i++) {
+      const v = values[i];
       r.writeUInt32LE(v ? v.length : ABSENT, HEADER_BYTES + i * 4);
       if (v) at += v.copy(r, at);
-    });
+    }
     this.#stats.gets++;
-    const found = values.filter(Boolean).length;
     this.#stats.pagesRead += found;
     this.#stats.absent += h.count - found;
     s.write(r);
