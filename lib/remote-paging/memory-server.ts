@@ -7,8 +7,9 @@
 // the server goes on serving everyone else. The pages live as long as the process: a restarted
 // server holds none, and says so with a new epoch at the hello.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, unlinkSync } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { dirname } from 'node:path';
 import { PfrError } from '../errors.js';
 import { checkInt, invalidArg } from '../validate.js';
 import {
@@ -374,7 +375,11 @@ async function listenUnix(server: Server, path: string): Promise<void> {
 
 function listenError(err: unknown, path: string): Error {
   const code = (err as { code?: string }).code;
-  const fix = code === 'EACCES' ? 'choose a folder this user may write' : code === 'ENOENT' ? 'the folder does not exist' : '';
+  const fix = !existsSync(dirname(path))
+    ? `the folder ${dirname(path)} does not exist`
+    : code === 'EACCES'
+      ? 'choose a folder this user may write'
+      : '';
   return Object.assign(new Error(`memory server: cannot listen at ${path}: ${(err as Error).message}${fix ? `; ${fix}` : ''}`, { cause: err }), {
     code,
   });
