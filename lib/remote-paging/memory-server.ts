@@ -22,6 +22,7 @@ import {
   HELLO_REPLY_BYTES,
   MAX_BODY,
   MAX_COUNT,
+  MAX_NAMESPACE,
   MAX_VALUE,
   Op,
   readAddress,
@@ -175,17 +176,13 @@ export class MemoryServer {
     this.#conns.add(s);
     let ns: Namespace | undefined;
     const reader = new FrameReader(
-      (h) => (h.status !== Status.OK || h.op & REPLY ? 'not a request' : undefined),
+      (h) => checkRequest(h, ns !== undefined),
+      // checkRequest lets through a hello before the hello, and GET, PUT or DEL after it.
       (h, body) => {
-        if (!ns) {
-          if (h.op !== Op.HELLO) return this.#refuse(s, reader, 'request before hello', h);
-          ns = this.#hello(s, reader, h, body);
-          return;
-        }
-        if (h.op === Op.GET) this.#get(s, reader, ns, h, body);
+        if (!ns) ns = this.#hello(s, reader, h, body);
+        else if (h.op === Op.GET) this.#get(s, reader, ns, h, body);
         else if (h.op === Op.PUT) this.#put(s, reader, ns, h, body);
-        else if (h.op === Op.DEL) this.#del(s, reader, ns, h, body);
-        else this.#refuse(s, reader, h.op === Op.HELLO ? 'second hello' : 'unknown op', h);
+        else this.#del(s, reader, ns, h, body);
       },
       (reason, h) => this.#refuse(s, reader, reason, h),
     );
@@ -210,7 +207,6 @@ export class MemoryServer {
   }
 
   #hello(s: Socket, reader: FrameReader, h: Header, body: Buffer): Namespace | undefined {
-    if (h.count !== 0 || body.length < HELLO_FIXED) return void this.#refuse(s, reader, 'malformed hello', h);
     if (body.readUInt16LE(0) !== VERSION) return void this.#refuse(s, reader, 'unsupported version', h);
     const nsLength = body.readUInt16LE(2);
     const name = body.subarray(HELLO_FIXED);
@@ -232,13 +228,12 @@ export class MemoryServer {
     r.writeUInt32LE(MAX_BODY, HEADER_BYTES + 8);
     r.writeUInt32LE(MAX_COUNT, HEADER_BYTES + 12);
     r.writeUInt32LE(MAX_VALUE, HEADER_BYTES + 16);
-    s.write(r);
+    send(s, r);
     return ns;
   }
 
-  /** The addresses of a GET or DEL body, or undefined if any is malformed. */
+  /** The addresses of a GET or DEL body (its length checked with the header), or undefined if one is not an address. */
   #addresses(h: Header, body: Buffer): number[] | undefined {
-    if (body.length !== h.count * 8) return undefined;
     const out = new Array<number>(h.count);
     for (let i = 0; i < h.count; i++) {
       const a = readAddress(body, i * 8);
@@ -273,12 +268,11 @@ export class MemoryServer {
     this.#stats.gets++;
     this.#stats.pagesRead += found;
     this.#stats.absent += h.count - found;
-    s.write(r);
+    send(s, r);
   }
 
   #put(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
     const n = h.count;
-    if (body.length < n * 12) return this.#refuse(s, reader, 'malformed put', h);
     let total = n * 12,
       growth = 0;
     for (let i = 0; i < n; i++) {
@@ -292,7 +286,8 @@ export class MemoryServer {
     this.#stats.puts++;
     if (this.#bytes + growth > this.maxMemory) {
       this.#stats.full++;
-      s.write(
+      send(
+        s,
         errorFrame(
           Op.PUT,
           Status.FULL,
@@ -317,7 +312,7 @@ export class MemoryServer {
       this.#bytes += len;
     }
     this.#stats.pagesWritten += n;
-    s.write(frame(Op.PUT | REPLY, Status.OK, h.id, n, 0));
+    send(s, frame(Op.PUT | REPLY, Status.OK, h.id, n, 0));
   }
 
   #del(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
@@ -334,7 +329,33 @@ export class MemoryServer {
     }
     this.#stats.dels++;
     this.#stats.pagesDeleted += n;
-    s.write(frame(Op.DEL | REPLY, Status.OK, h.id, n, 0));
+    send(s, frame(Op.DEL | REPLY, Status.OK, h.id, n, 0));
+  }
+}
+
+/**
+ * Why a request's header is refused before its body is read, if it is: the body of everything
+ * but a PUT has a size the header fixes, and a connection without a hello may send only a small
+ * hello (so it cannot make the server set aside a large body).
+ */
+function checkRequest(h: Header, bound: boolean): string | undefined {
+  if (h.status !== Status.OK || h.op & REPLY) return 'not a request';
+  if (!bound) {
+    if (h.op !== Op.HELLO) return 'request before hello';
+    return h.count !== 0 || h.bodyLength < HELLO_FIXED || h.bodyLength > HELLO_FIXED + MAX_NAMESPACE ? 'malformed hello' : undefined;
+  }
+  if (h.op === Op.GET) return h.bodyLength !== h.count * 8 ? 'malformed get' : undefined;
+  if (h.op === Op.DEL) return h.bodyLength !== h.count * 8 ? 'malformed del' : undefined;
+  if (h.op === Op.PUT) return h.bodyLength < h.count * 12 ? 'malformed put' : undefined;
+  return h.op === Op.HELLO ? 'second hello' : 'unknown op';
+}
+
+// A client that sends requests without reading the answers is not read from until it has
+// taken what is queued for it: the server's memory is not its to fill.
+function send(s: Socket, bytes: Buffer): void {
+  if (!s.write(bytes) && !s.isPaused()) {
+    s.pause();
+    s.once('drain', () => s.resume());
   }
 }
 
