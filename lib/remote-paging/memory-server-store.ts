@@ -42,6 +42,11 @@ export interface MemoryServerStoreOptions {
   prefix?: string;
   /** A request not answered in this time fails (ms). Default 2000. */
   timeoutMs?: number;
+  /**
+   * After a request timed out the server counts as down: requests fail at once, but one at most
+   * this often (ms) that tries it again. Default 1000.
+   */
+  probeIntervalMs?: number;
   /** Leave the pager's pages on the server at close, instead of deleting them. Default false. */
   persist?: boolean;
 }
@@ -82,6 +87,8 @@ export class MemoryServerStore implements PageStore {
   readonly where: string;
   /** A request not answered in this time fails, ms. */
   readonly timeoutMs: number;
+  /** While the server is down, how often a request tries it again, ms. */
+  readonly probeIntervalMs: number;
   #restarts = 0;
   #o: MemoryServerStoreOptions;
   #secret = randomBytes(SECRET_BYTES);
@@ -93,12 +100,15 @@ export class MemoryServerStore implements PageStore {
   #next = 1;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  // Set while the server is known down (a request timed out): when, why, when it was last tried.
+  #down: { since: number; why: string; triedAt: number } | undefined;
 
   private constructor(o: MemoryServerStoreOptions, namespace: string) {
     this.#o = o;
     this.namespace = namespace;
     this.where = where(o);
     this.timeoutMs = o.timeoutMs ?? 2000;
+    this.probeIntervalMs = o.probeIntervalMs ?? 1000;
   }
 
   /** Times the server was found restarted (a new epoch at a reconnection): the pages stored before are gone. */
@@ -200,6 +210,18 @@ export class MemoryServerStore implements PageStore {
 
   async #request(op: Op, req: Buffer): Promise<{ h: Header; body: Buffer }> {
     if (this.#closed) throw new PfrError('ERR_PFR_CLOSED', 'MemoryServerStore: closed');
+    const d = this.#down;
+    // While down, one request in a probe interval tries the server (its hello is part of that try).
+    if (d && op !== Op.HELLO) {
+      if (Date.now() - d.triedAt < this.probeIntervalMs) {
+        throw new PfrError(
+          'ERR_PFR_STORE_UNAVAILABLE',
+          `MemoryServerStore: ${Op[op]}: the memory server at ${this.where} has been down for ${((Date.now() - d.since) / 1000).toFixed(1)} s ` +
+            `(${d.why}); requests fail at once but one every ${this.probeIntervalMs} ms, which tries it again`,
+        );
+      }
+      d.triedAt = Date.now();
+    }
     const c = this.#conn && !this.#conn.dead ? this.#conn : await this.#connection();
     const id = this.#next;
     this.#next = (this.#next % 0xffffffff) + 1;
@@ -210,6 +232,7 @@ export class MemoryServerStore implements PageStore {
     this.#arm();
     c.socket.write(req);
     const r = await reply;
+    this.#down = undefined; // it answered
     if (r.h.status === Status.OK) return r;
     const why = r.body.toString('utf8');
     throw new PfrError(r.h.status === Status.FULL ? 'ERR_PFR_STORE_FULL' : 'ERR_PFR_STORE_UNAVAILABLE', `MemoryServerStore: ${why}`);
@@ -226,11 +249,13 @@ export class MemoryServerStore implements PageStore {
         if (!c) return;
         const oldest = c.pending.values().next().value;
         if (oldest && oldest.deadline <= Date.now()) {
+          const why = `it did not answer a ${Op[oldest.op]} within ${this.timeoutMs} ms`;
+          this.#down ??= { since: Date.now(), why, triedAt: Date.now() };
           this.#drop(
             c,
             new PfrError(
               'ERR_PFR_STORE_UNAVAILABLE',
-              `MemoryServerStore: the memory server at ${this.where} did not answer a ${Op[oldest.op]} within ${this.timeoutMs} ms; the connection is dropped and made again at the next request`,
+              `MemoryServerStore: the memory server at ${this.where}: ${why}; the connection is dropped and made again at a later request`,
             ),
           );
         } else this.#arm();

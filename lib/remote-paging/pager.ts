@@ -333,6 +333,7 @@ function checkServerOptions(value: unknown): MemoryServerStoreOptions {
   if (s.prefix !== undefined && (typeof s.prefix !== 'string' || s.prefix === '')) throw invalidArg(`${what}.prefix must be a non-empty string`);
   if (s.persist !== undefined && typeof s.persist !== 'boolean') throw invalidArg(`${what}.persist must be a boolean`);
   if (s.timeoutMs !== undefined) checkInt(`${what}.timeoutMs`, s.timeoutMs, 1, 600_000);
+  if (s.probeIntervalMs !== undefined) checkInt(`${what}.probeIntervalMs`, s.probeIntervalMs, 1, 600_000);
   return { ...s };
 }
 

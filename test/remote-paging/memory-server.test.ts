@@ -171,6 +171,31 @@ describe('a memory server in a process of its own', () => {
     expect(holds((await touch(p.region, { offset: 20 * P, length: P })).data!, 1, 0x77)).toBe(true);
   });
 
+  it('a server that stops answering counts as down: the next fetches fail at once, and it is used again once back', async () => {
+    const p = await RemotePager.create({ size: 8 * P, timeoutMs: 300, store: { server: { socket: server.socket, probeIntervalMs: 1500 } } });
+    open.push(p);
+    const errors: PfrError[] = [];
+    p.on('error', (e) => errors.push(e));
+    fill(p, 8, 0x30);
+    await p.evict();
+    process.kill(server.pid!, 'SIGSTOP');
+    try {
+      const first = await touch(p.region, { offset: 0, length: P }).catch((e: unknown) => e as Failed);
+      expect(first.code).toBe('ERR_PFR_ACCESS_FAILED');
+      const second = await touch(p.region, { offset: P, length: P }).catch((e: unknown) => e as Failed);
+      expect(second.code).toBe('ERR_PFR_ACCESS_FAILED');
+      await until('both failures reported', () => errors.length >= 2);
+      expect(errors.map((e) => e.code)).toEqual(['ERR_PFR_STORE_UNAVAILABLE', 'ERR_PFR_STORE_UNAVAILABLE']);
+      expect(errors[0]!.message).toMatch(/did not answer a GET within 300 ms/);
+      expect(errors[1]!.message).toMatch(/has been down for .* requests fail at once/);
+    } finally {
+      process.kill(server.pid!, 'SIGCONT');
+    }
+    await new Promise((r) => setTimeout(r, 1600)); // past the probe interval: the next fetch tries it again
+    const rest = await touch(p.region, { offset: 2 * P, length: 6 * P });
+    expect(holds(rest.data!, 6, 0x32)).toBe(true);
+  });
+
   it('a server that is gone: the pager cannot start, and says how to start one', async () => {
     await expect(RemotePager.create({ size: 4 * P, store: { server: { socket: `${server.socket}.none` } } })).rejects.toMatchObject({
       code: 'ERR_PFR_STORE_UNAVAILABLE',
