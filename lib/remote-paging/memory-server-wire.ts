@@ -62,30 +62,10 @@ export interface Header {
   bodyLength: number;
 }
 
-// Frames live briefly (a reply until it is written, a GET's values until they are placed), and
-// a page-sized one is past Buffer's own pool: each would be an ArrayBuffer of its own, a malloc
-// and more work for the GC on every fault. They are cut from a shared slab instead (8-aligned);
-// a slab is freed once no frame cut from it is left. Long-lived values (a PUT's pages on the
-// server) are copied out into buffers of their own.
-const SLAB_BYTES = 1 << 20;
-let slab = Buffer.allocUnsafeSlow(SLAB_BYTES);
-let slabUsed = 0;
-
-/** `n` bytes for a short-lived frame or body. */
-export function allocFrame(n: number): Buffer {
-  if (n > SLAB_BYTES >> 3) return Buffer.allocUnsafeSlow(n);
-  if (slabUsed + n > SLAB_BYTES) {
-    slab = Buffer.allocUnsafeSlow(SLAB_BYTES);
-    slabUsed = 0;
-  }
-  const b = slab.subarray(slabUsed, slabUsed + n);
-  slabUsed += (n + 7) & ~7;
-  return b;
-}
-
-/** A frame: header and body in one buffer. */
-export function frame(op: number, status: number, id: number, count: number, bodyLength: number): Buffer {
-  const b = allocFrame(HEADER_BYTES + bodyLength);
+/** A frame: header and body in one buffer (the start of `into`, if it is large enough). */
+export function frame(op: number, status: number, id: number, count: number, bodyLength: number, into?: Buffer): Buffer {
+  const n = HEADER_BYTES + bodyLength;
+  const b = into && into.length >= n ? into.subarray(0, n) : Buffer.allocUnsafe(n);
   b.writeUInt16LE(MAGIC, 0);
   b[2] = op;
   b[3] = status;
@@ -169,7 +149,7 @@ export class FrameReader {
         const why = this.#check(h);
         if (why) return this.#refuse(why, h);
         this.#header = h;
-        this.#body = allocFrame(h.bodyLength);
+        this.#body = Buffer.allocUnsafe(h.bodyLength);
         this.#bodyHave = 0;
       }
       const body = this.#body!;

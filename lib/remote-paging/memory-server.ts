@@ -80,6 +80,9 @@ export interface MemoryServerStats {
   refusedBy: Record<string, number>;
 }
 
+/** The GET replies' buffer (larger replies get one of their own). */
+const OUT_BYTES = 256 << 10;
+
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 interface Namespace {
@@ -105,6 +108,9 @@ export class MemoryServer {
   #bytes = 0;
   #pages = 0;
   #closing: Promise<void> | undefined;
+  // The GET replies' buffer: one allocation for all of them, not an ArrayBuffer per reply (each
+  // one is garbage the GC must find, and measured here that was a third of the server's CPU).
+  #out = Buffer.allocUnsafeSlow(OUT_BYTES);
   #stats = { connections: 0, gets: 0, puts: 0, dels: 0, pagesRead: 0, pagesWritten: 0, pagesDeleted: 0, absent: 0, full: 0, refused: 0 };
   #refusedBy: Record<string, number> = {};
 
@@ -258,7 +264,7 @@ export class MemoryServer {
     // A reply past the frame limit cannot happen: values are at most MAX_VALUE, and a client
     // asks for at most MAX_BODY of them (it is told both at the hello); refuse a GET that does.
     if (total > MAX_BODY) return this.#refuse(s, reader, 'get reply too large', h);
-    const r = frame(Op.GET | REPLY, Status.OK, h.id, h.count, total);
+    const r = frame(Op.GET | REPLY, Status.OK, h.id, h.count, total, this.#out);
     let at = HEADER_BYTES + h.count * 4;
     for (let i = 0; i < h.count; i++) {
       const v = values[i];
@@ -268,7 +274,8 @@ export class MemoryServer {
     this.#stats.gets++;
     this.#stats.pagesRead += found;
     this.#stats.absent += h.count - found;
-    send(s, r);
+    // Written at once (the usual case): the kernel has the bytes, the buffer serves the next reply.
+    if (!send(s, r) && r.buffer === this.#out.buffer) this.#out = Buffer.allocUnsafeSlow(OUT_BYTES);
   }
 
   #put(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
@@ -351,12 +358,15 @@ function checkRequest(h: Header, bound: boolean): string | undefined {
 }
 
 // A client that sends requests without reading the answers is not read from until it has
-// taken what is queued for it: the server's memory is not its to fill.
-function send(s: Socket, bytes: Buffer): void {
-  if (!s.write(bytes) && !s.isPaused()) {
+// taken what is queued for it: the server's memory is not its to fill. True if the kernel took
+// the bytes at once (nothing holds `bytes` any more).
+function send(s: Socket, bytes: Buffer): boolean {
+  const ok = s.write(bytes);
+  if (!ok && !s.isPaused()) {
     s.pause();
     s.once('drain', () => s.resume());
   }
+  return ok && s.writableLength === 0 && !s.destroyed;
 }
 
 function unlinkQuiet(path: string): void {
