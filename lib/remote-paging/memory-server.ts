@@ -80,6 +80,9 @@ export interface MemoryServerStats {
   refusedBy: Record<string, number>;
 }
 
+/** A connection must say hello within this time (ms). */
+const HELLO_TIMEOUT_MS = 10_000;
+
 /** The GET replies' buffer (larger replies get one of their own). */
 const OUT_BYTES = 256 << 10;
 
@@ -177,16 +180,25 @@ export class MemoryServer {
     return this.#closing;
   }
 
+  /** close(), without waiting. */
+  [Symbol.dispose](): void {
+    void this.close();
+  }
+
   #accept(s: Socket): void {
     this.#stats.connections++;
     this.#conns.add(s);
     let ns: Namespace | undefined;
+    // A connection that never says hello is not kept open.
+    const helloTimer = setTimeout(() => this.#refuse(s, reader, 'no hello in time', undefined), HELLO_TIMEOUT_MS).unref();
     const reader = new FrameReader(
       (h) => checkRequest(h, ns !== undefined),
       // checkRequest lets through a hello before the hello, and GET, PUT or DEL after it.
       (h, body) => {
-        if (!ns) ns = this.#hello(s, reader, h, body);
-        else if (h.op === Op.GET) this.#get(s, reader, ns, h, body);
+        if (!ns) {
+          clearTimeout(helloTimer);
+          ns = this.#hello(s, reader, h, body);
+        } else if (h.op === Op.GET) this.#get(s, reader, ns, h, body);
         else if (h.op === Op.PUT) this.#put(s, reader, ns, h, body);
         else this.#del(s, reader, ns, h, body);
       },
@@ -195,6 +207,7 @@ export class MemoryServer {
     s.on('data', (chunk: Buffer) => reader.push(chunk));
     s.on('error', () => undefined); // a client that goes away mid-write: its connection just ends
     s.on('close', () => {
+      clearTimeout(helloTimer);
       reader.stop();
       this.#conns.delete(s);
       // A namespace with no pages and no connection is forgotten: every pager instance has a
