@@ -153,6 +153,17 @@ describe('a memory server in a process of its own', () => {
     expect(p.stats().keysDeleted).toBeGreaterThan(0);
   });
 
+  it('a prefetch window comes in one GET with its faulting page, every byte checked', async () => {
+    const { p, errors } = await pager(server, { size: 64 * P, prefetch: 15 });
+    fill(p, 64, 0x70);
+    await p.evict();
+    expect(holds((await readBack(p)).data!, 64, 0x70)).toBe(true);
+    const s = p.stats();
+    expect(s.majorFaults + s.prefetched).toBe(64);
+    expect(s.prefetched).toBeGreaterThanOrEqual(48); // at most one fault in 16 pages went to the server
+    expect(errors).toEqual([]);
+  });
+
   it('a server killed and restarted holds none of the pages: each fails its access, none reads as zeros', async () => {
     const { p, errors } = await pager(server, { size: 32 * P });
     fill(p, 16, 0x40); // pages 16–31 are never written: never stored
