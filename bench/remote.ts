@@ -12,6 +12,7 @@ import { latencyStats, median, PAGE_SIZE, RemotePager, touch, type RemotePagerOp
 import { Table, print, target } from '../examples/support/format.js';
 import { progress } from '../examples/support/progress.js';
 import { startRedis } from '../examples/support/redis-server.js';
+import { startMemoryServer } from '../examples/support/memory-server.js';
 import { compileC, defaultResults, machineInfo, packageRoot } from './faults.js';
 
 export interface BenchRemoteOptions {
@@ -32,6 +33,7 @@ const CASES = {
   c: 'C + hiredis: fault -> Redis GET -> UFFDIO_COPY',
   redis: 'TypeScript DM-Handler, Redis store',
   embedded: 'TypeScript DM-Handler, embedded store',
+  server: 'TypeScript DM-Handler, own memory server (pagefault-rdma memory-server, Unix socket)',
   prefetch: 'TypeScript DM-Handler, Redis store, prefetch window',
 } as const;
 type Case = keyof typeof CASES;
@@ -49,6 +51,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
   const root = packageRoot();
   const build = mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-bench-'));
   const redis = await startRedis();
+  const server = await startMemoryServer();
   const pagers: RemotePager[] = [];
   try {
     const binary = compileC(root, build, 'remote-handler', ['hiredis'], "Debian's libhiredis-dev is needed");
@@ -65,6 +68,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
       c: undefined,
       redis: await make({ store: { redis: { socket: redis.socket, prefix: 'bench' } } }, 1),
       embedded: await make({}, 2),
+      server: await make({ store: { server: { socket: server.socket, prefix: 'bench' } } }, 4),
       prefetch: await make({ prefetch: opts.prefetch, store: { redis: { socket: redis.socket, prefix: 'bench-pf' } } }, 3),
     };
     const base = byCase.redis!.region.address.toString(16);
@@ -80,8 +84,8 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
         'Unix socket. A sample = one access of a native thread to an evicted page (µs). mean = pass time / pages. The C program ' +
         "copies the stored bytes without checking them; the DM-Handler checks each page's CRC-32C (key, version and bytes) first.",
     );
-    const rounds: Record<Case, Round[]> = { c: [], redis: [], embedded: [], prefetch: [] };
-    const bar = progress((opts.rounds + 1) * 4, 'bench-remote');
+    const rounds: Record<Case, Round[]> = { c: [], redis: [], embedded: [], server: [], prefetch: [] };
+    const bar = progress((opts.rounds + 1) * Object.keys(CASES).length, 'bench-remote');
     try {
       for (let round = 0; round <= opts.rounds; round++) {
         for (const c of Object.keys(CASES) as Case[]) {
@@ -118,10 +122,12 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     for (const c of Object.keys(CASES) as Case[]) print(`  ${c.padEnd(9)} ${CASES[c]}${c === 'prefetch' ? ` (${opts.prefetch} pages)` : ''}`);
     const ratio = results.redis.medianUs / results.c.medianUs;
     const speedup = results.redis.meanUs / results.prefetch.meanUs;
+    const serverRatio = results.server.medianUs / results.c.medianUs;
     print(
       `\nTypeScript major fault / C: ${ratio.toFixed(2)}× ${target(ratio, '<=', 1.3, '×')}; ` +
         `sequential scan, prefetch ${opts.prefetch}: ${speedup.toFixed(1)}× faster ${target(speedup, '>=', 4, '×')}.`,
     );
+    print(`Own memory server / C: ${serverRatio.toFixed(2)}× ${target(serverRatio, '<=', 1, '×')}.`);
 
     const doc = {
       benchmark: 'remote paging major fault: fault -> store -> UFFDIO_COPY',
@@ -129,7 +135,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
       options: { pages: opts.pages, rounds: opts.rounds, warmupRounds: 1, prefetch: opts.prefetch, pageSize: PAGE_SIZE },
       cases: CASES,
       results,
-      ratios: { tsOverC: ratio, prefetchSpeedup: speedup },
+      ratios: { tsOverC: ratio, prefetchSpeedup: speedup, serverOverC: serverRatio },
     };
     if (opts.json !== false) {
       const out = resolve(opts.json ?? defaultResults(root, 'remote.json'));
@@ -141,6 +147,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
   } finally {
     for (const p of pagers) await p.close();
     await redis.dispose();
+    await server.dispose();
     rmSync(build, { recursive: true, force: true });
   }
 }

@@ -8,13 +8,16 @@ import { PAGE_SIZE, RemotePager, type RemotePagingStats, type RemotePagerOptions
 import { print, sizeName } from './support/format.js';
 import { liveLine } from './support/progress.js';
 import { startRedis, type RedisServer } from './support/redis-server.js';
+import { startMemoryServer, type MemoryServerProcess } from './support/memory-server.js';
 
 export interface RemotePagingOptions {
   size: number;
   resident: number;
-  store: 'embedded' | 'redis';
+  store: 'embedded' | 'redis' | 'server';
   /** An existing server's Unix socket (store 'redis'); without it a redis-server is started and stopped here. */
   redisSocket?: string;
+  /** An existing `pagefault-rdma memory-server`'s Unix socket (store 'server'); without it one is started and stopped here. */
+  serverSocket?: string;
   prefetch: number;
   passes: number;
   /** Random page updates per pass. */
@@ -30,10 +33,14 @@ function summary(s: RemotePagingStats): string {
 
 export async function remotePaging(o: RemotePagingOptions): Promise<Record<string, unknown>> {
   let redis: RedisServer | undefined;
+  let server: MemoryServerProcess | undefined;
   let store: RemotePagerOptions['store'] = 'embedded';
   if (o.store === 'redis') {
     if (!o.redisSocket) redis = await startRedis();
     store = { redis: { socket: o.redisSocket ?? redis!.socket, prefix: `pfr-example-${process.pid}` } };
+  } else if (o.store === 'server') {
+    if (!o.serverSocket) server = await startMemoryServer();
+    store = { server: { socket: o.serverSocket ?? server!.socket, prefix: `pfr-example-${process.pid}` } };
   }
   const pages = o.size / PAGE_SIZE;
   const pager = await RemotePager.create({ size: o.size, residentLimit: o.resident, prefetch: o.prefetch, store });
@@ -46,7 +53,8 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
   try {
     print(
       `A ${sizeName(o.size)} region (${pages} pages) that may keep ${sizeName(o.resident)} resident; store: ${o.store}` +
-        `${o.store === 'redis' ? (o.redisSocket ? ` at ${o.redisSocket}` : ' (a redis-server started for this run)') : ''}; ` +
+        `${o.store === 'redis' ? (o.redisSocket ? ` at ${o.redisSocket}` : ' (a redis-server started for this run)') : ''}` +
+        `${o.store === 'server' ? (o.serverSocket ? ` at ${o.serverSocket}` : ' (a pagefault-rdma memory-server started for this run)') : ''}; ` +
         `dirty tracking: ${pager.tracking}; prefetch ${o.prefetch} pages. Every access below is the main JS thread's own.`,
     );
     const mem = new Uint8Array(pager.region.buffer);
@@ -109,5 +117,6 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
     live.stop();
     await pager.close();
     await redis?.dispose();
+    await server?.dispose();
   }
 }

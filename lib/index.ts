@@ -88,11 +88,16 @@ export {
 } from './verbs/index.js';
 export {
   EmbeddedStore,
+  MemoryServer,
+  MemoryServerStore,
   RedisStore,
   RemotePager,
   type CloseResult,
   type DirtyTracking,
   type LatencySummary,
+  type MemoryServerOptions,
+  type MemoryServerStats,
+  type MemoryServerStoreOptions,
   type PageStore,
   type RedisStoreOptions,
   type RemotePagerOptions,

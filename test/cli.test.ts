@@ -18,6 +18,7 @@ const PROGRAMS = [
   'odp-vs-pinned',
   'pingpong',
   'remote-paging',
+  'memory-server',
   'bench-faults',
   'bench-remote',
   'bench-engine',
@@ -346,6 +347,12 @@ describe('remote-paging', () => {
     expect(out.replace(/\s+/g, ' ')).toContain('a redis-server started for this run');
     expect(out).toContain('all bytes are what the application wrote');
   }, 120_000);
+
+  test('with a memory server of its own (pagefault-rdma memory-server)', () => {
+    const out = ok('remote-paging', '--store', 'server', '-s', '2M', '--resident', '512K', '--updates', '256');
+    expect(out.replace(/\s+/g, ' ')).toContain('a pagefault-rdma memory-server started for this run');
+    expect(out).toContain('all bytes are what the application wrote');
+  }, 120_000);
 });
 
 describe('bench-remote', () => {
@@ -355,13 +362,18 @@ describe('bench-remote', () => {
     expect(out.match(/\(target [^)]*\)/g)).toEqual([
       expect.stringMatching(/^\(target <= 1\.3×: (met|MISSED)\)$/),
       expect.stringMatching(/^\(target >= 4×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target <= 1×: (met|MISSED)\)$/),
     ]);
     const doc = json<{
-      results: { results: Record<string, { medianUs: number; rounds: unknown[] }>; ratios: { tsOverC: number; prefetchSpeedup: number } };
+      results: {
+        results: Record<string, { medianUs: number; rounds: unknown[] }>;
+        ratios: { tsOverC: number; prefetchSpeedup: number; serverOverC: number };
+      };
     }>('bench-remote.json').results;
-    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'prefetch']);
+    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'server', 'prefetch']);
     for (const r of Object.values(doc.results)) expect(r.rounds).toHaveLength(1);
     expect(doc.ratios.tsOverC).toBeGreaterThan(0);
+    expect(doc.ratios.serverOverC).toBeGreaterThan(0);
     expect(doc.results['c']!.medianUs).toBeGreaterThan(0);
   }, 120_000);
 });

@@ -16,7 +16,8 @@ export default defineProgram<Options>({
   summary: 'benchmark: remote paging major fault, TypeScript vs C + hiredis; prefetch (needs redis-server, cc, libhiredis-dev)',
   description:
     'The major fault of remote paging (fault -> Redis GET -> UFFDIO_COPY) through the TypeScript DM-Handler against a C ' +
-    'program doing the same with hiredis on the same server, the embedded store, and a sequential scan with and without ' +
+    "program doing the same with hiredis on the same server, the embedded store, the project's own memory server " +
+    '(pagefault-rdma memory-server, started for the run), and a sequential scan with and without ' +
     'prefetch; side by side, interleaved. JSON to bench/results/remote.json (not tracked), a temporary folder, or --json. ' +
     "Needs Debian's redis-server and libhiredis-dev, and a C compiler.",
   noTrace:

@@ -31,6 +31,7 @@ import { ResidentPageTable } from './lspt.js';
 import { Counter, type Counters } from './counters.js';
 import { decodePage, EmbeddedStore, encodePage, instanceSeed, pageCrc, type PageStore, type StoredPage } from './store.js';
 import { RedisStore, type RedisStoreOptions } from './redis-store.js';
+import { MemoryServerStore, type MemoryServerStoreOptions } from './memory-server-store.js';
 
 /** How dirty pages are found: asynchronous write-protect with PAGEMAP_SCAN (6.7), or write-protect faults. */
 export type DirtyTracking = 'wp-async' | 'wp-sync';
@@ -47,7 +48,7 @@ export interface DmHandlerConfig {
   evictBatch: number;
   timeoutMs: number;
   tracking: DirtyTracking;
-  store: { kind: 'embedded' } | { kind: 'redis'; options: RedisStoreOptions };
+  store: { kind: 'embedded' } | { kind: 'redis'; options: RedisStoreOptions } | { kind: 'server'; options: MemoryServerStoreOptions };
   /** This pager instance's key prefix (application prefix and instance id): the keys' and the checksums' own. */
   keyPrefix: string;
   /** Leave the keys in the store at close. */
@@ -143,7 +144,9 @@ export class DmHandler {
     const store =
       cfg.store.kind === 'redis'
         ? await RedisStore.connect({ timeoutMs: cfg.timeoutMs, ...cfg.store.options, prefix: cfg.keyPrefix })
-        : new EmbeddedStore();
+        : cfg.store.kind === 'server'
+          ? await MemoryServerStore.connect({ timeoutMs: cfg.timeoutMs, ...cfg.store.options, namespace: cfg.keyPrefix })
+          : new EmbeddedStore();
     return new DmHandler(cfg, store, onError);
   }
 

@@ -15,18 +15,23 @@ import { checkInt, checkObject, invalidArg, rangeError } from '../validate.js';
 import { newCounters, readCounters } from './counters.js';
 import type { CloseResult, DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handler.js';
 import type { RedisStoreOptions } from './redis-store.js';
+import type { MemoryServerStoreOptions } from './memory-server-store.js';
 import type { Request } from './worker.js';
 
 /** Options of `RemotePager.create`. */
 export interface RemotePagerOptions {
   /** Bytes of the region (a multiple of pageSize). */
   size: number;
-  /** Where evicted pages go: 'embedded' (default, in the DM-Handler's thread) or a Redis server. */
+  /** Where evicted pages go: 'embedded' (default, in the DM-Handler's thread), a Redis server, or a `pagefault-rdma memory-server`. */
   store?:
     | 'embedded'
     | {
         /** Where and how to reach the Redis server. */
         redis: RedisStoreOptions;
+      }
+    | {
+        /** Where and how to reach the memory server (`pagefault-rdma memory-server --socket PATH`). */
+        server: MemoryServerStoreOptions;
       };
   /** The unit of fetch and eviction: a multiple of the system page (UMap's UMAP_PAGESIZE). Default the system page. */
   pageSize?: number;
@@ -176,10 +181,17 @@ export class RemotePager extends EventEmitter<{
     let store: DmHandlerConfig['store'] = { kind: 'embedded' };
     let prefix = 'pfr',
       persist = false;
-    if (o.store !== undefined && o.store !== 'embedded') {
+    if (o.store !== undefined && o.store !== 'embedded' && 'server' in (checkObject('RemotePager.create: options.store', o.store) as object)) {
+      const s = checkServerOptions((o.store as { server: unknown }).server);
+      store = { kind: 'server', options: s };
+      prefix = s.prefix ?? prefix;
+      persist = s.persist ?? false;
+    } else if (o.store !== undefined && o.store !== 'embedded') {
       const s = checkObject('RemotePager.create: options.store', o.store) as { redis?: RedisStoreOptions };
       if (!s.redis || typeof s.redis !== 'object')
-        throw invalidArg("RemotePager.create: options.store must be 'embedded' or { redis: { socket | host, port | url, prefix } }");
+        throw invalidArg(
+          "RemotePager.create: options.store must be 'embedded', { redis: { socket | host, port | url, prefix } } or { server: { socket | port, prefix } }",
+        );
       if (s.redis.prefix !== undefined && (typeof s.redis.prefix !== 'string' || s.redis.prefix === ''))
         throw invalidArg('RemotePager.create: options.store.redis.prefix must be a non-empty string');
       if (s.redis.persist !== undefined && typeof s.redis.persist !== 'boolean')
@@ -308,6 +320,21 @@ export class RemotePager extends EventEmitter<{
     if (this.listenerCount('error')) this.emit('error', err);
     else process.emitWarning(err.message, { code: err.code });
   }
+}
+
+function checkServerOptions(value: unknown): MemoryServerStoreOptions {
+  const s = checkObject('RemotePager.create: options.store.server', value) as MemoryServerStoreOptions;
+  const what = 'RemotePager.create: options.store.server';
+  if ((s.socket === undefined) === (s.port === undefined))
+    throw invalidArg(`${what}: give exactly one of socket (the server's Unix socket path) and port (its loopback TCP port)`);
+  if (s.socket !== undefined && (typeof s.socket !== 'string' || s.socket === '')) throw invalidArg(`${what}.socket must be a path`);
+  if (s.port !== undefined) checkInt(`${what}.port`, s.port, 1, 65535);
+  if (s.host !== undefined && typeof s.host !== 'string') throw invalidArg(`${what}.host must be a string`);
+  if (s.prefix !== undefined && (typeof s.prefix !== 'string' || s.prefix === '')) throw invalidArg(`${what}.prefix must be a non-empty string`);
+  if (s.persist !== undefined && typeof s.persist !== 'boolean') throw invalidArg(`${what}.persist must be a boolean`);
+  if (s.timeoutMs !== undefined) checkInt(`${what}.timeoutMs`, s.timeoutMs, 1, 600_000);
+  if (s.probeIntervalMs !== undefined) checkInt(`${what}.probeIntervalMs`, s.probeIntervalMs, 1, 600_000);
+  return { ...s };
 }
 
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
