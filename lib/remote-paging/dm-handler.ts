@@ -6,7 +6,8 @@
 //
 // A fault, step by step: the worker's userfaultfd reports it; a page being evicted is waited
 // for; at the high watermark the eviction worker is woken; the page joins the next batch of
-// fetches (every fault of one delivery, plus the prefetch window, in one store request); a
+// fetches (every fault of one delivery, plus the window the prefetcher plans from the region's
+// stream, prefetch.ts, in one store request); a
 // page never stored is resolved with UFFDIO_ZEROPAGE without asking the store, a stored one
 // with UFFDIO_COPY of its checked bytes (write-protected: dirty tracking); the copy wakes
 // every thread waiting on it. A stored page the store no longer has, or answers wrongly for
@@ -29,6 +30,7 @@ import { mapRegion, Region, type SharedRegion } from '../region.js';
 import { UffdFeature, Userfaultfd, type Fault } from '../uffd.js';
 import { ResidentPageTable } from './lspt.js';
 import { Counter, type Counters } from './counters.js';
+import { Prefetcher } from './prefetch.js';
 import {
   corruptPage,
   EmbeddedStore,
@@ -121,6 +123,7 @@ export class DmHandler {
   #zeros: Uint8Array;
   #base: number; // the region's address, as a number (user addresses fit in 53 bits)
   #reads: PageReads[] = [];
+  #prefetch: Prefetcher;
   readonly major: RecordableHistogram = createHistogram();
   readonly minor: RecordableHistogram = createHistogram();
 
@@ -135,6 +138,7 @@ export class DmHandler {
     this.#zeroCrc = pageCrc(this.#seed, this.#zeros);
     this.#region = Region.attach(cfg.region);
     this.#base = Number(this.#region.address);
+    this.#prefetch = new Prefetcher(this.#region.size / cfg.pageSize, cfg.prefetch, (n) => this.#add(Counter.prefetchUsed, n));
     const features = cfg.tracking === 'wp-async' ? UffdFeature.WP_ASYNC : 0n;
     // The store's timeout ends a fetch first; the uffd's watchdog is the last resort.
     this.#uffd = Userfaultfd.open({ features, timeoutMs: cfg.timeoutMs * 3 + 1000, handler: (f) => this.#onFault(f) });
@@ -231,6 +235,7 @@ export class DmHandler {
       return;
     }
     this.#lspt.markDirty(page);
+    this.#prefetch.written(page);
     this.#uffd.writeProtect(this.#region, page * this.#ps, this.#ps, false);
   }
 
@@ -243,7 +248,10 @@ export class DmHandler {
     if (start < 0n || start >= BigInt(this.#region.size)) return; // the staging area
     const first = Math.floor(Number(start) / this.#ps),
       last = Math.ceil((Number(start) + length) / this.#ps);
-    for (let p = first; p < last; p++) if (this.#lspt.get(p)?.state === 'resident') this.#lspt.drop(p);
+    for (let p = first; p < last; p++) {
+      if (this.#lspt.get(p)?.state === 'resident') this.#lspt.drop(p);
+      this.#prefetch.gone(p);
+    }
     this.#setResident();
   }
 
@@ -268,8 +276,9 @@ export class DmHandler {
     const b = this.#pending!;
     this.#pending = undefined;
     const total = this.#region.size / this.#ps;
-    for (const p of b.faults.slice().sort((x, y) => x - y)) {
-      for (let q = p + 1; q <= p + this.#cfg.prefetch && q < total; q++) {
+    // In the order they came: the prefetcher follows the region's stream.
+    for (const p of b.faults) {
+      for (const q of this.#prefetch.onFault(p, total)) {
         if (this.#lspt.get(q)) continue;
         b.pages.push(q);
         this.#lspt.fetching(q, b.settled);
@@ -399,7 +408,10 @@ export class DmHandler {
         extend(page, k);
         fetched++;
         if (faulting) major++;
-        else prefetched++;
+        else {
+          prefetched++;
+          this.#prefetch.placed(page);
+        }
       } else if (status === ReadStatus.LOST) {
         lost++;
         const where = this.#store instanceof RedisStore ? ` (key ${this.#store.fullKey(this.#key(page))})` : '';
@@ -544,7 +556,11 @@ export class DmHandler {
   // 'wp-async': what was written since the last scan is dirty; the scan re-arms it.
   #scanDirty(): void {
     if (this.tracking !== 'wp-async' || this.#closed) return;
-    for (const off of this.#uffd.dirtyPages(this.#region)) this.#lspt.markDirty(Math.floor(off / this.#ps));
+    for (const off of this.#uffd.dirtyPages(this.#region)) {
+      const page = Math.floor(off / this.#ps);
+      this.#lspt.markDirty(page);
+      this.#prefetch.written(page);
+    }
   }
 
   /** Evict `victims` through staging slots from `slot` on; true if all went to the store. */
@@ -589,6 +605,7 @@ export class DmHandler {
         if (t.version) this.#lspt.stored(t.page, t.version);
         this.#drop(t.page, t.slot);
         this.#lspt.drop(t.page);
+        this.#prefetch.gone(t.page);
         this.#add(Counter.evicted);
         this.#add(t.version ? Counter.writtenBack : Counter.droppedClean);
       }
