@@ -262,6 +262,9 @@ Napi::Value RedisCommand(const Napi::CallbackInfo& info) {
 // Statuses of redisFetch, per page (ReadStatus in lib/remote-paging/store.ts).
 enum Status : int32_t { kOk = 0, kLost = 1, kLength = 2, kChecksum = 3, kAddress = 4, kVersion = 5, kRefused = 6, kUnreachable = 7, kDown = 8, kShape = 9 };
 constexpr size_t kTrailer = 24;
+// Pages per MGET: Redis writes a reply over 64 KiB in several turns of its event loop, and one
+// MGET of 32 pages was measured at 3× two pipelined MGETs of 16 (226 against 78 µs, C + hiredis).
+constexpr size_t kMgetPages = 16;
 
 // Check a stored value against the page it must be (stored form: store.ts) and copy the page
 // to `out`. detail: what the value said instead (length; stored and computed CRC; address; version).
@@ -310,7 +313,7 @@ void PageKey(std::string& out, const std::string& prefix, uint32_t tag_shift, ui
 // redisFetch(handles, slotNode, prefix, tagShift, addresses, versions, count, seed, pageSize,
 //            out, status, crcs, detail, timeoutMs) -> undefined, or the messages of the pages
 // that failed as a whole request (by page index: error reply, connection, shape of the reply).
-// One MGET per node (per hash slot in a cluster), all sent before any reply is read.
+// MGETs of at most kMgetPages per node (per hash slot in a cluster), all sent before any reply is read.
 Napi::Value RedisFetch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Route route = ReadRoute(env, info[0], info[1]);
@@ -345,8 +348,9 @@ Napi::Value RedisFetch(const Napi::CallbackInfo& info) {
     int slot = route.slots ? KeySlot(keys[i].data(), keys[i].size()) : 0;
     int node = route.slots ? route.slot_node[slot] : 0;
     auto it = by_slot.find(slot);  // (a slot decides its node)
-    if (it == by_slot.end()) {
-      it = by_slot.emplace(slot, groups.size()).first;
+    if (it == by_slot.end() || groups[it->second].pages.size() == kMgetPages) {
+      by_slot[slot] = groups.size();
+      it = by_slot.find(slot);
       groups.push_back({node, slot, {}});
     }
     groups[it->second].pages.push_back(i);

@@ -355,11 +355,14 @@ describe('bench-remote', () => {
     expect(out.match(/\(target [^)]*\)/g)).toEqual([
       expect.stringMatching(/^\(target <= 1\.3×: (met|MISSED)\)$/),
       expect.stringMatching(/^\(target >= 4×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target <= 1×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target <= 1\.2×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target >= 2×: (met|MISSED)\)$/),
     ]);
     const doc = json<{
       results: { results: Record<string, { medianUs: number; rounds: unknown[] }>; ratios: { tsOverC: number; prefetchSpeedup: number } };
     }>('bench-remote.json').results;
-    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'prefetch']);
+    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'tcp-1', 'cluster', 'seq-pf', 'rand', 'rand-pf']);
     for (const r of Object.values(doc.results)) expect(r.rounds).toHaveLength(1);
     expect(doc.ratios.tsOverC).toBeGreaterThan(0);
     expect(doc.results['c']!.medianUs).toBeGreaterThan(0);

@@ -1,6 +1,6 @@
-// A real Redis Cluster for the tests and bench-remote: three redis-server masters on loopback
-// ports (cluster mode, no replicas) in a temporary folder, joined by `redis-cli --cluster
-// create`, stopped by the caller. `cluster-require-full-coverage no`: a master that dies stops
+// A real Redis Cluster for the tests and bench-remote: redis-server masters on loopback ports
+// (cluster mode, no replicas) in a temporary folder, joined by `redis-cli --cluster create`
+// (one master alone takes every slot), stopped by the caller. `cluster-require-full-coverage no`: a master that dies stops
 // only its own slots, so the others keep serving (what a pager over many memory servers wants).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -75,15 +75,13 @@ export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
     }
     // Each must answer before the cluster is made.
     for (const n of nodes) await until(() => cli(n.port, ['PING']).trim() === 'PONG', `redis-server on port ${n.port} to answer`);
-    const made = spawnSync(
-      'redis-cli',
-      ['--cluster', 'create', ...nodes.map((n) => `${n.host}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'],
-      {
-        encoding: 'utf8',
-        timeout: 30_000,
-      },
-    );
-    if (made.status !== 0) throw new Error(`redis-cli --cluster create failed: ${made.stdout}${made.stderr}`);
+    // redis-cli --cluster create wants three masters at least; one takes every slot itself.
+    const args =
+      masters === 1
+        ? ['-p', String(nodes[0]!.port), 'CLUSTER', 'ADDSLOTSRANGE', '0', '16383']
+        : ['--cluster', 'create', ...nodes.map((n) => `${n.host}:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'];
+    const made = spawnSync('redis-cli', args, { encoding: 'utf8', timeout: 30_000 });
+    if (made.status !== 0 || /ERR/.test(made.stdout)) throw new Error(`redis-cli ${args.join(' ')} failed: ${made.stdout}${made.stderr}`);
     for (const n of nodes) await until(() => /cluster_state:ok/.test(cli(n.port, ['CLUSTER', 'INFO'])), `node ${n.port} to see the cluster ok`);
   } catch (err) {
     await dispose();
