@@ -273,11 +273,11 @@ export class RedisStore implements PageStore {
     for (let i = 0; i < r.count; i++) {
       const s = r.status[i]!;
       if (s !== ReadStatus.DOWN && s !== ReadStatus.REFUSED && s !== ReadStatus.UNREACHABLE) continue;
-      const node = this.#nodes[this.#nodeOfAddress(r.addresses[i]!)]!;
+      const node = this.#nodes[this.#nodeOfAddress(r.addresses[i]!)]; // none: a slot no master serves
       r.messages[i] =
-        s === ReadStatus.DOWN
+        s === ReadStatus.DOWN && node?.down
           ? this.#downError('MGET', node).message
-          : storeError(r.messages[i] ?? '', 'RedisStore: MGET', node.where, s === ReadStatus.REFUSED).message;
+          : storeError(r.messages[i] ?? '', 'RedisStore: MGET', node?.where ?? this.where, s === ReadStatus.REFUSED).message;
     }
   }
 
