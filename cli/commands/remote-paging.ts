@@ -32,7 +32,7 @@ export default defineProgram<Options>({
       .option('--resident <bytes>', 'resident limit', parseSize, 16 * 2 ** 20)
       .addOption(new Option('--store <kind>', 'page store').choices(['embedded', 'redis']).default('embedded'))
       .option('--redis-socket <path>', "an existing Redis server's Unix socket (else --store redis starts one)")
-      .option('--prefetch <pages>', 'pages read ahead on a major fault', (v) => (v === '0' ? 0 : parsePositiveInt(v)), 0)
+      .option('--prefetch <pages>', 'largest adaptive prefetch window, in pages (0: none)', (v) => (v === '0' ? 0 : parsePositiveInt(v)), 0)
       .option('--passes <n>', 'passes of random updates', parsePositiveInt, 2)
       .option('--updates <n>', 'random page updates per pass', parsePositiveInt, 4096);
     cmd.hook('preAction', (c) => {
