@@ -506,7 +506,9 @@ export class DmHandler {
         // leaves uffd-wp markers on pages already evicted: drop the marker first, without a
         // wake (the thread must wake to the poison, not fault again).
         this.#uffd.writeProtect(this.#region, off, this.#ps, false, { wake: false });
-        if (this.#uffd.poison(this.#region, off, this.#ps) !== this.#ps) {
+        // Woken with the rest of its batch (#fill): woken now, the thread could run on into the
+        // next page of the batch, be woken again there by the batch's wake, and fault twice.
+        if (this.#uffd.poison(this.#region, off, this.#ps, { wake: false }) !== this.#ps) {
           // Not poisoned: the woken thread faults again; say so rather than count it failed.
           this.#report(
             new PfrError('ERR_PFR_HANDLER_FAILED', `remote paging: the page at offset ${off} could not be poisoned (UFFDIO_POISON placed nothing)`),
