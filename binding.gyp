@@ -25,6 +25,12 @@
           "defines": ["PFR_HAVE_LIBFABRIC"],
           "cflags_cc": ["<!@(pkg-config --cflags libfabric 2>/dev/null || true)"],
           "libraries": ["-ldl"]
+        }],
+        ["<!(pkg-config --exists hiredis && echo 1 || echo 0)==1", {
+          "sources": ["native/redis.cc"],
+          "defines": ["PFR_HAVE_HIREDIS"],
+          "cflags_cc": ["<!@(pkg-config --cflags-only-I hiredis 2>/dev/null || true)"],
+          "libraries": ["-ldl"]
         }]
       ]
     }

@@ -12,6 +12,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 #ifdef PFR_HAVE_LIBFABRIC
   pfr::InitFabric(env, exports);  // only when libfabric-dev was there at build time
 #endif
+#ifdef PFR_HAVE_HIREDIS
+  pfr::InitRedis(env, exports);  // only when libhiredis-dev was there at build time
+#endif
   return exports;
 }
 

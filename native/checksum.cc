@@ -88,6 +88,8 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8
 const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
 #endif
 
+}  // namespace
+
 uint32_t Crc32c(uint32_t seed, const uint8_t* p, size_t n) {
   uint32_t crc = ~seed;
 #if defined(__x86_64__)
@@ -95,6 +97,8 @@ uint32_t Crc32c(uint32_t seed, const uint8_t* p, size_t n) {
 #endif
   return ~Crc32cTable(crc, p, n);
 }
+
+namespace {
 
 // crc32c(seed, bytes): the CRC-32C of a Uint8Array's bytes, continuing from `seed` (0 to start).
 Napi::Value Crc32cJs(const Napi::CallbackInfo& info) {

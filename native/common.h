@@ -62,6 +62,9 @@ bool AllPresent(const Mapping& m, size_t off, size_t len);
 void NoteDrop();
 void NoteDropAhead();
 
+// CRC-32C of n bytes, continuing from seed (checksum.cc).
+uint32_t Crc32c(uint32_t seed, const uint8_t* p, size_t n);
+
 long PageSize();
 uint64_t NowNs();
 pid_t Gettid();
@@ -72,5 +75,6 @@ void InitToucher(Napi::Env env, Napi::Object exports);
 void InitCopyEngine(Napi::Env env, Napi::Object exports);
 void InitChecksum(Napi::Env env, Napi::Object exports);
 void InitFabric(Napi::Env env, Napi::Object exports);
+void InitRedis(Napi::Env env, Napi::Object exports);
 
 }  // namespace pfr

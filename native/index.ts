@@ -209,6 +209,49 @@ export interface Binding {
   fabricMrDereg?: (handle: number, mr: number) => void;
   fabricRma?: (handle: number, write: boolean, id: number, localAddress: bigint, length: number, remoteAddress: bigint, key: bigint) => void;
   fabricClose?: (handle: number) => void;
+
+  /** hiredis (present only when the addon was built with libhiredis-dev: see redisBinding). Synchronous, with a timeout. */
+  redisConnect?: (path: string, host: string, port: number, timeoutMs: number) => number;
+  redisClose?: (handle: number) => void;
+  /** One command; an error reply throws code ERR_REDIS_REPLY, a failed connection ERR_REDIS_IO (the next call reconnects). */
+  redisCommand?: (handle: number, args: (string | Buffer)[], timeoutMs: number) => unknown;
+  /**
+   * MGET the stored pages at `addresses` (key PREFIX:ADDR, or PREFIX:{ADDR>>tagShift}:ADDR), check each against its
+   * address and version, and copy page i to out[i * pageSize]; status[i] says how it went (ReadStatus), crcs[i] its
+   * page CRC, detail[2i..2i+1] what a refused value said. `handles`: each node's connection (-1: not asked);
+   * `slotNode`: the cluster's slot -> node table (empty: one server). Returns the messages of the pages whose request
+   * failed as a whole (by index), or undefined.
+   */
+  redisFetch?: (
+    handles: Int32Array,
+    slotNode: Int32Array,
+    prefix: string,
+    tagShift: number,
+    addresses: Float64Array,
+    versions: Float64Array,
+    count: number,
+    seed: number,
+    pageSize: number,
+    out: Buffer,
+    status: Int32Array,
+    crcs: Uint32Array,
+    detail: Float64Array,
+    timeoutMs: number,
+  ) => (string | undefined)[] | undefined;
+  /**
+   * One `command key [value]` per key, pipelined over the nodes: [sum of the integer replies, messages by key index or
+   * undefined ('down': its node's handle was -1), why each node whose connection failed did (by node index)].
+   */
+  redisWrite?: (
+    handles: Int32Array,
+    slotNode: Int32Array,
+    command: string,
+    keys: string[],
+    values: Buffer[] | null,
+    timeoutMs: number,
+  ) => [number, (string | undefined)[] | undefined, (string | undefined)[]];
+  /** A key's Redis Cluster hash slot. */
+  redisKeySlot?: (key: string) => number;
 }
 
 /**
@@ -262,6 +305,18 @@ export const binding: Binding = load();
 export type FabricBinding = Required<
   Pick<Binding, 'fabricListen' | 'fabricConnect' | 'fabricSend' | 'fabricMrReg' | 'fabricMrDereg' | 'fabricRma' | 'fabricClose'>
 >;
+
+export type RedisBinding = Required<Pick<Binding, 'redisConnect' | 'redisClose' | 'redisCommand' | 'redisFetch' | 'redisWrite' | 'redisKeySlot'>>;
+
+/** The hiredis part of the addon, or an error naming the package to install when it was built without it. */
+export function redisBinding(): RedisBinding {
+  if (binding.redisConnect) return binding as RedisBinding;
+  const e = new Error(
+    'pagefault-rdma: the Redis client (hiredis) is not built in: install hiredis (Debian/Ubuntu: sudo apt-get install libhiredis-dev) and run "npm rebuild pagefault-rdma"',
+  ) as Error & { code: string };
+  e.code = 'ERR_HIREDIS_MISSING';
+  throw e;
+}
 
 /** The libfabric part of the addon, or an error naming the package to install when it was built without it. */
 export function fabricBinding(): FabricBinding {

@@ -363,6 +363,9 @@ describe('bench-remote', () => {
       expect.stringMatching(/^\(target <= 1\.3×: (met|MISSED)\)$/),
       expect.stringMatching(/^\(target >= 4×: (met|MISSED)\)$/),
       expect.stringMatching(/^\(target <= 1×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target <= 1×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target <= 1\.2×: (met|MISSED)\)$/),
+      expect.stringMatching(/^\(target >= 2×: (met|MISSED)\)$/),
     ]);
     const doc = json<{
       results: {
@@ -370,7 +373,7 @@ describe('bench-remote', () => {
         ratios: { tsOverC: number; prefetchSpeedup: number; serverOverC: number };
       };
     }>('bench-remote.json').results;
-    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'server', 'prefetch']);
+    expect(Object.keys(doc.results)).toEqual(['c', 'redis', 'embedded', 'server', 'tcp-1', 'cluster', 'seq-pf', 'rand', 'rand-pf']);
     for (const r of Object.values(doc.results)) expect(r.rounds).toHaveLength(1);
     expect(doc.ratios.tsOverC).toBeGreaterThan(0);
     expect(doc.ratios.serverOverC).toBeGreaterThan(0);

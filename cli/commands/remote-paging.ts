@@ -35,7 +35,7 @@ export default defineProgram<Options>({
       .addOption(new Option('--store <kind>', 'page store').choices(['embedded', 'redis', 'server']).default('embedded'))
       .option('--redis-socket <path>', "an existing Redis server's Unix socket (else --store redis starts one)")
       .option('--server-socket <path>', "an existing memory server's Unix socket (else --store server starts one)")
-      .option('--prefetch <pages>', 'pages read ahead on a major fault', (v) => (v === '0' ? 0 : parsePositiveInt(v)), 0)
+      .option('--prefetch <pages>', 'largest adaptive prefetch window, in pages (0: none)', (v) => (v === '0' ? 0 : parsePositiveInt(v)), 0)
       .option('--passes <n>', 'passes of random updates', parsePositiveInt, 2)
       .option('--updates <n>', 'random page updates per pass', parsePositiveInt, 4096);
     cmd.hook('preAction', (c) => {

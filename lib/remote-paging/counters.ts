@@ -19,6 +19,7 @@ export enum Counter {
   corrupt,
   lost,
   keysDeleted,
+  prefetchUsed,
 }
 
 export type Counters = BigInt64Array;

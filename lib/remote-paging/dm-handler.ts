@@ -6,7 +6,8 @@
 //
 // A fault, step by step: the worker's userfaultfd reports it; a page being evicted is waited
 // for; at the high watermark the eviction worker is woken; the page joins the next batch of
-// fetches (every fault of one delivery, plus the prefetch window, in one store request); a
+// fetches (every fault of one delivery, plus the window the prefetcher plans from the region's
+// stream, prefetch.ts, in one store request); a
 // page never stored is resolved with UFFDIO_ZEROPAGE without asking the store, a stored one
 // with UFFDIO_COPY of its checked bytes (write-protected: dirty tracking); the copy wakes
 // every thread waiting on it. A stored page the store no longer has, or answers wrongly for
@@ -29,7 +30,20 @@ import { mapRegion, Region, type SharedRegion } from '../region.js';
 import { UffdFeature, Userfaultfd, type Fault } from '../uffd.js';
 import { ResidentPageTable } from './lspt.js';
 import { Counter, type Counters } from './counters.js';
-import { decodePage, EmbeddedStore, encodePage, instanceSeed, pageCrc, type PageStore, type StoredPage } from './store.js';
+import { Prefetcher } from './prefetch.js';
+import {
+  corruptPage,
+  EmbeddedStore,
+  encodePage,
+  instanceSeed,
+  pageCrc,
+  readStoredPages,
+  ReadStatus,
+  TRAILER,
+  type PageReads,
+  type PageStore,
+  type StoredPage,
+} from './store.js';
 import { RedisStore, type RedisStoreOptions } from './redis-store.js';
 import { MemoryServerStore, type MemoryServerStoreOptions } from './memory-server-store.js';
 
@@ -65,12 +79,12 @@ export interface CloseResult {
 }
 
 interface Batch {
+  /** Every page of the batch: the faulting ones, then the ones read ahead (sorted before the fetch). */
   pages: number[];
-  /** Pages some thread faulted on (the others are read ahead). */
-  faulting: Set<number>;
-  receivedAt: Map<number, number>;
-  /** The thread that faulted on each page (the main JS thread's id is the process id). */
-  threads: Map<number, number>;
+  /** The pages some thread faulted on, when each fault was received, and by which thread (the main JS thread's id is the process id). */
+  faults: number[];
+  receivedAt: number[];
+  threads: number[];
   settled: Promise<void>;
   done: () => void;
 }
@@ -108,6 +122,9 @@ export class DmHandler {
   #seed: number;
   #zeroCrc: number;
   #zeros: Uint8Array;
+  #base: number; // the region's address, as a number (user addresses fit in 53 bits)
+  #reads: PageReads[] = [];
+  #prefetch: Prefetcher;
   readonly major: RecordableHistogram = createHistogram();
   readonly minor: RecordableHistogram = createHistogram();
 
@@ -121,6 +138,8 @@ export class DmHandler {
     this.#seed = instanceSeed(cfg.keyPrefix);
     this.#zeroCrc = pageCrc(this.#seed, this.#zeros);
     this.#region = Region.attach(cfg.region);
+    this.#base = Number(this.#region.address);
+    this.#prefetch = new Prefetcher(this.#region.size / cfg.pageSize, cfg.prefetch, (n) => this.#add(Counter.prefetchUsed, n));
     const features = cfg.tracking === 'wp-async' ? UffdFeature.WP_ASYNC : 0n;
     // The store's timeout ends a fetch first; the uffd's watchdog is the last resort.
     this.#uffd = Userfaultfd.open({ features, timeoutMs: cfg.timeoutMs * 3 + 1000, handler: (f) => this.#onFault(f) });
@@ -219,6 +238,7 @@ export class DmHandler {
       return;
     }
     this.#lspt.markDirty(page);
+    this.#prefetch.written(page);
     this.#uffd.writeProtect(this.#region, page * this.#ps, this.#ps, false);
   }
 
@@ -231,7 +251,10 @@ export class DmHandler {
     if (start < 0n || start >= BigInt(this.#region.size)) return; // the staging area
     const first = Math.floor(Number(start) / this.#ps),
       last = Math.ceil((Number(start) + length) / this.#ps);
-    for (let p = first; p < last; p++) if (this.#lspt.get(p)?.state === 'resident') this.#lspt.drop(p);
+    for (let p = first; p < last; p++) {
+      if (this.#lspt.get(p)?.state === 'resident') this.#lspt.drop(p);
+      this.#prefetch.gone(p);
+    }
     this.#setResident();
   }
 
@@ -240,14 +263,14 @@ export class DmHandler {
     if (!b) {
       let done!: () => void;
       const settled = new Promise<void>((r) => (done = r));
-      b = this.#pending = { pages: [], faulting: new Set(), receivedAt: new Map(), threads: new Map(), settled, done };
+      b = this.#pending = { pages: [], faults: [], receivedAt: [], threads: [], settled, done };
       // Every fault of this delivery joins the batch: one store request for all of them.
       queueMicrotask(() => this.#startBatch());
     }
     b.pages.push(page);
-    b.faulting.add(page);
-    b.receivedAt.set(page, receivedAt);
-    b.threads.set(page, thread);
+    b.faults.push(page);
+    b.receivedAt.push(receivedAt);
+    b.threads.push(thread);
     this.#lspt.fetching(page, b.settled);
     return b.settled;
   }
@@ -256,8 +279,9 @@ export class DmHandler {
     const b = this.#pending!;
     this.#pending = undefined;
     const total = this.#region.size / this.#ps;
-    for (const p of [...b.faulting].sort((x, y) => x - y)) {
-      for (let q = p + 1; q <= p + this.#cfg.prefetch && q < total; q++) {
+    // In the order they came: the prefetcher follows the region's stream.
+    for (const p of b.faults) {
+      for (const q of this.#prefetch.onFault(p, total)) {
         if (this.#lspt.get(q)) continue;
         b.pages.push(q);
         this.#lspt.fetching(q, b.settled);
@@ -267,35 +291,61 @@ export class DmHandler {
     else void this.#fill(b);
   }
 
+  // A PageReads for a fetch of up to n pages (one per fill in flight, reused).
+  #takeReads(n: number): PageReads {
+    const r = this.#reads.pop();
+    if (r && r.addresses.length >= n) return r;
+    const size = Math.max(n, 64);
+    return {
+      count: 0,
+      addresses: new Float64Array(size),
+      versions: new Float64Array(size),
+      seed: this.#seed,
+      pageSize: this.#ps,
+      out: Buffer.allocUnsafe(size * this.#ps),
+      status: new Int32Array(size),
+      crcs: new Uint32Array(size),
+      detail: new Float64Array(2 * size),
+      messages: undefined,
+    };
+  }
+
   async #fill(b: Batch): Promise<void> {
     this.#fills++;
     if (this.#lspt.resident >= this.#cfg.highPages) this.#wakeEvictor();
+    b.pages.sort((x, y) => x - y);
+    const r = this.#takeReads(b.pages.length);
     try {
       // Only pages the store holds are asked for: a page never stored is the zero page.
-      const asked = b.pages.filter((p) => this.#lspt.storedVersion(p) !== undefined);
-      let values: (Buffer | null)[] = [];
-      try {
-        if (asked.length) values = await this.#store.getMany(asked.map((p) => this.#key(p)));
-        if (!Array.isArray(values) || values.length !== asked.length || !values.every((v) => v === null || Buffer.isBuffer(v))) {
-          throw new PfrError(
-            'ERR_PFR_PAGE_CORRUPT',
-            `remote paging: the store answered ${Array.isArray(values) ? `${values.length} values` : typeof values} for ${asked.length} pages; they are not placed`,
-          );
+      let n = 0;
+      for (const page of b.pages) {
+        const version = this.#lspt.storedVersion(page);
+        if (version === undefined) continue;
+        r.addresses[n] = this.#base + page * this.#ps;
+        r.versions[n++] = version;
+      }
+      r.count = n;
+      r.messages = undefined;
+      if (n) {
+        try {
+          await readStoredPages(this.#store, r);
+        } catch (err) {
+          const e = asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE');
+          r.status.fill(e.code === 'ERR_PFR_PAGE_CORRUPT' ? ReadStatus.SHAPE : ReadStatus.UNREACHABLE, 0, n);
+          r.messages = new Array<string>(n).fill(e.message);
         }
-      } catch (err) {
-        this.#failFetch(b, asked, err);
-        b.pages = b.pages.filter((p) => this.#lspt.storedVersion(p) === undefined); // the zero pages still come
       }
       // Placed without waking, then woken at once: a thread woken by its page's copy would
       // run ahead into the next page of the batch before that one is placed.
-      this.#placeAll(b, new Map(asked.map((p, i) => [p, values[i] ?? null])));
+      this.#placeAll(b, r);
       this.#setResident(); // before the wake: whoever it releases sees the count
       if (!this.#closed && b.pages.length) {
-        const lo = Math.min(...b.pages),
-          hi = Math.max(...b.pages) + 1;
+        const lo = b.pages[0]!,
+          hi = b.pages[b.pages.length - 1]! + 1;
         this.#uffd.wake(this.#region, lo * this.#ps, (hi - lo) * this.#ps);
       }
     } finally {
+      this.#reads.push(r);
       this.#setResident();
       this.#fills--;
       b.done();
@@ -305,43 +355,69 @@ export class DmHandler {
     }
   }
 
-  // Place a batch's pages: decode and check each, then one UFFDIO_COPY per run of consecutive
-  // pages (a prefetch window is one run), write-protected for dirty tracking, without waking.
-  // `values`: what the store answered for each stored page of the batch.
-  #placeAll(b: Batch, values: Map<number, Buffer | null>): void {
+  // Place a batch's pages (sorted), write-protected for dirty tracking, without waking: one
+  // UFFDIO_COPY per run of consecutive pages straight from the fetch's buffer (a prefetch
+  // window is one run), or of zeros for pages never stored. A page the store could not give
+  // fails its faulting thread's access.
+  #placeAll(b: Batch, r: PageReads): void {
     if (this.#closed) return;
     const ps = this.#ps;
-    const ready: { page: number; bytes: Uint8Array; crc: number; stored: boolean }[] = [];
     let fetched = 0,
-      bytesIn = 0,
       major = 0,
       prefetched = 0,
       minor = 0,
       corrupt = 0,
       lost = 0;
-    b.pages.forEach((page) => {
+    // The run being gathered: its first page, its length, and where its bytes are (index in r.out; -1: zeros).
+    let runPage = -1,
+      runLen = 0,
+      runAt = 0;
+    const flush = (): void => {
+      if (!runLen) return;
+      const data = runAt < 0 ? this.#zeroRun(runLen) : r.out.subarray(runAt * ps, (runAt + runLen) * ps);
+      try {
+        this.#uffd.copy(this.#region, runPage * ps, data, { writeProtect: true, wake: false });
+        for (let k = 0; k < runLen; k++) this.#placed(b, runPage + k, runAt < 0 ? this.#zeroCrc : r.crcs[runAt + k]!, runAt >= 0);
+      } catch (err) {
+        for (let k = 0; k < runLen; k++) this.#notPlaced(b, runPage + k, err);
+      }
+      runLen = 0;
+    };
+    const extend = (page: number, at: number): void => {
+      if (runLen && page === runPage + runLen && (at < 0 ? runAt < 0 : runAt >= 0 && at === runAt + runLen)) return void runLen++;
+      flush();
+      runPage = page;
+      runAt = at;
+      runLen = 1;
+    };
+    let failed: Map<string, { code: 'ERR_PFR_STORE_UNAVAILABLE' | 'ERR_PFR_PAGE_CORRUPT'; pages: number[] }> | undefined;
+    let i = 0; // the page's index in r
+    for (const page of b.pages) {
       const version = this.#lspt.storedVersion(page);
-      const value = values.get(page) ?? null;
-      const faulting = b.faulting.has(page);
+      const faulting = b.faults.includes(page);
       if (version === undefined) {
         if (faulting) minor++;
         // Never stored: zeros, as EDM does, placed write-protected like any other page so its
         // first write counts. 'wp-async' protected the whole region while unpopulated, and
         // UFFDIO_ZEROPAGE refuses such a page (EEXIST on the protection marker) where
         // UFFDIO_COPY does not: copy zeros. 'wp-sync': UFFDIO_ZEROPAGE, then protect it.
-        if (this.tracking === 'wp-async') return void ready.push({ page, bytes: this.#zeros, crc: this.#zeroCrc, stored: false });
-        try {
-          this.#uffd.zeropage(this.#region, page * ps, ps, { wake: false });
-          this.#uffd.writeProtect(this.#region, page * ps, ps, true); // (protecting never wakes)
-          this.#placed(b, page, this.#zeroCrc, false);
-        } catch (err) {
-          this.#notPlaced(b, page, err);
-        }
-        return;
+        if (this.tracking === 'wp-async') extend(page, -1);
+        else this.#zeroPage(b, page);
+        continue;
       }
-      if (value === null) {
+      const k = i++;
+      const status = r.status[k]!;
+      if (status === ReadStatus.OK) {
+        extend(page, k);
+        fetched++;
+        if (faulting) major++;
+        else {
+          prefetched++;
+          this.#prefetch.placed(page);
+        }
+      } else if (status === ReadStatus.LOST) {
         lost++;
-        const where = this.#store instanceof RedisStore ? ` (key ${this.#store.prefix}:${this.#key(page)})` : '';
+        const where = this.#store instanceof RedisStore ? ` (key ${this.#store.fullKey(this.#key(page))})` : '';
         this.#notPlaced(
           b,
           page,
@@ -351,36 +427,34 @@ export class DmHandler {
               '(restarted without persistence, flushed, or evicting keys: maxmemory-policy must be noeviction); the page is lost',
           ),
         );
-        return;
-      }
-      try {
-        const { page: bytes, crc } = decodePage(value, { address: this.#address(page), version }, this.#seed, ps);
-        ready.push({ page, bytes, crc, stored: true });
-        fetched++;
-        bytesIn += value.length;
-        if (faulting) major++;
-        else prefetched++;
-      } catch (err) {
+      } else if (status <= ReadStatus.VERSION) {
         corrupt++;
-        this.#notPlaced(b, page, err);
+        this.#notPlaced(b, page, corruptPage(status, { address: this.#address(page), version }, ps, r.detail.subarray(2 * k, 2 * k + 2)));
+      } else {
+        // The request failed as a whole (for this page's server): one error per cause, not per page.
+        const shape = status === ReadStatus.SHAPE;
+        const message = shape
+          ? `remote paging: the store answered ${r.messages?.[k]}; they are not placed`
+          : (r.messages?.[k] ?? 'the store did not answer');
+        failed ??= new Map();
+        const f = failed.get(message) ?? { code: shape ? 'ERR_PFR_PAGE_CORRUPT' : 'ERR_PFR_STORE_UNAVAILABLE', pages: [] };
+        failed.set(message, f);
+        f.pages.push(page);
+        if (shape) corrupt++;
       }
-    });
-    ready.sort((x, y) => x.page - y.page);
-    for (let i = 0; i < ready.length;) {
-      let j = i + 1;
-      while (j < ready.length && ready[j]!.page === ready[j - 1]!.page + 1) j++;
-      const run = ready.slice(i, j);
-      try {
-        const data = run.length === 1 ? run[0]!.bytes : Buffer.concat(run.map((r) => r.bytes));
-        this.#uffd.copy(this.#region, run[0]!.page * ps, data, { writeProtect: true, wake: false });
-        for (const r of run) this.#placed(b, r.page, r.crc, r.stored);
-      } catch (err) {
-        for (const r of run) this.#notPlaced(b, r.page, err);
+    }
+    flush();
+    for (const [message, f] of failed ?? []) {
+      const err = new PfrError(f.code, message);
+      for (const page of f.pages) {
+        this.#lspt.drop(page);
+        const j = b.faults.indexOf(page);
+        if (j >= 0) this.#failPage(page, b.threads[j]!, err, false);
       }
-      i = j;
+      this.#report(err);
     }
     this.#add(Counter.pagesFetched, fetched);
-    this.#add(Counter.bytesIn, bytesIn);
+    this.#add(Counter.bytesIn, fetched * (ps + TRAILER));
     this.#add(Counter.majorFaults, major);
     this.#add(Counter.prefetched, prefetched);
     this.#add(Counter.minorFaults, minor);
@@ -388,24 +462,33 @@ export class DmHandler {
     if (lost) this.#add(Counter.lost, lost);
   }
 
+  // 'wp-sync': a page never stored is the zero page, then write-protected (protecting never wakes).
+  #zeroPage(b: Batch, page: number): void {
+    try {
+      this.#uffd.zeropage(this.#region, page * this.#ps, this.#ps, { wake: false });
+      this.#uffd.writeProtect(this.#region, page * this.#ps, this.#ps, true);
+      this.#placed(b, page, this.#zeroCrc, false);
+    } catch (err) {
+      this.#notPlaced(b, page, err);
+    }
+  }
+
+  // `pages` pages of zeros, the source of a run of never-stored pages.
+  #zeroRun(pages: number): Uint8Array {
+    if (this.#zeros.length < pages * this.#ps) this.#zeros = new Uint8Array(pages * this.#ps);
+    return this.#zeros.subarray(0, pages * this.#ps);
+  }
+
   #placed(b: Batch, page: number, crc: number, stored: boolean): void {
     this.#lspt.placed(page, crc);
-    const at = b.receivedAt.get(page);
-    if (at !== undefined && b.faulting.has(page)) (stored ? this.major : this.minor).record(Math.max(1, Math.round((performance.now() - at) * 1e6)));
+    const j = b.faults.indexOf(page);
+    if (j >= 0) (stored ? this.major : this.minor).record(Math.max(1, Math.round((performance.now() - b.receivedAt[j]!) * 1e6)));
   }
 
   #notPlaced(b: Batch, page: number, err: unknown): void {
     this.#lspt.drop(page);
-    if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, err);
-  }
-
-  #failFetch(b: Batch, pages: number[], cause: unknown): void {
-    if ((cause as PfrError).code === 'ERR_PFR_PAGE_CORRUPT') this.#add(Counter.corrupt, pages.length);
-    for (const page of pages) {
-      this.#lspt.drop(page);
-      if (b.faulting.has(page)) this.#failPage(page, b.threads.get(page)!, cause, false);
-    }
-    this.#report(asPfrError(cause, 'ERR_PFR_STORE_UNAVAILABLE'));
+    const j = b.faults.indexOf(page);
+    if (j >= 0) this.#failPage(page, b.threads[j]!, err);
   }
 
   // A page that could not be had must not read as zeros: poison it, so the access fails
@@ -426,7 +509,9 @@ export class DmHandler {
         // leaves uffd-wp markers on pages already evicted: drop the marker first, without a
         // wake (the thread must wake to the poison, not fault again).
         this.#uffd.writeProtect(this.#region, off, this.#ps, false, { wake: false });
-        if (this.#uffd.poison(this.#region, off, this.#ps) !== this.#ps) {
+        // Woken with the rest of its batch (#fill): woken now, the thread could run on into the
+        // next page of the batch, be woken again there by the batch's wake, and fault twice.
+        if (this.#uffd.poison(this.#region, off, this.#ps, { wake: false }) !== this.#ps) {
           // Not poisoned: the woken thread faults again; say so rather than count it failed.
           this.#report(
             new PfrError('ERR_PFR_HANDLER_FAILED', `remote paging: the page at offset ${off} could not be poisoned (UFFDIO_POISON placed nothing)`),
@@ -462,6 +547,8 @@ export class DmHandler {
         runs.push(this.#inSlots(w, () => this.#evictBatch(victims, w * this.#cfg.evictBatch)));
       }
       if (!runs.length || !(await Promise.all(runs)).every(Boolean)) return; // a failed write-back: retried at the next fault
+      // The store's writes are synchronous: let the faults that came meanwhile in between batches.
+      await new Promise((r) => setImmediate(r));
     }
   }
 
@@ -474,7 +561,11 @@ export class DmHandler {
   // 'wp-async': what was written since the last scan is dirty; the scan re-arms it.
   #scanDirty(): void {
     if (this.tracking !== 'wp-async' || this.#closed) return;
-    for (const off of this.#uffd.dirtyPages(this.#region)) this.#lspt.markDirty(Math.floor(off / this.#ps));
+    for (const off of this.#uffd.dirtyPages(this.#region)) {
+      const page = Math.floor(off / this.#ps);
+      this.#lspt.markDirty(page);
+      this.#prefetch.written(page);
+    }
   }
 
   /** Evict `victims` through staging slots from `slot` on; true if all went to the store. */
@@ -519,6 +610,7 @@ export class DmHandler {
         if (t.version) this.#lspt.stored(t.page, t.version);
         this.#drop(t.page, t.slot);
         this.#lspt.drop(t.page);
+        this.#prefetch.gone(t.page);
         this.#add(Counter.evicted);
         this.#add(t.version ? Counter.writtenBack : Counter.droppedClean);
       }

@@ -41,7 +41,13 @@ export interface RemotePagerOptions {
   highWatermark?: number;
   /** Fraction of residentLimit down to which the eviction worker evicts (default 0.7). */
   lowWatermark?: number;
-  /** Pages read ahead after a faulting page, in the same store request (default 0). */
+  /**
+   * The largest prefetch window, in pages (default 0: no prefetch). The window adapts: per
+   * region, a sequential or strided stream in the recent faults (a majority trend, as Leap
+   * finds it) is read ahead along its stride, in the faulting page's store request, in a
+   * window sized by how many of the last window's pages were used; without a trend (a random
+   * scan) nothing is read ahead. stats() reports the accuracy and coverage.
+   */
   prefetch?: number;
   /** Fetch batches in flight at once (UMap's fill workers; default 2). */
   fillWorkers?: number;
@@ -92,6 +98,12 @@ export interface RemotePagingStats {
   lost: number;
   /** Keys close() deleted from the store. */
   keysDeleted: number;
+  /** Pages read ahead that were then used (written, or walked through by the stream without a fault: see prefetch.ts). */
+  prefetchUsed: number;
+  /** prefetchUsed ÷ prefetched: how much of what was read ahead was used (0 with nothing read ahead). */
+  prefetchAccuracy: number;
+  /** prefetchUsed ÷ (prefetchUsed + majorFaults): how many of the store reads a fault would have waited for prefetch took off the fault path. */
+  prefetchCoverage: number;
 }
 
 const TRACKINGS = ['auto', 'wp-async', 'wp-sync'] as const;
@@ -252,7 +264,12 @@ export class RemotePager extends EventEmitter<{
 
   /** The counters, read at once from shared memory (no message to the DM-Handler). */
   stats(): RemotePagingStats {
-    return readCounters(this.#counters);
+    const c = readCounters(this.#counters);
+    return {
+      ...c,
+      prefetchAccuracy: c.prefetched ? c.prefetchUsed / c.prefetched : 0,
+      prefetchCoverage: c.prefetchUsed ? c.prefetchUsed / (c.prefetchUsed + c.majorFaults) : 0,
+    };
   }
 
   /** Fault latency (receipt to resolution, in the DM-Handler's thread), major and minor. */

@@ -86,7 +86,7 @@ describe('DM-Handler behaviour', () => {
     await until('every fault counted minor', () => p.stats().minorFaults === p.stats().faults, 2000);
   });
 
-  it('prefetch reads the window ahead in the same store request: a sequential scan takes one major fault per window', async () => {
+  it('prefetch reads the window ahead in the same store request: a sequential scan takes one major fault per window once it has grown', async () => {
     const N = 256,
       W = 15;
     const p = await pager({ size: N * P, prefetch: W });
@@ -96,8 +96,10 @@ describe('DM-Handler behaviour', () => {
     const r = await touch(p.region, { probe: true });
     expect(r.checksum).toBe([...Array(N).keys()].reduce((x, i) => x + (i & 0xff), 0));
     const s = p.stats();
-    expect(s.majorFaults).toBe(N / (W + 1));
-    expect(s.prefetched).toBe(N - N / (W + 1));
+    // Three faults find the trend, then windows of 1, 2, 4, 8 and 15 pages: a few faults more than N / (W + 1).
+    expect(s.majorFaults).toBeGreaterThanOrEqual(N / (W + 1));
+    expect(s.majorFaults).toBeLessThanOrEqual(N / (W + 1) + 6);
+    expect(s.prefetched).toBe(N - s.majorFaults);
     expect(s.pagesFetched).toBe(N);
   });
 
