@@ -36,7 +36,12 @@ export interface RedisStoreOptions {
    * spread over its masters. Run the cluster with `cluster-require-full-coverage no`, so a
    * shard that fails stops only its own pages.
    */
-  cluster?: { host: string; port: number }[];
+  cluster?: Array<{
+    /** A master's host (loopback or an address). */
+    host: string;
+    /** Its port. */
+    port: number;
+  }>;
   /**
    * Key prefix of this application (several clients share one server). Default 'pfr'. Each
    * pager adds an instance id of its own (`RemotePager.keyPrefix`), so no pager reads another's pages.
