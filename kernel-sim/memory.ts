@@ -63,3 +63,18 @@ export interface UffdLike {
   /** True if the region (at `offset`) is registered with this uffd. */
   isRegistered(region: MemoryLike, offset?: number): boolean;
 }
+
+/** A mapping of the addon's own (an engine's register, a transport's staging buffer) as MemoryLike, its bytes reachable as `buffer`. */
+export function rawMemory(raw: { id: number; address: bigint; buffer: ArrayBuffer; pageSize: number }): MemoryLike & { buffer: ArrayBuffer } {
+  return {
+    id: raw.id,
+    address: raw.address,
+    buffer: raw.buffer,
+    size: raw.buffer.byteLength,
+    pageSize: raw.pageSize,
+    closed: false,
+    granule: raw.pageSize,
+    observe() {},
+    unobserve() {},
+  };
+}

@@ -15,7 +15,7 @@
 // of its own, the thread that blocks when a write lands on a page its fault library must resolve.
 import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBinding, type RawMapping } from '../../native/index.js';
 import { costModel, type CostModel } from '../cost-model/index.js';
-import type { MemoryLike } from '../memory.js';
+import { type MemoryLike, rawMemory } from '../memory.js';
 import { Fabric } from './fabric.js';
 import {
   CHUNK_HEADER_BYTES,
@@ -720,17 +720,7 @@ export class LibfabricTransport implements Transport {
     if (i >= 0) return this.#spare.splice(i, 1)[0]!;
     const page = 4096;
     const raw = binding.mapRegion(Math.max(MAX_WIRE_BYTES, Math.ceil(size / page) * page), false, false, false);
-    const memory: MemoryLike = {
-      id: raw.id,
-      address: raw.address,
-      size: raw.buffer.byteLength,
-      pageSize: raw.pageSize,
-      closed: false,
-      granule: raw.pageSize,
-      observe() {},
-      unobserve() {},
-    };
-    return { raw, memory };
+    return { raw, memory: rawMemory(raw) };
   }
 
   // The answer to a write goes out: its copy is done, the staging mapping can serve the next.

@@ -223,6 +223,24 @@ export class Requester implements Schedulable {
       t.held = { seq: first + k, sid: src.sid, tr, cost: c.scheduleUs + walkCost(c, tr) + c.blockUs, issuedUs: at, issuedMs: heldMs };
     }
     this.#completer.outstanding++;
+    this.#send(t, first, k, bytes, payload, issued, arrivals, issuedMs, window !== undefined);
+  }
+
+  // A run goes on the wire as one write packet, with the RC headers of its message.
+  #send(
+    t: Transfer,
+    first: number,
+    count: number,
+    bytes: number,
+    payload: PayloadView,
+    issuedUs: Float64Array,
+    arrivals: Float64Array,
+    issuedMs: number,
+    sourceStall: boolean,
+  ): void {
+    const s = this.#s;
+    const d = t.desc;
+    const offset0 = first * s.blockSize;
     const packet: WritePacket = {
       type: 'write',
       src: s.node,
@@ -234,14 +252,14 @@ export class Requester implements Schedulable {
       length: bytes,
       arrivesAt: arrivals[0]!,
       channel: d.channel,
-      count: k,
-      blockSize: bs,
+      count,
+      blockSize: s.blockSize,
       payload,
       lengthHint: Math.max(0, d.length - offset0),
-      issuedUs: issued,
+      issuedUs,
       arrivals,
       issuedMs,
-      sourceStall: window !== undefined,
+      sourceStall,
     };
     this.#rc(packet, t);
     s.transport.deliver(packet);
@@ -295,28 +313,7 @@ export class Requester implements Schedulable {
     t.cursor = 1;
     ch.cursor = Math.max(ch.cursor, issueAt);
     this.#completer.outstanding++;
-    const packet: WritePacket = {
-      type: 'write',
-      src: s.node,
-      dst: d.dstNode,
-      pd: d.dstPd ?? d.pd,
-      va: d.dstVa,
-      tid: t.tid,
-      seq: 0,
-      length: 0,
-      arrivesAt: arrivals[0]!,
-      channel: d.channel,
-      count: 1,
-      blockSize: s.blockSize,
-      payload,
-      lengthHint: 0,
-      issuedUs: issued,
-      arrivals,
-      issuedMs,
-      sourceStall: false,
-    };
-    this.#rc(packet, t);
-    s.transport.deliver(packet);
+    this.#send(t, 0, 1, 0, payload, issued, arrivals, issuedMs, false);
   }
 
   // Blocks [first, first+count) go on the wire (issued at `issued`, per block or all at

@@ -12,7 +12,7 @@ import { binding, type RawMapping } from '../../native/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
-import type { MemoryLike } from '../memory.js';
+import { type MemoryLike, rawMemory } from '../memory.js';
 import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
@@ -428,17 +428,7 @@ export class Responder {
       const raw = binding.mapRegion(4096, false, false, false);
       new Uint8Array(raw.buffer).fill(0);
       // Its bytes are read by a transport between processes too (it looks for `buffer`).
-      const memory: MemoryLike & { buffer: ArrayBuffer } = {
-        id: raw.id,
-        address: raw.address,
-        buffer: raw.buffer,
-        size: raw.buffer.byteLength,
-        pageSize: raw.pageSize,
-        closed: false,
-        granule: raw.pageSize,
-        observe() {},
-        unobserve() {},
-      };
+      const memory = rawMemory(raw);
       this.#register = { raw, memory, mapped: new WeakSet() };
     }
     const r = this.#register;
