@@ -262,29 +262,12 @@ export class Faults {
    */
   park(t: Transfer, seq: number, at: number, side: Side): void {
     const s = this.#s;
-    t.parked = true;
-    t.parkedSeq = seq;
-    t.inflight--;
-    if (seq < t.cursor) t.cursor = seq;
-    t.modelReady = Math.max(t.modelReady, at);
-    let st = t.own.get(seq);
-    if (!st) t.own.set(seq, (st = { attempts: 1, srcFaults: 0, dstNacks: 0 }));
-    const faults = side === 'source' ? ++st.srcFaults : ++st.dstNacks;
     const limit = side === 'source' ? s.retryLimit : (t.desc.retryLimit ?? s.retryLimit);
-    if (faults > limit) {
-      this.#end(t, false, DmaStatus.RETRY_EXCEEDED, `block ${seq} took ${faults} ${side} faults (retry limit ${limit})`, at, side);
-      return;
-    }
-    clearTimeout(t.parkTimer);
-    t.parkTimer = setTimeout(() => {
+    this.#hold(t, seq, at, side, limit, 'faults', s.faultTimeoutMs, () => {
       // Nobody answered (no fault library, a dropped notification): retry anyway, like an
       // RNR timer; the retry limit bounds it.
-      if (t.done || !t.parked) return;
       s.counters.retryTimeouts++;
-      this.#unpark(t, t.modelReady);
-    }, s.faultTimeoutMs);
-    t.parkTimer.unref?.();
-    s.scheduler.kick();
+    });
   }
 
   /**
@@ -293,29 +276,30 @@ export class Faults {
    * same count as its destination faults').
    */
   rnr(t: Transfer, seq: number, at: number, ms: number): void {
+    this.#hold(t, seq, at + ms * 1000, 'destination', t.desc.retryLimit ?? this.#s.retryLimit, 'RNR NAKs (no receive posted)', ms);
+  }
+
+  // Park block `seq` from modelled time `at`, its side's count against `limit` (the transfer
+  // ends RETRY_EXCEEDED past it); it goes again after `ms` unless an answer unparks it first.
+  #hold(t: Transfer, seq: number, at: number, side: Side, limit: number, what: string, ms: number, onTimeout?: () => void): void {
     const s = this.#s;
     t.parked = true;
     t.parkedSeq = seq;
     t.inflight--;
     if (seq < t.cursor) t.cursor = seq;
+    t.modelReady = Math.max(t.modelReady, at);
     let st = t.own.get(seq);
     if (!st) t.own.set(seq, (st = { attempts: 1, srcFaults: 0, dstNacks: 0 }));
-    const limit = t.desc.retryLimit ?? s.retryLimit;
-    if (++st.dstNacks > limit) {
-      this.#end(
-        t,
-        false,
-        DmaStatus.RETRY_EXCEEDED,
-        `block ${seq} took ${st.dstNacks} RNR NAKs: no receive posted (rnr_retry ${limit})`,
-        at,
-        'destination',
-      );
+    const n = side === 'source' ? ++st.srcFaults : ++st.dstNacks;
+    if (n > limit) {
+      this.#end(t, false, DmaStatus.RETRY_EXCEEDED, `block ${seq} took ${n} ${side} ${what} (retry limit ${limit})`, at, side);
       return;
     }
-    t.modelReady = Math.max(t.modelReady, at + ms * 1000);
     clearTimeout(t.parkTimer);
     t.parkTimer = setTimeout(() => {
-      if (!t.done && t.parked) this.#unpark(t, t.modelReady);
+      if (t.done || !t.parked) return;
+      onTimeout?.();
+      this.#unpark(t, t.modelReady);
     }, ms);
     t.parkTimer.unref?.();
     s.scheduler.kick();
