@@ -2,7 +2,9 @@
 // evicted with MADV_DONTNEED. Node 1's SMMU finds the page missing (really: mincore says so),
 // records F_TRANSLATION, the destination NACKs the block, node 1's SMMU driver takes the IRQ
 // and notifies the owner process over netlink, its fault library makes the page resident and
-// answers, node 1 tells node 0, node 0 retransmits the block, and the write completes.
+// answers, node 1's NACK goes to node 0 carrying that answer (the model times the NACK at
+// detection, as the thesis's; the packet waits for the answer, so one packet carries both),
+// node 0 retransmits the block, and the write completes.
 //
 // Every step prints its modelled time (the calibrated hardware cost model) and its measured
 // time (this process, real memory), both counted from the post.
@@ -198,7 +200,7 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
           add(
             e.modelUs,
             e.realMs,
-            `NACK: node 1 -> node ${e.node}, ACK resp FAULT (${AckResp.FAULT}) for transfer ${e.tid} block ${seq}; node ${e.node} parks the block and serves other channels`,
+            `NACK: node 1 -> node ${e.node}, ACK resp FAULT (${AckResp.FAULT}) for transfer ${e.tid} block ${seq}; node ${e.node} parks the block and serves other channels (the packet itself goes once the answer below is in)`,
           );
           break;
         case 'notify': {
@@ -231,7 +233,7 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
             e.modelUs,
             e.realMs,
             e.side === 'destination'
-              ? `node ${e.node}'s driver hands the answer to its engine, which sends node ${e.detail?.['srcNode']} an ACK with resp RESOLVED (${AckResp.RESOLVED}) for block ${seq}`
+              ? `node ${e.node}'s driver hands the answer to its engine, which lets the held fault NACK (resp FAULT, ${AckResp.FAULT}) for block ${seq} go to node ${e.detail?.['srcNode']}, carrying it`
               : `node ${e.node}'s driver asks its engine to retransmit block ${seq}`,
           );
           break;

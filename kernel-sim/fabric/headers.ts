@@ -42,6 +42,12 @@ const MAX_DEPTH = 8;
 export const MAX_FRAME_BYTES = WIRE_MAX_BLOCKS * (1 << 20) + (1 << 20);
 /** The highest AckResp and WcStatus (ibv_wc_status' TM_RNDV_INCOMPLETE) a frame may carry. */
 const MAX_ACK_RESP = AckResp.ANSWER_ERR;
+/** An ACK's resp: one AckResp names (5 was the separate RESOLVED answer, gone). */
+function ackResp(field: string, v: unknown): AckResp {
+  int(field, v, 0, MAX_ACK_RESP);
+  if (AckResp[v as AckResp] === undefined) bad(field, 'an AckResp', v);
+  return v as AckResp;
+}
 const U64 = (1n << 64n) - 1n;
 const SPACE = 1n << 64n;
 
@@ -178,7 +184,7 @@ function checkVerdict(i: number, v: Verdict, each: boolean): void {
   verdictAt = i;
   u32('seq', v.seq);
   const count = int('count', v.count, 1, WIRE_MAX_BLOCKS);
-  int('resp', v.resp, 0, MAX_ACK_RESP);
+  ackResp('resp', v.resp);
   finite('walkUs', v.walkUs);
   if (v.walks !== undefined) times('walks', v.walks, count, each);
   if (v.late !== undefined) bool('late', v.late);
@@ -188,6 +194,12 @@ function checkVerdict(i: number, v: Verdict, each: boolean): void {
   if (v.copyThread !== undefined) u32('copyThread', v.copyThread);
   if (v.copyNs !== undefined) finite('copyNs', v.copyNs);
   if (v.rnrTimer !== undefined) int('rnrTimer', v.rnrTimer, 0, 31);
+  if (v.resolved !== undefined) {
+    if (v.resp !== AckResp.FAULT) bad('resolved', 'only on a FAULT verdict', v.resp);
+    finite('resolved.atUs', v.resolved.atUs);
+    u32('resolved.fetched', v.resolved.fetched);
+    finite('resolved.heldUs', v.resolved.heldUs);
+  }
   if (v.answered !== undefined) {
     u32('answered.faults.source', v.answered.faults.source);
     u32('answered.faults.destination', v.answered.faults.destination);
@@ -204,8 +216,7 @@ function checkVerdict(i: number, v: Verdict, each: boolean): void {
 
 function checkAck(p: AckPacket, each = false): void {
   checkHeader(p);
-  int('resp', p.resp, 0, MAX_ACK_RESP);
-  if (p.fetched !== undefined) u32('fetched', p.fetched);
+  ackResp('resp', p.resp);
   if (p.verdicts !== undefined) {
     if (!Array.isArray(p.verdicts) || p.verdicts.length > MAX_VERDICTS) bad('verdicts', `an array of at most ${MAX_VERDICTS}`, p.verdicts);
     for (let i = 0; i < p.verdicts.length; i++) checkVerdict(i, p.verdicts[i]!, each);
@@ -432,12 +443,11 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
     w.bytes(payload);
     return w.done();
   }
-  const f = (p.fetched !== undefined ? 1 : 0) | (p.verdicts !== undefined ? 2 : 0) | (p.returned !== undefined ? 4 : 0);
+  const f = (p.verdicts !== undefined ? 2 : 0) | (p.returned !== undefined ? 4 : 0);
   w.u8(Op.ACK);
   w.u8(f);
   header(w, p);
   w.u8(p.resp);
-  if (p.fetched !== undefined) w.u32(p.fetched);
   if (p.returned !== undefined) {
     w.u32(p.returned.seq);
     w.u16(p.returned.count);
@@ -476,6 +486,7 @@ const V_COPY_NS = 64;
 const V_MORE = 128;
 const V2_RNR = 1;
 const V2_ANSWERED = 2;
+const V2_RESOLVED = 4;
 
 function verdict(w: Writer, v: Verdict): void {
   const f =
@@ -486,9 +497,10 @@ function verdict(w: Writer, v: Verdict): void {
     (v.stalls !== undefined ? V_STALLS : 0) |
     (v.copyThread !== undefined ? V_COPY_THREAD : 0) |
     (v.copyNs !== undefined ? V_COPY_NS : 0) |
-    (v.rnrTimer !== undefined || v.answered !== undefined ? V_MORE : 0);
+    (v.rnrTimer !== undefined || v.answered !== undefined || v.resolved !== undefined ? V_MORE : 0);
   w.u8(f);
-  if (f & V_MORE) w.u8((v.rnrTimer !== undefined ? V2_RNR : 0) | (v.answered !== undefined ? V2_ANSWERED : 0));
+  if (f & V_MORE)
+    w.u8((v.rnrTimer !== undefined ? V2_RNR : 0) | (v.answered !== undefined ? V2_ANSWERED : 0) | (v.resolved !== undefined ? V2_RESOLVED : 0));
   w.u32(v.seq);
   w.u16(v.count);
   w.u8(v.resp);
@@ -500,6 +512,11 @@ function verdict(w: Writer, v: Verdict): void {
   if (v.copyThread !== undefined) w.u32(v.copyThread);
   if (v.copyNs !== undefined) w.f64(v.copyNs);
   if (v.rnrTimer !== undefined) w.u8(v.rnrTimer);
+  if (v.resolved !== undefined) {
+    w.f64(v.resolved.atUs);
+    w.u32(v.resolved.fetched);
+    w.f64(v.resolved.heldUs);
+  }
   if (v.answered !== undefined) {
     w.u32(v.answered.faults.source);
     w.u32(v.answered.faults.destination);
@@ -601,7 +618,7 @@ function readWrite(r: Reader): DecodedWrite {
 function readVerdict(r: Reader, i: number): Verdict {
   const f = r.u8(`verdicts[${i}].flags`);
   const f2 = f & V_MORE ? r.u8(`verdicts[${i}].flags2`) : 0;
-  if (f2 & ~(V2_RNR | V2_ANSWERED)) throw new WireError(`verdicts[${i}]: unknown flag bits 0x${f2.toString(16)} (second byte)`);
+  if (f2 & ~(V2_RNR | V2_ANSWERED | V2_RESOLVED)) throw new WireError(`verdicts[${i}]: unknown flag bits 0x${f2.toString(16)} (second byte)`);
   const v: Verdict = {
     seq: r.u32(`verdicts[${i}].seq`),
     count: r.u16(`verdicts[${i}].count`),
@@ -617,6 +634,14 @@ function readVerdict(r: Reader, i: number): Verdict {
   if (f & V_COPY_THREAD) v.copyThread = r.u32(`verdicts[${i}].copyThread`);
   if (f & V_COPY_NS) v.copyNs = r.f64(`verdicts[${i}].copyNs`);
   if (f2 & V2_RNR) v.rnrTimer = r.u8(`verdicts[${i}].rnrTimer`);
+  if (f2 & V2_RESOLVED) {
+    if (v.resp !== AckResp.FAULT) bad(`verdicts[${i}].resolved`, 'only on a FAULT verdict', v.resp);
+    v.resolved = {
+      atUs: r.f64(`verdicts[${i}].resolved.atUs`),
+      fetched: r.u32(`verdicts[${i}].resolved.fetched`),
+      heldUs: r.f64(`verdicts[${i}].resolved.heldUs`),
+    };
+  }
   if (f2 & V2_ANSWERED)
     v.answered = {
       faults: { source: r.u32(`verdicts[${i}].answered.faults.source`), destination: r.u32(`verdicts[${i}].answered.faults.destination`) },
@@ -633,9 +658,8 @@ function readVerdict(r: Reader, i: number): Verdict {
 }
 
 function readAck(r: Reader): AckPacket {
-  const f = flags(r, 7, 'ack');
+  const f = flags(r, 6, 'ack');
   const p: AckPacket = { type: 'ack', ...readHeader(r), resp: r.u8('resp') };
-  if (f & 1) p.fetched = r.u32('fetched');
   if (f & 4) p.returned = { seq: r.u32('returned.seq'), count: r.u16('returned.count') };
   if (f & 2) {
     const n = r.u16('verdicts count');

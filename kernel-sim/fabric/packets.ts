@@ -1,7 +1,7 @@
 // The packets nodes exchange, and nothing else crosses from one node to another. A write
 // carries a run of blocks of a transfer with its payload; the responder answers with an ACK
-// (the blocks landed), a NACK (a fault: send that block again later) or an error ACK; a destination's
-// fault library's answer comes back as an ACK with resp RESOLVED / UNRESOLVED. Fields follow
+// (the blocks landed), a NACK (a fault: held until the destination's fault library answers, and
+// carrying that answer: send the block again then) or an error ACK. Fields follow
 // ExaNet's headers: the protection domain, the destination VA, tid and seq, a 4-bit resp.
 import type { MemoryLike } from '../memory.js';
 
@@ -27,7 +27,10 @@ export enum RcOp {
 export enum AckResp {
   /** The block was written. */
   OK = 0,
-  /** Translation fault at the destination: retransmit later (like InfiniBand's RNR NAK). */
+  /**
+   * Translation fault at the destination (the thesis's fault NACK, like InfiniBand's RNR NAK):
+   * sent once its fault library answered, the verdict's `resolved` says when to retransmit.
+   */
   FAULT = 1,
   /** The destination has no stream for this protection domain. */
   PD_ERR = 2,
@@ -35,9 +38,7 @@ export enum AckResp {
   ACCESS_ERR = 3,
   /** The destination VA is in no region of that protection domain. */
   ADDR_ERR = 4,
-  /** The destination's fault library resolved the fault: retransmit now. */
-  RESOLVED = 5,
-  /** The destination's fault library could not resolve the fault. */
+  /** A fault NACK whose fault the destination's fault library could not resolve (5 is unused: it was a separate RESOLVED). */
   UNRESOLVED = 6,
   /** The destination aborted a stalled access (CMD_RESUME ABORT / TERM). */
   ABORTED = 7,
@@ -202,6 +203,19 @@ export interface Verdict {
   stalls?: number;
   /** RNR NAK: the min_rnr_timer code to wait before sending the block again. */
   rnrTimer?: number;
+  /**
+   * FAULT: the destination's fault library made the page resident; the block may go again
+   * from `atUs` (modelled µs its answer reaches the source). Absent: no answer came within
+   * the destination's fault timeout (the block goes again at once).
+   */
+  resolved?: {
+    /** Modelled µs the answer reaches the source. */
+    atUs: number;
+    /** Pages a page store supplied (remote paging's major faults). */
+    fetched: number;
+    /** Real µs from the fault's detection to its answer, measured at the destination (the source's real fault time starts that much before the NACK). */
+    heldUs: number;
+  };
   /** A READ's or an atomic's answer that landed: what its transfers took (the requester's completion reports it). */
   answered?: {
     /** Faults at the responder's memory (the answer's source) and at the requester's sinks. */
@@ -229,18 +243,12 @@ export interface Verdict {
   copyNs?: number;
 }
 
-/**
- * An ACK: the answer to a write (verdicts for the blocks it handled, in order, and the range
- * of blocks it did not get to), or, with resp RESOLVED / UNRESOLVED, a destination fault
- * library's answer.
- */
+/** An ACK: the answer to a write (verdicts for the blocks it handled, in order, and the range of blocks it did not get to). */
 export interface AckPacket extends Header {
   /** Packet kind. */
   type: 'ack';
   /** The answer as a whole (per-block answers in `verdicts`). */
   resp: AckResp;
-  /** RESOLVED: pages the destination's page store supplied (remote paging's major faults). */
-  fetched?: number;
   /** Answers for the blocks handled, in order. */
   verdicts?: Verdict[];
   /** Blocks the responder did not get to (after a refused one): sent again later. */

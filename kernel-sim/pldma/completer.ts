@@ -50,6 +50,8 @@ export class Completer {
   /** When the block #reserve last reserved was issued, and the modelled delay of its stalls. */
   #issueAt = 0;
   #delay = 0;
+  /** The fault NACK of the ACK being handled: its block and the answer it carries. */
+  #nacked: { seq: number; resolved: Verdict['resolved'] } | undefined;
 
   constructor(state: EngineState, faults: Faults) {
     this.#s = state;
@@ -71,6 +73,11 @@ export class Completer {
       if (!t.done) t.runLimit = (p.returned?.count ?? 0) > 0 || t.parked ? 2 : Math.min(MAX_RUN_BLOCKS, t.runLimit * 2);
       if (p.returned && !t.done) this.#unsend(t, p.returned.seq, p.returned.count);
       if (!t.done) this.#settle(t);
+      // A fault NACK carries its answer: the block goes again once this ACK is settled (a
+      // source fault found behind it waits, as it would behind a parked block).
+      const n = this.#nacked;
+      this.#nacked = undefined;
+      if (n && !t.done) this.#faults.nackAnswered(t, n.seq, n.resolved);
     }
     s.scheduler.kick();
   }
@@ -147,16 +154,26 @@ export class Completer {
       return;
     }
     switch (v.resp) {
-      case AckResp.FAULT: {
+      case AckResp.FAULT:
+      case AckResp.UNRESOLVED: {
         const at = v.late ? arrive + c.linkLatencyUs : arrive + v.walkUs + c.linkLatencyUs;
         // An atomic's word is the source of its answer (read first): its fault counts there.
         const side: Side = t.desc.opcode === RcOp.ATOMIC ? 'source' : 'destination';
         t.nacks++;
         t.faults[side]++;
-        t.faultStarted.push(realNowUs());
+        // The fault began when the destination found it, the time it held its NACK ago.
+        t.faultStarted.push(realNowUs() - (v.resolved?.heldUs ?? 0));
         s.counters.nacksReceived++;
         traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
+        if (v.resp === AckResp.UNRESOLVED) {
+          const reason = `node ${t.desc.dstNode}'s fault library could not resolve the ${side === 'source' ? "atomic's word" : 'destination'} fault`;
+          this.fail(t, true, DmaStatus.FAULT_UNRESOLVED, reason, at, side);
+          return;
+        }
+        // The NACK carries the fault library's answer (or says none came in time): the block
+        // is parked, counted against its retry limit, and goes again when the answer says.
         this.#faults.park(t, seq, at, side);
+        this.#nacked = { seq, resolved: v.resolved };
         return;
       }
       case AckResp.RNR: {

@@ -4,11 +4,12 @@
 // the blocks waiting on a page (one answer serves every block waiting on it: the driver
 // merges their notifications), parks a transfer on a fault and unparks it (retry limits, the
 // park timer), and fans the fault library's answer out: a source block is re-queued, a
-// destination block's source is told over the fabric (an ACK with resp RESOLVED). It also
+// destination block's fault NACK, held by the responder until then, goes out carrying the
+// answer (so a faulting write is the write, its NACK, the retransmission and its ACK). It also
 // models what the answer cost and tells the driver when the block went out again, so the
 // SMMU driver keeps no engine bookkeeping.
 import { realNowUs } from '../cost-model/index.js';
-import { AckResp, type AckPacket, type WritePacket } from '../fabric/packets.js';
+import type { WritePacket } from '../fabric/packets.js';
 import type { ResolveMethod } from '../netlink/messages.js';
 import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
 import type { Translation } from '../smmu/smmu.js';
@@ -28,6 +29,19 @@ export interface PageResponse {
 
 /** Told when the block whose fault was answered goes out again (modelled µs, performance.now() ms). */
 export type SentAgain = (modelUs: number, realMs: number) => void;
+
+/**
+ * What a destination fault's NACK carries once the fault library answered: whether the pages
+ * are there, when (modelled µs) the answer reaches the block's source, and pages a page store
+ * supplied. Undefined when no answer came within the fault timeout.
+ */
+export interface HeldAnswer {
+  ok: boolean;
+  atUs: number;
+  fetched: number;
+  /** Real µs from the fault's detection to the answer. */
+  heldUs: number;
+}
 
 /** Where a fault happened, as its side knows it: the one FaultInfo builder's input. */
 export interface FaultSite {
@@ -57,6 +71,8 @@ export class Faults {
   #waiting = new Map<string, FaultInfo[]>();
   /** Answers whose driver waits for their block to go out again (srcNode:tid:seq:side). */
   #sentAgain = new Map<string, SentAgain>();
+  /** Destination faults whose NACK the responder holds until the answer (or the fault timeout). */
+  #held = new Map<FaultInfo, (a: Omit<HeldAnswer, 'heldUs'> | undefined) => void>();
 
   constructor(state: EngineState, end: EndTransfer) {
     this.#s = state;
@@ -95,14 +111,42 @@ export class Faults {
     this.#raise(info, tr);
   }
 
-  /** A recoverable fault of the destination of block `i` of a write this node received: recorded here, NACKed by the responder. */
-  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number, base: bigint = p.va): void {
+  /**
+   * A recoverable fault of the destination of block `i` of a write this node received:
+   * recorded here; the responder holds its NACK until the fault library's answer (which it
+   * carries back to the source), or until the fault timeout (a NACK without one: the source
+   * goes again at once, as its park timer would have).
+   */
+  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number, base: bigint = p.va): Promise<HeldAnswer | undefined> {
     const s = this.#s;
     s.counters.faults.destination++;
     s.counters.nacksSent++;
     const info = this.destinationInfo(p, i, sid, tr.addr, at, base);
+    const t0 = realNowUs();
+    const answered = new Promise<HeldAnswer | undefined>((resolve) => {
+      const timer = setTimeout(() => this.#release(info, undefined), s.faultTimeoutMs);
+      timer.unref?.();
+      this.#held.set(info, (a) => {
+        clearTimeout(timer);
+        resolve(a && { ...a, heldUs: realNowUs() - t0 });
+      });
+    });
     this.wait(info);
     this.#raise(info, tr);
+    return answered;
+  }
+
+  // A held NACK goes out: with the answer, or (undefined) without one.
+  #release(info: FaultInfo, a: Omit<HeldAnswer, 'heldUs'> | undefined): void {
+    const go = this.#held.get(info);
+    if (!go) return;
+    this.#held.delete(info);
+    go(a);
+  }
+
+  /** The engine closes: every held NACK goes out now, without an answer. */
+  close(): void {
+    for (const info of [...this.#held.keys()]) this.#release(info, undefined);
   }
 
   /** The context of a fault at block i of a write (at `va`, the faulting page or the block; `base`: where the packet's bytes start landing). */
@@ -209,7 +253,8 @@ export class Faults {
       );
   }
 
-  // A destination fault of this node answered: its source hears it over the fabric.
+  // A destination fault of this node answered: its held NACK goes out with the answer, which
+  // reaches the source when a packet sent now would (the reverse link's model).
   #destinationAnswered(info: FaultInfo, ok: boolean, modelUs: number, fetched: number): void {
     const s = this.#s;
     s.tracer.emit({
@@ -221,38 +266,23 @@ export class Faults {
       modelUs,
       detail: { seq: info.seq, srcNode: info.srcNode },
     });
-    s.transport.send<AckPacket>(
-      {
-        type: 'ack',
-        src: s.node,
-        dst: info.srcNode,
-        pd: 0,
-        va: info.va,
-        tid: info.tid,
-        seq: info.seq,
-        length: 0,
-        resp: ok ? AckResp.RESOLVED : AckResp.UNRESOLVED,
-        ...(fetched ? { fetched } : {}),
-      },
-      modelUs,
-    );
+    this.#release(info, { ok, atUs: s.transport.transmit(s.node, info.srcNode, 0, modelUs), fetched });
   }
 
-  /** A destination's fault library answered a fault of one of this node's transfers (an ACK RESOLVED / UNRESOLVED). */
-  onResolvedAck(p: AckPacket): void {
-    const t = this.#s.transfers.get(p.tid);
-    if (!t || !t.parked || t.parkedSeq !== p.seq) return; // retried meanwhile: a late answer
-    t.pagesFetched += p.fetched ?? 0;
-    if (p.resp === AckResp.RESOLVED) this.#unpark(t, p.arrivesAt);
-    else
-      this.#end(
-        t,
-        false,
-        DmaStatus.FAULT_UNRESOLVED,
-        `node ${p.src}'s fault library could not resolve the destination fault`,
-        p.arrivesAt,
-        'destination',
-      );
+  /**
+   * A fault NACK for block `seq` of one of this node's transfers (parked on it) came with the
+   * destination's answer: the block goes again at `a.atUs`; without one (the destination's
+   * fault timeout passed), now, as the park timer would have sent it.
+   */
+  nackAnswered(t: Transfer, seq: number, a: { atUs: number; fetched: number; heldUs: number } | undefined): void {
+    if (t.done || !t.parked || t.parkedSeq !== seq) return;
+    if (!a) {
+      this.#s.counters.retryTimeouts++;
+      this.#unpark(t, t.modelReady);
+      return;
+    }
+    t.pagesFetched += a.fetched;
+    this.#unpark(t, a.atUs);
   }
 
   /**

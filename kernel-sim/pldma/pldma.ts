@@ -10,7 +10,7 @@
 // userfaultfd fault until CMD_RESUME. Only packets, through the transport, pass between nodes.
 import type { CostModel } from '../cost-model/index.js';
 import { ModelResource } from '../cost-model/index.js';
-import { AckResp, type Packet } from '../fabric/packets.js';
+import type { Packet } from '../fabric/packets.js';
 import type { ResolveMethod } from '../netlink/messages.js';
 import type { Transport } from '../fabric/transport.js';
 import { Scheduler } from '../scheduler/scheduler.js';
@@ -134,12 +134,10 @@ export class Pldma {
     return this.#requester.post(desc);
   }
 
-  /** A packet for this node: a write for its responder, an answer for its completer, a destination's fault answer for its fault unit. */
+  /** A packet for this node: a write for its responder, an answer for its completer. */
   onPacket(p: Packet): void {
     if (p.type === 'write') void this.#responder.onWrite(p);
-    else if (p.type !== 'ack') return;
-    else if (p.resp === AckResp.RESOLVED || p.resp === AckResp.UNRESOLVED) this.#faults.onResolvedAck(p);
-    else this.#completer.onAck(p);
+    else if (p.type === 'ack') this.#completer.onAck(p);
   }
 
   /**
@@ -196,6 +194,7 @@ export class Pldma {
     if (this.#s.closed) return;
     this.#s.closed = true;
     for (const t of [...this.#s.transfers.values()]) this.#completer.finish(t, DmaStatus.FLUSHED, 'the engine was closed');
+    this.#faults.close();
   }
 
   /** @internal Free the atomic unit's register, once the copy engine that may write it has stopped. */

@@ -16,7 +16,7 @@ import { type MemoryLike, rawMemory } from '../memory.js';
 import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
-import type { Faults } from './faults.js';
+import type { Faults, HeldAnswer } from './faults.js';
 import { admitRc, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
@@ -38,6 +38,9 @@ export interface ResponderDeps {
 }
 
 /** The atomic unit's register: a page of the node's own, where an atomic's original value is read and its answer sent from. */
+/** Records a destination fault and waits for its answer (a NACK carries it). */
+type HoldNack = () => Promise<HeldAnswer | undefined>;
+
 interface AtomicRegister {
   raw: RawMapping;
   memory: MemoryLike;
@@ -129,9 +132,9 @@ export class Responder {
     if (stop) lane.stop = undefined;
     this.#d.faults.sentAgain(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
     const verdicts: Verdict[] = [];
-    // Faults are recorded as the answer goes out: the NACK reaches the source before the
-    // fault library's answer can (the blocks before the fault are written first).
-    const faults: Array<() => void> = [];
+    // A fault is recorded when its answer is due to go out (after the writes before it in
+    // this lane), and the NACK waits for the fault library's answer, which it carries.
+    const faults: Array<HoldNack> = [];
     const bs = p.blockSize;
     // Blocks that carry bytes: a source page missing when another process's transport read
     // the payload ends the run there (answered SOURCE_FAULT after the blocks before it).
@@ -139,7 +142,7 @@ export class Responder {
     const groups: Group[] = [];
     let written = 0;
     let refused: Verdict | undefined;
-    let refusedFault: (() => void) | undefined;
+    let refusedFault: HoldNack | undefined;
     // Where the packet lands, checked once, here, against this node's own tables and SMMU.
     const dest = this.#place(p);
     const ctx = 'refusal' in dest ? undefined : dest.ctx;
@@ -150,8 +153,8 @@ export class Responder {
       if (dest.rc.qp.resp.msg === dest.rc.msg && out.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
       if (out.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
       await before;
+      await this.#hold(out.verdict, out.fault);
       this.#answer(p, [out.verdict], undefined);
-      out.fault?.();
       answered();
       return;
     }
@@ -250,8 +253,9 @@ export class Responder {
     } else {
       // Every byte of the message is in: its receive completes before the ACK goes out.
       if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
+      // A write stops at its first fault: it is the last verdict.
+      for (const f of faults) await this.#hold(last!, f);
       this.#answer(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
-      for (const f of faults) f();
     }
     answered();
   }
@@ -302,7 +306,7 @@ export class Responder {
 
   // An RDMA READ: the bytes read from this node's memory go back as READ responses, one
   // transfer per sink of the requester's, on this node's engine, in the QP's PD.
-  async #read(p: WritePacket, a: RcAdmitted): Promise<{ verdict: Verdict; fault?: () => void }> {
+  async #read(p: WritePacket, a: RcAdmitted): Promise<{ verdict: Verdict; fault?: HoldNack }> {
     const sinks = p.sinks ?? [];
     const n = p.dmaLength ?? 0;
     let room = 0;
@@ -367,7 +371,7 @@ export class Responder {
   }
 
   // Atomics run one at a time on this node (the device's atomic unit).
-  #queueAtomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: () => void }> {
+  #queueAtomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: HoldNack }> {
     const run = () => this.#atomic(p, dest);
     const out = this.#atomics.then(run, run);
     this.#atomics = out.catch(() => undefined);
@@ -378,7 +382,7 @@ export class Responder {
   // fault NACK: the requester sends it again once resolved), its original value read into the
   // atomic unit's register and sent to the requester's sink; once that landed, the new value
   // written. Nothing is written if the answer could not land.
-  async #atomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: () => void }> {
+  async #atomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: HoldNack }> {
     const { smmu, engine } = this.#d;
     const a = dest.rc;
     const sink = p.sinks?.[0];
@@ -447,7 +451,7 @@ export class Responder {
 
   // A SEND's run over several receive buffers: each span translated whole (a fault stops the
   // run at the block the span starts in: the blocks before it are written in full).
-  #placeSpans(p: WritePacket, dest: Placed, carried: number, groups: Group[]): { written: number; refused?: Verdict; fault?: () => void } {
+  #placeSpans(p: WritePacket, dest: Placed, carried: number, groups: Group[]): { written: number; refused?: Verdict; fault?: HoldNack } {
     const { smmu, costs: c } = this.#d;
     const bs = p.blockSize;
     const end = Math.min(p.length, carried * bs);
@@ -476,9 +480,19 @@ export class Responder {
     return { written: carried };
   }
 
+  // A fault NACK's verdict waits for its fault library's answer, then carries it (or, past the
+  // fault timeout, goes without one).
+  async #hold(v: Verdict, fault: HoldNack | undefined): Promise<void> {
+    if (!fault) return;
+    const a = await fault();
+    if (!a) return;
+    if (a.ok) v.resolved = { atUs: a.atUs, fetched: a.fetched, heldUs: a.heldUs };
+    else v.resp = AckResp.UNRESOLVED;
+  }
+
   // A fault at block `i` of the packet (its bytes landing from `base` on): the NACK's verdict,
-  // and the fault recorded once the answer goes out; an access this node refuses is an error.
-  #fault(p: WritePacket, i: number, sid: number, fault: Extract<Translation, { ok: false }>, base: bigint): { verdict: Verdict; fault?: () => void } {
+  // and how to record the fault and wait for its answer; an access this node refuses is an error.
+  #fault(p: WritePacket, i: number, sid: number, fault: Extract<Translation, { ok: false }>, base: bigint): { verdict: Verdict; fault?: HoldNack } {
     const seq = p.seq + i;
     const walkUs = walkCost(this.#d.costs, fault);
     if (fault.recoverable) {
@@ -541,15 +555,7 @@ export class Responder {
 
   // One copy-engine job for a group of blocks contiguous at both ends; verdicts for the
   // blocks it settles. False if it stopped at one (the blocks after it are returned).
-  async #write(
-    p: WritePacket,
-    g: Group,
-    sid: number,
-    stall: boolean,
-    verdicts: Verdict[],
-    faults: Array<() => void>,
-    dest: Placed,
-  ): Promise<boolean> {
+  async #write(p: WritePacket, g: Group, sid: number, stall: boolean, verdicts: Verdict[], faults: Array<HoldNack>, dest: Placed): Promise<boolean> {
     const { smmu } = this.#d;
     const bs = p.blockSize;
     const seq = p.seq + g.at;

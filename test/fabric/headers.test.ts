@@ -62,11 +62,11 @@ const ack: AckPacket = {
   length: 3 * BS,
   arrivesAt: 30,
   resp: AckResp.OK,
-  fetched: 2,
   returned: { seq: 7, count: 1 },
   verdicts: [
     { seq: 5, count: 2, resp: AckResp.OK, walkUs: 0.5, walks: Float64Array.of(0.5, 0.75), stalls: 0, copyThread: 1234, copyNs: 999.5 },
     { seq: 7, count: 1, resp: AckResp.FAULT, walkUs: 1, late: true, reason: 'destination page evicted — before the write', faultOffset: 8192 },
+    { seq: 8, count: 1, resp: AckResp.FAULT, walkUs: 1, resolved: { atUs: 41.5, fetched: 2, heldUs: 12.25 } },
   ],
 };
 
@@ -123,20 +123,18 @@ describe('wire layout: round trips', () => {
     expect(f.packet.bytes).toEqual(payload(p.length));
   });
 
-  it('an ACK with verdicts of every kind, returned blocks and pages fetched', () => {
+  it('an ACK with verdicts of every kind (a fault NACK carrying its answer), returned blocks', () => {
     const f = decodeFrame(encodePacket(ack));
     expect(f).toEqual({ op: Op.ACK, packet: ack });
-    const bare: AckPacket = {
-      ...ack,
-      resp: AckResp.RESOLVED,
-      verdicts: undefined as never,
-      returned: undefined as never,
-      fetched: undefined as never,
-    };
+    const bare: AckPacket = { ...ack, resp: AckResp.UNRESOLVED, verdicts: undefined as never, returned: undefined as never };
     delete bare.verdicts;
     delete bare.returned;
-    delete bare.fetched;
     expect(decodeFrame(encodePacket(bare))).toEqual({ op: Op.ACK, packet: bare });
+    // Only a fault NACK carries an answer; 5 (the separate RESOLVED ACK of old) is no resp.
+    expect(() =>
+      encodePacket({ ...ack, verdicts: [{ seq: 5, count: 1, resp: AckResp.OK, walkUs: 0, resolved: { atUs: 1, fetched: 0, heldUs: 0 } }] }),
+    ).toThrow(/verdicts\[0\]\.resolved must be only on a FAULT verdict, got 0/);
+    expect(() => encodePacket({ ...bare, resp: 5 as AckResp })).toThrow(/resp must be an AckResp, got 5/);
   });
 
   it('RC packets: BTH, RETH, ImmDt, a message of several transfers, READ and ATOMIC requests, an ANSWER_ERR verdict', () => {
@@ -214,7 +212,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
   it('an empty frame, an unknown opcode, unknown flag bits', () => {
     refused(new Uint8Array(0), /the frame ends inside opcode/);
     refused(Uint8Array.of(0x7e, 0), /unknown opcode 0x7e/);
-    const a = encodePacket({ ...ack, verdicts: [], returned: undefined as never, fetched: undefined as never }).slice();
+    const a = encodePacket({ ...ack, verdicts: [], returned: undefined as never }).slice();
     a[1] = 0x80;
     refused(a, /ack: unknown flag bits 0x80/);
     // Every bit of a write's flags is defined: one that announces RC fields needs an RC opcode.
@@ -253,7 +251,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
   });
 
   it('an ACK with an unknown resp, a verdict count of 0, a reason longer than its bound', () => {
-    const f = encodePacket({ ...ack, verdicts: [], returned: undefined as never, fetched: undefined as never });
+    const f = encodePacket({ ...ack, verdicts: [], returned: undefined as never });
     const r = f.slice();
     r[2 + 36] = 99; // resp, after the 36-byte header
     refused(r, /resp must be an integer in 0\.\.14, got 99/);

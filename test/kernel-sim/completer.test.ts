@@ -5,7 +5,6 @@
 // Observed on the fabric's packets (a tap on the transport), the trace and the completions.
 import { describe, expect, test } from 'vitest';
 import {
-  AckResp,
   DEFAULT_COSTS,
   DmaStatus,
   IommuPageResponseCode,
@@ -107,8 +106,8 @@ describe('a source fault behind runs on the wire', () => {
 
 describe('late answers', () => {
   test("an answer that comes after its block was retried on the timer does not unpark the transfer from a later block's fault", async () => {
-    // Block 2's answer is held past the fault timer; the page comes back through the CPU, so
-    // the timer's retry of block 2 lands. Block 5 then faults; the held answer for block 2 is
+    // Block 2's answer is held past the fault timer (its NACK goes without one, and the source
+    // retries at once); the page comes back through the CPU, so the retry of block 2 lands. Block 5 then faults; the held answer for block 2 is
     // let go, and block 5's own answer only on the turn after block 2's has arrived.
     const faultTimeoutMs = 500;
     const { sys, events, src, dst, data, b } = rig(8, { faultTimeoutMs });
@@ -131,14 +130,10 @@ describe('late answers', () => {
         },
       }),
     );
-    const fabric = sys.fabric;
-    const deliver = fabric.deliver.bind(fabric);
-    fabric.deliver = (p: Packet) => {
-      deliver(p);
-      if (p.type === 'ack' && p.resp === AckResp.RESOLVED && p.seq === 2) setImmediate(() => afterLate.resolve());
-    };
     let answeredAtRetransmit: boolean | undefined;
     sys.tracer.on((e) => {
+      // Block 2's answer came after its NACK went without one (the fault timeout): it must take no block with it.
+      if (e.kind === 'resolved' && e.side === 'destination' && e.detail?.['seq'] === 2) setImmediate(() => afterLate.resolve());
       if (e.kind === 'nack' && e.detail?.['seq'] === 2) new Uint8Array(dst.buffer, 2 * P, P).fill(0);
       if (e.kind === 'retransmit' && e.detail?.['seq'] === 5) answeredAtRetransmit = answered5;
     });
@@ -340,9 +335,9 @@ describe('completions', () => {
     dst.evict(P, P);
     const hold = deferred();
     env.track(new FaultLibrary(b.socket, { regions: [dst], hold: () => hold.promise }));
-    // Channel 0 holds a transfer parked on its destination fault …
+    // Channel 0 holds a transfer waiting on its destination fault (the NACK held there) …
     const parked = post(sys.node(0), src, dst, { length: 4 * P });
-    await within('the fault', new Promise<void>((r) => sys.tracer.on((e) => e.kind === 'nack' && r())));
+    await within('the fault', new Promise<void>((r) => sys.tracer.on((e) => e.kind === 'fault' && e.side === 'destination' && r())));
     // … when a descriptor for the same channel is refused before it is queued.
     const refused = await within('refused transfer', post(sys.node(0), src, dst, { length: 0 }));
     expect(refused.status).toBe(DmaStatus.BAD_LENGTH);
