@@ -1,6 +1,6 @@
-// A simulated system: N nodes, each with its SMMU, modified SMMU driver, netlink family and
-// fault-aware PLDMA, joined by a fabric, sharing one native copy engine (the device whose
-// threads move the bytes) and one modelled clock.
+// A simulated system: N nodes, each with its SMMU, modified SMMU driver, netlink family,
+// fault-aware PLDMA and native copy engine (the device's threads that move the bytes), joined
+// by a fabric, sharing one modelled clock.
 import { costModel, type CostModel } from './cost-model/index.js';
 import { Fabric } from './fabric/fabric.js';
 import type { Transport } from './fabric/transport.js';
@@ -89,15 +89,16 @@ export class SimNode {
   readonly pldma: Pldma;
   /** The node's QP and MR tables (rxe_pool): the verbs device keeps its objects here, the responder checks every RC packet against them. */
   readonly tables = new RcTables();
+  /** The node's copy engine: the threads that write what its responder admits. */
+  readonly engine: CopyEngine;
   #fabric: Transport;
-  #engine: CopyEngine;
   #onPeerLost: ((node: number) => void) | undefined;
 
   /** @internal */
   constructor(id: number, system: SimSystem, options: SystemOptions) {
     this.id = id;
     this.#fabric = system.fabric;
-    this.#engine = system.engine;
+    this.engine = new CopyEngine(options.engineThreads ?? 2);
     const smmuOpts: ConstructorParameters<typeof Smmu>[0] = { node: id };
     if (options.eventQueueDepth !== undefined) smmuOpts.eventQueueDepth = options.eventQueueDepth;
     if (options.iotlbEntries !== undefined) smmuOpts.iotlbEntries = options.iotlbEntries;
@@ -113,10 +114,11 @@ export class SimNode {
       smmu: this.smmu,
       transport: system.fabric,
       costs: system.costs,
-      engine: system.engine,
+      engine: this.engine,
       tracer: system.tracer,
       clock: system.clock,
       tables: this.tables,
+      fenceCopies: (node, tag, timeoutMs) => system.fenceCopies(node, tag, timeoutMs),
     });
     this.driver.attachEngine(this.pldma);
     system.fabric.attach(id, (packet) => this.pldma.onPacket(packet));
@@ -198,7 +200,7 @@ export class SimNode {
    * returns. False if a stall-mode copy was still held after `timeoutMs`.
    */
   fence(tag: CopyTag, timeoutMs?: number): boolean {
-    return this.#engine.fence(nodeTag(this.id, tag), timeoutMs);
+    return this.engine.fence(nodeTag(this.id, tag), timeoutMs);
   }
 
   /**
@@ -212,14 +214,12 @@ export class SimNode {
   }
 }
 
-/** The whole simulated system: nodes on one transport, one cost model, one copy engine and one modelled clock. */
+/** The whole simulated system: nodes (each with its own copy engine) on one transport, one cost model and one modelled clock. */
 export class SimSystem {
   /** The cost model in use. */
   readonly costs: CostModel;
   /** The transport between nodes. */
   readonly fabric: Transport;
-  /** The native copy engine. */
-  readonly engine: CopyEngine;
   /** Every model event goes through this tracer. */
   readonly tracer = new Tracer();
   /** The modelled clock (µs): the latest modelled completion so far. */
@@ -236,7 +236,6 @@ export class SimSystem {
     const n = options.nodes ?? 2;
     this.costs = costModel(options.costs);
     this.fabric = options.transport ?? new Fabric(this.costs);
-    this.engine = new CopyEngine(options.engineThreads ?? 2);
     for (let i = 0; i < n; i++) this.nodes.push(new SimNode(i, this, options));
   }
 
@@ -252,9 +251,25 @@ export class SimSystem {
     return n;
   }
 
-  /** Stall-mode memory of every node is registered on `uffd`; the copy threads are the device. */
+  /**
+   * In this process, wait for the copies node `node`'s threads run for `tag` (a transfer's
+   * payload here is a view another node's threads read); a node in another process is sent
+   * bytes: nothing of this process's memory to wait for.
+   */
+  fenceCopies(node: number, tag: CopyTag, timeoutMs?: number): boolean {
+    const n = this.nodes[node];
+    if (!n || !this.isLocal(node)) return true;
+    return n.fence(tag, timeoutMs);
+  }
+
+  /**
+   * Stall-mode memory of every node is registered on `uffd`; the copy threads are the device.
+   * Each SMMU knows every node's threads: in one process a source's payload is a view the
+   * destination node's threads read (across processes, the source's transport reads it).
+   */
   attachStallSource(uffd: UffdLike): void {
-    for (const n of this.nodes) n.smmu.attachStallSource(uffd, this.engine.tids, { listen: false });
+    const tids = this.nodes.flatMap((n) => n.engine.tids);
+    for (const n of this.nodes) n.smmu.attachStallSource(uffd, tids, { listen: false });
     // One handler for all nodes (a uffd keeps only the last one set): the SMMU whose
     // stall window covers the access stalls it.
     uffd.onFault((f) => {
@@ -272,7 +287,7 @@ export class SimSystem {
     if (this.#closed) return;
     this.#closed = true;
     for (const n of this.nodes) n.pldma.close();
-    this.engine.close();
+    for (const n of this.nodes) n.engine.close();
     for (const n of this.nodes) n.pldma.release();
   }
 

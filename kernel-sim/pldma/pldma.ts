@@ -17,7 +17,7 @@ import { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
 import { Completer } from './completer.js';
-import { type CopyEngine, type CopyTag, nodeTag } from './copy-engine.js';
+import type { CopyEngine, CopyTag } from './copy-engine.js';
 import { Faults, type PageResponse, type SentAgain } from './faults.js';
 import { Requester } from './requester.js';
 import { RcTables } from './rc.js';
@@ -53,11 +53,26 @@ export class Pldma {
   #requester: Requester;
   #responder: Responder;
   #completer: Completer;
-  #engine: CopyEngine;
+  #fenceCopies: (node: number, tag: CopyTag, timeoutMs?: number) => boolean;
 
   constructor(
     options: PldmaOptions,
-    deps: { smmu: Smmu; transport: Transport; costs: CostModel; engine: CopyEngine; tracer: Tracer; clock: { now: number }; tables?: RcTables },
+    deps: {
+      smmu: Smmu;
+      transport: Transport;
+      costs: CostModel;
+      /** This node's copy engine (its responder's copy threads). */
+      engine: CopyEngine;
+      tracer: Tracer;
+      clock: { now: number };
+      tables?: RcTables;
+      /**
+       * In one process, where a transfer's payload is a view of this node's memory copied by
+       * the destination node's threads: wait for those copies (true when none was held past
+       * the timeout; a node in another process copies bytes it was sent, nothing to wait for).
+       */
+      fenceCopies?: (node: number, tag: CopyTag, timeoutMs?: number) => boolean;
+    },
   ) {
     this.node = options.node;
     this.channels = options.channels ?? 1024;
@@ -65,7 +80,7 @@ export class Pldma {
     this.retryLimit = options.retryLimit ?? 7;
     this.faultTimeoutMs = options.faultTimeoutMs ?? 2000;
     this.capacity = options.engineSlots ?? 4;
-    this.#engine = deps.engine;
+    this.#fenceCopies = deps.fenceCopies ?? (() => true);
     const counters: PldmaCounters = {
       posted: 0,
       completed: 0,
@@ -163,17 +178,17 @@ export class Pldma {
    * False if a copy was still running after `timeoutMs` (a stall-mode copy held in a fault).
    */
   cancel(srcQp: number, timeoutMs?: number): boolean {
-    const fences = new Map<string, CopyTag>();
+    const fences = new Map<string, { node: number; tag: CopyTag }>();
     for (const t of [...this.#s.transfers.values()]) {
       if (t.desc.srcQp !== srcQp || t.done) continue;
       for (const run of t.runs) run.payload.revoked = true;
       const d = t.desc;
       const tag: CopyTag | undefined = d.dstQp !== undefined ? { qp: d.dstQp } : d.key !== undefined ? { key: d.key } : undefined;
-      if (tag) fences.set(`${d.dstNode}:${tag.qp}:${tag.key}`, nodeTag(d.dstNode, tag));
+      if (tag) fences.set(`${d.dstNode}:${tag.qp}:${tag.key}`, { node: d.dstNode, tag });
       this.#completer.fail(t, false, DmaStatus.FLUSHED, `QP ${srcQp} of node ${this.node} was destroyed`, t.modelEnd, 'source');
     }
     let ok = true;
-    for (const tag of fences.values()) ok = this.#engine.fence(tag, timeoutMs) && ok;
+    for (const f of fences.values()) ok = this.#fenceCopies(f.node, f.tag, timeoutMs) && ok;
     return ok;
   }
 

@@ -17,7 +17,7 @@ import { verbsError } from './errors.js';
 import { MemoryRegion, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 import type { Sge } from './qp-core.js';
-import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator, KeyAllocator, qpNumbers } from './tables.js';
+import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator } from './tables.js';
 
 export type { Sge } from './qp-core.js';
 
@@ -82,7 +82,6 @@ export class Cluster {
   #contexts = new Set<Context>();
   #devices: Device[];
   #nextPid = 1000;
-  #pds = new IdAllocator(1, 0xffff);
   #defaultPolicy: PolicyName;
   #trace: TraceOption;
   #closed = false;
@@ -93,9 +92,8 @@ export class Cluster {
     this.#trace = trace ?? false;
     this.system = new SimSystem(sys);
     this.#defaultPolicy = defaultPolicy ?? 'touch-ahead';
-    const keys = new KeyAllocator();
-    const qpns = qpNumbers();
-    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, keys, qpns, n.tables)));
+    // Each device keeps its own tables and allocators: nothing a node hands out is another's.
+    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, n.tables)));
   }
 
   /** Create `nodes` simulated nodes (default 2) wired by the fabric. Every option is checked first. */
@@ -132,15 +130,8 @@ export class Cluster {
       throw invalidArg(`openDevice: defaultPolicy must be one of ${POLICIES.join(', ')}, got ${String(options.defaultPolicy)}`);
     const trace = options.trace ?? this.#trace;
     traceLimit(trace);
-    const ctx = new Context(
-      this,
-      this.#devices[node]!,
-      this.#nextPid++,
-      options.defaultPolicy ?? this.#defaultPolicy,
-      options.uffd,
-      trace,
-      this.#pds,
-      (c) => this.#contexts.delete(c),
+    const ctx = new Context(this, this.#devices[node]!, this.#nextPid++, options.defaultPolicy ?? this.#defaultPolicy, options.uffd, trace, (c) =>
+      this.#contexts.delete(c),
     );
     this.#contexts.add(ctx);
     return ctx;
@@ -191,12 +182,11 @@ export class Context {
     defaultPolicy: PolicyName,
     uffd: Userfaultfd | undefined,
     trace: TraceOption,
-    pds: IdAllocator,
     forget: (c: Context) => void,
   ) {
     this.cluster = cluster;
     this.#device = device;
-    this.#pdHandles = pds;
+    this.#pdHandles = device.tables.pds;
     this.#forget = forget;
     this.node = device.node;
     this.pid = pid;
@@ -324,10 +314,10 @@ export class Context {
     const work = sgList.map((sge) => {
       if (!sge || typeof sge.addr !== 'bigint' || !Number.isInteger(sge.length) || sge.length < 0 || !Number.isInteger(sge.lkey))
         throw verbsError('ibv_advise_mr', 'EINVAL', 'each SGE needs { addr: bigint, length: integer >= 0, lkey: integer }');
+      // Keys are the device's own: another node's key names nothing here.
       const mr = this.#device.tables.mr(sge.lkey) as MemoryRegion | undefined;
-      if ((!mr || mr.closed) && this.#device.tables.keys.has(sge.lkey))
-        throw verbsError('ibv_advise_mr', 'EPERM', 'the lkey belongs to another process');
-      if (!mr || mr.closed) throw verbsError('ibv_advise_mr', 'EFAULT', `no MR with lkey 0x${sge.lkey.toString(16)}`);
+      if (!mr || mr.closed) throw verbsError('ibv_advise_mr', 'EFAULT', `no MR with lkey 0x${sge.lkey.toString(16)} on this device`);
+      if (!this.#objects.mrs.has(mr)) throw verbsError('ibv_advise_mr', 'EPERM', 'the lkey belongs to another process');
       if (mr.pd !== pd) throw verbsError('ibv_advise_mr', 'EPERM', 'the lkey belongs to another protection domain');
       if (!mr.onDemand) throw verbsError('ibv_advise_mr', 'EINVAL', 'advise_mr applies to ODP MRs only (Access.ON_DEMAND)');
       if (advice === AdviseMrAdvice.PREFETCH_WRITE && !(mr.access & Access.LOCAL_WRITE))

@@ -22,11 +22,6 @@ export class KeyAllocator {
     this.#stride = stride | 1;
   }
 
-  /** Whether `key` is live on any device (keys are unique cluster-wide, as they are per fabric). */
-  has(key: number): boolean {
-    return this.#live.has(key);
-  }
-
   alloc(): number {
     if (this.#live.size >= 0xffff_ffff) throw verbsError('ibv_reg_mr', 'ENOMEM', 'every 32-bit key is in use');
     for (;;) {
@@ -51,9 +46,9 @@ export class IdAllocator {
   #max: number;
   #live = new Set<number>();
 
-  constructor(first: number, max: number) {
+  constructor(first: number, max: number, start = first) {
     this.#first = first;
-    this.#next = first;
+    this.#next = start;
     this.#max = max;
   }
 
@@ -74,9 +69,9 @@ export class IdAllocator {
   }
 }
 
-/** IB QP numbers are 24-bit; 0 and 1 are the special QPs. */
-export function qpNumbers(): IdAllocator {
-  return new IdAllocator(0x11, 0xff_ffff);
+/** IB QP numbers are 24-bit; 0 and 1 are the special QPs. Each node starts apart (two HCAs' numbers rarely meet; nothing relies on it). */
+function qpNumbers(node: number): IdAllocator {
+  return new IdAllocator(0x11, 0xff_ffff, 0x11 + (node % 0xffff) * 0x100);
 }
 
 /** Device limits (ibv_query_device), enforced by the tables. */
@@ -92,14 +87,16 @@ export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
   readonly #mrs = new Map<number, MR>();
   readonly #qps = new Map<number, QP>();
   readonly #rc: RcTables;
+  /** This device's memory keys (each node has its own, as each HCA does; they start apart so one node's key is not another's by chance). */
   readonly keys: KeyAllocator;
+  /** This device's protection-domain handles. */
+  readonly pds = new IdAllocator(1, 0xffff);
   #qpns: IdAllocator;
 
-  /** Keys and QP numbers come from allocators shared by the devices of a cluster: unique across it. */
-  constructor(node: number, keys: KeyAllocator, qpns: IdAllocator, rc: RcTables) {
+  constructor(node: number, rc: RcTables) {
     this.node = node;
-    this.keys = keys;
-    this.#qpns = qpns;
+    this.#qpns = qpNumbers(node);
+    this.keys = new KeyAllocator(0x1000 + ((node * 0x0100_0000) >>> 0));
     this.#rc = rc;
   }
 

@@ -276,7 +276,7 @@ describe('closing and validation', () => {
     sys.tracer.on((e) => {
       if (e.kind !== 'block' || closed) return;
       closed = true;
-      sys.engine.close();
+      sys.node(1).engine.close();
     });
     const cpl = await within('flushed', post(sys.node(0), src, dst));
     expect(cpl.status).toBe(DmaStatus.FLUSHED);

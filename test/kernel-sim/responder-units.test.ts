@@ -174,7 +174,7 @@ describe('which thread copies a write', () => {
     expect(bytesOf(dst).equals(data)).toBe(true);
     const [a1, a2] = acks(packets);
     expect(a1!.verdicts![0]!.copyThread).toBe(binding.gettid());
-    expect(sys.engine.tids).toContain(a2!.verdicts![0]!.copyThread);
+    expect(sys.node(1).engine.tids).toContain(a2!.verdicts![0]!.copyThread);
   });
 });
 
@@ -183,7 +183,7 @@ describe('the copy a write becomes is written for its key and QP', () => {
   // the queue; a fence by the write's key (or QP) then cancels it: nothing of it lands.
   async function queuedBehindHeldCopy(fence: { key?: number; qp?: number }) {
     const sys = env.system({ nodes: 2, engineThreads: 1 });
-    const release = await holdCopyThread(env, sys.engine);
+    const release = await holdCopyThread(env, sys.node(1).engine);
     const pages = 64; // 256 KiB: more than is copied inline
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
@@ -195,7 +195,7 @@ describe('the copy a write becomes is written for its key and QP', () => {
     await within(
       'the write queued',
       (async () => {
-        while (sys.engine.inflight < 2) await new Promise((r) => setImmediate(r));
+        while (sys.node(1).engine.inflight < 2) await new Promise((r) => setImmediate(r));
       })(),
     );
     expect(sys.node(1).fence(fence, 1000)).toBe(true);
@@ -245,7 +245,7 @@ describe('a transfer its source QP cancels (SimNode.cancel): nothing of it lands
 
   test("its copy queued behind a held one: cancelled with it; another QP's transfer is not touched", async () => {
     const sys = env.system({ nodes: 2, engineThreads: 1 });
-    const release = await holdCopyThread(env, sys.engine);
+    const release = await holdCopyThread(env, sys.node(1).engine);
     const pages = 64; // 256 KiB: more than is copied inline
     const src = env.region(2 * pages * P);
     const dst = env.region(2 * pages * P);
@@ -266,7 +266,7 @@ describe('a transfer its source QP cancels (SimNode.cancel): nothing of it lands
     await within(
       'both writes queued',
       (async () => {
-        while (sys.engine.inflight < 3) await new Promise((r) => setImmediate(r));
+        while (sys.node(1).engine.inflight < 3) await new Promise((r) => setImmediate(r));
       })(),
     );
     expect(sys.node(0).cancel(5, 1000)).toBe(true);
@@ -288,7 +288,7 @@ describe('a copy that stops while the next run of its transfer is already transl
     // come back whole, not with verdicts for blocks after a hole.
     const sys = env.system({ nodes: 2, engineThreads: 1, faultTimeoutMs: 60_000 });
     const packets = tap(sys);
-    const release = await holdCopyThread(env, sys.engine);
+    const release = await holdCopyThread(env, sys.node(1).engine);
     const pages = RUN + 80;
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
@@ -302,7 +302,7 @@ describe('a copy that stops while the next run of its transfer is already transl
     await within(
       "both runs' copies queued",
       (async () => {
-        while (sys.engine.inflight < 3) await new Promise((r) => setImmediate(r));
+        while (sys.node(1).engine.inflight < 3) await new Promise((r) => setImmediate(r));
       })(),
     );
     dst.evict(5 * P, P);

@@ -46,7 +46,7 @@ describe('stall mode, destination', () => {
     expect(completed).toBe(false);
     expect(dst.residentPages()).toBe(0);
     expect(deviceFaults).toHaveLength(1);
-    expect(sys.engine.tids).toContain(deviceFaults[0]!.threadId);
+    expect(sys.node(1).engine.tids).toContain(deviceFaults[0]!.threadId);
     expect(deviceFaults[0]!.write).toBe(true);
     expect(deviceFaults[0]!.region).toBe(dst);
     const note = lib.faults[0]!;
@@ -71,7 +71,7 @@ describe('stall mode, destination', () => {
     expect(smmuOf(sys, 1).stalled).toBe(0);
     expect(sys.node(1).driver.counters()).toMatchObject({ notified: pages, responses: pages, resumes: pages });
     expect(uffd.pending).toBe(0);
-    expect(deviceFaults.every((f) => sys.engine.tids.includes(f.threadId))).toBe(true);
+    expect(deviceFaults.every((f) => sys.node(1).engine.tids.includes(f.threadId))).toBe(true);
   });
 
   test('the stall record carries STALL and STAG; the page request has grpid = STAG', async () => {
@@ -274,7 +274,7 @@ describe('stall mode, destination', () => {
     expect(c.status).toBe(DmaStatus.FLUSHED);
     uffd.close(); // resolves what is pending: the copy thread finishes
     await sleep(20);
-    expect(sys.engine.inflight).toBe(0);
+    expect(sys.node(1).engine.inflight).toBe(0);
   });
 });
 
@@ -297,7 +297,7 @@ describe('stall mode, source', () => {
     expect(srcLib.faults).toHaveLength(pages);
     expect(srcLib.faults.every((f) => f.side === 'source' && !f.write && f.stall)).toBe(true);
     expect(dstLib.faults).toHaveLength(0);
-    expect(deviceFaults.every((f) => !f.write && sys.engine.tids.includes(f.threadId))).toBe(true);
+    expect(deviceFaults.every((f) => !f.write && sys.node(1).engine.tids.includes(f.threadId))).toBe(true);
     expect(smmuOf(sys, 0).counters().resumes.RETRY).toBe(pages);
     expect(smmuOf(sys, 1).counters().stalls).toBe(0);
   });

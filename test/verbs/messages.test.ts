@@ -172,11 +172,19 @@ test('memory regions and advise_mr', () => {
       code: 'EINVAL',
       message: 'ibv_advise_mr: each SGE needs { addr: bigint, length: integer >= 0, lkey: integer }',
     });
-  expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ addr: 0n, length: 8, lkey: 0xabc }]).message).toBe('ibv_advise_mr: no MR with lkey 0xabc');
+  expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ addr: 0n, length: 8, lkey: 0xabc }]).message).toBe('ibv_advise_mr: no MR with lkey 0xabc on this device');
+  // Another node's key names nothing on this device; another process's on it is refused.
   expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ ...server.sge(0, 8) }])).toMatchObject({
+    code: 'EFAULT',
+    message: `ibv_advise_mr: no MR with lkey 0x${server.mr.lkey.toString(16)} on this device`,
+  });
+  const neighbour = ctx.cluster.openDevice(ctx.node);
+  const theirs = neighbour.regMr(neighbour.allocPd(), region(P), 0, P, ODP_ACCESS);
+  expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ addr: theirs.addr, length: 8, lkey: theirs.lkey }])).toMatchObject({
     code: 'EPERM',
     message: 'ibv_advise_mr: the lkey belongs to another process',
   });
+  neighbour.close();
   const otherPd = ctx.allocPd();
   const inOtherPd = ctx.regMr(otherPd, r, 2 * P, P, ODP_ACCESS);
   expect(adv(AdviseMrAdvice.PREFETCH, 0, [{ addr: inOtherPd.addr, length: 8, lkey: inOtherPd.lkey }])).toMatchObject({
