@@ -9,7 +9,7 @@ import { closedError } from '../errors.js';
 import { invalidArg } from '../validate.js';
 import type { FaultLibrary, Registration } from '../fault-library/fault-library.js';
 import type { PolicyName, PolicyOptions } from '../fault-library/policy.js';
-import { findRegion, type Region } from '../region.js';
+import { findRegion, type Region, type RegionObserver } from '../region.js';
 import { Access } from './constants.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
@@ -156,6 +156,24 @@ export interface RegMrOptions {
   policyOptions?: PolicyOptions;
 }
 
+/**
+ * The ODP counters the kernel keeps per MR (struct ib_odp_counters), as `rdma statistic mr`
+ * prints them: page_faults, page_faults_handled, page_invalidations,
+ * page_invalidations_handled, page_prefetch.
+ */
+export interface OdpCounters {
+  /** Pages the device mapped to resolve faults on this MR (page_faults): a fault resolved by touch-ahead over 16 pages adds 16. */
+  faults: number;
+  /** Faults on this MR resolved (page_faults_handled): one per fault, whatever it mapped. */
+  faultsHandled: number;
+  /** Mapped pages of this MR an invalidation unmapped (page_invalidations): MADV_DONTNEED, hole punching, unmapPages. */
+  invalidations: number;
+  /** Invalidations that unmapped pages of this MR (page_invalidations_handled). */
+  invalidationsHandled: number;
+  /** Pages ibv_advise_mr (adviseMr) mapped for this MR (page_prefetch). */
+  prefetch: number;
+}
+
 /** A registered memory region (struct ibv_mr): its keys, its range of a Region and its access flags; pinned, or ODP with `Access.ON_DEMAND`. */
 export class MemoryRegion {
   /** The PD the MR was registered in. */
@@ -181,6 +199,12 @@ export class MemoryRegion {
   #closed = false;
   #pinned: boolean;
   #objects: ProcessObjects;
+  /** @internal counted by the context (faults), adviseMr (prefetch) and the region's invalidations */
+  readonly odpCounters: OdpCounters = { faults: 0, faultsHandled: 0, invalidations: 0, invalidationsHandled: 0, prefetch: 0 };
+  // The MMU-notifier analogue of an explicit ODP MR: mapped pages of the MR counted before an
+  // invalidation, added once the kernel has done it.
+  #invalidating = { offset: -1, length: 0, pages: 0 };
+  #notifier: RegionObserver | undefined;
 
   /** @internal use Context.regMr */
   constructor(
@@ -208,6 +232,33 @@ export class MemoryRegion {
     this.#objects = objects;
     pd.users.add(this);
     if (region) pd.mapFor(this, region);
+    if (region && registration) {
+      this.#notifier = {
+        regionClosing: () => {},
+        regionInvalidating: (r, off, len) => {
+          const lo = Math.max(off, this.offset);
+          const hi = Math.min(off + len, this.offset + this.length);
+          const ps = r.pageSize;
+          const first = lo - (lo % ps);
+          let pages = 0;
+          if (hi > lo) for (const m of r.mapped(first, Math.min(r.size, Math.ceil(hi / ps) * ps) - first)) pages += m;
+          this.#invalidating = { offset: off, length: len, pages };
+        },
+        regionEvicted: (_r, off, len) => {
+          const inv = this.#invalidating;
+          if (inv.offset !== off || inv.length !== len || inv.pages === 0) return;
+          this.odpCounters.invalidations += inv.pages;
+          this.odpCounters.invalidationsHandled++;
+          this.#invalidating = { offset: -1, length: 0, pages: 0 };
+        },
+      };
+      region.observe(this.#notifier);
+    }
+  }
+
+  /** This MR's ODP counters (struct ib_odp_counters; all 0 for a pinned MR). Implicit MRs count faults and prefetch only. */
+  get odpStats(): OdpCounters {
+    return { ...this.odpCounters };
   }
 
   /** True when registered with Access.ON_DEMAND (no pinning; faults resolved by the fault library). */
@@ -316,6 +367,7 @@ export class MemoryRegion {
     if (this.#pinned && this.region && !this.region.closed) unpinForMr(this.region, this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);
+    if (this.#notifier) this.region!.unobserve(this.#notifier);
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
     this.pd.device.tables.removeMr(this.lkey);
