@@ -2,8 +2,8 @@
 // ibv_ack_cq_events): ibv_rc_pingpong -e's loop (sleep on the channel, acknowledge, re-arm,
 // poll) over rdma-core's ODP traffic pattern, and the channel's error paths.
 import { afterEach, describe, expect, test } from 'vitest';
-import { ackCqEvents, getCqEvent, reqNotifyCq, SendFlags, WcOpcode, WcStatus, WrOpcode, type Player, type WorkCompletion } from '../../lib/index.js';
-import { allBytes, closeAll, createPlayers, MSG, P, sleep, thrown, WAIT_MS } from './helpers.js';
+import { ackCqEvents, getCqEvent, reqNotifyCq, SendFlags, WcOpcode, WcStatus, WrOpcode, type WorkCompletion } from '../../lib/index.js';
+import { allBytes, closeAll, createPlayers, MSG, P, sleep, thrown, WAIT_MS, type Player } from './helpers.js';
 
 afterEach(closeAll);
 
