@@ -201,10 +201,35 @@ export class MemoryRegion {
   #objects: ProcessObjects;
   /** @internal counted by the context (faults), adviseMr (prefetch) and the region's invalidations */
   readonly odpCounters: OdpCounters = { faults: 0, faultsHandled: 0, invalidations: 0, invalidationsHandled: 0, prefetch: 0 };
-  // The MMU-notifier analogue of an explicit ODP MR: mapped pages of the MR counted before an
-  // invalidation, added once the kernel has done it.
-  #invalidating = { offset: -1, length: 0, pages: 0 };
-  #notifier: RegionObserver | undefined;
+  // The MMU-notifier analogue of an ODP MR: mapped pages of the MR counted before an
+  // invalidation, added once the kernel has done it. An explicit MR watches its region, an
+  // implicit one every region it reaches.
+  #invalidating: { region: Region | undefined; offset: number; length: number; pages: number } = {
+    region: undefined,
+    offset: 0,
+    length: 0,
+    pages: 0,
+  };
+  #watched = new Set<Region>();
+  #notifier: RegionObserver = {
+    regionClosing: (r) => void this.#watched.delete(r),
+    regionInvalidating: (r, off, len) => {
+      const lo = Math.max(off, this.implicit ? 0 : this.offset);
+      const hi = Math.min(off + len, this.implicit ? r.size : this.offset + this.length);
+      const ps = r.pageSize;
+      const first = lo - (lo % ps);
+      let pages = 0;
+      if (hi > lo) for (const m of r.mapped(first, Math.min(r.size, Math.ceil(hi / ps) * ps) - first)) pages += m;
+      this.#invalidating = { region: r, offset: off, length: len, pages };
+    },
+    regionEvicted: (r, off, len) => {
+      const inv = this.#invalidating;
+      this.#invalidating = { region: undefined, offset: 0, length: 0, pages: 0 };
+      if (inv.region !== r || inv.offset !== off || inv.length !== len || inv.pages === 0) return;
+      this.odpCounters.invalidations += inv.pages;
+      this.odpCounters.invalidationsHandled++;
+    },
+  };
 
   /** @internal use Context.regMr */
   constructor(
@@ -232,31 +257,16 @@ export class MemoryRegion {
     this.#objects = objects;
     pd.users.add(this);
     if (region) pd.mapFor(this, region);
-    if (region && registration) {
-      this.#notifier = {
-        regionClosing: () => {},
-        regionInvalidating: (r, off, len) => {
-          const lo = Math.max(off, this.offset);
-          const hi = Math.min(off + len, this.offset + this.length);
-          const ps = r.pageSize;
-          const first = lo - (lo % ps);
-          let pages = 0;
-          if (hi > lo) for (const m of r.mapped(first, Math.min(r.size, Math.ceil(hi / ps) * ps) - first)) pages += m;
-          this.#invalidating = { offset: off, length: len, pages };
-        },
-        regionEvicted: (_r, off, len) => {
-          const inv = this.#invalidating;
-          if (inv.offset !== off || inv.length !== len || inv.pages === 0) return;
-          this.odpCounters.invalidations += inv.pages;
-          this.odpCounters.invalidationsHandled++;
-          this.#invalidating = { offset: -1, length: 0, pages: 0 };
-        },
-      };
-      region.observe(this.#notifier);
-    }
+    if (region && registration) this.#watch(region);
   }
 
-  /** This MR's ODP counters (struct ib_odp_counters; all 0 for a pinned MR). Implicit MRs count faults and prefetch only. */
+  #watch(region: Region): void {
+    if (this.#watched.has(region)) return;
+    this.#watched.add(region);
+    region.observe(this.#notifier);
+  }
+
+  /** This MR's ODP counters (struct ib_odp_counters; all 0 for a pinned MR). */
   get odpStats(): OdpCounters {
     return { ...this.odpCounters };
   }
@@ -336,6 +346,7 @@ export class MemoryRegion {
     if (this.implicit) {
       const r = findRegion(addr, Math.max(1, length));
       if (!r || !claimRegion(r, this.pd.context)) return undefined;
+      this.#watch(r);
       return { region: r, offset: Number(addr - r.address) };
     }
     const end = this.addr + BigInt(this.length);
@@ -367,7 +378,8 @@ export class MemoryRegion {
     if (this.#pinned && this.region && !this.region.closed) unpinForMr(this.region, this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);
-    if (this.#notifier) this.region!.unobserve(this.#notifier);
+    for (const r of this.#watched) r.unobserve(this.#notifier);
+    this.#watched.clear();
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
     this.pd.device.tables.removeMr(this.lkey);

@@ -151,7 +151,7 @@ describe('queryMr and the per-MR ODP counters (rdma statistic mr)', () => {
     expect(client.mr.odpStats.faults).toBe(0);
   });
 
-  test('queryMr: the ibv_mr fields; a pinned MR has no ODP counters and no statistic row; implicit ODP counts its faults', async () => {
+  test('queryMr: the ibv_mr fields; a pinned MR has no ODP counters and no statistic row; implicit ODP counts its faults and invalidations', async () => {
     const { client, server } = createPlayers({ implicit: true });
     const pinnedRegion = region(4 * P);
     const pinned = client.ctx.regMr(client.pd, pinnedRegion, P, 2 * P, Access.LOCAL_WRITE);
@@ -182,6 +182,9 @@ describe('queryMr and the per-MR ODP counters (rdma statistic mr)', () => {
     allBytes(server.bytes(0, MSG), 0x5a);
     expect(server.mr.odpStats.faultsHandled).toBe(1);
     expect(server.mr.odpStats.faults).toBeGreaterThanOrEqual(1);
+    // The implicit MR watches the regions it reached: evicting the written page is an invalidation.
+    server.region.evict();
+    expect(server.mr.odpStats).toMatchObject({ invalidations: 1, invalidationsHandled: 1 });
     expect(thrown(() => server.ctx.queryMr(client.mr)).code).toBe('EINVAL');
     pinned.dereg();
     expect(thrown(() => client.ctx.queryMr(pinned)).message).toMatch(/deregistered/);
