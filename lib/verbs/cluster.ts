@@ -344,6 +344,7 @@ export class Context {
     if (!knownAccess(access)) throw verbsError('ibv_reg_mr', 'EINVAL', `unknown access flags 0x${Number(access).toString(16)}`);
     if (access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(access & Access.LOCAL_WRITE))
       throw verbsError('ibv_reg_mr', 'EINVAL', 'REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in libibverbs)');
+    if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${SVA}`);
     const odp = (access & Access.ON_DEMAND) !== 0;
     const lib = this.faultLibrary;
     const tables = this.#device.tables;
@@ -398,8 +399,7 @@ export class Context {
     checkObject('regMrEx: mrIn', mrIn);
     const { addr, iova, access } = mrIn;
     if (typeof access !== 'number') throw verbsError('ibv_reg_mr_ex', 'EINVAL', 'access must be Access bits (a number)');
-    const unsupported = 'the modelled SMMU translates process virtual addresses (shared virtual addressing), so an MR is addressed by its own VA';
-    if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr_ex', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${unsupported}`);
+    if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr_ex', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${SVA}`);
     const offset = mrIn.offset ?? 0;
     if (addr === null) {
       if (iova !== undefined && iova !== 0n) throw verbsError('ibv_reg_mr_ex', 'EINVAL', 'an implicit ODP MR has iova 0');
@@ -414,7 +414,7 @@ export class Context {
         throw verbsError(
           'ibv_reg_mr_ex',
           'EOPNOTSUPP',
-          `iova 0x${iova.toString(16)} differs from the MR's address 0x${va.toString(16)}: ${unsupported}; omit iova`,
+          `iova 0x${iova.toString(16)} differs from the MR's address 0x${va.toString(16)}: ${SVA}; omit iova`,
         );
     }
     return this.regMr(pd, region, offset, length, access, mrIn.options);
@@ -617,6 +617,9 @@ export class Context {
     if (this.#closed) throw closedError('Context');
   }
 }
+
+// Why an MR is addressed only by its own virtual address.
+const SVA = 'the modelled SMMU translates process virtual addresses (shared virtual addressing), so an MR is addressed by its own VA';
 
 function regionOfBuffer(buffer: ArrayBuffer): Region {
   if (!(buffer instanceof ArrayBuffer)) throw invalidArg('regMr: memory must be a Region, the ArrayBuffer of one, or null (implicit ODP)');

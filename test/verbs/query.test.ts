@@ -205,6 +205,8 @@ describe('ibv_reg_mr_ex', () => {
     expect([other.code, other.syscall]).toEqual(['EOPNOTSUPP', 'ibv_reg_mr_ex']);
     expect(other.message).toMatch(/omit iova/);
     expect(thrown(() => client.ctx.regMrEx(client.pd, { addr: r, access: ODP_ACCESS | Access.ZERO_BASED })).code).toBe('EOPNOTSUPP');
+    // regMr too: the flag was accepted and ignored before, so remote addresses were not offsets.
+    expect(thrown(() => client.ctx.regMr(client.pd, r, 0, P, ODP_ACCESS | Access.ZERO_BASED)).message).toMatch(/ZERO_BASED is not offered/);
     expect(thrown(() => client.ctx.regMrEx(client.pd, { addr: r, access: 1 << 12 })).code).toBe('EINVAL');
     expect(thrown(() => client.ctx.regMrEx(client.pd, { addr: r, iova: 5 as unknown as bigint, access: ODP_ACCESS })).code).toBe('EINVAL');
   });
