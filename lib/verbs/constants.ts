@@ -274,7 +274,7 @@ export const QpAttrMask = {
   STATE: 1 << 0,
   /** cur_qp_state */
   CUR_STATE: 1 << 1,
-  /** en_sqd_async_notify (not modelled: always false) */
+  /** en_sqd_async_notify; ibv_query_qp reports sq_draining (sqDraining) under it here */
   EN_SQD_ASYNC_NOTIFY: 1 << 2,
   /** qp_access_flags */
   ACCESS_FLAGS: 1 << 3,

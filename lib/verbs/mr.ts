@@ -219,7 +219,7 @@ export class MemoryRegion {
       const ps = r.pageSize;
       const first = lo - (lo % ps);
       let pages = 0;
-      if (hi > lo) for (const m of r.mapped(first, Math.min(r.size, Math.ceil(hi / ps) * ps) - first)) pages += m;
+      if (hi > lo) for (const m of mappedPages(r, first, Math.min(r.size, Math.ceil(hi / ps) * ps) - first)) pages += m;
       this.#invalidating = { region: r, offset: off, length: len, pages };
     },
     regionEvicted: (r, off, len) => {
@@ -395,6 +395,15 @@ export class MemoryRegion {
 
   #check(): void {
     if (this.#closed) throw closedError('MemoryRegion');
+  }
+}
+
+// Pages of the range this mapping maps (pagemap); residency (mincore) where pagemap cannot be read.
+function mappedPages(r: Region, offset: number, length: number): Uint8Array {
+  try {
+    return r.mapped(offset, length);
+  } catch {
+    return r.residency(offset, length);
   }
 }
 
