@@ -1,5 +1,6 @@
 // Completion queues: pollCq(n) like ibv_poll_cq, and an async way to wait (next(), or
-// for await … of cq).
+// for await … of cq); or, created on a completion channel and armed with reqNotify(), an
+// event on the channel for the next completion (comp-channel.ts).
 import { closedError } from '../errors.js';
 import { checkInt } from '../validate.js';
 import type { CompletionChannel } from './comp-channel.js';
