@@ -129,7 +129,7 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       .option('-O, --iodp', 'use implicit on-demand paging: one MR of address 0, length SIZE_MAX', false)
       .option('-P, --prefetch', 'prefetch the ODP MR once registered (ibv_advise_mr PREFETCH, FLUSH)', false)
       .option('-r, --rx-depth <n>', `receives to post at a time (default ${DEFAULT_RX_DEPTH})`, parseUpTo(1 << 16), DEFAULT_RX_DEPTH)
-      .option('-e, --events', 'sleep on CQ events (always the case here: completions come from the CQ wait fd)', false);
+      .option('-e, --events', 'sleep on CQ events: a completion channel, ibv_req_notify_cq and ibv_get_cq_event (both sides)', false);
     return;
   }
   if (op === 'write')
@@ -226,6 +226,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       ...(kind !== 'pingpong' ? { txDepth, qps: o.qp ?? 1 } : {}),
       ...(o.bidirectional ? { bidirectional: true } : {}),
       ...(o.iodp ? { implicitOdp: true } : {}),
+      ...(o.events ? { events: true } : {}),
       ...(o.prefetch ? { prefetch: true } : {}),
       ...(kind === 'pingpong' ? { rxDepth: o.rxDepth ?? DEFAULT_RX_DEPTH } : {}),
       ...(o.run_infinitely ? { signal: stop.signal } : {}),
@@ -242,7 +243,9 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
           print(`  local address:  ${describe(local[0]!)}`);
           print(`  remote address: ${describe(remote[0]!)}`);
           const odp = p.implicitOdp ? 'implicit ODP' : p.odp ? 'ODP' : 'pinned';
-          print(`  MTU ${p.mtu ?? 1024}, ${odp}${p.prefetch ? ', prefetched' : ''}, rx depth ${p.rxDepth ?? DEFAULT_RX_DEPTH}`);
+          print(
+            `  MTU ${p.mtu ?? 1024}, ${odp}${p.prefetch ? ', prefetched' : ''}, rx depth ${p.rxDepth ?? DEFAULT_RX_DEPTH}${p.events ? ', sleeping on CQ events' : ''}`,
+          );
           return;
         }
         perftestHeader(kind, o, local, remote, p);

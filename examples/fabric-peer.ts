@@ -92,6 +92,8 @@ export interface RunParams {
   rxDepth?: number;
   /** The path MTU set on the QPs at RTR (-m; default 1024, libibverbs' default). */
   mtu?: number;
+  /** ibv_rc_pingpong's -e: sleep on a completion channel (ibv_req_notify_cq, ibv_get_cq_event) instead of waiting on the CQ. */
+  events?: boolean;
   /** The client wants the server's fault trace too (--trace). */
   trace?: boolean;
 }
@@ -175,6 +177,8 @@ export interface PeerResult {
   stall?: StallReport;
   /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's). */
   refused: number;
+  /** -e: completion events this side slept on (each acknowledged). */
+  cqEvents?: number;
 }
 
 export interface StallReport {
@@ -302,6 +306,8 @@ class RunControl {
   readonly #heard = new AbortController();
   readonly #stop: AbortSignal | undefined;
   readonly #infinite: () => boolean;
+  /** -e: completion events slept on. */
+  cqEvents = 0;
 
   constructor(transport: LibfabricTransport, who: string, stop: AbortSignal | undefined, infinite: () => boolean) {
     this.#stop = stop;
@@ -336,7 +342,15 @@ class RunControl {
     const signal = answer ? this.#heard.signal : this.#lost.signal;
     if (signal.aborted) return undefined;
     try {
-      return await cq.next({ timeoutMs: completionTimeoutMs(size), signal });
+      if (!cq.channel) return await cq.next({ timeoutMs: completionTimeoutMs(size), signal });
+      // ibv_rc_pingpong -e: poll; when the CQ is empty, arm it and sleep on its channel.
+      for (;;) {
+        const [wc] = cq.poll(1);
+        if (wc) return wc;
+        cq.reqNotify();
+        (await cq.channel.getCqEvent({ timeoutMs: completionTimeoutMs(size), signal })).ackEvents(1);
+        this.cqEvents++;
+      }
     } catch (e) {
       if (signal.aborted) return undefined;
       throw e;
@@ -404,7 +418,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const lanes = params.op === 'send' || params.op === 'atomic' ? 1 : (params.qps ?? 1);
     const depth = params.txDepth ?? 1;
     const rxDepth = params.op === 'send' ? (params.rxDepth ?? DEFAULT_RX_DEPTH) : 1;
-    const cq = ctx.createCq(lanes * depth + rxDepth + 16);
+    const cq = ctx.createCq(lanes * depth + rxDepth + 16, params.events ? { channel: ctx.createCompChannel() } : {});
     const bytes = lanes * 2 * slot;
     // QPs first, then the MR (the order rc_pingpong and perftest use).
     const qps = Array.from({ length: lanes }, () => ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: depth, maxRecvWr: rxDepth } }));
@@ -474,6 +488,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     if (theirDone?.runs) r.peerRuns = theirDone.runs;
     if (o.signal?.aborted || (params.infinite && theirDone && !r.lost)) r.stopped = true;
     r.nacks = cluster.system.node(me).pldma.counters().nacksReceived;
+    if (params.events) r.cqEvents = ctl.cqEvents;
     // A target checks what was written into its buffer once the writer is done (not before:
     // reading it would make its pages resident): each lane's slot holds its last write.
     if (target && theirDone && !theirDone.error && !r.error && !r.lost) {
@@ -740,6 +755,7 @@ function pickParams(o: PeerOptions): RunParams {
     'prefetch',
     'rxDepth',
     'mtu',
+    'events',
   ] as const)
     if (o[k] !== undefined && o[k] !== false) (p as unknown as Record<string, unknown>)[k] = o[k];
   if (o.traceFile) p.trace = true;

@@ -105,6 +105,11 @@ export interface PopulateOptions {
 /** Something that keeps a region's pages registered and must let go before it is unmapped. */
 export interface RegionObserver {
   regionClosing(region: Region): void;
+  /**
+   * Pages of the range are about to stop being resident (evict, unmapPages): the MMU
+   * notifier's invalidate_range_start. regionEvicted follows if the kernel did it.
+   */
+  regionInvalidating?(region: Region, offset: number, length: number): void;
   /** Pages of the range stopped being resident (evict, unmapPages): drop cached translations. */
   regionEvicted?(region: Region, offset: number, length: number): void;
   /** Pages of the range stayed resident but may sit in other frames now (collapse): re-check cached translations. */
@@ -272,6 +277,7 @@ export class Region {
   evict(offset?: number, length?: number): void {
     const s = this.span('evict', offset, length);
     this.#willBlock();
+    this.#notifyInvalidating(s.offset, s.length);
     sys('evict', { EINVAL: 'Pinned (mlocked) anonymous pages cannot be evicted: unpin() first' }, () => binding.evict(this.id, s.offset, s.length));
     this.#notifyEvicted(s.offset, s.length);
   }
@@ -284,6 +290,7 @@ export class Region {
   unmapPages(offset?: number, length?: number): void {
     const s = this.span('unmapPages', offset, length);
     this.#willBlock();
+    this.#notifyInvalidating(s.offset, s.length);
     sys('unmapPages', {}, () => binding.zap(this.id, s.offset, s.length));
     this.#notifyEvicted(s.offset, s.length);
   }
@@ -368,6 +375,10 @@ export class Region {
 
   #willBlock(): void {
     for (const o of this.#observers) o.regionWillBlock?.(this);
+  }
+
+  #notifyInvalidating(offset: number, length: number): void {
+    for (const o of this.#observers) o.regionInvalidating?.(this, offset, length);
   }
 
   // The MMU-notifier role: whoever caches translations of these pages must drop them.

@@ -51,6 +51,8 @@ export interface ResolvedFault {
   side: 'source' | 'destination';
   /** The node whose SMMU took the fault. */
   node: number;
+  /** The SMMU stream of the faulting access (one per protection domain). */
+  sid: number;
   /** The faulting virtual address. */
   va: bigint;
   /** True for a write access (the destination side). */
@@ -393,6 +395,7 @@ export class FaultLibrary {
     const rf: ResolvedFault = {
       side,
       node: this.node,
+      sid: n.sid,
       va,
       write,
       stall,

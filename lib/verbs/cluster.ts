@@ -2,20 +2,22 @@
 // RDMA device per node; a Context (ibv_context) is one process on one node, with its
 // netlink socket and fault library. The Cluster and Context create objects; the objects
 // themselves know only their device (its tables) and their process.
-import { SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
+import { IommuPageResponseCode, SimSystem, type SystemOptions } from '../../kernel-sim/index.js';
 import { checkSystemOptions } from '../../kernel-sim/system.js';
 import { closedError } from '../errors.js';
-import { FaultLibrary, traceLimit, type TraceOption } from '../fault-library/fault-library.js';
+import { FaultLibrary, traceLimit, type ResolvedFault, type TraceOption } from '../fault-library/fault-library.js';
 import { POLICIES, type PolicyName } from '../fault-library/policy.js';
 import { PAGE_SIZE, Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
 import { Access, AdviseMrAdvice, AdviseMrFlags, AsyncEventType, knownAccess, OdpGeneralCaps, OdpTransportCaps, SIZE_MAX } from './constants.js';
+import { CompletionChannel } from './comp-channel.js';
 import { CompletionQueue } from './cq.js';
 import { Device, type Endpoint, type KeyedMr } from './device.js';
 import { verbsError } from './errors.js';
-import { MemoryRegion, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
+import { MemoryRegion, type OdpCounters, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
+import { QueuePairEx, type QpInitAttrEx } from './qp-ex.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator } from './tables.js';
 
@@ -73,6 +75,77 @@ export interface DeviceAttr {
     /** OdpTransportCaps bits for UD QPs (none here). */
     udOdpCaps: number;
   };
+}
+
+/** Options of `Context.createCq` beyond the depth (struct ibv_cq_init_attr_ex's channel and cq_context). */
+export interface CreateCqOptions {
+  /** The completion channel the CQ reports its events to once armed with `reqNotify()`. */
+  channel?: CompletionChannel;
+  /** Anything: kept as `cq.cqContext` (ibv_cq.cq_context). */
+  cqContext?: unknown;
+}
+
+/** The struct of `Context.regMrEx` (struct ibv_reg_mr_in of ibv_reg_mr_ex). */
+export interface RegMrIn {
+  /** The memory: a Region or the ArrayBuffer of one (null with offset 0 and length SIZE_MAX: implicit ODP). */
+  addr: Region | ArrayBuffer | null;
+  /** Byte offset of the MR in `addr` (default 0). */
+  offset?: number;
+  /** Bytes to register (default: the rest of the region; SIZE_MAX for implicit ODP). */
+  length?: number | bigint;
+  /**
+   * I/O virtual address the MR's keys use (ibv_reg_mr_iova). Only the MR's own virtual
+   * address is accepted: the modelled SMMU translates the process's virtual addresses (shared
+   * virtual addressing), so another iova is EOPNOTSUPP.
+   */
+  iova?: bigint;
+  /** Access bits. */
+  access: number;
+  /** The ODP policy of this MR (as regMr's options). */
+  options?: RegMrOptions;
+}
+
+/** What `Context.queryMr` says of an MR (its ibv_mr fields, access and ODP state). */
+export interface MrAttr {
+  /** Start address (ibv_mr.addr); 0n for implicit ODP. */
+  addr: bigint;
+  /** Bytes registered (ibv_mr.length); SIZE_MAX for implicit ODP. */
+  length: bigint;
+  /** The I/O virtual address the keys use: addr here. */
+  iova: bigint;
+  /** Local key (ibv_mr.lkey). */
+  lkey: number;
+  /** Remote key (ibv_mr.rkey). */
+  rkey: number;
+  /** Access bits it was registered with. */
+  access: number;
+  /** True for Access.ON_DEMAND. */
+  onDemand: boolean;
+  /** True for implicit ODP (the whole address space). */
+  implicit: boolean;
+  /** True if its pages are pinned (mlock). */
+  pinned: boolean;
+  /** Its ODP counters (ib_odp_counters), undefined for a pinned MR. */
+  odp: OdpCounters | undefined;
+}
+
+/** One line of `rdma statistic mr` (`Context.statisticMr`): an ODP MR and its counters. */
+export interface MrStatistic extends OdpCounters {
+  /** Device name, e.g. 'pfr1'. */
+  dev: string;
+  /** The MR's number (mrn): its lkey here. */
+  mrn: number;
+}
+
+/** `rdma statistic mr` lines: `dev pfr1 mrn 4097 page_faults 16 page_faults_handled 1 page_invalidations 16 page_invalidations_handled 1 page_prefetch 0`. */
+export function formatMrStatistics(rows: readonly MrStatistic[]): string {
+  return rows
+    .map(
+      (r) =>
+        `dev ${r.dev} mrn ${r.mrn} page_faults ${r.faults} page_faults_handled ${r.faultsHandled} ` +
+        `page_invalidations ${r.invalidations} page_invalidations_handled ${r.invalidationsHandled} page_prefetch ${r.prefetch}`,
+    )
+    .join('\n');
 }
 
 /** Simulated nodes on one fabric, each with an SMMU, a fault-aware DMA engine and its driver; `openDevice(n)` opens a process (an ibv_context) on node n. */
@@ -169,6 +242,7 @@ export class Context {
   #pdHandles: IdAllocator;
   #objects: ProcessObjects = { pds: new Set(), mrs: new Set(), qps: new Set() };
   #cqs = new Set<CompletionQueue>();
+  #channels = new Set<CompletionChannel>();
   #events: AsyncEvent[] = [];
   #eventListeners: Array<(e: AsyncEvent) => void> = [];
   #forget: (c: Context) => void;
@@ -194,6 +268,7 @@ export class Context {
     const opts: ConstructorParameters<typeof FaultLibrary>[0] = { system: cluster.system, node: device.node, pid, socket, defaultPolicy, trace };
     if (uffd) opts.uffd = uffd;
     this.faultLibrary = new FaultLibrary(opts);
+    this.faultLibrary.onResolve((f) => this.#countFault(f));
   }
 
   /** True once the context (or its cluster) was closed. */
@@ -259,6 +334,7 @@ export class Context {
     if (!knownAccess(access)) throw verbsError('ibv_reg_mr', 'EINVAL', `unknown access flags 0x${Number(access).toString(16)}`);
     if (access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(access & Access.LOCAL_WRITE))
       throw verbsError('ibv_reg_mr', 'EINVAL', 'REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in libibverbs)');
+    if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${SVA}`);
     const odp = (access & Access.ON_DEMAND) !== 0;
     const lib = this.faultLibrary;
     const tables = this.#device.tables;
@@ -276,8 +352,12 @@ export class Context {
     const region = memory instanceof Region ? memory : regionOfBuffer(memory);
     if (typeof length !== 'number') throw invalidArg('regMr: length must be a number for an explicit MR');
     const s = region.span('regMr', offset, length);
-    if (access & Access.HUGETLB && !region.hugePages)
-      throw verbsError('ibv_reg_mr', 'EINVAL', 'Access.HUGETLB needs a region mapped with { hugePages: true }');
+    if (access & Access.HUGETLB && !region.hugePages && !region.hugetlb)
+      throw verbsError(
+        'ibv_reg_mr',
+        'EINVAL',
+        'Access.HUGETLB needs huge-page memory: a region mapped with { hugetlb: true } (MAP_HUGETLB) or { hugePages: true }',
+      );
     const policy = options.policy ?? lib.defaultPolicy;
     let pinned = false;
     if (!odp || policy === 'pin') {
@@ -298,6 +378,36 @@ export class Context {
       if (pinned) unpinForMr(region, s.offset, s.length);
       throw e;
     }
+  }
+
+  /**
+   * ibv_reg_mr_ex: regMr with its arguments in one struct, and an iova (which must be the
+   * MR's own address: see RegMrIn.iova). Access.ZERO_BASED is refused for the same reason.
+   */
+  regMrEx(pd: ProtectionDomain, mrIn: RegMrIn): MemoryRegion {
+    this.#check();
+    checkObject('regMrEx: mrIn', mrIn);
+    const { addr, iova, access } = mrIn;
+    if (typeof access !== 'number') throw verbsError('ibv_reg_mr_ex', 'EINVAL', 'access must be Access bits (a number)');
+    if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr_ex', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${SVA}`);
+    const offset = mrIn.offset ?? 0;
+    if (addr === null) {
+      if (iova !== undefined && iova !== 0n) throw verbsError('ibv_reg_mr_ex', 'EINVAL', 'an implicit ODP MR has iova 0');
+      return this.regMr(pd, null, offset, mrIn.length ?? SIZE_MAX, access, mrIn.options);
+    }
+    const region = addr instanceof Region ? addr : regionOfBuffer(addr);
+    const length = mrIn.length ?? region.size - checkInt('regMrEx: offset', offset, 0, region.size);
+    if (iova !== undefined) {
+      if (typeof iova !== 'bigint') throw verbsError('ibv_reg_mr_ex', 'EINVAL', `iova must be a bigint, got ${typeof iova}`);
+      const va = region.address + BigInt(offset);
+      if (iova !== va)
+        throw verbsError(
+          'ibv_reg_mr_ex',
+          'EOPNOTSUPP',
+          `iova 0x${iova.toString(16)} differs from the MR's address 0x${va.toString(16)}: ${SVA}; omit iova`,
+        );
+    }
+    return this.regMr(pd, region, offset, length, access, mrIn.options);
   }
 
   /**
@@ -334,8 +444,10 @@ export class Context {
         const start = offset - (offset % ps);
         const len = length + (offset - start);
         pd.mapFor(mr, region);
-        if (advice !== AdviseMrAdvice.PREFETCH_NO_FAULT)
-          region.populate(start, Math.min(len, region.size - start), { write: advice === AdviseMrAdvice.PREFETCH_WRITE });
+        const span = Math.min(len, region.size - start);
+        if (advice !== AdviseMrAdvice.PREFETCH_NO_FAULT) region.populate(start, span, { write: advice === AdviseMrAdvice.PREFETCH_WRITE });
+        // page_prefetch: the pages mapped for the device (NO_FAULT maps only those already there).
+        mr.odpCounters.prefetch += region.residentPages(start, Math.ceil(span / ps) * ps);
         // Post the translations of resident pages to the device (its IOTLB); NO_FAULT does
         // only this, for the pages that are already there.
         this.#device.sim.prefetchTranslations(pd.stream, region, start, len);
@@ -357,12 +469,34 @@ export class Context {
     );
   }
 
-  /** ibv_create_cq; depth up to queryDevice().maxCqe. An overrun raises IBV_EVENT_CQ_ERR here. */
-  createCq(depth: number): CompletionQueue {
+  /**
+   * ibv_create_cq; depth up to queryDevice().maxCqe. An overrun raises IBV_EVENT_CQ_ERR here.
+   * With `{ channel }` (from createCompChannel) the CQ reports events there once armed with
+   * `cq.reqNotify()`.
+   */
+  createCq(depth: number, options: CreateCqOptions = {}): CompletionQueue {
     this.#check();
-    const cq = new CompletionQueue(depth, (c) => this.#raise({ eventType: AsyncEventType.CQ_ERR, name: 'IBV_EVENT_CQ_ERR', cq: c }));
+    checkObject('createCq: options', options);
+    const { channel } = options;
+    if (channel !== undefined) {
+      if (!(channel instanceof CompletionChannel) || !this.#channels.has(channel))
+        throw verbsError('ibv_create_cq', 'EINVAL', "channel must be a CompletionChannel from this context's createCompChannel()");
+      if (channel.closed) throw verbsError('ibv_create_cq', 'EINVAL', 'the completion channel was closed');
+    }
+    const cq = new CompletionQueue(depth, (c) => this.#raise({ eventType: AsyncEventType.CQ_ERR, name: 'IBV_EVENT_CQ_ERR', cq: c }), {
+      channel,
+      cqContext: options.cqContext,
+    });
     this.#cqs.add(cq);
     return cq;
+  }
+
+  /** ibv_create_comp_channel: a channel CQs report their completion events to (ibv_rc_pingpong -e). */
+  createCompChannel(): CompletionChannel {
+    this.#check();
+    const ch = new CompletionChannel((c) => this.#channels.delete(c));
+    this.#channels.add(ch);
+    return ch;
   }
 
   /** ibv_create_qp (RC). The QP starts in RESET; QP access flags default to 0 (no remote access). */
@@ -374,6 +508,54 @@ export class Context {
     return qp;
   }
 
+  /**
+   * ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: an RC QP with the new post API
+   * (`wrStart()`, `wrRdmaWrite()`, … `wrComplete()`) for the operations in `sendOpsFlags`
+   * (QpExSendOps bits); `postSend()` works as well.
+   */
+  createQpEx(pd: ProtectionDomain, init: QpInitAttrEx): QueuePairEx {
+    this.#check();
+    this.#ownPd('ibv_create_qp_ex', pd);
+    const qp = this.#device.tables.addQp((num) => new QueuePairEx(this, this.#device, pd, num, init, this.#objects)) as QueuePairEx;
+    this.#objects.qps.add(qp);
+    return qp;
+  }
+
+  /** ibv_query_qp(qp, attr_mask): the QP's attributes (only the QpAttrMask fields asked for, when a mask is given) and its init attributes. */
+  queryQp(qp: QueuePair, attrMask?: number): ReturnType<QueuePair['query']> {
+    this.#check();
+    if (!(qp instanceof QueuePair) || qp.context !== this)
+      throw verbsError('ibv_query_qp', 'EINVAL', 'qp must be a QueuePair created by this context');
+    return qp.query(attrMask);
+  }
+
+  /** The attributes of one of this context's MRs: its ibv_mr fields, access, and ODP counters. */
+  queryMr(mr: MemoryRegion): MrAttr {
+    this.#check();
+    if (!(mr instanceof MemoryRegion) || mr.pd.context !== this)
+      throw verbsError('ibv_query_mr', 'EINVAL', 'mr must be a MemoryRegion registered by this context');
+    if (mr.closed) throw verbsError('ibv_query_mr', 'EINVAL', 'the MR was deregistered');
+    const length = mr.implicit ? SIZE_MAX : BigInt(mr.length);
+    return {
+      addr: mr.addr,
+      length,
+      iova: mr.addr,
+      lkey: mr.lkey,
+      rkey: mr.rkey,
+      access: mr.access,
+      onDemand: mr.onDemand,
+      implicit: mr.implicit,
+      pinned: mr.pinned,
+      odp: mr.onDemand ? mr.odpStats : undefined,
+    };
+  }
+
+  /** `rdma statistic mr` for this process: one row per ODP MR, oldest first (formatMrStatistics() prints them). */
+  statisticMr(): MrStatistic[] {
+    this.#check();
+    return [...this.#objects.mrs].filter((m) => m.onDemand).map((m) => ({ dev: `pfr${this.node}`, mrn: m.lkey, ...m.odpStats }));
+  }
+
   /** ibv_close_device: destroy QPs (flushing their work), deregister MRs, free PDs, close CQs. */
   close(): void {
     if (this.#closed) return;
@@ -381,7 +563,8 @@ export class Context {
     for (const qp of [...this.#objects.qps]) qp.destroy();
     for (const mr of [...this.#objects.mrs]) mr.dereg();
     for (const pd of [...this.#objects.pds]) pd.dealloc();
-    for (const cq of this.#cqs) cq.close();
+    for (const cq of this.#cqs) cq.destroy();
+    for (const ch of [...this.#channels]) ch.shut();
     this.faultLibrary.close();
     this.#forget(this);
   }
@@ -389,6 +572,24 @@ export class Context {
   /** Same as `close()`, for `using`. */
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  // A fault the library resolved is counted on the ODP MR it was taken through: the PD's
+  // stream and the address name it (an explicit MR first, newest first, as the library
+  // picks the registration; else the PD's implicit MR). page_faults counts the pages mapped.
+  #countFault(f: ResolvedFault): void {
+    if (f.status !== IommuPageResponseCode.SUCCESS) return;
+    let implicit: MemoryRegion | undefined;
+    let explicit: MemoryRegion | undefined;
+    for (const mr of this.#objects.mrs) {
+      if (!mr.onDemand || mr.pd.stream.sid !== f.sid) continue;
+      if (mr.implicit) implicit ??= mr;
+      else if (f.va >= mr.addr && f.va < mr.addr + BigInt(mr.length)) explicit = mr;
+    }
+    const mr = explicit ?? implicit;
+    if (!mr) return;
+    mr.odpCounters.faults += Math.ceil(f.bytes / (f.region?.pageSize ?? PAGE_SIZE));
+    mr.odpCounters.faultsHandled++;
   }
 
   #raise(e: AsyncEvent): void {
@@ -406,6 +607,9 @@ export class Context {
     if (this.#closed) throw closedError('Context');
   }
 }
+
+// Why an MR is addressed only by its own virtual address.
+const SVA = 'the modelled SMMU translates process virtual addresses (shared virtual addressing), so an MR is addressed by its own VA';
 
 function regionOfBuffer(buffer: ArrayBuffer): Region {
   if (!(buffer instanceof ArrayBuffer)) throw invalidArg('regMr: memory must be a Region, the ArrayBuffer of one, or null (implicit ODP)');

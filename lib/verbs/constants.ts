@@ -267,3 +267,79 @@ export enum AsyncEventType {
   /** The device failed; every resource of the context is unusable. */
   DEVICE_FATAL,
 }
+
+/** enum ibv_qp_attr_mask: which fields of struct ibv_qp_attr a call names (ibv_query_qp's attr_mask). */
+export const QpAttrMask = {
+  /** qp_state */
+  STATE: 1 << 0,
+  /** cur_qp_state */
+  CUR_STATE: 1 << 1,
+  /** en_sqd_async_notify; ibv_query_qp reports sq_draining (sqDraining) under it here */
+  EN_SQD_ASYNC_NOTIFY: 1 << 2,
+  /** qp_access_flags */
+  ACCESS_FLAGS: 1 << 3,
+  /** pkey_index (always 0: one partition) */
+  PKEY_INDEX: 1 << 4,
+  /** port_num */
+  PORT: 1 << 5,
+  /** qkey (UD only) */
+  QKEY: 1 << 6,
+  /** ah_attr: the address vector (destNode here) */
+  AV: 1 << 7,
+  /** path_mtu */
+  PATH_MTU: 1 << 8,
+  /** timeout */
+  TIMEOUT: 1 << 9,
+  /** retry_cnt */
+  RETRY_CNT: 1 << 10,
+  /** rnr_retry */
+  RNR_RETRY: 1 << 11,
+  /** rq_psn */
+  RQ_PSN: 1 << 12,
+  /** max_rd_atomic */
+  MAX_QP_RD_ATOMIC: 1 << 13,
+  /** alt_ah_attr (no alternate path here) */
+  ALT_PATH: 1 << 14,
+  /** min_rnr_timer */
+  MIN_RNR_TIMER: 1 << 15,
+  /** sq_psn */
+  SQ_PSN: 1 << 16,
+  /** max_dest_rd_atomic */
+  MAX_DEST_RD_ATOMIC: 1 << 17,
+  /** path_mig_state (no path migration here) */
+  PATH_MIG_STATE: 1 << 18,
+  /** cap */
+  CAP: 1 << 19,
+  /** dest_qp_num */
+  DEST_QPN: 1 << 20,
+} as const;
+
+/** enum ibv_qp_create_send_ops_flags: the operations an extended QP may post with the ibv_wr_* API (createQpEx's sendOpsFlags). */
+export const QpExSendOps = {
+  /** ibv_wr_rdma_write */
+  WITH_RDMA_WRITE: 1 << 0,
+  /** ibv_wr_rdma_write_imm */
+  WITH_RDMA_WRITE_WITH_IMM: 1 << 1,
+  /** ibv_wr_send */
+  WITH_SEND: 1 << 2,
+  /** ibv_wr_send_imm */
+  WITH_SEND_WITH_IMM: 1 << 3,
+  /** ibv_wr_rdma_read */
+  WITH_RDMA_READ: 1 << 4,
+  /** ibv_wr_atomic_cmp_swp */
+  WITH_ATOMIC_CMP_AND_SWP: 1 << 5,
+  /** ibv_wr_atomic_fetch_add */
+  WITH_ATOMIC_FETCH_AND_ADD: 1 << 6,
+  /** ibv_wr_local_inv (memory windows: not offered, refused by createQpEx) */
+  WITH_LOCAL_INV: 1 << 7,
+  /** ibv_wr_bind_mw (memory windows: not offered, refused by createQpEx) */
+  WITH_BIND_MW: 1 << 8,
+  /** ibv_wr_send_inv (memory windows: not offered, refused by createQpEx) */
+  WITH_SEND_WITH_INV: 1 << 9,
+  /** ibv_wr_send_tso (UD raw packets: not offered, refused by createQpEx) */
+  WITH_TSO: 1 << 10,
+  /** ibv_wr_flush (not offered yet: refused by createQpEx) */
+  WITH_FLUSH: 1 << 11,
+  /** ibv_wr_atomic_write (not offered yet: refused by createQpEx) */
+  WITH_ATOMIC_WRITE: 1 << 12,
+} as const;

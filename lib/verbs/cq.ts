@@ -1,8 +1,11 @@
 // Completion queues: pollCq(n) like ibv_poll_cq, and an async way to wait (next(), or
-// for await … of cq).
+// for await … of cq); or, created on a completion channel and armed with reqNotify(), an
+// event on the channel for the next completion (comp-channel.ts).
 import { closedError } from '../errors.js';
 import { checkInt } from '../validate.js';
+import type { CompletionChannel } from './comp-channel.js';
 import { WcOpcode, WcStatus, wcStatusStr } from './constants.js';
+import { verbsError } from './errors.js';
 
 /** struct ibv_wc, plus what this library can tell about faults. */
 export interface WorkCompletion {
@@ -77,11 +80,75 @@ export class CompletionQueue {
   #onOverrun: (cq: CompletionQueue) => void;
   /** Completions that found the CQ full (each one moved its QP to ERR). */
   overruns = 0;
+  /** The completion channel the CQ reports its events to (ibv_cq.channel), if it was created with one. */
+  readonly channel: CompletionChannel | undefined;
+  /** What the creator passed as `cqContext` (ibv_cq.cq_context): comes back with each event. */
+  readonly cqContext: unknown;
+  // reqNotify() armed the CQ: undefined, 'any' or 'solicited'.
+  #armed: 'any' | 'solicited' | undefined;
+  #unacked = 0;
 
   /** @internal use Context.createCq */
-  constructor(depth: number, onOverrun: (cq: CompletionQueue) => void = () => {}) {
+  constructor(
+    depth: number,
+    onOverrun: (cq: CompletionQueue) => void = () => {},
+    options: { channel?: CompletionChannel | undefined; cqContext?: unknown } = {},
+  ) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
     this.#onOverrun = onOverrun;
+    this.channel = options.channel;
+    this.cqContext = options.cqContext;
+    this.channel?.attach(this);
+  }
+
+  /**
+   * ibv_req_notify_cq: arm the CQ so that its next completion (with `solicitedOnly`, its next
+   * solicited one) puts one event on its channel; completions already queued raise none, so
+   * poll after arming. One event per arming: re-arm after each `getCqEvent()`. EINVAL on a
+   * CQ created without a channel.
+   *
+   * Solicited: an unsuccessful completion, or a receive completion. The solicited-event bit
+   * of the sender's SEND (SendFlags.SOLICITED) is not carried on the modelled wire, so every
+   * receive completion counts as solicited (an extra wake-up, never a missed one).
+   */
+  reqNotify(solicitedOnly = false): void {
+    this.#check();
+    if (typeof solicitedOnly !== 'boolean')
+      throw verbsError('ibv_req_notify_cq', 'EINVAL', `solicitedOnly must be a boolean, got ${String(solicitedOnly)}`);
+    if (!this.channel)
+      throw verbsError('ibv_req_notify_cq', 'EINVAL', 'the CQ has no completion channel; create it with createCq(depth, { channel })');
+    if (this.channel.closed) throw verbsError('ibv_req_notify_cq', 'EINVAL', 'the completion channel of this CQ was closed');
+    this.#armed = solicitedOnly ? 'solicited' : 'any';
+  }
+
+  /** True while the CQ is armed (reqNotify() called and its event not raised yet). */
+  get armed(): boolean {
+    return this.#armed !== undefined;
+  }
+
+  /** Events taken from the channel for this CQ and not yet acknowledged. */
+  get unackedEvents(): number {
+    return this.#unacked;
+  }
+
+  /** @internal the channel handed an event of this CQ to getCqEvent(). */
+  eventTaken(): void {
+    this.#unacked++;
+  }
+
+  /**
+   * ibv_ack_cq_events: acknowledge `n` events getCqEvent() returned for this CQ (EINVAL for
+   * more than were returned). Every event must be acknowledged before the CQ is destroyed.
+   */
+  ackEvents(n = 1): void {
+    checkInt('ackCqEvents: n', n, 1);
+    if (n > this.#unacked)
+      throw verbsError(
+        'ibv_ack_cq_events',
+        'EINVAL',
+        `acknowledging ${n} event(s) but only ${this.#unacked} were returned by getCqEvent() for this CQ`,
+      );
+    this.#unacked -= n;
   }
 
   /** True once the CQ overflowed (IBV_EVENT_CQ_ERR): as on hardware, it stays in error. */
@@ -155,6 +222,7 @@ export class CompletionQueue {
     const w = this.#waiters.shift();
     if (w) {
       this.#settle(w, full, false);
+      this.#event(full);
       return true;
     }
     if (this.#error || this.#queue.length >= this.depth) {
@@ -166,13 +234,40 @@ export class CompletionQueue {
       return false;
     }
     this.#queue.push(full);
+    this.#event(full);
     return true;
   }
 
-  /** ibv_destroy_cq: waiting `next()` calls reject with ERR_PFR_CLOSED. Idempotent. */
+  // An armed CQ got a completion that its arming asked for: one event on the channel.
+  #event(wc: WorkCompletion): void {
+    if (this.#armed === undefined) return;
+    if (this.#armed === 'solicited' && wc.status === WcStatus.SUCCESS && (wc.opcode & WcOpcode.RECV) === 0) return;
+    this.#armed = undefined;
+    this.channel!.notify(this);
+  }
+
+  /**
+   * ibv_destroy_cq: waiting `next()` calls reject with ERR_PFR_CLOSED. EBUSY while events
+   * returned by getCqEvent() are not acknowledged (libibverbs would block): `ackEvents()`
+   * first. Idempotent.
+   */
   close(): void {
     if (this.#closed) return;
+    if (this.#unacked)
+      throw verbsError(
+        'ibv_destroy_cq',
+        'EBUSY',
+        `${this.#unacked} completion event(s) of this CQ are not acknowledged; call cq.ackEvents(${this.#unacked}) first`,
+      );
+    this.destroy();
+  }
+
+  /** @internal close whatever is left (the context closes). */
+  destroy(): void {
+    if (this.#closed) return;
     this.#closed = true;
+    this.#unacked = 0;
+    this.channel?.detach(this);
     for (const w of [...this.#waiters]) this.#settle(w, closedError('CompletionQueue'));
     this.#disarm();
   }

@@ -9,7 +9,7 @@ import { closedError } from '../errors.js';
 import { invalidArg } from '../validate.js';
 import type { FaultLibrary, Registration } from '../fault-library/fault-library.js';
 import type { PolicyName, PolicyOptions } from '../fault-library/policy.js';
-import { findRegion, type Region } from '../region.js';
+import { findRegion, type Region, type RegionObserver } from '../region.js';
 import { Access } from './constants.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
@@ -156,6 +156,24 @@ export interface RegMrOptions {
   policyOptions?: PolicyOptions;
 }
 
+/**
+ * The ODP counters the kernel keeps per MR (struct ib_odp_counters), as `rdma statistic mr`
+ * prints them: page_faults, page_faults_handled, page_invalidations,
+ * page_invalidations_handled, page_prefetch.
+ */
+export interface OdpCounters {
+  /** Pages the device mapped to resolve faults on this MR (page_faults): a fault resolved by touch-ahead over 16 pages adds 16. */
+  faults: number;
+  /** Faults on this MR resolved (page_faults_handled): one per fault, whatever it mapped. */
+  faultsHandled: number;
+  /** Mapped pages of this MR an invalidation unmapped (page_invalidations): MADV_DONTNEED, hole punching, unmapPages. */
+  invalidations: number;
+  /** Invalidations that unmapped pages of this MR (page_invalidations_handled). */
+  invalidationsHandled: number;
+  /** Pages ibv_advise_mr (adviseMr) mapped for this MR (page_prefetch). */
+  prefetch: number;
+}
+
 /** A registered memory region (struct ibv_mr): its keys, its range of a Region and its access flags; pinned, or ODP with `Access.ON_DEMAND`. */
 export class MemoryRegion {
   /** The PD the MR was registered in. */
@@ -181,6 +199,37 @@ export class MemoryRegion {
   #closed = false;
   #pinned: boolean;
   #objects: ProcessObjects;
+  /** @internal counted by the context (faults), adviseMr (prefetch) and the region's invalidations */
+  readonly odpCounters: OdpCounters = { faults: 0, faultsHandled: 0, invalidations: 0, invalidationsHandled: 0, prefetch: 0 };
+  // The MMU-notifier analogue of an ODP MR: mapped pages of the MR counted before an
+  // invalidation, added once the kernel has done it. An explicit MR watches its region, an
+  // implicit one every region it reaches.
+  #invalidating: { region: Region | undefined; offset: number; length: number; pages: number } = {
+    region: undefined,
+    offset: 0,
+    length: 0,
+    pages: 0,
+  };
+  #watched = new Set<Region>();
+  #notifier: RegionObserver = {
+    regionClosing: (r) => void this.#watched.delete(r),
+    regionInvalidating: (r, off, len) => {
+      const lo = Math.max(off, this.implicit ? 0 : this.offset);
+      const hi = Math.min(off + len, this.implicit ? r.size : this.offset + this.length);
+      const ps = r.pageSize;
+      const first = lo - (lo % ps);
+      let pages = 0;
+      if (hi > lo) for (const m of mappedPages(r, first, Math.min(r.size, Math.ceil(hi / ps) * ps) - first)) pages += m;
+      this.#invalidating = { region: r, offset: off, length: len, pages };
+    },
+    regionEvicted: (r, off, len) => {
+      const inv = this.#invalidating;
+      this.#invalidating = { region: undefined, offset: 0, length: 0, pages: 0 };
+      if (inv.region !== r || inv.offset !== off || inv.length !== len || inv.pages === 0) return;
+      this.odpCounters.invalidations += inv.pages;
+      this.odpCounters.invalidationsHandled++;
+    },
+  };
 
   /** @internal use Context.regMr */
   constructor(
@@ -208,6 +257,18 @@ export class MemoryRegion {
     this.#objects = objects;
     pd.users.add(this);
     if (region) pd.mapFor(this, region);
+    if (region && registration) this.#watch(region);
+  }
+
+  #watch(region: Region): void {
+    if (this.#watched.has(region)) return;
+    this.#watched.add(region);
+    region.observe(this.#notifier);
+  }
+
+  /** This MR's ODP counters (struct ib_odp_counters; all 0 for a pinned MR). */
+  get odpStats(): OdpCounters {
+    return { ...this.odpCounters };
   }
 
   /** True when registered with Access.ON_DEMAND (no pinning; faults resolved by the fault library). */
@@ -285,6 +346,7 @@ export class MemoryRegion {
     if (this.implicit) {
       const r = findRegion(addr, Math.max(1, length));
       if (!r || !claimRegion(r, this.pd.context)) return undefined;
+      this.#watch(r);
       return { region: r, offset: Number(addr - r.address) };
     }
     const end = this.addr + BigInt(this.length);
@@ -316,6 +378,8 @@ export class MemoryRegion {
     if (this.#pinned && this.region && !this.region.closed) unpinForMr(this.region, this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);
+    for (const r of this.#watched) r.unobserve(this.#notifier);
+    this.#watched.clear();
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
     this.pd.device.tables.removeMr(this.lkey);
@@ -331,6 +395,15 @@ export class MemoryRegion {
 
   #check(): void {
     if (this.#closed) throw closedError('MemoryRegion');
+  }
+}
+
+// Pages of the range this mapping maps (pagemap); residency (mincore) where pagemap cannot be read.
+function mappedPages(r: Region, offset: number, length: number): Uint8Array {
+  try {
+    return r.mapped(offset, length);
+  } catch {
+    return r.residency(offset, length);
   }
 }
 

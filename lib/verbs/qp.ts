@@ -9,7 +9,7 @@
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
 import { RcOp, type RcQp } from '../../kernel-sim/index.js';
-import { Access, QP_DEFAULTS, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
+import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
@@ -81,6 +81,29 @@ export interface QpAttr {
   maxDestRdAtomic?: number;
 }
 
+/**
+ * What ibv_query_qp reports (`QueuePair.query`, `Context.queryQp`): the struct ibv_qp_attr
+ * fields (only those a mask names, when one is given; qpState always) and the QP's init
+ * attributes. PSNs are the current ones, as rdma_rxe reports them: sqPsn the next request's,
+ * rqPsn the next one the responder expects.
+ */
+export interface QpQueryAttr extends QpAttr {
+  /** Current QP state (qp_state). */
+  qpState: QpState;
+  /** Current QP state as the caller last knew it (cur_qp_state): the same here. */
+  curQpState?: QpState;
+  /** Whether the send queue is still draining in SQD (sq_draining). */
+  sqDraining?: boolean;
+  /** Partition key index (pkey_index): 0, one partition. */
+  pkeyIndex?: number;
+  /** The QP's capacities (cap). */
+  cap?: QpCap;
+  /** Transport type (ibv_qp_init_attr.qp_type). */
+  qpType?: QpType;
+  /** sq_sig_all of the init attributes. */
+  sqSigAll?: boolean;
+}
+
 const TRANSITIONS: Record<QpState, QpState[]> = {
   [QpState.RESET]: [QpState.INIT],
   [QpState.INIT]: [QpState.INIT, QpState.RTR],
@@ -123,6 +146,8 @@ export class QueuePair {
     rqPsn: 0,
     sqPsn: 0,
   };
+  // Attributes the engine does not read, kept for ibv_query_qp.
+  #pathAttr = { portNum: 1, pathMtu: QP_DEFAULTS.pathMtu as number, maxRdAtomic: 1, maxDestRdAtomic: 1 };
   #sq: SendWr[] = [];
   #rq: RecvWr[] = [];
   #destroyed = false;
@@ -236,12 +261,40 @@ export class QueuePair {
     return this.#state;
   }
 
-  /** ibv_query_qp */
-  query(): QpAttr & {
-    /** Current QP state. */
-    qpState: QpState;
-  } {
-    return { qpState: this.#state, ...this.#attr };
+  /** ibv_query_qp: every attribute, or (with `attrMask`, QpAttrMask bits) the ones asked for; see QpQueryAttr. */
+  query(attrMask?: number): QpQueryAttr {
+    this.#checkAlive();
+    if (attrMask !== undefined && (!Number.isInteger(attrMask) || attrMask < 0 || attrMask > 0x1fffff))
+      throw verbsError('ibv_query_qp', 'EINVAL', `attrMask must be QpAttrMask bits, got ${String(attrMask)}`);
+    const a = this.#attr;
+    const p = this.#pathAttr;
+    const live = this.#state !== QpState.RESET && this.#state !== QpState.INIT;
+    const all: Array<[number, keyof QpQueryAttr, unknown]> = [
+      [QpAttrMask.CUR_STATE, 'curQpState', this.#state],
+      [QpAttrMask.EN_SQD_ASYNC_NOTIFY, 'sqDraining', this.#state === QpState.SQD && this.#requester.inflight + this.#sq.length > 0],
+      [QpAttrMask.ACCESS_FLAGS, 'qpAccessFlags', a.qpAccessFlags],
+      [QpAttrMask.PKEY_INDEX, 'pkeyIndex', 0],
+      [QpAttrMask.PORT, 'portNum', p.portNum],
+      [QpAttrMask.AV, 'destNode', a.destNode],
+      [QpAttrMask.PATH_MTU, 'pathMtu', p.pathMtu],
+      [QpAttrMask.TIMEOUT, 'timeout', a.timeout],
+      [QpAttrMask.RETRY_CNT, 'retryCnt', a.retryCnt],
+      [QpAttrMask.RNR_RETRY, 'rnrRetry', a.rnrRetry],
+      [QpAttrMask.RQ_PSN, 'rqPsn', live ? this.rc.resp.epsn : a.rqPsn],
+      [QpAttrMask.MAX_QP_RD_ATOMIC, 'maxRdAtomic', p.maxRdAtomic],
+      [QpAttrMask.MIN_RNR_TIMER, 'minRnrTimer', a.minRnrTimer],
+      [
+        QpAttrMask.SQ_PSN,
+        'sqPsn',
+        this.#state === QpState.RTS || this.#state === QpState.SQD || this.#state === QpState.ERR ? this.#requester.psn : a.sqPsn,
+      ],
+      [QpAttrMask.MAX_DEST_RD_ATOMIC, 'maxDestRdAtomic', p.maxDestRdAtomic],
+      [QpAttrMask.CAP, 'cap', { ...this.cap }],
+      [QpAttrMask.DEST_QPN, 'destQpNum', a.destQpNum],
+    ];
+    const out: QpQueryAttr = { qpState: this.#state, qpType: this.qpType, sqSigAll: this.sqSigAll };
+    for (const [bit, key, value] of all) if (attrMask === undefined || attrMask & bit) (out as unknown as Record<string, unknown>)[key] = value;
+    return out;
   }
 
   /** ibv_modify_qp: RESET → INIT → RTR → RTS, and → ERR / → RESET from anywhere. */
@@ -259,6 +312,13 @@ export class QueuePair {
     if (!TRANSITIONS[this.#state].includes(to))
       throw verbsError('ibv_modify_qp', 'EINVAL', `cannot go from ${QpState[this.#state]} to ${QpState[to]} (RESET → INIT → RTR → RTS)`);
     if (attr.qpAccessFlags !== undefined) this.#attr.qpAccessFlags = checkInt('qpAccessFlags', attr.qpAccessFlags, 0, 0xff);
+    if (attr.portNum !== undefined && attr.portNum !== 1)
+      throw verbsError('ibv_modify_qp', 'EINVAL', `portNum ${String(attr.portNum)}: the device has one port, 1`);
+    if (attr.pathMtu !== undefined && ![256, 512, 1024, 2048, 4096].includes(attr.pathMtu))
+      throw verbsError('ibv_modify_qp', 'EINVAL', `pathMtu must be 256, 512, 1024, 2048 or 4096 bytes (ibv_mtu), got ${String(attr.pathMtu)}`);
+    if (attr.pathMtu !== undefined) this.#pathAttr.pathMtu = attr.pathMtu;
+    if (attr.maxRdAtomic !== undefined) this.#pathAttr.maxRdAtomic = checkInt('maxRdAtomic', attr.maxRdAtomic, 0, 255);
+    if (attr.maxDestRdAtomic !== undefined) this.#pathAttr.maxDestRdAtomic = checkInt('maxDestRdAtomic', attr.maxDestRdAtomic, 0, 255);
     if (to === QpState.RTR) {
       const destQp = attr.destQpNum ?? this.#attr.destQpNum;
       const destNode = attr.destNode ?? this.#attr.destNode;

@@ -62,6 +62,11 @@ export class Requester {
     return this.#inflight.length;
   }
 
+  /** The PSN of the next request (ibv_query_qp's sq_psn). */
+  get psn(): number {
+    return this.#psn;
+  }
+
   get running(): boolean {
     return this.#running;
   }

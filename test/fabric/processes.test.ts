@@ -35,6 +35,7 @@ async function pair(program: string, args: string[]) {
     retransmitted: number;
     peer?: { bytesVerified: number; mismatches: number; nacks: number };
     stall?: StallReport;
+    cqEvents?: number;
   };
   const read = (f: string) => (JSON.parse(readFileSync(f, 'utf8')) as { results: R }).results;
   return { client: read(cj), server: read(sj), stdout: c.stdout };
@@ -144,6 +145,20 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
     }
     expect(r.client.nacks).toBeGreaterThanOrEqual(iters);
     expect(r.stdout).toMatch(/\d+ bytes in [\d.]+ seconds = [\d.]+ Mbit\/sec\n\d+ iters in [\d.]+ seconds = [\d.]+ usec\/iter/);
+  }, 60_000);
+
+  it('rc-pingpong -e: both sides sleep on completion events (every one acknowledged); bytes verified over evicted buffers', async () => {
+    const size = 4096;
+    const iters = 20;
+    const r = await pair('rc-pingpong', ['-s', String(size), '-n', String(iters), '-r', '1', '--evict', '-e']);
+    for (const side of [r.client, r.server]) {
+      expect(side.error).toBeUndefined();
+      expect(side.bytesVerified).toBe(iters * size);
+      expect(side.mismatches).toBe(0);
+      expect(side.faults.destination).toBeGreaterThanOrEqual(iters);
+      // Each side waits for its peer's message every iteration, on an empty CQ: at least one event each.
+      expect(side.cqEvents).toBeGreaterThanOrEqual(iters);
+    }
   }, 60_000);
 
   it('a server killed mid-transfer ends the WR with RETRY_EXC_ERR promptly, never a hang', async () => {

@@ -15,6 +15,7 @@ import {
   WcStatus,
   WrOpcode,
   type ClusterOptions,
+  type CompletionChannel,
   type CompletionQueue,
   type Context,
   type FaultStatsSnapshot,
@@ -69,6 +70,8 @@ export interface Player {
   ctx: Context;
   pd: ProtectionDomain;
   cq: CompletionQueue;
+  /** The CQ's completion channel (with `channel: true`). */
+  channel?: CompletionChannel;
   qp: QueuePair;
   /** The data buffer (for implicit ODP: a separate fresh mapping reached through the implicit key). */
   region: Region;
@@ -100,6 +103,10 @@ export interface PlayersOptions {
   cluster?: ClusterOptions;
   /** Leave the QPs in RESET. */
   connect?: boolean;
+  /** Create each CQ on a completion channel of its own context (ibv_rc_pingpong -e). */
+  channel?: boolean;
+  /** Extended QPs (createQpEx) with these QpExSendOps bits. */
+  sendOpsFlags?: number;
 }
 
 export interface Players {
@@ -119,8 +126,10 @@ export function createPlayers(o: PlayersOptions = {}): Players {
   const make = (node: 0 | 1): Player => {
     const ctx = cluster.openDevice(node, o.defaultPolicy ? { defaultPolicy: o.defaultPolicy } : {});
     const pd = ctx.allocPd();
-    const cq = ctx.createCq(1000);
-    const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: 1000, maxRecvWr: 1000, maxSendSge: 2, maxRecvSge: 2, ...o.cap } });
+    const channel = o.channel ? ctx.createCompChannel() : undefined;
+    const cq = ctx.createCq(1000, channel ? { channel } : {});
+    const init = { sendCq: cq, recvCq: cq, cap: { maxSendWr: 1000, maxRecvWr: 1000, maxSendSge: 2, maxRecvSge: 2, ...o.cap } };
+    const qp = o.sendOpsFlags === undefined ? ctx.createQp(pd, init) : ctx.createQpEx(pd, { ...init, sendOpsFlags: o.sendOpsFlags });
     const r = regions[node]!;
     const mr = o.implicit ? ctx.regMr(pd, null, 0, SIZE_MAX, access) : ctx.regMr(pd, r, 0, size, access, o.policy ? { policy: o.policy } : {});
     const base = r.address;
@@ -137,6 +146,7 @@ export function createPlayers(o: PlayersOptions = {}): Players {
       fill: (byte, off = 0, n = MSG) => void new Uint8Array(r.buffer, off, n).fill(byte),
       sge: (off = 0, length = MSG) => ({ addr: base + BigInt(off), length, lkey: mr.lkey }),
     };
+    if (channel) p.channel = channel;
     if (o.mixed) {
       const pr = extra[node]!;
       p.pinned = { region: pr, mr: ctx.regMr(pd, pr, 0, pr.size, Access.LOCAL_WRITE) };

@@ -153,7 +153,9 @@ test('memory regions and advise_mr', () => {
   expect(ctx.regMr(pd, null, 0, Infinity, ODP_ACCESS).implicit).toBe(true);
   expect(reg(pd, r, 0, 4096n, ODP_ACCESS).message).toBe('regMr: length must be a number for an explicit MR');
   expect(reg(pd, r, 0, 8 * P, ODP_ACCESS).message).toMatch(/^regMr: range 0\.\.32768 is outside the region/);
-  expect(reg(pd, r, 0, P, ODP_ACCESS | Access.HUGETLB).message).toBe('ibv_reg_mr: Access.HUGETLB needs a region mapped with { hugePages: true }');
+  expect(reg(pd, r, 0, P, ODP_ACCESS | Access.HUGETLB).message).toBe(
+    'ibv_reg_mr: Access.HUGETLB needs huge-page memory: a region mapped with { hugetlb: true } (MAP_HUGETLB) or { hugePages: true }',
+  );
   expect(reg(pd, 'x' as never, 0, P, ODP_ACCESS).message).toBe('regMr: memory must be a Region, the ArrayBuffer of one, or null (implicit ODP)');
   expect(reg(pd, new ArrayBuffer(P), 0, P, ODP_ACCESS).message).toBe(
     'regMr: this ArrayBuffer is not mapped by mapRegion(); register memory from mapRegion() so its pages can fault',
