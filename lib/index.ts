@@ -64,6 +64,7 @@ export {
   QueuePair,
   SIZE_MAX,
   SendFlags,
+  SharedReceiveQueue,
   WcFlags,
   WcOpcode,
   WcStatus,
@@ -83,6 +84,8 @@ export {
   type RegMrOptions,
   type SendWr,
   type Sge,
+  type SrqAttr,
+  type SrqInitAttr,
   type VerbsProcess,
   type WorkCompletion,
 } from './verbs/index.js';

@@ -113,6 +113,12 @@ export interface RcQp {
   readonly minRnrTimer: number;
   /** The receive queue: its head is taken by a SEND's first packet (kept there until the message completes). */
   readonly rq: RcRecvWqe[];
+  /**
+   * Where receives come from when they are not `rq`'s head (a QP attached to a shared
+   * receive queue): the next receive WQE taken off that queue for good, or undefined if it
+   * is empty (an RNR NAK). The message holds it until it completes (or the QP's ERR flushes it).
+   */
+  take?(): RcRecvWqe | undefined;
   /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
   expects(lkey: number, va: bigint, length: number): boolean;
   /** A receive ended (its WQE has left `rq`). */
@@ -241,11 +247,11 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   let spans: RcPlace['spans'];
   if (send) {
     if (!msg!.wqe) {
-      const wqe = qp.rq[0];
+      const wqe = qp.take ? qp.take() : qp.rq[0];
       if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
       const s = scatterSend(t, qp, wqe, 0, 0, total);
       if ('fail' in s) {
-        qp.rq.shift();
+        if (!qp.take) qp.rq.shift();
         qp.received(wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
         qp.toError();
         return s.fail === 'prot'
@@ -258,8 +264,11 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
     if ('fail' in s) return { nak: 'op', reason: `QP ${p.qpn}'s receive buffers went away mid-message` };
     spans = s.spans;
   } else {
-    if (p.opcode === RcOp.WRITE_IMM && last && !qp.rq[0])
-      return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+    if (p.opcode === RcOp.WRITE_IMM && last) {
+      // From a shared queue the receive is taken now, held by the message like a SEND's.
+      if (qp.take) msg!.wqe ??= qp.take();
+      if (!(qp.take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+    }
     spans = spansOf();
   }
   if (!continues) {

@@ -500,8 +500,9 @@ export class Responder {
     if (p.opcode === RcOp.WRITE) return;
     const wqe = msg.wqe ?? qp.rq[0];
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
-    if (!wqe || qp.rq[0] !== wqe) return;
-    qp.rq.shift();
+    // A receive taken off a shared queue is the message's alone; ERR flushed it too.
+    if (!wqe || (qp.take ? !qp.receiving : qp.rq[0] !== wqe)) return;
+    if (!qp.take) qp.rq.shift();
     const total = a.total;
     const r: RcReceived = {
       status: 'ok',

@@ -16,6 +16,7 @@ import { Device, type Endpoint, type KeyedMr } from './device.js';
 import { verbsError } from './errors.js';
 import { MemoryRegion, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
+import { SharedReceiveQueue, type SrqInitAttr } from './srq.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator, KeyAllocator, qpNumbers } from './tables.js';
 
@@ -31,6 +32,8 @@ export interface AsyncEvent {
   cq?: CompletionQueue;
   /** The QP the event is about (QP_* events, COMM_EST, SQ_DRAINED). */
   qp?: QueuePair;
+  /** The SRQ the event is about (SRQ_LIMIT_REACHED). */
+  srq?: SharedReceiveQueue;
 }
 
 /** Options of `Cluster.create`: the simulated system's and every context's defaults. */
@@ -178,6 +181,7 @@ export class Context {
   #pdHandles: IdAllocator;
   #objects: ProcessObjects = { pds: new Set(), mrs: new Set(), qps: new Set() };
   #cqs = new Set<CompletionQueue>();
+  #srqs = new Set<SharedReceiveQueue>();
   #events: AsyncEvent[] = [];
   #eventListeners: Array<(e: AsyncEvent) => void> = [];
   #forget: (c: Context) => void;
@@ -214,7 +218,13 @@ export class Context {
   /** ibv_query_device(_ex): limits (enforced) and ODP capabilities. */
   queryDevice(): DeviceAttr {
     this.#check();
-    const rc = OdpTransportCaps.SEND | OdpTransportCaps.RECV | OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC;
+    const rc =
+      OdpTransportCaps.SEND |
+      OdpTransportCaps.RECV |
+      OdpTransportCaps.WRITE |
+      OdpTransportCaps.READ |
+      OdpTransportCaps.ATOMIC |
+      OdpTransportCaps.SRQ_RECV;
     return {
       name: `pfr${this.node}`,
       node: this.node,
@@ -384,11 +394,26 @@ export class Context {
     return qp;
   }
 
-  /** ibv_close_device: destroy QPs (flushing their work), deregister MRs, free PDs, close CQs. */
+  /**
+   * ibv_create_srq: a shared receive queue in `pd`. QPs created with `{ srq }` take their
+   * receives from it; `srqLimit` (here or in `srq.modify`) arms IBV_EVENT_SRQ_LIMIT_REACHED.
+   */
+  createSrq(pd: ProtectionDomain, attr: SrqInitAttr = {}): SharedReceiveQueue {
+    this.#check();
+    this.#ownPd('ibv_create_srq', pd);
+    const srq = new SharedReceiveQueue(this, pd, attr, (s) =>
+      this.#raise({ eventType: AsyncEventType.SRQ_LIMIT_REACHED, name: 'IBV_EVENT_SRQ_LIMIT_REACHED', srq: s }),
+    );
+    this.#srqs.add(srq);
+    return srq;
+  }
+
+  /** ibv_close_device: destroy QPs (flushing their work) and SRQs, deregister MRs, free PDs, close CQs. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     for (const qp of [...this.#objects.qps]) qp.destroy();
+    for (const srq of this.#srqs) srq.destroy();
     for (const mr of [...this.#objects.mrs]) mr.dereg();
     for (const pd of [...this.#objects.pds]) pd.dealloc();
     for (const cq of this.#cqs) cq.close();

@@ -223,7 +223,7 @@ export const OdpTransportCaps = {
   READ: 8,
   /** Atomics on ODP memory. */
   ATOMIC: 16,
-  /** Shared-receive-queue receives into ODP memory (no SRQ here). */
+  /** Shared-receive-queue receives into ODP memory. */
   SRQ_RECV: 32,
 } as const;
 
@@ -266,4 +266,18 @@ export enum AsyncEventType {
   PATH_MIG_ERR,
   /** The device failed; every resource of the context is unusable. */
   DEVICE_FATAL,
+  /** A port became active (never raised here). */
+  PORT_ACTIVE,
+  /** A port went down (never raised here). */
+  PORT_ERR,
+  /** A port's LID changed (never raised here). */
+  LID_CHANGE,
+  /** A port's P_Key table changed (never raised here). */
+  PKEY_CHANGE,
+  /** The subnet manager changed (never raised here). */
+  SM_CHANGE,
+  /** An SRQ hit an error (never raised here). */
+  SRQ_ERR,
+  /** An SRQ's WQE count fell below its armed srq_limit (the limit is disarmed). */
+  SRQ_LIMIT_REACHED,
 }

@@ -23,6 +23,7 @@ export {
 export { Cluster, Context, type AsyncEvent, type ClusterOptions, type DeviceAttr, type Sge } from './cluster.js';
 export { ProtectionDomain, MemoryRegion, type RegMrOptions, type VerbsProcess } from './mr.js';
 export { CompletionQueue, type WorkCompletion } from './cq.js';
+export { SharedReceiveQueue, type SrqAttr, type SrqInitAttr } from './srq.js';
 export { QueuePair, connectQps, type QpAttr, type QpCap, type QpInitAttr, type SendWr, type RecvWr } from './qp.js';
 
 import type { CompletionQueue, WorkCompletion } from './cq.js';

@@ -15,6 +15,7 @@ import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
+import { SharedReceiveQueue } from './srq.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { checkRecvWr, checkSendWr } from './wr-check.js';
@@ -47,6 +48,8 @@ export interface QpInitAttr {
   cap?: Partial<QpCap>;
   /** Every send WR generates a completion (IBV_QPINITATTR sq_sig_all). */
   sqSigAll?: boolean;
+  /** Take receives from this shared receive queue (ibv_qp_init_attr.srq; same PD); the QP's own postRecv is then refused. */
+  srq?: SharedReceiveQueue;
 }
 
 /** struct ibv_qp_attr, the fields this model uses. */
@@ -109,6 +112,8 @@ export class QueuePair {
   readonly qpType = QpType.RC;
   /** True if every send work request generates a completion, SIGNALED or not (sq_sig_all). */
   readonly sqSigAll: boolean;
+  /** The shared receive queue its receives come from, if it was created with one. */
+  readonly srq: SharedReceiveQueue | undefined;
   #device: Device;
   #objects: ProcessObjects;
   #state = QpState.RESET;
@@ -139,6 +144,13 @@ export class QueuePair {
     if (type !== undefined && type !== QpType.RC && type !== 'RC')
       throw verbsError('ibv_create_qp', 'EOPNOTSUPP', 'only RC queue pairs are modelled');
     if (!init.sendCq || !init.recvCq) throw invalidArg('createQp: sendCq and recvCq are required');
+    const srq = init.srq;
+    if (srq !== undefined) {
+      if (!(srq instanceof SharedReceiveQueue)) throw verbsError('ibv_create_qp', 'EINVAL', 'srq must be a SharedReceiveQueue from createSrq()');
+      if (srq.destroyed) throw verbsError('ibv_create_qp', 'EINVAL', 'the SRQ was destroyed');
+      if (srq.pd !== pd) throw verbsError('ibv_create_qp', 'EINVAL', "the SRQ belongs to another protection domain than the QP's");
+    }
+    this.srq = srq;
     this.context = context;
     this.#device = device;
     this.#objects = objects;
@@ -212,6 +224,7 @@ export class QueuePair {
         return attr.minRnrTimer;
       },
       rq: this.#rq,
+      ...(srq ? { take: () => srq.take() } : {}),
       expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
       received: (wqe, r) =>
         completer.complete(
@@ -229,6 +242,7 @@ export class QueuePair {
     };
     this.#requester = new Requester(this.#core);
     pd.users.add(this);
+    srq?.users.add(this);
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -307,6 +321,7 @@ export class QueuePair {
   postRecv(wrs: RecvWr | RecvWr[]): void {
     this.#checkAlive();
     const list = Array.isArray(wrs) ? wrs : [wrs];
+    if (this.srq) throw verbsError('ibv_post_recv', 'EINVAL', 'the QP takes its receives from its SRQ: post them with srq.postRecv()');
     if (this.#state === QpState.RESET) throw verbsError('ibv_post_recv', 'EINVAL', 'the QP is in RESET; move it to INIT first');
     if (this.#rq.length + list.length > this.cap.maxRecvWr)
       throw verbsError('ibv_post_recv', 'ENOMEM', `the receive queue holds at most ${this.cap.maxRecvWr} WRs`);
@@ -337,6 +352,7 @@ export class QueuePair {
     this.#device.sim.fence({ qp: this.qpNum });
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
+    this.srq?.users.delete(this);
     this.#objects.qps.delete(this);
   }
 
@@ -348,8 +364,11 @@ export class QueuePair {
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
-    // A receive a SEND has taken is still at the head of rq: flushed with the rest.
+    // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
+    // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
+    const held = this.srq ? this.rc.resp.msg?.wqe : undefined;
     this.rc.resp.msg = undefined;
+    if (held) this.#completer.complete(this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
