@@ -51,6 +51,8 @@ export {
   AdviseMrAdvice,
   AdviseMrFlags,
   AsyncEventType,
+  FlushLevel,
+  FlushType,
   Cluster,
   CompletionQueue,
   Context,

@@ -137,7 +137,7 @@ function checkWrite(p: WritePacket, each = false): void {
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
   if (p.opcode !== undefined) {
     // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
-    int('opcode', p.opcode, RcOp.WRITE, RcOp.ATOMIC);
+    int('opcode', p.opcode, RcOp.WRITE, RcOp.FLUSH);
     if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
     int('srcQpn', p.srcQpn, 0, 0xffffff);
     int('psn', p.psn, 0, 0xffffff);
@@ -162,9 +162,21 @@ function checkWrite(p: WritePacket, each = false): void {
         addr('atomic.compareAdd', p.atomic.compareAdd);
         addr('atomic.swap', p.atomic.swap);
       }
+    } else if (p.opcode === RcOp.FLUSH) {
+      // FLUSH: RETH's range and FETH; no payload, no answer but the ACK.
+      if (p.length !== 0) bad('length', '0 in a FLUSH request', p.length);
+      int('dmaLength', p.dmaLength, 0, 2 ** 31);
+      if (p.flush === undefined) bad('flush', 'present in a FLUSH request', undefined);
+      int('flush.type', p.flush.type, 1, 3);
+      int('flush.level', p.flush.level, 0, 1);
+      if (p.sinks !== undefined || p.atomic !== undefined) bad('opcode', 'READ_REQUEST or ATOMIC with sinks or atomic', p.opcode);
     } else if (p.sinks !== undefined || p.dmaLength !== undefined || p.atomic !== undefined) {
       bad('opcode', 'READ_REQUEST or ATOMIC with sinks, dmaLength or atomic', p.opcode);
     }
+    if (p.opcode !== RcOp.FLUSH && p.flush !== undefined) bad('opcode', 'FLUSH with flush', p.opcode);
+    // ATOMIC WRITE: the 8 new bytes of one word, in one block.
+    if (p.opcode === RcOp.ATOMIC_WRITE && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
+      bad('length', '8 in an ATOMIC_WRITE, one block', p.length);
   } else if (p.srcQpn !== undefined || p.psn !== undefined || p.immData !== undefined || p.msgOffset !== undefined) {
     bad('opcode', 'present with the RC fields', undefined);
   }
@@ -417,6 +429,11 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
         sges(w, p.sinks!);
         w.u8(p.rnrRetry ?? 0xff);
       }
+      if (p.opcode === RcOp.FLUSH) {
+        w.u32(p.dmaLength!);
+        w.u8(p.flush!.type);
+        w.u8(p.flush!.level);
+      }
     }
     if (p.immData !== undefined) w.u32(p.immData);
     if (p.srcFaults !== undefined) w.u32(p.srcFaults);
@@ -581,6 +598,10 @@ function readWrite(r: Reader): DecodedWrite {
       p.sinks = readSges(r, 'sinks');
       const rnr = r.u8('rnrRetry');
       if (rnr !== 0xff) p.rnrRetry = rnr;
+    }
+    if (p.opcode === RcOp.FLUSH) {
+      p.dmaLength = r.u32('dmaLength');
+      p.flush = { type: r.u8('flush.type'), level: r.u8('flush.level') };
     }
   }
   if (f & W_IMM) p.immData = r.u32('immData');

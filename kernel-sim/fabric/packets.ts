@@ -21,6 +21,10 @@ export enum RcOp {
   READ_REQUEST = 6,
   /** ATOMIC (compare-and-swap or fetch-and-add): AtomicETH names the 8-byte word and the operands; no payload. */
   ATOMIC = 7,
+  /** ATOMIC WRITE: RETH names an 8-byte aligned word, the payload is its 8 new bytes, written as one store. */
+  ATOMIC_WRITE = 8,
+  /** RDMA FLUSH: RETH names the range (`va`, `key`, `dmaLength`), FETH the placement type and selectivity (`flush`); no payload. */
+  FLUSH = 9,
 }
 
 /** The ACK's 4-bit resp field. */
@@ -169,6 +173,13 @@ export interface WritePacket extends Header {
   sinks?: WireSge[];
   /** READ request, ATOMIC: the requester's rnr_retry (bounds its sinks' faults; 7: no bound). */
   rnrRetry?: number;
+  /** FLUSH: FETH, the placement type (bits: 1 global visibility, 2 persistence) and the selectivity level (0 the range, 1 the whole MR). */
+  flush?: {
+    /** ibv_placement_type bits. */
+    type: number;
+    /** ibv_selectivity_level. */
+    level: number;
+  };
   /** ATOMIC: AtomicETH's operation and operands. */
   atomic?: {
     /** Fetch-and-add (else compare-and-swap). */

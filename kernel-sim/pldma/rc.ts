@@ -28,7 +28,7 @@ export interface RcPlaceAt {
 }
 
 /** ibv_access_flags bits the responder checks (libibverbs values). */
-export const RcAccess = { LOCAL_WRITE: 1, REMOTE_WRITE: 2, REMOTE_READ: 4, REMOTE_ATOMIC: 8 } as const;
+export const RcAccess = { LOCAL_WRITE: 1, REMOTE_WRITE: 2, REMOTE_READ: 4, REMOTE_ATOMIC: 8, FLUSH_GLOBAL: 256, FLUSH_PERSISTENT: 512 } as const;
 
 /** An MR as its node's responder reads it. */
 export interface RcMr {
@@ -189,8 +189,10 @@ export interface RcPacket {
   /** A message of several transfers (one per SGE): this transfer's offset in it and the message's bytes. */
   msgOffset: number | undefined;
   msgLength: number | undefined;
-  /** READ request: the bytes to read from `va`. */
+  /** READ request: the bytes to read from `va`; FLUSH: the bytes to flush. */
   dmaLength: number | undefined;
+  /** FLUSH: FETH's placement type bits and selectivity level. */
+  flush?: { type: number; level: number } | undefined;
   blockSize: number;
   issuedUs: number;
   issuedMs: number;
@@ -361,6 +363,33 @@ export function checkRc(t: RcTables, p: RcPacket): RcRefusal | undefined {
       if (p.key === undefined || !keyFor(t, qp, p.key, p.va, 8, RcAccess.REMOTE_ATOMIC))
         return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, 8, 'REMOTE_ATOMIC') };
       return undefined;
+    case RcOp.ATOMIC_WRITE:
+      // rxe_resp: QP and MR need REMOTE_WRITE; the word is 8-byte aligned and the payload its 8 bytes.
+      if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an ATOMIC WRITE's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
+      if (spanOf(p).total !== 8) return { nak: 'inv-req', reason: `an ATOMIC WRITE carries 8 bytes, got ${spanOf(p).total}` };
+      if (!(qp.accessFlags & RcAccess.REMOTE_WRITE))
+        return { nak: 'access', reason: `QP ${p.qpn} does not accept ATOMIC WRITE (qp_access_flags lacks REMOTE_WRITE)` };
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, 8, RcAccess.REMOTE_WRITE))
+        return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, 8, 'REMOTE_WRITE') };
+      return undefined;
+    case RcOp.FLUSH: {
+      // rxe_resp's check_qp_attr_access and check_placement_type: the QP and the MR must both
+      // allow each placement type asked for.
+      const type = p.flush?.type ?? 0;
+      const want = (type & 1 ? RcAccess.FLUSH_GLOBAL : 0) | (type & 2 ? RcAccess.FLUSH_PERSISTENT : 0);
+      const name = type & 1 && !(qp.accessFlags & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+      if (want === 0) return { nak: 'inv-req', reason: 'a FLUSH names no placement type' };
+      if ((qp.accessFlags & want) !== want) return { nak: 'access', reason: `QP ${p.qpn} does not accept FLUSH with ${name} (qp_access_flags)` };
+      // Selectivity MR flushes the whole MR: only the key is checked; a range must lie inside it.
+      const n = p.flush?.level === 1 ? 0 : (p.dmaLength ?? 0);
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, n, want)) {
+        const mr = p.key === undefined ? undefined : t.mrs.get(p.key);
+        const lacks = mr && !mr.closed && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
+        const flag = mr && type & 1 && !(mr.access & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+        return { nak: 'access', reason: lacks ? `rkey ${hex(p.key!)}'s MR was registered without ${flag}` : rkeyReason(t, qp, p.key, p.va, n, flag) };
+      }
+      return undefined;
+    }
     case RcOp.READ_RESPONSE:
       if (p.length === 0) return undefined;
       if (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length))

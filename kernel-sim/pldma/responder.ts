@@ -143,10 +143,15 @@ export class Responder {
     // Where the packet lands, checked once, here, against this node's own tables and SMMU.
     const dest = this.#place(p);
     const ctx = 'refusal' in dest ? undefined : dest.ctx;
-    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC)) {
+    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC || p.opcode === RcOp.FLUSH)) {
       // A READ or an atomic: carried out here, its answer's bytes sent back on this node's
       // engine; the request's ACK goes out once they have landed (or with why they did not).
-      const out = p.opcode === RcOp.READ_REQUEST ? await this.#read(p, dest.rc) : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
+      const out =
+        p.opcode === RcOp.READ_REQUEST
+          ? await this.#read(p, dest.rc)
+          : p.opcode === RcOp.FLUSH
+            ? this.#flush(p, dest)
+            : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
       if (dest.rc.qp.resp.msg === dest.rc.msg && out.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
       if (out.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
       await before;
@@ -286,6 +291,7 @@ export class Responder {
       msgOffset: p.msgOffset,
       msgLength: p.msgLength,
       dmaLength: p.dmaLength,
+      flush: p.flush,
       blockSize: p.blockSize,
       issuedUs: p.issuedUs[0]!,
       issuedMs: p.issuedMs,
@@ -360,6 +366,18 @@ export class Responder {
     };
     if (bad.reason) v.reason = bad.reason;
     return v;
+  }
+
+  // An RDMA FLUSH (global visibility): the channel's writes before it were answered first and
+  // their copies are done, so they are visible already; what is left is rxe_odp's part, the
+  // range's pages mapped for the device: a missing one is the fault NACK, and the FLUSH is sent
+  // again once it is resolved. (Persistence is refused at registration: no memory here is.)
+  #flush(p: WritePacket, dest: Placed): { verdict: Verdict; fault?: () => void } {
+    const n = p.flush!.level === 0 ? (p.dmaLength ?? 0) : 0;
+    if (n === 0) return { verdict: { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: 0 } };
+    const tr = this.#d.smmu.translate(dest.ctx.sid, p.va, n, 'read');
+    if (!tr.ok) return this.#fault(p, 0, dest.ctx.sid, tr, p.va);
+    return { verdict: { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: walkCost(this.#d.costs, tr) } };
   }
 
   #nak(p: WritePacket, resp: AckResp, reason: string): Verdict {

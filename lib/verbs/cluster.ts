@@ -224,7 +224,9 @@ export class Context {
       OdpTransportCaps.WRITE |
       OdpTransportCaps.READ |
       OdpTransportCaps.ATOMIC |
-      OdpTransportCaps.SRQ_RECV;
+      OdpTransportCaps.SRQ_RECV |
+      OdpTransportCaps.FLUSH |
+      OdpTransportCaps.ATOMIC_WRITE;
     return {
       name: `pfr${this.node}`,
       node: this.node,
@@ -279,6 +281,13 @@ export class Context {
     if (!knownAccess(access)) throw verbsError('ibv_reg_mr', 'EINVAL', `unknown access flags 0x${Number(access).toString(16)}`);
     if (access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(access & Access.LOCAL_WRITE))
       throw verbsError('ibv_reg_mr', 'EINVAL', 'REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in libibverbs)');
+    // rdma_rxe refuses it on memory that is not pmem; nothing here is persistent.
+    if (access & Access.FLUSH_PERSISTENT)
+      throw verbsError(
+        'ibv_reg_mr',
+        'EINVAL',
+        'FLUSH_PERSISTENT needs persistent memory (pmem or a DAX file); regions here are anonymous or memfd pages that go with the process: register with FLUSH_GLOBAL',
+      );
     const odp = (access & Access.ON_DEMAND) !== 0;
     const lib = this.faultLibrary;
     const tables = this.#device.tables;

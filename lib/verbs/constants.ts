@@ -18,8 +18,12 @@ export const Access = {
   ON_DEMAND: 64,
   /** The MR is backed by huge pages. */
   HUGETLB: 128,
+  /** A peer may RDMA FLUSH the MR for global visibility (IBV_ACCESS_FLUSH_GLOBAL); on a QP, it accepts such FLUSHes. */
+  FLUSH_GLOBAL: 256,
+  /** A peer may RDMA FLUSH the MR to persistence (needs persistent memory: refused by regMr here). */
+  FLUSH_PERSISTENT: 512,
 } as const;
-const ACCESS_ALL = 0xff;
+const ACCESS_ALL = 0x3ff;
 /** True if `flags` is a non-negative integer made of Access bits only. */
 export function knownAccess(flags: number): boolean {
   return Number.isInteger(flags) && flags >= 0 && (flags & ~ACCESS_ALL) === 0;
@@ -125,7 +129,27 @@ export enum WrOpcode {
   ATOMIC_CMP_AND_SWP = 5,
   /** Add compareAdd to the remote 8-byte word; the old value comes back. */
   ATOMIC_FETCH_AND_ADD = 6,
+  /** Make remote memory globally visible (or persistent): wr.flush names the range, placement type and selectivity. */
+  FLUSH = 14,
+  /** Write the 8 bytes of the one local SGE to the 8-byte aligned remote word (wr.rdma), atomically visible. */
+  ATOMIC_WRITE = 15,
 }
+
+/** enum ibv_placement_type: what an RDMA FLUSH makes of the bytes (bits). */
+export const FlushType = {
+  /** Visible to every observer of the responder's memory (IBV_FLUSH_GLOBAL). */
+  GLOBAL: 1,
+  /** Persistent across power loss (IBV_FLUSH_PERSISTENT). */
+  PERSISTENT: 2,
+} as const;
+
+/** enum ibv_selectivity_level: what an RDMA FLUSH covers. */
+export const FlushLevel = {
+  /** The range [remoteAddr, remoteAddr+length) (IBV_FLUSH_RANGE). */
+  RANGE: 0,
+  /** The whole MR the rkey names (IBV_FLUSH_MR); remoteAddr must still lie inside it. */
+  MR: 1,
+} as const;
 
 /** enum ibv_wc_opcode */
 export enum WcOpcode {
@@ -139,6 +163,10 @@ export enum WcOpcode {
   COMP_SWAP = 3,
   /** A fetch-and-add completed at the requester. */
   FETCH_ADD = 4,
+  /** An RDMA FLUSH completed at the requester. */
+  FLUSH = 8,
+  /** An ATOMIC WRITE completed at the requester. */
+  ATOMIC_WRITE = 9,
   /** A receive completed: a SEND arrived. */
   RECV = 1 << 7,
   /** A receive consumed by an RDMA WRITE with immediate. */
@@ -225,6 +253,10 @@ export const OdpTransportCaps = {
   ATOMIC: 16,
   /** Shared-receive-queue receives into ODP memory. */
   SRQ_RECV: 32,
+  /** RDMA FLUSH of ODP memory. */
+  FLUSH: 64,
+  /** ATOMIC WRITE to and from ODP memory. */
+  ATOMIC_WRITE: 128,
 } as const;
 
 /** Implicit ODP: address 0, length SIZE_MAX. */

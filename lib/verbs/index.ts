@@ -6,6 +6,8 @@ export {
   AdviseMrAdvice,
   AdviseMrFlags,
   AsyncEventType,
+  FlushLevel,
+  FlushType,
   OdpGeneralCaps,
   OdpTransportCaps,
   QP_DEFAULTS,

@@ -31,12 +31,25 @@ export interface SendWr {
   sendFlags?: number;
   /** Immediate data of a *_WITH_IMM operation, delivered with the remote completion. */
   immData?: number;
-  /** RDMA_WRITE(_WITH_IMM) and RDMA_READ */
+  /** RDMA_WRITE(_WITH_IMM), RDMA_READ and ATOMIC_WRITE (the 8-byte word's address) */
   rdma?: {
     /** Remote virtual address (wr.rdma.remote_addr). */
     remoteAddr: bigint;
     /** The remote MR's rkey. */
     rkey: number;
+  };
+  /** FLUSH: what to flush (ibv_wr_flush's arguments); the WR carries no local buffers. */
+  flush?: {
+    /** Remote address of the range (with FlushLevel.MR: any address inside the MR). */
+    remoteAddr: bigint;
+    /** The remote MR's rkey. */
+    rkey: number;
+    /** Bytes of the range (FlushLevel.RANGE). */
+    length: number;
+    /** FlushType bits: GLOBAL and/or PERSISTENT. */
+    type: number;
+    /** FlushLevel: RANGE or MR. */
+    level: number;
   };
   /** ATOMIC_CMP_AND_SWP (compareAdd = compare, swap) and ATOMIC_FETCH_AND_ADD (compareAdd = add) */
   atomic?: {

@@ -272,7 +272,7 @@ export class QueuePair {
     }
     if (!TRANSITIONS[this.#state].includes(to))
       throw verbsError('ibv_modify_qp', 'EINVAL', `cannot go from ${QpState[this.#state]} to ${QpState[to]} (RESET → INIT → RTR → RTS)`);
-    if (attr.qpAccessFlags !== undefined) this.#attr.qpAccessFlags = checkInt('qpAccessFlags', attr.qpAccessFlags, 0, 0xff);
+    if (attr.qpAccessFlags !== undefined) this.#attr.qpAccessFlags = checkInt('qpAccessFlags', attr.qpAccessFlags, 0, 0x3ff);
     if (to === QpState.RTR) {
       const destQp = attr.destQpNum ?? this.#attr.destQpNum;
       const destNode = attr.destNode ?? this.#attr.destNode;

@@ -16,6 +16,8 @@ export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
   [WrOpcode.RDMA_READ]: WcOpcode.RDMA_READ,
   [WrOpcode.ATOMIC_CMP_AND_SWP]: WcOpcode.COMP_SWAP,
   [WrOpcode.ATOMIC_FETCH_AND_ADD]: WcOpcode.FETCH_ADD,
+  [WrOpcode.FLUSH]: WcOpcode.FLUSH,
+  [WrOpcode.ATOMIC_WRITE]: WcOpcode.ATOMIC_WRITE,
 };
 
 /** The largest message (ibv_port_attr.max_msg_sz): 2^31 bytes. */
@@ -192,6 +194,23 @@ export class Requester {
         }).finally(landed);
         return done(statusOf(results), 8, results);
       }
+      case WrOpcode.ATOMIC_WRITE: {
+        // One packet carrying the word's 8 new bytes, read from the local SGE (it may fault here).
+        if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+        const { remoteAddr, rkey } = wr.rdma!;
+        const results = await this.#move(RcOp.ATOMIC_WRITE, [{ fromVa: local[0]!.addr, toVa: remoteAddr, length: 8, key: rkey }], 8, undefined);
+        return done(statusOf(results), 8, results);
+      }
+      case WrOpcode.FLUSH: {
+        // One request packet: RETH (the range) and FETH (placement type, selectivity); its ACK
+        // comes once the responder has made the range what the type asks.
+        const f = wr.flush!;
+        const results = await this.#move(RcOp.FLUSH, [{ fromVa: 0n, toVa: f.remoteAddr, length: 0, key: f.rkey }], 0, undefined, {
+          dmaLength: f.length,
+          flush: { type: f.type, level: f.level },
+        });
+        return done(statusOf(results), 0, results);
+      }
     }
     return fail(WcStatus.LOC_QP_OP_ERR);
   }
@@ -212,7 +231,7 @@ export class Requester {
     pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
     total: number,
     immData: number | undefined,
-    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry'>,
+    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry' | 'flush'>,
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;
     const sim = q.device.sim;

@@ -48,7 +48,11 @@ export function checkSendWr(wr: SendWr, i: number, maxSge: number): void {
   if (wr.sendFlags !== undefined && (!isU32(wr.sendFlags) || (wr.sendFlags & ~KNOWN_SEND_FLAGS) !== 0))
     throw bad(v, i, 'sendFlags', `must be SendFlags bits, got ${String(wr.sendFlags)}`);
   if (wr.immData !== undefined && !isU32(wr.immData)) throw bad(v, i, 'immData', `must be a 32-bit unsigned integer, got ${String(wr.immData)}`);
-  const rdma = wr.opcode === WrOpcode.RDMA_WRITE || wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM || wr.opcode === WrOpcode.RDMA_READ;
+  const rdma =
+    wr.opcode === WrOpcode.RDMA_WRITE ||
+    wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM ||
+    wr.opcode === WrOpcode.RDMA_READ ||
+    wr.opcode === WrOpcode.ATOMIC_WRITE;
   const atomic = wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
   if (rdma) {
     if (!wr.rdma || typeof wr.rdma !== 'object') throw bad(v, i, 'rdma', 'RDMA operations need wr.rdma = { remoteAddr, rkey }');
@@ -62,6 +66,17 @@ export function checkSendWr(wr: SendWr, i: number, maxSge: number): void {
     if (!isU32(a.rkey)) throw bad(v, i, 'atomic.rkey', `must be a 32-bit unsigned integer, got ${String(a.rkey)}`);
     if (typeof a.compareAdd !== 'bigint') throw bad(v, i, 'atomic.compareAdd', 'must be a bigint');
     if (a.swap !== undefined && typeof a.swap !== 'bigint') throw bad(v, i, 'atomic.swap', 'must be a bigint');
+  }
+  if (wr.opcode === WrOpcode.FLUSH) {
+    const f = wr.flush;
+    if (!f || typeof f !== 'object') throw bad(v, i, 'flush', 'FLUSH needs wr.flush = { remoteAddr, rkey, length, type, level }');
+    if (!isU64(f.remoteAddr)) throw bad(v, i, 'flush.remoteAddr', 'must be a bigint in 0..2^64-1');
+    if (!isU32(f.rkey)) throw bad(v, i, 'flush.rkey', `must be a 32-bit unsigned integer, got ${String(f.rkey)}`);
+    if (!isU32(f.length) || f.length > 2 ** 31) throw bad(v, i, 'flush.length', `must be an integer in 0..2^31, got ${String(f.length)}`);
+    if (f.type !== 1 && f.type !== 2 && f.type !== 3)
+      throw bad(v, i, 'flush.type', `must be FlushType bits (GLOBAL 1, PERSISTENT 2), got ${String(f.type)}`);
+    if (f.level !== 0 && f.level !== 1) throw bad(v, i, 'flush.level', `must be FlushLevel.RANGE (0) or MR (1), got ${String(f.level)}`);
+    if (wr.sgList.length) throw bad(v, i, 'sgList', 'must be empty: a FLUSH carries no local buffers');
   }
 }
 

@@ -269,8 +269,8 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const f = encodePacket(atomic()).slice();
     // The opcode byte follows the write's fixed fields, its key and QP: find it by its value.
     const at = f.indexOf(RcOp.ATOMIC, 60);
-    f[at] = 9;
-    refused(f, /opcode must be an integer in 1\.\.7, got 9/);
+    f[at] = 99;
+    refused(f, /opcode must be an integer in 1\.\.\d+, got 99/);
     expect(() => encodePacket(atomic({ va: 0x1000n, length: 10, lengthHint: 10 }), payload(10))).toThrow(
       /length must be 0 in a ATOMIC request, got 10/,
     );
@@ -282,6 +282,33 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     expect(() => encodePacket(write({ opcode: RcOp.WRITE, qpn: 1, srcQpn: 2, psn: 1 << 24 }), payload(write().length))).toThrow(
       /psn must be an integer in 0\.\.16777215/,
     );
+  });
+
+  it('FLUSH (RETH range, FETH placement type and selectivity) and ATOMIC_WRITE (8 bytes) round trip; their fields out of range are refused', () => {
+    const flush = atomic({
+      opcode: RcOp.FLUSH,
+      atomic: undefined,
+      sinks: undefined,
+      rnrRetry: undefined,
+      dmaLength: 2 * BS,
+      flush: { type: 3, level: 1 },
+    });
+    const f = decodeFrame(encodePacket(flush, new Uint8Array(0)));
+    if (f.op !== Op.WRITE) throw new Error('not a write');
+    expect(f.packet).toMatchObject({ opcode: RcOp.FLUSH, dmaLength: 2 * BS, flush: { type: 3, level: 1 }, key: 0xdeadbeef });
+    expect(f.packet.sinks).toBeUndefined();
+    const bytes = encodePacket(flush, new Uint8Array(0)).slice();
+    bytes[bytes.length - 16 - 2] = 0; // flush.type, before flush.level and the two modelled times
+    refused(bytes, /flush\.type must be an integer in 1\.\.3, got 0/);
+    expect(() => encodePacket({ ...flush, flush: { type: 1, level: 2 } })).toThrow(/flush\.level must be an integer in 0\.\.1, got 2/);
+    expect(() => encodePacket({ ...flush, flush: undefined })).toThrow(/flush must be present in a FLUSH request/);
+    expect(() => encodePacket({ ...flush, sinks: [] })).toThrow(/READ_REQUEST or ATOMIC with sinks/);
+    expect(() => encodePacket(atomic({ flush: { type: 1, level: 0 } }))).toThrow(/opcode must be FLUSH with flush/);
+    const aw = write({ count: 1, seq: 0, length: 8, lengthHint: 8, opcode: RcOp.ATOMIC_WRITE, qpn: 1, srcQpn: 2, psn: 3, key: 4 });
+    const g = decodeFrame(encodePacket(aw, payload(8)));
+    if (g.op !== Op.WRITE) throw new Error('not a write');
+    expect([g.packet.opcode, g.packet.length, g.packet.bytes]).toEqual([RcOp.ATOMIC_WRITE, 8, payload(8)]);
+    expect(() => encodePacket({ ...aw, length: 16, lengthHint: 16 }, payload(16))).toThrow(/length must be 8 in an ATOMIC_WRITE, one block/);
   });
 
   it('a hello naming a node twice or beyond the node ids, a chunk past its announced size', () => {
