@@ -48,6 +48,7 @@ export {
 } from './fault-library/trace.js';
 export {
   Access,
+  AddressHandle,
   AdviseMrAdvice,
   AdviseMrFlags,
   AsyncEventType,
@@ -67,6 +68,7 @@ export {
   SIZE_MAX,
   SendFlags,
   SharedReceiveQueue,
+  UD_MTU,
   WcFlags,
   WcOpcode,
   WcStatus,
@@ -76,6 +78,7 @@ export {
   pollCq,
   rnrTimerMs,
   wcStatusStr,
+  type AhAttr,
   type AsyncEvent,
   type ClusterOptions,
   type DeviceAttr,

@@ -30,6 +30,8 @@ const MIN_BLOCK = 4096;
 const MAX_BLOCK = 1 << 30;
 /** Verdicts one ACK may carry: one per group of blocks written and one for where it stopped. */
 const MAX_VERDICTS = WIRE_MAX_BLOCKS + 2;
+/** The largest UD message: IBV_MTU_4096. */
+const UD_MAX_BYTES = 4096;
 /** Scatter/gather entries one verbs header may carry (the QPs' max_sge). */
 const MAX_SGE = 32;
 /** Bytes of a reason string, of an exchange string, and the exchange value's shape limits. */
@@ -137,7 +139,7 @@ function checkWrite(p: WritePacket, each = false): void {
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
   if (p.opcode !== undefined) {
     // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
-    int('opcode', p.opcode, RcOp.WRITE, RcOp.FLUSH);
+    int('opcode', p.opcode, RcOp.WRITE, RcOp.UD_SEND_IMM);
     if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
     int('srcQpn', p.srcQpn, 0, 0xffffff);
     int('psn', p.psn, 0, 0xffffff);
@@ -174,6 +176,13 @@ function checkWrite(p: WritePacket, each = false): void {
       bad('opcode', 'READ_REQUEST or ATOMIC with sinks, dmaLength or atomic', p.opcode);
     }
     if (p.opcode !== RcOp.FLUSH && p.flush !== undefined) bad('opcode', 'FLUSH with flush', p.opcode);
+    // UD SEND: DETH's Q_Key, and the whole message in one block of at most the largest MTU.
+    const ud = p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM;
+    if (ud) {
+      u32('qkey', p.qkey);
+      if (count !== 1 || p.seq !== 0 || p.length > UD_MAX_BYTES || p.msgOffset !== undefined)
+        bad('length', `a UD message of at most ${UD_MAX_BYTES} bytes in one block`, p.length);
+    } else if (p.qkey !== undefined) bad('opcode', 'UD_SEND or UD_SEND_IMM with qkey', p.opcode);
     // ATOMIC WRITE: the 8 new bytes of one word, in one block.
     if (p.opcode === RcOp.ATOMIC_WRITE && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
       bad('length', '8 in an ATOMIC_WRITE, one block', p.length);
@@ -429,6 +438,7 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
         sges(w, p.sinks!);
         w.u8(p.rnrRetry ?? 0xff);
       }
+      if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) w.u32(p.qkey!);
       if (p.opcode === RcOp.FLUSH) {
         w.u32(p.dmaLength!);
         w.u8(p.flush!.type);
@@ -599,6 +609,7 @@ function readWrite(r: Reader): DecodedWrite {
       const rnr = r.u8('rnrRetry');
       if (rnr !== 0xff) p.rnrRetry = rnr;
     }
+    if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) p.qkey = r.u32('qkey');
     if (p.opcode === RcOp.FLUSH) {
       p.dmaLength = r.u32('dmaLength');
       p.flush = { type: r.u8('flush.type'), level: r.u8('flush.level') };

@@ -25,6 +25,15 @@ export enum RcOp {
   ATOMIC_WRITE = 8,
   /** RDMA FLUSH: RETH names the range (`va`, `key`, `dmaLength`), FETH the placement type and selectivity (`flush`); no payload. */
   FLUSH = 9,
+  /**
+   * UD SEND: one packet, a whole message of at most the path MTU, to any UD QP that holds the
+   * packet's Q_Key (DETH); the receive WQE is taken when it lands. A UD responder drops what it
+   * cannot take (no QP, a wrong Q_Key, no receive posted), answering the sender's engine as if
+   * it had landed: UD has no ACK or NAK of its own.
+   */
+  UD_SEND = 10,
+  /** UD SEND with immediate. */
+  UD_SEND_IMM = 11,
 }
 
 /** The ACK's 4-bit resp field. */
@@ -161,6 +170,8 @@ export interface WritePacket extends Header {
   key?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** DETH Q_Key of a UD SEND: the receiving UD QP must hold the same. */
+  qkey?: number;
   /** Source faults the message took so far (for the receive completion's odp figures). */
   srcFaults?: number;
   /** A message of several transfers (one per SGE): this transfer's byte offset in it. */

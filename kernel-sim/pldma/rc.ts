@@ -70,7 +70,7 @@ export interface RcReceived {
   /** 'ok'; 'prot': a buffer is in no MR of the QP's PD with LOCAL_WRITE; 'len': the message is longer than the buffers. */
   status: 'ok' | 'prot' | 'len';
   /** Which operation consumed it. */
-  op: RcOp.SEND | RcOp.SEND_IMM | RcOp.WRITE_IMM;
+  op: RcOp.SEND | RcOp.SEND_IMM | RcOp.WRITE_IMM | RcOp.UD_SEND | RcOp.UD_SEND_IMM;
   /** Bytes of the message. */
   byteLen: number;
   /** The immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM. */
@@ -119,6 +119,10 @@ export interface RcQp {
    * is empty (an RNR NAK). The message holds it until it completes (or the QP's ERR flushes it).
    */
   take?(): RcRecvWqe | undefined;
+  /** A UD QP's Q_Key (absent for an RC QP): it takes UD SENDs from any QP that names it. */
+  readonly qkey?: number;
+  /** UD: give back a receive `take` returned whose datagram did not land (a fault: it comes again). */
+  giveBack?(wqe: RcRecvWqe): void;
   /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
   expects(lkey: number, va: bigint, length: number): boolean;
   /** A receive ended (its WQE has left `rq`). */
@@ -166,7 +170,8 @@ export class RcTables {
 
 /** Why the responder refused a packet: the NAK syndrome (AETH) and what it says. */
 export interface RcRefusal {
-  nak: 'qp' | 'psn' | 'access' | 'inv-req' | 'op' | 'rnr';
+  /** 'drop': a UD datagram silently dropped (the sender's engine is answered as if it landed). */
+  nak: 'qp' | 'psn' | 'access' | 'inv-req' | 'op' | 'rnr' | 'drop';
   reason: string;
   /** RNR NAK: the QP's min_rnr_timer code. */
   rnrTimer?: number;
@@ -193,6 +198,8 @@ export interface RcPacket {
   dmaLength: number | undefined;
   /** FLUSH: FETH's placement type bits and selectivity level. */
   flush?: { type: number; level: number } | undefined;
+  /** UD SEND: DETH's Q_Key. */
+  qkey?: number | undefined;
   blockSize: number;
   issuedUs: number;
   issuedMs: number;
@@ -220,6 +227,7 @@ export interface RcAdmitted {
  * (epsn moves on) only once its first packet is admitted.
  */
 export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) return admitUd(t, p);
   const refused = checkRc(t, p);
   if (refused) return refused;
   const qp = t.qps.get(p.qpn)!;
@@ -278,6 +286,34 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
     r.epsn = (r.epsn + 1) & 0xffffff;
   }
   return { qp, msg: msg!, total, spans, last };
+}
+
+/** Bytes at the head of a UD receive buffer kept for the GRH (never written here: no GRH is carried). */
+export const GRH_BYTES = 40;
+
+/**
+ * Admit a UD SEND (rxe_resp for a UD QP): a UD QP receiving, the Q_Key it holds, a receive
+ * WQE taken off its queue; the message lands after the receive's first GRH_BYTES. Anything
+ * else is dropped without a word to the sender, as IB's UD does: no QP, a wrong Q_Key (a
+ * Q_Key violation), no receive posted (no RNR on UD). A receive too short completes with
+ * LOC_LEN_ERR, one with a buffer in no MR with LOC_PROT_ERR (the QP going to ERR); the
+ * datagram is dropped then too.
+ */
+function admitUd(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  const qp = t.qps.get(p.qpn);
+  if (!qp || !qp.receiving || qp.pd.closed || qp.qkey === undefined) return { nak: 'drop', reason: `no UD QP ${p.qpn} receiving on this node` };
+  if (p.qkey !== qp.qkey) return { nak: 'drop', reason: `Q_Key 0x${(p.qkey ?? 0).toString(16)} does not match UD QP ${p.qpn}'s` };
+  const wqe = qp.take?.();
+  if (!wqe) return { nak: 'drop', reason: `UD QP ${p.qpn} has no receive posted` };
+  const op = p.opcode as RcOp.UD_SEND;
+  const s = scatterSend(t, qp, wqe, GRH_BYTES, p.length, GRH_BYTES + p.length);
+  if ('fail' in s) {
+    qp.received(wqe, { status: s.fail, op, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+    if (s.fail === 'prot') qp.toError();
+    return { nak: 'drop', reason: `UD QP ${p.qpn}'s receive ${s.fail === 'len' ? 'is too short' : 'has a buffer in no MR of its PD'}` };
+  }
+  const msg: RcMessage = { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
+  return { qp, msg, total: p.length, spans: s.spans, last: true };
 }
 
 /** Zero faults and times. */

@@ -283,6 +283,7 @@ export class Requester implements Schedulable {
     if (d.sinks) packet.sinks = d.sinks;
     if (d.atomic) packet.atomic = d.atomic;
     if (d.flush) packet.flush = d.flush;
+    if (d.qkey !== undefined) packet.qkey = d.qkey;
     if (d.rnrRetry !== undefined) packet.rnrRetry = d.rnrRetry;
     if (t.faults.source) packet.srcFaults = t.faults.source;
   }

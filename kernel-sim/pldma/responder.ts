@@ -17,7 +17,7 @@ import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { Faults } from './faults.js';
-import { admitRc, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
+import { admitRc, GRH_BYTES, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
 /** @internal What one node's responder needs of its node. */
@@ -77,6 +77,8 @@ const NAK_RESP: Record<RcRefusal['nak'], AckResp> = {
   'inv-req': AckResp.INV_REQ,
   op: AckResp.OP_ERR,
   rnr: AckResp.RNR,
+  // UD: the sender's engine hears the datagram landed; nothing was written.
+  drop: AckResp.OK,
 };
 
 /** A channel of a source node, as this responder sees it: its writes answered in order, and where the transfer stopped. */
@@ -160,7 +162,10 @@ export class Responder {
       answered();
       return;
     }
-    if ('refusal' in dest) {
+    if ('refusal' in dest && dest.refusal === AckResp.OK) {
+      // A UD datagram dropped: answered as taken, as UD has no NAK.
+      written = p.count;
+    } else if ('refusal' in dest) {
       refused = { seq: p.seq, count: 1, resp: dest.refusal, walkUs: 0, reason: dest.reason };
       if (dest.rnrTimer !== undefined) refused.rnrTimer = dest.rnrTimer;
     } else if (dest.spans.length === 0) {
@@ -251,10 +256,12 @@ export class Responder {
     // translated: this one's answer is dropped (its bytes are written again after that block).
     const early = lane.stop;
     if (early && early.tid === p.tid && early.seq < p.seq) {
+      if (rc) this.#notReceived(rc);
       this.#answer(p, [], { seq: p.seq, count: p.count });
     } else {
       // Every byte of the message is in: its receive completes before the ACK goes out.
       if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
+      else if (rc) this.#notReceived(rc);
       this.#answer(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
       for (const f of faults) f();
     }
@@ -292,6 +299,7 @@ export class Responder {
       msgLength: p.msgLength,
       dmaLength: p.dmaLength,
       flush: p.flush,
+      qkey: p.qkey,
       blockSize: p.blockSize,
       issuedUs: p.issuedUs[0]!,
       issuedMs: p.issuedMs,
@@ -518,14 +526,17 @@ export class Responder {
     if (p.opcode === RcOp.WRITE) return;
     const wqe = msg.wqe ?? qp.rq[0];
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
-    // A receive taken off a shared queue is the message's alone; ERR flushed it too.
+    // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for
+    // a UD datagram (no message kept between packets) its QP flushes it when given back.
+    if (wqe && qp.take && !qp.receiving) this.#notReceived(a);
     if (!wqe || (qp.take ? !qp.receiving : qp.rq[0] !== wqe)) return;
     if (!qp.take) qp.rq.shift();
     const total = a.total;
     const r: RcReceived = {
       status: 'ok',
       op: p.opcode as RcReceived['op'],
-      byteLen: total,
+      // A UD receive counts the GRH space at its head.
+      byteLen: qp.qkey === undefined ? total : total + GRH_BYTES,
       srcQpn: p.srcQpn ?? 0,
       odp: {
         faults: { source: p.srcFaults ?? 0, destination: msg.faults },
@@ -537,6 +548,11 @@ export class Responder {
     };
     if (p.immData !== undefined) r.immData = p.immData;
     qp.received(wqe, r);
+  }
+
+  // A UD datagram that did not land (a fault: it is sent again) gives back the receive it took.
+  #notReceived(a: RcAdmitted): void {
+    if (a.qp.qkey !== undefined && a.msg.wqe) a.qp.giveBack?.(a.msg.wqe);
   }
 
   #answer(p: WritePacket, verdicts: Verdict[], returned: { seq: number; count: number } | undefined): void {

@@ -108,6 +108,8 @@ export interface DmaDescriptor {
   psn?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** DETH Q_Key of a UD SEND. */
+  qkey?: number;
   /** READ request: RETH's DMA length. */
   dmaLength?: number;
   /** READ request, ATOMIC: where the answer lands at the requester. */

@@ -17,6 +17,7 @@ import { verbsError } from './errors.js';
 import { MemoryRegion, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 import { SharedReceiveQueue, type SrqInitAttr } from './srq.js';
+import { AddressHandle, type AhAttr } from './ah.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator, KeyAllocator, qpNumbers } from './tables.js';
 
@@ -73,7 +74,7 @@ export interface DeviceAttr {
     rcOdpCaps: number;
     /** OdpTransportCaps bits for UC QPs (none here). */
     ucOdpCaps: number;
-    /** OdpTransportCaps bits for UD QPs (none here). */
+    /** OdpTransportCaps bits for UD QPs. */
     udOdpCaps: number;
   };
 }
@@ -182,6 +183,7 @@ export class Context {
   #objects: ProcessObjects = { pds: new Set(), mrs: new Set(), qps: new Set() };
   #cqs = new Set<CompletionQueue>();
   #srqs = new Set<SharedReceiveQueue>();
+  #ahs = new Set<AddressHandle>();
   #events: AsyncEvent[] = [];
   #eventListeners: Array<(e: AsyncEvent) => void> = [];
   #forget: (c: Context) => void;
@@ -236,7 +238,12 @@ export class Context {
       maxSge: DEVICE_LIMITS.maxSge,
       maxMrSize: SIZE_MAX,
       pageSizeCap: PAGE_SIZE,
-      odpCaps: { generalCaps: OdpGeneralCaps.SUPPORT | OdpGeneralCaps.SUPPORT_IMPLICIT, rcOdpCaps: rc, ucOdpCaps: 0, udOdpCaps: 0 },
+      odpCaps: {
+        generalCaps: OdpGeneralCaps.SUPPORT | OdpGeneralCaps.SUPPORT_IMPLICIT,
+        rcOdpCaps: rc,
+        ucOdpCaps: 0,
+        udOdpCaps: OdpTransportCaps.SEND | OdpTransportCaps.RECV | OdpTransportCaps.SRQ_RECV,
+      },
     };
   }
 
@@ -417,12 +424,22 @@ export class Context {
     return srq;
   }
 
+  /** ibv_create_ah: the address of a node's port for UD SENDs (`wr.ud.ah`); `dlid` is the node's number. */
+  createAh(pd: ProtectionDomain, attr: AhAttr): AddressHandle {
+    this.#check();
+    this.#ownPd('ibv_create_ah', pd);
+    const ah = new AddressHandle(pd, this.#device, attr);
+    this.#ahs.add(ah);
+    return ah;
+  }
+
   /** ibv_close_device: destroy QPs (flushing their work) and SRQs, deregister MRs, free PDs, close CQs. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     for (const qp of [...this.#objects.qps]) qp.destroy();
     for (const srq of this.#srqs) srq.destroy();
+    for (const ah of this.#ahs) ah.destroy();
     for (const mr of [...this.#objects.mrs]) mr.dereg();
     for (const pd of [...this.#objects.pds]) pd.dealloc();
     for (const cq of this.#cqs) cq.close();

@@ -211,11 +211,16 @@ export enum QpState {
   ERR,
 }
 
-/** enum ibv_qp_type (RC only here) */
+/** enum ibv_qp_type (RC and UD here) */
 export enum QpType {
   /** Reliable connected: ordered, acknowledged, with RDMA and atomics. */
   RC = 2,
+  /** Unreliable datagram: SENDs of up to the MTU to any UD QP, addressed by an AH, unacknowledged. */
+  UD = 4,
 }
+
+/** The path MTU of UD messages (the port's active MTU, IBV_MTU_4096): a longer SEND completes LOC_LEN_ERR. */
+export const UD_MTU = 4096;
 
 /** enum ib_uverbs_advise_mr_advice and flags */
 export enum AdviseMrAdvice {

@@ -15,6 +15,7 @@ export {
   QpType,
   SIZE_MAX,
   SendFlags,
+  UD_MTU,
   WcFlags,
   WcOpcode,
   WcStatus,
@@ -25,6 +26,7 @@ export {
 export { Cluster, Context, type AsyncEvent, type ClusterOptions, type DeviceAttr, type Sge } from './cluster.js';
 export { ProtectionDomain, MemoryRegion, type RegMrOptions, type VerbsProcess } from './mr.js';
 export { CompletionQueue, type WorkCompletion } from './cq.js';
+export { AddressHandle, type AhAttr } from './ah.js';
 export { SharedReceiveQueue, type SrqAttr, type SrqInitAttr } from './srq.js';
 export { QueuePair, connectQps, type QpAttr, type QpCap, type QpInitAttr, type SendWr, type RecvWr } from './qp.js';
 

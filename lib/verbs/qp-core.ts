@@ -1,7 +1,8 @@
 // What a QP's requester, responder and completer share: the QP's own state (never a peer's)
 // and the checks of its own SGEs, made on its own device.
 import type { Region } from '../region.js';
-import { Access, type QpState, type WrOpcode } from './constants.js';
+import type { AddressHandle } from './ah.js';
+import { Access, type QpState, type QpType, type WrOpcode } from './constants.js';
 import type { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
@@ -37,6 +38,15 @@ export interface SendWr {
     remoteAddr: bigint;
     /** The remote MR's rkey. */
     rkey: number;
+  };
+  /** UD SEND: where it goes (wr.ud): the address handle of the node, the QP there and its Q_Key. */
+  ud?: {
+    /** The destination's address handle (createAh), in the QP's PD. */
+    ah: AddressHandle;
+    /** The destination UD QP's number (remote_qpn). */
+    remoteQpn: number;
+    /** The Q_Key the destination QP holds (remote_qkey); a mismatch is dropped there. */
+    remoteQkey: number;
   };
   /** FLUSH: what to flush (ibv_wr_flush's arguments); the WR carries no local buffers. */
   flush?: {
@@ -83,10 +93,13 @@ export interface QpAttrs {
   /** The PSN the responder expects first (RTR) and the requester sends first (RTS). */
   rqPsn: number;
   sqPsn: number;
+  /** UD: the QP's Q_Key (set at INIT). */
+  qkey?: number;
 }
 
 export interface QpCore {
   readonly qpNum: number;
+  readonly qpType: QpType;
   readonly device: Device;
   readonly pd: ProtectionDomain;
   readonly sendCq: CompletionQueue;

@@ -18,7 +18,7 @@ import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { SharedReceiveQueue } from './srq.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
-import { checkRecvWr, checkSendWr } from './wr-check.js';
+import { checkRecvWr, checkSendWr, checkUdWr } from './wr-check.js';
 
 export type { RecvWr, SendWr } from './qp-core.js';
 
@@ -36,10 +36,10 @@ export interface QpCap {
 
 /** Attributes of a new QP (struct ibv_qp_init_attr), as `Context.createQp` takes them. */
 export interface QpInitAttr {
-  /** ibv_qp_init_attr.qp_type: RC only (default). `type` is accepted as a synonym. */
-  qpType?: QpType | 'RC';
-  /** Transport type: RC only. */
-  type?: QpType | 'RC';
+  /** ibv_qp_init_attr.qp_type: RC (default) or UD. `type` is accepted as a synonym. */
+  qpType?: QpType | 'RC' | 'UD';
+  /** Transport type: RC or UD. */
+  type?: QpType | 'RC' | 'UD';
   /** CQ for send completions. */
   sendCq: CompletionQueue;
   /** CQ for receive completions. */
@@ -60,6 +60,8 @@ export interface QpAttr {
   qpAccessFlags?: number;
   /** Physical port (1; one port per device here). */
   portNum?: number;
+  /** UD (INIT): the QP's Q_Key; UD SENDs to it must carry the same. */
+  qkey?: number;
   /** Path MTU in bytes (RTR). */
   pathMtu?: number;
   /** The remote QP (RTR): its number and the node it lives on (the address vector). */
@@ -108,8 +110,8 @@ export class QueuePair {
   readonly recvCq: CompletionQueue;
   /** The QP's capacities. */
   readonly cap: QpCap;
-  /** Transport type: RC. */
-  readonly qpType = QpType.RC;
+  /** Transport type: RC or UD. */
+  readonly qpType: QpType;
   /** True if every send work request generates a completion, SIGNALED or not (sq_sig_all). */
   readonly sqSigAll: boolean;
   /** The shared receive queue its receives come from, if it was created with one. */
@@ -141,8 +143,13 @@ export class QueuePair {
   constructor(context: VerbsProcess, device: Device, pd: ProtectionDomain, qpNum: number, init: QpInitAttr, objects: ProcessObjects) {
     checkObject('createQp: init', init);
     const type = init.qpType ?? init.type;
-    if (type !== undefined && type !== QpType.RC && type !== 'RC')
-      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', 'only RC queue pairs are modelled');
+    const ud = type === QpType.UD || type === 'UD';
+    if (type !== undefined && type !== QpType.RC && type !== 'RC' && !ud)
+      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', `QP type ${String(type)}: RC and UD queue pairs are modelled`);
+    this.qpType = ud ? QpType.UD : QpType.RC;
+    // A UD SEND is one packet, one transfer of the engine: gathered from one SGE.
+    if (ud && (init.cap?.maxSendSge ?? 1) > 1)
+      throw verbsError('ibv_create_qp', 'EINVAL', 'a UD QP here sends from one SGE per WR: cap.maxSendSge must be 1');
     if (!init.sendCq || !init.recvCq) throw invalidArg('createQp: sendCq and recvCq are required');
     const srq = init.srq;
     if (srq !== undefined) {
@@ -163,7 +170,7 @@ export class QueuePair {
     this.cap = {
       maxSendWr: checkInt('cap.maxSendWr', cap.maxSendWr ?? 128, 1, 1 << 16),
       maxRecvWr: checkInt('cap.maxRecvWr', cap.maxRecvWr ?? 128, 1, 1 << 16),
-      maxSendSge: checkInt('cap.maxSendSge', cap.maxSendSge ?? 4, 1, 16),
+      maxSendSge: checkInt('cap.maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
       maxRecvSge: checkInt('cap.maxRecvSge', cap.maxRecvSge ?? 4, 1, 16),
     };
     const attr = this.#attr;
@@ -184,6 +191,7 @@ export class QueuePair {
     });
     this.#core = {
       qpNum,
+      qpType: this.qpType,
       device,
       pd,
       sendCq: this.sendCq,
@@ -223,8 +231,24 @@ export class QueuePair {
       get minRnrTimer() {
         return attr.minRnrTimer;
       },
+      // A getter in the literal itself (a spread would copy its value once).
+      get qkey() {
+        return ud ? attr.qkey : undefined;
+      },
       rq: this.#rq,
       ...(srq ? { take: () => srq.take() } : {}),
+      // UD: datagrams from many senders land at once, each taking its receive off the queue
+      // when admitted; one that faulted gives it back (ERR flushes it instead).
+      ...(ud
+        ? {
+            take: srq ? () => srq.take() : () => this.#rq.shift(),
+            giveBack: (wqe: RecvWr) => {
+              if (state() === QpState.ERR || destroyed()) this.#completer.complete(this.recvCq, wqe.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+              else if (srq) srq.giveBack(wqe);
+              else this.#rq.unshift(wqe);
+            },
+          }
+        : {}),
       expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
       received: (wqe, r) =>
         completer.complete(
@@ -273,7 +297,13 @@ export class QueuePair {
     if (!TRANSITIONS[this.#state].includes(to))
       throw verbsError('ibv_modify_qp', 'EINVAL', `cannot go from ${QpState[this.#state]} to ${QpState[to]} (RESET → INIT → RTR → RTS)`);
     if (attr.qpAccessFlags !== undefined) this.#attr.qpAccessFlags = checkInt('qpAccessFlags', attr.qpAccessFlags, 0, 0x3ff);
-    if (to === QpState.RTR) {
+    if (attr.qkey !== undefined) {
+      if (this.qpType !== QpType.UD) throw verbsError('ibv_modify_qp', 'EINVAL', 'qkey is a UD QP attribute');
+      this.#attr.qkey = checkInt('qkey', attr.qkey, 0, 0xffff_ffff);
+    }
+    if (to === QpState.INIT && this.qpType === QpType.UD && this.#attr.qkey === undefined)
+      throw verbsError('ibv_modify_qp', 'EINVAL', 'a UD QP needs its qkey at INIT (IBV_QP_QKEY)');
+    if (to === QpState.RTR && this.qpType === QpType.RC) {
       const destQp = attr.destQpNum ?? this.#attr.destQpNum;
       const destNode = attr.destNode ?? this.#attr.destNode;
       if (destQp < 0 || destNode < 0) throw verbsError('ibv_modify_qp', 'EINVAL', 'RTR needs destQpNum and destNode (the remote QP and its node)');
@@ -281,6 +311,8 @@ export class QueuePair {
         throw verbsError('ibv_modify_qp', 'EINVAL', `destNode ${destNode} is not on the fabric`);
       this.#attr.destQpNum = checkInt('destQpNum', destQp, 0, 0xff_ffff);
       this.#attr.destNode = destNode;
+    }
+    if (to === QpState.RTR) {
       if (attr.minRnrTimer !== undefined) this.#attr.minRnrTimer = checkInt('minRnrTimer', attr.minRnrTimer, 0, 31);
       if (attr.rqPsn !== undefined) this.#attr.rqPsn = checkInt('rqPsn', attr.rqPsn, 0, 0xff_ffff);
       // The responder expects the peer's first message at rq_psn.
@@ -312,7 +344,10 @@ export class QueuePair {
       throw verbsError('ibv_post_send', 'EINVAL', `the QP is in ${QpState[this.#state]}; move it to RTS first`);
     if (this.#sq.length + this.#requester.inflight + list.length > this.cap.maxSendWr)
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);
-    list.forEach((wr, i) => checkSendWr(wr, i, this.cap.maxSendSge));
+    list.forEach((wr, i) => {
+      checkSendWr(wr, i, this.cap.maxSendSge);
+      checkUdWr(wr, i, this);
+    });
     this.#sq.push(...list.map((wr) => ({ ...wr, sgList: wr.sgList.map((s) => ({ ...s })) })));
     this.#requester.kick();
   }

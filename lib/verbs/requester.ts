@@ -4,7 +4,7 @@
 // checks and answers with an ACK or a NAK (an RNR NAK retried by the engine). A READ or an
 // atomic is one request packet; the responder's node sends the bytes back as READ responses.
 import { type DmaCompletion, type DmaDescriptor, RcOp } from '../../kernel-sim/index.js';
-import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
+import { QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import { expectLanding, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
 
@@ -156,6 +156,7 @@ export class Requester {
       }
       case WrOpcode.SEND:
       case WrOpcode.SEND_WITH_IMM: {
+        if (q.qpType === QpType.UD) return this.#sendUd(wr, local[0], total);
         // The receive WQE is taken where the first packet lands; its buffers say where the bytes go.
         const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
         const results = await this.#move(
@@ -215,6 +216,24 @@ export class Requester {
     return fail(WcStatus.LOC_QP_OP_ERR);
   }
 
+  // A UD SEND: one packet of at most the MTU to the AH's node and the WR's QP and Q_Key. Its
+  // completion says it left (the responder answers the engine even when it drops it); a fault
+  // at either end is still the engine's own: resolved, and the block sent again.
+  async #sendUd(wr: SendWr, l: { addr: bigint } | undefined, total: number): Promise<Outcome> {
+    if (total > UD_MTU) return fail(WcStatus.LOC_LEN_ERR);
+    const u = wr.ud!;
+    const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
+    const results = await this.#move(
+      imm ? RcOp.UD_SEND_IMM : RcOp.UD_SEND,
+      [{ fromVa: l?.addr ?? 0n, toVa: 0n, length: total }],
+      total,
+      imm ? (wr.immData ?? 0) : undefined,
+      undefined,
+      { node: u.ah.dlid, qpn: u.remoteQpn, qkey: u.remoteQkey },
+    );
+    return done(statusOf(results), total, results);
+  }
+
   #nextPsn(): number {
     const psn = this.#psn;
     this.#psn = (psn + 1) & 0xff_ffff;
@@ -232,6 +251,7 @@ export class Requester {
     total: number,
     immData: number | undefined,
     request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry' | 'flush'>,
+    ud?: { node: number; qpn: number; qkey: number },
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;
     const sim = q.device.sim;
@@ -244,18 +264,19 @@ export class Requester {
       const desc: DmaDescriptor = {
         channel: q.qpNum % sim.channels,
         srcVa: p.fromVa,
-        dstNode: q.attr.destNode,
+        dstNode: ud ? ud.node : q.attr.destNode,
         dstVa: p.toVa,
         length: p.length,
         pd: q.pd.handle,
         retryLimit: rnr === 7 ? Infinity : rnr,
-        dstQp: q.attr.destQpNum,
+        dstQp: ud ? ud.qpn : q.attr.destQpNum,
         srcQp: q.qpNum,
         opcode,
         psn,
       };
       if (p.key !== undefined) desc.key = p.key;
       if (immData !== undefined) desc.immData = immData;
+      if (ud) desc.qkey = ud.qkey;
       if (parts.length > 1) desc.message = { offset, length: total };
       if (request) Object.assign(desc, request);
       offset += p.length;

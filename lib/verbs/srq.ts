@@ -131,6 +131,11 @@ export class SharedReceiveQueue {
     return wqe;
   }
 
+  /** @internal A UD datagram that took `wqe` did not land (it faulted and comes again): back at the head. */
+  giveBack(wqe: RcRecvWqe): void {
+    if (!this.#destroyed) this.#wqes.unshift(wqe);
+  }
+
   #checkLimit(verb: string, v: number): number {
     const n = checkInt('srqLimit', v, 0, 1 << 16);
     if (n > this.#maxWr) throw verbsError(verb, 'EINVAL', `srqLimit ${n} exceeds maxWr ${this.#maxWr}`);

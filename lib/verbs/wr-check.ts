@@ -2,7 +2,8 @@
 // before anything is queued. The error is EINVAL with `field` (the WR field at fault, e.g.
 // 'wrId' or 'sgList[1].lkey') and `badWr` (its index in the posted list), as the bad_wr
 // pointer says in libibverbs.
-import { WrOpcode } from './constants.js';
+import { AddressHandle } from './ah.js';
+import { QpType, WrOpcode } from './constants.js';
 import { verbsError } from './errors.js';
 import type { RecvWr, SendWr } from './qp-core.js';
 
@@ -78,6 +79,25 @@ export function checkSendWr(wr: SendWr, i: number, maxSge: number): void {
     if (f.level !== 0 && f.level !== 1) throw bad(v, i, 'flush.level', `must be FlushLevel.RANGE (0) or MR (1), got ${String(f.level)}`);
     if (wr.sgList.length) throw bad(v, i, 'sgList', 'must be empty: a FLUSH carries no local buffers');
   }
+}
+
+/** What a UD or an RC QP allows of a WR beyond its fields: UD sends SENDs only, to an AH of its PD. */
+export function checkUdWr(wr: SendWr, i: number, qp: { qpType: QpType; pd: object }): void {
+  const v = 'ibv_post_send';
+  if (qp.qpType !== QpType.UD) {
+    if (wr.ud !== undefined) throw bad(v, i, 'ud', 'is for UD QPs; an RC QP sends to the QP it is connected to');
+    return;
+  }
+  if (wr.opcode !== WrOpcode.SEND && wr.opcode !== WrOpcode.SEND_WITH_IMM)
+    throw bad(v, i, 'opcode', `${WrOpcode[wr.opcode]} on a UD QP: UD sends SEND and SEND_WITH_IMM only`);
+  const u = wr.ud;
+  if (!u || typeof u !== 'object') throw bad(v, i, 'ud', 'a UD SEND needs wr.ud = { ah, remoteQpn, remoteQkey }');
+  if (!(u.ah instanceof AddressHandle)) throw bad(v, i, 'ud.ah', 'must be an AddressHandle from createAh()');
+  if (u.ah.destroyed) throw bad(v, i, 'ud.ah', 'was destroyed');
+  if (u.ah.pd !== qp.pd) throw bad(v, i, 'ud.ah', "belongs to another protection domain than the QP's");
+  if (!Number.isInteger(u.remoteQpn) || u.remoteQpn < 0 || u.remoteQpn > 0xff_ffff)
+    throw bad(v, i, 'ud.remoteQpn', `must be a 24-bit QP number, got ${String(u.remoteQpn)}`);
+  if (!isU32(u.remoteQkey)) throw bad(v, i, 'ud.remoteQkey', `must be a 32-bit unsigned integer, got ${String(u.remoteQkey)}`);
 }
 
 export function checkRecvWr(wr: RecvWr, i: number, maxSge: number): void {

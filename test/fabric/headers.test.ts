@@ -311,6 +311,27 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     expect(() => encodePacket({ ...aw, length: 16, lengthHint: 16 }, payload(16))).toThrow(/length must be 8 in an ATOMIC_WRITE, one block/);
   });
 
+  it("UD SEND carries DETH's Q_Key, the whole message in one block; a Q_Key elsewhere or a UD message of several blocks is refused", () => {
+    const ud = write({
+      count: 1,
+      seq: 0,
+      length: 1024,
+      lengthHint: 1024,
+      opcode: RcOp.UD_SEND_IMM,
+      qpn: 5,
+      srcQpn: 6,
+      psn: 7,
+      qkey: 0xffff_ffff,
+      immData: 3,
+    });
+    const f = decodeFrame(encodePacket(ud, payload(1024)));
+    if (f.op !== Op.WRITE) throw new Error('not a write');
+    expect([f.packet.opcode, f.packet.qkey, f.packet.immData, f.packet.bytes]).toEqual([RcOp.UD_SEND_IMM, 0xffff_ffff, 3, payload(1024)]);
+    expect(() => encodePacket({ ...ud, qkey: undefined }, payload(1024))).toThrow(/qkey must be an integer in 0\.\.4294967295/);
+    expect(() => encodePacket({ ...ud, opcode: RcOp.SEND }, payload(1024))).toThrow(/opcode must be UD_SEND or UD_SEND_IMM with qkey/);
+    expect(() => encodePacket({ ...ud, seq: 1 }, payload(1024))).toThrow(/a UD message of at most 4096 bytes in one block/);
+  });
+
   it('a hello naming a node twice or beyond the node ids, a chunk past its announced size', () => {
     refused(Uint8Array.of(Op.HELLO, 0, 0, 2, 0, 1, 0, 1), /a node is named twice/);
     refused(Uint8Array.of(Op.HELLO, 0, 0, 1, 0x04, 0), /nodes\[0\] must be an integer in 0\.\.1023, got 1024/);
