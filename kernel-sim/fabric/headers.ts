@@ -30,6 +30,8 @@ const MIN_BLOCK = 4096;
 const MAX_BLOCK = 1 << 30;
 /** Verdicts one ACK may carry: one per group of blocks written and one for where it stopped. */
 const MAX_VERDICTS = WIRE_MAX_BLOCKS + 2;
+/** The opcode byte's bit that says an XRCETH (the XRC SRQ number) follows. */
+const XRC_BIT = 0x80;
 /** The largest UD message: IBV_MTU_4096. */
 const UD_MAX_BYTES = 4096;
 /** Scatter/gather entries one verbs header may carry (the QPs' max_sge). */
@@ -183,10 +185,23 @@ function checkWrite(p: WritePacket, each = false): void {
       if (count !== 1 || p.seq !== 0 || p.length > UD_MAX_BYTES || p.msgOffset !== undefined)
         bad('length', `a UD message of at most ${UD_MAX_BYTES} bytes in one block`, p.length);
     } else if (p.qkey !== undefined) bad('opcode', 'UD_SEND or UD_SEND_IMM with qkey', p.opcode);
+    // XRCETH: an XRC send QP's request names the target's XRC SRQ (never an answer, never UD).
+    if (p.srqn !== undefined) {
+      int('srqn', p.srqn, 0, 0xffffff);
+      if (ud || p.opcode === RcOp.READ_RESPONSE) bad('opcode', 'an RC request with srqn', p.opcode);
+    }
     // ATOMIC WRITE: the 8 new bytes of one word, in one block.
     if (p.opcode === RcOp.ATOMIC_WRITE && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
       bad('length', '8 in an ATOMIC_WRITE, one block', p.length);
-  } else if (p.srcQpn !== undefined || p.psn !== undefined || p.immData !== undefined || p.msgOffset !== undefined) {
+  } else if (
+    p.srcQpn !== undefined ||
+    p.psn !== undefined ||
+    p.immData !== undefined ||
+    p.msgOffset !== undefined ||
+    p.srqn !== undefined ||
+    p.qkey !== undefined ||
+    p.flush !== undefined
+  ) {
     bad('opcode', 'present with the RC fields', undefined);
   }
   if (p.sourceFault !== undefined) {
@@ -425,7 +440,9 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
       w.f64(p.sourceFault.faultOffset);
     }
     if (p.opcode !== undefined) {
-      w.u8(p.opcode);
+      // The opcode's top bit says an XRCETH follows (IB's XRC opcodes differ from RC's in their top bits too).
+      w.u8(p.opcode | (p.srqn !== undefined ? XRC_BIT : 0));
+      if (p.srqn !== undefined) w.u32(p.srqn);
       w.u32(p.srcQpn!);
       w.u32(p.psn!);
       if (p.opcode === RcOp.READ_REQUEST) w.u32(p.dmaLength!);
@@ -595,7 +612,9 @@ function readWrite(r: Reader): DecodedWrite {
   if (f & W_QPN) p.qpn = r.u32('qpn');
   if (f & W_SOURCE_FAULT) p.sourceFault = { seq: r.u32('sourceFault.seq'), faultOffset: r.f64('sourceFault.faultOffset') };
   if (f & W_RC) {
-    p.opcode = r.u8('opcode');
+    const op = r.u8('opcode');
+    p.opcode = op & ~XRC_BIT;
+    if (op & XRC_BIT) p.srqn = r.u32('srqn');
     p.srcQpn = r.u32('srcQpn');
     p.psn = r.u32('psn');
     if (p.opcode === RcOp.READ_REQUEST) p.dmaLength = r.u32('dmaLength');

@@ -172,6 +172,8 @@ export interface WritePacket extends Header {
   immData?: number;
   /** DETH Q_Key of a UD SEND: the receiving UD QP must hold the same. */
   qkey?: number;
+  /** XRCETH: the XRC SRQ (24-bit number) at the XRC target QP that a request of an XRC send QP is for. */
+  srqn?: number;
   /** Source faults the message took so far (for the receive completion's odp figures). */
   srcFaults?: number;
   /** A message of several transfers (one per SGE): this transfer's byte offset in it. */

@@ -47,6 +47,12 @@ export interface RcMr {
   covers(addr: bigint, length: number): boolean;
 }
 
+/** A shared receive queue as the responder takes receives from it (an XRC target's, by number). */
+export interface RcSrq {
+  /** The next receive WQE, taken off the queue for good; undefined if it is empty (an RNR NAK). */
+  take(): RcRecvWqe | undefined;
+}
+
 /** A receive work request as the responder takes it. */
 export interface RcRecvWqe {
   /** The WR's id, for its completion. */
@@ -123,6 +129,11 @@ export interface RcQp {
   readonly qkey?: number;
   /** UD: give back a receive `take` returned whose datagram did not land (a fault: it comes again). */
   giveBack?(wqe: RcRecvWqe): void;
+  /**
+   * An XRC target QP (XRC_RECV): the XRC SRQ of its XRC domain numbered `srqn` (the packet's
+   * XRCETH), which its messages take their receives from; undefined if the domain has none.
+   */
+  xrcSrq?(srqn: number): RcSrq | undefined;
   /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
   expects(lkey: number, va: bigint, length: number): boolean;
   /** A receive ended (its WQE has left `rq`). */
@@ -200,6 +211,8 @@ export interface RcPacket {
   flush?: { type: number; level: number } | undefined;
   /** UD SEND: DETH's Q_Key. */
   qkey?: number | undefined;
+  /** XRCETH: the XRC SRQ number, in every request of an XRC send QP. */
+  srqn?: number | undefined;
   blockSize: number;
   issuedUs: number;
   issuedMs: number;
@@ -245,6 +258,19 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
       spans: spansOf(),
       last,
     };
+  // XRC: a target QP takes requests of its XRC send QP only, each naming an XRC SRQ of its domain.
+  let take = qp.take ? () => qp.take!() : undefined;
+  if (qp.xrcSrq || p.srqn !== undefined) {
+    const srq = p.srqn === undefined ? undefined : qp.xrcSrq?.(p.srqn);
+    if (!srq)
+      return {
+        nak: 'inv-req',
+        reason: qp.xrcSrq
+          ? `XRC target QP ${p.qpn}'s domain has no XRC SRQ ${String(p.srqn)}`
+          : `QP ${p.qpn} is no XRC target: the request names XRC SRQ ${String(p.srqn)}`,
+      };
+    take = () => srq.take();
+  }
   const r = qp.resp;
   let msg = r.msg;
   const continues = msg !== undefined && msg.psn === p.psn;
@@ -257,11 +283,11 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   let spans: RcPlace['spans'];
   if (send) {
     if (!msg!.wqe) {
-      const wqe = qp.take ? qp.take() : qp.rq[0];
+      const wqe = take ? take() : qp.rq[0];
       if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
       const s = scatterSend(t, qp, wqe, 0, 0, total);
       if ('fail' in s) {
-        if (!qp.take) qp.rq.shift();
+        if (!take) qp.rq.shift();
         qp.received(wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
         qp.toError();
         return s.fail === 'prot'
@@ -276,8 +302,8 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   } else {
     if (p.opcode === RcOp.WRITE_IMM && last) {
       // From a shared queue the receive is taken now, held by the message like a SEND's.
-      if (qp.take) msg!.wqe ??= qp.take();
-      if (!(qp.take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+      if (take) msg!.wqe ??= take();
+      if (!(take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
     }
     spans = spansOf();
   }
@@ -286,6 +312,11 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
     r.epsn = (r.epsn + 1) & 0xffffff;
   }
   return { qp, msg: msg!, total, spans, last };
+}
+
+/** Whether `qp` takes each receive off its queue for good (an SRQ's, an XRC SRQ's, a UD QP's): the message holds it. */
+export function takesReceives(qp: RcQp): boolean {
+  return qp.take !== undefined || qp.xrcSrq !== undefined;
 }
 
 /** Bytes at the head of a UD receive buffer kept for the GRH (never written here: no GRH is carried). */

@@ -284,6 +284,7 @@ export class Requester implements Schedulable {
     if (d.atomic) packet.atomic = d.atomic;
     if (d.flush) packet.flush = d.flush;
     if (d.qkey !== undefined) packet.qkey = d.qkey;
+    if (d.srqn !== undefined) packet.srqn = d.srqn;
     if (d.rnrRetry !== undefined) packet.rnrRetry = d.rnrRetry;
     if (t.faults.source) packet.srcFaults = t.faults.source;
   }

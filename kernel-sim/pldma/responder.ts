@@ -17,7 +17,7 @@ import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { Faults } from './faults.js';
-import { admitRc, GRH_BYTES, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
+import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
 /** @internal What one node's responder needs of its node. */
@@ -300,6 +300,7 @@ export class Responder {
       dmaLength: p.dmaLength,
       flush: p.flush,
       qkey: p.qkey,
+      srqn: p.srqn,
       blockSize: p.blockSize,
       issuedUs: p.issuedUs[0]!,
       issuedMs: p.issuedMs,
@@ -528,9 +529,10 @@ export class Responder {
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
     // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for
     // a UD datagram (no message kept between packets) its QP flushes it when given back.
-    if (wqe && qp.take && !qp.receiving) this.#notReceived(a);
-    if (!wqe || (qp.take ? !qp.receiving : qp.rq[0] !== wqe)) return;
-    if (!qp.take) qp.rq.shift();
+    const taken = takesReceives(qp);
+    if (wqe && taken && !qp.receiving) this.#notReceived(a);
+    if (!wqe || (taken ? !qp.receiving : qp.rq[0] !== wqe)) return;
+    if (!taken) qp.rq.shift();
     const total = a.total;
     const r: RcReceived = {
       status: 'ok',

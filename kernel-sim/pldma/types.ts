@@ -110,6 +110,8 @@ export interface DmaDescriptor {
   immData?: number;
   /** DETH Q_Key of a UD SEND. */
   qkey?: number;
+  /** XRCETH: the XRC SRQ number at the target. */
+  srqn?: number;
   /** READ request: RETH's DMA length. */
   dmaLength?: number;
   /** READ request, ATOMIC: where the answer lands at the requester. */

@@ -18,6 +18,7 @@ import { MemoryRegion, pinForMr, ProtectionDomain, type ProcessObjects, type Reg
 import { QueuePair, type QpInitAttr } from './qp.js';
 import { SharedReceiveQueue, type SrqInitAttr } from './srq.js';
 import { AddressHandle, type AhAttr } from './ah.js';
+import { XrcDomain } from './xrc.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator, KeyAllocator, qpNumbers } from './tables.js';
 
@@ -184,6 +185,7 @@ export class Context {
   #cqs = new Set<CompletionQueue>();
   #srqs = new Set<SharedReceiveQueue>();
   #ahs = new Set<AddressHandle>();
+  #xrcds = new Set<XrcDomain>();
   #events: AsyncEvent[] = [];
   #eventListeners: Array<(e: AsyncEvent) => void> = [];
   #forget: (c: Context) => void;
@@ -424,6 +426,14 @@ export class Context {
     return srq;
   }
 
+  /** ibv_open_xrcd: an XRC domain, for XRC SRQs (`createSrq(pd, { srqType: SrqType.XRC, xrcd, cq })`) and XRC_RECV QPs. */
+  openXrcd(): XrcDomain {
+    this.#check();
+    const x = new XrcDomain();
+    this.#xrcds.add(x);
+    return x;
+  }
+
   /** ibv_create_ah: the address of a node's port for UD SENDs (`wr.ud.ah`); `dlid` is the node's number. */
   createAh(pd: ProtectionDomain, attr: AhAttr): AddressHandle {
     this.#check();
@@ -440,6 +450,7 @@ export class Context {
     for (const qp of [...this.#objects.qps]) qp.destroy();
     for (const srq of this.#srqs) srq.destroy();
     for (const ah of this.#ahs) ah.destroy();
+    for (const x of this.#xrcds) x.close();
     for (const mr of [...this.#objects.mrs]) mr.dereg();
     for (const pd of [...this.#objects.pds]) pd.dealloc();
     for (const cq of this.#cqs) cq.close();

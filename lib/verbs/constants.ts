@@ -211,12 +211,16 @@ export enum QpState {
   ERR,
 }
 
-/** enum ibv_qp_type (RC and UD here) */
+/** enum ibv_qp_type (RC, UD and XRC here; no UC) */
 export enum QpType {
   /** Reliable connected: ordered, acknowledged, with RDMA and atomics. */
   RC = 2,
   /** Unreliable datagram: SENDs of up to the MTU to any UD QP, addressed by an AH, unacknowledged. */
   UD = 4,
+  /** XRC send (initiator) QP: RC to one XRC target QP, each request naming an XRC SRQ there. */
+  XRC_SEND = 9,
+  /** XRC receive (target) QP: in an XRC domain, no receive queue of its own; requests take receives from the XRC SRQ they name. */
+  XRC_RECV = 10,
 }
 
 /** The path MTU of UD messages (the port's active MTU, IBV_MTU_4096): a longer SEND completes LOC_LEN_ERR. */

@@ -27,7 +27,8 @@ export { Cluster, Context, type AsyncEvent, type ClusterOptions, type DeviceAttr
 export { ProtectionDomain, MemoryRegion, type RegMrOptions, type VerbsProcess } from './mr.js';
 export { CompletionQueue, type WorkCompletion } from './cq.js';
 export { AddressHandle, type AhAttr } from './ah.js';
-export { SharedReceiveQueue, type SrqAttr, type SrqInitAttr } from './srq.js';
+export { SharedReceiveQueue, SrqType, type SrqAttr, type SrqInitAttr } from './srq.js';
+export { XrcDomain } from './xrc.js';
 export { QueuePair, connectQps, type QpAttr, type QpCap, type QpInitAttr, type SendWr, type RecvWr } from './qp.js';
 
 import type { CompletionQueue, WorkCompletion } from './cq.js';

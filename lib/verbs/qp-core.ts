@@ -48,6 +48,11 @@ export interface SendWr {
     /** The Q_Key the destination QP holds (remote_qkey); a mismatch is dropped there. */
     remoteQkey: number;
   };
+  /** XRC_SEND: the XRC SRQ at the target that the request is for (wr.qp_type.xrc.remote_srqn). */
+  xrc?: {
+    /** The XRC SRQ's number (its srqNum, ibv_get_srq_num), 24 bits. */
+    remoteSrqn: number;
+  };
   /** FLUSH: what to flush (ibv_wr_flush's arguments); the WR carries no local buffers. */
   flush?: {
     /** Remote address of the range (with FlushLevel.MR: any address inside the MR). */

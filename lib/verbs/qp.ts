@@ -15,10 +15,12 @@ import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
-import { SharedReceiveQueue } from './srq.js';
+import { CompletionQueue as Cq } from './cq.js';
+import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
+import { XrcDomain } from './xrc.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
-import { checkRecvWr, checkSendWr, checkUdWr } from './wr-check.js';
+import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
 
 export type { RecvWr, SendWr } from './qp-core.js';
 
@@ -36,14 +38,16 @@ export interface QpCap {
 
 /** Attributes of a new QP (struct ibv_qp_init_attr), as `Context.createQp` takes them. */
 export interface QpInitAttr {
-  /** ibv_qp_init_attr.qp_type: RC (default) or UD. `type` is accepted as a synonym. */
-  qpType?: QpType | 'RC' | 'UD';
-  /** Transport type: RC or UD. */
-  type?: QpType | 'RC' | 'UD';
-  /** CQ for send completions. */
-  sendCq: CompletionQueue;
-  /** CQ for receive completions. */
-  recvCq: CompletionQueue;
+  /** ibv_qp_init_attr.qp_type: RC (default), UD, XRC_SEND or XRC_RECV. `type` is accepted as a synonym. */
+  qpType?: QpType | 'RC' | 'UD' | 'XRC_SEND' | 'XRC_RECV';
+  /** Transport type: RC, UD, XRC_SEND or XRC_RECV. */
+  type?: QpType | 'RC' | 'UD' | 'XRC_SEND' | 'XRC_RECV';
+  /** CQ for send completions (not for XRC_RECV). */
+  sendCq?: CompletionQueue;
+  /** CQ for receive completions (not for XRC QPs: an XRC SRQ has its own). */
+  recvCq?: CompletionQueue;
+  /** XRC_RECV: the XRC domain (openXrcd) whose XRC SRQs its requests name. */
+  xrcd?: XrcDomain;
   /** Capacities (defaults for the rest). */
   cap?: Partial<QpCap>;
   /** Every send WR generates a completion (IBV_QPINITATTR sq_sig_all). */
@@ -116,6 +120,8 @@ export class QueuePair {
   readonly sqSigAll: boolean;
   /** The shared receive queue its receives come from, if it was created with one. */
   readonly srq: SharedReceiveQueue | undefined;
+  /** XRC_RECV: its XRC domain. */
+  readonly xrcd: XrcDomain | undefined;
   #device: Device;
   #objects: ProcessObjects;
   #state = QpState.RESET;
@@ -143,15 +149,30 @@ export class QueuePair {
   constructor(context: VerbsProcess, device: Device, pd: ProtectionDomain, qpNum: number, init: QpInitAttr, objects: ProcessObjects) {
     checkObject('createQp: init', init);
     const type = init.qpType ?? init.type;
-    const ud = type === QpType.UD || type === 'UD';
-    if (type !== undefined && type !== QpType.RC && type !== 'RC' && !ud)
-      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', `QP type ${String(type)}: RC and UD queue pairs are modelled`);
-    this.qpType = ud ? QpType.UD : QpType.RC;
+    const named = typeof type === 'string' && ['RC', 'UD', 'XRC_SEND', 'XRC_RECV'].includes(type) ? QpType[type as keyof typeof QpType] : type;
+    if (named !== undefined && ![QpType.RC, QpType.UD, QpType.XRC_SEND, QpType.XRC_RECV].includes(named as QpType))
+      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', `QP type ${String(type)}: RC, UD, XRC_SEND and XRC_RECV queue pairs are modelled (no UC)`);
+    this.qpType = (named as QpType | undefined) ?? QpType.RC;
+    const ud = this.qpType === QpType.UD;
+    const xrcRecv = this.qpType === QpType.XRC_RECV;
+    const xrcd = init.xrcd;
+    if (xrcRecv) {
+      if (!(xrcd instanceof XrcDomain)) throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC_RECV QP needs xrcd: an XrcDomain from openXrcd()');
+      xrcd.check('ibv_create_qp');
+    } else if (xrcd !== undefined) throw verbsError('ibv_create_qp', 'EINVAL', 'xrcd is for XRC_RECV QPs');
+    this.xrcd = xrcd;
     // A UD SEND is one packet, one transfer of the engine: gathered from one SGE.
     if (ud && (init.cap?.maxSendSge ?? 1) > 1)
       throw verbsError('ibv_create_qp', 'EINVAL', 'a UD QP here sends from one SGE per WR: cap.maxSendSge must be 1');
-    if (!init.sendCq || !init.recvCq) throw invalidArg('createQp: sendCq and recvCq are required');
+    // XRC QPs have no receive queue of their own, an XRC target no send queue either: a CQ
+    // they do not name is one nothing completes on.
+    const needs = xrcRecv ? [] : this.qpType === QpType.XRC_SEND ? ['sendCq'] : ['sendCq', 'recvCq'];
+    for (const k of needs) if (!init[k as 'sendCq']) throw invalidArg(`createQp: ${needs.join(' and ')} ${needs.length > 1 ? 'are' : 'is'} required`);
     const srq = init.srq;
+    if (srq !== undefined && this.qpType !== QpType.RC && !ud)
+      throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC QP takes no srq: XRC SRQs are named by each request');
+    if (srq?.srqType === SrqType.XRC)
+      throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC SRQ is named by XRC requests (wr.xrc.remoteSrqn), not attached to a QP');
     if (srq !== undefined) {
       if (!(srq instanceof SharedReceiveQueue)) throw verbsError('ibv_create_qp', 'EINVAL', 'srq must be a SharedReceiveQueue from createSrq()');
       if (srq.destroyed) throw verbsError('ibv_create_qp', 'EINVAL', 'the SRQ was destroyed');
@@ -163,8 +184,8 @@ export class QueuePair {
     this.#objects = objects;
     this.pd = pd;
     this.qpNum = qpNum;
-    this.sendCq = init.sendCq;
-    this.recvCq = init.recvCq;
+    this.sendCq = init.sendCq ?? new Cq(1);
+    this.recvCq = init.recvCq ?? new Cq(1);
     this.sqSigAll = init.sqSigAll ?? false;
     const cap = init.cap ?? {};
     this.cap = {
@@ -237,6 +258,15 @@ export class QueuePair {
       },
       rq: this.#rq,
       ...(srq ? { take: () => srq.take() } : {}),
+      ...(xrcRecv
+        ? {
+            xrcSrq: (n: number) => {
+              const s = xrcd!.srqs.get(n);
+              // Its buffers are checked in this QP's PD: an XRC SRQ of another PD is not offered.
+              return s && !s.destroyed && s.pd === pd ? s : undefined;
+            },
+          }
+        : {}),
       // UD: datagrams from many senders land at once, each taking its receive off the queue
       // when admitted; one that faulted gives it back (ERR flushes it instead).
       ...(ud
@@ -252,7 +282,8 @@ export class QueuePair {
       expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
       received: (wqe, r) =>
         completer.complete(
-          this.recvCq,
+          // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
+          (xrcRecv ? srqOf(wqe)?.cq : undefined) ?? this.recvCq,
           wqe.wrId,
           r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
           r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
@@ -267,6 +298,7 @@ export class QueuePair {
     this.#requester = new Requester(this.#core);
     pd.users.add(this);
     srq?.users.add(this);
+    xrcd?.qps.add(this);
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -303,7 +335,7 @@ export class QueuePair {
     }
     if (to === QpState.INIT && this.qpType === QpType.UD && this.#attr.qkey === undefined)
       throw verbsError('ibv_modify_qp', 'EINVAL', 'a UD QP needs its qkey at INIT (IBV_QP_QKEY)');
-    if (to === QpState.RTR && this.qpType === QpType.RC) {
+    if (to === QpState.RTR && this.qpType !== QpType.UD) {
       const destQp = attr.destQpNum ?? this.#attr.destQpNum;
       const destNode = attr.destNode ?? this.#attr.destNode;
       if (destQp < 0 || destNode < 0) throw verbsError('ibv_modify_qp', 'EINVAL', 'RTR needs destQpNum and destNode (the remote QP and its node)');
@@ -337,6 +369,7 @@ export class QueuePair {
    */
   postSend(wrs: SendWr | SendWr[]): void {
     this.#checkAlive();
+    if (this.qpType === QpType.XRC_RECV) throw verbsError('ibv_post_send', 'EINVAL', 'an XRC_RECV QP only receives: send from its XRC_SEND peer');
     const list = Array.isArray(wrs) ? wrs : [wrs];
     // In SQD (send queue drained) WRs may be posted, as with rdma_rxe; they start once the QP
     // is back in RTS.
@@ -346,7 +379,7 @@ export class QueuePair {
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);
     list.forEach((wr, i) => {
       checkSendWr(wr, i, this.cap.maxSendSge);
-      checkUdWr(wr, i, this);
+      checkTransportWr(wr, i, this);
     });
     this.#sq.push(...list.map((wr) => ({ ...wr, sgList: wr.sgList.map((s) => ({ ...s })) })));
     this.#requester.kick();
@@ -357,6 +390,8 @@ export class QueuePair {
     this.#checkAlive();
     const list = Array.isArray(wrs) ? wrs : [wrs];
     if (this.srq) throw verbsError('ibv_post_recv', 'EINVAL', 'the QP takes its receives from its SRQ: post them with srq.postRecv()');
+    if (this.qpType === QpType.XRC_SEND || this.qpType === QpType.XRC_RECV)
+      throw verbsError('ibv_post_recv', 'EINVAL', 'XRC QPs have no receive queue: post receives to the XRC SRQ (srq.postRecv())');
     if (this.#state === QpState.RESET) throw verbsError('ibv_post_recv', 'EINVAL', 'the QP is in RESET; move it to INIT first');
     if (this.#rq.length + list.length > this.cap.maxRecvWr)
       throw verbsError('ibv_post_recv', 'ENOMEM', `the receive queue holds at most ${this.cap.maxRecvWr} WRs`);
@@ -388,6 +423,7 @@ export class QueuePair {
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
     this.srq?.users.delete(this);
+    this.xrcd?.qps.delete(this);
     this.#objects.qps.delete(this);
   }
 
@@ -401,9 +437,9 @@ export class QueuePair {
     this.#state = QpState.ERR;
     // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
     // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
-    const held = this.srq ? this.rc.resp.msg?.wqe : undefined;
+    const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
     this.rc.resp.msg = undefined;
-    if (held) this.#completer.complete(this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+    if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);

@@ -44,6 +44,8 @@ export class Requester {
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
   #psn = 0;
+  /** The XRC SRQ the WR being started names (XRC_SEND QPs). */
+  #srqn: number | undefined;
 
   constructor(qp: QpCore) {
     this.#qp = qp;
@@ -132,6 +134,8 @@ export class Requester {
 
   async #execute(wr: SendWr): Promise<Outcome> {
     const q = this.#qp;
+    // XRC: every packet of the WR names the target's XRC SRQ (read by #move before any await).
+    this.#srqn = wr.xrc?.remoteSrqn;
     const total = wr.sgList.reduce((s, x) => s + x.length, 0);
     if (total > MAX_MSG) return fail(WcStatus.LOC_LEN_ERR);
     const landsHere = wr.opcode === WrOpcode.RDMA_READ || wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
@@ -277,6 +281,7 @@ export class Requester {
       if (p.key !== undefined) desc.key = p.key;
       if (immData !== undefined) desc.immData = immData;
       if (ud) desc.qkey = ud.qkey;
+      if (this.#srqn !== undefined) desc.srqn = this.#srqn;
       if (parts.length > 1) desc.message = { offset, length: total };
       if (request) Object.assign(desc, request);
       offset += p.length;

@@ -9,9 +9,26 @@ import { closedError } from '../errors.js';
 import { checkInt, checkObject } from '../validate.js';
 import type { RcRecvWqe } from '../../kernel-sim/index.js';
 import { verbsError } from './errors.js';
+import type { CompletionQueue } from './cq.js';
 import type { ProtectionDomain, VerbsProcess } from './mr.js';
 import type { RecvWr } from './qp-core.js';
 import { checkRecvWr } from './wr-check.js';
+import { XrcDomain } from './xrc.js';
+
+/** enum ibv_srq_type */
+export enum SrqType {
+  /** A plain SRQ: QPs created with `{ srq }` take their receives from it. */
+  BASIC = 0,
+  /** An XRC SRQ: in an XRC domain, with a number (srqNum) that XRC requests name and a CQ of its own. */
+  XRC = 1,
+}
+
+const owners = new WeakMap<RcRecvWqe, SharedReceiveQueue>();
+
+/** @internal The SRQ a receive WQE was posted to (an XRC target completes it on that SRQ's CQ). */
+export function srqOf(wqe: RcRecvWqe): SharedReceiveQueue | undefined {
+  return owners.get(wqe);
+}
 
 /** Attributes of a new SRQ (struct ibv_srq_init_attr's attr), as `Context.createSrq` takes them. */
 export interface SrqInitAttr {
@@ -21,6 +38,12 @@ export interface SrqInitAttr {
   maxSge?: number;
   /** The limit event's threshold (srq_limit, default 0: not armed). */
   srqLimit?: number;
+  /** ibv_srq_init_attr_ex.srq_type (default BASIC). */
+  srqType?: SrqType;
+  /** XRC: the XRC domain (openXrcd) the SRQ belongs to. */
+  xrcd?: XrcDomain;
+  /** XRC: the CQ its receives complete on (the target QP has none). */
+  cq?: CompletionQueue;
 }
 
 /** struct ibv_srq_attr, as `SharedReceiveQueue.query` returns it. */
@@ -43,6 +66,14 @@ export class SharedReceiveQueue {
   readonly maxSge: number;
   /** @internal QPs that take their receives from this SRQ (ibv_destroy_srq fails with EBUSY while any is left). */
   readonly users = new Set<object>();
+  /** BASIC or XRC. */
+  readonly srqType: SrqType;
+  /** XRC: its domain. */
+  readonly xrcd: XrcDomain | undefined;
+  /** XRC: the CQ its receives complete on. */
+  readonly cq: CompletionQueue | undefined;
+  /** XRC: the number XRC requests name it by (ibv_get_srq_num); undefined for a BASIC SRQ. */
+  readonly srqNum: number | undefined;
   #maxWr: number;
   #limit: number;
   #wqes: RcRecvWqe[] = [];
@@ -58,6 +89,23 @@ export class SharedReceiveQueue {
     this.maxSge = checkInt('createSrq: maxSge', attr.maxSge ?? 4, 1, 16);
     this.#limit = this.#checkLimit('ibv_create_srq', attr.srqLimit ?? 0);
     this.#limitReached = limitReached;
+    this.srqType = attr.srqType ?? SrqType.BASIC;
+    if (this.srqType !== SrqType.BASIC && this.srqType !== SrqType.XRC)
+      throw verbsError('ibv_create_srq', 'EOPNOTSUPP', `srqType ${String(attr.srqType)}: BASIC and XRC SRQs are modelled (no tag matching)`);
+    if (this.srqType === SrqType.XRC) {
+      if (!(attr.xrcd instanceof XrcDomain)) throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs xrcd: an XrcDomain from openXrcd()');
+      attr.xrcd.check('ibv_create_srq');
+      if (!attr.cq || typeof (attr.cq as { push?: unknown }).push !== 'function')
+        throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs cq: the CQ its receives complete on');
+      this.srqNum = attr.xrcd.srqNumbers.alloc('ibv_create_srq');
+      attr.xrcd.srqs.set(this.srqNum, this);
+    } else {
+      if (attr.xrcd !== undefined || attr.cq !== undefined)
+        throw verbsError('ibv_create_srq', 'EINVAL', 'xrcd and cq are for XRC SRQs (srqType: SrqType.XRC)');
+      this.srqNum = undefined;
+    }
+    this.xrcd = attr.xrcd;
+    this.cq = attr.cq;
     pd.users.add(this);
   }
 
@@ -103,7 +151,11 @@ export class SharedReceiveQueue {
         `the SRQ holds at most ${this.#maxWr} WQEs (${this.#wqes.length} posted); poll completions before posting more, or modify({ maxWr })`,
       );
     list.forEach((wr, i) => checkRecvWr(wr, i, this.maxSge));
-    this.#wqes.push(...list.map((wr) => ({ wrId: wr.wrId, sgList: wr.sgList.map((s) => ({ ...s })) })));
+    for (const wr of list) {
+      const wqe = { wrId: wr.wrId, sgList: wr.sgList.map((s) => ({ ...s })) };
+      owners.set(wqe, this);
+      this.#wqes.push(wqe);
+    }
   }
 
   /** ibv_destroy_srq: EBUSY while QPs use it; the WQEs it still holds are dropped. */
@@ -114,6 +166,10 @@ export class SharedReceiveQueue {
     this.#destroyed = true;
     this.#wqes.length = 0;
     this.pd.users.delete(this);
+    if (this.xrcd && this.srqNum !== undefined) {
+      this.xrcd.srqs.delete(this.srqNum);
+      this.xrcd.srqNumbers.free(this.srqNum);
+    }
   }
 
   /** Same as `destroy()`, for `using`. */

@@ -81,9 +81,18 @@ export function checkSendWr(wr: SendWr, i: number, maxSge: number): void {
   }
 }
 
-/** What a UD or an RC QP allows of a WR beyond its fields: UD sends SENDs only, to an AH of its PD. */
-export function checkUdWr(wr: SendWr, i: number, qp: { qpType: QpType; pd: object }): void {
+/**
+ * What the QP's transport allows of a WR beyond its fields: UD sends SENDs only, to an AH of
+ * its PD; an XRC send QP's every WR names the XRC SRQ at the target.
+ */
+export function checkTransportWr(wr: SendWr, i: number, qp: { qpType: QpType; pd: object }): void {
   const v = 'ibv_post_send';
+  const xrc = qp.qpType === QpType.XRC_SEND;
+  if (xrc && (!wr.xrc || typeof wr.xrc !== 'object'))
+    throw bad(v, i, 'xrc.remoteSrqn', 'an XRC WR must name the XRC SRQ at the target: wr.xrc = { remoteSrqn }');
+  if (xrc && (!Number.isInteger(wr.xrc!.remoteSrqn) || wr.xrc!.remoteSrqn < 0 || wr.xrc!.remoteSrqn > 0xff_ffff))
+    throw bad(v, i, 'xrc.remoteSrqn', `must be a 24-bit SRQ number, got ${String(wr.xrc!.remoteSrqn)}`);
+  if (!xrc && wr.xrc !== undefined) throw bad(v, i, 'xrc', 'is for XRC_SEND QPs');
   if (qp.qpType !== QpType.UD) {
     if (wr.ud !== undefined) throw bad(v, i, 'ud', 'is for UD QPs; an RC QP sends to the QP it is connected to');
     return;

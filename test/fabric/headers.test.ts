@@ -332,6 +332,21 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     expect(() => encodePacket({ ...ud, seq: 1 }, payload(1024))).toThrow(/a UD message of at most 4096 bytes in one block/);
   });
 
+  it("XRC requests carry XRCETH's SRQ number (the opcode byte's top bit says so); an answer or a datagram naming one is refused", () => {
+    const x = write({ count: 1, seq: 0, length: 64, lengthHint: 64, opcode: RcOp.SEND, qpn: 5, srcQpn: 6, psn: 7, srqn: 0xffffff });
+    const f = decodeFrame(encodePacket(x, payload(64)));
+    if (f.op !== Op.WRITE) throw new Error('not a write');
+    expect([f.packet.opcode, f.packet.srqn]).toEqual([RcOp.SEND, 0xffffff]);
+    const plain = decodeFrame(encodePacket({ ...x, srqn: undefined }, payload(64)));
+    if (plain.op !== Op.WRITE) throw new Error('not a write');
+    expect(plain.packet.srqn).toBeUndefined();
+    expect(() => encodePacket({ ...x, srqn: 1 << 24 }, payload(64))).toThrow(/srqn must be an integer in 0\.\.16777215/);
+    expect(() => encodePacket({ ...x, opcode: RcOp.READ_RESPONSE }, payload(64))).toThrow(/opcode must be an RC request with srqn/);
+    expect(() => encodePacket({ ...x, opcode: undefined, qpn: undefined, srcQpn: undefined, psn: undefined }, payload(64))).toThrow(
+      /opcode must be present with the RC fields/,
+    );
+  });
+
   it('a hello naming a node twice or beyond the node ids, a chunk past its announced size', () => {
     refused(Uint8Array.of(Op.HELLO, 0, 0, 2, 0, 1, 0, 1), /a node is named twice/);
     refused(Uint8Array.of(Op.HELLO, 0, 0, 1, 0x04, 0), /nodes\[0\] must be an integer in 0\.\.1023, got 1024/);
