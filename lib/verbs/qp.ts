@@ -1,4 +1,4 @@
-// Reliable-connected queue pairs: the QP state machine and the verbs that post work. The
+// Queue pairs (RC, and UD and XRC on the same packets): the QP state machine and the verbs that post work. The
 // work itself is done by the QP's roles, as in rdma_rxe: its requester (requester.ts) runs
 // the send queue, its responder (responder.ts) answers the connected QP's requests on this
 // QP's own node, its completer (completer.ts) reads the answers to its requests (retrying an
@@ -100,7 +100,7 @@ const TRANSITIONS: Record<QpState, QpState[]> = {
   [QpState.ERR]: [],
 };
 
-/** A reliable-connected queue pair (struct ibv_qp): `modify()` through RESET, INIT, RTR, RTS, then `postSend()` / `postRecv()`. */
+/** A queue pair (struct ibv_qp; RC, UD, XRC_SEND or XRC_RECV): `modify()` through RESET, INIT, RTR, RTS, then `postSend()` / `postRecv()`. */
 export class QueuePair {
   /** QP number (qp_num), what the peer puts in destQpNum. */
   readonly qpNum: number;
@@ -452,7 +452,7 @@ export class QueuePair {
   }
 }
 
-/** Move two RC QPs through INIT → RTR → RTS, each pointing at the other (rc_pingpong's defaults). */
+/** Move two connected QPs (RC, or an XRC_SEND and its XRC_RECV) through INIT → RTR → RTS, each pointing at the other (rc_pingpong's defaults). */
 export function connectQps(a: QueuePair, b: QueuePair, attr: Partial<QpAttr> = {}): void {
   const access = attr.qpAccessFlags ?? Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC;
   for (const [x, y] of [
