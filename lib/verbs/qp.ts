@@ -1,4 +1,5 @@
-// Queue pairs (RC, and UD and XRC on the same packets): the QP state machine and the verbs that post work. The
+// Queue pairs (RC; UD and XRC on the same packets): the QP state machine and the verbs
+// that post work. The
 // work itself is done by the QP's roles, as in rdma_rxe: its requester (requester.ts) runs
 // the send queue, its responder (responder.ts) answers the connected QP's requests on this
 // QP's own node, its completer (completer.ts) reads the answers to its requests (retrying an
