@@ -1,12 +1,11 @@
-// Queue pairs (RC; UD and XRC on the same packets): the QP state machine and the verbs
-// that post work. The
-// work itself is done by the QP's roles, as in rdma_rxe: its requester (requester.ts) runs
-// the send queue, its responder (responder.ts) answers the connected QP's requests on this
-// QP's own node, its completer (completer.ts) reads the answers to its requests (retrying an
-// RNR NAK) and writes completions. A destination fault behaves like ODP's RNR NAK: the
-// engine retries up to rnrRetry (7 = infinite), then completes with RNR_RETRY_EXC_ERR. A
-// failed work request moves the QP to ERR and the rest complete with WR_FLUSH_ERR. A QP
-// holds nothing of another QP: only its number and node.
+// Queue pairs: the QP state machine and the verbs that post work, for RC and, on the same
+// packets, UD and XRC. The work itself is done by the QP's roles, as in rdma_rxe: its
+// requester (requester.ts) runs the send queue, its responder (responder.ts) answers the
+// connected QP's requests on this QP's own node, its completer (completer.ts) reads the
+// answers to its requests (retrying an RNR NAK) and writes completions. A destination fault
+// behaves like ODP's RNR NAK: the engine retries up to rnrRetry (7 = infinite), then
+// completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR and the rest
+// complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
 import { RcOp, type RcQp } from '../../kernel-sim/index.js';
