@@ -90,7 +90,18 @@ export {
 export { Scheduler, type Schedulable } from './scheduler/scheduler.js';
 export { CopyEngine, CopyFlag, CopyStatus, type CopyResult, type CopyTag } from './pldma/copy-engine.js';
 export { Pldma } from './pldma/pldma.js';
-export { RcOp, RcTables, rnrTimerMs, type RcMr, type RcOdp, type RcQp, type RcReceived, type RcRecvWqe, type RcRespState } from './pldma/rc.js';
+export {
+  RcOp,
+  RcTables,
+  rnrTimerMs,
+  type RcMr,
+  type RcOdp,
+  type RcQp,
+  type RcReceived,
+  type RcRecvWqe,
+  type RcRespState,
+  type RcSrq,
+} from './pldma/rc.js';
 export {
   DmaStatus,
   type DmaCompletion,

@@ -30,6 +30,10 @@ const MIN_BLOCK = 4096;
 const MAX_BLOCK = 1 << 30;
 /** Verdicts one ACK may carry: one per group of blocks written and one for where it stopped. */
 const MAX_VERDICTS = WIRE_MAX_BLOCKS + 2;
+/** The opcode byte's bit that says an XRCETH (the XRC SRQ number) follows. */
+const XRC_BIT = 0x80;
+/** The largest UD message: IBV_MTU_4096. */
+const UD_MAX_BYTES = 4096;
 /** Scatter/gather entries one verbs header may carry (the QPs' max_sge). */
 const MAX_SGE = 32;
 /** Bytes of a reason string, of an exchange string, and the exchange value's shape limits. */
@@ -143,7 +147,7 @@ function checkWrite(p: WritePacket, each = false): void {
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
   if (p.opcode !== undefined) {
     // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
-    int('opcode', p.opcode, RcOp.WRITE, RcOp.ATOMIC);
+    int('opcode', p.opcode, RcOp.WRITE, RcOp.UD_SEND_IMM);
     if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
     int('srcQpn', p.srcQpn, 0, 0xffffff);
     int('psn', p.psn, 0, 0xffffff);
@@ -168,10 +172,42 @@ function checkWrite(p: WritePacket, each = false): void {
         addr('atomic.compareAdd', p.atomic.compareAdd);
         addr('atomic.swap', p.atomic.swap);
       }
+    } else if (p.opcode === RcOp.FLUSH) {
+      // FLUSH: RETH's range and FETH; no payload, no answer but the ACK.
+      if (p.length !== 0) bad('length', '0 in a FLUSH request', p.length);
+      int('dmaLength', p.dmaLength, 0, 2 ** 31);
+      if (p.flush === undefined) bad('flush', 'present in a FLUSH request', undefined);
+      int('flush.type', p.flush.type, 1, 3);
+      int('flush.level', p.flush.level, 0, 1);
+      if (p.sinks !== undefined || p.atomic !== undefined) bad('opcode', 'READ_REQUEST or ATOMIC with sinks or atomic', p.opcode);
     } else if (p.sinks !== undefined || p.dmaLength !== undefined || p.atomic !== undefined) {
       bad('opcode', 'READ_REQUEST or ATOMIC with sinks, dmaLength or atomic', p.opcode);
     }
-  } else if (p.srcQpn !== undefined || p.psn !== undefined || p.immData !== undefined || p.msgOffset !== undefined) {
+    if (p.opcode !== RcOp.FLUSH && p.flush !== undefined) bad('opcode', 'FLUSH with flush', p.opcode);
+    // UD SEND: DETH's Q_Key, and the whole message in one block of at most the largest MTU.
+    const ud = p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM;
+    if (ud) {
+      u32('qkey', p.qkey);
+      if (count !== 1 || p.seq !== 0 || p.length > UD_MAX_BYTES || p.msgOffset !== undefined)
+        bad('length', `a UD message of at most ${UD_MAX_BYTES} bytes in one block`, p.length);
+    } else if (p.qkey !== undefined) bad('opcode', 'UD_SEND or UD_SEND_IMM with qkey', p.opcode);
+    // XRCETH: an XRC send QP's request names the target's XRC SRQ (never an answer, never UD).
+    if (p.srqn !== undefined) {
+      int('srqn', p.srqn, 0, 0xffffff);
+      if (ud || p.opcode === RcOp.READ_RESPONSE) bad('opcode', 'an RC request with srqn', p.opcode);
+    }
+    // ATOMIC WRITE: the 8 new bytes of one word, in one block.
+    if (p.opcode === RcOp.ATOMIC_WRITE && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
+      bad('length', '8 in an ATOMIC_WRITE, one block', p.length);
+  } else if (
+    p.srcQpn !== undefined ||
+    p.psn !== undefined ||
+    p.immData !== undefined ||
+    p.msgOffset !== undefined ||
+    p.srqn !== undefined ||
+    p.qkey !== undefined ||
+    p.flush !== undefined
+  ) {
     bad('opcode', 'present with the RC fields', undefined);
   }
   if (p.sourceFault !== undefined) {
@@ -415,7 +451,9 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
       w.f64(p.sourceFault.faultOffset);
     }
     if (p.opcode !== undefined) {
-      w.u8(p.opcode);
+      // The opcode's top bit says an XRCETH follows (IB's XRC opcodes differ from RC's in their top bits too).
+      w.u8(p.opcode | (p.srqn !== undefined ? XRC_BIT : 0));
+      if (p.srqn !== undefined) w.u32(p.srqn);
       w.u32(p.srcQpn!);
       w.u32(p.psn!);
       if (p.opcode === RcOp.READ_REQUEST) w.u32(p.dmaLength!);
@@ -427,6 +465,12 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
       if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) {
         sges(w, p.sinks!);
         w.u8(p.rnrRetry ?? 0xff);
+      }
+      if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) w.u32(p.qkey!);
+      if (p.opcode === RcOp.FLUSH) {
+        w.u32(p.dmaLength!);
+        w.u8(p.flush!.type);
+        w.u8(p.flush!.level);
       }
     }
     if (p.immData !== undefined) w.u32(p.immData);
@@ -585,7 +629,9 @@ function readWrite(r: Reader): DecodedWrite {
   if (f & W_QPN) p.qpn = r.u32('qpn');
   if (f & W_SOURCE_FAULT) p.sourceFault = { seq: r.u32('sourceFault.seq'), faultOffset: r.f64('sourceFault.faultOffset') };
   if (f & W_RC) {
-    p.opcode = r.u8('opcode');
+    const op = r.u8('opcode');
+    p.opcode = op & ~XRC_BIT;
+    if (op & XRC_BIT) p.srqn = r.u32('srqn');
     p.srcQpn = r.u32('srcQpn');
     p.psn = r.u32('psn');
     if (p.opcode === RcOp.READ_REQUEST) p.dmaLength = r.u32('dmaLength');
@@ -598,6 +644,11 @@ function readWrite(r: Reader): DecodedWrite {
       p.sinks = readSges(r, 'sinks');
       const rnr = r.u8('rnrRetry');
       if (rnr !== 0xff) p.rnrRetry = rnr;
+    }
+    if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) p.qkey = r.u32('qkey');
+    if (p.opcode === RcOp.FLUSH) {
+      p.dmaLength = r.u32('dmaLength');
+      p.flush = { type: r.u8('flush.type'), level: r.u8('flush.level') };
     }
   }
   if (f & W_IMM) p.immData = r.u32('immData');

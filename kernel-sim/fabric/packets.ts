@@ -21,6 +21,19 @@ export enum RcOp {
   READ_REQUEST = 6,
   /** ATOMIC (compare-and-swap or fetch-and-add): AtomicETH names the 8-byte word and the operands; no payload. */
   ATOMIC = 7,
+  /** ATOMIC WRITE: RETH names an 8-byte aligned word, the payload is its 8 new bytes, written as one store. */
+  ATOMIC_WRITE = 8,
+  /** RDMA FLUSH: RETH names the range (`va`, `key`, `dmaLength`), FETH the placement type and selectivity (`flush`); no payload. */
+  FLUSH = 9,
+  /**
+   * UD SEND: one packet, a whole message of at most the path MTU, to any UD QP that holds the
+   * packet's Q_Key (DETH); the receive WQE is taken when it lands. A UD responder drops what it
+   * cannot take (no QP, a wrong Q_Key, no receive posted), answering the sender's engine as if
+   * it had landed: UD has no ACK or NAK of its own.
+   */
+  UD_SEND = 10,
+  /** UD SEND with immediate. */
+  UD_SEND_IMM = 11,
 }
 
 /** The ACK's 4-bit resp field. */
@@ -158,6 +171,10 @@ export interface WritePacket extends Header {
   key?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** DETH Q_Key of a UD SEND: the receiving UD QP must hold the same. */
+  qkey?: number;
+  /** XRCETH: the XRC SRQ (24-bit number) at the XRC target QP that a request of an XRC send QP is for. */
+  srqn?: number;
   /** Source faults the message took so far (for the receive completion's odp figures). */
   srcFaults?: number;
   /** A message of several transfers (one per SGE): this transfer's byte offset in it. */
@@ -170,6 +187,13 @@ export interface WritePacket extends Header {
   sinks?: WireSge[];
   /** READ request, ATOMIC: the requester's rnr_retry (bounds its sinks' faults; 7: no bound). */
   rnrRetry?: number;
+  /** FLUSH: FETH, the placement type (bits: 1 global visibility, 2 persistence) and the selectivity level (0 the range, 1 the whole MR). */
+  flush?: {
+    /** ibv_placement_type bits. */
+    type: number;
+    /** ibv_selectivity_level. */
+    level: number;
+  };
   /** ATOMIC: AtomicETH's operation and operands. */
   atomic?: {
     /** Fetch-and-add (else compare-and-swap). */

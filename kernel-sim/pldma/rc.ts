@@ -28,7 +28,7 @@ export interface RcPlaceAt {
 }
 
 /** ibv_access_flags bits the responder checks (libibverbs values). */
-export const RcAccess = { LOCAL_WRITE: 1, REMOTE_WRITE: 2, REMOTE_READ: 4, REMOTE_ATOMIC: 8 } as const;
+export const RcAccess = { LOCAL_WRITE: 1, REMOTE_WRITE: 2, REMOTE_READ: 4, REMOTE_ATOMIC: 8, FLUSH_GLOBAL: 256, FLUSH_PERSISTENT: 512 } as const;
 
 /** An MR as its node's responder reads it. */
 export interface RcMr {
@@ -45,6 +45,12 @@ export interface RcMr {
   place(addr: bigint, length: number): RcPlaceAt | undefined;
   /** Whether [addr, addr+length) lies inside the MR (nothing mapped or touched). */
   covers(addr: bigint, length: number): boolean;
+}
+
+/** A shared receive queue as the responder takes receives from it (an XRC target's, by number). */
+export interface RcSrq {
+  /** The next receive WQE, taken off the queue for good; undefined if it is empty (an RNR NAK). */
+  take(): RcRecvWqe | undefined;
 }
 
 /** A receive work request as the responder takes it. */
@@ -70,7 +76,7 @@ export interface RcReceived {
   /** 'ok'; 'prot': a buffer is in no MR of the QP's PD with LOCAL_WRITE; 'len': the message is longer than the buffers. */
   status: 'ok' | 'prot' | 'len';
   /** Which operation consumed it. */
-  op: RcOp.SEND | RcOp.SEND_IMM | RcOp.WRITE_IMM;
+  op: RcOp.SEND | RcOp.SEND_IMM | RcOp.WRITE_IMM | RcOp.UD_SEND | RcOp.UD_SEND_IMM;
   /** Bytes of the message. */
   byteLen: number;
   /** The immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM. */
@@ -113,6 +119,21 @@ export interface RcQp {
   readonly minRnrTimer: number;
   /** The receive queue: its head is taken by a SEND's first packet (kept there until the message completes). */
   readonly rq: RcRecvWqe[];
+  /**
+   * Where receives come from when they are not `rq`'s head (a QP attached to a shared
+   * receive queue): the next receive WQE taken off that queue for good, or undefined if it
+   * is empty (an RNR NAK). The message holds it until it completes (or the QP's ERR flushes it).
+   */
+  take?(): RcRecvWqe | undefined;
+  /** A UD QP's Q_Key (absent for an RC QP): it takes UD SENDs from any QP that names it. */
+  readonly qkey?: number;
+  /** UD: give back a receive `take` returned whose datagram did not land (a fault: it comes again). */
+  giveBack?(wqe: RcRecvWqe): void;
+  /**
+   * An XRC target QP (XRC_RECV): the XRC SRQ of its XRC domain numbered `srqn` (the packet's
+   * XRCETH), which its messages take their receives from; undefined if the domain has none.
+   */
+  xrcSrq?(srqn: number): RcSrq | undefined;
   /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
   expects(lkey: number, va: bigint, length: number): boolean;
   /** A receive ended (its WQE has left `rq`). */
@@ -160,7 +181,8 @@ export class RcTables {
 
 /** Why the responder refused a packet: the NAK syndrome (AETH) and what it says. */
 export interface RcRefusal {
-  nak: 'qp' | 'psn' | 'access' | 'inv-req' | 'op' | 'rnr';
+  /** 'drop': a UD datagram silently dropped (the sender's engine is answered as if it landed). */
+  nak: 'qp' | 'psn' | 'access' | 'inv-req' | 'op' | 'rnr' | 'drop';
   reason: string;
   /** RNR NAK: the QP's min_rnr_timer code. */
   rnrTimer?: number;
@@ -183,8 +205,14 @@ export interface RcPacket {
   /** A message of several transfers (one per SGE): this transfer's offset in it and the message's bytes. */
   msgOffset: number | undefined;
   msgLength: number | undefined;
-  /** READ request: the bytes to read from `va`. */
+  /** READ request: the bytes to read from `va`; FLUSH: the bytes to flush. */
   dmaLength: number | undefined;
+  /** FLUSH: FETH's placement type bits and selectivity level. */
+  flush?: { type: number; level: number } | undefined;
+  /** UD SEND: DETH's Q_Key. */
+  qkey?: number | undefined;
+  /** XRCETH: the XRC SRQ number, in every request of an XRC send QP. */
+  srqn?: number | undefined;
   blockSize: number;
   issuedUs: number;
   issuedMs: number;
@@ -212,6 +240,7 @@ export interface RcAdmitted {
  * (epsn moves on) only once its first packet is admitted.
  */
 export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) return admitUd(t, p);
   const refused = checkRc(t, p);
   if (refused) return refused;
   const qp = t.qps.get(p.qpn)!;
@@ -229,6 +258,19 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
       spans: spansOf(),
       last,
     };
+  // XRC: a target QP takes requests of its XRC send QP only, each naming an XRC SRQ of its domain.
+  let take = qp.take ? () => qp.take!() : undefined;
+  if (qp.xrcSrq || p.srqn !== undefined) {
+    const srq = p.srqn === undefined ? undefined : qp.xrcSrq?.(p.srqn);
+    if (!srq)
+      return {
+        nak: 'inv-req',
+        reason: qp.xrcSrq
+          ? `XRC target QP ${p.qpn}'s domain has no XRC SRQ ${String(p.srqn)}`
+          : `QP ${p.qpn} is no XRC target: the request names XRC SRQ ${String(p.srqn)}`,
+      };
+    take = () => srq.take();
+  }
   const r = qp.resp;
   let msg = r.msg;
   const continues = msg !== undefined && msg.psn === p.psn;
@@ -241,11 +283,11 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   let spans: RcPlace['spans'];
   if (send) {
     if (!msg!.wqe) {
-      const wqe = qp.rq[0];
+      const wqe = take ? take() : qp.rq[0];
       if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
       const s = scatterSend(t, qp, wqe, 0, 0, total);
       if ('fail' in s) {
-        qp.rq.shift();
+        if (!take) qp.rq.shift();
         qp.received(wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
         qp.toError();
         return s.fail === 'prot'
@@ -258,8 +300,11 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
     if ('fail' in s) return { nak: 'op', reason: `QP ${p.qpn}'s receive buffers went away mid-message` };
     spans = s.spans;
   } else {
-    if (p.opcode === RcOp.WRITE_IMM && last && !qp.rq[0])
-      return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+    if (p.opcode === RcOp.WRITE_IMM && last) {
+      // From a shared queue the receive is taken now, held by the message like a SEND's.
+      if (take) msg!.wqe ??= take();
+      if (!(take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+    }
     spans = spansOf();
   }
   if (!continues) {
@@ -267,6 +312,39 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
     r.epsn = (r.epsn + 1) & 0xffffff;
   }
   return { qp, msg: msg!, total, spans, last };
+}
+
+/** Whether `qp` takes each receive off its queue for good (an SRQ's, an XRC SRQ's, a UD QP's): the message holds it. */
+export function takesReceives(qp: RcQp): boolean {
+  return qp.take !== undefined || qp.xrcSrq !== undefined;
+}
+
+/** Bytes at the head of a UD receive buffer kept for the GRH (never written here: no GRH is carried). */
+export const GRH_BYTES = 40;
+
+/**
+ * Admit a UD SEND (rxe_resp for a UD QP): a UD QP receiving, the Q_Key it holds, a receive
+ * WQE taken off its queue; the message lands after the receive's first GRH_BYTES. Anything
+ * else is dropped without a word to the sender, as IB's UD does: no QP, a wrong Q_Key (a
+ * Q_Key violation), no receive posted (no RNR on UD). A receive too short completes with
+ * LOC_LEN_ERR, one with a buffer in no MR with LOC_PROT_ERR (the QP going to ERR); the
+ * datagram is dropped then too.
+ */
+function admitUd(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  const qp = t.qps.get(p.qpn);
+  if (!qp || !qp.receiving || qp.pd.closed || qp.qkey === undefined) return { nak: 'drop', reason: `no UD QP ${p.qpn} receiving on this node` };
+  if (p.qkey !== qp.qkey) return { nak: 'drop', reason: `Q_Key 0x${(p.qkey ?? 0).toString(16)} does not match UD QP ${p.qpn}'s` };
+  const wqe = qp.take?.();
+  if (!wqe) return { nak: 'drop', reason: `UD QP ${p.qpn} has no receive posted` };
+  const op = p.opcode as RcOp.UD_SEND;
+  const s = scatterSend(t, qp, wqe, GRH_BYTES, p.length, GRH_BYTES + p.length);
+  if ('fail' in s) {
+    qp.received(wqe, { status: s.fail, op, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+    if (s.fail === 'prot') qp.toError();
+    return { nak: 'drop', reason: `UD QP ${p.qpn}'s receive ${s.fail === 'len' ? 'is too short' : 'has a buffer in no MR of its PD'}` };
+  }
+  const msg: RcMessage = { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
+  return { qp, msg, total: p.length, spans: s.spans, last: true };
 }
 
 /** Zero faults and times. */
@@ -352,6 +430,33 @@ export function checkRc(t: RcTables, p: RcPacket): RcRefusal | undefined {
       if (p.key === undefined || !keyFor(t, qp, p.key, p.va, 8, RcAccess.REMOTE_ATOMIC))
         return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, 8, 'REMOTE_ATOMIC') };
       return undefined;
+    case RcOp.ATOMIC_WRITE:
+      // rxe_resp: QP and MR need REMOTE_WRITE; the word is 8-byte aligned and the payload its 8 bytes.
+      if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an ATOMIC WRITE's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
+      if (spanOf(p).total !== 8) return { nak: 'inv-req', reason: `an ATOMIC WRITE carries 8 bytes, got ${spanOf(p).total}` };
+      if (!(qp.accessFlags & RcAccess.REMOTE_WRITE))
+        return { nak: 'access', reason: `QP ${p.qpn} does not accept ATOMIC WRITE (qp_access_flags lacks REMOTE_WRITE)` };
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, 8, RcAccess.REMOTE_WRITE))
+        return { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, 8, 'REMOTE_WRITE') };
+      return undefined;
+    case RcOp.FLUSH: {
+      // rxe_resp's check_qp_attr_access and check_placement_type: the QP and the MR must both
+      // allow each placement type asked for.
+      const type = p.flush?.type ?? 0;
+      const want = (type & 1 ? RcAccess.FLUSH_GLOBAL : 0) | (type & 2 ? RcAccess.FLUSH_PERSISTENT : 0);
+      const name = type & 1 && !(qp.accessFlags & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+      if (want === 0) return { nak: 'inv-req', reason: 'a FLUSH names no placement type' };
+      if ((qp.accessFlags & want) !== want) return { nak: 'access', reason: `QP ${p.qpn} does not accept FLUSH with ${name} (qp_access_flags)` };
+      // Selectivity MR flushes the whole MR: only the key is checked; a range must lie inside it.
+      const n = p.flush?.level === 1 ? 0 : (p.dmaLength ?? 0);
+      if (p.key === undefined || !keyFor(t, qp, p.key, p.va, n, want)) {
+        const mr = p.key === undefined ? undefined : t.mrs.get(p.key);
+        const lacks = mr && !mr.closed && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
+        const flag = mr && type & 1 && !(mr.access & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+        return { nak: 'access', reason: lacks ? `rkey ${hex(p.key!)}'s MR was registered without ${flag}` : rkeyReason(t, qp, p.key, p.va, n, flag) };
+      }
+      return undefined;
+    }
     case RcOp.READ_RESPONSE:
       if (p.length === 0) return undefined;
       if (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length))

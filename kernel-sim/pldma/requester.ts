@@ -282,6 +282,9 @@ export class Requester implements Schedulable {
     if (d.dmaLength !== undefined) packet.dmaLength = d.dmaLength;
     if (d.sinks) packet.sinks = d.sinks;
     if (d.atomic) packet.atomic = d.atomic;
+    if (d.flush) packet.flush = d.flush;
+    if (d.qkey !== undefined) packet.qkey = d.qkey;
+    if (d.srqn !== undefined) packet.srqn = d.srqn;
     if (d.rnrRetry !== undefined) packet.rnrRetry = d.rnrRetry;
     if (t.faults.source) packet.srcFaults = t.faults.source;
   }

@@ -17,7 +17,7 @@ import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
 import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { Faults, HeldAnswer } from './faults.js';
-import { admitRc, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
+import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
 
 /** @internal What one node's responder needs of its node. */
@@ -80,6 +80,8 @@ const NAK_RESP: Record<RcRefusal['nak'], AckResp> = {
   'inv-req': AckResp.INV_REQ,
   op: AckResp.OP_ERR,
   rnr: AckResp.RNR,
+  // UD: the sender's engine hears the datagram landed; nothing was written.
+  drop: AckResp.OK,
 };
 
 /** A channel of a source node, as this responder sees it: its writes answered in order, and where the transfer stopped. */
@@ -146,10 +148,15 @@ export class Responder {
     // Where the packet lands, checked once, here, against this node's own tables and SMMU.
     const dest = this.#place(p);
     const ctx = 'refusal' in dest ? undefined : dest.ctx;
-    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC)) {
+    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC || p.opcode === RcOp.FLUSH)) {
       // A READ or an atomic: carried out here, its answer's bytes sent back on this node's
       // engine; the request's ACK goes out once they have landed (or with why they did not).
-      const out = p.opcode === RcOp.READ_REQUEST ? await this.#read(p, dest.rc) : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
+      const out =
+        p.opcode === RcOp.READ_REQUEST
+          ? await this.#read(p, dest.rc)
+          : p.opcode === RcOp.FLUSH
+            ? this.#flush(p, dest)
+            : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
       if (dest.rc.qp.resp.msg === dest.rc.msg && out.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
       if (out.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
       await before;
@@ -158,7 +165,10 @@ export class Responder {
       answered();
       return;
     }
-    if ('refusal' in dest) {
+    if ('refusal' in dest && dest.refusal === AckResp.OK) {
+      // A UD datagram dropped: answered as taken, as UD has no NAK.
+      written = p.count;
+    } else if ('refusal' in dest) {
       refused = { seq: p.seq, count: 1, resp: dest.refusal, walkUs: 0, reason: dest.reason };
       if (dest.rnrTimer !== undefined) refused.rnrTimer = dest.rnrTimer;
     } else if (dest.spans.length === 0) {
@@ -249,10 +259,12 @@ export class Responder {
     // translated: this one's answer is dropped (its bytes are written again after that block).
     const early = lane.stop;
     if (early && early.tid === p.tid && early.seq < p.seq) {
+      if (rc) this.#notReceived(rc);
       this.#answer(p, [], { seq: p.seq, count: p.count });
     } else {
       // Every byte of the message is in: its receive completes before the ACK goes out.
       if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
+      else if (rc) this.#notReceived(rc);
       // A write stops at its first fault: it is the last verdict.
       for (const f of faults) await this.#hold(last!, f);
       this.#answer(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
@@ -290,6 +302,9 @@ export class Responder {
       msgOffset: p.msgOffset,
       msgLength: p.msgLength,
       dmaLength: p.dmaLength,
+      flush: p.flush,
+      qkey: p.qkey,
+      srqn: p.srqn,
       blockSize: p.blockSize,
       issuedUs: p.issuedUs[0]!,
       issuedMs: p.issuedMs,
@@ -364,6 +379,18 @@ export class Responder {
     };
     if (bad.reason) v.reason = bad.reason;
     return v;
+  }
+
+  // An RDMA FLUSH (global visibility): the channel's writes before it were answered first and
+  // their copies are done, so they are visible already; what is left is rxe_odp's part, the
+  // range's pages mapped for the device: a missing one is the fault NACK, and the FLUSH is sent
+  // again once it is resolved. (Persistence is refused at registration: no memory here is.)
+  #flush(p: WritePacket, dest: Placed): { verdict: Verdict; fault?: HoldNack } {
+    const n = p.flush!.level === 0 ? (p.dmaLength ?? 0) : 0;
+    if (n === 0) return { verdict: { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: 0 } };
+    const tr = this.#d.smmu.translate(dest.ctx.sid, p.va, n, 'read');
+    if (!tr.ok) return this.#fault(p, 0, dest.ctx.sid, tr, p.va);
+    return { verdict: { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: walkCost(this.#d.costs, tr) } };
   }
 
   #nak(p: WritePacket, resp: AckResp, reason: string): Verdict {
@@ -514,13 +541,18 @@ export class Responder {
     if (p.opcode === RcOp.WRITE) return;
     const wqe = msg.wqe ?? qp.rq[0];
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
-    if (!wqe || qp.rq[0] !== wqe) return;
-    qp.rq.shift();
+    // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for
+    // a UD datagram (no message kept between packets) its QP flushes it when given back.
+    const taken = takesReceives(qp);
+    if (wqe && taken && !qp.receiving) this.#notReceived(a);
+    if (!wqe || (taken ? !qp.receiving : qp.rq[0] !== wqe)) return;
+    if (!taken) qp.rq.shift();
     const total = a.total;
     const r: RcReceived = {
       status: 'ok',
       op: p.opcode as RcReceived['op'],
-      byteLen: total,
+      // A UD receive counts the GRH space at its head.
+      byteLen: qp.qkey === undefined ? total : total + GRH_BYTES,
       srcQpn: p.srcQpn ?? 0,
       odp: {
         faults: { source: p.srcFaults ?? 0, destination: msg.faults },
@@ -532,6 +564,11 @@ export class Responder {
     };
     if (p.immData !== undefined) r.immData = p.immData;
     qp.received(wqe, r);
+  }
+
+  // A UD datagram that did not land (a fault: it is sent again) gives back the receive it took.
+  #notReceived(a: RcAdmitted): void {
+    if (a.qp.qkey !== undefined && a.msg.wqe) a.qp.giveBack?.(a.msg.wqe);
   }
 
   #answer(p: WritePacket, verdicts: Verdict[], returned: { seq: number; count: number } | undefined): void {

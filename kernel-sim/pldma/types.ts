@@ -108,6 +108,10 @@ export interface DmaDescriptor {
   psn?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** DETH Q_Key of a UD SEND. */
+  qkey?: number;
+  /** XRCETH: the XRC SRQ number at the target. */
+  srqn?: number;
   /** READ request: RETH's DMA length. */
   dmaLength?: number;
   /** READ request, ATOMIC: where the answer lands at the requester. */
@@ -130,6 +134,13 @@ export interface DmaDescriptor {
   };
   /** READ request, ATOMIC: the requester's rnr_retry, which bounds the faults its sinks may take (7: no bound). */
   rnrRetry?: number;
+  /** FLUSH: FETH's placement type bits and selectivity level (the range is `dstVa` and `dmaLength`). */
+  flush?: {
+    /** ibv_placement_type bits. */
+    type: number;
+    /** ibv_selectivity_level. */
+    level: number;
+  };
   /** A message of several transfers (one per SGE). */
   message?: {
     /** This transfer's byte offset in the message. */

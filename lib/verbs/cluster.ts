@@ -18,6 +18,9 @@ import { verbsError } from './errors.js';
 import { MemoryRegion, type OdpCounters, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 import { QueuePairEx, type QpInitAttrEx } from './qp-ex.js';
+import { SharedReceiveQueue, type SrqInitAttr } from './srq.js';
+import { AddressHandle, type AhAttr } from './ah.js';
+import { XrcDomain } from './xrc.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator } from './tables.js';
 
@@ -33,6 +36,8 @@ export interface AsyncEvent {
   cq?: CompletionQueue;
   /** The QP the event is about (QP_* events, COMM_EST, SQ_DRAINED). */
   qp?: QueuePair;
+  /** The SRQ the event is about (SRQ_LIMIT_REACHED). */
+  srq?: SharedReceiveQueue;
 }
 
 /** Options of `Cluster.create`: the simulated system's and every context's defaults. */
@@ -72,7 +77,7 @@ export interface DeviceAttr {
     rcOdpCaps: number;
     /** OdpTransportCaps bits for UC QPs (none here). */
     ucOdpCaps: number;
-    /** OdpTransportCaps bits for UD QPs (none here). */
+    /** OdpTransportCaps bits for UD QPs. */
     udOdpCaps: number;
   };
 }
@@ -243,6 +248,9 @@ export class Context {
   #objects: ProcessObjects = { pds: new Set(), mrs: new Set(), qps: new Set() };
   #cqs = new Set<CompletionQueue>();
   #channels = new Set<CompletionChannel>();
+  #srqs = new Set<SharedReceiveQueue>();
+  #ahs = new Set<AddressHandle>();
+  #xrcds = new Set<XrcDomain>();
   #events: AsyncEvent[] = [];
   #eventListeners: Array<(e: AsyncEvent) => void> = [];
   #forget: (c: Context) => void;
@@ -279,7 +287,15 @@ export class Context {
   /** ibv_query_device(_ex): limits (enforced) and ODP capabilities. */
   queryDevice(): DeviceAttr {
     this.#check();
-    const rc = OdpTransportCaps.SEND | OdpTransportCaps.RECV | OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC;
+    const rc =
+      OdpTransportCaps.SEND |
+      OdpTransportCaps.RECV |
+      OdpTransportCaps.WRITE |
+      OdpTransportCaps.READ |
+      OdpTransportCaps.ATOMIC |
+      OdpTransportCaps.SRQ_RECV |
+      OdpTransportCaps.FLUSH |
+      OdpTransportCaps.ATOMIC_WRITE;
     return {
       name: `pfr${this.node}`,
       node: this.node,
@@ -289,7 +305,12 @@ export class Context {
       maxSge: DEVICE_LIMITS.maxSge,
       maxMrSize: SIZE_MAX,
       pageSizeCap: PAGE_SIZE,
-      odpCaps: { generalCaps: OdpGeneralCaps.SUPPORT | OdpGeneralCaps.SUPPORT_IMPLICIT, rcOdpCaps: rc, ucOdpCaps: 0, udOdpCaps: 0 },
+      odpCaps: {
+        generalCaps: OdpGeneralCaps.SUPPORT | OdpGeneralCaps.SUPPORT_IMPLICIT,
+        rcOdpCaps: rc,
+        ucOdpCaps: 0,
+        udOdpCaps: OdpTransportCaps.SEND | OdpTransportCaps.RECV | OdpTransportCaps.SRQ_RECV,
+      },
     };
   }
 
@@ -335,6 +356,13 @@ export class Context {
     if (access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(access & Access.LOCAL_WRITE))
       throw verbsError('ibv_reg_mr', 'EINVAL', 'REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in libibverbs)');
     if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${SVA}`);
+    // rdma_rxe refuses it on memory that is not pmem; nothing here is persistent.
+    if (access & Access.FLUSH_PERSISTENT)
+      throw verbsError(
+        'ibv_reg_mr',
+        'EINVAL',
+        'FLUSH_PERSISTENT needs persistent memory (pmem or a DAX file); regions here are anonymous or memfd pages that go with the process: register with FLUSH_GLOBAL',
+      );
     const odp = (access & Access.ON_DEMAND) !== 0;
     const lib = this.faultLibrary;
     const tables = this.#device.tables;
@@ -556,11 +584,45 @@ export class Context {
     return [...this.#objects.mrs].filter((m) => m.onDemand).map((m) => ({ dev: `pfr${this.node}`, mrn: m.lkey, ...m.odpStats }));
   }
 
-  /** ibv_close_device: destroy QPs (flushing their work), deregister MRs, free PDs, close CQs. */
+  /**
+   * ibv_create_srq: a shared receive queue in `pd`. QPs created with `{ srq }` take their
+   * receives from it; `srqLimit` (here or in `srq.modify`) arms IBV_EVENT_SRQ_LIMIT_REACHED.
+   */
+  createSrq(pd: ProtectionDomain, attr: SrqInitAttr = {}): SharedReceiveQueue {
+    this.#check();
+    this.#ownPd('ibv_create_srq', pd);
+    const srq = new SharedReceiveQueue(this, pd, attr, (s) =>
+      this.#raise({ eventType: AsyncEventType.SRQ_LIMIT_REACHED, name: 'IBV_EVENT_SRQ_LIMIT_REACHED', srq: s }),
+    );
+    this.#srqs.add(srq);
+    return srq;
+  }
+
+  /** ibv_open_xrcd: an XRC domain, for XRC SRQs (`createSrq(pd, { srqType: SrqType.XRC, xrcd, cq })`) and XRC_RECV QPs. */
+  openXrcd(): XrcDomain {
+    this.#check();
+    const x = new XrcDomain();
+    this.#xrcds.add(x);
+    return x;
+  }
+
+  /** ibv_create_ah: the address of a node's port for UD SENDs (`wr.ud.ah`); `dlid` is the node's number. */
+  createAh(pd: ProtectionDomain, attr: AhAttr): AddressHandle {
+    this.#check();
+    this.#ownPd('ibv_create_ah', pd);
+    const ah = new AddressHandle(pd, this.#device, attr);
+    this.#ahs.add(ah);
+    return ah;
+  }
+
+  /** ibv_close_device: destroy QPs (flushing their work) and SRQs, deregister MRs, free PDs, close CQs. */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
     for (const qp of [...this.#objects.qps]) qp.destroy();
+    for (const srq of this.#srqs) srq.destroy();
+    for (const ah of this.#ahs) ah.destroy();
+    for (const x of this.#xrcds) x.close();
     for (const mr of [...this.#objects.mrs]) mr.dereg();
     for (const pd of [...this.#objects.pds]) pd.dealloc();
     for (const cq of this.#cqs) cq.destroy();

@@ -18,8 +18,12 @@ export const Access = {
   ON_DEMAND: 64,
   /** The MR is backed by huge pages. */
   HUGETLB: 128,
+  /** A peer may RDMA FLUSH the MR for global visibility (IBV_ACCESS_FLUSH_GLOBAL); on a QP, it accepts such FLUSHes. */
+  FLUSH_GLOBAL: 256,
+  /** A peer may RDMA FLUSH the MR to persistence (needs persistent memory: refused by regMr here). */
+  FLUSH_PERSISTENT: 512,
 } as const;
-const ACCESS_ALL = 0xff;
+const ACCESS_ALL = 0x3ff;
 /** True if `flags` is a non-negative integer made of Access bits only. */
 export function knownAccess(flags: number): boolean {
   return Number.isInteger(flags) && flags >= 0 && (flags & ~ACCESS_ALL) === 0;
@@ -125,7 +129,27 @@ export enum WrOpcode {
   ATOMIC_CMP_AND_SWP = 5,
   /** Add compareAdd to the remote 8-byte word; the old value comes back. */
   ATOMIC_FETCH_AND_ADD = 6,
+  /** Make remote memory globally visible (or persistent): wr.flush names the range, placement type and selectivity. */
+  FLUSH = 14,
+  /** Write the 8 bytes of the one local SGE to the 8-byte aligned remote word (wr.rdma), atomically visible. */
+  ATOMIC_WRITE = 15,
 }
+
+/** enum ibv_placement_type: what an RDMA FLUSH makes of the bytes (bits). */
+export const FlushType = {
+  /** Visible to every observer of the responder's memory (IBV_FLUSH_GLOBAL). */
+  GLOBAL: 1,
+  /** Persistent across power loss (IBV_FLUSH_PERSISTENT). */
+  PERSISTENT: 2,
+} as const;
+
+/** enum ibv_selectivity_level: what an RDMA FLUSH covers. */
+export const FlushLevel = {
+  /** The range [remoteAddr, remoteAddr+length) (IBV_FLUSH_RANGE). */
+  RANGE: 0,
+  /** The whole MR the rkey names (IBV_FLUSH_MR); remoteAddr must still lie inside it. */
+  MR: 1,
+} as const;
 
 /** enum ibv_wc_opcode */
 export enum WcOpcode {
@@ -139,6 +163,10 @@ export enum WcOpcode {
   COMP_SWAP = 3,
   /** A fetch-and-add completed at the requester. */
   FETCH_ADD = 4,
+  /** An RDMA FLUSH completed at the requester. */
+  FLUSH = 8,
+  /** An ATOMIC WRITE completed at the requester. */
+  ATOMIC_WRITE = 9,
   /** A receive completed: a SEND arrived. */
   RECV = 1 << 7,
   /** A receive consumed by an RDMA WRITE with immediate. */
@@ -183,11 +211,20 @@ export enum QpState {
   ERR,
 }
 
-/** enum ibv_qp_type (RC only here) */
+/** enum ibv_qp_type (RC, UD and XRC here; no UC) */
 export enum QpType {
   /** Reliable connected: ordered, acknowledged, with RDMA and atomics. */
   RC = 2,
+  /** Unreliable datagram: SENDs of up to the MTU to any UD QP, addressed by an AH, unacknowledged. */
+  UD = 4,
+  /** XRC send (initiator) QP: RC to one XRC target QP, each request naming an XRC SRQ there. */
+  XRC_SEND = 9,
+  /** XRC receive (target) QP: in an XRC domain, no receive queue of its own; requests take receives from the XRC SRQ they name. */
+  XRC_RECV = 10,
 }
+
+/** The path MTU of UD messages (the port's active MTU, IBV_MTU_4096): a longer SEND completes LOC_LEN_ERR. */
+export const UD_MTU = 4096;
 
 /** enum ib_uverbs_advise_mr_advice and flags */
 export enum AdviseMrAdvice {
@@ -223,8 +260,12 @@ export const OdpTransportCaps = {
   READ: 8,
   /** Atomics on ODP memory. */
   ATOMIC: 16,
-  /** Shared-receive-queue receives into ODP memory (no SRQ here). */
+  /** Shared-receive-queue receives into ODP memory. */
   SRQ_RECV: 32,
+  /** RDMA FLUSH of ODP memory. */
+  FLUSH: 64,
+  /** ATOMIC WRITE to and from ODP memory. */
+  ATOMIC_WRITE: 128,
 } as const;
 
 /** Implicit ODP: address 0, length SIZE_MAX. */
@@ -266,6 +307,20 @@ export enum AsyncEventType {
   PATH_MIG_ERR,
   /** The device failed; every resource of the context is unusable. */
   DEVICE_FATAL,
+  /** A port became active (never raised here). */
+  PORT_ACTIVE,
+  /** A port went down (never raised here). */
+  PORT_ERR,
+  /** A port's LID changed (never raised here). */
+  LID_CHANGE,
+  /** A port's P_Key table changed (never raised here). */
+  PKEY_CHANGE,
+  /** The subnet manager changed (never raised here). */
+  SM_CHANGE,
+  /** An SRQ hit an error (never raised here). */
+  SRQ_ERR,
+  /** An SRQ's WQE count fell below its armed srq_limit (the limit is disarmed). */
+  SRQ_LIMIT_REACHED,
 }
 
 /** enum ibv_qp_attr_mask: which fields of struct ibv_qp_attr a call names (ibv_query_qp's attr_mask). */

@@ -3,7 +3,6 @@
 // event on the channel for the next completion (comp-channel.ts).
 import { closedError } from '../errors.js';
 import { checkInt } from '../validate.js';
-import type { CompletionChannel } from './comp-channel.js';
 import { WcOpcode, WcStatus, wcStatusStr } from './constants.js';
 import { verbsError } from './errors.js';
 
@@ -63,6 +62,20 @@ interface Waiter {
   onAbort: (() => void) | undefined;
 }
 
+/** What a CQ needs of its completion channel (a CompletionChannel, comp-channel.ts, which imports this module). */
+export interface CqEventChannel {
+  /** True once the channel was closed. */
+  readonly closed: boolean;
+  /** A CQ created on the channel. */
+  attach(cq: CompletionQueue): void;
+  /** The CQ was closed. */
+  detach(cq: CompletionQueue): void;
+  /** One event of the CQ for getCqEvent(). */
+  notify(cq: CompletionQueue): void;
+  /** ibv_get_cq_event: the CQ of the next event (see CompletionChannel.getCqEvent). */
+  getCqEvent(options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<CompletionQueue>;
+}
+
 /** A completion queue (struct ibv_cq): `poll()` as ibv_poll_cq, `next()` or `for await` to wait for completions. */
 export class CompletionQueue {
   /** Most completions the CQ holds before it overruns (cqe). */
@@ -81,7 +94,7 @@ export class CompletionQueue {
   /** Completions that found the CQ full (each one moved its QP to ERR). */
   overruns = 0;
   /** The completion channel the CQ reports its events to (ibv_cq.channel), if it was created with one. */
-  readonly channel: CompletionChannel | undefined;
+  readonly channel: CqEventChannel | undefined;
   /** What the creator passed as `cqContext` (ibv_cq.cq_context): comes back with each event. */
   readonly cqContext: unknown;
   // reqNotify() armed the CQ: undefined, 'any' or 'solicited'.
@@ -92,7 +105,7 @@ export class CompletionQueue {
   constructor(
     depth: number,
     onOverrun: (cq: CompletionQueue) => void = () => {},
-    options: { channel?: CompletionChannel | undefined; cqContext?: unknown } = {},
+    options: { channel?: CqEventChannel | undefined; cqContext?: unknown } = {},
   ) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
     this.#onOverrun = onOverrun;

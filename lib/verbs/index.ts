@@ -6,6 +6,8 @@ export {
   AdviseMrAdvice,
   AdviseMrFlags,
   AsyncEventType,
+  FlushLevel,
+  FlushType,
   OdpGeneralCaps,
   OdpTransportCaps,
   QP_DEFAULTS,
@@ -15,6 +17,7 @@ export {
   QpType,
   SIZE_MAX,
   SendFlags,
+  UD_MTU,
   WcFlags,
   WcOpcode,
   WcStatus,
@@ -38,6 +41,9 @@ export {
 export { ProtectionDomain, MemoryRegion, type OdpCounters, type RegMrOptions, type VerbsProcess } from './mr.js';
 export { CompletionQueue, type WorkCompletion } from './cq.js';
 export { CompletionChannel, type GetCqEventOptions } from './comp-channel.js';
+export { AddressHandle, type AhAttr } from './ah.js';
+export { SharedReceiveQueue, SrqType, type SrqAttr, type SrqInitAttr } from './srq.js';
+export { XrcDomain } from './xrc.js';
 export { QueuePair, connectQps, type QpAttr, type QpCap, type QpInitAttr, type QpQueryAttr, type SendWr, type RecvWr } from './qp.js';
 export { QueuePairEx, type QpInitAttrEx } from './qp-ex.js';
 

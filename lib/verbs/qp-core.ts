@@ -1,7 +1,8 @@
 // What a QP's requester, responder and completer share: the QP's own state (never a peer's)
 // and the checks of its own SGEs, made on its own device.
 import type { Region } from '../region.js';
-import { Access, type QpState, type WrOpcode } from './constants.js';
+import type { AddressHandle } from './ah.js';
+import { Access, type QpState, type QpType, type WrOpcode } from './constants.js';
 import type { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
@@ -31,12 +32,39 @@ export interface SendWr {
   sendFlags?: number;
   /** Immediate data of a *_WITH_IMM operation, delivered with the remote completion. */
   immData?: number;
-  /** RDMA_WRITE(_WITH_IMM) and RDMA_READ */
+  /** RDMA_WRITE(_WITH_IMM), RDMA_READ and ATOMIC_WRITE (the 8-byte word's address) */
   rdma?: {
     /** Remote virtual address (wr.rdma.remote_addr). */
     remoteAddr: bigint;
     /** The remote MR's rkey. */
     rkey: number;
+  };
+  /** UD SEND: where it goes (wr.ud): the address handle of the node, the QP there and its Q_Key. */
+  ud?: {
+    /** The destination's address handle (createAh), in the QP's PD. */
+    ah: AddressHandle;
+    /** The destination UD QP's number (remote_qpn). */
+    remoteQpn: number;
+    /** The Q_Key the destination QP holds (remote_qkey); a mismatch is dropped there. */
+    remoteQkey: number;
+  };
+  /** XRC_SEND: the XRC SRQ at the target that the request is for (wr.qp_type.xrc.remote_srqn). */
+  xrc?: {
+    /** The XRC SRQ's number (its srqNum, ibv_get_srq_num), 24 bits. */
+    remoteSrqn: number;
+  };
+  /** FLUSH: what to flush (ibv_wr_flush's arguments); the WR carries no local buffers. */
+  flush?: {
+    /** Remote address of the range (with FlushLevel.MR: any address inside the MR). */
+    remoteAddr: bigint;
+    /** The remote MR's rkey. */
+    rkey: number;
+    /** Bytes of the range (FlushLevel.RANGE). */
+    length: number;
+    /** FlushType bits: GLOBAL and/or PERSISTENT. */
+    type: number;
+    /** FlushLevel: RANGE or MR. */
+    level: number;
   };
   /** ATOMIC_CMP_AND_SWP (compareAdd = compare, swap) and ATOMIC_FETCH_AND_ADD (compareAdd = add) */
   atomic?: {
@@ -70,10 +98,13 @@ export interface QpAttrs {
   /** The PSN the responder expects first (RTR) and the requester sends first (RTS). */
   rqPsn: number;
   sqPsn: number;
+  /** UD: the QP's Q_Key (set at INIT). */
+  qkey?: number;
 }
 
 export interface QpCore {
   readonly qpNum: number;
+  readonly qpType: QpType;
   readonly device: Device;
   readonly pd: ProtectionDomain;
   readonly sendCq: CompletionQueue;

@@ -2,8 +2,7 @@
 // batch, each wr<Op>() call starts a WR (taking the QP's wrId and wrFlags as they are then),
 // wrSetSge()/wrSetSgeList() give the current WR its buffers, and wrComplete() posts the batch
 // through postSend(): the same checks, all or nothing. An operation the QP was not created
-// for (sendOpsFlags) is refused at once. ATOMIC_WRITE and FLUSH have their flag bits
-// (QpExSendOps) but no wr<Op>() yet: createQpEx refuses them until the engine offers them.
+// for (sendOpsFlags) is refused at once.
 import { checkObject } from '../validate.js';
 import { QpExSendOps, WrOpcode } from './constants.js';
 import type { Device } from './device.js';
@@ -25,7 +24,9 @@ const OFFERED =
   QpExSendOps.WITH_SEND_WITH_IMM |
   QpExSendOps.WITH_RDMA_READ |
   QpExSendOps.WITH_ATOMIC_CMP_AND_SWP |
-  QpExSendOps.WITH_ATOMIC_FETCH_AND_ADD;
+  QpExSendOps.WITH_ATOMIC_FETCH_AND_ADD |
+  QpExSendOps.WITH_FLUSH |
+  QpExSendOps.WITH_ATOMIC_WRITE;
 
 const OP_FLAG: Record<WrOpcode, number> = {
   [WrOpcode.RDMA_WRITE]: QpExSendOps.WITH_RDMA_WRITE,
@@ -35,6 +36,8 @@ const OP_FLAG: Record<WrOpcode, number> = {
   [WrOpcode.RDMA_READ]: QpExSendOps.WITH_RDMA_READ,
   [WrOpcode.ATOMIC_CMP_AND_SWP]: QpExSendOps.WITH_ATOMIC_CMP_AND_SWP,
   [WrOpcode.ATOMIC_FETCH_AND_ADD]: QpExSendOps.WITH_ATOMIC_FETCH_AND_ADD,
+  [WrOpcode.FLUSH]: QpExSendOps.WITH_FLUSH,
+  [WrOpcode.ATOMIC_WRITE]: QpExSendOps.WITH_ATOMIC_WRITE,
 };
 
 const flagName = (bit: number) => Object.entries(QpExSendOps).find(([, v]) => v === bit)?.[0] ?? `0x${bit.toString(16)}`;
@@ -120,6 +123,20 @@ export class QueuePairEx extends QueuePair {
   /** ibv_wr_atomic_cmp_swp: if the remote 8-byte word equals `compare`, write `swap`; the old value lands in the WR's 8-byte SGE. */
   wrAtomicCmpSwp(rkey: number, remoteAddr: bigint, compare: bigint, swap: bigint): void {
     this.#add('ibv_wr_atomic_cmp_swp', WrOpcode.ATOMIC_CMP_AND_SWP, { atomic: { remoteAddr, rkey, compareAdd: compare, swap } });
+  }
+
+  /**
+   * ibv_wr_atomic_write: write 8 bytes at `remoteAddr` (8-byte aligned) under `rkey`, seen
+   * whole or not at all. The 8 bytes are the WR's SGE (wrSetSge, 8 bytes of an MR), where
+   * libibverbs takes them inline.
+   */
+  wrAtomicWrite(rkey: number, remoteAddr: bigint): void {
+    this.#add('ibv_wr_atomic_write', WrOpcode.ATOMIC_WRITE, { rdma: { remoteAddr, rkey } });
+  }
+
+  /** ibv_wr_flush: make `length` bytes at `remoteAddr` (FlushLevel.RANGE) or the whole MR (FlushLevel.MR) visible at placement `type` (FlushType); no local buffers. */
+  wrFlush(rkey: number, remoteAddr: bigint, length: number, type: number, level: number): void {
+    this.#add('ibv_wr_flush', WrOpcode.FLUSH, { flush: { remoteAddr, rkey, length, type, level } });
   }
 
   /** ibv_wr_set_sge: the current WR's one buffer. */

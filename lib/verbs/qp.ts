@@ -1,11 +1,11 @@
-// Reliable-connected queue pairs: the QP state machine and the verbs that post work. The
-// work itself is done by the QP's roles, as in rdma_rxe: its requester (requester.ts) runs
-// the send queue, its responder (responder.ts) answers the connected QP's requests on this
-// QP's own node, its completer (completer.ts) reads the answers to its requests (retrying an
-// RNR NAK) and writes completions. A destination fault behaves like ODP's RNR NAK: the
-// engine retries up to rnrRetry (7 = infinite), then completes with RNR_RETRY_EXC_ERR. A
-// failed work request moves the QP to ERR and the rest complete with WR_FLUSH_ERR. A QP
-// holds nothing of another QP: only its number and node.
+// Queue pairs: the QP state machine and the verbs that post work, for RC and, on the same
+// packets, UD and XRC. The work itself is done by the QP's roles, as in rdma_rxe: its
+// requester (requester.ts) runs the send queue, its responder (responder.ts) answers the
+// connected QP's requests on this QP's own node, its completer (completer.ts) reads the
+// answers to its requests (retrying an RNR NAK) and writes completions. A destination fault
+// behaves like ODP's RNR NAK: the engine retries up to rnrRetry (7 = infinite), then
+// completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR and the rest
+// complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
 import { RcOp, type RcQp } from '../../kernel-sim/index.js';
@@ -15,9 +15,12 @@ import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
+import { CompletionQueue as Cq } from './cq.js';
+import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
+import { XrcDomain } from './xrc.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
-import { checkRecvWr, checkSendWr } from './wr-check.js';
+import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
 
 export type { RecvWr, SendWr } from './qp-core.js';
 
@@ -35,18 +38,22 @@ export interface QpCap {
 
 /** Attributes of a new QP (struct ibv_qp_init_attr), as `Context.createQp` takes them. */
 export interface QpInitAttr {
-  /** ibv_qp_init_attr.qp_type: RC only (default). `type` is accepted as a synonym. */
-  qpType?: QpType | 'RC';
-  /** Transport type: RC only. */
-  type?: QpType | 'RC';
-  /** CQ for send completions. */
-  sendCq: CompletionQueue;
-  /** CQ for receive completions. */
-  recvCq: CompletionQueue;
+  /** ibv_qp_init_attr.qp_type: RC (default), UD, XRC_SEND or XRC_RECV. `type` is accepted as a synonym. */
+  qpType?: QpType | 'RC' | 'UD' | 'XRC_SEND' | 'XRC_RECV';
+  /** Transport type: RC, UD, XRC_SEND or XRC_RECV. */
+  type?: QpType | 'RC' | 'UD' | 'XRC_SEND' | 'XRC_RECV';
+  /** CQ for send completions (not for XRC_RECV). */
+  sendCq?: CompletionQueue;
+  /** CQ for receive completions (not for XRC QPs: an XRC SRQ has its own). */
+  recvCq?: CompletionQueue;
+  /** XRC_RECV: the XRC domain (openXrcd) whose XRC SRQs its requests name. */
+  xrcd?: XrcDomain;
   /** Capacities (defaults for the rest). */
   cap?: Partial<QpCap>;
   /** Every send WR generates a completion (IBV_QPINITATTR sq_sig_all). */
   sqSigAll?: boolean;
+  /** Take receives from this shared receive queue (ibv_qp_init_attr.srq; same PD); the QP's own postRecv is then refused. */
+  srq?: SharedReceiveQueue;
 }
 
 /** struct ibv_qp_attr, the fields this model uses. */
@@ -57,6 +64,8 @@ export interface QpAttr {
   qpAccessFlags?: number;
   /** Physical port (1; one port per device here). */
   portNum?: number;
+  /** UD (INIT): the QP's Q_Key; UD SENDs to it must carry the same. */
+  qkey?: number;
   /** Path MTU in bytes (RTR). */
   pathMtu?: number;
   /** The remote QP (RTR): its number and the node it lives on (the address vector). */
@@ -114,7 +123,7 @@ const TRANSITIONS: Record<QpState, QpState[]> = {
   [QpState.ERR]: [],
 };
 
-/** A reliable-connected queue pair (struct ibv_qp): `modify()` through RESET, INIT, RTR, RTS, then `postSend()` / `postRecv()`. */
+/** A queue pair (struct ibv_qp; RC, UD, XRC_SEND or XRC_RECV): `modify()` through RESET, INIT, RTR, RTS, then `postSend()` / `postRecv()`. */
 export class QueuePair {
   /** QP number (qp_num), what the peer puts in destQpNum. */
   readonly qpNum: number;
@@ -128,10 +137,14 @@ export class QueuePair {
   readonly recvCq: CompletionQueue;
   /** The QP's capacities. */
   readonly cap: QpCap;
-  /** Transport type: RC. */
-  readonly qpType = QpType.RC;
+  /** Transport type: RC or UD. */
+  readonly qpType: QpType;
   /** True if every send work request generates a completion, SIGNALED or not (sq_sig_all). */
   readonly sqSigAll: boolean;
+  /** The shared receive queue its receives come from, if it was created with one. */
+  readonly srq: SharedReceiveQueue | undefined;
+  /** XRC_RECV: its XRC domain. */
+  readonly xrcd: XrcDomain | undefined;
   #device: Device;
   #objects: ProcessObjects;
   #state = QpState.RESET;
@@ -161,22 +174,49 @@ export class QueuePair {
   constructor(context: VerbsProcess, device: Device, pd: ProtectionDomain, qpNum: number, init: QpInitAttr, objects: ProcessObjects) {
     checkObject('createQp: init', init);
     const type = init.qpType ?? init.type;
-    if (type !== undefined && type !== QpType.RC && type !== 'RC')
-      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', 'only RC queue pairs are modelled');
-    if (!init.sendCq || !init.recvCq) throw invalidArg('createQp: sendCq and recvCq are required');
+    const named = typeof type === 'string' && ['RC', 'UD', 'XRC_SEND', 'XRC_RECV'].includes(type) ? QpType[type as keyof typeof QpType] : type;
+    if (named !== undefined && ![QpType.RC, QpType.UD, QpType.XRC_SEND, QpType.XRC_RECV].includes(named as QpType))
+      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', `QP type ${String(type)}: RC, UD, XRC_SEND and XRC_RECV queue pairs are modelled (no UC)`);
+    this.qpType = (named as QpType | undefined) ?? QpType.RC;
+    const ud = this.qpType === QpType.UD;
+    const xrcRecv = this.qpType === QpType.XRC_RECV;
+    const xrcd = init.xrcd;
+    if (xrcRecv) {
+      if (!(xrcd instanceof XrcDomain)) throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC_RECV QP needs xrcd: an XrcDomain from openXrcd()');
+      xrcd.check('ibv_create_qp');
+    } else if (xrcd !== undefined) throw verbsError('ibv_create_qp', 'EINVAL', 'xrcd is for XRC_RECV QPs');
+    this.xrcd = xrcd;
+    // A UD SEND is one packet, one transfer of the engine: gathered from one SGE.
+    if (ud && (init.cap?.maxSendSge ?? 1) > 1)
+      throw verbsError('ibv_create_qp', 'EINVAL', 'a UD QP here sends from one SGE per WR: cap.maxSendSge must be 1');
+    // XRC QPs have no receive queue of their own, an XRC target no send queue either: a CQ
+    // they do not name is one nothing completes on.
+    const needs = xrcRecv ? [] : this.qpType === QpType.XRC_SEND ? ['sendCq'] : ['sendCq', 'recvCq'];
+    for (const k of needs) if (!init[k as 'sendCq']) throw invalidArg(`createQp: ${needs.join(' and ')} ${needs.length > 1 ? 'are' : 'is'} required`);
+    const srq = init.srq;
+    if (srq !== undefined && this.qpType !== QpType.RC && !ud)
+      throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC QP takes no srq: XRC SRQs are named by each request');
+    if (srq?.srqType === SrqType.XRC)
+      throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC SRQ is named by XRC requests (wr.xrc.remoteSrqn), not attached to a QP');
+    if (srq !== undefined) {
+      if (!(srq instanceof SharedReceiveQueue)) throw verbsError('ibv_create_qp', 'EINVAL', 'srq must be a SharedReceiveQueue from createSrq()');
+      if (srq.destroyed) throw verbsError('ibv_create_qp', 'EINVAL', 'the SRQ was destroyed');
+      if (srq.pd !== pd) throw verbsError('ibv_create_qp', 'EINVAL', "the SRQ belongs to another protection domain than the QP's");
+    }
+    this.srq = srq;
     this.context = context;
     this.#device = device;
     this.#objects = objects;
     this.pd = pd;
     this.qpNum = qpNum;
-    this.sendCq = init.sendCq;
-    this.recvCq = init.recvCq;
+    this.sendCq = init.sendCq ?? new Cq(1);
+    this.recvCq = init.recvCq ?? new Cq(1);
     this.sqSigAll = init.sqSigAll ?? false;
     const cap = init.cap ?? {};
     this.cap = {
       maxSendWr: checkInt('cap.maxSendWr', cap.maxSendWr ?? 128, 1, 1 << 16),
       maxRecvWr: checkInt('cap.maxRecvWr', cap.maxRecvWr ?? 128, 1, 1 << 16),
-      maxSendSge: checkInt('cap.maxSendSge', cap.maxSendSge ?? 4, 1, 16),
+      maxSendSge: checkInt('cap.maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
       maxRecvSge: checkInt('cap.maxRecvSge', cap.maxRecvSge ?? 4, 1, 16),
     };
     const attr = this.#attr;
@@ -197,6 +237,7 @@ export class QueuePair {
     });
     this.#core = {
       qpNum,
+      qpType: this.qpType,
       device,
       pd,
       sendCq: this.sendCq,
@@ -236,11 +277,38 @@ export class QueuePair {
       get minRnrTimer() {
         return attr.minRnrTimer;
       },
+      // A getter in the literal itself (a spread would copy its value once).
+      get qkey() {
+        return ud ? attr.qkey : undefined;
+      },
       rq: this.#rq,
+      ...(srq ? { take: () => srq.take() } : {}),
+      ...(xrcRecv
+        ? {
+            xrcSrq: (n: number) => {
+              const s = xrcd!.srqs.get(n);
+              // Its buffers are checked in this QP's PD: an XRC SRQ of another PD is not offered.
+              return s && !s.destroyed && s.pd === pd ? s : undefined;
+            },
+          }
+        : {}),
+      // UD: datagrams from many senders land at once, each taking its receive off the queue
+      // when admitted; one that faulted gives it back (ERR flushes it instead).
+      ...(ud
+        ? {
+            take: srq ? () => srq.take() : () => this.#rq.shift(),
+            giveBack: (wqe: RecvWr) => {
+              if (state() === QpState.ERR || destroyed()) this.#completer.complete(this.recvCq, wqe.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+              else if (srq) srq.giveBack(wqe);
+              else this.#rq.unshift(wqe);
+            },
+          }
+        : {}),
       expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
       received: (wqe, r) =>
         completer.complete(
-          this.recvCq,
+          // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
+          (xrcRecv ? srqOf(wqe)?.cq : undefined) ?? this.recvCq,
           wqe.wrId,
           r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
           r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
@@ -254,6 +322,8 @@ export class QueuePair {
     };
     this.#requester = new Requester(this.#core);
     pd.users.add(this);
+    srq?.users.add(this);
+    xrcd?.qps.add(this);
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -311,7 +381,7 @@ export class QueuePair {
     }
     if (!TRANSITIONS[this.#state].includes(to))
       throw verbsError('ibv_modify_qp', 'EINVAL', `cannot go from ${QpState[this.#state]} to ${QpState[to]} (RESET → INIT → RTR → RTS)`);
-    if (attr.qpAccessFlags !== undefined) this.#attr.qpAccessFlags = checkInt('qpAccessFlags', attr.qpAccessFlags, 0, 0xff);
+    if (attr.qpAccessFlags !== undefined) this.#attr.qpAccessFlags = checkInt('qpAccessFlags', attr.qpAccessFlags, 0, 0x3ff);
     if (attr.portNum !== undefined && attr.portNum !== 1)
       throw verbsError('ibv_modify_qp', 'EINVAL', `portNum ${String(attr.portNum)}: the device has one port, 1`);
     if (attr.pathMtu !== undefined && ![256, 512, 1024, 2048, 4096].includes(attr.pathMtu))
@@ -319,7 +389,13 @@ export class QueuePair {
     if (attr.pathMtu !== undefined) this.#pathAttr.pathMtu = attr.pathMtu;
     if (attr.maxRdAtomic !== undefined) this.#pathAttr.maxRdAtomic = checkInt('maxRdAtomic', attr.maxRdAtomic, 0, 255);
     if (attr.maxDestRdAtomic !== undefined) this.#pathAttr.maxDestRdAtomic = checkInt('maxDestRdAtomic', attr.maxDestRdAtomic, 0, 255);
-    if (to === QpState.RTR) {
+    if (attr.qkey !== undefined) {
+      if (this.qpType !== QpType.UD) throw verbsError('ibv_modify_qp', 'EINVAL', 'qkey is a UD QP attribute');
+      this.#attr.qkey = checkInt('qkey', attr.qkey, 0, 0xffff_ffff);
+    }
+    if (to === QpState.INIT && this.qpType === QpType.UD && this.#attr.qkey === undefined)
+      throw verbsError('ibv_modify_qp', 'EINVAL', 'a UD QP needs its qkey at INIT (IBV_QP_QKEY)');
+    if (to === QpState.RTR && this.qpType !== QpType.UD) {
       const destQp = attr.destQpNum ?? this.#attr.destQpNum;
       const destNode = attr.destNode ?? this.#attr.destNode;
       if (destQp < 0 || destNode < 0) throw verbsError('ibv_modify_qp', 'EINVAL', 'RTR needs destQpNum and destNode (the remote QP and its node)');
@@ -327,6 +403,8 @@ export class QueuePair {
         throw verbsError('ibv_modify_qp', 'EINVAL', `destNode ${destNode} is not on the fabric`);
       this.#attr.destQpNum = checkInt('destQpNum', destQp, 0, 0xff_ffff);
       this.#attr.destNode = destNode;
+    }
+    if (to === QpState.RTR) {
       if (attr.minRnrTimer !== undefined) this.#attr.minRnrTimer = checkInt('minRnrTimer', attr.minRnrTimer, 0, 31);
       if (attr.rqPsn !== undefined) this.#attr.rqPsn = checkInt('rqPsn', attr.rqPsn, 0, 0xff_ffff);
       // The responder expects the peer's first message at rq_psn.
@@ -351,6 +429,7 @@ export class QueuePair {
    */
   postSend(wrs: SendWr | SendWr[]): void {
     this.#checkAlive();
+    if (this.qpType === QpType.XRC_RECV) throw verbsError('ibv_post_send', 'EINVAL', 'an XRC_RECV QP only receives: send from its XRC_SEND peer');
     const list = Array.isArray(wrs) ? wrs : [wrs];
     // In SQD (send queue drained) WRs may be posted, as with rdma_rxe; they start once the QP
     // is back in RTS.
@@ -358,7 +437,10 @@ export class QueuePair {
       throw verbsError('ibv_post_send', 'EINVAL', `the QP is in ${QpState[this.#state]}; move it to RTS first`);
     if (this.#sq.length + this.#requester.inflight + list.length > this.cap.maxSendWr)
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);
-    list.forEach((wr, i) => checkSendWr(wr, i, this.cap.maxSendSge));
+    list.forEach((wr, i) => {
+      checkSendWr(wr, i, this.cap.maxSendSge);
+      checkTransportWr(wr, i, this);
+    });
     this.#sq.push(...list.map((wr) => ({ ...wr, sgList: wr.sgList.map((s) => ({ ...s })) })));
     this.#requester.kick();
   }
@@ -367,6 +449,9 @@ export class QueuePair {
   postRecv(wrs: RecvWr | RecvWr[]): void {
     this.#checkAlive();
     const list = Array.isArray(wrs) ? wrs : [wrs];
+    if (this.srq) throw verbsError('ibv_post_recv', 'EINVAL', 'the QP takes its receives from its SRQ: post them with srq.postRecv()');
+    if (this.qpType === QpType.XRC_SEND || this.qpType === QpType.XRC_RECV)
+      throw verbsError('ibv_post_recv', 'EINVAL', 'XRC QPs have no receive queue: post receives to the XRC SRQ (srq.postRecv())');
     if (this.#state === QpState.RESET) throw verbsError('ibv_post_recv', 'EINVAL', 'the QP is in RESET; move it to INIT first');
     if (this.#rq.length + list.length > this.cap.maxRecvWr)
       throw verbsError('ibv_post_recv', 'ENOMEM', `the receive queue holds at most ${this.cap.maxRecvWr} WRs`);
@@ -397,6 +482,8 @@ export class QueuePair {
     this.#device.sim.fence({ qp: this.qpNum });
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
+    this.srq?.users.delete(this);
+    this.xrcd?.qps.delete(this);
     this.#objects.qps.delete(this);
   }
 
@@ -408,8 +495,11 @@ export class QueuePair {
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
-    // A receive a SEND has taken is still at the head of rq: flushed with the rest.
+    // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
+    // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
+    const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
     this.rc.resp.msg = undefined;
+    if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
@@ -422,7 +512,7 @@ export class QueuePair {
   }
 }
 
-/** Move two RC QPs through INIT → RTR → RTS, each pointing at the other (rc_pingpong's defaults). */
+/** Move two connected QPs (RC, or an XRC_SEND and its XRC_RECV) through INIT → RTR → RTS, each pointing at the other (rc_pingpong's defaults). */
 export function connectQps(a: QueuePair, b: QueuePair, attr: Partial<QpAttr> = {}): void {
   const access = attr.qpAccessFlags ?? Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC;
   for (const [x, y] of [

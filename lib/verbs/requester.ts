@@ -4,7 +4,7 @@
 // checks and answers with an ACK or a NAK (an RNR NAK retried by the engine). A READ or an
 // atomic is one request packet; the responder's node sends the bytes back as READ responses.
 import { type DmaCompletion, type DmaDescriptor, RcOp } from '../../kernel-sim/index.js';
-import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
+import { QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import { expectLanding, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
 
@@ -16,6 +16,8 @@ export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
   [WrOpcode.RDMA_READ]: WcOpcode.RDMA_READ,
   [WrOpcode.ATOMIC_CMP_AND_SWP]: WcOpcode.COMP_SWAP,
   [WrOpcode.ATOMIC_FETCH_AND_ADD]: WcOpcode.FETCH_ADD,
+  [WrOpcode.FLUSH]: WcOpcode.FLUSH,
+  [WrOpcode.ATOMIC_WRITE]: WcOpcode.ATOMIC_WRITE,
 };
 
 /** The largest message (ibv_port_attr.max_msg_sz): 2^31 bytes. */
@@ -42,6 +44,8 @@ export class Requester {
   /** Wakes the running loop when work is posted while it waits for WRs in flight. */
   #posted: (() => void) | undefined;
   #psn = 0;
+  /** The XRC SRQ the WR being started names (XRC_SEND QPs). */
+  #srqn: number | undefined;
 
   constructor(qp: QpCore) {
     this.#qp = qp;
@@ -135,6 +139,8 @@ export class Requester {
 
   async #execute(wr: SendWr): Promise<Outcome> {
     const q = this.#qp;
+    // XRC: every packet of the WR names the target's XRC SRQ (read by #move before any await).
+    this.#srqn = wr.xrc?.remoteSrqn;
     const total = wr.sgList.reduce((s, x) => s + x.length, 0);
     if (total > MAX_MSG) return fail(WcStatus.LOC_LEN_ERR);
     const landsHere = wr.opcode === WrOpcode.RDMA_READ || wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
@@ -159,6 +165,7 @@ export class Requester {
       }
       case WrOpcode.SEND:
       case WrOpcode.SEND_WITH_IMM: {
+        if (q.qpType === QpType.UD) return this.#sendUd(wr, local[0], total);
         // The receive WQE is taken where the first packet lands; its buffers say where the bytes go.
         const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
         const results = await this.#move(
@@ -197,8 +204,43 @@ export class Requester {
         }).finally(landed);
         return done(statusOf(results), 8, results);
       }
+      case WrOpcode.ATOMIC_WRITE: {
+        // One packet carrying the word's 8 new bytes, read from the local SGE (it may fault here).
+        if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+        const { remoteAddr, rkey } = wr.rdma!;
+        const results = await this.#move(RcOp.ATOMIC_WRITE, [{ fromVa: local[0]!.addr, toVa: remoteAddr, length: 8, key: rkey }], 8, undefined);
+        return done(statusOf(results), 8, results);
+      }
+      case WrOpcode.FLUSH: {
+        // One request packet: RETH (the range) and FETH (placement type, selectivity); its ACK
+        // comes once the responder has made the range what the type asks.
+        const f = wr.flush!;
+        const results = await this.#move(RcOp.FLUSH, [{ fromVa: 0n, toVa: f.remoteAddr, length: 0, key: f.rkey }], 0, undefined, {
+          dmaLength: f.length,
+          flush: { type: f.type, level: f.level },
+        });
+        return done(statusOf(results), 0, results);
+      }
     }
     return fail(WcStatus.LOC_QP_OP_ERR);
+  }
+
+  // A UD SEND: one packet of at most the MTU to the AH's node and the WR's QP and Q_Key. Its
+  // completion says it left (the responder answers the engine even when it drops it); a fault
+  // at either end is still the engine's own: resolved, and the block sent again.
+  async #sendUd(wr: SendWr, l: { addr: bigint } | undefined, total: number): Promise<Outcome> {
+    if (total > UD_MTU) return fail(WcStatus.LOC_LEN_ERR);
+    const u = wr.ud!;
+    const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
+    const results = await this.#move(
+      imm ? RcOp.UD_SEND_IMM : RcOp.UD_SEND,
+      [{ fromVa: l?.addr ?? 0n, toVa: 0n, length: total }],
+      total,
+      imm ? (wr.immData ?? 0) : undefined,
+      undefined,
+      { node: u.ah.dlid, qpn: u.remoteQpn, qkey: u.remoteQkey },
+    );
+    return done(statusOf(results), total, results);
   }
 
   #nextPsn(): number {
@@ -217,7 +259,8 @@ export class Requester {
     pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
     total: number,
     immData: number | undefined,
-    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry'>,
+    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry' | 'flush'>,
+    ud?: { node: number; qpn: number; qkey: number },
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;
     const sim = q.device.sim;
@@ -230,18 +273,20 @@ export class Requester {
       const desc: DmaDescriptor = {
         channel: q.qpNum % sim.channels,
         srcVa: p.fromVa,
-        dstNode: q.attr.destNode,
+        dstNode: ud ? ud.node : q.attr.destNode,
         dstVa: p.toVa,
         length: p.length,
         pd: q.pd.handle,
         retryLimit: rnr === 7 ? Infinity : rnr,
-        dstQp: q.attr.destQpNum,
+        dstQp: ud ? ud.qpn : q.attr.destQpNum,
         srcQp: q.qpNum,
         opcode,
         psn,
       };
       if (p.key !== undefined) desc.key = p.key;
       if (immData !== undefined) desc.immData = immData;
+      if (ud) desc.qkey = ud.qkey;
+      if (this.#srqn !== undefined) desc.srqn = this.#srqn;
       if (parts.length > 1) desc.message = { offset, length: total };
       if (request) Object.assign(desc, request);
       offset += p.length;

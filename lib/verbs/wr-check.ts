@@ -2,7 +2,8 @@
 // before anything is queued. The error is EINVAL with `field` (the WR field at fault, e.g.
 // 'wrId' or 'sgList[1].lkey') and `badWr` (its index in the posted list), as the bad_wr
 // pointer says in libibverbs.
-import { WrOpcode } from './constants.js';
+import { AddressHandle } from './ah.js';
+import { QpType, WrOpcode } from './constants.js';
 import { verbsError } from './errors.js';
 import type { RecvWr, SendWr } from './qp-core.js';
 
@@ -48,7 +49,11 @@ export function checkSendWr(wr: SendWr, i: number, maxSge: number): void {
   if (wr.sendFlags !== undefined && (!isU32(wr.sendFlags) || (wr.sendFlags & ~KNOWN_SEND_FLAGS) !== 0))
     throw bad(v, i, 'sendFlags', `must be SendFlags bits, got ${String(wr.sendFlags)}`);
   if (wr.immData !== undefined && !isU32(wr.immData)) throw bad(v, i, 'immData', `must be a 32-bit unsigned integer, got ${String(wr.immData)}`);
-  const rdma = wr.opcode === WrOpcode.RDMA_WRITE || wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM || wr.opcode === WrOpcode.RDMA_READ;
+  const rdma =
+    wr.opcode === WrOpcode.RDMA_WRITE ||
+    wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM ||
+    wr.opcode === WrOpcode.RDMA_READ ||
+    wr.opcode === WrOpcode.ATOMIC_WRITE;
   const atomic = wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
   if (rdma) {
     if (!wr.rdma || typeof wr.rdma !== 'object') throw bad(v, i, 'rdma', 'RDMA operations need wr.rdma = { remoteAddr, rkey }');
@@ -63,6 +68,45 @@ export function checkSendWr(wr: SendWr, i: number, maxSge: number): void {
     if (typeof a.compareAdd !== 'bigint') throw bad(v, i, 'atomic.compareAdd', 'must be a bigint');
     if (a.swap !== undefined && typeof a.swap !== 'bigint') throw bad(v, i, 'atomic.swap', 'must be a bigint');
   }
+  if (wr.opcode === WrOpcode.FLUSH) {
+    const f = wr.flush;
+    if (!f || typeof f !== 'object') throw bad(v, i, 'flush', 'FLUSH needs wr.flush = { remoteAddr, rkey, length, type, level }');
+    if (!isU64(f.remoteAddr)) throw bad(v, i, 'flush.remoteAddr', 'must be a bigint in 0..2^64-1');
+    if (!isU32(f.rkey)) throw bad(v, i, 'flush.rkey', `must be a 32-bit unsigned integer, got ${String(f.rkey)}`);
+    if (!isU32(f.length) || f.length > 2 ** 31) throw bad(v, i, 'flush.length', `must be an integer in 0..2^31, got ${String(f.length)}`);
+    if (f.type !== 1 && f.type !== 2 && f.type !== 3)
+      throw bad(v, i, 'flush.type', `must be FlushType bits (GLOBAL 1, PERSISTENT 2), got ${String(f.type)}`);
+    if (f.level !== 0 && f.level !== 1) throw bad(v, i, 'flush.level', `must be FlushLevel.RANGE (0) or MR (1), got ${String(f.level)}`);
+    if (wr.sgList.length) throw bad(v, i, 'sgList', 'must be empty: a FLUSH carries no local buffers');
+  }
+}
+
+/**
+ * What the QP's transport allows of a WR beyond its fields: UD sends SENDs only, to an AH of
+ * its PD; an XRC send QP's every WR names the XRC SRQ at the target.
+ */
+export function checkTransportWr(wr: SendWr, i: number, qp: { qpType: QpType; pd: object }): void {
+  const v = 'ibv_post_send';
+  const xrc = qp.qpType === QpType.XRC_SEND;
+  if (xrc && (!wr.xrc || typeof wr.xrc !== 'object'))
+    throw bad(v, i, 'xrc.remoteSrqn', 'an XRC WR must name the XRC SRQ at the target: wr.xrc = { remoteSrqn }');
+  if (xrc && (!Number.isInteger(wr.xrc!.remoteSrqn) || wr.xrc!.remoteSrqn < 0 || wr.xrc!.remoteSrqn > 0xff_ffff))
+    throw bad(v, i, 'xrc.remoteSrqn', `must be a 24-bit SRQ number, got ${String(wr.xrc!.remoteSrqn)}`);
+  if (!xrc && wr.xrc !== undefined) throw bad(v, i, 'xrc', 'is for XRC_SEND QPs');
+  if (qp.qpType !== QpType.UD) {
+    if (wr.ud !== undefined) throw bad(v, i, 'ud', 'is for UD QPs; an RC QP sends to the QP it is connected to');
+    return;
+  }
+  if (wr.opcode !== WrOpcode.SEND && wr.opcode !== WrOpcode.SEND_WITH_IMM)
+    throw bad(v, i, 'opcode', `${WrOpcode[wr.opcode]} on a UD QP: UD sends SEND and SEND_WITH_IMM only`);
+  const u = wr.ud;
+  if (!u || typeof u !== 'object') throw bad(v, i, 'ud', 'a UD SEND needs wr.ud = { ah, remoteQpn, remoteQkey }');
+  if (!(u.ah instanceof AddressHandle)) throw bad(v, i, 'ud.ah', 'must be an AddressHandle from createAh()');
+  if (u.ah.destroyed) throw bad(v, i, 'ud.ah', 'was destroyed');
+  if (u.ah.pd !== qp.pd) throw bad(v, i, 'ud.ah', "belongs to another protection domain than the QP's");
+  if (!Number.isInteger(u.remoteQpn) || u.remoteQpn < 0 || u.remoteQpn > 0xff_ffff)
+    throw bad(v, i, 'ud.remoteQpn', `must be a 24-bit QP number, got ${String(u.remoteQpn)}`);
+  if (!isU32(u.remoteQkey)) throw bad(v, i, 'ud.remoteQkey', `must be a 32-bit unsigned integer, got ${String(u.remoteQkey)}`);
 }
 
 export function checkRecvWr(wr: RecvWr, i: number, maxSge: number): void {

@@ -95,6 +95,8 @@ export interface PlayersOptions {
   defaultPolicy?: PolicyName;
   implicit?: boolean;
   hugePages?: boolean;
+  /** memfd-backed regions (unmapPages keeps their contents). */
+  shared?: boolean;
   /** Add a pinned MR beside the ODP one (rdma-core's use_mixed_mr). */
   mixed?: boolean;
   /** connectQps attributes (rnrRetry, minRnrTimer, qpAccessFlags …). */
@@ -120,7 +122,8 @@ export function createPlayers(o: PlayersOptions = {}): Players {
   const size = o.size ?? (o.hugePages ? 2 * 1024 * 1024 : 16 * P);
   const access = o.access ?? ODP_ACCESS | (o.hugePages ? Access.HUGETLB : 0);
   // Regions first (tracked to close after the cluster), then the cluster.
-  const regions = [region(size, o.hugePages ? { hugePages: true } : undefined), region(size, o.hugePages ? { hugePages: true } : undefined)];
+  const opts = o.hugePages || o.shared ? { ...(o.hugePages ? { hugePages: true } : {}), ...(o.shared ? { shared: true } : {}) } : undefined;
+  const regions = [region(size, opts), region(size, opts)];
   const extra = o.mixed ? [region(4 * P), region(4 * P)] : [];
   const cluster = track(Cluster.create({ nodes: 2, ...o.cluster }));
   const make = (node: 0 | 1): Player => {

@@ -14,9 +14,9 @@ test('queue pairs: create, modify, post', () => {
   const { ctx, pd, cq, qp } = client;
   const create = (init: unknown) => thrown(() => ctx.createQp(pd, init as never));
   expect(create(null).message).toBe('createQp: init must be an object');
-  expect(create({ type: 'UD', sendCq: cq, recvCq: cq })).toMatchObject({
+  expect(create({ type: 'UC', sendCq: cq, recvCq: cq })).toMatchObject({
     code: 'EOPNOTSUPP',
-    message: 'ibv_create_qp: only RC queue pairs are modelled',
+    message: 'ibv_create_qp: QP type UC: RC, UD, XRC_SEND and XRC_RECV queue pairs are modelled (no UC)',
   });
   expect(create({ sendCq: cq })).toMatchObject({ code: 'ERR_INVALID_ARG_VALUE', message: 'createQp: sendCq and recvCq are required' });
   expect(create({ recvCq: cq }).message).toBe('createQp: sendCq and recvCq are required');
@@ -35,7 +35,7 @@ test('queue pairs: create, modify, post', () => {
   expect(thrown(() => qp.modify(null as never)).message).toBe('modify: attr must be an object');
   expect(thrown(() => qp.modify({ qpState: 42 as QpState })).message).toBe('ibv_modify_qp: unknown state 42');
   expect(thrown(() => qp.modify({ qpState: QpState.RTS })).message).toBe('ibv_modify_qp: cannot go from RESET to RTS (RESET → INIT → RTR → RTS)');
-  expect(thrown(() => qp.modify({ qpState: QpState.INIT, qpAccessFlags: 256 })).message).toBe('qpAccessFlags must be between 0 and 255, got 256');
+  expect(thrown(() => qp.modify({ qpState: QpState.INIT, qpAccessFlags: 1024 })).message).toBe('qpAccessFlags must be between 0 and 1023, got 1024');
   qp.modify({ qpState: QpState.INIT, qpAccessFlags: Access.LOCAL_WRITE });
   expect(thrown(() => qp.postRecv({ wrId: 1, sgList: [client.sge(0, 8), client.sge(8, 8)] })).message).toBe(
     'ibv_post_recv: wr[0].sgList holds 2 SGEs; the QP allows at most 1 (cap.max*Sge)',

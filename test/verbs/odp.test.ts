@@ -553,11 +553,11 @@ describe(`huge pages (test_odp_rc_huge_traffic / huge_user_addr_traffic; THP ${t
 });
 
 describe('query and capabilities', () => {
-  test('queryDevice reports RC ODP SEND|RECV|WRITE|READ|ATOMIC and implicit ODP, like ibv_query_device_ex', () => {
+  test('queryDevice reports RC ODP SEND|RECV|WRITE|READ|ATOMIC|SRQ_RECV|FLUSH|ATOMIC_WRITE and implicit ODP, like ibv_query_device_ex', () => {
     const { client } = createPlayers();
     const attr = client.ctx.queryDevice();
     expect(attr.odpCaps.generalCaps).toBe(1 | 2);
-    expect(attr.odpCaps.rcOdpCaps).toBe(1 | 2 | 4 | 8 | 16);
+    expect(attr.odpCaps.rcOdpCaps).toBe(1 | 2 | 4 | 8 | 16 | 32 | 64 | 128);
     expect(attr.maxMrSize).toBe(SIZE_MAX);
     expect(attr.node).toBe(0);
   });

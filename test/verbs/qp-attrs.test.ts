@@ -8,12 +8,12 @@ import { closeAll, createPlayers, thrown } from './helpers.js';
 afterEach(closeAll);
 
 describe('modify: attribute bounds', () => {
-  test('INIT: qpAccessFlags 0..0xff', () => {
+  test('INIT: qpAccessFlags 0..0x3ff (up to FLUSH_PERSISTENT)', () => {
     const { client } = createPlayers({ connect: false });
-    expect(thrown(() => client.qp.modify({ qpState: QpState.INIT, qpAccessFlags: 0x100 })).message).toMatch(/qpAccessFlags/);
+    expect(thrown(() => client.qp.modify({ qpState: QpState.INIT, qpAccessFlags: 0x400 })).message).toMatch(/qpAccessFlags/);
     expect(client.qp.state).toBe(QpState.RESET);
-    client.qp.modify({ qpState: QpState.INIT, qpAccessFlags: 0xff });
-    expect(client.qp.query().qpAccessFlags).toBe(0xff);
+    client.qp.modify({ qpState: QpState.INIT, qpAccessFlags: 0x3ff });
+    expect(client.qp.query().qpAccessFlags).toBe(0x3ff);
   });
 
   test('RTR: minRnrTimer 0..31, destNode on the cluster, destQpNum not negative', () => {

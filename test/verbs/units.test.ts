@@ -16,8 +16,8 @@ test('rnrTimerMs follows the IB spec table (code 0 is the longest, 655.36 ms) an
 });
 
 test('knownAccess: every libibverbs flag alone and together; negatives, fractions and unknown bits are not', () => {
-  for (const f of [0, 1, 2, 4, 8, 16, 32, 64, 128, 255]) expect(knownAccess(f)).toBe(true);
-  for (const f of [-1, 0.5, 256, 0x1000, NaN]) expect(knownAccess(f)).toBe(false);
+  for (const f of [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 0x3ff]) expect(knownAccess(f)).toBe(true);
+  for (const f of [-1, 0.5, 0x400, 0x1000, NaN]) expect(knownAccess(f)).toBe(false);
 });
 
 test('verbsError: code, negative errno, the verb as syscall, the message prefixed by the verb', () => {
@@ -29,7 +29,7 @@ test('verbsError: code, negative errno, the verb as syscall, the message prefixe
   expect(e.syscall).toBe('ibv_reg_mr');
 });
 
-test('queryDevice: the name and node of the context, its limits, no UC/UD ODP', () => {
+test('queryDevice: the name and node of the context, its limits, no UC ODP, UD SEND|RECV|SRQ_RECV', () => {
   const { server } = createPlayers();
   expect(server.ctx.queryDevice()).toEqual({
     name: 'pfr1',
@@ -40,7 +40,7 @@ test('queryDevice: the name and node of the context, its limits, no UC/UD ODP', 
     maxSge: 16,
     maxMrSize: SIZE_MAX,
     pageSizeCap: PAGE_SIZE,
-    odpCaps: { generalCaps: 3, rcOdpCaps: 31, ucOdpCaps: 0, udOdpCaps: 0 },
+    odpCaps: { generalCaps: 3, rcOdpCaps: 255, ucOdpCaps: 0, udOdpCaps: 1 | 2 | 32 },
   });
   server.ctx.close();
   expect(() => server.ctx.queryDevice()).toThrow(/closed/);

@@ -1,0 +1,204 @@
+// Shared receive queues (struct ibv_srq): one pool of receive WQEs that several QPs of a PD
+// take their receives from. The node's engine responder takes a WQE off the SRQ when a
+// SEND's first packet (or a WRITE with immediate's last) is admitted (rc.ts, `RcQp.take`):
+// the message holds it until it completes on its own QP's receive CQ; none left is an RNR
+// NAK, as a QP's own empty receive queue is. The limit event is rdma_rxe's: once armed
+// (srq_limit > 0), the first take that leaves fewer WQEs than the limit raises
+// IBV_EVENT_SRQ_LIMIT_REACHED on the context and disarms it (srq_limit back to 0).
+import { closedError } from '../errors.js';
+import { checkInt, checkObject } from '../validate.js';
+import type { RcRecvWqe } from '../../kernel-sim/index.js';
+import { verbsError } from './errors.js';
+import type { CompletionQueue } from './cq.js';
+import type { ProtectionDomain, VerbsProcess } from './mr.js';
+import type { RecvWr } from './qp-core.js';
+import { checkRecvWr } from './wr-check.js';
+import { XrcDomain } from './xrc.js';
+
+/** enum ibv_srq_type */
+export enum SrqType {
+  /** A plain SRQ: QPs created with `{ srq }` take their receives from it. */
+  BASIC = 0,
+  /** An XRC SRQ: in an XRC domain, with a number (srqNum) that XRC requests name and a CQ of its own. */
+  XRC = 1,
+}
+
+const owners = new WeakMap<RcRecvWqe, SharedReceiveQueue>();
+
+/** @internal The SRQ a receive WQE was posted to (an XRC target completes it on that SRQ's CQ). */
+export function srqOf(wqe: RcRecvWqe): SharedReceiveQueue | undefined {
+  return owners.get(wqe);
+}
+
+/** Attributes of a new SRQ (struct ibv_srq_init_attr's attr), as `Context.createSrq` takes them. */
+export interface SrqInitAttr {
+  /** Most receive WQEs the SRQ holds (max_wr, default 128). */
+  maxWr?: number;
+  /** Most scatter/gather entries of one receive WQE (max_sge, default 4). */
+  maxSge?: number;
+  /** The limit event's threshold (srq_limit, default 0: not armed). */
+  srqLimit?: number;
+  /** ibv_srq_init_attr_ex.srq_type (default BASIC). */
+  srqType?: SrqType;
+  /** XRC: the XRC domain (openXrcd) the SRQ belongs to. */
+  xrcd?: XrcDomain;
+  /** XRC: the CQ its receives complete on (the target QP has none). */
+  cq?: CompletionQueue;
+}
+
+/** struct ibv_srq_attr, as `SharedReceiveQueue.query` returns it. */
+export interface SrqAttr {
+  /** Most receive WQEs the SRQ holds. */
+  maxWr: number;
+  /** Most scatter/gather entries of one receive WQE. */
+  maxSge: number;
+  /** The armed limit, or 0 when not armed (the event fired, or never armed). */
+  srqLimit: number;
+}
+
+/** A shared receive queue (struct ibv_srq): `postRecv` fills it, QPs created with `srq` take their receives from it. */
+export class SharedReceiveQueue {
+  /** The context (process) that created the SRQ. */
+  readonly context: VerbsProcess;
+  /** The SRQ's protection domain: its QPs are in the same one. */
+  readonly pd: ProtectionDomain;
+  /** Most scatter/gather entries of one receive WQE (max_sge). */
+  readonly maxSge: number;
+  /** @internal QPs that take their receives from this SRQ (ibv_destroy_srq fails with EBUSY while any is left). */
+  readonly users = new Set<object>();
+  /** BASIC or XRC. */
+  readonly srqType: SrqType;
+  /** XRC: its domain. */
+  readonly xrcd: XrcDomain | undefined;
+  /** XRC: the CQ its receives complete on. */
+  readonly cq: CompletionQueue | undefined;
+  /** XRC: the number XRC requests name it by (ibv_get_srq_num); undefined for a BASIC SRQ. */
+  readonly srqNum: number | undefined;
+  #maxWr: number;
+  #limit: number;
+  #wqes: RcRecvWqe[] = [];
+  #limitReached: (srq: SharedReceiveQueue) => void;
+  #destroyed = false;
+
+  /** @internal use Context.createSrq */
+  constructor(context: VerbsProcess, pd: ProtectionDomain, attr: SrqInitAttr, limitReached: (srq: SharedReceiveQueue) => void) {
+    checkObject('createSrq: attr', attr);
+    this.context = context;
+    this.pd = pd;
+    this.#maxWr = checkInt('createSrq: maxWr', attr.maxWr ?? 128, 1, 1 << 16);
+    this.maxSge = checkInt('createSrq: maxSge', attr.maxSge ?? 4, 1, 16);
+    this.#limit = this.#checkLimit('ibv_create_srq', attr.srqLimit ?? 0);
+    this.#limitReached = limitReached;
+    this.srqType = attr.srqType ?? SrqType.BASIC;
+    if (this.srqType !== SrqType.BASIC && this.srqType !== SrqType.XRC)
+      throw verbsError('ibv_create_srq', 'EOPNOTSUPP', `srqType ${String(attr.srqType)}: BASIC and XRC SRQs are modelled (no tag matching)`);
+    if (this.srqType === SrqType.XRC) {
+      if (!(attr.xrcd instanceof XrcDomain)) throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs xrcd: an XrcDomain from openXrcd()');
+      attr.xrcd.check('ibv_create_srq');
+      if (!attr.cq || typeof (attr.cq as { push?: unknown }).push !== 'function')
+        throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs cq: the CQ its receives complete on');
+      this.srqNum = attr.xrcd.srqNumbers.alloc('ibv_create_srq');
+      attr.xrcd.srqs.set(this.srqNum, this);
+    } else {
+      if (attr.xrcd !== undefined || attr.cq !== undefined)
+        throw verbsError('ibv_create_srq', 'EINVAL', 'xrcd and cq are for XRC SRQs (srqType: SrqType.XRC)');
+      this.srqNum = undefined;
+    }
+    this.xrcd = attr.xrcd;
+    this.cq = attr.cq;
+    pd.users.add(this);
+  }
+
+  /** True once `destroy()` was called (or its context closed). */
+  get destroyed(): boolean {
+    return this.#destroyed;
+  }
+
+  /** Receive WQEs posted and not yet taken by a message. */
+  get length(): number {
+    return this.#wqes.length;
+  }
+
+  /** ibv_query_srq */
+  query(): SrqAttr {
+    this.#check();
+    return { maxWr: this.#maxWr, maxSge: this.maxSge, srqLimit: this.#limit };
+  }
+
+  /**
+   * ibv_modify_srq: `srqLimit` arms the limit event (IBV_SRQ_LIMIT; it must not exceed maxWr),
+   * `maxWr` resizes (IBV_SRQ_MAX_WR; not below the WQEs it holds).
+   */
+  modify(attr: { srqLimit?: number; maxWr?: number }): void {
+    this.#check();
+    checkObject('modify: attr', attr);
+    if (attr.maxWr !== undefined) {
+      const n = checkInt('maxWr', attr.maxWr, 1, 1 << 16);
+      if (n < this.#wqes.length) throw verbsError('ibv_modify_srq', 'EINVAL', `maxWr ${n} is below the ${this.#wqes.length} WQEs the SRQ holds`);
+      this.#maxWr = n;
+    }
+    if (attr.srqLimit !== undefined) this.#limit = this.#checkLimit('ibv_modify_srq', attr.srqLimit);
+  }
+
+  /** ibv_post_srq_recv: checked like QueuePair.postRecv; ENOMEM past maxWr, nothing queued then. */
+  postRecv(wrs: RecvWr | RecvWr[]): void {
+    this.#check();
+    const list = Array.isArray(wrs) ? wrs : [wrs];
+    if (this.#wqes.length + list.length > this.#maxWr)
+      throw verbsError(
+        'ibv_post_srq_recv',
+        'ENOMEM',
+        `the SRQ holds at most ${this.#maxWr} WQEs (${this.#wqes.length} posted); poll completions before posting more, or modify({ maxWr })`,
+      );
+    list.forEach((wr, i) => checkRecvWr(wr, i, this.maxSge));
+    for (const wr of list) {
+      const wqe = { wrId: wr.wrId, sgList: wr.sgList.map((s) => ({ ...s })) };
+      owners.set(wqe, this);
+      this.#wqes.push(wqe);
+    }
+  }
+
+  /** ibv_destroy_srq: EBUSY while QPs use it; the WQEs it still holds are dropped. */
+  destroy(): void {
+    if (this.#destroyed) return;
+    if (this.users.size)
+      throw verbsError('ibv_destroy_srq', 'EBUSY', `${this.users.size} QP(s) still take their receives from this SRQ; destroy them first`);
+    this.#destroyed = true;
+    this.#wqes.length = 0;
+    this.pd.users.delete(this);
+    if (this.xrcd && this.srqNum !== undefined) {
+      this.xrcd.srqs.delete(this.srqNum);
+      this.xrcd.srqNumbers.free(this.srqNum);
+    }
+  }
+
+  /** Same as `destroy()`, for `using`. */
+  [Symbol.dispose](): void {
+    this.destroy();
+  }
+
+  /** @internal The next WQE, taken for good by a message (the node's engine responder calls it). */
+  take(): RcRecvWqe | undefined {
+    const wqe = this.#wqes.shift();
+    if (wqe && this.#limit > 0 && this.#wqes.length < this.#limit) {
+      this.#limit = 0;
+      this.#limitReached(this);
+    }
+    return wqe;
+  }
+
+  /** @internal A UD datagram that took `wqe` did not land (it faulted and comes again): back at the head. */
+  giveBack(wqe: RcRecvWqe): void {
+    if (!this.#destroyed) this.#wqes.unshift(wqe);
+  }
+
+  #checkLimit(verb: string, v: number): number {
+    const n = checkInt('srqLimit', v, 0, 1 << 16);
+    if (n > this.#maxWr) throw verbsError(verb, 'EINVAL', `srqLimit ${n} exceeds maxWr ${this.#maxWr}`);
+    return n;
+  }
+
+  #check(): void {
+    if (this.#destroyed) throw closedError('SharedReceiveQueue');
+  }
+}
