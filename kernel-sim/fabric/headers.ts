@@ -32,6 +32,10 @@ const MAX_BLOCK = 1 << 30;
 const MAX_VERDICTS = WIRE_MAX_BLOCKS + 2;
 /** The opcode byte's bit that says an XRCETH (the XRC SRQ number) follows. */
 const XRC_BIT = 0x80;
+/** The opcode byte's bit for BTH's SE (solicited event), as IB's BTH carries it. */
+const SE_BIT = 0x40;
+/** The operations whose message takes a receive (and so may ask for a solicited event). */
+const RECEIVE_OPS: ReadonlySet<RcOp> = new Set([RcOp.SEND, RcOp.SEND_IMM, RcOp.WRITE_IMM, RcOp.UD_SEND, RcOp.UD_SEND_IMM]);
 /** The largest UD message: IBV_MTU_4096. */
 const UD_MAX_BYTES = 4096;
 /** Scatter/gather entries one verbs header may carry (the QPs' max_sge). */
@@ -152,6 +156,10 @@ function checkWrite(p: WritePacket, each = false): void {
     int('srcQpn', p.srcQpn, 0, 0xffffff);
     int('psn', p.psn, 0, 0xffffff);
     if (p.immData !== undefined) u32('immData', p.immData);
+    if (p.solicited !== undefined) {
+      bool('solicited', p.solicited);
+      if (p.solicited && !RECEIVE_OPS.has(p.opcode)) bad('solicited', 'only on an operation that takes a receive', p.opcode);
+    }
     if (p.srcFaults !== undefined) u32('srcFaults', p.srcFaults);
     if ((p.msgOffset === undefined) !== (p.msgLength === undefined)) bad('msgOffset', 'given with msgLength', p.msgOffset);
     if (p.msgOffset !== undefined) {
@@ -203,6 +211,7 @@ function checkWrite(p: WritePacket, each = false): void {
     p.srcQpn !== undefined ||
     p.psn !== undefined ||
     p.immData !== undefined ||
+    p.solicited !== undefined ||
     p.msgOffset !== undefined ||
     p.srqn !== undefined ||
     p.qkey !== undefined ||
@@ -452,7 +461,7 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
     }
     if (p.opcode !== undefined) {
       // The opcode's top bit says an XRCETH follows (IB's XRC opcodes differ from RC's in their top bits too).
-      w.u8(p.opcode | (p.srqn !== undefined ? XRC_BIT : 0));
+      w.u8(p.opcode | (p.srqn !== undefined ? XRC_BIT : 0) | (p.solicited ? SE_BIT : 0));
       if (p.srqn !== undefined) w.u32(p.srqn);
       w.u32(p.srcQpn!);
       w.u32(p.psn!);
@@ -630,7 +639,8 @@ function readWrite(r: Reader): DecodedWrite {
   if (f & W_SOURCE_FAULT) p.sourceFault = { seq: r.u32('sourceFault.seq'), faultOffset: r.f64('sourceFault.faultOffset') };
   if (f & W_RC) {
     const op = r.u8('opcode');
-    p.opcode = op & ~XRC_BIT;
+    p.opcode = op & ~(XRC_BIT | SE_BIT);
+    if (op & SE_BIT) p.solicited = true;
     if (op & XRC_BIT) p.srqn = r.u32('srqn');
     p.srcQpn = r.u32('srcQpn');
     p.psn = r.u32('psn');

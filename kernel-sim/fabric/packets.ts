@@ -171,6 +171,8 @@ export interface WritePacket extends Header {
   key?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** BTH SE: the sender asked for a solicited event (SendFlags.SOLICITED) where the message's receive completes. */
+  solicited?: boolean;
   /** DETH Q_Key of a UD SEND: the receiving UD QP must hold the same. */
   qkey?: number;
   /** XRCETH: the XRC SRQ (24-bit number) at the XRC target QP that a request of an XRC send QP is for. */

@@ -81,6 +81,8 @@ export interface RcReceived {
   byteLen: number;
   /** The immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM. */
   immData?: number;
+  /** The sender asked for a solicited event (BTH SE). */
+  solicited?: boolean;
   /** The QP number of the sender. */
   srcQpn: number;
   /** What the message took at this end (and the source's faults, as the last packet reported them). */

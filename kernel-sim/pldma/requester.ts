@@ -275,6 +275,7 @@ export class Requester implements Schedulable {
     if (d.srcQp !== undefined) packet.srcQpn = d.srcQp;
     if (d.psn !== undefined) packet.psn = d.psn;
     if (d.immData !== undefined) packet.immData = d.immData;
+    if (d.solicited) packet.solicited = true;
     if (d.message) {
       packet.msgOffset = d.message.offset;
       packet.msgLength = d.message.length;

@@ -563,6 +563,7 @@ export class Responder {
       },
     };
     if (p.immData !== undefined) r.immData = p.immData;
+    if (p.solicited) r.solicited = true;
     qp.received(wqe, r);
   }
 

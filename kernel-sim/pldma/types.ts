@@ -108,6 +108,8 @@ export interface DmaDescriptor {
   psn?: number;
   /** ImmDt of a SEND or WRITE with immediate. */
   immData?: number;
+  /** BTH SE: a solicited event where the receive completes (SendFlags.SOLICITED of a SEND or WRITE with immediate). */
+  solicited?: boolean;
   /** DETH Q_Key of a UD SEND. */
   qkey?: number;
   /** XRCETH: the XRC SRQ number at the target. */

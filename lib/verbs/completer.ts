@@ -39,6 +39,7 @@ export class Completer {
     immData?: number,
     odp?: Odp,
     srcQp?: number,
+    solicited?: boolean,
   ): void {
     const wc: Parameters<CompletionQueue['push']>[0] = {
       wrId: BigInt(wrId),
@@ -53,7 +54,7 @@ export class Completer {
     if (immData !== undefined) wc.immData = immData >>> 0;
     if (odp) wc.odp = odp;
     // An overrun CQ takes its QPs to ERR (their later work is flushed into it, and counted).
-    if (!cq.push(wc)) this.#qp.toError();
+    if (!cq.push(wc, solicited)) this.#qp.toError();
   }
 }
 

@@ -120,9 +120,8 @@ export class CompletionQueue {
    * poll after arming. One event per arming: re-arm after each `getCqEvent()`. EINVAL on a
    * CQ created without a channel.
    *
-   * Solicited: an unsuccessful completion, or a receive completion. The solicited-event bit
-   * of the sender's SEND (SendFlags.SOLICITED) is not carried on the modelled wire, so every
-   * receive completion counts as solicited (an extra wake-up, never a missed one).
+   * Solicited: an unsuccessful completion, or the receive of a message whose sender set
+   * SendFlags.SOLICITED (carried as BTH's SE bit on its packets).
    */
   reqNotify(solicitedOnly = false): void {
     this.#check();
@@ -226,8 +225,9 @@ export class CompletionQueue {
    * @internal a completion from a queue pair. False if the CQ has overrun: the CQ goes to
    * error and IBV_EVENT_CQ_ERR is reported (once); the caller moves its QP to ERR. `wc` is
    * the caller's own fresh object: it is completed in place, not copied (one object per WC).
+   * `solicited`: the receive of a message sent with SendFlags.SOLICITED.
    */
-  push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }): boolean {
+  push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }, solicited = false): boolean {
     if (this.#closed) return true;
     const full = wc as WorkCompletion;
     full.vendorErr ??= 0;
@@ -235,7 +235,7 @@ export class CompletionQueue {
     const w = this.#waiters.shift();
     if (w) {
       this.#settle(w, full, false);
-      this.#event(full);
+      this.#event(full, solicited);
       return true;
     }
     if (this.#error || this.#queue.length >= this.depth) {
@@ -247,14 +247,15 @@ export class CompletionQueue {
       return false;
     }
     this.#queue.push(full);
-    this.#event(full);
+    this.#event(full, solicited);
     return true;
   }
 
   // An armed CQ got a completion that its arming asked for: one event on the channel.
-  #event(wc: WorkCompletion): void {
+  // Solicited: a receive whose sender set SendFlags.SOLICITED (BTH SE), or an error (as rxe).
+  #event(wc: WorkCompletion, solicited: boolean): void {
     if (this.#armed === undefined) return;
-    if (this.#armed === 'solicited' && wc.status === WcStatus.SUCCESS && (wc.opcode & WcOpcode.RECV) === 0) return;
+    if (this.#armed === 'solicited' && wc.status === WcStatus.SUCCESS && !solicited) return;
     this.#armed = undefined;
     this.channel!.notify(this);
   }

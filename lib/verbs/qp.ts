@@ -316,6 +316,7 @@ export class QueuePair {
           r.immData,
           r.status === 'ok' ? r.odp : undefined,
           r.srcQpn,
+          r.solicited,
         ),
       toError: () => this.#toError(),
       resp: { epsn: 0, msg: undefined },

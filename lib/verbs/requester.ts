@@ -29,6 +29,11 @@ export const MAX_MSG = 2 ** 31;
  * order, so the bytes land in order as RC requires; a SEND or WRITE_WITH_IMM (which takes a
  * receive), a READ or an atomic (which must see every earlier write) waits for all before it.
  */
+// SendFlags.SOLICITED: BTH's SE bit on the message's packets (a SEND or WRITE with immediate).
+function solicited(wr: SendWr): { solicited: true } | undefined {
+  return (wr.sendFlags ?? 0) & SendFlags.SOLICITED ? { solicited: true } : undefined;
+}
+
 function overlaps(wr: SendWr): boolean {
   return wr.opcode === WrOpcode.RDMA_WRITE;
 }
@@ -160,6 +165,7 @@ export class Requester {
           local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(wr.sgList, i)), length: l.length, key: rkey })),
           total,
           imm ? (wr.immData ?? 0) : undefined,
+          solicited(wr),
         );
         return done(statusOf(results), total, results);
       }
@@ -173,6 +179,7 @@ export class Requester {
           local.map((l) => ({ fromVa: l.addr, toVa: 0n, length: l.length })),
           total,
           imm ? (wr.immData ?? 0) : undefined,
+          solicited(wr),
         );
         return done(statusOf(results), total, results);
       }
@@ -237,7 +244,7 @@ export class Requester {
       [{ fromVa: l?.addr ?? 0n, toVa: 0n, length: total }],
       total,
       imm ? (wr.immData ?? 0) : undefined,
-      undefined,
+      solicited(wr),
       { node: u.ah.dlid, qpn: u.remoteQpn, qkey: u.remoteQkey },
     );
     return done(statusOf(results), total, results);
@@ -259,7 +266,7 @@ export class Requester {
     pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
     total: number,
     immData: number | undefined,
-    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry' | 'flush'>,
+    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry' | 'flush' | 'solicited'>,
     ud?: { node: number; qpn: number; qkey: number },
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;

@@ -163,6 +163,13 @@ describe('wire layout: round trips', () => {
       msgOffset: 4096,
       msgLength: 100 * BS,
     });
+    // BTH SE rides the opcode byte: kept on a SEND, refused on an operation that takes no receive.
+    const se = decoded({ ...send, solicited: true }, payload(send.length));
+    expect([se?.opcode, se?.solicited, se?.immData]).toEqual([RcOp.SEND_IMM, true, 77]);
+    expect(decoded(send, payload(send.length))?.solicited).toBeUndefined();
+    expect(() => encodePacket(write({ opcode: RcOp.WRITE, qpn: 1, srcQpn: 2, psn: 0, key: 9, solicited: true }), payload(write().length))).toThrow(
+      /solicited must be only on an operation that takes a receive/,
+    );
     const empty = write({ count: 1, seq: 0, length: 0, lengthHint: 0, opcode: RcOp.WRITE, qpn: 1, srcQpn: 2, psn: 0, key: 9 });
     expect(decoded(empty, new Uint8Array(0))).toMatchObject({ length: 0, opcode: RcOp.WRITE, key: 9 });
     expect(decoded(atomic(), new Uint8Array(0))).toMatchObject({
@@ -267,8 +274,8 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const f = encodePacket(atomic()).slice();
     // The opcode byte follows the write's fixed fields, its key and QP: find it by its value.
     const at = f.indexOf(RcOp.ATOMIC, 60);
-    f[at] = 99;
-    refused(f, /opcode must be an integer in 1\.\.\d+, got 99/);
+    f[at] = 0x3f; // 63: below the XRC and SE bits
+    refused(f, /opcode must be an integer in 1\.\.\d+, got 63/);
     expect(() => encodePacket(atomic({ va: 0x1000n, length: 10, lengthHint: 10 }), payload(10))).toThrow(
       /length must be 0 in a ATOMIC request, got 10/,
     );

@@ -115,7 +115,7 @@ describe('events: once per arming, only for what comes after it', () => {
     client.cq.ackEvents(1);
   });
 
-  test('solicitedOnly: a successful send completion raises none; a receive or an error completion does', async () => {
+  test('solicitedOnly: a successful send completion or an unsolicited receive raises none; a solicited receive or an error completion does', async () => {
     const { client, server } = createPlayers({ channel: true });
     client.cq.reqNotify(true);
     client.qp.postSend({
@@ -128,7 +128,13 @@ describe('events: once per arming, only for what comes after it', () => {
     await expect(client.channel!.getCqEvent({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
     expect(client.cq.poll(1)[0]!.status).toBe(WcStatus.SUCCESS);
     expect(client.cq.armed).toBe(true);
-    // A receive (the server's SEND, with the solicited flag as a program would set it).
+    // A receive of a SEND without the solicited flag (BTH SE clear): no event.
+    client.qp.postRecv({ wrId: 20, sgList: [client.sge(0, MSG)] });
+    server.qp.postSend({ wrId: 30, opcode: WrOpcode.SEND, sgList: [server.sge(0, MSG)] });
+    await expect(client.channel!.getCqEvent({ timeoutMs: 200 })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    expect(client.cq.poll(1)[0]!).toMatchObject({ wrId: 20n, opcode: WcOpcode.RECV, status: WcStatus.SUCCESS });
+    expect(client.cq.armed).toBe(true);
+    // A receive of a SEND with SendFlags.SOLICITED (carried as BTH SE).
     client.qp.postRecv({ wrId: 2, sgList: [client.sge(0, MSG)] });
     server.qp.postSend({ wrId: 3, opcode: WrOpcode.SEND, sgList: [server.sge(0, MSG)], sendFlags: SendFlags.SOLICITED });
     expect(await client.channel!.getCqEvent({ timeoutMs: WAIT_MS })).toBe(client.cq);
