@@ -13,6 +13,7 @@
 // Stall mode adds a second connection for libfabric RMA writes straight into the target's
 // memory (openRmaTarget / connectRma / rmaWrite): the target progresses it on a native thread
 // of its own, the thread that blocks when a write lands on a page its fault library must resolve.
+import { lookup } from 'node:dns/promises';
 import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBinding, type RawMapping } from '../../native/index.js';
 import { costModel, type CostModel } from '../cost-model/index.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
@@ -256,6 +257,12 @@ export class LibfabricTransport implements Transport {
     try {
       listening = fi.fabricListen(provider, host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
     } catch (e) {
+      if ((e as { code?: string }).code === 'EADDRINUSE')
+        throw fabricError(
+          `port ${options.port} on ${host} is in use (another server, or one that just ended): choose another with -p PORT, or -p 0 for any free port`,
+          'EADDRINUSE',
+          e,
+        );
       throw providerError(provider, e);
     }
     const { handle, port } = listening;
@@ -273,6 +280,14 @@ export class LibfabricTransport implements Transport {
     const fi = fabricBinding();
     const ref: { t?: LibfabricTransport } = {};
     const where = `${options.host}:${options.port}`;
+    // A name that does not resolve is said so (libfabric's fi_getinfo would only find "no data").
+    await lookup(options.host).catch((e: Error & { code?: string }) => {
+      throw fabricError(
+        `cannot connect to ${where}: host ${options.host} does not resolve (${e.code ?? e.message}): check the name, or give an address`,
+        'ENOTFOUND',
+        e,
+      );
+    });
     let handle: number;
     try {
       handle = fi.fabricConnect(provider, options.host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));

@@ -221,6 +221,22 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
     expect(c.stderr).toContain('Connection refused');
   }, 30_000);
 
+  it('a port in use names the port and suggests -p 0; a host that does not resolve says so', async () => {
+    const first = LibfabricTransport.listen({ port: 0, localNodes: [1] });
+    try {
+      expect(() => LibfabricTransport.listen({ port: first.port, localNodes: [2] })).toThrow(
+        expect.objectContaining({ code: 'EADDRINUSE', message: expect.stringContaining(`port ${first.port} on 127.0.0.1 is in use`) }),
+      );
+      expect(() => LibfabricTransport.listen({ port: first.port, localNodes: [2] })).toThrow(/-p 0 for any free port/);
+    } finally {
+      first.close();
+    }
+    await expect(LibfabricTransport.connect({ host: 'no-such-host.invalid', port: 1, localNodes: [0] })).rejects.toMatchObject({
+      code: 'ENOTFOUND',
+      message: expect.stringContaining('host no-such-host.invalid does not resolve'),
+    });
+  });
+
   it('bad options and a provider without connected endpoints are clear errors', () => {
     expect(() => LibfabricTransport.listen({ port: 0, localNodes: [1], provider: 'udp' as never })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_ARG_VALUE', message: expect.stringContaining('provider must be one of tcp, shm, verbs') }),
