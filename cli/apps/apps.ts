@@ -1,0 +1,31 @@
+// The application kernels `pagefault-rdma app NAME` runs, by name: each with its parameters
+// from --size and its own check of the ranks and size it can run on.
+import { halo } from './halo.js';
+import type { Kernel } from './kernel.js';
+
+/** One application: its kernel and how --size and the ranks become its parameters. */
+export interface App<P> {
+  /** One line for the heading. */
+  title: string;
+  kernel: Kernel<P>;
+  /** --size's default. */
+  defaultSize: number;
+  /** The kernel's parameters from --size. */
+  params(size: number): P;
+  /** Why `ranks` and `size` cannot run (a message naming the option to change), or undefined. */
+  check(ranks: number, size: number): string | undefined;
+}
+
+/** Every application, by name. */
+export const APPS = {
+  halo: {
+    title: '3-D halo exchange (7-point stencil, faces by RDMA WRITE WITH IMMEDIATE)',
+    kernel: halo,
+    defaultSize: 32,
+    params: (n: number) => ({ n }),
+    check: (_ranks: number, n: number) => (n < 2 ? `--size: the halo's block needs at least 2 points per axis, got ${n}` : undefined),
+  } satisfies App<{ n: number }>,
+};
+
+/** An application's name. */
+export type AppName = keyof typeof APPS;
