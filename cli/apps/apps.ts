@@ -1,7 +1,9 @@
 // The application kernels `pagefault-rdma app NAME` runs, by name: each with its parameters
 // from --size and its own check of the ranks and size it can run on.
+import { allreduce } from './allreduce.js';
 import { halo } from './halo.js';
 import type { Kernel } from './kernel.js';
+import { transpose } from './transpose.js';
 
 /** One application: its kernel and how --size and the ranks become its parameters. */
 export interface App<P> {
@@ -25,6 +27,25 @@ export const APPS = {
     params: (n: number) => ({ n }),
     check: (_ranks: number, n: number) => (n < 2 ? `--size: the halo's block needs at least 2 points per axis, got ${n}` : undefined),
   } satisfies App<{ n: number }>,
+  allreduce: {
+    title: 'ring allreduce of Float64 vectors (reduce-scatter, allgather; RDMA WRITE WITH IMMEDIATE)',
+    kernel: allreduce,
+    defaultSize: 16384,
+    params: (values: number) => ({ values }),
+    check: (ranks: number, values: number) =>
+      ranks < 2
+        ? `--ranks: a ring allreduce needs at least 2 ranks, got ${ranks}`
+        : values < ranks
+          ? `--size: each of the ${ranks} ranks needs a chunk of the vector: at least ${ranks} values, got ${values}`
+          : undefined,
+  } satisfies App<{ values: number }>,
+  transpose: {
+    title: 'all-to-all transpose of a row-distributed matrix (every rank writes to every other)',
+    kernel: transpose,
+    defaultSize: 32,
+    params: (rows: number) => ({ rows }),
+    check: (ranks: number) => (ranks < 2 ? `--ranks: a transpose between ranks needs at least 2, got ${ranks}` : undefined),
+  } satisfies App<{ rows: number }>,
 };
 
 /** An application's name. */

@@ -69,9 +69,9 @@ export class Completions {
 
   constructor(private readonly w: World) {}
 
-  /** Expect `total` writes with immediate on `qp`: post the first two receives (a peer is at most one step ahead). */
-  arm(qp: QueuePair, total: number): void {
-    const now = Math.min(2, total);
+  /** Expect `total` writes with immediate on `qp`: post the first `ahead` receives (as many as the peer can have in flight). */
+  arm(qp: QueuePair, total: number, ahead = 2): void {
+    const now = Math.min(ahead, total);
     for (let i = 0; i < now; i++) qp.postRecv({ wrId: 0, sgList: [] });
     this.#left.set(qp.qpNum, { qp, left: total - now });
   }

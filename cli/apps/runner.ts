@@ -40,7 +40,7 @@ export interface Verdict {
   policy: PolicyName;
   /** Median step after the first over pin's, per run. */
   ratios: number[];
-  /** The median of `ratios`. */
+  /** The median of `ratios` (the package's median: the lower middle value of an even count). */
   slowdown: number;
   /**
    * The noise, relative: the larger of pinning's own run-to-run spread ((max − min) / median of
@@ -232,7 +232,7 @@ export function judge(trials: readonly Trial[], policies: readonly PolicyName[],
 }
 
 function printVerdicts(r: AppResult): void {
-  print(`\n${r.app}: every value verified against the serial computation in every trial: ${r.verified ? 'yes' : 'NO'}`);
+  print(`\n${r.app}: every value checked against the serial computation, in every trial: ${r.verified ? 'yes' : 'NO'}`);
   if (!r.verdicts.length) {
     print('(no pin trials: no verdict against pinning; add pin to --policies)');
     return;
@@ -241,7 +241,7 @@ function printVerdicts(r: AppResult): void {
   for (const v of r.verdicts)
     print(
       `  ${v.policy.padEnd(11)} ${v.slowdown.toFixed(3)}× pin (runs ${v.ratios.map((x) => x.toFixed(3)).join(', ')}); noise ` +
-        `±${(v.noise * 100).toFixed(1)} %: ${v.withinNoise ? 'within the noise' : 'NOT within the noise'}; ${v.cause}`,
+        `±${(v.noise * 100).toFixed(1)} %: ${v.withinNoise ? 'within the noise' : v.slowdown < 1 ? 'faster than pin beyond the noise' : 'NOT within the noise'}; ${v.cause}`,
       2,
     );
   const ta = r.verdicts.find((v) => v.policy === 'touch-ahead');

@@ -45,8 +45,8 @@ export interface World {
 /** How long a rank waits for the others (a barrier, an allgather, a completion). */
 export const WAIT_MS = 30_000;
 
-// Room on each QP: a kernel keeps at most a few WRs in flight per peer.
-const QP_DEPTH = 16;
+/** Room on each QP: a ring kernel has up to one receive per rank posted ahead (MAX_LOCAL_RANKS). */
+export const QP_DEPTH = 64;
 const MTU = 4096;
 
 /** An allgather among async ranks of one process; a barrier is an allgather of nothing. */
