@@ -9,6 +9,7 @@ import { transpose } from './transpose.js';
 export interface App<P> {
   /** One line for the heading. */
   title: string;
+  /** One rank's part of a trial. */
   kernel: Kernel<P>;
   /** --size's default. */
   defaultSize: number;

@@ -8,7 +8,9 @@ import { WAIT_MS, type World } from './world.js';
 
 /** One trial of a kernel: every rank runs `steps` steps under `policy`. */
 export interface TrialOptions {
+  /** How the kernel's RDMA buffers are registered: pin, or an ODP fault library policy. */
   policy: PolicyName;
+  /** Steps of the trial (the kernel's unit: a sweep, an allreduce, a transpose). */
   steps: number;
   /** Evict the kernel's RDMA buffers before every step (not only the fresh mapping of the first): faults every step. */
   evictEachStep: boolean;
@@ -23,6 +25,7 @@ export const FIRST_STEPS = 2;
 
 /** One rank's outcome of a trial. */
 export interface RankOutcome {
+  /** The rank reporting. */
   rank: number;
   /** Real µs of each step at this rank. */
   stepUs: number[];
@@ -101,7 +104,9 @@ export class Completions {
 
 /** CPU time in ms: the process (process.cpuUsage) and each of its threads (/proc/self/task/TID/stat utime + stime). */
 export interface CpuSample {
+  /** The process's user CPU, ms. */
   userMs: number;
+  /** The process's system CPU, ms. */
   systemMs: number;
   /** By thread id: its name (comm) and user + system ms. */
   threads: Map<number, { name: string; ms: number }>;
@@ -129,9 +134,13 @@ export function cpuSample(): CpuSample {
 
 /** CPU spent between two samples: the process, its main (JavaScript) thread, and all its other threads. */
 export interface CpuSpent {
+  /** User + system CPU of the whole process, ms (process.cpuUsage). */
   processMs: number;
+  /** Its user part, ms. */
   userMs: number;
+  /** Its system part (page faults, madvise, mlock, the transport's syscalls), ms. */
   systemMs: number;
+  /** The main thread (JavaScript: the kernels, the engine, the fault library's resolution), ms, in 10 ms ticks. */
   mainThreadMs: number;
   /** Threads other than the main one (fault handling, libuv, the transport, V8's helpers), by name, ms. */
   otherThreadsMs: Record<string, number>;

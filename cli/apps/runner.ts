@@ -18,6 +18,7 @@ const WARM_UP_MAX_ROUNDS = 20;
 export interface Trial {
   /** 1-based. */
   run: number;
+  /** The policy the trial's buffers were registered under. */
   policy: PolicyName;
   /** Each step's µs: the slowest rank's. */
   stepUs: number[];
@@ -29,7 +30,9 @@ export interface Trial {
   faultsPerRank: number[];
   /** Faults in the steps after the first FIRST_STEPS (both halves of the receive buffers written once), all ranks. */
   faultsSteady: number;
+  /** Bytes of results checked, all ranks. */
   bytesVerified: number;
+  /** Values that differ from the serial computation, all ranks (0 in a correct run). */
   mismatches: number;
   /** CPU of the trial: per process (one process holds every rank in-process; one per rank in a job). */
   cpu: CpuSpent[];
@@ -37,6 +40,7 @@ export interface Trial {
 
 /** An ODP policy against pinning over the runs. */
 export interface Verdict {
+  /** The ODP policy judged. */
   policy: PolicyName;
   /** Median step after the first over pin's, per run. */
   ratios: number[];
@@ -48,6 +52,7 @@ export interface Verdict {
    * the range of this policy's ratios over the runs.
    */
   noise: number;
+  /** |slowdown − 1| is no more than the noise: no measurable difference from pinning. */
   withinNoise: boolean;
   /** The measured reason, from the trials' figures. */
   cause: string;
@@ -55,12 +60,19 @@ export interface Verdict {
 
 /** What `runKernel` returns. */
 export interface AppResult {
+  /** The application's name. */
   app: string;
+  /** Ranks in the run. */
   ranks: number;
+  /** 'nodes in one process', or the launcher that started the job. */
   where: string;
+  /** Steps per trial. */
   steps: number;
+  /** Whether the buffers were evicted before every step. */
   evictEachStep: boolean;
+  /** Every trial, in the order run. */
   trials: Trial[];
+  /** Each ODP policy against pin (empty without pin trials). */
   verdicts: Verdict[];
   /** Every trial verified every value. */
   verified: boolean;
@@ -68,12 +80,19 @@ export interface AppResult {
 
 /** How to run a kernel: the policies (pin first if present: the baseline), runs, steps. */
 export interface RunKernelOptions<P> {
+  /** The application's name, for the output. */
   app: string;
+  /** One rank's part of a trial. */
   kernel: Kernel<P>;
+  /** The kernel's own parameters. */
   params: P;
+  /** The policies, each run once per run. */
   policies: readonly PolicyName[];
+  /** How many times each policy runs. */
   runs: number;
+  /** Steps per trial. */
   steps: number;
+  /** Evict the kernel's buffers before every step. */
   evictEachStep: boolean;
   /** The worlds of this process: all ranks (in-process), or this process's one rank of a job. */
   worlds: World[];

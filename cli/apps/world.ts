@@ -22,12 +22,17 @@ import { connect, newPsn, PEER_TIMEOUT_MS } from '../../examples/fabric-peer.js'
 
 /** One rank's view of the job. */
 export interface World {
+  /** This rank, 0..size-1: it hosts node `rank`. */
   rank: number;
+  /** Ranks in the job. */
   size: number;
   /** How the ranks run: 'nodes in one process' or the launcher that started this process. */
   where: string;
+  /** The cluster the ranks' nodes belong to (closing it ends every rank of this process). */
   cluster: Cluster;
+  /** This rank's device context (ibv_context) on its node. */
   ctx: Context;
+  /** This rank's protection domain: its MRs and QPs. */
   pd: ProtectionDomain;
   /** Send and receive completions of every QP of this rank. */
   cq: CompletionQueue;
@@ -162,7 +167,9 @@ export async function localWorlds(n: number): Promise<World[]> {
 
 /** Options of jobWorld: where rank 0's rendezvous is, and the job's wait. */
 export interface JobWorldOptions {
+  /** Rank 0's rendezvous, HOST:PORT (default $PFR_RENDEZVOUS). */
   rendezvous?: string;
+  /** How long the ranks wait for each other, ms (default WAIT_MS). */
   timeoutMs?: number;
 }
 
@@ -211,7 +218,9 @@ export function registerFor(w: World, region: Region, policy: PolicyName): Memor
 
 /** Another rank's registered buffer: where to write and with which key. */
 export interface RemoteBuffer {
+  /** Its address in the other rank's process. */
   addr: bigint;
+  /** The rkey its MR gives remote access with. */
   rkey: number;
 }
 
