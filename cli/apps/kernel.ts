@@ -82,7 +82,10 @@ export class Completions {
   /** Wait until `sends` of this rank's writes completed and `recvs` writes with immediate `tag` arrived; consume them. */
   async wait(sends: number, tag: number, recvs: number): Promise<void> {
     while (this.#sends < sends || (this.#tags.get(tag) ?? 0) < recvs) {
-      const wc = await this.w.cq.next({ timeoutMs: WAIT_MS, signal: this.w.signal });
+      // A lost rank ends the wait with the job's reason, not the wait's own 'aborted'.
+      const wc = await this.w.cq
+        .next({ timeoutMs: WAIT_MS, signal: this.w.signal })
+        .catch((e: unknown) => Promise.reject(this.w.signal.aborted ? (this.w.signal.reason as Error) : (e as Error)));
       if (wc.status !== WcStatus.SUCCESS)
         throw new PfrError(
           'ERR_PFR_ACCESS_FAILED',

@@ -8,6 +8,7 @@
 import { median, type PolicyName } from '../../lib/index.js';
 import { williams } from '../../examples/odp-vs-pinned.js';
 import { print, Table, us } from '../../examples/support/format.js';
+import { PLOT_CONFIG, type PlotSpec } from '../../examples/support/plot.js';
 import { cpuSample, cpuSpent, FIRST_STEPS, type CpuSpent, type Kernel, type RankOutcome, type TrialOptions } from './kernel.js';
 import type { World } from './world.js';
 
@@ -269,4 +270,31 @@ function printVerdicts(r: AppResult): void {
       `touch-ahead within 5 % of pin after the first step (the thesis's "no measurable slowdown"): ${ta.slowdown <= 1.05 ? 'yes' : 'no'} (${ta.slowdown.toFixed(3)}×)`,
     );
   print(`pin's median step after the first: ${us(median(r.trials.filter((t) => t.policy === 'pin').map((t) => t.medianStepUs)))} µs`);
+}
+
+/** --plot: each ODP policy's time per step after the first over pin's, one point per run, a bar at the median; 1 is pinning. */
+export function verdictPlot(r: AppResult): PlotSpec {
+  const values = r.verdicts.flatMap((v) => v.ratios.map((ratio, i) => ({ policy: v.policy, run: i + 1, ratio })));
+  const medians = r.verdicts.map((v) => ({ policy: v.policy, ratio: v.slowdown }));
+  const order = r.verdicts.map((v) => v.policy);
+  const x = { field: 'policy', type: 'nominal', sort: order, title: 'policy' } as const;
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: {
+      text: `app ${r.app}: time per step after the first, against pin`,
+      subtitle: `${r.ranks} ranks (${r.where}), ${r.steps} steps per trial; points: runs, bars: their median; 1 = pin`,
+    },
+    config: PLOT_CONFIG,
+    width: 420,
+    height: 300,
+    layer: [
+      {
+        data: { values: medians },
+        mark: { type: 'bar', opacity: 0.35 },
+        encoding: { x, y: { field: 'ratio', type: 'quantitative', title: '× pin' } },
+      },
+      { data: { values }, mark: { type: 'point', filled: true }, encoding: { x, y: { field: 'ratio', type: 'quantitative' } } },
+      { data: { values: [{ one: 1 }] }, mark: { type: 'rule', strokeDash: [4, 3] }, encoding: { y: { field: 'one', type: 'quantitative' } } },
+    ],
+  };
 }

@@ -7,7 +7,7 @@ import { POLICIES, type PolicyName } from '../../lib/index.js';
 import { heading, parsePositiveInt } from '../../examples/support/format.js';
 import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
 import { APPS, type AppName } from '../apps/apps.js';
-import { runKernel } from '../apps/runner.js';
+import { runKernel, verdictPlot } from '../apps/runner.js';
 import { jobWorld, localWorlds, type World } from '../apps/world.js';
 import { defineProgram } from '../program.js';
 
@@ -20,6 +20,7 @@ interface Options {
   evictEachStep: boolean;
   warmUp: boolean;
   rendezvous?: string;
+  timeout: number;
 }
 
 // Ranks in one process: each is a node with its own fault library; past this the event loop is the bottleneck, not the fabric.
@@ -36,6 +37,8 @@ function policyList(value: string): PolicyName[] {
 
 export default defineProgram<Options>({
   name: 'app',
+  noTrace: 'the kernels run many trials at full speed; trace one faulting write with destination-fault --trace',
+  plot: "each ODP policy's time per step after the first against pin, per run",
   summary: 'application kernels as N ranks (halo, allreduce, transpose): verified, per policy, with a verdict of ODP against pinning',
   description:
     'Run an application kernel as N ranks over the verbs API, every policy --runs times in interleaved turns, and check its ' +
@@ -59,7 +62,13 @@ export default defineProgram<Options>({
       .option('--policies <list>', `comma-separated policies (pin is the baseline of the verdict)`, policyList, [...TABLE_POLICIES])
       .option('--evict-each-step', "evict the kernel's RDMA buffers before every step (ODP faults every step, not only the first)", false)
       .option('--no-warm-up', 'skip the unrecorded trial of each policy that lets V8 compile the kernel first')
-      .option('--rendezvous <host:port>', "under a launcher: rank 0's rendezvous (default $PFR_RENDEZVOUS)");
+      .option('--rendezvous <host:port>', "under a launcher: rank 0's rendezvous (default $PFR_RENDEZVOUS)")
+      .option(
+        '--timeout <seconds>',
+        'under a launcher: how long the ranks wait for each other to start and connect, and at each barrier',
+        parsePositiveInt,
+        30,
+      );
     cmd.hook('preAction', (c) => {
       const name = c.args[0]!;
       if (!(name in APPS)) c.error(`error: unknown application '${name}' (choose from ${Object.keys(APPS).join(', ')})`);
@@ -82,7 +91,7 @@ export default defineProgram<Options>({
     let size: number;
     let leave: () => Promise<void>;
     if (inJob) {
-      const { world, job } = await jobWorld(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {});
+      const { world, job } = await jobWorld({ timeoutMs: o.timeout * 1000, ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}) });
       const problem = app.check(job.size, o.size ?? app.defaultSize);
       if (problem) {
         world.cluster.close();
@@ -115,7 +124,7 @@ export default defineProgram<Options>({
         size,
       });
       if (!r.verified) process.exitCode = 1;
-      return { results: r, writes: worlds[0]!.rank === 0 };
+      return { results: r, plot: verdictPlot(r), writes: worlds[0]!.rank === 0 };
     } finally {
       await leave();
     }
