@@ -2,7 +2,11 @@
 // from --size and its own check of the ranks and size it can run on.
 import { allreduce } from './allreduce.js';
 import { halo } from './halo.js';
+import { kv } from './kv.js';
 import type { Kernel } from './kernel.js';
+import type { KvParams } from './kv.js';
+import { PAGE_SIZE } from '../../lib/index.js';
+import { binding } from '../../native/index.js';
 import { transpose } from './transpose.js';
 
 /** One application: its kernel and how --size and the ranks become its parameters. */
@@ -13,8 +17,8 @@ export interface App<P> {
   kernel: Kernel<P>;
   /** --size's default. */
   defaultSize: number;
-  /** The kernel's parameters from --size. */
-  params(size: number): P;
+  /** The kernel's parameters from --size (and kv's --memlock, KiB; undefined: this process's RLIMIT_MEMLOCK). */
+  params(size: number, memlockKiB?: number): P;
   /** Why `ranks` and `size` cannot run (a message naming the option to change), or undefined. */
   check(ranks: number, size: number): string | undefined;
 }
@@ -47,7 +51,29 @@ export const APPS = {
     params: (rows: number) => ({ rows }),
     check: (ranks: number) => (ranks < 2 ? `--ranks: a transpose between ranks needs at least 2, got ${ranks}` : undefined),
   } satisfies App<{ rows: number }>,
+  kv: {
+    title: 'key-value server and clients (GET/SET over SEND/RECV, values read by RDMA READ), a pinned server held to RLIMIT_MEMLOCK',
+    kernel: kv,
+    defaultSize: 4096,
+    params: (keys: number, memlockKiB?: number) => ({ keys, valueBytes: PAGE_SIZE, batch: KV_BATCH, memlockBytes: memlockBytes(memlockKiB) }),
+    check: (ranks: number, keys: number) =>
+      ranks < 2
+        ? `--ranks: a key-value job needs a server and at least one client (2 ranks), got ${ranks}`
+        : keys < ranks - 1
+          ? `--size: each of the ${ranks - 1} clients needs keys of its own: at least ${ranks - 1} keys, got ${keys}`
+          : undefined,
+  } satisfies App<KvParams>,
 };
+
+/** Operations per kv client per step. */
+const KV_BATCH = 64;
+
+/** The pinned kv server's lock budget: --memlock, else this process's RLIMIT_MEMLOCK (soft; unlimited: no budget). */
+function memlockBytes(kib?: number): number {
+  if (kib !== undefined) return kib * 1024;
+  const soft = binding.memlockLimit().soft;
+  return soft < 0 ? Infinity : soft;
+}
 
 /** An application's name. */
 export type AppName = keyof typeof APPS;

@@ -3,7 +3,7 @@
 // its faults, the bytes it verified), the routing of a rank's completions (writes done, writes
 // with immediate received, receives re-posted), and the CPU time of the process by thread.
 import { readdirSync, readFileSync } from 'node:fs';
-import { PfrError, WcOpcode, WcStatus, type PolicyName, type QueuePair, type Region } from '../../lib/index.js';
+import { PfrError, WcOpcode, WcStatus, type PolicyName, type QueuePair, type Region, type WorkCompletion } from '../../lib/index.js';
 import { WAIT_MS, type World } from './world.js';
 
 /** One trial of a kernel: every rank runs `steps` steps under `policy`. */
@@ -37,6 +37,10 @@ export interface RankOutcome {
   bytesVerified: number;
   /** Values that differ from the serial computation. */
   mismatches: number;
+  /** Operations this rank completed per step (kv's clients: GETs and SETs), for ops/s. */
+  opsPerStep?: number;
+  /** Requests refused (kv: keys outside what a pinned server could lock). */
+  refused?: number;
 }
 
 /** An application kernel: one rank's part of one trial. */
@@ -69,6 +73,7 @@ export class Completions {
   #sends = 0;
   #tags = new Map<number, number>();
   #left = new Map<number, { qp: QueuePair; left: number }>();
+  #received: WorkCompletion[] = [];
 
   constructor(private readonly w: World) {}
 
@@ -79,9 +84,19 @@ export class Completions {
     this.#left.set(qp.qpNum, { qp, left: total - now });
   }
 
-  /** Wait until `sends` of this rank's writes completed and `recvs` writes with immediate `tag` arrived; consume them. */
-  async wait(sends: number, tag: number, recvs: number): Promise<void> {
-    while (this.#sends < sends || (this.#tags.get(tag) ?? 0) < recvs) {
+  /** The next SEND this rank received (its receive's completion), in arrival order. */
+  async receive(): Promise<WorkCompletion> {
+    while (!this.#received.length) await this.wait(0, 0, 0, true);
+    return this.#received.shift()!;
+  }
+
+  /**
+   * Wait until `sends` of this rank's sends, writes and reads completed and `recvs` writes with
+   * immediate `tag` arrived; consume them. With `one`, take at least one completion first.
+   */
+  async wait(sends: number, tag: number, recvs: number, one = false): Promise<void> {
+    while (this.#sends < sends || (this.#tags.get(tag) ?? 0) < recvs || one) {
+      one = false;
       // A lost rank ends the wait with the job's reason, not the wait's own 'aborted'.
       const wc = await this.w.cq
         .next({ timeoutMs: WAIT_MS, signal: this.w.signal })
@@ -91,7 +106,8 @@ export class Completions {
           'ERR_PFR_ACCESS_FAILED',
           `rank ${this.w.rank}: a work request on QP ${wc.qpNum} failed: ${wc.statusStr} (${WcStatus[wc.status]})`,
         );
-      if (wc.opcode === WcOpcode.RECV_RDMA_WITH_IMM) {
+      if (wc.opcode === WcOpcode.RECV) this.#received.push(wc);
+      else if (wc.opcode === WcOpcode.RECV_RDMA_WITH_IMM) {
         this.#tags.set(wc.immData!, (this.#tags.get(wc.immData!) ?? 0) + 1);
         const q = this.#left.get(wc.qpNum);
         if (q && q.left > 0) {
@@ -101,7 +117,7 @@ export class Completions {
       } else this.#sends++;
     }
     this.#sends -= sends;
-    this.#tags.set(tag, this.#tags.get(tag)! - recvs);
+    if (recvs) this.#tags.set(tag, this.#tags.get(tag)! - recvs);
   }
 }
 

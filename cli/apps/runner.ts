@@ -35,6 +35,10 @@ export interface Trial {
   bytesVerified: number;
   /** Values that differ from the serial computation, all ranks (0 in a correct run). */
   mismatches: number;
+  /** kv: operations per second after the first step (all clients' operations per step over the median step); 0 for the other kernels. */
+  opsPerSecond: number;
+  /** kv: requests the server refused (keys past what a pinned server may lock), all ranks. */
+  refused: number;
   /** CPU of the trial: per process (one process holds every rank in-process; one per rank in a job). */
   cpu: CpuSpent[];
 }
@@ -150,8 +154,12 @@ export async function runKernel<P>(o: RunKernelOptions<P>): Promise<AppResult> {
         faultsSteady: outcomes.reduce((s, x) => s + x.faultsSteady, 0),
         bytesVerified: outcomes.reduce((s, x) => s + x.bytesVerified, 0),
         mismatches: outcomes.reduce((s, x) => s + x.mismatches, 0),
+        opsPerSecond: 0,
+        refused: outcomes.reduce((s, x) => s + (x.refused ?? 0), 0),
         cpu,
       };
+      const ops = outcomes.reduce((s, x) => s + (x.opsPerStep ?? 0), 0);
+      t.opsPerSecond = ops ? (ops / t.medianStepUs) * 1e6 : 0;
       trials.push(t);
       if (lead) printTrial(t);
     }
@@ -179,18 +187,25 @@ function trialPrinter<P>(o: RunKernelOptions<P>): (t: Trial) => void {
       print(
         `${o.app}: ${o.size} ranks (${o.worlds[0]!.where}), ${o.steps} steps per trial, buffers ${o.evictEachStep ? 'evicted before every step' : 'fresh (unpopulated) at the first step'}`,
       );
-      print('step: the slowest rank, µs; CPU: ms of the trial (process, its main thread, all other threads)');
+      print(
+        "step: the slowest rank; faults: the median rank's; CPU of the trial: the process(es), and their threads other than the main one; checked: every value against the serial computation",
+      );
       header = new Table([
         { header: 'run', width: 3 },
         { header: 'policy', width: 11, left: true },
-        { header: 'first step', width: 10 },
-        { header: 'median after', width: 12 },
-        { header: 'faults/rank', width: 11 },
-        { header: `after ${FIRST_STEPS} steps`, width: 13 },
-        { header: 'CPU ms', width: 8 },
-        { header: 'main', width: 8 },
-        { header: 'others', width: 8 },
-        { header: 'verified', width: 10 },
+        { header: 'first step [usec]', width: 9 },
+        { header: 'median after [usec]', width: 9 },
+        { header: 'faults /rank', width: 6 },
+        { header: `after ${FIRST_STEPS} steps`, width: 7 },
+        { header: 'CPU [ms]', width: 6 },
+        { header: 'others [ms]', width: 6 },
+        { header: 'checked', width: 7 },
+        ...(t.opsPerSecond
+          ? [
+              { header: 'ops/s', width: 7 },
+              { header: 'refused', width: 7 },
+            ]
+          : []),
       ]);
       header.header();
     }
@@ -203,9 +218,9 @@ function trialPrinter<P>(o: RunKernelOptions<P>): (t: Trial) => void {
       String(Math.round(median(t.faultsPerRank))),
       String(t.faultsSteady),
       sum((c) => c.processMs).toFixed(0),
-      sum((c) => c.mainThreadMs).toFixed(0),
       sum((c) => Object.values(c.otherThreadsMs).reduce((a, b) => a + b, 0)).toFixed(0),
-      t.mismatches ? `${t.mismatches} BAD` : `${t.bytesVerified} B`,
+      t.mismatches ? `${t.mismatches} BAD` : 'ok',
+      ...(t.opsPerSecond ? [t.opsPerSecond.toFixed(0), String(t.refused)] : []),
     ]);
   };
 }

@@ -21,6 +21,7 @@ interface Options {
   warmUp: boolean;
   rendezvous?: string;
   timeout: number;
+  memlock?: number;
 }
 
 // Ranks in one process: each is a node with its own fault library; past this the event loop is the bottleneck, not the fabric.
@@ -61,6 +62,7 @@ export default defineProgram<Options>({
       .option('-r, --runs <n>', 'how many times each policy runs, the policies taking turns', parsePositiveInt, 3)
       .option('--policies <list>', `comma-separated policies (pin is the baseline of the verdict)`, policyList, [...TABLE_POLICIES])
       .option('--evict-each-step', "evict the kernel's RDMA buffers before every step (ODP faults every step, not only the first)", false)
+      .option('--memlock <KiB>', "kv: what the pinned server may lock (default: this process's RLIMIT_MEMLOCK, ulimit -l)", parsePositiveInt)
       .option('--no-warm-up', 'skip the unrecorded trial of each policy that lets V8 compile the kernel first')
       .option('--rendezvous <host:port>', "under a launcher: rank 0's rendezvous (default $PFR_RENDEZVOUS)")
       .option(
@@ -114,7 +116,7 @@ export default defineProgram<Options>({
       const r = await runKernel({
         app: name,
         kernel: app.kernel as never,
-        params: app.params(o.size ?? app.defaultSize) as never,
+        params: app.params(o.size ?? app.defaultSize, o.memlock) as never,
         policies: o.policies,
         runs: o.runs,
         steps: o.steps,
