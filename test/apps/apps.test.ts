@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { APPS, type AppName } from '../../cli/apps/apps.js';
-import { judge, runKernel, type Trial } from '../../cli/apps/runner.js';
+import { judge, runKernel, verdictPlot, type Trial } from '../../cli/apps/runner.js';
+import { renderSvg } from '../../examples/support/plot.js';
 import { dims3 } from '../../cli/apps/kernel.js';
 import { localWorlds } from '../../cli/apps/world.js';
 import { requireDist, ROOT } from '../child.js';
@@ -128,7 +129,7 @@ test('dims3 splits ranks as evenly as their factors allow', () => {
   expect(dims3(7)).toEqual([7, 1, 1]);
 });
 
-test('the verdict: ratios per run against pin, within the noise or not, and why', () => {
+test('the verdict: ratios per run against pin, within the noise or not, and why; its plot', async () => {
   const trial = (run: number, policy: 'pin' | 'touch-ahead' | 'touch', stepUs: number[], faultsSteady = 0): Trial => ({
     run,
     policy,
@@ -156,6 +157,23 @@ test('the verdict: ratios per run against pin, within the noise or not, and why'
   expect(ta!.withinNoise).toBe(true);
   expect(touch!.withinNoise).toBe(false);
   expect(touch!.cause).toMatch(/^8\.0 faults per step after the first 2/);
+  // --plot: a point per policy and run, a bar per policy.
+  const svg = await renderSvg(
+    verdictPlot({
+      app: 'halo',
+      ranks: 2,
+      where: 'nodes in one process',
+      steps: 3,
+      evictEachStep: false,
+      trials,
+      verdicts: [ta!, touch!],
+      verified: true,
+    }),
+  );
+  const marks = (type: string): number =>
+    (svg.match(new RegExp(`<g class="mark-${type} role-mark[^"]*"[^>]*>(.*?)</g>`, 's'))?.[1]?.match(/<path/g) ?? []).length;
+  expect(marks('symbol')).toBe(4);
+  expect(marks('rect')).toBe(2);
 });
 
 describe('the command', () => {
