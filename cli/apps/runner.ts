@@ -292,7 +292,7 @@ export function verdictPlot(r: AppResult): PlotSpec {
   const values = r.verdicts.flatMap((v) => v.ratios.map((ratio, i) => ({ policy: v.policy, run: i + 1, ratio })));
   const medians = r.verdicts.map((v) => ({ policy: v.policy, ratio: v.slowdown }));
   const order = r.verdicts.map((v) => v.policy);
-  const x = { field: 'policy', type: 'nominal', sort: order, title: 'policy' } as const;
+  const x = { field: 'policy', type: 'nominal', sort: order, title: 'policy', axis: { labelAngle: 0 } } as const;
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: {
