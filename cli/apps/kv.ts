@@ -76,6 +76,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
     }
     const versions = new Uint32Array(p.keys);
     const heard = new Array<number>(w.size).fill(0);
+    // Refusals are counted by the clients (once each).
     const me: RankOutcome = {
       rank: 0,
       stepUs: [],
@@ -102,7 +103,6 @@ const server: Kernel<KvParams> = async (w, t, p) => {
           Buffer.from(inbox.buffer, c * slot + HEADER, p.valueBytes).copy(Buffer.from(store.buffer, key * p.valueBytes, p.valueBytes));
           versions[key] = version;
         }
-        if (!ok) me.refused!++;
         // The next request of this client may come as soon as it has the answer; none is left
         // posted after its last (the next trial's buffers are others).
         if (++heard[c]! < t.steps * p.batch) post(c);
