@@ -2,14 +2,14 @@
 // turn, with its own result verified and a verdict of ODP against pinning. The ranks are nodes
 // of one process (-n N), or, started under `pagefault-rdma run -n N --` or mpiexec, one
 // process each (then rank 0 prints and writes --json).
-import { InvalidArgumentError } from 'commander';
-import { POLICIES, type PolicyName } from '../../lib/index.js';
+import type { PolicyName } from '../../lib/index.js';
 import { heading, parsePositiveInt } from '../../examples/support/format.js';
 import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
 import { APPS, type AppName } from '../apps/apps.js';
 import { runKernel, verdictPlot } from '../apps/runner.js';
 import { jobWorld, localWorlds, type World } from '../apps/world.js';
 import { defineProgram } from '../program.js';
+import { policyList } from './odp-vs-pinned.js';
 
 interface Options {
   ranks?: number;
@@ -28,13 +28,6 @@ interface Options {
 const MAX_LOCAL_RANKS = 64;
 // The variables by which a launcher says "this process is one rank of a job" (lib/job reads and checks them all).
 const JOB_SIZE_VARS = ['PFR_SIZE', 'PMI_SIZE', 'OMPI_COMM_WORLD_SIZE'];
-
-function policyList(value: string): PolicyName[] {
-  const list = value.split(',').map((s) => s.trim()) as PolicyName[];
-  for (const p of list) if (!POLICIES.includes(p)) throw new InvalidArgumentError(`unknown policy '${p}' (choose from ${TABLE_POLICIES.join(', ')})`);
-  if (new Set(list).size !== list.length) throw new InvalidArgumentError('a policy is listed twice');
-  return list;
-}
 
 export default defineProgram<Options>({
   name: 'app',
