@@ -43,7 +43,14 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
     done.arm(w.qps[prev]!, t.steps * ringSteps, n - 1);
     const v = new Float64Array(data.buffer, 0, values);
     const r = new Float64Array(recv.buffer);
-    const me: RankOutcome = { rank: w.rank, stepUs: [], faults: { source: 0, destination: 0 }, faultsSteady: 0, bytesVerified: 0, mismatches: 0 };
+    const me: RankOutcome = {
+      rank: w.rank,
+      stepUs: [],
+      faults: { source: 0, destination: 0, pathUs: 0 },
+      faultsSteady: 0,
+      bytesVerified: 0,
+      mismatches: 0,
+    };
     const before = faultCount(w);
     let steady = before;
     await w.barrier();

@@ -108,7 +108,14 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
     const perSlot = slot / 8;
     const faces = [...Array(6).keys()].map((f) => faceIndices(f >> 1, f & 1, false, n));
     const ghosts = [...Array(6).keys()].map((f) => faceIndices(f >> 1, f & 1, true, n));
-    const me: RankOutcome = { rank: w.rank, stepUs: [], faults: { source: 0, destination: 0 }, faultsSteady: 0, bytesVerified: 0, mismatches: 0 };
+    const me: RankOutcome = {
+      rank: w.rank,
+      stepUs: [],
+      faults: { source: 0, destination: 0, pathUs: 0 },
+      faultsSteady: 0,
+      bytesVerified: 0,
+      mismatches: 0,
+    };
     const before = faultCount(w);
     let steady = before;
     // Receives are armed on every rank before any rank writes.

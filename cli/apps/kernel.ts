@@ -3,7 +3,7 @@
 // its faults, the bytes it verified), the routing of a rank's completions (writes done, writes
 // with immediate received, receives re-posted), and the CPU time of the process by thread.
 import { readdirSync, readFileSync } from 'node:fs';
-import { PfrError, WcOpcode, WcStatus, type PolicyName, type QueuePair, type Region, type WorkCompletion } from '../../lib/index.js';
+import { PfrError, PHASES, WcOpcode, WcStatus, type PolicyName, type QueuePair, type Region, type WorkCompletion } from '../../lib/index.js';
 import { WAIT_MS, type World } from './world.js';
 
 /** One trial of a kernel: every rank runs `steps` steps under `policy`. */
@@ -29,8 +29,8 @@ export interface RankOutcome {
   rank: number;
   /** Real µs of each step at this rank. */
   stepUs: number[];
-  /** Faults this rank's fault library resolved during the trial: its buffers read (source), written (destination). */
-  faults: { source: number; destination: number };
+  /** Faults this rank's fault library resolved during the trial: its buffers read (source), written (destination), and their measured path. */
+  faults: FaultCount;
   /** Faults in the steps after the first FIRST_STEPS. */
   faultsSteady: number;
   /** Bytes (or Float64 values × 8) of the result this rank checked against the serial computation. */
@@ -46,16 +46,25 @@ export interface RankOutcome {
 /** An application kernel: one rank's part of one trial. */
 export type Kernel<P> = (w: World, t: TrialOptions, params: P) => Promise<RankOutcome>;
 
-/** The fault library's fault counts of this rank so far (source + destination). */
-export function faultCount(w: World): { source: number; destination: number } {
-  const f = w.ctx.faultLibrary.stats().faults;
-  return { source: f.source, destination: f.destination };
+/** A rank's faults: by side, and the real µs its fault library measured on their paths (detect, notify, resolve, retransmit). */
+export interface FaultCount {
+  source: number;
+  destination: number;
+  /** Σ over the faults of their measured detect-to-retransmit time, µs (a latency: faults resolved at once overlap). */
+  pathUs: number;
 }
 
-/** The difference of two fault counts. */
-export function faultsSince(w: World, before: { source: number; destination: number }): { source: number; destination: number } {
+/** The fault library's counts of this rank so far. */
+export function faultCount(w: World): FaultCount {
+  const s = w.ctx.faultLibrary.stats();
+  const pathUs = PHASES.reduce((sum, p) => sum + s.phases.real[p].count * s.phases.real[p].mean, 0);
+  return { source: s.faults.source, destination: s.faults.destination, pathUs };
+}
+
+/** The counts since `before`. */
+export function faultsSince(w: World, before: FaultCount): FaultCount {
   const now = faultCount(w);
-  return { source: now.source - before.source, destination: now.destination - before.destination };
+  return { source: now.source - before.source, destination: now.destination - before.destination, pathUs: now.pathUs - before.pathUs };
 }
 
 /** Evict `regions` for a step when asked: unmapPages keeps the bytes of shared mappings, so nothing is lost, every page faults again. */

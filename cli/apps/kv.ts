@@ -80,7 +80,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
     const me: RankOutcome = {
       rank: 0,
       stepUs: [],
-      faults: { source: 0, destination: 0 },
+      faults: { source: 0, destination: 0, pathUs: 0 },
       faultsSteady: 0,
       bytesVerified: 0,
       mismatches: 0,
@@ -150,7 +150,7 @@ const client: Kernel<KvParams> = async (w, t, p) => {
     const me: RankOutcome = {
       rank: c,
       stepUs: [],
-      faults: { source: 0, destination: 0 },
+      faults: { source: 0, destination: 0, pathUs: 0 },
       faultsSteady: 0,
       bytesVerified: 0,
       mismatches: 0,

@@ -29,6 +29,8 @@ export interface Trial {
   medianStepUs: number;
   /** Faults each rank's fault library resolved (source + destination), by rank. */
   faultsPerRank: number[];
+  /** The fault library's measured path of those faults (detect to retransmit), µs, all ranks. */
+  faultPathUs: number;
   /** Faults in the steps after the first FIRST_STEPS (both halves of the receive buffers written once), all ranks. */
   faultsSteady: number;
   /** Bytes of results checked, all ranks. */
@@ -151,6 +153,7 @@ export async function runKernel<P>(o: RunKernelOptions<P>): Promise<AppResult> {
         firstStepUs: stepUs[0]!,
         medianStepUs: stepUs.length > 1 ? median(stepUs.slice(1)) : stepUs[0]!,
         faultsPerRank: outcomes.map((x) => x.faults.source + x.faults.destination),
+        faultPathUs: outcomes.reduce((s, x) => s + x.faults.pathUs, 0),
         faultsSteady: outcomes.reduce((s, x) => s + x.faultsSteady, 0),
         bytesVerified: outcomes.reduce((s, x) => s + x.bytesVerified, 0),
         mismatches: outcomes.reduce((s, x) => s + x.mismatches, 0),
@@ -226,6 +229,11 @@ function trialPrinter<P>(o: RunKernelOptions<P>): (t: Trial) => void {
   };
 }
 
+/** Ranks of the trials (the same in every trial). */
+function ranksOf(trials: readonly Trial[]): number {
+  return Math.max(1, trials[0]?.faultsPerRank.length ?? 1);
+}
+
 /** The spread of `xs` relative to their median: (max − min) / median. */
 function relSpread(xs: number[]): number {
   return xs.length ? (Math.max(...xs) - Math.min(...xs)) / median(xs) : NaN;
@@ -258,9 +266,15 @@ export function judge(trials: readonly Trial[], policies: readonly PolicyName[],
       const withinNoise = Math.abs(slowdown - 1) <= policyNoise;
       const after = median(mine.map((t) => t.faultsSteady)) / Math.max(1, steps - FIRST_STEPS);
       const cpuMs = cpuPerStep(mine) - cpuPerStep(pin);
+      // What the faults cost, from the fault library's own measure: their path per fault, and per step against pin's step.
+      const faults = mine.reduce((n, t) => n + t.faultsPerRank.reduce((a, b) => a + b, 0), 0);
+      const perFaultUs = faults ? mine.reduce((n, t) => n + t.faultPathUs, 0) / faults : 0;
+      const extraUs = median(mine.map((t) => t.medianStepUs)) - median(pin.map((t) => t.medianStepUs));
       const cause =
         after > 0
-          ? `${after.toFixed(1)} faults per step after the first ${FIRST_STEPS} (all ranks): every step pays fault round trips`
+          ? `${after.toFixed(1)} faults per step after the first ${FIRST_STEPS} (all ranks), each ${perFaultUs.toFixed(0)} µs ` +
+            `from detection to retransmission (the fault library's measure): ${((after * perFaultUs) / ranksOf(mine)).toFixed(0)} µs ` +
+            `of fault path per rank and step, against a step ${extraUs.toFixed(0)} µs longer than pin's`
           : `no faults after the first ${FIRST_STEPS} steps; CPU per step ${cpuMs >= 0 ? '+' : ''}${cpuMs.toFixed(2)} ms against pin` +
             (withinNoise ? '' : ': the difference is not from faults, so it is this machine varying (other processes, garbage collection)');
       return { policy, ratios, slowdown, noise: policyNoise, withinNoise, cause };

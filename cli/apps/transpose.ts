@@ -40,7 +40,14 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
     const s = new Float64Array(send.buffer);
     const r = new Float64Array(recv.buffer);
     const per = slot / 8;
-    const me: RankOutcome = { rank: w.rank, stepUs: [], faults: { source: 0, destination: 0 }, faultsSteady: 0, bytesVerified: 0, mismatches: 0 };
+    const me: RankOutcome = {
+      rank: w.rank,
+      stepUs: [],
+      faults: { source: 0, destination: 0, pathUs: 0 },
+      faultsSteady: 0,
+      bytesVerified: 0,
+      mismatches: 0,
+    };
     const before = faultCount(w);
     let steady = before;
     await w.barrier();

@@ -137,6 +137,7 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     firstStepUs: stepUs[0]!,
     medianStepUs: stepUs[1]!,
     faultsPerRank: [1],
+    faultPathUs: faultsSteady * 100,
     faultsSteady,
     bytesVerified: 8,
     mismatches: 0,
@@ -156,7 +157,7 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
   expect(ta!.ratios.map((x) => +x.toFixed(3))).toEqual([1.02, 0.971]);
   expect(ta!.withinNoise).toBe(true);
   expect(touch!.withinNoise).toBe(false);
-  expect(touch!.cause).toMatch(/^8\.0 faults per step after the first 2/);
+  expect(touch!.cause).toMatch(/^8\.0 faults per step after the first 2 \(all ranks\), each 800 µs from detection/);
   // --plot: a point per policy and run, a bar per policy.
   const svg = await renderSvg(
     verdictPlot({
