@@ -170,7 +170,7 @@ export interface CpuSpent {
   systemMs: number;
   /** The main thread (JavaScript: the kernels, the engine, the fault library's resolution), ms, in 10 ms ticks. */
   mainThreadMs: number;
-  /** Threads other than the main one (fault handling, libuv, the transport, V8's helpers), by name, ms. */
+  /** Threads other than the main one (fault handling, libuv, the transport, V8's helpers), as `name:tid`, ms. */
   otherThreadsMs: Record<string, number>;
 }
 
@@ -181,7 +181,8 @@ export function cpuSpent(a: CpuSample, b: CpuSample): CpuSpent {
   for (const [tid, t] of b.threads) {
     const ms = t.ms - (a.threads.get(tid)?.ms ?? 0);
     if (tid === process.pid) main = ms;
-    else if (ms > 0) other[t.name] = (other[t.name] ?? 0) + ms;
+    // By name and id: the native threads take the process's name ('node'), so the id tells them apart.
+    else if (ms > 0) other[`${t.name}:${tid}`] = ms;
   }
   const userMs = b.userMs - a.userMs;
   const systemMs = b.systemMs - a.systemMs;
