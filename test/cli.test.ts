@@ -25,8 +25,9 @@ const PROGRAMS = [
   'pinning-moves',
   'overcommit',
   'measured-table',
+  'app',
 ];
-const PLOTTING = ['destination-fault', 'odp-vs-pinned', 'pingpong'];
+const PLOTTING = ['destination-fault', 'odp-vs-pinned', 'pingpong', 'app'];
 let dir: string;
 
 beforeAll(() => {

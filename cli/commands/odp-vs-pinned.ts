@@ -50,9 +50,11 @@ export default defineProgram<Options>({
   },
 });
 
-function policyList(value: string): PolicyName[] {
+/** --policies: a comma-separated list of TABLE_POLICIES, each once (commander's argument parser). */
+export function policyList(value: string): PolicyName[] {
   const list = value.split(',').map((s) => s.trim()) as PolicyName[];
   for (const p of list)
     if (!TABLE_POLICIES.includes(p)) throw new InvalidArgumentError(`unknown policy '${p}' (choose from ${TABLE_POLICIES.join(', ')})`);
+  if (new Set(list).size !== list.length) throw new InvalidArgumentError('a policy is listed twice');
   return list;
 }

@@ -1,0 +1,127 @@
+// `pagefault-rdma app NAME`: an application kernel (cli/apps/) run as N ranks, each policy in
+// turn, with its own result verified and a verdict of ODP against pinning. The ranks are nodes
+// of one process (-n N), or, started under `pagefault-rdma run -n N --` or mpiexec, one
+// process each (then rank 0 prints and writes --json).
+import type { PolicyName } from '../../lib/index.js';
+import { heading, parsePositiveInt } from '../../examples/support/format.js';
+import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
+import { APPS, type AppName } from '../apps/apps.js';
+import { runKernel, verdictPlot } from '../apps/runner.js';
+import { jobWorld, localWorlds, type World } from '../apps/world.js';
+import { defineProgram } from '../program.js';
+import { policyList } from './odp-vs-pinned.js';
+
+interface Options {
+  ranks?: number;
+  size?: number;
+  steps: number;
+  runs: number;
+  policies: PolicyName[];
+  evictEachStep: boolean;
+  warmUp: boolean;
+  rendezvous?: string;
+  timeout: number;
+  memlock?: number;
+}
+
+// Ranks in one process: each is a node with its own fault library; past this the event loop is the bottleneck, not the fabric.
+const MAX_LOCAL_RANKS = 64;
+// The variables by which a launcher says "this process is one rank of a job" (lib/job reads and checks them all).
+const JOB_SIZE_VARS = ['PFR_SIZE', 'PMI_SIZE', 'OMPI_COMM_WORLD_SIZE'];
+
+export default defineProgram<Options>({
+  name: 'app',
+  noTrace: 'the kernels run many trials at full speed; trace one faulting write with destination-fault --trace',
+  plot: "each ODP policy's time per step after the first against pin, per run",
+  summary: 'application kernels as N ranks (halo, allreduce, transpose): verified, per policy, with a verdict of ODP against pinning',
+  description:
+    'Run an application kernel as N ranks over the verbs API, every policy --runs times in interleaved turns, and check its ' +
+    'result against a serial computation. halo: a 3-D halo exchange (7-point stencil on Float64, RDMA WRITE WITH IMMEDIATE of ' +
+    "the six faces into the neighbours' buffers); allreduce: a ring allreduce of Float64 vectors (reduce-scatter then " +
+    'allgather, RDMA WRITE WITH IMMEDIATE); transpose: an all-to-all transpose of a distributed matrix (every rank writes to every ' +
+    'other). Reports per policy the time per step (the first, and the median after it), faults per rank and CPU time by thread; ' +
+    "then each ODP policy's slowdown against pin and whether it is within pin's own spread over the runs. The ranks are " +
+    'nodes of this process (-n N), or processes: `pagefault-rdma run -n 4 -- app halo` (or mpiexec -n 4 npx pagefault-rdma app halo).',
+  options(cmd) {
+    cmd
+      .argument('<name>', `the application: ${Object.keys(APPS).join(', ')}`)
+      .option('-n, --ranks <n>', 'ranks, as nodes of this process (default 8; under a launcher the job has its own)', parsePositiveInt)
+      .option(
+        '-s, --size <n>',
+        'problem size per rank: grid points per axis (halo), Float64 values (allreduce), matrix rows (transpose)',
+        parsePositiveInt,
+      )
+      .option('--steps <n>', 'steps per trial (halo: sweeps; allreduce: allreduces; transpose: transposes)', parsePositiveInt, 20)
+      .option('-r, --runs <n>', 'how many times each policy runs, the policies taking turns', parsePositiveInt, 3)
+      .option('--policies <list>', `comma-separated policies (pin is the baseline of the verdict)`, policyList, [...TABLE_POLICIES])
+      .option('--evict-each-step', "evict the kernel's RDMA buffers before every step (ODP faults every step, not only the first; pinned memory stays)", false)
+      .option('--memlock <KiB>', "kv: what the pinned server may lock (default: this process's RLIMIT_MEMLOCK, ulimit -l)", parsePositiveInt)
+      .option('--no-warm-up', 'skip the unrecorded trial of each policy that lets V8 compile the kernel first')
+      .option('--rendezvous <host:port>', "under a launcher: rank 0's rendezvous (default $PFR_RENDEZVOUS)")
+      .option(
+        '--timeout <seconds>',
+        'under a launcher: how long the ranks wait for each other to start and connect, and at each barrier',
+        parsePositiveInt,
+        30,
+      );
+    cmd.hook('preAction', (c) => {
+      const name = c.args[0]!;
+      if (!(name in APPS)) c.error(`error: unknown application '${name}' (choose from ${Object.keys(APPS).join(', ')})`);
+      const o = c.opts() as Options;
+      const inJob = JOB_SIZE_VARS.some((v) => process.env[v] !== undefined);
+      if (inJob && o.ranks !== undefined)
+        c.error('error: --ranks: this process is one rank of a job (its launcher set the size): leave -n to the launcher');
+      if (o.ranks !== undefined && o.ranks > MAX_LOCAL_RANKS)
+        c.error(`error: --ranks: at most ${MAX_LOCAL_RANKS} ranks in one process (use run -n N for more)`);
+      const app = APPS[name as AppName];
+      const problem = app.check(o.ranks ?? 8, o.size ?? app.defaultSize);
+      if (problem && !inJob) c.error(`error: ${problem}`);
+    });
+  },
+  async run(o) {
+    const name = o.args![0] as AppName;
+    const app = APPS[name];
+    const inJob = JOB_SIZE_VARS.some((v) => process.env[v] !== undefined);
+    let worlds: World[];
+    let size: number;
+    let leave: () => Promise<void>;
+    if (inJob) {
+      const { world, job } = await jobWorld({ timeoutMs: o.timeout * 1000, ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}) });
+      const problem = app.check(job.size, o.size ?? app.defaultSize);
+      if (problem) {
+        world.cluster.close();
+        await job.close();
+        throw new Error(problem);
+      }
+      worlds = [world];
+      size = job.size;
+      leave = async () => {
+        world.cluster.close();
+        await job.close();
+      };
+    } else {
+      size = o.ranks ?? 8;
+      worlds = await localWorlds(size);
+      leave = () => Promise.resolve(worlds[0]!.cluster.close());
+    }
+    try {
+      if (worlds[0]!.rank === 0) heading(`app ${name}: ${app.title}`);
+      const r = await runKernel({
+        app: name,
+        kernel: app.kernel as never,
+        params: app.params(o.size ?? app.defaultSize, o.memlock) as never,
+        policies: o.policies,
+        runs: o.runs,
+        steps: o.steps,
+        evictEachStep: o.evictEachStep,
+        warmUp: o.warmUp,
+        worlds,
+        size,
+      });
+      if (!r.verified) process.exitCode = 1;
+      return { results: r, plot: verdictPlot(r), writes: worlds[0]!.rank === 0 };
+    } finally {
+      await leave();
+    }
+  },
+});

@@ -1,0 +1,241 @@
+// The application kernels (cli/apps/) at small sizes, as ranks of one process: each one's
+// result checked value for value, faults counted on every rank under `touch` with buffers
+// evicted every step (none under pin), and the verdict's figures from the trials. Then the
+// same halo as processes of a job (`pagefault-rdma run -n 3 -- app halo`), and the command's
+// refusals of bad options.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { APPS, type AppName } from '../../cli/apps/apps.js';
+import { judge, runKernel, verdictPlot, type Trial } from '../../cli/apps/runner.js';
+import { renderSvg } from '../../examples/support/plot.js';
+import { dims3 } from '../../cli/apps/kernel.js';
+import { localWorlds } from '../../cli/apps/world.js';
+import { requireDist, ROOT } from '../child.js';
+
+const MAIN = join(ROOT, 'dist/cli/main.js');
+const SMALL: Record<AppName, number> = { halo: 6, allreduce: 3000, transpose: 8, kv: 64 };
+let dir: string;
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-apps-'));
+});
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe.each(Object.keys(APPS) as AppName[])('%s on 4 ranks in one process', (name) => {
+  test('verifies every value; touch with evicted buffers faults on every rank, every step; pin never', async () => {
+    const app = APPS[name];
+    const worlds = await localWorlds(4);
+    try {
+      const steps = 4;
+      const r = await runKernel({
+        app: name,
+        kernel: app.kernel as never,
+        params: app.params(SMALL[name]) as never,
+        policies: ['pin', 'touch'],
+        runs: 1,
+        steps,
+        evictEachStep: true,
+        warmUp: false,
+        worlds,
+        size: 4,
+      });
+      expect(r.verified).toBe(true);
+      for (const t of r.trials) {
+        expect(t.mismatches).toBe(0);
+        expect(t.stepUs).toHaveLength(steps);
+        expect(t.faultsPerRank).toHaveLength(4);
+      }
+      const [pin, touch] = (['pin', 'touch'] as const).map((p) => r.trials.find((t) => t.policy === p)!);
+      // The values checked: the halo's blocks, or every step's vector / rows.
+      // The kernels' results; kv's GETs are random (its SETs are checked by the GETs after them).
+      const perRank: Record<Exclude<AppName, 'kv'>, number> = {
+        halo: SMALL.halo ** 3 * 8,
+        allreduce: SMALL.allreduce * 8 * steps,
+        transpose: SMALL.transpose * 4 * SMALL.transpose * 8 * steps,
+      };
+      if (name === 'kv') expect(touch!.bytesVerified).toBeGreaterThan(0);
+      else expect(touch!.bytesVerified).toBe(4 * perRank[name]);
+      expect(pin!.faultsPerRank).toEqual([0, 0, 0, 0]);
+      expect(Math.min(...touch!.faultsPerRank)).toBeGreaterThan(0);
+      // Evicted before every step: the steps after the first two fault too.
+      expect(touch!.faultsSteady).toBeGreaterThan(0);
+      expect(r.verdicts.map((v) => v.policy)).toEqual(['touch']);
+      expect(r.verdicts[0]!.ratios).toHaveLength(1);
+    } finally {
+      worlds[0]!.cluster.close();
+    }
+  });
+});
+
+test('without eviction the buffers fault in the first two steps only', async () => {
+  const worlds = await localWorlds(2);
+  try {
+    const r = await runKernel({
+      app: 'halo',
+      kernel: APPS.halo.kernel,
+      params: { n: 4 },
+      policies: ['touch'],
+      runs: 1,
+      steps: 5,
+      evictEachStep: false,
+      warmUp: false,
+      worlds,
+      size: 2,
+    });
+    expect(r.verified).toBe(true);
+    expect(Math.min(...r.trials[0]!.faultsPerRank)).toBeGreaterThan(0);
+    expect(r.trials[0]!.faultsSteady).toBe(0);
+  } finally {
+    worlds[0]!.cluster.close();
+  }
+});
+
+test('kv over its memlock budget: the pinned server refuses the keys past it, the ODP server serves them all', async () => {
+  const worlds = await localWorlds(3);
+  try {
+    const r = await runKernel({
+      app: 'kv',
+      kernel: APPS.kv.kernel,
+      // 64 keys of a page; the pinned server may lock 16 of them.
+      params: APPS.kv.params(64, 64),
+      policies: ['pin', 'touch-ahead'],
+      runs: 1,
+      steps: 3,
+      evictEachStep: false,
+      warmUp: false,
+      worlds,
+      size: 3,
+    });
+    expect(r.verified).toBe(true);
+    const [pin, odp] = (['pin', 'touch-ahead'] as const).map((p) => r.trials.find((t) => t.policy === p)!);
+    expect(pin!.refused).toBeGreaterThan(0);
+    expect(odp!.refused).toBe(0);
+    expect(odp!.opsPerSecond).toBeGreaterThan(0);
+    // The server (rank 0) faults its store in on demand.
+    expect(odp!.faultsPerRank[0]).toBeGreaterThan(0);
+  } finally {
+    worlds[0]!.cluster.close();
+  }
+});
+
+test('dims3 splits ranks as evenly as their factors allow', () => {
+  expect(dims3(1)).toEqual([1, 1, 1]);
+  expect(dims3(8)).toEqual([2, 2, 2]);
+  expect(dims3(12)).toEqual([3, 2, 2]);
+  expect(dims3(16)).toEqual([4, 2, 2]);
+  expect(dims3(7)).toEqual([7, 1, 1]);
+});
+
+test('the verdict: ratios per run against pin, within the noise or not, and why; its plot', async () => {
+  const trial = (run: number, policy: 'pin' | 'touch-ahead' | 'touch', stepUs: number[], faultsSteady = 0): Trial => ({
+    run,
+    policy,
+    stepUs,
+    firstStepUs: stepUs[0]!,
+    medianStepUs: stepUs[1]!,
+    faultsPerRank: [1],
+    faultPathUs: faultsSteady * 100,
+    faultsSteady,
+    bytesVerified: 8,
+    mismatches: 0,
+    opsPerSecond: 0,
+    refused: 0,
+    cpu: [{ processMs: 10, userMs: 8, systemMs: 2, mainThreadMs: 9, otherThreadsMs: {} }],
+  });
+  const trials = [
+    trial(1, 'pin', [50, 100, 100]),
+    trial(1, 'touch-ahead', [90, 102, 102]),
+    trial(1, 'touch', [90, 200, 200], 8),
+    trial(2, 'pin', [50, 104, 104]),
+    trial(2, 'touch-ahead', [90, 101, 101]),
+    trial(2, 'touch', [90, 210, 210], 8),
+  ];
+  const [ta, touch] = judge(trials, ['pin', 'touch-ahead', 'touch'], 3);
+  expect(ta!.ratios.map((x) => +x.toFixed(3))).toEqual([1.02, 0.971]);
+  expect(ta!.withinNoise).toBe(true);
+  expect(touch!.withinNoise).toBe(false);
+  expect(touch!.cause).toMatch(/^8\.0 faults per step after the first 2 \(all ranks\), each 800 µs from detection/);
+  // --plot: a point per policy and run, a bar per policy.
+  const svg = await renderSvg(
+    verdictPlot({
+      app: 'halo',
+      ranks: 2,
+      where: 'nodes in one process',
+      steps: 3,
+      evictEachStep: false,
+      trials,
+      verdicts: [ta!, touch!],
+      verified: true,
+    }),
+  );
+  const marks = (type: string): number =>
+    (svg.match(new RegExp(`<g class="mark-${type} role-mark[^"]*"[^>]*>(.*?)</g>`, 's'))?.[1]?.match(/<path/g) ?? []).length;
+  expect(marks('symbol')).toBe(4);
+  expect(marks('rect')).toBe(2);
+});
+
+describe('the command', () => {
+  beforeAll(() => requireDist());
+  const cli = (...args: string[]) =>
+    spawnSync(process.execPath, [MAIN, 'app', ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, FORCE_COLOR: '0' } });
+
+  test.each([
+    [['nosuch'], /unknown application 'nosuch' \(choose from halo, allreduce, transpose, kv\)/],
+    [['allreduce', '-n', '1'], /--ranks: a ring allreduce needs at least 2 ranks/],
+    [['halo', '--size', '1'], /--size: the halo's block needs at least 2 points per axis/],
+    [['halo', '--policies', 'pin,bogus'], /--policies.*unknown policy 'bogus'/],
+    [['halo', '-n', '65'], /--ranks: at most 64 ranks in one process/],
+    [['allreduce', '-n', '4', '--size', '3'], /--size: each of the 4 ranks needs a chunk/],
+    [['kv', '-n', '1'], /--ranks: a key-value job needs a server and at least one client/],
+    [['kv', '--memlock', '0'], /--memlock/],
+  ])('app %j is refused, naming the option', (args, message) => {
+    const r = cli(...args);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(message);
+  });
+
+  test('as processes of a job: run -n 3 -- app halo verifies, counts faults per rank, rank 0 writes --json', () => {
+    const json = join(dir, 'halo.json');
+    const r = spawnSync(
+      process.execPath,
+      [
+        MAIN,
+        'run',
+        '-n',
+        '3',
+        '--timeout',
+        '60',
+        '--',
+        'app',
+        'halo',
+        '-s',
+        '4',
+        '--steps',
+        '3',
+        '--runs',
+        '1',
+        '--policies',
+        'pin,touch',
+        '--no-warm-up',
+        '--json',
+        json,
+      ],
+      { encoding: 'utf8', timeout: 90_000, env: { ...process.env, FORCE_COLOR: '0' } },
+    );
+    expect(r.stderr).not.toMatch(/Error/);
+    expect(r.status).toBe(0);
+    const doc = JSON.parse(readFileSync(json, 'utf8')) as { results: { ranks: number; where: string; verified: boolean; trials: Trial[] } };
+    expect(doc.results.ranks).toBe(3);
+    expect(doc.results.where).toBe('pagefault-rdma run');
+    expect(doc.results.verified).toBe(true);
+    const touch = doc.results.trials.find((t) => t.policy === 'touch')!;
+    expect(touch.faultsPerRank).toHaveLength(3);
+    expect(Math.min(...touch.faultsPerRank)).toBeGreaterThan(0);
+    // A job's CPU is per process: one sample per rank.
+    expect(touch.cpu).toHaveLength(3);
+    expect(touch.bytesVerified).toBe(3 * 4 ** 3 * 8);
+  }, 90_000);
+});
