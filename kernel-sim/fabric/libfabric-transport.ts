@@ -188,6 +188,7 @@ interface RmaState {
   conn?: number;
   accepted?: { resolve: (v: { progressTid: number }) => void; reject: (e: Error) => void };
   connected?: { resolve: () => void; reject: (e: Error) => void };
+  /** RMA writes and reads in flight, by id. */
   writes: Map<number, { resolve: () => void; reject: (e: Error) => void }>;
   nextId: number;
 }
@@ -552,15 +553,29 @@ export class LibfabricTransport implements Transport {
    * the bytes (FI_DELIVERY_COMPLETE): after any faults they met there were resolved.
    */
   rmaWrite(local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
-    this.#checkOpen('rmaWrite');
+    return this.#rmaOp('rmaWrite', true, local, length, remote, key);
+  }
+
+  /**
+   * Stall mode: an RDMA READ as a libfabric RMA read of the target's `remote` (base + offset,
+   * as exposeRma said) with `key` into [local, local+length) of this process. The target's
+   * provider thread reads its memory, so it is the one that blocks in the faults met there.
+   * Resolves once the bytes are here.
+   */
+  rmaRead(local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
+    return this.#rmaOp('rmaRead', false, local, length, remote, key);
+  }
+
+  #rmaOp(where: string, write: boolean, local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
+    this.#checkOpen(where);
     const conn = this.#rma.conn;
     if (conn === undefined || this.#rma.listener !== undefined)
-      return Promise.reject(fabricError('rmaWrite: no RMA connection (connectRma first)', 'ENOTCONN'));
+      return Promise.reject(fabricError(`${where}: no RMA connection (connectRma first)`, 'ENOTCONN'));
     const id = this.#rma.nextId++;
     return new Promise((resolve, reject) => {
       this.#rma.writes.set(id, { resolve, reject });
       try {
-        this.#fi.fabricRma(conn, true, id, local, length, remote, key);
+        this.#fi.fabricRma(conn, write, id, local, length, remote, key);
       } catch (e) {
         this.#rma.writes.delete(id);
         reject(e as Error);
@@ -592,7 +607,7 @@ export class LibfabricTransport implements Transport {
       rma.writes.delete(a as number);
       const errno = -(b as number);
       if (errno === 0) w?.resolve();
-      else w?.reject(fabricError(`fi_write on the RMA connection failed: errno ${errno}`, 'EFABRIC'));
+      else w?.reject(fabricError(`an RMA write or read on the RMA connection failed: errno ${errno}`, 'EFABRIC'));
       return;
     }
     const e = (a as Error | undefined) ?? fabricError('the RMA connection was shut down by the peer', 'ECONNRESET');
