@@ -8,7 +8,7 @@
 // holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
-import { RcOp, type RcQp } from '../../kernel-sim/index.js';
+import { RcOp, type FaultModel, type RcQp } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
@@ -47,6 +47,14 @@ export interface QpInitAttr {
   cap?: Partial<QpCap>;
   /** Every send WR generates a completion (IBV_QPINITATTR sq_sig_all). */
   sqSigAll?: boolean;
+  /**
+   * How the engine meets a page fault on this QP's transfers: 'terminate' (the default, the
+   * thesis's design: the block is aborted and retransmitted, a destination fault NACKed) or
+   * 'stall' (SMMUv3 stall / PCIe PRI: the access waits in the fault until it is resolved).
+   * It is the fault model of the PD's SMMU stream, which all the PD's QPs share: a PD's QPs
+   * are all of one model.
+   */
+  faultModel?: FaultModel;
 }
 
 /** struct ibv_qp_attr, the fields this model uses. */
@@ -109,6 +117,8 @@ export class QueuePair {
   readonly qpType = QpType.RC;
   /** True if every send work request generates a completion, SIGNALED or not (sq_sig_all). */
   readonly sqSigAll: boolean;
+  /** The fault model of this QP's transfers (QpInitAttr.faultModel). */
+  readonly faultModel: FaultModel;
   #device: Device;
   #objects: ProcessObjects;
   #state = QpState.RESET;
@@ -139,6 +149,18 @@ export class QueuePair {
     if (type !== undefined && type !== QpType.RC && type !== 'RC')
       throw verbsError('ibv_create_qp', 'EOPNOTSUPP', 'only RC queue pairs are modelled');
     if (!init.sendCq || !init.recvCq) throw invalidArg('createQp: sendCq and recvCq are required');
+    const faultModel = init.faultModel ?? 'terminate';
+    if (faultModel !== 'terminate' && faultModel !== 'stall')
+      throw invalidArg(`createQp: faultModel must be 'terminate' or 'stall', got ${String(init.faultModel)}`);
+    // One SMMU stream per PD: its model is the one of the PD's QPs.
+    for (const u of pd.users)
+      if (u instanceof QueuePair && u.faultModel !== faultModel)
+        throw verbsError(
+          'ibv_create_qp',
+          'EINVAL',
+          `faultModel '${faultModel}' on a PD whose QPs are '${u.faultModel}' (one SMMU stream per PD): allocate another PD for it`,
+        );
+    this.faultModel = faultModel;
     this.context = context;
     this.#device = device;
     this.#objects = objects;
@@ -229,6 +251,8 @@ export class QueuePair {
     };
     this.#requester = new Requester(this.#core);
     pd.users.add(this);
+    // The engine reads the model from the stream: the requester of the source's, the responder of the destination's.
+    pd.stream.faultModel = faultModel;
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
