@@ -255,17 +255,18 @@ int PostRecv(Conn* c, Ctx* r) {
   return static_cast<int>(fi_recv(c->ep, r->data, r->cap, nullptr, 0, &r->fi));
 }
 
-// A send buffer of at least `len` bytes: a pooled one that fits, else a new one (not zeroed).
+// A send buffer of at least `len` bytes: the smallest pooled one that fits (the large ones stay
+// for large messages), else a new one (not zeroed).
 Ctx* TakeSend(Conn* c, size_t len) {
-  Ctx* s = nullptr;
+  size_t best = c->sendPool.size();
   for (size_t i = 0; i < c->sendPool.size(); i++)
-    if (c->sendPool[i]->cap >= len) {
-      s = c->sendPool[i];
-      c->sendPool[i] = c->sendPool.back();
-      c->sendPool.pop_back();
-      break;
-    }
-  if (!s) {
+    if (c->sendPool[i]->cap >= len && (best == c->sendPool.size() || c->sendPool[i]->cap < c->sendPool[best]->cap)) best = i;
+  Ctx* s = nullptr;
+  if (best < c->sendPool.size()) {
+    s = c->sendPool[best];
+    c->sendPool[best] = c->sendPool.back();
+    c->sendPool.pop_back();
+  } else {
     s = new Ctx{};
     s->op = Op::Send;
     s->own.reset(new uint8_t[len ? len : 1]);
@@ -276,9 +277,22 @@ Ctx* TakeSend(Conn* c, size_t len) {
   return s;
 }
 
+// A full pool keeps the larger buffers: a small message must not cost a large one its place.
 void ReturnSend(Conn* c, Ctx* s) {
-  if (c->closed || c->sendPool.size() >= kSendPool) {
+  if (c->closed) {
     delete s;
+    return;
+  }
+  if (c->sendPool.size() >= kSendPool) {
+    size_t small = 0;
+    for (size_t i = 1; i < c->sendPool.size(); i++)
+      if (c->sendPool[i]->cap < c->sendPool[small]->cap) small = i;
+    if (c->sendPool[small]->cap >= s->cap) {
+      delete s;
+      return;
+    }
+    delete c->sendPool[small];
+    c->sendPool[small] = s;
     return;
   }
   c->sendPool.push_back(s);
