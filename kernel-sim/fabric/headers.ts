@@ -246,19 +246,23 @@ export function checkPacket(p: Packet): void {
 
 // ---- encoding ----
 
+// Every frame is written in one scratch buffer, kept (and grown) across frames, and copied out
+// at its exact size: one allocation per frame, none while writing (a fresh buffer and view per
+// frame were most of an ACK's encoding time). One frame is written at a time.
+let scratch = new Uint8Array(16 << 10);
+let scratchView = new DataView(scratch.buffer);
+
 class Writer {
-  #buf = new Uint8Array(256);
-  #view = new DataView(this.#buf.buffer);
   at = 0;
 
   #room(n: number): DataView {
-    if (this.at + n > this.#buf.length) {
-      const next = new Uint8Array(Math.max(this.#buf.length * 2, this.at + n));
-      next.set(this.#buf.subarray(0, this.at));
-      this.#buf = next;
-      this.#view = new DataView(next.buffer);
+    if (this.at + n > scratch.length) {
+      const next = new Uint8Array(Math.max(scratch.length * 2, this.at + n));
+      next.set(scratch.subarray(0, this.at));
+      scratch = next;
+      scratchView = new DataView(next.buffer);
     }
-    return this.#view;
+    return scratchView;
   }
   u8(v: number): void {
     this.#room(1).setUint8(this.at, v);
@@ -287,7 +291,7 @@ class Writer {
   }
   bytes(v: Uint8Array): void {
     this.#room(v.length);
-    this.#buf.set(v, this.at);
+    scratch.set(v, this.at);
     this.at += v.length;
   }
   /** A UTF-8 string with its byte length first (u32). */
@@ -297,7 +301,7 @@ class Writer {
     this.bytes(b);
   }
   done(): Uint8Array {
-    return this.#buf.subarray(0, this.at);
+    return scratch.slice(0, this.at);
   }
 }
 
