@@ -3,7 +3,7 @@
 // small-message latency (one way) and large-message bandwidth, resident and with faults, in
 // stall mode (RMA writes) and terminate mode (engine packets), interleaved rounds, medians.
 // Every side is a real process; the JSON goes to bench/results/fabric.json.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,8 +94,24 @@ async function ours(program: string, size: number, iters: number, flags: string[
     if (c.code !== 0) throw new Error(`bench:fabric: ${program} ${flags.join(' ')} failed:\n${c.out}`);
     return (JSON.parse(readFileSync(json, 'utf8')) as { row: Record<string, number> }).row;
   } finally {
-    server.kill('SIGTERM');
+    await stop(server);
   }
+}
+
+/**
+ * End a server that normally ends by itself once its client is done. A signal that lands
+ * while it exits can hang it for good (libinfinipath's handler, loaded with libfabric, calls
+ * exit() inside the interrupted free(): seen here), so it gets time first; then SIGTERM, then SIGKILL.
+ */
+async function stop(c: ChildProcess): Promise<void> {
+  const exited = new Promise<void>((resolve) => (c.exitCode !== null || c.signalCode !== null ? resolve() : c.once('exit', () => resolve())));
+  const within = (ms: number) =>
+    Promise.race([exited.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ms).unref())]);
+  if (await within(3000)) return;
+  c.kill('SIGTERM');
+  if (await within(3000)) return;
+  c.kill('SIGKILL');
+  await exited;
 }
 
 function median(xs: number[]): number {
