@@ -132,10 +132,10 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       .option('-e, --events', 'sleep on CQ events: a completion channel, ibv_req_notify_cq and ibv_get_cq_event (both sides)', false);
     return;
   }
-  if (op === 'write')
+  if (op === 'write' || op === 'read')
     cmd.option(
       '--stall',
-      "stall mode (faultModel 'stall'): libfabric RMA writes straight into the server's userfaultfd-registered buffer; its provider thread blocks in the faults",
+      `stall mode (faultModel 'stall'): libfabric RMA ${op}s ${op === 'write' ? 'straight into' : 'straight from'} the server's userfaultfd-registered buffer; its provider thread blocks in the faults`,
       false,
     );
   if (op === 'atomic')
@@ -273,7 +273,7 @@ function checkPerftest(name: string, op: FabricOp, o: FabricOptions): void {
     throw new InvalidArgumentError(`${name}: ${why}`);
   };
   if (o.all && (o.duration !== undefined || o.run_infinitely)) refuse('-a runs -n iterations of each size: not with -D or --run_infinitely');
-  if (o.stall && (o.qp ?? 1) + (o.txDepth ?? 1) > 2) refuse('--stall runs one RMA write at a time on one connection: -t 1 -q 1');
+  if (o.stall && (o.qp ?? 1) + (o.txDepth ?? 1) > 2) refuse('--stall runs one RMA write or read at a time on one connection: -t 1 -q 1');
   if (o.stall && (o.duration !== undefined || o.run_infinitely || o.bidirectional))
     refuse('--stall runs -n writes one way: no -D, --run_infinitely or -b');
   if (op === 'send' && ((o.txDepth ?? 1) > 1 || (o.qp ?? 1) > 1 || o.bidirectional))

@@ -17,12 +17,14 @@
 // caller's signal stops it. Each side then says it is done (its error and count per lane), and
 // the target verifies what was written. The other side lost (its connection shut, or silent
 // past the transport's peer timeout) ends every wait at once, with `lost` naming it.
-// Stall mode (faultModel 'stall', write only): the client's writes are libfabric RMA writes
-// straight into the server's buffer, which is anonymous memory registered on the server's
-// userfaultfd; with --evict the server evicts it before each write (the client asks). The server's provider places them on a native progress
-// thread; a write that lands on a missing page blocks that thread in a genuine fault, which
-// the server's SMMU stalls and its fault library resolves (netlink, CMD_RESUME): the JS thread
-// serving the fault is never the one blocked.
+// Stall mode (faultModel 'stall', write and read): the client's writes are libfabric RMA writes
+// straight into the server's buffer, its reads RMA reads of it; the buffer is anonymous memory
+// registered on the server's userfaultfd; with --evict the server evicts it before each write
+// or read (the client asks). The server's provider places and reads them on a native progress
+// thread; one that meets a missing page blocks that thread in a genuine fault, which the
+// server's SMMU stalls and its fault library resolves (netlink, CMD_RESUME): the JS thread
+// serving the fault is never the one blocked. An evicted anonymous page comes back zero-filled:
+// a read after --evict reads zeros, and is checked against them.
 import { randomInt } from 'node:crypto';
 import type { FaultModel, SimNode } from '../kernel-sim/index.js';
 import {
@@ -782,7 +784,7 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
 }
 
 /** The server's buffer in stall mode: what its SMMU and fault library need to stall and resolve the provider thread's faults. */
-function stallTarget(node: SimNode, pid: number, region: Region, uffd: Userfaultfd, progressTid: number, peerNode: number) {
+function stallTarget(node: SimNode, pid: number, region: Region, uffd: Userfaultfd, progressTid: number, peerNode: number, write: boolean) {
   // A stream of its own in stall mode (the verbs PDs are terminate-mode streams).
   const stream = node.allocStream({ pid, pd: 0x5a11, faultModel: 'stall' });
   node.map(stream, region, { read: true, write: true });
@@ -794,7 +796,7 @@ function stallTarget(node: SimNode, pid: number, region: Region, uffd: Userfault
     region,
     offset: 0,
     length: region.size,
-    access: 'write',
+    access: write ? 'write' : 'read',
     // What the driver forwards with each stall. A provider's write says nothing of its
     // transfer's length, so the hint is one page: each fault resolves the page it hit.
     tag: {
@@ -806,7 +808,7 @@ function stallTarget(node: SimNode, pid: number, region: Region, uffd: Userfault
       channel: 0,
       seq: 0,
       va: region.address,
-      write: true,
+      write,
       lengthHint: region.pageSize,
       modelUs: 0,
       detectedMs: now,
@@ -826,13 +828,19 @@ async function runStall(
   ctl: RunControl,
   o: PeerOptions,
 ): Promise<PeerResult> {
-  if (params.op !== 'write')
-    throw Object.assign(new Error(`stall mode carries RDMA WRITE only (write-bw, write-lat), not ${params.op}`), { code: 'ERR_INVALID_ARG_VALUE' });
-  // One provider write at a time on one RMA connection, for a count of iterations.
-  if ((params.qps ?? 1) > 1 || (params.txDepth ?? 1) > 1 || params.bidirectional || params.durationS !== undefined || params.infinite)
-    throw Object.assign(new Error('stall mode runs one RMA write at a time on one connection, -n times: no -q, -t, -b, -D or --run_infinitely'), {
+  if (params.op !== 'write' && params.op !== 'read')
+    throw Object.assign(new Error(`stall mode carries RDMA WRITE and READ only (write-bw, write-lat, read-bw), not ${params.op}`), {
       code: 'ERR_INVALID_ARG_VALUE',
     });
+  const read = params.op === 'read';
+  // One provider write at a time on one RMA connection, for a count of iterations.
+  if ((params.qps ?? 1) > 1 || (params.txDepth ?? 1) > 1 || params.bidirectional || params.durationS !== undefined || params.infinite)
+    throw Object.assign(
+      new Error('stall mode runs one RMA write or read at a time on one connection, -n times: no -q, -t, -b, -D or --run_infinitely'),
+      {
+        code: 'ERR_INVALID_ARG_VALUE',
+      },
+    );
   const me = role === 'server' ? SERVER : CLIENT;
   const r = emptyResult(role, params, provider);
   const sizes = runSizes(params);
@@ -846,8 +854,9 @@ async function runStall(
     const buf = mapRegion(bytes);
     try {
       // Resident unless --evict: then every page the writes touch is missing (register first,
-      // then evict, or THP could populate the range again).
+      // then evict, or THP could populate the range again). What the reads read: the server's pattern.
       buf.populate();
+      if (read) await pattern(new Uint8Array(buf.buffer), bytes, 0, 's');
       uffd.register(buf);
       if (params.evict) buf.evict();
       const faults: Fault[] = [];
@@ -855,7 +864,7 @@ async function runStall(
       const target = transport.openRmaTarget();
       await transport.exchange({ rmaPort: target.port });
       const { progressTid } = await target.accepted;
-      const win = stallTarget(cluster.system.node(me), ctx.pid, buf, uffd, progressTid, CLIENT);
+      const win = stallTarget(cluster.system.node(me), ctx.pid, buf, uffd, progressTid, CLIENT, !read);
       const { key, base } = transport.exposeRma(buf.address, bytes);
       await transport.exchange({ addr: base, key });
       // --evict: before each write the client asks for the buffer to be evicted and waits for
@@ -870,7 +879,7 @@ async function runStall(
       if (done) transport.post('done');
       if (done?.error) r.peerError = done.error;
       else if (!done) r.lost = ctl.lost ?? 'the client said nothing the run expects';
-      if (done && !done.error) {
+      if (done && !done.error && !read) {
         r.mismatches += await compare(new Uint8Array(buf.buffer), largest, params.iters - 1, 'c');
         r.bytesVerified += largest;
       }
@@ -920,7 +929,8 @@ async function runStall(
       r.runs.push(run);
       const t0 = performance.now();
       for (let it = 0; it < params.iters && !r.error; it++) {
-        await pattern(view, size, it, 'c');
+        if (read) view.fill(0xa5, 0, size);
+        else await pattern(view, size, it, 'c');
         let t = 0;
         try {
           if (params.evict) {
@@ -931,7 +941,8 @@ async function runStall(
             await transport.receive(30_000);
           }
           t = performance.now();
-          await transport.rmaWrite(buf.address, size, remote.addr, remote.key);
+          if (read) await transport.rmaRead(buf.address, size, remote.addr, remote.key);
+          else await transport.rmaWrite(buf.address, size, remote.addr, remote.key);
         } catch (e) {
           // The peer went away or never answered: what an RDMA WRITE's requester reports then.
           r.error = `${wcStatusStr(WcStatus.RETRY_EXC_ERR)} (RETRY_EXC_ERR): ${(e as Error).message}`;
@@ -940,6 +951,11 @@ async function runStall(
         run.realUs.push((performance.now() - t) * 1000);
         run.doneUs.push((performance.now() - t0) * 1000);
         run.iterations++;
+        if (read && it === params.iters - 1) {
+          // What the server's memory held: its pattern, or zeros where --evict dropped it.
+          r.mismatches += params.evict ? view.subarray(0, size).filter((x) => x !== 0).length : await compare(view, size, 0, 's');
+          r.bytesVerified += size;
+        }
       }
       // With --evict only the writes count, not the eviction requests between them.
       run.seconds = params.evict ? run.realUs.reduce((a, b) => a + b, 0) / 1e6 : (performance.now() - t0) / 1000;

@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,15 +65,26 @@ void LoadFi(Napi::Env env) {
 
 constexpr size_t kRecvSize = 4u << 20;  // the largest message (the transport checks before sending)
 constexpr int kRecvCount = 8;
+// Not a progress timer: every message is progressed from the CQ's wait fd. tcp reports a
+// peer's end (FIN/RST) on neither wait fd, so this slow unref'd tick only turns a dead peer
+// into FI_SHUTDOWN.
 constexpr uint64_t kTickMs = 100;
+// Send buffers kept for reuse per connection: a fresh large allocation is fresh pages, each
+// one a page fault when filled (measured: most of a 1 MiB message's cost here).
+constexpr size_t kSendPool = 8;
 
 enum class Op { Recv, Send, Rma };
 
 struct Ctx {
   fi_context2 fi;  // first: libfabric hands back its address
   Op op;
-  uint32_t id = 0;          // Rma: the id JavaScript gave
-  std::vector<uint8_t> buf; // Recv: the buffer; Send: the copy being sent
+  uint32_t id = 0;  // Rma: the id JavaScript gave; Recv: its slot
+  // Recv: the posted buffer (a slot JavaScript sees, or owned here on a threaded connection);
+  // Send: the gathered message being sent, `len` of `cap` bytes.
+  uint8_t* data = nullptr;
+  size_t len = 0;
+  size_t cap = 0;
+  std::unique_ptr<uint8_t[]> own;
 };
 
 struct Conn;
@@ -98,15 +110,21 @@ struct Conn {
   Poll* eqPoll = nullptr;
   Poll* cqPoll = nullptr;
   uv_timer_t* tick = nullptr;
+  uv_idle_t* idle = nullptr;  // progress after a send made outside DrainCq (see Send)
   bool connected = false;
   bool closed = false;
+  int draining = 0;  // DrainCq calls in progress on this connection
   // Stall mode's RMA target: progress on a thread of its own once connected (see the header).
   bool threaded = false;
   std::thread progress;
   std::atomic<bool> stop{false};
   std::atomic<long> tid{0};
   std::vector<Ctx*> recvs;
+  // The receive slots as ArrayBuffers (not on a threaded connection): a message is handed to
+  // JavaScript as a view of its slot, valid until the handler returns (then the slot is posted again).
+  std::vector<Napi::Reference<Napi::ArrayBuffer>> slots;
   std::deque<Ctx*> backlog;  // sends refused with FI_EAGAIN, retried after progress
+  std::vector<Ctx*> sendPool;  // completed sends' buffers, reused
   std::unordered_map<uint32_t, fid_mr*> mrs;
   uint32_t nextMr = 1;
   Napi::FunctionReference onEvent;
@@ -168,6 +186,8 @@ void CloseFids(Conn* c) {
   c->recvs.clear();
   for (Ctx* s : c->backlog) delete s;
   c->backlog.clear();
+  for (Ctx* s : c->sendPool) delete s;
+  c->sendPool.clear();
 }
 
 void Teardown(Conn* c) {
@@ -180,7 +200,13 @@ void Teardown(Conn* c) {
     uv_close(reinterpret_cast<uv_handle_t*>(c->tick), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
     c->tick = nullptr;
   }
+  if (c->idle) {
+    uv_idle_stop(c->idle);
+    uv_close(reinterpret_cast<uv_handle_t*>(c->idle), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
+    c->idle = nullptr;
+  }
   if (c->progress.joinable()) {
+    // A threaded connection's receive buffers are its own (no slots): freed by CloseFids.
     // Not joined: the thread may be blocked in a fault that only this thread's event loop
     // resolves. It sees `stop` within one wait (100 ms) of its release and closes the fids.
     c->stop = true;
@@ -188,6 +214,9 @@ void Teardown(Conn* c) {
     return;
   }
   CloseFids(c);
+  // The endpoint is closed: the provider no longer writes into the slots; JavaScript may keep them.
+  for (auto& r : c->slots) r.Reset();
+  c->slots.clear();
 }
 
 // The progress thread of a threaded connection: fi_cq_sread drives the provider (and sleeps
@@ -223,13 +252,56 @@ long StartProgress(Conn* c) {
 }
 
 int PostRecv(Conn* c, Ctx* r) {
-  return static_cast<int>(fi_recv(c->ep, r->buf.data(), r->buf.size(), nullptr, 0, &r->fi));
+  return static_cast<int>(fi_recv(c->ep, r->data, r->cap, nullptr, 0, &r->fi));
+}
+
+// A send buffer of at least `len` bytes: the smallest pooled one that fits (the large ones stay
+// for large messages), else a new one (not zeroed).
+Ctx* TakeSend(Conn* c, size_t len) {
+  size_t best = c->sendPool.size();
+  for (size_t i = 0; i < c->sendPool.size(); i++)
+    if (c->sendPool[i]->cap >= len && (best == c->sendPool.size() || c->sendPool[i]->cap < c->sendPool[best]->cap)) best = i;
+  Ctx* s = nullptr;
+  if (best < c->sendPool.size()) {
+    s = c->sendPool[best];
+    c->sendPool[best] = c->sendPool.back();
+    c->sendPool.pop_back();
+  } else {
+    s = new Ctx{};
+    s->op = Op::Send;
+    s->own.reset(new uint8_t[len ? len : 1]);
+    s->data = s->own.get();
+    s->cap = len ? len : 1;
+  }
+  s->len = len;
+  return s;
+}
+
+// A full pool keeps the larger buffers: a small message must not cost a large one its place.
+void ReturnSend(Conn* c, Ctx* s) {
+  if (c->closed) {
+    delete s;
+    return;
+  }
+  if (c->sendPool.size() >= kSendPool) {
+    size_t small = 0;
+    for (size_t i = 1; i < c->sendPool.size(); i++)
+      if (c->sendPool[i]->cap < c->sendPool[small]->cap) small = i;
+    if (c->sendPool[small]->cap >= s->cap) {
+      delete s;
+      return;
+    }
+    delete c->sendPool[small];
+    c->sendPool[small] = s;
+    return;
+  }
+  c->sendPool.push_back(s);
 }
 
 void Flush(Conn* c) {
   while (!c->backlog.empty()) {
     Ctx* s = c->backlog.front();
-    ssize_t r = fi_send(c->ep, s->buf.data(), s->buf.size(), nullptr, 0, &s->fi);
+    ssize_t r = fi_send(c->ep, s->data, s->len, nullptr, 0, &s->fi);
     if (r == -FI_EAGAIN) return;
     c->backlog.pop_front();
     if (r < 0) {
@@ -243,6 +315,11 @@ void Flush(Conn* c) {
 
 void DrainCq(Conn* c) {
   Napi::Env env = c->onEvent.Env();
+  struct Depth {
+    Conn* c;
+    explicit Depth(Conn* c) : c(c) { c->draining++; }
+    ~Depth() { c->draining--; }
+  } depth(c);
   // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
   // uv_poll or the tick comes back (never a spin on the event loop).
   for (int round = 0; round < 64; round++) {
@@ -266,7 +343,7 @@ void DrainCq(Conn* c) {
         Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, -code)});
         delete x;
       } else if (x && x->op == Op::Send) {
-        delete x;
+        ReturnSend(c, x);
         if (code != FI_ECANCELED) {
           Napi::HandleScope scope(env);
           Emit(c, "error", {FiError(env, -code, "fi_send").Value()});
@@ -280,11 +357,14 @@ void DrainCq(Conn* c) {
       Ctx* x = static_cast<Ctx*>(e[i].op_context);
       if (x->op == Op::Recv) {
         Napi::HandleScope scope(env);
-        Napi::Buffer<uint8_t> msg = Napi::Buffer<uint8_t>::Copy(env, x->buf.data(), e[i].len);
-        if (!c->closed) PostRecv(c, x);
+        // A view of the slot, no copy: posted again once the handler has returned (a closed
+        // connection freed `x` meanwhile).
+        Napi::Uint8Array msg = Napi::Uint8Array::New(env, e[i].len, c->slots[x->id].Value(), 0);
         Emit(c, "message", {msg});
+        if (c->closed) return;
+        PostRecv(c, x);
       } else if (x->op == Op::Send) {
-        delete x;
+        ReturnSend(c, x);
       } else {
         Napi::HandleScope scope(env);
         Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, 0)});
@@ -332,14 +412,25 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   for (int i = 0; i < kRecvCount; i++) {
     Ctx* r = new Ctx{};
     r->op = Op::Recv;
-    r->buf.resize(kRecvSize);
+    r->id = static_cast<uint32_t>(i);
+    r->cap = kRecvSize;
+    if (c->threaded) {
+      // Not zeroed: pages are touched only as messages fill them.
+      r->own.reset(new uint8_t[kRecvSize]);
+      r->data = r->own.get();
+    } else {
+      // Zero-filled lazily by the allocator (calloc of fresh pages), kept alive by the slot's reference.
+      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, kRecvSize);
+      r->data = static_cast<uint8_t*>(ab.Data());
+      c->slots.push_back(Napi::Persistent(ab));
+    }
     c->recvs.push_back(r);
     FI_CHECK(env, PostRecv(c, r), "fi_recv");
   }
   if (c->threaded) return;  // progressed by its own thread once connected
   Watch(c, c->cqPoll, &c->cq->fid, true);
-  // tcp's progress is manual and a peer's end (FIN/RST) signals neither wait fd: a slow,
-  // unref'd tick drives progress so a dead peer becomes FI_SHUTDOWN within ~kTickMs.
+  // A peer's end (FIN/RST) signals neither wait fd: the tick (kTickMs) drives progress so a
+  // dead peer becomes FI_SHUTDOWN.
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   c->tick = new uv_timer_t{};
@@ -356,6 +447,9 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
       },
       kTickMs, kTickMs);
   uv_unref(reinterpret_cast<uv_handle_t*>(c->tick));
+  c->idle = new uv_idle_t{};
+  c->idle->data = c;
+  uv_idle_init(loop, c->idle);
 }
 
 Conn* NewConn(Napi::Env env, Napi::Function onEvent) {
@@ -517,24 +611,62 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, c->handle);
 }
 
-// fabricSend(handle, buffer): the bytes are copied; a send the provider cannot take now waits in a backlog.
+// tcp's progress is manual: what the socket did not take yet of a send stays queued in the
+// provider until progress runs (and only progress arms the wait fd for POLLOUT). Inside
+// DrainCq its loop progresses next; after a send from anywhere else (a batch sent at the end
+// of a turn) the idle handle drains on the loop's next turn, before it sleeps, never inside
+// the call (its events would reach JavaScript inside fabricSend). Without it the rest would
+// wait for the next event or the tick.
+void Kick(Conn* c) {
+  if (c->draining || !c->idle) return;
+  uv_idle_start(c->idle, [](uv_idle_t* h) {
+    uv_idle_stop(h);
+    Conn* conn = static_cast<Conn*>(h->data);
+    if (conn->closed) return;
+    Napi::HandleScope scope(conn->onEvent.Env());
+    DrainCq(conn);
+  });
+}
+
+// fabricSend(handle, bytes | [bytes, ...]): one message, the parts gathered in order into a
+// (reused) send buffer: the only copy; a send the provider cannot take now waits in a backlog.
 Napi::Value Send(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Conn* c = Require(info, 0);
-  auto view = info[1].As<Napi::Uint8Array>();
-  if (view.ByteLength() > kRecvSize) throw Napi::RangeError::New(env, "fabricSend: message larger than the receive buffers");
-  Ctx* s = new Ctx{};
-  s->op = Op::Send;
-  s->buf.assign(view.Data(), view.Data() + view.ByteLength());
+  std::vector<Napi::Uint8Array> parts;
+  if (info[1].IsArray()) {
+    Napi::Array list = info[1].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      Napi::Value v = list.Get(i);
+      if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+        throw Napi::TypeError::New(env, "fabricSend: every part must be a Uint8Array");
+      parts.push_back(v.As<Napi::Uint8Array>());
+    }
+  } else if (info[1].IsTypedArray() && info[1].As<Napi::TypedArray>().TypedArrayType() == napi_uint8_array) {
+    parts.push_back(info[1].As<Napi::Uint8Array>());
+  } else {
+    throw Napi::TypeError::New(env, "fabricSend: bytes must be a Uint8Array or an array of them");
+  }
+  size_t total = 0;
+  for (auto& p : parts) total += p.ByteLength();
+  if (total > kRecvSize) throw Napi::RangeError::New(env, "fabricSend: message larger than the receive buffers");
+  Ctx* s = TakeSend(c, total);
+  size_t at = 0;
+  for (auto& p : parts) {
+    if (p.ByteLength()) memcpy(s->data + at, p.Data(), p.ByteLength());
+    at += p.ByteLength();
+  }
   if (!c->backlog.empty()) {
     c->backlog.push_back(s);
     return env.Undefined();
   }
-  ssize_t r = fi_send(c->ep, s->buf.data(), s->buf.size(), nullptr, 0, &s->fi);
+  ssize_t r = fi_send(c->ep, s->data, s->len, nullptr, 0, &s->fi);
   if (r == -FI_EAGAIN) {
     c->backlog.push_back(s);
     DrainCq(c);
-  } else if (r < 0) {
+  } else if (r >= 0) {
+    Kick(c);
+  } else {
     delete s;
     throw FiError(env, static_cast<int>(r), "fi_send");
   }
@@ -604,6 +736,7 @@ Napi::Value Rma(const Napi::CallbackInfo& info) {
     delete x;
     throw FiError(env, static_cast<int>(r), write ? "fi_write" : "fi_read");
   }
+  Kick(c);
   return env.Undefined();
 }
 

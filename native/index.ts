@@ -204,7 +204,8 @@ export interface Binding {
     threaded?: boolean,
   ) => { handle: number; port: number };
   fabricConnect?: (provider: string, host: string, port: number, onEvent: FabricEventHandler) => number;
-  fabricSend?: (handle: number, bytes: Uint8Array) => void;
+  /** One message: `bytes`, or the parts gathered in order (copied once, into a reused send buffer). */
+  fabricSend?: (handle: number, bytes: Uint8Array | Uint8Array[]) => void;
   fabricMrReg?: (handle: number, address: bigint, length: number, access: number) => { id: number; key: bigint; base: bigint };
   fabricMrDereg?: (handle: number, mr: number) => void;
   fabricRma?: (handle: number, write: boolean, id: number, localAddress: bigint, length: number, remoteAddress: bigint, key: bigint) => void;
@@ -258,7 +259,9 @@ export interface Binding {
  * What a libfabric connection tells JavaScript, from the event loop (uv_poll on the EQ's
  * and CQ's wait fds): 'connection' (a listener accepted: the new handle), 'connected' (on a
  * threaded listener's connection: with the tid of the thread that progresses it),
- * 'message' (a Buffer), 'rma' (id, 0 or -errno), 'shutdown' (the peer went away), 'error'.
+ * 'message' (a Uint8Array viewing the native receive slot: valid only until the handler
+ * returns, then the slot takes the next message; copy what must outlive it), 'rma' (id, 0 or
+ * -errno), 'shutdown' (the peer went away), 'error'.
  */
 export type FabricEventHandler = (
   handle: number,

@@ -17,6 +17,7 @@ export enum Op {
   PING = 0x02,
   EXCHANGE = 0x03,
   CHUNK = 0x04,
+  BATCH = 0x05,
   WRITE = 0x10,
   ACK = 0x11,
 }
@@ -301,19 +302,23 @@ export function checkPacket(p: Packet): void {
 
 // ---- encoding ----
 
+// Every frame is written in one scratch buffer, kept (and grown) across frames, and copied out
+// at its exact size: one allocation per frame, none while writing (a fresh buffer and view per
+// frame were most of an ACK's encoding time). One frame is written at a time.
+let scratch = new Uint8Array(16 << 10);
+let scratchView = new DataView(scratch.buffer);
+
 class Writer {
-  #buf = new Uint8Array(256);
-  #view = new DataView(this.#buf.buffer);
   at = 0;
 
   #room(n: number): DataView {
-    if (this.at + n > this.#buf.length) {
-      const next = new Uint8Array(Math.max(this.#buf.length * 2, this.at + n));
-      next.set(this.#buf.subarray(0, this.at));
-      this.#buf = next;
-      this.#view = new DataView(next.buffer);
+    if (this.at + n > scratch.length) {
+      const next = new Uint8Array(Math.max(scratch.length * 2, this.at + n));
+      next.set(scratch.subarray(0, this.at));
+      scratch = next;
+      scratchView = new DataView(next.buffer);
     }
-    return this.#view;
+    return scratchView;
   }
   u8(v: number): void {
     this.#room(1).setUint8(this.at, v);
@@ -342,7 +347,7 @@ class Writer {
   }
   bytes(v: Uint8Array): void {
     this.#room(v.length);
-    this.#buf.set(v, this.at);
+    scratch.set(v, this.at);
     this.at += v.length;
   }
   /** A UTF-8 string with its byte length first (u32). */
@@ -352,7 +357,7 @@ class Writer {
     this.bytes(b);
   }
   done(): Uint8Array {
-    return this.#buf.subarray(0, this.at);
+    return scratch.slice(0, this.at);
   }
 }
 
@@ -433,8 +438,25 @@ const W_ALL = W_STALL | W_KEY | W_QPN | W_SOURCE_FAULT | W_RC | W_IMM | W_SRC_FA
  * length; fewer where `sourceFault` says a source page was missing), not `p.payload`.
  */
 export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
-  checkPacket(p);
   const w = new Writer();
+  const payload = writePacket(w, p, bytes);
+  if (payload.length) w.bytes(payload);
+  return w.done();
+}
+
+/**
+ * The same frame as encodePacket, as its parts in order: the header and fields, then the
+ * payload `bytes` itself (not copied: the transport gathers the parts into its send buffer).
+ */
+export function encodePacketParts(p: Packet, bytes?: Uint8Array): Uint8Array[] {
+  const w = new Writer();
+  const payload = writePacket(w, p, bytes);
+  return payload.length ? [w.done(), payload] : [w.done()];
+}
+
+// Writes every field of `p`; returns the payload that ends the frame (empty for an ACK).
+function writePacket(w: Writer, p: Packet, bytes?: Uint8Array): Uint8Array {
+  checkPacket(p);
   if (p.type === 'write') {
     const f =
       (p.sourceStall ? W_STALL : 0) |
@@ -490,11 +512,10 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
     }
     w.f64s(p.issuedUs);
     w.f64s(p.arrivals);
-    const payload = bytes ?? new Uint8Array(0);
+    const payload = bytes ?? NO_BYTES;
     if (payload.length !== carriedBytes(p))
       throw new WireError(`payload must be the ${carriedBytes(p)} bytes the run carries, got ${payload.length}`);
-    w.bytes(payload);
-    return w.done();
+    return payload;
   }
   const f = (p.verdicts !== undefined ? 2 : 0) | (p.returned !== undefined ? 4 : 0);
   w.u8(Op.ACK);
@@ -509,8 +530,10 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
     w.u16(p.verdicts.length);
     for (const v of p.verdicts) verdict(w, v);
   }
-  return w.done();
+  return NO_BYTES;
 }
+
+const NO_BYTES = new Uint8Array(0);
 
 /** Bytes a write carries: the run's, or those of the blocks before a missing source page. */
 export function carriedBytes(p: WritePacket): number {
@@ -750,6 +773,7 @@ export type Frame =
   | { op: Op.PING }
   | { op: Op.EXCHANGE; body: unknown }
   | { op: Op.CHUNK; total: number; offset: number; data: Uint8Array }
+  | { op: Op.BATCH; frames: Uint8Array[] }
   | { op: Op.WRITE; packet: DecodedWrite }
   | { op: Op.ACK; packet: AckPacket };
 
@@ -792,6 +816,20 @@ export function decodeFrame(frame: Uint8Array): Frame {
         bad('chunk offset + length', `within the announced ${total} bytes`, offset + data.length);
       return { op, total, offset, data };
     }
+    case Op.BATCH: {
+      flags(r, 0, 'batch');
+      const n = r.u16('batch count');
+      int('batch count', n, 2, MAX_BATCH_FRAMES);
+      const frames: Uint8Array[] = [];
+      for (let i = 0; i < n; i++) {
+        const len = r.u32(`batch[${i}] length`);
+        // The smallest frame is an opcode and a flags byte; what each says is checked when it is decoded.
+        if (len < 2) bad(`batch[${i}] length`, 'at least 2', len);
+        frames.push(r.bytes(`batch[${i}]`, len));
+      }
+      r.end();
+      return { op, frames };
+    }
     default:
       throw new WireError(`unknown opcode 0x${(op as number).toString(16).padStart(2, '0')}`);
   }
@@ -825,6 +863,38 @@ export function encodeChunk(total: number, offset: number, data: Uint8Array): Ui
 
 /** Bytes a chunk frame adds to its slice. */
 export const CHUNK_HEADER_BYTES = 10;
+
+/** Frames one batch may carry. */
+export const MAX_BATCH_FRAMES = 0xffff;
+/** Bytes a batch adds: its opcode, flags and count, then each frame's length. */
+export const BATCH_HEADER_BYTES = 4;
+export const BATCH_ENTRY_BYTES = 4;
+
+/**
+ * Several frames as one transport message (what one turn of the event loop had ready for a
+ * connection): opcode, flags, u16 count (2..MAX_BATCH_FRAMES), then each frame as a u32
+ * length and its bytes. Each frame is decoded and checked on its own on arrival. `frames`
+ * are each frame's parts (encodePacketParts); returns the batch's parts in order, the
+ * frames' own parts not copied.
+ */
+export function encodeBatch(frames: ReadonlyArray<readonly Uint8Array[]>): Uint8Array[] {
+  int('batch count', frames.length, 2, MAX_BATCH_FRAMES);
+  const head = new Uint8Array(BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES * frames.length);
+  const view = new DataView(head.buffer);
+  head[0] = Op.BATCH;
+  view.setUint16(2, frames.length);
+  const out: Uint8Array[] = [];
+  let at = BATCH_HEADER_BYTES;
+  for (const parts of frames) {
+    let len = 0;
+    for (const p of parts) len += p.length;
+    view.setUint32(at, len);
+    // Each length goes just before its frame: a view of the one header allocation.
+    out.push(head.subarray(at === BATCH_HEADER_BYTES ? 0 : at, at + BATCH_ENTRY_BYTES), ...parts);
+    at += BATCH_ENTRY_BYTES;
+  }
+  return out;
+}
 
 // An exchange carries a small value the two programs swap (parameters, QP numbers, addresses
 // and keys, counters): null, booleans, finite numbers, bigints of 64 bits, strings, arrays and

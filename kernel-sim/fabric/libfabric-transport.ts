@@ -8,8 +8,9 @@
 // a packet whose source is not one of them is refused, as is anything before the hello,
 // anything malformed, and a connection that stays silent past the peer timeout without one;
 // each refusal is counted (stats()) and the connection's frame dropped, never thrown.
-// Delivery waits on the CQ's wait fd from the event loop (native/fabric.cc). Timing stays
-// modelled, as in Fabric.
+// Delivery waits on the CQ's wait fd from the event loop (native/fabric.cc). The frames one
+// turn of the event loop has ready for a connection go as one message (a batch, headers.ts),
+// each decoded and checked on its own on arrival. Timing stays modelled, as in Fabric.
 // Stall mode adds a second connection for libfabric RMA writes straight into the target's
 // memory (openRmaTarget / connectRma / rmaWrite): the target progresses it on a native thread
 // of its own, the thread that blocks when a write lands on a page its fault library must resolve.
@@ -19,14 +20,18 @@ import { costModel, type CostModel } from '../cost-model/index.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
 import { Fabric } from './fabric.js';
 import {
+  BATCH_ENTRY_BYTES,
+  BATCH_HEADER_BYTES,
   CHUNK_HEADER_BYTES,
+  MAX_BATCH_FRAMES,
   MAX_FRAME_BYTES,
   Op,
   decodeFrame,
+  encodeBatch,
   encodeChunk,
   encodeExchange,
   encodeHello,
-  encodePacket,
+  encodePacketParts,
   encodePing,
   withPayload,
   type DecodedWrite,
@@ -67,6 +72,19 @@ const MAX_STAGED_WRITES = 1024;
 /** Bytes of a frame one chunk frame carries (a receive buffer less the chunk's header). */
 const CHUNK_BYTES = MAX_WIRE_BYTES - CHUNK_HEADER_BYTES;
 
+/**
+ * A payload up to this size waits in the turn's batch as a copy of its bytes; a larger one
+ * sends the batch at once, so its bytes are read from the source while its pages are known
+ * resident (the check #encode made), never later.
+ */
+const BATCH_COPY_MAX = 64 << 10;
+
+/** Frames queued for one connection this turn of the event loop, sent as one message. */
+interface Outgoing {
+  frames: Uint8Array[][];
+  bytes: number;
+}
+
 /** What the transport refused from its peers, by reason (stats()). */
 export interface TransportStats {
   /** Frames (and connections) refused: malformed, before a hello, from a node the connection was not bound to, … */
@@ -78,6 +96,12 @@ export interface TransportStats {
 /** A connection as the hello left it: the nodes it is bound to (none until its hello). */
 interface Conn {
   nodes: Set<number> | undefined;
+  /**
+   * The peer has taken our hello: a frame came after its own (the PING it answers a hello
+   * with, or any other: nothing but a hello goes to a connection before its hello is taken).
+   * Only then is a connection ready: both sides know each other's nodes.
+   */
+  ready: boolean;
   /** Slices of a chunked frame so far, and its announced size. */
   chunks: Uint8Array[];
   chunkBytes: number;
@@ -165,6 +189,7 @@ interface RmaState {
   conn?: number;
   accepted?: { resolve: (v: { progressTid: number }) => void; reject: (e: Error) => void };
   connected?: { resolve: () => void; reject: (e: Error) => void };
+  /** RMA writes and reads in flight, by id. */
   writes: Map<number, { resolve: () => void; reject: (e: Error) => void }>;
   nextId: number;
 }
@@ -202,6 +227,8 @@ export class LibfabricTransport implements Transport {
   #rma: RmaState = { writes: new Map(), nextId: 1 };
   #heard = new Map<number, number>(); // connection handle → when a frame last came (performance.now())
   #keepalive: ReturnType<typeof setInterval>;
+  #out = new Map<number, Outgoing>(); // connection handle → frames this turn
+  #flushing: ReturnType<typeof setImmediate> | undefined;
   #closed = false;
 
   private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, port: number, bind: string) {
@@ -232,7 +259,7 @@ export class LibfabricTransport implements Transport {
           continue;
         }
         // Nothing goes to a connection before its hello but our own hello.
-        if (proven) this.#fi.fabricSend(handle, encodePing());
+        if (proven) this.#sendFrame(handle, [encodePing()]);
       }
     }, every);
     this.#keepalive.unref();
@@ -313,9 +340,9 @@ export class LibfabricTransport implements Transport {
     return t;
   }
 
-  /** Wait until a peer has connected and said which nodes it hosts. */
+  /** Wait until a peer has connected, said which nodes it hosts and taken our hello. */
   waitForPeer(timeoutMs = 2 ** 31 - 1): Promise<void> {
-    if (this.#remote.size) return Promise.resolve();
+    for (const c of this.#conns.values()) if (c.ready) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const w = {
         resolve: () => {
@@ -425,7 +452,7 @@ export class LibfabricTransport implements Transport {
   post(body: unknown): void {
     const handle = this.#exchangePeer();
     if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
-    this.#sendFrame(handle, encodeExchange(body));
+    this.#sendFrame(handle, [encodeExchange(body)]);
   }
 
   /** What this transport refused from its peers so far. */
@@ -541,15 +568,29 @@ export class LibfabricTransport implements Transport {
    * the bytes (FI_DELIVERY_COMPLETE): after any faults they met there were resolved.
    */
   rmaWrite(local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
-    this.#checkOpen('rmaWrite');
+    return this.#rmaOp('rmaWrite', true, local, length, remote, key);
+  }
+
+  /**
+   * Stall mode: an RDMA READ as a libfabric RMA read of the target's `remote` (base + offset,
+   * as exposeRma said) with `key` into [local, local+length) of this process. The target's
+   * provider thread reads its memory, so it is the one that blocks in the faults met there.
+   * Resolves once the bytes are here.
+   */
+  rmaRead(local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
+    return this.#rmaOp('rmaRead', false, local, length, remote, key);
+  }
+
+  #rmaOp(where: string, write: boolean, local: bigint, length: number, remote: bigint, key: bigint): Promise<void> {
+    this.#checkOpen(where);
     const conn = this.#rma.conn;
     if (conn === undefined || this.#rma.listener !== undefined)
-      return Promise.reject(fabricError('rmaWrite: no RMA connection (connectRma first)', 'ENOTCONN'));
+      return Promise.reject(fabricError(`${where}: no RMA connection (connectRma first)`, 'ENOTCONN'));
     const id = this.#rma.nextId++;
     return new Promise((resolve, reject) => {
       this.#rma.writes.set(id, { resolve, reject });
       try {
-        this.#fi.fabricRma(conn, true, id, local, length, remote, key);
+        this.#fi.fabricRma(conn, write, id, local, length, remote, key);
       } catch (e) {
         this.#rma.writes.delete(id);
         reject(e as Error);
@@ -581,7 +622,7 @@ export class LibfabricTransport implements Transport {
       rma.writes.delete(a as number);
       const errno = -(b as number);
       if (errno === 0) w?.resolve();
-      else w?.reject(fabricError(`fi_write on the RMA connection failed: errno ${errno}`, 'EFABRIC'));
+      else w?.reject(fabricError(`an RMA write or read on the RMA connection failed: errno ${errno}`, 'EFABRIC'));
       return;
     }
     const e = (a as Error | undefined) ?? fabricError('the RMA connection was shut down by the peer', 'ECONNRESET');
@@ -639,19 +680,69 @@ export class LibfabricTransport implements Transport {
       return;
     }
     if (p.type === 'ack' && p.verdicts) this.#release(p);
-    this.#sendFrame(handle, this.#encode(p));
+    this.#sendPacket(handle, this.#encode(p));
   }
 
-  #sendFrame(handle: number, frame: Uint8Array): void {
-    if (frame.length <= MAX_WIRE_BYTES) {
-      this.#fi.fabricSend(handle, frame);
+  // Frames ready in one turn of the event loop go to their connection as one message (a
+  // batch) at the end of the turn (setImmediate: after this turn's I/O callbacks, before the
+  // loop sleeps again), as RC coalesces ACKs: a packet waits for no timer, only for the
+  // JavaScript of its turn to finish.
+  #sendFrame(handle: number, parts: Uint8Array[]): void {
+    let bytes = 0;
+    for (const p of parts) bytes += p.length;
+    let q = this.#out.get(handle);
+    if (q && (q.bytes + bytes + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES || q.frames.length === MAX_BATCH_FRAMES)) {
+      this.#flushConn(handle, q);
+      q = undefined;
+    }
+    if (bytes + BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES) {
+      // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers), or a large
+      // exchange body, can exceed a receive buffer: it goes as ordered slices the peer joins
+      // before decoding, after what was queued before it.
+      if (q) this.#flushConn(handle, q);
+      const frame = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+      for (let at = 0; at < frame.length; at += CHUNK_BYTES)
+        this.#send(handle, [encodeChunk(frame.length, at, frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES)))]);
       return;
     }
-    // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers), or a large
-    // exchange body, can exceed a receive buffer: it goes as ordered slices the peer joins
-    // before decoding.
-    for (let at = 0; at < frame.length; at += CHUNK_BYTES)
-      this.#fi.fabricSend(handle, encodeChunk(frame.length, at, frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES))));
+    if (!q) {
+      q = { frames: [], bytes: BATCH_HEADER_BYTES };
+      this.#out.set(handle, q);
+    }
+    q.frames.push(parts);
+    q.bytes += bytes + BATCH_ENTRY_BYTES;
+    this.#flushing ??= setImmediate(() => this.#flush());
+  }
+
+  // A packet's payload is a view of the source's memory: copied into the batch if small, else
+  // sent now with what was queued before it (see BATCH_COPY_MAX).
+  #sendPacket(handle: number, parts: Uint8Array[]): void {
+    if (parts.length < 2) return this.#sendFrame(handle, parts);
+    const payload = parts[1]!;
+    if (payload.length <= BATCH_COPY_MAX) return this.#sendFrame(handle, [parts[0]!, payload.slice()]);
+    this.#sendFrame(handle, parts);
+    const q = this.#out.get(handle);
+    if (q) this.#flushConn(handle, q);
+  }
+
+  #flush(): void {
+    this.#flushing = undefined;
+    for (const [handle, q] of this.#out) this.#flushConn(handle, q);
+  }
+
+  #flushConn(handle: number, q: Outgoing): void {
+    this.#out.delete(handle);
+    this.#send(handle, q.frames.length === 1 ? q.frames[0]! : encodeBatch(q.frames));
+  }
+
+  // One message on its way; a connection the provider refuses it on is down (this may run
+  // from setImmediate, where a throw would end the process).
+  #send(handle: number, parts: Uint8Array[]): void {
+    try {
+      this.#fi.fabricSend(handle, parts);
+    } catch (e) {
+      this.#onDown(handle, e as Error);
+    }
   }
 
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {
@@ -669,6 +760,9 @@ export class LibfabricTransport implements Transport {
   /** Close the connections and the listener; the peer sees its nodes lost. Idempotent. */
   close(): void {
     if (this.#closed) return;
+    // What this turn queued (a last exchange, an ACK) goes before the connections close.
+    if (this.#flushing) clearImmediate(this.#flushing);
+    this.#flush();
     this.#closed = true;
     clearInterval(this.#keepalive);
     for (const h of this.#conns.keys()) this.#fi.fabricClose(h);
@@ -698,9 +792,9 @@ export class LibfabricTransport implements Transport {
   // since the translation ends the run's bytes at its block, which the peer answers
   // SOURCE_FAULT after the blocks before it (the write still goes: a transfer's answers come
   // back in order).
-  #encode(p: Packet): Uint8Array {
+  #encode(p: Packet): Uint8Array[] {
     // An ACK, or a packet with no bytes (a READ or atomic request, an empty message).
-    if (p.type !== 'write' || p.length === 0) return encodePacket(p, new Uint8Array(0));
+    if (p.type !== 'write' || p.length === 0) return encodePacketParts(p);
     const r = p.payload.region;
     const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
     // mincore wants a page-aligned start: the pages from the one the payload starts in.
@@ -716,7 +810,7 @@ export class LibfabricTransport implements Transport {
       sourceFault = { seq: p.seq + j, faultOffset };
     }
     const wire: WritePacket = sourceFault ? { ...p, sourceFault } : p;
-    return encodePacket(wire, carried && buffer ? new Uint8Array(buffer, p.payload.offset, carried) : new Uint8Array(0));
+    return encodePacketParts(wire, carried && buffer ? new Uint8Array(buffer, p.payload.offset, carried) : undefined);
   }
 
   #decodeWrite(p: DecodedWrite): WritePacket {
@@ -765,11 +859,13 @@ export class LibfabricTransport implements Transport {
         this.#heard.set(a as number, performance.now());
         return;
       case 'connected':
-        this.#fi.fabricSend(handle, encodeHello([...this.#local]));
+        // At once, not at the end of the turn: nothing goes before it, and the peer may act
+        // on ours (its connect resolves) within this turn.
+        this.#send(handle, [encodeHello([...this.#local])]);
         return;
       case 'message':
         this.#heard.set(handle, performance.now());
-        this.#onMessage(handle, a as Buffer);
+        this.#onMessage(handle, a as Uint8Array);
         return;
       case 'shutdown':
       case 'error':
@@ -780,22 +876,39 @@ export class LibfabricTransport implements Transport {
 
   // Whatever a peer sends is checked here and refused (counted, dropped) if it breaks the
   // layout or the handshake; nothing a peer sends may throw out of this (it would end the
-  // process from the native event callback).
+  // process from the native event callback). `bytes` is a view of the native receive slot,
+  // valid until this returns: what outlives it is copied (a write's payload, a chunk).
   #onMessage(handle: number, bytes: Uint8Array): void {
     const c = this.#conns.get(handle);
-    if (!c) return;
+    if (c) this.#onFrame(handle, c, bytes, false);
+  }
+
+  #onFrame(handle: number, c: Conn, bytes: Uint8Array, inBatch: boolean): void {
     try {
       let f = decodeFrame(bytes);
+      if (f.op === Op.BATCH) {
+        if (inBatch) throw new RefusedError('a batch inside a batch');
+        // Each frame on its own, in order: a bad one is refused and counted, the others go on
+        // (unless it cut the connection).
+        for (const frame of f.frames) {
+          if (this.#conns.get(handle) !== c) return;
+          this.#onFrame(handle, c, frame, true);
+        }
+        return;
+      }
       // Before its hello a connection gets nothing but its hello read, not even a chunk joined.
       if (!c.nodes && f.op !== Op.HELLO) throw new RefusedError('a frame before the hello');
       if (f.op === Op.CHUNK) {
+        if (inBatch) throw new RefusedError('a chunk inside a batch');
         const frame = this.#join(c, f);
         if (!frame) return;
         f = decodeFrame(frame);
         if (f.op === Op.CHUNK) throw new RefusedError('a chunk inside a chunked frame');
+        if (f.op === Op.BATCH) throw new RefusedError('a batch inside a chunked frame');
       }
       if (f.op === Op.HELLO) return this.#onHello(handle, c, f.nodes);
       if (!c.nodes) throw new RefusedError('a frame before the hello');
+      if (!c.ready) this.#onReady(handle, c);
       switch (f.op) {
         case Op.PING:
           return;
@@ -830,7 +943,7 @@ export class LibfabricTransport implements Transport {
       c.chunkBytes = 0;
       throw new RefusedError('a chunk out of order');
     }
-    c.chunks.push(f.data);
+    c.chunks.push(f.data.slice());
     c.chunkBytes += f.data.length;
     c.chunkTotal = f.total;
     if (c.chunkBytes < f.total) return undefined;
@@ -854,9 +967,15 @@ export class LibfabricTransport implements Transport {
       this.#remote.set(n, handle);
       this.#lost.delete(n);
     }
+    // Tell the peer its hello was taken (at once: its connect waits for it).
+    this.#send(handle, [encodePing()]);
+    for (const w of [...this.#nodeWatchers]) w();
+  }
+
+  #onReady(handle: number, c: Conn): void {
+    c.ready = true;
     for (const w of this.#peerWaiters.splice(0)) w.resolve();
     this.#dialing.get(handle)?.resolve();
-    for (const w of [...this.#nodeWatchers]) w();
   }
 
   #refuse(reason: string): void {
@@ -867,6 +986,7 @@ export class LibfabricTransport implements Transport {
   // A connection went down (or was cut: `refused`, already counted).
   #onDown(handle: number, err: Error | undefined, refused = false): void {
     this.#heard.delete(handle);
+    this.#out.delete(handle);
     const c = this.#conns.get(handle);
     const lost = [...(c?.nodes ?? [])];
     if (this.#conns.delete(handle)) this.#fi.fabricClose(handle);
@@ -900,5 +1020,5 @@ export class LibfabricTransport implements Transport {
 class RefusedError extends Error {}
 
 function newConn(): Conn {
-  return { nodes: undefined, chunks: [], chunkBytes: 0, chunkTotal: 0 };
+  return { nodes: undefined, ready: false, chunks: [], chunkBytes: 0, chunkTotal: 0 };
 }

@@ -8,7 +8,7 @@
 // complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg } from '../validate.js';
-import { RcOp, type RcQp } from '../../kernel-sim/index.js';
+import { RcOp, type FaultModel, type RcQp } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
@@ -54,6 +54,14 @@ export interface QpInitAttr {
   sqSigAll?: boolean;
   /** Take receives from this shared receive queue (ibv_qp_init_attr.srq; same PD); the QP's own postRecv is then refused. */
   srq?: SharedReceiveQueue;
+  /**
+   * How the engine meets a page fault on this QP's transfers: 'terminate' (the default, the
+   * thesis's design: the block is aborted and retransmitted, a destination fault NACKed) or
+   * 'stall' (SMMUv3 stall / PCIe PRI: the access waits in the fault until it is resolved).
+   * It is the fault model of the PD's SMMU stream, which all the PD's QPs share: a PD's QPs
+   * are all of one model.
+   */
+  faultModel?: FaultModel;
 }
 
 /** struct ibv_qp_attr, the fields this model uses. */
@@ -145,6 +153,8 @@ export class QueuePair {
   readonly srq: SharedReceiveQueue | undefined;
   /** XRC_RECV: its XRC domain. */
   readonly xrcd: XrcDomain | undefined;
+  /** The fault model of this QP's transfers (QpInitAttr.faultModel). */
+  readonly faultModel: FaultModel;
   #device: Device;
   #objects: ProcessObjects;
   #state = QpState.RESET;
@@ -204,6 +214,18 @@ export class QueuePair {
       if (srq.pd !== pd) throw verbsError('ibv_create_qp', 'EINVAL', "the SRQ belongs to another protection domain than the QP's");
     }
     this.srq = srq;
+    const faultModel = init.faultModel ?? 'terminate';
+    if (faultModel !== 'terminate' && faultModel !== 'stall')
+      throw invalidArg(`createQp: faultModel must be 'terminate' or 'stall', got ${String(init.faultModel)}`);
+    // One SMMU stream per PD: its model is the one of the PD's QPs.
+    for (const u of pd.users)
+      if (u instanceof QueuePair && u.faultModel !== faultModel)
+        throw verbsError(
+          'ibv_create_qp',
+          'EINVAL',
+          `faultModel '${faultModel}' on a PD whose QPs are '${u.faultModel}' (one SMMU stream per PD): allocate another PD for it`,
+        );
+    this.faultModel = faultModel;
     this.context = context;
     this.#device = device;
     this.#objects = objects;
@@ -325,6 +347,8 @@ export class QueuePair {
     pd.users.add(this);
     srq?.users.add(this);
     xrcd?.qps.add(this);
+    // The engine reads the model from the stream: the requester of the source's, the responder of the destination's.
+    pd.stream.faultModel = faultModel;
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */

@@ -5,10 +5,12 @@ import { describe, expect, it } from 'vitest';
 import {
   checkPacket,
   decodeFrame,
+  encodeBatch,
   encodeChunk,
   encodeExchange,
   encodeHello,
   encodePacket,
+  encodePacketParts,
   encodePing,
   Op,
   WIRE_MAX_BLOCKS,
@@ -208,6 +210,20 @@ describe('wire layout: round trips', () => {
     expect(decodeFrame(encodeExchange('done'))).toEqual({ op: Op.EXCHANGE, body: 'done' });
   });
 
+  it('a batch carries each frame whole, parts gathered in order; a packet in parts is its frame', () => {
+    const w = write();
+    const parts = encodePacketParts(w, payload(w.length));
+    expect(Buffer.concat(parts)).toEqual(Buffer.from(encodePacket(w, payload(w.length))));
+    const frames = [parts, [encodePing()], [encodeExchange('x')]];
+    const f = decodeFrame(Buffer.concat(encodeBatch(frames)));
+    expect(f.op).toBe(Op.BATCH);
+    if (f.op !== Op.BATCH) return;
+    expect(f.frames.map((x) => Buffer.from(x))).toEqual(frames.map((x) => Buffer.concat(x)));
+    const first = decodeFrame(f.frames[0]!);
+    if (first.op !== Op.WRITE) throw new Error('not a write');
+    expect([first.packet.tid, Buffer.from(first.packet.bytes)]).toEqual([w.tid, Buffer.from(payload(w.length))]);
+  });
+
   it("the engine's runs fit the layout's block count", () => {
     expect(MAX_RUN_BLOCKS).toBeLessThanOrEqual(WIRE_MAX_BLOCKS);
   });
@@ -227,6 +243,14 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     f[1] |= 0x80;
     refused(f, /the frame ends inside|opcode must be present with the RC fields/);
     refused(Uint8Array.of(Op.PING, 1), /ping: unknown flag bits/);
+  });
+
+  it('a batch of fewer than two frames, a frame length past its end or under 2, bytes after its last frame', () => {
+    refused(Uint8Array.of(Op.BATCH, 0, 0, 1, 0, 0, 0, 2, Op.PING, 0), /batch count must be an integer in 2\.\.65535, got 1/);
+    refused(Uint8Array.of(Op.BATCH, 1, 0, 2), /batch: unknown flag bits 0x1/);
+    refused(Uint8Array.of(Op.BATCH, 0, 0, 2, 0, 0, 0, 2, Op.PING, 0, 0, 0, 0, 9, Op.PING, 0), /the frame ends inside batch\[1\]/);
+    refused(Uint8Array.of(Op.BATCH, 0, 0, 2, 0, 0, 0, 2, Op.PING, 0, 0, 0, 0, 1, Op.PING), /batch\[1\] length must be at least 2, got 1/);
+    refused(Uint8Array.from([...Buffer.concat(encodeBatch([[encodePing()], [encodePing()]])), 0]), /1 bytes after the last field/);
   });
 
   it('every truncation of a write, and bytes after its last field', () => {

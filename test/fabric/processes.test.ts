@@ -83,6 +83,25 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
     expect(r.stdout).toMatch(/stall mode: 80 stalls of the server's provider thread/);
   }, 60_000);
 
+  it("read-bw --stall: RMA reads block the server's provider thread in its faults; resident, the server's bytes arrive", async () => {
+    const size = 64 * 1024;
+    const pages = (size / 4096) * 3;
+    const r = await pair('read-bw', ['-s', String(size), '-n', '3', '--stall', '--evict']);
+    expect(r.client.error).toBeUndefined();
+    // Evicted anonymous pages come back zero-filled: what the client read is checked against that.
+    expect([r.client.bytesVerified, r.client.mismatches]).toEqual([size, 0]);
+    const st = r.server.stall!;
+    expect(st.faultTids).toEqual([st.progressTid]);
+    expect(st.progressTid).not.toBe(st.jsTid);
+    expect([st.smmuStalls, st.libraryFaults, st.faultsNative]).toEqual([pages, pages, 0]);
+    expect(r.stdout).toMatch(/Connection type\s+: RC \(libfabric RMA, stall mode\)/);
+    // Resident: no fault, the server's pattern read whole.
+    const res = await pair('read-bw', ['-s', String(size), '-n', '2', '--stall']);
+    expect(res.client.error).toBeUndefined();
+    expect([res.client.bytesVerified, res.client.mismatches]).toEqual([size, 0]);
+    expect(res.server.stall!.smmuStalls).toBe(0);
+  }, 60_000);
+
   it('-a: every size from 2 to 2^23 bytes, one perftest row each (write-bw and send-lat), bytes verified', async () => {
     const sizes = Array.from({ length: 23 }, (_, i) => 2 ** (i + 1));
     const w = await pair('write-bw', ['-a', '-n', '2', '--evict']);

@@ -2,9 +2,9 @@
 // libfabric tcp's 32-byte CM request (as captured from a real client: version 3, type
 // connreq), then each message a 16-byte provider header (version 3, op msg, header size 16,
 // total size little-endian) around one of our frames. What the server sends back is decoded
-// with the wire layout.
+// with the wire layout, a batch into its frames.
 import { connect, type Socket } from 'node:net';
-import { decodeFrame, type Frame } from '../../kernel-sim/fabric/headers.js';
+import { decodeFrame, Op, type Frame } from '../../kernel-sim/fabric/headers.js';
 
 export class Raw {
   readonly frames: Frame[] = [];
@@ -62,7 +62,10 @@ export class Raw {
     while (this.#buf.length >= 16) {
       const size = Number(this.#buf.readBigUInt64LE(8));
       if (this.#buf.length < size) return;
-      this.frames.push(decodeFrame(this.#buf.subarray(this.#buf[6]!, size)));
+      const f = decodeFrame(this.#buf.subarray(this.#buf[6]!, size));
+      // A batch (the frames one turn of the server had ready for us): its frames, in order.
+      if (f.op === Op.BATCH) this.frames.push(...f.frames.map((x) => decodeFrame(x)));
+      else this.frames.push(f);
       this.#buf = this.#buf.subarray(size);
     }
   }

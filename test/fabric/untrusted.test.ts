@@ -7,7 +7,7 @@
 // client is served afterwards.
 import { afterEach, describe, expect, it } from 'vitest';
 import { AckResp, DmaStatus, LibfabricTransport, type AckPacket, type WritePacket } from '../../kernel-sim/index.js';
-import { encodeChunk, encodeHello, encodePacket, Op } from '../../kernel-sim/fabric/headers.js';
+import { encodeBatch, encodeChunk, encodeExchange, encodeHello, encodePacket, encodePing, Op } from '../../kernel-sim/fabric/headers.js';
 import type { MemoryLike } from '../../kernel-sim/memory.js';
 import { binding } from '../../native/index.js';
 import { Access, Cluster, mapRegion, QpState, SendFlags, WcStatus, WrOpcode, type QueuePair, type Region } from '../../lib/index.js';
@@ -202,4 +202,32 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     expect(refused('no hello within the peer timeout')).toBe(1);
     expect(refused()).toBe(8);
   }, 60_000);
+});
+
+describe.skipIf(!built && !ci)('a batch from an attacker (libfabric tcp, raw socket)', () => {
+  it('each frame of a batch is checked on its own: a bad one is refused and counted, the others served; a broken batch is refused whole', async () => {
+    const server = track(LibfabricTransport.listen({ port: 0, localNodes: [1], peerTimeoutMs: 4000 }));
+    const refused = (reason: string) => Object.entries(server.stats().refusedBy).find(([k]) => k.startsWith(reason))?.[1] ?? 0;
+    const batch = (...frames: Uint8Array[]) => Buffer.concat(encodeBatch(frames.map((f) => [f])));
+    const raw = await Raw.open(server.port);
+    // Its hello, a frame of an unknown opcode, an exchange: the hello and the exchange are taken.
+    raw.send(batch(encodeHello([0]), Uint8Array.of(0xff, 0), encodeExchange('after the bad one')));
+    expect(await server.receive<string>(5000)).toBe('after the bad one');
+    expect(refused('a malformed frame (unknown opcode 0xff)')).toBe(1);
+    // The server took the hello: it says so (a PING), and now sends to it.
+    await until('the ping that takes the hello', () => raw.frames.some((f) => f.op === Op.PING));
+    // A batch whose second frame runs past its end: nothing of it is taken.
+    raw.send(Uint8Array.of(Op.BATCH, 0, 0, 2, 0, 0, 0, 2, Op.PING, 0, 0, 0, 0, 9, Op.PING, 0));
+    // A batch inside a batch, beside a good exchange.
+    raw.send(batch(batch(encodePing(), encodePing()), encodeExchange('beside the nested one')));
+    expect(await server.receive<string>(5000)).toBe('beside the nested one');
+    expect(refused('a malformed frame (the frame ends inside batch[1] ')).toBe(1);
+    expect(refused('a batch inside a batch')).toBe(1);
+    expect(server.stats().refused).toBe(3);
+    // The connection was proven by its hello: it is still served.
+    raw.send(encodeExchange('still here'));
+    expect(await server.receive<string>(5000)).toBe('still here');
+    expect(server.hasNode(0) && raw.open).toBe(true);
+    raw.close();
+  }, 30_000);
 });
