@@ -54,7 +54,11 @@ export default defineProgram<Options>({
       .option('--steps <n>', 'steps per trial (halo: sweeps; allreduce: allreduces; transpose: transposes)', parsePositiveInt, 20)
       .option('-r, --runs <n>', 'how many times each policy runs, the policies taking turns', parsePositiveInt, 3)
       .option('--policies <list>', `comma-separated policies (pin is the baseline of the verdict)`, policyList, [...TABLE_POLICIES])
-      .option('--evict-each-step', "evict the kernel's RDMA buffers before every step (ODP faults every step, not only the first; pinned memory stays)", false)
+      .option(
+        '--evict-each-step',
+        "evict the kernel's RDMA buffers before every step (ODP faults every step, not only the first; pinned memory stays)",
+        false,
+      )
       .option('--memlock <KiB>', "kv: what the pinned server may lock (default: this process's RLIMIT_MEMLOCK, ulimit -l)", parsePositiveInt)
       .option('--no-warm-up', 'skip the unrecorded trial of each policy that lets V8 compile the kernel first')
       .option('--rendezvous <host:port>', "under a launcher: rank 0's rendezvous (default $PFR_RENDEZVOUS)")
