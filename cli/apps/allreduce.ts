@@ -8,7 +8,7 @@
 // slots, used in turn, and N−1 receives are posted ahead. Values are small integers, so the sum
 // is exact in any order: every element is checked against the sum computed here.
 import { mapRegion, PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
-import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, type RankOutcome } from './kernel.js';
+import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The allreduce's own parameters. */
@@ -43,14 +43,7 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
     done.arm(w.qps[prev]!, t.steps * ringSteps, n - 1);
     const v = new Float64Array(data.buffer, 0, values);
     const r = new Float64Array(recv.buffer);
-    const me: RankOutcome = {
-      rank: w.rank,
-      stepUs: [],
-      faults: { source: 0, destination: 0, pathUs: 0 },
-      faultsSteady: 0,
-      bytesVerified: 0,
-      mismatches: 0,
-    };
+    const me = newOutcome(w.rank);
     const before = faultCount(w);
     let steady = before;
     await w.barrier();

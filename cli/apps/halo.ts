@@ -8,7 +8,7 @@
 // (it needs this rank's next faces before going further), never two. At the end every rank
 // compares its block, value for value, with the same steps computed serially on the whole grid.
 import { mapRegion, PAGE_SIZE, WrOpcode, SendFlags } from '../../lib/index.js';
-import { Completions, dims3, FIRST_STEPS, evictFor, faultCount, faultsSince, type Kernel, type RankOutcome } from './kernel.js';
+import { Completions, dims3, FIRST_STEPS, evictFor, faultCount, faultsSince, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The halo exchange's own parameters. */
@@ -108,14 +108,7 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
     const perSlot = slot / 8;
     const faces = [...Array(6).keys()].map((f) => faceIndices(f >> 1, f & 1, false, n));
     const ghosts = [...Array(6).keys()].map((f) => faceIndices(f >> 1, f & 1, true, n));
-    const me: RankOutcome = {
-      rank: w.rank,
-      stepUs: [],
-      faults: { source: 0, destination: 0, pathUs: 0 },
-      faultsSteady: 0,
-      bytesVerified: 0,
-      mismatches: 0,
-    };
+    const me = newOutcome(w.rank);
     const before = faultCount(w);
     let steady = before;
     // Receives are armed on every rank before any rank writes.

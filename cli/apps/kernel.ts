@@ -43,6 +43,11 @@ export interface RankOutcome {
   refused?: number;
 }
 
+/** A rank's outcome before its trial: nothing timed, counted or checked yet. */
+export function newOutcome(rank: number, extra: Pick<RankOutcome, 'opsPerStep' | 'refused'> = {}): RankOutcome {
+  return { rank, stepUs: [], faults: { source: 0, destination: 0, pathUs: 0 }, faultsSteady: 0, bytesVerified: 0, mismatches: 0, ...extra };
+}
+
 /** An application kernel: one rank's part of one trial. */
 export type Kernel<P> = (w: World, t: TrialOptions, params: P) => Promise<RankOutcome>;
 

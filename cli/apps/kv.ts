@@ -12,7 +12,7 @@
 // Pinned, the server may lock only `memlockBytes` (RLIMIT_MEMLOCK): it registers the part of
 // the store that fits (a shard) and refuses the keys beyond it; under ODP it serves them all.
 import { Access, mapRegion, PAGE_SIZE, SendFlags, WrOpcode, type MemoryRegion, type Region } from '../../lib/index.js';
-import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, type RankOutcome } from './kernel.js';
+import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The key-value store's own parameters. */
@@ -77,15 +77,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
     const versions = new Uint32Array(p.keys);
     const heard = new Array<number>(w.size).fill(0);
     // Refusals are counted by the clients (once each).
-    const me: RankOutcome = {
-      rank: 0,
-      stepUs: [],
-      faults: { source: 0, destination: 0, pathUs: 0 },
-      faultsSteady: 0,
-      bytesVerified: 0,
-      mismatches: 0,
-      refused: 0,
-    };
+    const me = newOutcome(0, { refused: 0 });
     const before = faultCount(w);
     let steady = before;
     await w.barrier();
@@ -147,16 +139,7 @@ const client: Kernel<KvParams> = async (w, t, p) => {
     const answer = new DataView(buf.buffer, slot, 16);
     const read = Buffer.from(buf.buffer, slot + PAGE_SIZE, p.valueBytes);
     const versions = new Uint32Array(own);
-    const me: RankOutcome = {
-      rank: c,
-      stepUs: [],
-      faults: { source: 0, destination: 0, pathUs: 0 },
-      faultsSteady: 0,
-      bytesVerified: 0,
-      mismatches: 0,
-      opsPerStep: p.batch,
-      refused: 0,
-    };
+    const me = newOutcome(c, { opsPerStep: p.batch, refused: 0 });
     const before = faultCount(w);
     let steady = before;
     // A deterministic stream of keys and operations per client (an LCG): the same in every trial.

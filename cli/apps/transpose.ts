@@ -7,7 +7,7 @@
 // by the step's parity (a rank can start the next transpose before a slower one has unpacked
 // this one, never two ahead). Every element is checked against A's known values.
 import { mapRegion, PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
-import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, type RankOutcome } from './kernel.js';
+import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The transpose's own parameters. */
@@ -40,14 +40,7 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
     const s = new Float64Array(send.buffer);
     const r = new Float64Array(recv.buffer);
     const per = slot / 8;
-    const me: RankOutcome = {
-      rank: w.rank,
-      stepUs: [],
-      faults: { source: 0, destination: 0, pathUs: 0 },
-      faultsSteady: 0,
-      bytesVerified: 0,
-      mismatches: 0,
-    };
+    const me = newOutcome(w.rank);
     const before = faultCount(w);
     let steady = before;
     await w.barrier();
