@@ -8,7 +8,7 @@
 // slots, used in turn, and N−1 receives are posted ahead. Values are small integers, so the sum
 // is exact in any order: every element is checked against the sum computed here.
 import { mapRegion, PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
-import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
+import { Completions, countFaults, evictFor, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The allreduce's own parameters. */
@@ -81,9 +81,7 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
       }
       me.bytesVerified += values * 8;
     }
-    me.faults = faultsSince(w, before);
-    const late = faultsSince(w, steady);
-    me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+    countFaults(w, t, me, before, steady);
     await w.barrier();
     return me;
   } finally {

@@ -8,7 +8,7 @@
 // (it needs this rank's next faces before going further), never two. At the end every rank
 // compares its block, value for value, with the same steps computed serially on the whole grid.
 import { mapRegion, PAGE_SIZE, WrOpcode, SendFlags } from '../../lib/index.js';
-import { Completions, dims3, FIRST_STEPS, evictFor, faultCount, faultsSince, type Kernel, newOutcome } from './kernel.js';
+import { Completions, countFaults, dims3, FIRST_STEPS, evictFor, faultCount, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The halo exchange's own parameters. */
@@ -146,9 +146,7 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
       [u, v] = [v, u];
       me.stepUs.push((performance.now() - t0) * 1000);
     }
-    me.faults = faultsSince(w, before);
-    const late = faultsSince(w, steady);
-    me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+    countFaults(w, t, me, before, steady);
     // Every rank is done writing before any buffer goes away.
     await w.barrier();
     const [gx, gy, gz] = d.map((k) => k * n) as [number, number, number];

@@ -72,6 +72,13 @@ export function faultsSince(w: World, before: FaultCount): FaultCount {
   return { source: now.source - before.source, destination: now.destination - before.destination, pathUs: now.pathUs - before.pathUs };
 }
 
+/** The trial's faults into `me`: all of them since `before`, and those after the first FIRST_STEPS steps (since `steady`). */
+export function countFaults(w: World, t: TrialOptions, me: RankOutcome, before: FaultCount, steady: FaultCount): void {
+  me.faults = faultsSince(w, before);
+  const late = faultsSince(w, steady);
+  me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+}
+
 /** Evict `regions` for a step when asked: unmapPages keeps the bytes of shared mappings, so nothing is lost, every page faults again. */
 export function evictFor(t: TrialOptions, regions: Region[]): void {
   if (t.evictEachStep && t.policy !== 'pin') for (const r of regions) r.unmapPages();

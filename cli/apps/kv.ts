@@ -12,7 +12,7 @@
 // Pinned, the server may lock only `memlockBytes` (RLIMIT_MEMLOCK): it registers the part of
 // the store that fits (a shard) and refuses the keys beyond it; under ODP it serves them all.
 import { Access, mapRegion, PAGE_SIZE, SendFlags, WrOpcode, type MemoryRegion, type Region } from '../../lib/index.js';
-import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
+import { Completions, countFaults, evictFor, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The key-value store's own parameters. */
@@ -112,9 +112,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
       }
       me.stepUs.push((performance.now() - t0) * 1000);
     }
-    me.faults = faultsSince(w, before);
-    const late = faultsSince(w, steady);
-    me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+    countFaults(w, t, me, before, steady);
     await w.barrier();
     return me;
   } finally {
@@ -192,9 +190,7 @@ const client: Kernel<KvParams> = async (w, t, p) => {
       }
       me.stepUs.push((performance.now() - t0) * 1000);
     }
-    me.faults = faultsSince(w, before);
-    const late = faultsSince(w, steady);
-    me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+    countFaults(w, t, me, before, steady);
     await w.barrier();
     return me;
   } finally {

@@ -7,7 +7,7 @@
 // by the step's parity (a rank can start the next transpose before a slower one has unpacked
 // this one, never two ahead). Every element is checked against A's known values.
 import { mapRegion, PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
-import { Completions, evictFor, faultCount, faultsSince, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
+import { Completions, countFaults, evictFor, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
 import { exchangeBuffers, registerFor } from './world.js';
 
 /** The transpose's own parameters. */
@@ -70,9 +70,7 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
       for (let x = 0; x < b; x++) for (let j = 0; j < m; j++) if (out[x * m + j] !== element(j, w.rank * b + x, m, it)) me.mismatches++;
       me.bytesVerified += b * m * 8;
     }
-    me.faults = faultsSince(w, before);
-    const late = faultsSince(w, steady);
-    me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+    countFaults(w, t, me, before, steady);
     await w.barrier();
     return me;
   } finally {
