@@ -152,7 +152,7 @@ function checkWrite(p: WritePacket, each = false): void {
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
   if (p.opcode !== undefined) {
     // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
-    int('opcode', p.opcode, RcOp.WRITE, RcOp.UD_SEND_IMM);
+    int('opcode', p.opcode, RcOp.WRITE, RcOp.ATOMIC_ACK);
     if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
     int('srcQpn', p.srcQpn, 0, 0xffffff);
     int('psn', p.psn, 0, 0xffffff);
@@ -203,11 +203,11 @@ function checkWrite(p: WritePacket, each = false): void {
     // XRCETH: an XRC send QP's request names the target's XRC SRQ (never an answer, never UD).
     if (p.srqn !== undefined) {
       int('srqn', p.srqn, 0, 0xffffff);
-      if (ud || p.opcode === RcOp.READ_RESPONSE) bad('opcode', 'an RC request with srqn', p.opcode);
+      if (ud || p.opcode === RcOp.READ_RESPONSE || p.opcode === RcOp.ATOMIC_ACK) bad('opcode', 'an RC request with srqn', p.opcode);
     }
-    // ATOMIC WRITE: the 8 new bytes of one word, in one block.
-    if (p.opcode === RcOp.ATOMIC_WRITE && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
-      bad('length', '8 in an ATOMIC_WRITE, one block', p.length);
+    // ATOMIC WRITE: the 8 new bytes of one word; ATOMIC ACKNOWLEDGE: AtomicAckETH, the word's 8 old bytes; one block each.
+    if ((p.opcode === RcOp.ATOMIC_WRITE || p.opcode === RcOp.ATOMIC_ACK) && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
+      bad('length', `8 in an ${RcOp[p.opcode]}, one block`, p.length);
   } else if (
     p.srcQpn !== undefined ||
     p.psn !== undefined ||

@@ -36,7 +36,7 @@ import {
   withPayload,
   type DecodedWrite,
 } from './headers.js';
-import type { AckPacket, Packet, WritePacket } from './packets.js';
+import type { Packet, WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
 /** A libfabric provider: tcp (between hosts), shm (one host), verbs (a real RDMA NIC). */
@@ -679,7 +679,7 @@ export class LibfabricTransport implements Transport {
       queueMicrotask(() => this.#tellLost(p.dst));
       return;
     }
-    if (p.type === 'ack' && p.verdicts) this.#release(p);
+    if (p.type === 'ack' && p.verdicts) this.#release(p.dst, p.tid, p.seq);
     this.#sendPacket(handle, this.#encode(p));
   }
 
@@ -832,9 +832,14 @@ export class LibfabricTransport implements Transport {
     return { raw, memory: rawMemory(raw) };
   }
 
-  // The answer to a write goes out: its copy is done, the staging mapping can serve the next.
-  #release(ack: AckPacket): void {
-    const k = `${ack.dst}:${ack.tid}:${ack.seq}`;
+  placed(p: WritePacket): void {
+    this.#release(p.src, p.tid, p.seq);
+  }
+
+  // The answer to a write goes out (or a response was placed): its copy is done, the staging
+  // mapping can serve the next.
+  #release(src: number, tid: number, seq: number): void {
+    const k = `${src}:${tid}:${seq}`;
     const s = this.#staged.get(k);
     if (!s) return;
     this.#staged.delete(k);

@@ -15,7 +15,10 @@ export enum RcOp {
   SEND = 3,
   /** SEND with immediate. */
   SEND_IMM = 4,
-  /** RDMA READ response (and an atomic's original value): it lands in the requester's own sinks. */
+  /**
+   * RDMA READ response: it lands in the requester's own sinks. It is the READ's acknowledgement
+   * (AETH): nothing ACKs it; a fault at the sink makes the requester ask again (see ATOMIC_ACK).
+   */
   READ_RESPONSE = 5,
   /** RDMA READ request: RETH names what to read (`va`, `key`, `dmaLength`); no payload. */
   READ_REQUEST = 6,
@@ -34,6 +37,18 @@ export enum RcOp {
   UD_SEND = 10,
   /** UD SEND with immediate. */
   UD_SEND_IMM = 11,
+  /**
+   * ATOMIC ACKNOWLEDGE: its 8 bytes are AtomicAckETH, the word's original value, landing in the
+   * requester's sink. Like a READ response it is the request's acknowledgement, never ACKed:
+   * a fault at the sink makes the requester send the request again under the same PSN, which the
+   * responder answers from its replay of recent atomics without executing it again.
+   */
+  ATOMIC_ACK = 12,
+}
+
+/** Whether an opcode is a response (a READ's bytes, an atomic's old value): the request's acknowledgement, which nothing ACKs. */
+export function isResponse(op: RcOp | undefined): boolean {
+  return op === RcOp.READ_RESPONSE || op === RcOp.ATOMIC_ACK;
 }
 
 /** The ACK's 4-bit resp field. */
@@ -70,7 +85,7 @@ export enum AckResp {
   INV_REQ = 12,
   /** NAK remote operational error: the responder could not carry it out, e.g. a receive buffer in no MR (REM_OP_ERR). */
   OP_ERR = 13,
-  /** A READ's or an atomic's answer did not land: the verdict's `answer` says how it ended. */
+  /** A READ's or an atomic's response could not be sent (the responder's memory): the verdict's `answer` says how it ended. */
   ANSWER_ERR = 14,
 }
 
@@ -242,7 +257,7 @@ export interface Verdict {
     /** Real µs from the fault's detection to its answer, measured at the destination (the source's real fault time starts that much before the NACK). */
     heldUs: number;
   };
-  /** A READ's or an atomic's answer that landed: what its transfers took (the requester's completion reports it). */
+  /** ANSWER_ERR: what the response's transfers took before they failed (the requester's completion reports it). */
   answered?: {
     /** Faults at the responder's memory (the answer's source) and at the requester's sinks. */
     faults: {

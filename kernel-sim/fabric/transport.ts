@@ -1,7 +1,7 @@
 // What a node needs from the network: send a packet to another node and be handed the
 // packets sent to it. Fabric is the in-process implementation; a transport between
 // processes or hosts implements the same interface, and no node holds anything of another.
-import type { Packet } from './packets.js';
+import type { Packet, WritePacket } from './packets.js';
 
 /** What carries packets between nodes: the in-process Fabric, or LibfabricTransport between processes. */
 export interface Transport {
@@ -23,6 +23,12 @@ export interface Transport {
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes?: number): P;
   /** A transport between processes: whether `node` is hosted here (absent: every node is). */
   isLocal?(node: number): boolean;
+  /**
+   * A transport between processes: a write received here whose answer is no packet (a response,
+   * which nothing ACKs) was placed: its staged bytes may serve the next write (an ACK going out
+   * frees the others').
+   */
+  placed?(p: WritePacket): void;
   /** A transport between processes: hear when a peer node goes away, so what waits on it ends. */
   onPeerLost?(listener: (node: number) => void): void;
 }

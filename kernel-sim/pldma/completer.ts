@@ -3,13 +3,15 @@
 // hands a fault to the fault unit (faults.ts: it parks the transfer until the fault library
 // answers), and completes the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
-import { AckResp, type AckPacket, RcOp, type Verdict } from '../fabric/packets.js';
+import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
 import { rnrTimerMs } from './rc.js';
 import {
+  type Awaited,
   type DmaCompletion,
+  requestKey,
   type SentRun,
   DmaStatus,
   type EngineState,
@@ -35,6 +37,7 @@ const STATUS_OF_RESP: Partial<Record<AckResp, DmaStatus>> = {
   [AckResp.DROPPED]: DmaStatus.DROPPED,
   [AckResp.INV_REQ]: DmaStatus.REM_INV_REQ,
   [AckResp.OP_ERR]: DmaStatus.REM_OP,
+  [AckResp.FLUSHED]: DmaStatus.FLUSHED,
 };
 
 /** The status a fault that cannot be resolved ends a transfer with. */
@@ -78,6 +81,116 @@ export class Completer {
       const n = this.#nacked;
       this.#nacked = undefined;
       if (n && !t.done) this.#faults.nackAnswered(t, n.seq, n.resolved);
+    }
+    s.scheduler.kick();
+  }
+
+  /** A run of one of this node's responses went out: it is done (nothing ACKs a response). */
+  answerSent(t: Transfer): void {
+    this.outstanding--;
+    const s = this.#s;
+    const run = !t.done ? t.runs.shift() : undefined;
+    if (run) {
+      if (run.window) s.smmu.endStallWindow(run.window);
+      this.#verdict(t, run, { seq: run.seq, count: run.count, resp: AckResp.OK, walkUs: 0 });
+      if (!t.done) this.#settle(t);
+    }
+    s.scheduler.kick();
+  }
+
+  /**
+   * What landed of a response (READ_RESPONSE, ATOMIC_ACK) to one of this node's READ or atomic
+   * requests, packet by packet in the order they came (rxe_comp's do_read, do_atomic): the
+   * response is the request's acknowledgement. Bytes count where they continue what has landed
+   * (a packet of a response asked for before a fault, or twice, lands nothing new and is passed
+   * over); the request completes once every byte of its sinks has landed. A fault at a sink
+   * (its page already resolved by this node's fault unit, or not within the fault timeout), or
+   * a page of the responder's gone before the copy read it, sends the request again for the rest.
+   */
+  onResponse(p: WritePacket, verdicts: Verdict[]): void {
+    const s = this.#s;
+    const t = s.requests.get(requestKey(p.qpn!, p.psn!));
+    const a = t?.answer;
+    // Nothing of this request is on the wire (it waits to go again): a late packet.
+    if (!t || !a || t.done || t.runs.length === 0) return;
+    let walkUs = 0;
+    for (const v of verdicts) {
+      const k = v.seq - p.seq;
+      const sink = t.desc.sinks![a.sink];
+      if (!sink || p.key !== sink.lkey || p.va + BigInt(k * p.blockSize) !== sink.addr + BigInt(a.within)) return;
+      a.srcFaults.set(p.tid, p.srcFaults ?? 0);
+      if (v.resp !== AckResp.OK) return this.#responseStopped(t, a, p, v);
+      this.#landed(t, a, Math.min(p.length, (k + v.count) * p.blockSize) - k * p.blockSize);
+      walkUs = v.walks ? v.walks[v.count - 1]! : v.walkUs;
+    }
+    if (a.landed < (t.desc.opcode === RcOp.ATOMIC ? 8 : (t.desc.dmaLength ?? 0))) return;
+    for (const n of a.srcFaults.values()) t.faults.source += n;
+    const run = t.runs.shift()!;
+    this.outstanding--;
+    const arrive = this.#reserve(t, run, 0, 0);
+    this.ack(t, 0, 1, Math.max(arrive, p.arrivals[p.count - 1]! + walkUs));
+    s.scheduler.kick();
+  }
+
+  // Bytes of a response landed where the next ones were due: on to the next sink when one is full.
+  #landed(t: Transfer, a: Awaited, bytes: number): void {
+    const sinks = t.desc.sinks!;
+    a.landed += bytes;
+    a.within += bytes;
+    while (a.sink < sinks.length && a.within >= sinks[a.sink]!.length) {
+      a.within -= sinks[a.sink]!.length;
+      a.sink++;
+    }
+  }
+
+  // A response stopped where the next bytes were due: the request goes again for the rest
+  // (after a sink fault, once this node's fault library answered), or ends with the error.
+  #responseStopped(t: Transfer, a: Awaited, p: WritePacket, v: Verdict): void {
+    const s = this.#s;
+    const run = t.runs.shift()!;
+    this.outstanding--;
+    const at = Math.max(this.#reserve(t, run, 0, 0), p.arrivals[v.seq - p.seq]!) + v.walkUs;
+    switch (v.resp) {
+      case AckResp.FAULT: {
+        t.faults.destination++;
+        // The fault began when this node's responder found it, the time it held it ago.
+        t.faultStarted.push(realNowUs() - (v.resolved?.heldUs ?? 0));
+        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq: 0, response: true } });
+        // Bytes landed since the last fault: the retry limit counts this sink's faults afresh.
+        const st = t.own.get(0);
+        if (st && a.landed > a.faultedAt) st.dstNacks = 0;
+        a.faultedAt = a.landed;
+        a.refault = { node: p.src, tid: p.tid, seq: v.seq };
+        this.#faults.park(t, 0, at, 'destination');
+        this.#faults.nackAnswered(t, 0, v.resolved);
+        break;
+      }
+      case AckResp.UNRESOLVED:
+        t.faults.destination++;
+        this.fail(
+          t,
+          true,
+          DmaStatus.FAULT_UNRESOLVED,
+          `node ${s.node}'s fault library could not resolve the fault at the response's sink`,
+          at,
+          'destination',
+        );
+        break;
+      case AckResp.SOURCE_FAULT:
+        // A page of the responder's went away before the copy read it: ask again (its own SMMU faults on it then).
+        this.#unsend(t, 0, 1);
+        t.modelReady = Math.max(t.modelReady, at);
+        s.scheduler.wake(t.desc.channel);
+        break;
+      default:
+        this.fail(
+          t,
+          true,
+          STATUS_OF_RESP[v.resp] ?? DmaStatus.FLUSHED,
+          v.reason ?? `the response was not placed: ${AckResp[v.resp]}`,
+          at,
+          'destination',
+        );
     }
     s.scheduler.kick();
   }
@@ -286,6 +399,10 @@ export class Completer {
     t.done = true;
     clearTimeout(t.parkTimer);
     s.transfers.delete(t.tid);
+    if (t.answer) {
+      const k = requestKey(t.desc.srcQp!, t.desc.psn!);
+      if (s.requests.get(k) === t) s.requests.delete(k);
+    }
     const ch = s.chans.get(t.desc.channel);
     if (ch) {
       const i = ch.queue.indexOf(t);

@@ -9,7 +9,7 @@
 // models what the answer cost and tells the driver when the block went out again, so the
 // SMMU driver keeps no engine bookkeeping.
 import { realNowUs } from '../cost-model/index.js';
-import type { WritePacket } from '../fabric/packets.js';
+import { isResponse, type WritePacket } from '../fabric/packets.js';
 import type { ResolveMethod } from '../netlink/messages.js';
 import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
 import type { Translation } from '../smmu/smmu.js';
@@ -117,10 +117,11 @@ export class Faults {
    * carries back to the source), or until the fault timeout (a NACK without one: the source
    * goes again at once, as its park timer would have).
    */
-  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number, base: bigint = p.va): Promise<HeldAnswer | undefined> {
+  destination(p: WritePacket, i: number, sid: number, tr: Fault, at: number, base: bigint = p.va, nack = true): Promise<HeldAnswer | undefined> {
     const s = this.#s;
     s.counters.faults.destination++;
-    s.counters.nacksSent++;
+    // A response's sink fault sends no NACK (its requester asks again), nor an atomic's word held here.
+    if (nack && !isResponse(p.opcode)) s.counters.nacksSent++;
     const info = this.destinationInfo(p, i, sid, tr.addr, at, base);
     const t0 = realNowUs();
     const answered = new Promise<HeldAnswer | undefined>((resolve) => {

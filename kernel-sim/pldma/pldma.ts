@@ -107,6 +107,8 @@ export class Pldma {
       engineRes: new ModelResource(),
       chans: new Map(),
       transfers: new Map(),
+      requests: new Map(),
+      answers: new Map(),
       counters,
       closed: false,
     };
@@ -127,6 +129,7 @@ export class Pldma {
       faults: this.#faults,
       tables: deps.tables ?? new RcTables(),
       post: (d) => this.#requester.post(d),
+      responded: (p, verdicts) => this.#completer.onResponse(p, verdicts),
       channels: this.channels,
     });
   }
@@ -187,8 +190,16 @@ export class Pldma {
       if (tag) fences.set(`${d.dstNode}:${tag.qp}:${tag.key}`, { node: d.dstNode, tag });
       this.#completer.fail(t, false, DmaStatus.FLUSHED, `QP ${srcQp} of node ${this.node} was destroyed`, t.modelEnd, 'source');
     }
+    // Its responses are done once sent: revoked through the QP, their copies fenced too.
+    const answers = this.#s.answers.get(srcQp);
+    if (answers) {
+      answers.revoked = true;
+      this.#s.answers.delete(srcQp);
+      for (const peer of answers.peers.values()) fences.set(`${peer.node}:${peer.qp}:undefined`, { node: peer.node, tag: { qp: peer.qp } });
+    }
     let ok = true;
     for (const f of fences.values()) ok = this.#fenceCopies(f.node, f.tag, timeoutMs) && ok;
+    this.#responder.forget(srcQp);
     return ok;
   }
 

@@ -230,7 +230,16 @@ export interface RcAdmitted {
   spans: RcPlace['spans'];
   /** The packet ends the message. */
   last: boolean;
+  /**
+   * A READ or an atomic request under a PSN this QP already took (rxe_resp's duplicate_request):
+   * the requester asks again for the rest of a READ, or for an atomic's result (a fault at its
+   * sink). A READ is read again; an atomic is answered from the replay, never executed again.
+   */
+  duplicate?: boolean;
 }
+
+/** How far back (PSNs) a READ or an atomic request counts as a duplicate of one already taken. */
+const DUPLICATE_WINDOW = 1 << 23;
 
 /**
  * Admit an RC packet at this node (rxe_resp's checks, in its order): the QP and its
@@ -250,9 +259,9 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   const { off, total } = spanOf(p);
   const last = off + p.length === total;
   const spansOf = (): RcPlace['spans'] => (p.length > 0 ? [{ va: p.va, length: p.length, key: p.key! }] : []);
-  // A READ response belongs to this QP's own outstanding READ (checkRc checked it expects it),
-  // not to a message its responder receives: no PSN of the receive side.
-  if (p.opcode === RcOp.READ_RESPONSE)
+  // A READ response or an atomic's belongs to this QP's own outstanding request (checkRc
+  // checked it expects it), not to a message its responder receives: no PSN of the receive side.
+  if (p.opcode === RcOp.READ_RESPONSE || p.opcode === RcOp.ATOMIC_ACK)
     return {
       qp,
       msg: { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs },
@@ -277,6 +286,16 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   let msg = r.msg;
   const continues = msg !== undefined && msg.psn === p.psn;
   if (!continues) {
+    const behind = (r.epsn - (p.psn ?? r.epsn)) & 0xffffff;
+    if ((p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) && behind > 0 && behind <= DUPLICATE_WINDOW)
+      return {
+        qp,
+        msg: { psn: p.psn!, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs },
+        total,
+        spans: spansOf(),
+        last,
+        duplicate: true,
+      };
     if (p.psn !== r.epsn || off !== 0)
       return { nak: 'psn', reason: `QP ${p.qpn} expects PSN ${r.epsn} to start a message, got PSN ${String(p.psn)} at byte ${off}` };
     msg = { psn: p.psn, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
@@ -460,6 +479,7 @@ export function checkRc(t: RcTables, p: RcPacket): RcRefusal | undefined {
       return undefined;
     }
     case RcOp.READ_RESPONSE:
+    case RcOp.ATOMIC_ACK:
       if (p.length === 0) return undefined;
       if (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length))
         return { nak: 'access', reason: `QP ${p.qpn} expects no response bytes at ${hex(Number(p.va))} under key ${hex(p.key ?? 0)}` };

@@ -9,10 +9,11 @@
 // destination's SMMU, engine or memory map: only the answers to its packets, which the
 // completer reads.
 import { realNowUs } from '../cost-model/index.js';
-import { RcOp, type WritePacket } from '../fabric/packets.js';
+import { isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
 import type { Faults } from './faults.js';
+import type { MemoryLike } from '../memory.js';
 import {
   type DmaCompletion,
   type DmaDescriptor,
@@ -21,6 +22,7 @@ import {
   MAX_RUN_BLOCKS,
   NO_MEMORY,
   type PayloadView,
+  requestKey,
   RUNS_IN_FLIGHT,
   traceTransfer,
   type Transfer,
@@ -92,6 +94,11 @@ export class Requester implements Schedulable {
       // An empty RC message is one packet with no bytes.
       t.blocks = Math.max(1, Math.ceil(desc.length / s.blockSize));
       s.transfers.set(tid, t);
+      // A READ or an atomic is answered by its response, which names it by QP and PSN.
+      if ((desc.opcode === RcOp.READ_REQUEST || desc.opcode === RcOp.ATOMIC) && desc.srcQp !== undefined && desc.psn !== undefined) {
+        t.answer = { landed: 0, sink: 0, within: 0, faultedAt: -1, srcFaults: new Map(), refault: undefined };
+        s.requests.set(requestKey(desc.srcQp, desc.psn), t);
+      }
       let ch = s.chans.get(desc.channel);
       if (!ch) {
         ch = { id: desc.channel, queue: [], cursor: 0 };
@@ -209,7 +216,9 @@ export class Requester implements Schedulable {
             }),
           })
         : undefined;
-    const payload: PayloadView = { region, offset: batch.offset, revoked: false };
+    const payload: PayloadView = isResponse(d.opcode)
+      ? this.#answerPayload(t, region, batch.offset)
+      : { region, offset: batch.offset, revoked: false };
     t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload });
     t.plan.cursor = cursor;
     t.plan.engine = engineFree;
@@ -224,6 +233,29 @@ export class Requester implements Schedulable {
     }
     this.#completer.outstanding++;
     this.#send(t, first, k, bytes, payload, issued, arrivals, issuedMs, window !== undefined);
+    // A response's run is done once sent (on the next microtask: not inside the scheduler's pass).
+    if (isResponse(d.opcode)) queueMicrotask(() => this.#completer.answerSent(t));
+  }
+
+  // A response's payload: its runs are done when sent, so its QP's destruction revokes it
+  // through the QP (EngineState.answers), with every other response the QP sent.
+  #answerPayload(t: Transfer, region: MemoryLike, offset: number): PayloadView {
+    const s = this.#s;
+    const d = t.desc;
+    let tok = s.answers.get(d.srcQp!);
+    if (!tok) s.answers.set(d.srcQp!, (tok = { revoked: false, peers: new Map() }));
+    const token = tok;
+    token.peers.set(d.dstNode * 2 ** 24 + d.dstQp!, { node: d.dstNode, qp: d.dstQp! });
+    return {
+      region,
+      offset,
+      get revoked() {
+        return token.revoked;
+      },
+      set revoked(v: boolean) {
+        token.revoked = v;
+      },
+    };
   }
 
   // A run goes on the wire as one write packet, with the RC headers of its message.
@@ -287,7 +319,27 @@ export class Requester implements Schedulable {
     if (d.qkey !== undefined) packet.qkey = d.qkey;
     if (d.srqn !== undefined) packet.srqn = d.srqn;
     if (d.rnrRetry !== undefined) packet.rnrRetry = d.rnrRetry;
-    if (t.faults.source) packet.srcFaults = t.faults.source;
+    const srcFaults = t.faults.source + (d.srcFaults ?? 0);
+    if (srcFaults) packet.srcFaults = srcFaults;
+    if (t.answer) this.#again(packet, t);
+  }
+
+  // A READ or an atomic sent again after a fault at its sink: the same PSN, for what has not
+  // landed (RETH and the sinks moved on by it); the sink fault's statistics end here.
+  #again(packet: WritePacket, t: Transfer): void {
+    const a = t.answer!;
+    const d = t.desc;
+    if (a.landed > 0) {
+      packet.va += BigInt(a.landed);
+      packet.dmaLength = d.dmaLength! - a.landed;
+      packet.sinks = d.sinks!.slice(a.sink);
+      const first = packet.sinks[0]!;
+      packet.sinks[0] = { addr: first.addr + BigInt(a.within), length: first.length - a.within, lkey: first.lkey };
+    }
+    if (a.refault) {
+      this.#faults.sentAgain(a.refault.node, a.refault.tid, a.refault.seq, 'destination', packet.issuedUs[0]!, packet.issuedMs);
+      a.refault = undefined;
+    }
   }
 
   // An empty RC message: one packet carrying no bytes (a zero-length WRITE, SEND or immediate).
@@ -355,8 +407,8 @@ export class Requester implements Schedulable {
   #validate(d: DmaDescriptor): { status: DmaStatus; reason: string } | undefined {
     const s = this.#s;
     if (s.closed) return { status: DmaStatus.FLUSHED, reason: 'the engine is closed' };
-    // A responder's answers (READ responses) have channels of their own above the posted ones.
-    const channels = d.opcode === RcOp.READ_RESPONSE ? 2 * s.channels : s.channels;
+    // A responder's answers (READ responses, atomics' old values) have channels of their own above the posted ones.
+    const channels = isResponse(d.opcode) ? 2 * s.channels : s.channels;
     if (!Number.isInteger(d.channel) || d.channel < 0 || d.channel >= channels)
       return { status: DmaStatus.BAD_CHANNEL, reason: `channel ${d.channel} is not in 0..${s.channels - 1}` };
     if (!Number.isSafeInteger(d.length) || d.length < (d.opcode === undefined ? 1 : 0))

@@ -9,7 +9,7 @@
 // goes back as a packet.
 import type { CostModel } from '../cost-model/index.js';
 import { binding, type RawMapping } from '../../native/index.js';
-import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
+import { AckResp, type AckPacket, isResponse, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
@@ -33,20 +33,37 @@ export interface ResponderDeps {
   tables: RcTables;
   /** Post a transfer on this node's engine (a READ response, an atomic's original value). */
   post: (d: DmaDescriptor) => Promise<DmaCompletion>;
+  /** A response to one of this node's requests was placed (or stopped): its completer's to read, as an ACK. */
+  responded: (p: WritePacket, verdicts: Verdict[]) => void;
   /** Virtual channels of this node's engine. */
   channels: number;
 }
 
-/** The atomic unit's register: a page of the node's own, where an atomic's original value is read and its answer sent from. */
 /** Records a destination fault and waits for its answer (a NACK carries it). */
 type HoldNack = () => Promise<HeldAnswer | undefined>;
 
+/** A page of the atomic unit's register: 512 words, where atomics' original values are read and their responses sent from. */
 interface AtomicRegister {
   raw: RawMapping;
   memory: MemoryLike;
-  /** The streams it is mapped in (an answer's source is translated there). */
+  /** The streams it is mapped in (a response's source is translated there). */
   mapped: WeakSet<StreamContext>;
 }
+
+/** An atomic this node executed, kept for a duplicate request (rxe's responder resources): its PSN and the word of the register holding its original value. */
+interface Replayed {
+  psn: number;
+  slot: number;
+}
+
+/**
+ * Atomics each QP keeps for replay. A requester has one atomic outstanding per QP (the verbs
+ * run a READ or an atomic alone), so a word of the register is reused only after the response
+ * it holds has landed.
+ */
+const ATOMIC_REPLAY = 4;
+/** Words of one register page; word 0 of the first page is the unit's own (the new value). */
+const SLOTS_PER_PAGE = 512;
 
 /** Blocks of a write whose destination translated in one piece: where they land. */
 interface Group {
@@ -100,9 +117,11 @@ export class Responder {
   #walked: number[] = [];
   /** Keyed by source node × 2^20 + channel: bounded by the fabric's nodes and channels. */
   #lanes = new Map<number, Lane>();
-  /** One atomic at a time on this node (the atomic unit), and its register. */
+  /** One atomic at a time on this node (the atomic unit), its register, its free words and its replay per QP. */
   #atomics: Promise<unknown> = Promise.resolve();
-  #register: AtomicRegister | undefined;
+  #register: AtomicRegister[] = [];
+  #freeSlots: number[] = [];
+  #replay = new Map<number, Replayed[]>();
 
   constructor(deps: ResponderDeps) {
     this.#d = deps;
@@ -126,7 +145,7 @@ export class Responder {
     if (stop && stop.tid === p.tid && p.seq > stop.seq) {
       // Behind a write of this transfer that stopped: returned whole, as RC drops it.
       await before;
-      this.#answer(p, [], { seq: p.seq, count: p.count });
+      this.#reply(p, [], { seq: p.seq, count: p.count });
       answered();
       return;
     }
@@ -149,19 +168,22 @@ export class Responder {
     const dest = this.#place(p);
     const ctx = 'refusal' in dest ? undefined : dest.ctx;
     if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC || p.opcode === RcOp.FLUSH)) {
-      // A READ or an atomic: carried out here, its answer's bytes sent back on this node's
-      // engine; the request's ACK goes out once they have landed (or with why they did not).
-      const out =
+      // A READ or an atomic: carried out here, its response (READ_RESPONSE, ATOMIC_ACK) sent
+      // back on this node's engine; the response is the request's acknowledgement, so an ACK
+      // goes only for a FLUSH, a refusal, a fault NACK, or a response that could not be sent.
+      const out: { verdict: Verdict; fault?: HoldNack } | undefined =
         p.opcode === RcOp.READ_REQUEST
-          ? await this.#read(p, dest.rc)
+          ? this.#read(p, dest.rc)
           : p.opcode === RcOp.FLUSH
             ? this.#flush(p, dest)
             : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
-      if (dest.rc.qp.resp.msg === dest.rc.msg && out.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
-      if (out.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
+      if (dest.rc.qp.resp.msg === dest.rc.msg && out?.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
+      if (out?.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
       await before;
-      await this.#hold(out.verdict, out.fault);
-      this.#answer(p, [out.verdict], undefined);
+      if (out) {
+        await this.#hold(out.verdict, out.fault);
+        this.#answer(p, [out.verdict], undefined);
+      }
       answered();
       return;
     }
@@ -260,14 +282,14 @@ export class Responder {
     const early = lane.stop;
     if (early && early.tid === p.tid && early.seq < p.seq) {
       if (rc) this.#notReceived(rc);
-      this.#answer(p, [], { seq: p.seq, count: p.count });
+      this.#reply(p, [], { seq: p.seq, count: p.count });
     } else {
       // Every byte of the message is in: its receive completes before the ACK goes out.
       if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
       else if (rc) this.#notReceived(rc);
       // A write stops at its first fault: it is the last verdict.
       for (const f of faults) await this.#hold(last!, f);
-      this.#answer(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
+      this.#reply(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
     }
     answered();
   }
@@ -319,24 +341,36 @@ export class Responder {
     return { ctx, spans: a.spans, rc: a };
   }
 
-  // An RDMA READ: the bytes read from this node's memory go back as READ responses, one
-  // transfer per sink of the requester's, on this node's engine, in the QP's PD.
-  async #read(p: WritePacket, a: RcAdmitted): Promise<{ verdict: Verdict; fault?: HoldNack }> {
+  // An RDMA READ (or one asked again: a duplicate is read again, as RC allows): the bytes read
+  // from this node's memory go back as READ responses, one transfer per sink of the
+  // requester's, on this node's engine, in the QP's PD. A source fault holds a response until
+  // this node's fault library answered (the engine's park). An empty READ is answered by an ACK.
+  #read(p: WritePacket, a: RcAdmitted): { verdict: Verdict } | undefined {
     const sinks = p.sinks ?? [];
     const n = p.dmaLength ?? 0;
     let room = 0;
     for (const s of sinks) room += s.length;
     if (room !== n) return { verdict: this.#nak(p, AckResp.INV_REQ, `a ${n}-byte READ names ${room} bytes of sinks`) };
+    if (n === 0) return { verdict: { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: 0 } };
     let off = 0;
     const posts: Array<Promise<DmaCompletion>> = [];
     for (const s of sinks) {
       if (s.length > 0) posts.push(this.#d.post(this.#answerDesc(p, a, p.va + BigInt(off), s)));
       off += s.length;
     }
-    return { verdict: this.#outcome(p, await Promise.all(posts)) };
+    this.#failed(p, posts);
+    return undefined;
   }
 
-  // The descriptor of an answer's bytes: from this node's `from` to the requester's sink.
+  // A response that could not be sent (its source unresolved, past its retry limit, its QP
+  // destroyed): the request's NAK says how it ended and what it took.
+  #failed(p: WritePacket, posts: Array<Promise<DmaCompletion>>): void {
+    void Promise.all(posts).then((results) => {
+      if (results.some((r) => r.status !== DmaStatus.SUCCESS)) this.#answer(p, [this.#outcome(p, results)], undefined);
+    });
+  }
+
+  // The descriptor of a response's bytes: from this node's `from` to the requester's sink.
   #answerDesc(p: WritePacket, a: RcAdmitted, from: bigint, sink: { addr: bigint; length: number; lkey: number }): DmaDescriptor {
     const d: DmaDescriptor = {
       // Answers run on channels of their own (channels … 2×channels-1): never queued behind
@@ -350,15 +384,14 @@ export class Responder {
       key: sink.lkey,
       dstQp: p.srcQpn!,
       srcQp: a.qp.qpNum,
-      opcode: RcOp.READ_RESPONSE,
+      opcode: p.opcode === RcOp.ATOMIC ? RcOp.ATOMIC_ACK : RcOp.READ_RESPONSE,
       psn: p.psn!,
     };
-    if (p.rnrRetry !== undefined) d.retryLimit = p.rnrRetry === 7 ? Infinity : p.rnrRetry;
     return d;
   }
 
-  // The request's verdict from how its answer's transfers ended: OK, or the first failure,
-  // carried whole (status and side) so the requester's completion says what happened.
+  // The request's NAK from how its response's transfers ended: the first failure, carried whole
+  // (status and side) with what they took, so the requester's completion says what happened.
   #outcome(p: WritePacket, results: DmaCompletion[]): Verdict {
     const answered = { faults: { source: 0, destination: 0 }, retransmittedBlocks: 0, majorFaults: 0 };
     for (const r of results) {
@@ -367,8 +400,7 @@ export class Responder {
       answered.retransmittedBlocks += r.retransmittedBlocks;
       answered.majorFaults += r.pagesFetched;
     }
-    const bad = results.find((r) => r.status !== DmaStatus.SUCCESS);
-    if (!bad) return { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: 0, answered };
+    const bad = results.find((r) => r.status !== DmaStatus.SUCCESS)!;
     const v: Verdict = {
       seq: p.seq,
       count: 1,
@@ -397,33 +429,62 @@ export class Responder {
     return { seq: p.seq, count: 1, resp, walkUs: 0, reason };
   }
 
-  // Atomics run one at a time on this node (the device's atomic unit).
-  #queueAtomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: HoldNack }> {
-    const run = () => this.#atomic(p, dest);
+  // An atomic request. A duplicate (its requester asks again: a fault at its sink) is answered
+  // from the QP's replay, never executed again (rxe's responder resources). A new one's word is
+  // translated on this node's SMMU first: a missing page is resolved by this node's fault unit
+  // and the atomic waits for it (the response holds, as a write's fault NACK does), or goes back
+  // as the fault NACK if no answer came within the fault timeout. Then the atomic unit, one
+  // atomic at a time on this node, executes it.
+  async #queueAtomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: HoldNack } | undefined> {
+    const a = dest.rc;
+    const sink = p.sinks?.[0];
+    if (!sink || sink.length !== 8 || p.sinks!.length !== 1)
+      return { verdict: this.#nak(p, AckResp.INV_REQ, 'an atomic answers into one 8-byte sink') };
+    if (a.duplicate) {
+      const r = this.#replay.get(a.qp.qpNum)?.find((e) => e.psn === p.psn);
+      if (!r) return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} keeps no atomic of PSN ${String(p.psn)} to answer again`) };
+      this.#failed(p, [this.#d.post(this.#answerDesc(p, a, this.#slotAt(dest.ctx, r.slot).address, sink))]);
+      return undefined;
+    }
+    let faults = 0;
+    const tr = this.#d.smmu.translate(dest.ctx.sid, p.va, 8, 'write');
+    if (!tr.ok) {
+      const nack = this.#fault(p, 0, dest.ctx.sid, tr, p.va, false);
+      if (!nack.fault) return nack;
+      const answer = await nack.fault();
+      if (!answer?.ok) {
+        // No answer in time: the NACK goes without one (the requester asks again at once); or the library could not.
+        this.#d.counters.nacksSent++;
+        if (answer) nack.verdict.resp = AckResp.UNRESOLVED;
+        return { verdict: nack.verdict };
+      }
+      faults = 1;
+    }
+    const run = () => this.#atomic(p, dest, faults);
     const out = this.#atomics.then(run, run);
     this.#atomics = out.catch(() => undefined);
     return out;
   }
 
-  // An atomic on the 8-byte word at p.va: translated on this node's SMMU (a fault is the
-  // fault NACK: the requester sends it again once resolved), its original value read into the
-  // atomic unit's register and sent to the requester's sink; once that landed, the new value
-  // written. Nothing is written if the answer could not land.
-  async #atomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }): Promise<{ verdict: Verdict; fault?: HoldNack }> {
+  // An atomic on the 8-byte word at p.va, in the atomic unit: the word's original value read
+  // into a word of the unit's register, the new value written, and the original value sent to
+  // the requester's sink as the ATOMIC_ACK (done when sent: its requester asks again if it
+  // cannot place it, and the replay answers). A page gone since it was translated is the fault
+  // NACK (the requester asks again).
+  async #atomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }, faults: number): Promise<{ verdict: Verdict; fault?: HoldNack } | undefined> {
     const { smmu, engine } = this.#d;
     const a = dest.rc;
-    const sink = p.sinks?.[0];
-    if (!sink || sink.length !== 8 || p.sinks!.length !== 1)
-      return { verdict: this.#nak(p, AckResp.INV_REQ, 'an atomic answers into one 8-byte sink') };
     // The QP went away while the atomic waited for the unit: nothing is read or written.
     if (!stillAdmitted(this.#d.tables, a, p.key))
       return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} went away before its atomic ran`) };
     const tr = smmu.translate(dest.ctx.sid, p.va, 8, 'write');
     if (!tr.ok) return this.#fault(p, 0, dest.ctx.sid, tr, p.va);
-    const reg = this.#registerFor(dest.ctx);
     const tag = nodeTag(this.#d.node, { qp: a.qp.qpNum, ...(p.key !== undefined ? { key: p.key } : {}) });
-    const read = await engine.copy(tr.region, tr.offset, reg.memory, 0, 8, CopyFlag.CheckSource, tag);
+    const slot = this.#takeSlot();
+    const old = this.#slotAt(dest.ctx, slot);
+    const read = await engine.copy(tr.region, tr.offset, old.page.memory, old.offset, 8, CopyFlag.CheckSource, tag);
     if (read.status !== CopyStatus.Ok) {
+      this.#freeSlots.push(slot);
       if (read.status === CopyStatus.SourceFault) {
         const evicted: Translation = {
           ok: false,
@@ -437,43 +498,70 @@ export class Responder {
       }
       return { verdict: this.#nak(p, AckResp.OP_ERR, 'the atomic unit could not read the word') };
     }
-    const view = new DataView(reg.raw.buffer);
-    const old = view.getBigUint64(0, true);
+    const orig = new DataView(old.page.raw.buffer).getBigUint64(old.offset, true);
     const at = p.atomic!;
-    const next = at.fetchAdd ? BigInt.asUintN(64, old + at.compareAdd) : old === at.compareAdd ? at.swap : undefined;
-    const answered = await this.#d.post(this.#answerDesc(p, a, reg.memory.address, sink));
-    const verdict = this.#outcome(p, [answered]);
-    if (verdict.resp !== AckResp.OK || next === undefined) return { verdict };
-    // The QP may have gone meanwhile: its word is not written then.
-    if (!stillAdmitted(this.#d.tables, a, p.key)) return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} went away during its atomic`) };
-    view.setBigUint64(8, next, true);
-    const wrote = await engine.copy(reg.memory, 8, tr.region, tr.offset, 8, CopyFlag.CheckDest, tag);
-    if (wrote.status !== CopyStatus.Ok)
-      return { verdict: this.#nak(p, AckResp.OP_ERR, "the atomic's word went away before its new value was written") };
-    return { verdict };
+    const next = at.fetchAdd ? BigInt.asUintN(64, orig + at.compareAdd) : orig === at.compareAdd ? at.swap : undefined;
+    if (next !== undefined) {
+      // The unit's own word (word 0 of its first page) holds the new value for the copy.
+      const unit = this.#register[0]!;
+      new DataView(unit.raw.buffer).setBigUint64(0, next, true);
+      const wrote = await engine.copy(unit.memory, 0, tr.region, tr.offset, 8, CopyFlag.CheckDest, tag);
+      if (wrote.status !== CopyStatus.Ok) {
+        this.#freeSlots.push(slot);
+        return { verdict: this.#nak(p, AckResp.OP_ERR, "the atomic's word went away before its new value was written") };
+      }
+    }
+    this.#remember(a.qp.qpNum, p.psn!, slot);
+    const d = this.#answerDesc(p, a, old.address, p.sinks![0]!);
+    if (faults) d.srcFaults = faults;
+    this.#failed(p, [this.#d.post(d)]);
+    return undefined;
   }
 
-  // The atomic unit's register, mapped in `ctx`'s stream (the answer's source is translated there).
-  #registerFor(ctx: StreamContext): AtomicRegister {
-    if (!this.#register) {
-      const raw = binding.mapRegion(4096, false, false, false);
+  // A free word of the unit's register (a page more when none is left).
+  #takeSlot(): number {
+    if (this.#freeSlots.length === 0) {
+      const raw = binding.mapRegion(SLOTS_PER_PAGE * 8, false, false, false);
       new Uint8Array(raw.buffer).fill(0);
       // Its bytes are read by a transport between processes too (it looks for `buffer`).
-      const memory = rawMemory(raw);
-      this.#register = { raw, memory, mapped: new WeakSet() };
+      this.#register.push({ raw, memory: rawMemory(raw), mapped: new WeakSet() });
+      const base = (this.#register.length - 1) * SLOTS_PER_PAGE;
+      for (let i = SLOTS_PER_PAGE - 1; i >= (base === 0 ? 1 : 0); i--) this.#freeSlots.push(base + i);
     }
-    const r = this.#register;
-    if (!r.mapped.has(ctx)) {
-      this.#d.smmu.map(ctx.sid, r.memory, { read: true, write: true });
-      r.mapped.add(ctx);
+    return this.#freeSlots.pop()!;
+  }
+
+  // Word `slot` of the register: its page (mapped in `ctx`'s stream, where a response's source is translated) and address.
+  #slotAt(ctx: StreamContext, slot: number): { page: AtomicRegister; offset: number; address: bigint } {
+    const page = this.#register[Math.floor(slot / SLOTS_PER_PAGE)]!;
+    if (!page.mapped.has(ctx)) {
+      this.#d.smmu.map(ctx.sid, page.memory, { read: true, write: true });
+      page.mapped.add(ctx);
     }
-    return r;
+    const offset = (slot % SLOTS_PER_PAGE) * 8;
+    return { page, offset, address: page.memory.address + BigInt(offset) };
+  }
+
+  // An atomic executed for QP `qp`: kept for a duplicate, the QP's oldest one's word freed.
+  #remember(qp: number, psn: number, slot: number): void {
+    let list = this.#replay.get(qp);
+    if (!list) this.#replay.set(qp, (list = []));
+    list.push({ psn, slot });
+    if (list.length > ATOMIC_REPLAY) this.#freeSlots.push(list.shift()!.slot);
+  }
+
+  /** QP `qp` of this node was destroyed (its responses' copies fenced): its replay goes. */
+  forget(qp: number): void {
+    for (const r of this.#replay.get(qp) ?? []) this.#freeSlots.push(r.slot);
+    this.#replay.delete(qp);
   }
 
   /** The atomic register goes with the engine. */
   close(): void {
-    if (this.#register) binding.closeRegion(this.#register.raw.id, this.#register.raw.buffer);
-    this.#register = undefined;
+    for (const r of this.#register) binding.closeRegion(r.raw.id, r.raw.buffer);
+    this.#register = [];
+    this.#freeSlots = [];
+    this.#replay.clear();
   }
 
   // A SEND's run over several receive buffers: each span translated whole (a fault stops the
@@ -519,12 +607,19 @@ export class Responder {
 
   // A fault at block `i` of the packet (its bytes landing from `base` on): the NACK's verdict,
   // and how to record the fault and wait for its answer; an access this node refuses is an error.
-  #fault(p: WritePacket, i: number, sid: number, fault: Extract<Translation, { ok: false }>, base: bigint): { verdict: Verdict; fault?: HoldNack } {
+  #fault(
+    p: WritePacket,
+    i: number,
+    sid: number,
+    fault: Extract<Translation, { ok: false }>,
+    base: bigint,
+    nack = true,
+  ): { verdict: Verdict; fault?: HoldNack } {
     const seq = p.seq + i;
     const walkUs = walkCost(this.#d.costs, fault);
     if (fault.recoverable) {
       const at = p.arrivals[i]! + walkUs;
-      return { verdict: { seq, count: 1, resp: AckResp.FAULT, walkUs }, fault: () => this.#d.faults.destination(p, i, sid, fault, at, base) };
+      return { verdict: { seq, count: 1, resp: AckResp.FAULT, walkUs }, fault: () => this.#d.faults.destination(p, i, sid, fault, at, base, nack) };
     }
     this.#d.smmu.recordFault(sid, fault, 'write');
     // F_PERMISSION or F_ADDR_SIZE: the stream was found above, in this same turn.
@@ -535,8 +630,8 @@ export class Responder {
   // The last packet of a SEND or a WRITE with immediate landed: its receive completes.
   #received(p: WritePacket, a: RcAdmitted): void {
     const { qp, msg } = a;
-    // A READ response is the requester's own: no message of this QP's responder.
-    if (p.opcode === RcOp.READ_RESPONSE) return;
+    // A response is the requester's own: no message of this QP's responder.
+    if (isResponse(p.opcode)) return;
     if (qp.resp.msg === msg) qp.resp.msg = undefined;
     if (p.opcode === RcOp.WRITE) return;
     const wqe = msg.wqe ?? qp.rq[0];
@@ -570,6 +665,14 @@ export class Responder {
   // A UD datagram that did not land (a fault: it is sent again) gives back the receive it took.
   #notReceived(a: RcAdmitted): void {
     if (a.qp.qkey !== undefined && a.msg.wqe) a.qp.giveBack?.(a.msg.wqe);
+  }
+
+  // The answer to a packet: an ACK; for a response (nothing ACKs it), what landed of it goes
+  // to this node's completer, and its bytes' staging (between processes) is free again.
+  #reply(p: WritePacket, verdicts: Verdict[], returned: { seq: number; count: number } | undefined): void {
+    if (!isResponse(p.opcode)) return this.#answer(p, verdicts, returned);
+    this.#d.transport.placed?.(p);
+    this.#d.responded(p, verdicts);
   }
 
   #answer(p: WritePacket, verdicts: Verdict[], returned: { seq: number; count: number } | undefined): void {

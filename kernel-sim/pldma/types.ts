@@ -136,6 +136,8 @@ export interface DmaDescriptor {
   };
   /** READ request, ATOMIC: the requester's rnr_retry, which bounds the faults its sinks may take (7: no bound). */
   rnrRetry?: number;
+  /** A response (READ_RESPONSE, ATOMIC_ACK): faults the responder took before posting it (an atomic's word), reported with its packets. */
+  srcFaults?: number;
   /** FLUSH: FETH's placement type bits and selectivity level (the range is `dstVa` and `dmaLength`). */
   flush?: {
     /** ibv_placement_type bits. */
@@ -389,6 +391,44 @@ export interface Transfer {
   held: { seq: number; sid: number; tr: Extract<Translation, { ok: false }>; cost: number; issuedUs: number; issuedMs: number } | undefined;
   /** Blocks the next run may carry: 2 after a destination fault, doubling while runs land whole (up to MAX_RUN_BLOCKS). */
   runLimit: number;
+  /** A READ or an atomic request: what of its response has landed (set at post). */
+  answer?: Awaited;
+}
+
+/**
+ * What of a READ's or an atomic's response has landed at the requester, in the order of its
+ * sinks. The response is the request's acknowledgement (RC's READ response, ATOMIC ACKNOWLEDGE):
+ * the request completes once every byte of its sinks has landed, and after a fault at a sink it
+ * goes again for the rest only (the same PSN, RETH and sinks moved on by what landed).
+ */
+export interface Awaited {
+  /** Bytes landed, from the first sink on. */
+  landed: number;
+  /** The sink the next bytes land in, and its bytes landed. */
+  sink: number;
+  within: number;
+  /** `landed` at the last fault at a sink: its retry count starts again once bytes land past it. */
+  faultedAt: number;
+  /** Source faults each of the responder's transfers reported (by its transfer id: each counts its own so far). */
+  srcFaults: Map<number, number>;
+  /** The block of the responder's transfer whose sink fault sends the request again (its fault's statistics end then). */
+  refault: { node: number; tid: number; seq: number } | undefined;
+}
+
+/** The key of a READ or atomic request in EngineState.requests: its QP and PSN, as its response names them. */
+export function requestKey(qp: number, psn: number): number {
+  return qp * 2 ** 24 + psn;
+}
+
+/**
+ * The responses one QP of this node sent: their runs are done when sent, so a QP destroyed
+ * revokes their payloads through this (a view of this node's memory that the requester's copy
+ * may still read) and fences the requesters' copies of them.
+ */
+export interface AnswerToken {
+  revoked: boolean;
+  /** The requesters' nodes and QPs the responses went to, by node × 2^24 + QP. */
+  peers: Map<number, { node: number; qp: number }>;
 }
 
 /** One virtual channel: its queue of transfers and the modelled time it may issue next. */
@@ -413,6 +453,10 @@ export interface EngineState {
   readonly engineRes: ModelResource;
   readonly chans: Map<number, Channel>;
   readonly transfers: Map<number, Transfer>;
+  /** READ and atomic requests waiting for their responses, by requestKey(QP, PSN). */
+  readonly requests: Map<number, Transfer>;
+  /** Per QP of this node, what revokes the responses it sent. */
+  readonly answers: Map<number, AnswerToken>;
   readonly counters: PldmaCounters;
   scheduler: Scheduler;
   closed: boolean;

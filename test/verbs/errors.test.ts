@@ -436,8 +436,9 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     expect(server.bytes(0, 4 * P).every((b) => b === 0x53)).toBe(true);
   });
 
-  test('an atomic whose old value cannot land at the requester is not applied: the remote value stays', async () => {
-    // The requester's sink is evicted and its rnrRetry is 0: the answer's one fault ends it.
+  // RC executes an atomic where it arrives: a response that cannot land does not undo it.
+  test('an atomic whose old value cannot land at the requester fails RNR_RETRY_EXC_ERR, applied once', async () => {
+    // The requester's sink is evicted and its rnrRetry is 0: the response's one fault ends it.
     const { client, server } = createPlayers({ rc: { rnrRetry: 0 } });
     new DataView(server.region.buffer).setBigUint64(0, 41n, true);
     client.region.evict();
@@ -448,7 +449,7 @@ describe('RNR_RETRY_EXC_ERR: no receive posted', () => {
     });
     expect(wc.status).toBe(WcStatus.RNR_RETRY_EXC_ERR);
     await sleep(20);
-    expect(new DataView(server.region.buffer).getBigUint64(0, true)).toBe(41n);
+    expect(new DataView(server.region.buffer).getBigUint64(0, true)).toBe(42n);
   });
 
   test('with rnrRetry 1 the same write succeeds after one retransmission', async () => {
