@@ -207,3 +207,100 @@ describe('what a WRITE or SEND adds when it cannot land at once', () => {
     expect(server.bytes(0, P).every((b) => b === 0x43)).toBe(true);
   });
 });
+
+describe('what a READ or an atomic adds when a page is missing', () => {
+  const read = (players: Players, bytes: number) =>
+    players.client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [players.client.sge(0, bytes)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: players.server.at(0), rkey: players.server.mr.rkey },
+    });
+  const faa = (players: Players) =>
+    players.client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+      sgList: [players.client.sge(0, 8)],
+      sendFlags: SendFlags.SIGNALED,
+      atomic: { remoteAddr: players.server.at(0), rkey: players.server.mr.rkey, compareAdd: 5n },
+    });
+
+  test('a READ from an evicted source: the response waits for the responder to resolve it; still two packets', async () => {
+    // Touch-Ahead: the one fault makes both pages resident.
+    const players = createPlayers({ shared: true });
+    const { client, server } = players;
+    client.region.populate();
+    server.fill(0x46, 0, 2 * P);
+    server.region.unmapPages();
+    const seen = tap(players);
+    read(players, 2 * P);
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp!.faults).toEqual({ source: 1, destination: 0 });
+    expect(seen.map(word)).toEqual(['write:READ_REQUEST', 'write:READ_RESPONSE']);
+    expect(client.bytes(0, 2 * P).every((b) => b === 0x46)).toBe(true);
+  });
+
+  test('a READ into an evicted sink: the bytes before it land, the rest is asked for again under the same PSN', async () => {
+    const players = createPlayers({ policy: 'touch' });
+    const { client, server } = players;
+    client.region.populate();
+    server.region.populate();
+    server.fill(0x47, 0, 4 * P);
+    client.region.evict(2 * P, P);
+    const seen = tap(players);
+    read(players, 4 * P);
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp!.faults).toEqual({ source: 0, destination: 1 });
+    expect(seen.map(word)).toEqual(['write:READ_REQUEST', 'write:READ_RESPONSE', 'write:READ_REQUEST', 'write:READ_RESPONSE']);
+    // The second request is for the two pages from the one that faulted: RETH and sink moved on.
+    const [first, again, rest] = [seen[0]!, seen[2]!, seen[3]!];
+    expect(first.type === 'write' && again.type === 'write' && rest.type === 'write').toBe(true);
+    if (first.type !== 'write' || again.type !== 'write' || rest.type !== 'write') return;
+    expect(again.psn).toBe(first.psn);
+    expect([again.va - first.va, again.dmaLength, again.sinks?.[0]?.addr]).toEqual([BigInt(2 * P), 2 * P, client.at(2 * P)]);
+    expect([rest.va, rest.length]).toEqual([client.at(2 * P), 2 * P]);
+    expect(client.bytes(0, 4 * P).every((b) => b === 0x47)).toBe(true);
+  });
+
+  test('a fetch-and-add whose old value lands in an evicted page: asked for again, answered from the replay, executed once', async () => {
+    const players = createPlayers({ policy: 'touch' });
+    const { client, server } = players;
+    server.region.populate();
+    new DataView(server.region.buffer).setBigUint64(0, 100n, true);
+    client.region.evict();
+    const seen = tap(players);
+    faa(players);
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp!.faults).toEqual({ source: 0, destination: 1 });
+    expect(seen.map(word)).toEqual(['write:ATOMIC', 'write:ATOMIC_ACK', 'write:ATOMIC', 'write:ATOMIC_ACK']);
+    expect(seen[2]!.type === 'write' && seen[2].psn).toBe(0);
+    // The word was added to once; the requester got its value from before.
+    expect(new DataView(server.region.buffer).getBigUint64(0, true)).toBe(105n);
+    expect(new DataView(client.region.buffer).getBigUint64(0, true)).toBe(100n);
+    // The next atomic has the next PSN and is executed.
+    faa(players);
+    expect((await next(client.cq)).status).toBe(WcStatus.SUCCESS);
+    expect(new DataView(server.region.buffer).getBigUint64(0, true)).toBe(110n);
+    expect(new DataView(client.region.buffer).getBigUint64(0, true)).toBe(105n);
+  });
+
+  test("an atomic on an evicted word: it waits for the responder's fault library, then runs; two packets", async () => {
+    const players = createPlayers({ shared: true, policy: 'touch' });
+    const { client, server } = players;
+    client.region.populate();
+    new DataView(server.region.buffer).setBigUint64(0, 7n, true);
+    server.region.unmapPages();
+    const seen = tap(players);
+    faa(players);
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp!.faults).toEqual({ source: 1, destination: 0 });
+    expect(seen.map(word)).toEqual(['write:ATOMIC', 'write:ATOMIC_ACK']);
+    expect(new DataView(server.region.buffer).getBigUint64(0, true)).toBe(12n);
+    expect(new DataView(client.region.buffer).getBigUint64(0, true)).toBe(7n);
+  });
+});

@@ -36,20 +36,18 @@ async function until(ready: () => boolean, turns = 200_000): Promise<void> {
 const LONG = 64 * 1024 * 1024;
 
 /**
- * Settles once the transport has carried `n` READ response packets (before the next one is
- * sent). A responder sends a READ's response runs back to back (nothing ACKs them): the
- * requester's copies of the first ones are then queued or running, the later ones not yet sent.
+ * Runs `act` as the transport hands over the `n`th READ response packet, before the requester
+ * takes it: a responder sends a READ's response runs back to back (nothing ACKs them), so the
+ * requester's copies of the ones before are queued or running, and the later ones not yet sent.
  */
-function responses(players: Players, n: number): Promise<void> {
+function onResponse(players: Players, n: number, act: () => void): void {
   const fabric = players.cluster.system.fabric;
   const deliver = fabric.deliver.bind(fabric);
   let seen = 0;
-  return new Promise((resolve) => {
-    fabric.deliver = (p: Packet) => {
-      deliver(p);
-      if (p.type === 'write' && p.opcode === RcOp.READ_RESPONSE && ++seen === n) resolve();
-    };
-  });
+  fabric.deliver = (p: Packet) => {
+    deliver(p);
+    if (p.type === 'write' && p.opcode === RcOp.READ_RESPONSE && ++seen === n) act();
+  };
 }
 
 function write(from: Player, to: Player, length: number): void {
@@ -125,14 +123,17 @@ describe('qp.destroy() of the requester: nothing it started lands after it retur
     const { client, server } = players;
     server.fill(0x5a, 0, LONG);
     client.fill(0x11, 0, LONG);
-    const copying = responses(players, 2);
+    let before: ReturnType<typeof look> | undefined;
+    onResponse(players, 2, () => {
+      client.qp.destroy();
+      before = look(client, LONG);
+    });
     read(client, server, LONG);
-    await copying;
-    client.qp.destroy();
-    const before = look(client, LONG);
-    expect(before.bytes.includes(0x11)).toBe(true);
+    expect((await next(client.cq)).status).toBe(WcStatus.WR_FLUSH_ERR);
+    expect(before!.bytes.includes(0x11)).toBe(true);
+    expectUnchanged(client, LONG, before!);
     await sleep(500);
-    expectUnchanged(client, LONG, before);
+    expectUnchanged(client, LONG, before!);
   });
 });
 
@@ -179,15 +180,17 @@ describe('qp.destroy() of the responder: nothing its QP took part in lands after
     const { client, server } = players;
     server.fill(0x5a, 0, LONG);
     client.fill(0x11, 0, LONG);
-    const copying = responses(players, 2);
+    let before: ReturnType<typeof look> | undefined;
+    onResponse(players, 2, () => {
+      server.qp.destroy();
+      before = look(client, LONG);
+    });
     read(client, server, LONG);
-    await copying;
-    server.qp.destroy();
-    const before = look(client, LONG);
-    expect(before.bytes.includes(0x11)).toBe(true);
     const wc = await next(client.cq);
     expect(wc.status).not.toBe(WcStatus.SUCCESS);
+    expect(before!.bytes.includes(0x11)).toBe(true);
+    expectUnchanged(client, LONG, before!);
     await sleep(500);
-    expectUnchanged(client, LONG, before);
+    expectUnchanged(client, LONG, before!);
   });
 });
