@@ -25,8 +25,8 @@ export interface Transport {
   isLocal?(node: number): boolean;
   /**
    * A transport between processes: a write received here whose answer is no packet (a response,
-   * which nothing ACKs) was placed: its staged bytes may serve the next write (an ACK going out
-   * frees the others').
+   * which nothing ACKs; a READ or an atomic request, which its response answers) was handled:
+   * its staged bytes may serve the next write (an ACK going out frees the others').
    */
   placed?(p: WritePacket): void;
   /** A transport between processes: hear when a peer node goes away, so what waits on it ends. */

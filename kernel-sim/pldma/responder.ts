@@ -183,7 +183,7 @@ export class Responder {
       if (out) {
         await this.#hold(out.verdict, out.fault);
         this.#answer(p, [out.verdict], undefined);
-      }
+      } else this.#d.transport.placed?.(p);
       answered();
       return;
     }

@@ -340,6 +340,20 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     expect(() => encodePacket({ ...aw, length: 16, lengthHint: 16 }, payload(16))).toThrow(/length must be 8 in an ATOMIC_WRITE, one block/);
   });
 
+  it("ATOMIC_ACK (an atomic's response: its 8 bytes are AtomicAckETH, the word's old value) round trips; anything but one 8-byte block is refused", () => {
+    const ack = write({ count: 1, seq: 0, length: 8, lengthHint: 8, opcode: RcOp.ATOMIC_ACK, qpn: 1, srcQpn: 2, psn: 3, key: 4, srcFaults: 1 });
+    const f = decodeFrame(encodePacket(ack, payload(8)));
+    if (f.op !== Op.WRITE) throw new Error('not a write');
+    expect([f.packet.opcode, f.packet.length, f.packet.bytes, f.packet.psn, f.packet.srcFaults]).toEqual([RcOp.ATOMIC_ACK, 8, payload(8), 3, 1]);
+    expect(() => encodePacket({ ...ack, length: 4, lengthHint: 4 }, payload(4))).toThrow(/length must be 8 in an ATOMIC_ACK, one block/);
+    expect(() => encodePacket({ ...ack, msgOffset: 0, msgLength: 8 }, payload(8))).toThrow(/length must be 8 in an ATOMIC_ACK, one block/);
+    expect(() => encodePacket({ ...ack, srqn: 1 }, payload(8))).toThrow(/opcode must be an RC request with srqn/);
+    const bytes = encodePacket(ack, payload(8)).slice();
+    const at = bytes.indexOf(RcOp.ATOMIC_ACK, 60);
+    bytes[at] = RcOp.ATOMIC_ACK + 1;
+    expect(() => decodeFrame(bytes)).toThrow(/opcode must be an integer in 1\.\.12, got 13/);
+  });
+
   it("UD SEND carries DETH's Q_Key, the whole message in one block; a Q_Key elsewhere or a UD message of several blocks is refused", () => {
     const ud = write({
       count: 1,
