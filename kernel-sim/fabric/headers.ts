@@ -173,7 +173,6 @@ function checkWrite(p: WritePacket, each = false): void {
       // A request carries no payload: RETH / AtomicETH and where the answer lands.
       if (p.length !== 0) bad('length', `0 in a ${RcOp[p.opcode]} request`, p.length);
       checkSges('sinks', p.sinks);
-      if (p.rnrRetry !== undefined) int('rnrRetry', p.rnrRetry, 0, 7);
       if (p.opcode === RcOp.READ_REQUEST) int('dmaLength', p.dmaLength, 0, 2 ** 31);
       else {
         if (p.atomic === undefined) bad('atomic', 'present in an ATOMIC request', undefined);
@@ -493,10 +492,7 @@ function writePacket(w: Writer, p: Packet, bytes?: Uint8Array): Uint8Array {
         w.u64(p.atomic!.compareAdd);
         w.u64(p.atomic!.swap);
       }
-      if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) {
-        sges(w, p.sinks!);
-        w.u8(p.rnrRetry ?? 0xff);
-      }
+      if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) sges(w, p.sinks!);
       if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) w.u32(p.qkey!);
       if (p.opcode === RcOp.FLUSH) {
         w.u32(p.dmaLength!);
@@ -673,11 +669,7 @@ function readWrite(r: Reader): DecodedWrite {
       if (fa > 1) bad('atomic.fetchAdd', '0 or 1', fa);
       p.atomic = { fetchAdd: fa === 1, compareAdd: r.u64('atomic.compareAdd'), swap: r.u64('atomic.swap') };
     }
-    if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) {
-      p.sinks = readSges(r, 'sinks');
-      const rnr = r.u8('rnrRetry');
-      if (rnr !== 0xff) p.rnrRetry = rnr;
-    }
+    if (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) p.sinks = readSges(r, 'sinks');
     if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) p.qkey = r.u32('qkey');
     if (p.opcode === RcOp.FLUSH) {
       p.dmaLength = r.u32('dmaLength');

@@ -202,8 +202,6 @@ export interface WritePacket extends Header {
   dmaLength?: number;
   /** READ request, ATOMIC: where the response lands at the requester (its own SGEs, checked there against what it expects). */
   sinks?: WireSge[];
-  /** READ request, ATOMIC: the requester's rnr_retry (bounds its sinks' faults; 7: no bound). */
-  rnrRetry?: number;
   /** FLUSH: FETH, the placement type (bits: 1 global visibility, 2 persistence) and the selectivity level (0 the range, 1 the whole MR). */
   flush?: {
     /** ibv_placement_type bits. */

@@ -318,7 +318,6 @@ export class Requester implements Schedulable {
     if (d.flush) packet.flush = d.flush;
     if (d.qkey !== undefined) packet.qkey = d.qkey;
     if (d.srqn !== undefined) packet.srqn = d.srqn;
-    if (d.rnrRetry !== undefined) packet.rnrRetry = d.rnrRetry;
     const srcFaults = t.faults.source + (d.srcFaults ?? 0);
     if (srcFaults) packet.srcFaults = srcFaults;
     if (t.answer) this.#again(packet, t);

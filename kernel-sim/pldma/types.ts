@@ -134,8 +134,6 @@ export interface DmaDescriptor {
     /** Compare-and-swap: the value written when the comparison matches. */
     swap: bigint;
   };
-  /** READ request, ATOMIC: the requester's rnr_retry, which bounds the faults its sinks may take (7: no bound). */
-  rnrRetry?: number;
   /** A response (READ_RESPONSE, ATOMIC_ACK): faults the responder took before posting it (an atomic's word), reported with its packets. */
   srcFaults?: number;
   /** FLUSH: FETH's placement type bits and selectivity level (the range is `dstVa` and `dmaLength`). */

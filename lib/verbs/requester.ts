@@ -191,7 +191,6 @@ export class Requester {
         const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
           dmaLength: total,
           sinks: sinks(),
-          rnrRetry: q.attr.rnrRetry,
         }).finally(landed);
         return done(statusOf(results), total, results);
       }
@@ -202,7 +201,6 @@ export class Requester {
         const landed = expectLanding(q, sinks());
         const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
           sinks: sinks(),
-          rnrRetry: q.attr.rnrRetry,
           atomic: {
             fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD,
             compareAdd: BigInt.asUintN(64, a.compareAdd),
@@ -266,7 +264,7 @@ export class Requester {
     pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
     total: number,
     immData: number | undefined,
-    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'rnrRetry' | 'flush' | 'solicited'>,
+    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'flush' | 'solicited'>,
     ud?: { node: number; qpn: number; qkey: number },
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;

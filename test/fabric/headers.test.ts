@@ -86,7 +86,6 @@ const atomic = (over: Partial<WritePacket> = {}): WritePacket =>
     key: 0xdeadbeef,
     va: (1n << 64n) - 8n,
     sinks: [{ addr: 0x2000n, length: 8, lkey: 5 }],
-    rnrRetry: 7,
     atomic: { fetchAdd: false, compareAdd: (1n << 64n) - 1n, swap: 0n },
     ...over,
   });
@@ -177,7 +176,6 @@ describe('wire layout: round trips', () => {
     expect(decoded(atomic(), new Uint8Array(0))).toMatchObject({
       opcode: RcOp.ATOMIC,
       sinks: [{ addr: 0x2000n, length: 8, lkey: 5 }],
-      rnrRetry: 7,
       atomic: { fetchAdd: false, compareAdd: (1n << 64n) - 1n, swap: 0n },
     });
     const read = atomic({ opcode: RcOp.READ_REQUEST, atomic: undefined, dmaLength: 2 ** 31, va: 0x1000n });
@@ -318,7 +316,6 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
       opcode: RcOp.FLUSH,
       atomic: undefined,
       sinks: undefined,
-      rnrRetry: undefined,
       dmaLength: 2 * BS,
       flush: { type: 3, level: 1 },
     });
