@@ -1,6 +1,7 @@
 // The completer of one node's PLDMA (rxe_comp's role): it reads the ACKs, NACKs and error
 // ACKs that come back for the runs this node sent (a transfer's in the order it sent them),
-// hands a fault to the fault unit (faults.ts: it parks the transfer until the fault library
+// and the responses to its READ and atomic requests (what of them landed in its sinks), hands
+// a fault to the fault unit (faults.ts: it parks the transfer until the fault library
 // answers), and completes the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';

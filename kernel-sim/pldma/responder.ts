@@ -5,8 +5,10 @@
 // the blocks that translate are written by the copy engine and ACKed with one verdict. A
 // channel's writes are answered in the order they came, and after one stopped at a block,
 // the later writes of that transfer come back unanswered until that block comes again (an
-// RC responder's PSN check). Everything it knows comes from the packet; everything it says
-// goes back as a packet.
+// RC responder's PSN check). A READ or an atomic request is answered by its response (a
+// transfer of this node's engine, which nothing ACKs); a response to this node's own request
+// is placed the same way as a write, and what landed goes to this node's completer instead of
+// an ACK. Everything it knows comes from the packet; everything it says goes back as a packet.
 import type { CostModel } from '../cost-model/index.js';
 import { binding, type RawMapping } from '../../native/index.js';
 import { AckResp, type AckPacket, isResponse, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
