@@ -248,7 +248,6 @@ export class Completer {
         const detail = { seq: v.seq, attempt: own.attempts, srcNode: s.node, thread: v.copyThread, copyNs: v.copyNs };
         traceTransfer(s.tracer, 'ack', s.node, t.tid, t.desc.channel, { modelUs: firstAck, detail });
       }
-      this.#answered(t, v);
       this.ack(t, v.seq, v.count, end);
       return;
     }
@@ -326,7 +325,7 @@ export class Completer {
     }
   }
 
-  // A READ's or an atomic's answer: what its transfers took is this transfer's too.
+  // A READ's or an atomic's response that could not be sent: what it took is this transfer's too.
   #answered(t: Transfer, v: Verdict): void {
     if (!v.answered) return;
     t.faults.source += v.answered.faults.source;

@@ -265,6 +265,35 @@ describe('what a READ or an atomic adds when a page is missing', () => {
     expect(client.bytes(0, 4 * P).every((b) => b === 0x47)).toBe(true);
   });
 
+  test('a READ into two sinks, the second one evicted: the first lands, the request goes again for the second only', async () => {
+    const players = createPlayers({ policy: 'touch' });
+    const { client, server } = players;
+    client.region.populate();
+    server.region.populate();
+    server.fill(0x48, 0, 2 * P);
+    client.region.evict(8 * P, P);
+    const seen = tap(players);
+    client.qp.postSend({
+      wrId: 1,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [client.sge(0, P), client.sge(8 * P, P)],
+      sendFlags: SendFlags.SIGNALED,
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    const wc = await next(client.cq);
+    expect(wc.status).toBe(WcStatus.SUCCESS);
+    expect(wc.odp!.faults).toEqual({ source: 0, destination: 1 });
+    expect(seen.map(word)).toEqual(['write:READ_REQUEST', 'write:READ_RESPONSE', 'write:READ_RESPONSE', 'write:READ_REQUEST', 'write:READ_RESPONSE']);
+    const again = seen[3]!;
+    expect(again.type === 'write' && [again.va, again.dmaLength, again.sinks]).toEqual([
+      server.at(P),
+      P,
+      [{ addr: client.at(8 * P), length: P, lkey: client.mr.lkey }],
+    ]);
+    expect(client.bytes(0, P).every((b) => b === 0x48)).toBe(true);
+    expect(client.bytes(8 * P, P).every((b) => b === 0x48)).toBe(true);
+  });
+
   test('a fetch-and-add whose old value lands in an evicted page: asked for again, answered from the replay, executed once', async () => {
     const players = createPlayers({ policy: 'touch' });
     const { client, server } = players;
