@@ -5,7 +5,8 @@
 // measured-table's: each ODP policy's slowdown against pinning after the first step, its
 // spread over the runs, whether it is within the noise (pinning's own spread over the same
 // runs) and, from the trials' own figures, why not.
-import { median, type PolicyName } from '../../lib/index.js';
+import { median } from '../../lib/index.js';
+import type { AppPolicy } from './buffers.js';
 import { williams } from '../../examples/odp-vs-pinned.js';
 import { print, Table, us } from '../../examples/support/format.js';
 import { PLOT_CONFIG, type PlotSpec } from '../../examples/support/plot.js';
@@ -20,7 +21,7 @@ export interface Trial {
   /** 1-based. */
   run: number;
   /** The policy the trial's buffers were registered under. */
-  policy: PolicyName;
+  policy: AppPolicy;
   /** Each step's µs: the slowest rank's. */
   stepUs: number[];
   /** The first step (fresh buffers: registration's or the first faults' cost lands here), µs. */
@@ -33,6 +34,8 @@ export interface Trial {
   faultPathUs: number;
   /** Faults in the steps after the first FIRST_STEPS (both halves of the receive buffers written once), all ranks. */
   faultsSteady: number;
+  /** Pages each rank read from the memory server (the remote policy; 0 otherwise), by rank. */
+  pagesFetched: number[];
   /** Bytes of results checked, all ranks. */
   bytesVerified: number;
   /** Values that differ from the serial computation, all ranks (0 in a correct run). */
@@ -48,7 +51,7 @@ export interface Trial {
 /** An ODP policy against pinning over the runs. */
 export interface Verdict {
   /** The ODP policy judged. */
-  policy: PolicyName;
+  policy: AppPolicy;
   /** Median step after the first over pin's, per run. */
   ratios: number[];
   /** The median of `ratios` (the package's median: the lower middle value of an even count). */
@@ -94,7 +97,7 @@ export interface RunKernelOptions<P> {
   /** The kernel's own parameters. */
   params: P;
   /** The policies, each run once per run. */
-  policies: readonly PolicyName[];
+  policies: readonly AppPolicy[];
   /** How many times each policy runs. */
   runs: number;
   /** Steps per trial. */
@@ -155,6 +158,7 @@ export async function runKernel<P>(o: RunKernelOptions<P>): Promise<AppResult> {
         faultsPerRank: outcomes.map((x) => x.faults.source + x.faults.destination),
         faultPathUs: outcomes.reduce((s, x) => s + x.faults.pathUs, 0),
         faultsSteady: outcomes.reduce((s, x) => s + x.faultsSteady, 0),
+        pagesFetched: outcomes.map((x) => x.faults.fetched),
         bytesVerified: outcomes.reduce((s, x) => s + x.bytesVerified, 0),
         mismatches: outcomes.reduce((s, x) => s + x.mismatches, 0),
         opsPerSecond: 0,
@@ -201,6 +205,7 @@ function trialPrinter<P>(o: RunKernelOptions<P>): (t: Trial) => void {
         { header: 'median after [usec]', width: 9 },
         { header: 'faults /rank', width: 6 },
         { header: `after ${FIRST_STEPS} steps`, width: 7 },
+        ...(o.policies.includes('remote') ? [{ header: 'fetched /rank', width: 7 }] : []),
         { header: 'CPU [ms]', width: 6 },
         { header: 'others [ms]', width: 6 },
         { header: 'checked', width: 7 },
@@ -221,6 +226,7 @@ function trialPrinter<P>(o: RunKernelOptions<P>): (t: Trial) => void {
       us(t.medianStepUs),
       String(Math.round(median(t.faultsPerRank))),
       String(t.faultsSteady),
+      ...(o.policies.includes('remote') ? [String(Math.round(median(t.pagesFetched)))] : []),
       sum((c) => c.processMs).toFixed(0),
       sum((c) => Object.values(c.otherThreadsMs).reduce((a, b) => a + b, 0)).toFixed(0),
       t.mismatches ? `${t.mismatches} BAD` : 'ok',
@@ -240,7 +246,7 @@ function relSpread(xs: number[]): number {
 }
 
 /** Each ODP policy against pin: per-run ratios of the median step after the first, and whether they are within pin's own noise. */
-export function judge(trials: readonly Trial[], policies: readonly PolicyName[], steps: number): Verdict[] {
+export function judge(trials: readonly Trial[], policies: readonly AppPolicy[], steps: number): Verdict[] {
   const pin = trials.filter((t) => t.policy === 'pin');
   if (!pin.length) return [];
   const runs = [...new Set(trials.map((t) => t.run))];
@@ -270,6 +276,9 @@ export function judge(trials: readonly Trial[], policies: readonly PolicyName[],
       const faults = mine.reduce((n, t) => n + t.faultsPerRank.reduce((a, b) => a + b, 0), 0);
       const perFaultUs = faults ? mine.reduce((n, t) => n + t.faultPathUs, 0) / faults : 0;
       const extraUs = median(mine.map((t) => t.medianStepUs)) - median(pin.map((t) => t.medianStepUs));
+      // Remote paging: every page a step touches comes from the memory server.
+      const fetched = median(mine.map((t) => t.pagesFetched.reduce((a, b) => a + b, 0))) / steps;
+      const fromServer = fetched > 0 ? `; ${fetched.toFixed(1)} pages per step (all ranks) fetched from the memory server` : '';
       const cause =
         after > 0
           ? `${after.toFixed(1)} faults per step after the first ${FIRST_STEPS} (all ranks), each ${perFaultUs.toFixed(0)} µs ` +
@@ -277,7 +286,7 @@ export function judge(trials: readonly Trial[], policies: readonly PolicyName[],
             `of fault path per rank and step, against a step ${extraUs.toFixed(0)} µs longer than pin's`
           : `no faults after the first ${FIRST_STEPS} steps; CPU per step ${cpuMs >= 0 ? '+' : ''}${cpuMs.toFixed(2)} ms against pin` +
             (withinNoise ? '' : ': the difference is not from faults, so it is this machine varying (other processes, garbage collection)');
-      return { policy, ratios, slowdown, noise: policyNoise, withinNoise, cause };
+      return { policy, ratios, slowdown, noise: policyNoise, withinNoise, cause: cause + fromServer };
     });
 }
 

@@ -13,12 +13,12 @@ import {
   type CompletionQueue,
   type Context,
   type MemoryRegion,
-  type PolicyName,
   type ProtectionDomain,
   type QueuePair,
   type Region,
 } from '../../lib/index.js';
 import { connect, newPsn, PEER_TIMEOUT_MS } from '../../examples/fabric-peer.js';
+import { REMOTE_ODP, type AppPolicy, type RemoteMemory } from './buffers.js';
 
 /** One rank's view of the job. */
 export interface World {
@@ -45,6 +45,8 @@ export interface World {
   barrier(): Promise<void>;
   /** This rank failed: every other rank's waits end with `reason`. */
   fail(reason: Error): void;
+  /** This rank's remote-paged memory, when the remote policy runs (the command sets it up). */
+  remote?: RemoteMemory;
 }
 
 /** How long a rank waits for the others (a barrier, an allgather, a completion). */
@@ -208,12 +210,12 @@ export async function jobWorld(o: JobWorldOptions = {}): Promise<{ world: World;
   }
 }
 
-/** Register `region` whole for a kernel under `policy`: pinned (no ON_DEMAND, mlock at registration) or on-demand paging. */
-export function registerFor(w: World, region: Region, policy: PolicyName): MemoryRegion {
+/** Register the first `length` bytes of `region` for a kernel under `policy`: pinned (no ON_DEMAND, mlock at registration) or on-demand paging (remote-paged memory: REMOTE_ODP). */
+export function registerFor(w: World, region: Region, policy: AppPolicy, length = region.size): MemoryRegion {
   const access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ;
   return policy === 'pin'
-    ? w.ctx.regMr(w.pd, region, 0, region.size, access)
-    : w.ctx.regMr(w.pd, region, 0, region.size, access | Access.ON_DEMAND, { policy });
+    ? w.ctx.regMr(w.pd, region, 0, length, access)
+    : w.ctx.regMr(w.pd, region, 0, length, access | Access.ON_DEMAND, { policy: policy === 'remote' ? REMOTE_ODP : policy });
 }
 
 /** Another rank's registered buffer: where to write and with which key. */

@@ -2,26 +2,27 @@
 // turn, with its own result verified and a verdict of ODP against pinning. The ranks are nodes
 // of one process (-n N), or, started under `pagefault-rdma run -n N --` or mpiexec, one
 // process each (then rank 0 prints and writes --json).
-import type { PolicyName } from '../../lib/index.js';
+import { InvalidArgumentError } from 'commander';
 import { heading, parsePositiveInt } from '../../examples/support/format.js';
-import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
+import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
 import { APPS, type AppName } from '../apps/apps.js';
+import { APP_POLICIES, RemoteMemory, type AppPolicy } from '../apps/buffers.js';
 import { runKernel, verdictPlot } from '../apps/runner.js';
 import { jobWorld, localWorlds, type World } from '../apps/world.js';
 import { defineProgram } from '../program.js';
-import { policyList } from './odp-vs-pinned.js';
 
 interface Options {
   ranks?: number;
   size?: number;
   steps: number;
   runs: number;
-  policies: PolicyName[];
+  policies: AppPolicy[];
   evictEachStep: boolean;
   warmUp: boolean;
   rendezvous?: string;
   timeout: number;
   memlock?: number;
+  serverSocket?: string;
 }
 
 // Ranks in one process: each is a node with its own fault library; past this the event loop is the bottleneck, not the fabric.
@@ -53,7 +54,13 @@ export default defineProgram<Options>({
       )
       .option('--steps <n>', 'steps per trial (halo: sweeps; allreduce: allreduces; transpose: transposes)', parsePositiveInt, 20)
       .option('-r, --runs <n>', 'how many times each policy runs, the policies taking turns', parsePositiveInt, 3)
-      .option('--policies <list>', `comma-separated policies (pin is the baseline of the verdict)`, policyList, [...TABLE_POLICIES])
+      .option(
+        '--policies <list>',
+        `comma-separated subset of ${APP_POLICIES.join(',')} (pin is the baseline of the verdict; remote: buffers paged from a memory server)`,
+        appPolicies,
+        [...APP_POLICIES],
+      )
+      .option('--server-socket <path>', "remote: an existing memory server's Unix socket (else one is started for the run, by rank 0 of a job)")
       .option(
         '--evict-each-step',
         "evict the kernel's RDMA buffers before every step (ODP faults every step, not only the first; pinned memory stays)",
@@ -108,6 +115,9 @@ export default defineProgram<Options>({
       worlds = await localWorlds(size);
       leave = () => Promise.resolve(worlds[0]!.cluster.close());
     }
+    const server = o.policies.includes('remote')
+      ? await remoteMemory(worlds, o.serverSocket).catch(async (e: unknown) => (await leave(), Promise.reject(e)))
+      : undefined;
     try {
       if (worlds[0]!.rank === 0) heading(`app ${name}: ${app.title}`);
       const r = await runKernel({
@@ -125,7 +135,41 @@ export default defineProgram<Options>({
       if (!r.verified) process.exitCode = 1;
       return { results: r, plot: verdictPlot(r), writes: worlds[0]!.rank === 0 };
     } finally {
+      await server?.close();
       await leave();
     }
   },
 });
+
+/** --policies: a comma-separated list of APP_POLICIES, each once (commander's argument parser). */
+function appPolicies(value: string): AppPolicy[] {
+  const list = value.split(',').map((s) => s.trim()) as AppPolicy[];
+  for (const p of list)
+    if (!APP_POLICIES.includes(p)) throw new InvalidArgumentError(`unknown policy '${p}' (choose from ${APP_POLICIES.join(', ')})`);
+  if (new Set(list).size !== list.length) throw new InvalidArgumentError('a policy is listed twice');
+  return list;
+}
+
+/**
+ * Give every rank of this process its remote-paged memory, on the memory server at `socket`, or
+ * on one started here (in a job, by rank 0, for every rank: its socket goes round by allgather).
+ * Resolves to what closes it all: every rank's pagers, then the server once no rank needs it.
+ */
+async function remoteMemory(worlds: World[], socket: string | undefined): Promise<{ close(): Promise<void> }> {
+  const w0 = worlds[0]!;
+  const inJob = worlds.length < w0.size;
+  let server: MemoryServerProcess | undefined;
+  if (socket === undefined && w0.rank === 0) server = await startMemoryServer();
+  const mine = socket ?? server?.socket ?? null;
+  const path = inJob ? (await w0.allgather(mine))[0] : mine;
+  if (typeof path !== 'string' || path === '') throw new Error('rank 0 sent no memory server socket for the remote policy');
+  for (const w of worlds) w.remote = new RemoteMemory(path, `pfr-app-${process.pid}-${w.rank}`);
+  return {
+    async close() {
+      await Promise.all(worlds.map((w) => w.remote?.close()));
+      // The server outlives every rank's pagers (their keys deleted): rank 0 waits for the others before stopping it.
+      if (inJob && !w0.signal.aborted) await w0.barrier().catch(() => undefined);
+      await server?.dispose();
+    },
+  };
+}

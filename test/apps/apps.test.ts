@@ -9,11 +9,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { APPS, type AppName } from '../../cli/apps/apps.js';
+import { RemoteMemory, TrialBuffers } from '../../cli/apps/buffers.js';
+import { Completions } from '../../cli/apps/kernel.js';
+import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
+import { PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
 import { judge, runKernel, verdictPlot, type Trial } from '../../cli/apps/runner.js';
 import { renderSvg } from '../../examples/support/plot.js';
 import { dims3 } from '../../cli/apps/kernel.js';
-import { localWorlds } from '../../cli/apps/world.js';
+import { exchangeBuffers, localWorlds } from '../../cli/apps/world.js';
 import { requireDist, ROOT } from '../child.js';
+import { until } from '../helpers.js';
 
 const MAIN = join(ROOT, 'dist/cli/main.js');
 const SMALL: Record<AppName, number> = { halo: 6, allreduce: 3000, transpose: 8, kv: 64 };
@@ -121,6 +126,92 @@ test('kv over its memlock budget: the pinned server refuses the keys past it, th
   }
 });
 
+describe('remote paging: buffers on a memory server', () => {
+  let server: MemoryServerProcess;
+  beforeAll(async () => {
+    requireDist(); // the server is the built CLI's memory-server
+    server = await startMemoryServer();
+  });
+  afterAll(() => server.dispose());
+
+  test.each(['halo', 'kv'] as const)('%s: every step fetches its pages from the server, every value verified', async (name) => {
+    const worlds = await localWorlds(3);
+    for (const w of worlds) w.remote = new RemoteMemory(server.socket, `apps-test-${w.rank}`);
+    try {
+      const steps = 4;
+      const r = await runKernel({
+        app: name,
+        kernel: APPS[name].kernel as never,
+        // kv: 64 keys of a page, of which 16 may stay resident (what a pinned server could lock).
+        params: (name === 'kv' ? APPS.kv.params(64, 64) : APPS.halo.params(4)) as never,
+        policies: ['pin', 'remote'],
+        runs: 2,
+        steps,
+        evictEachStep: false,
+        warmUp: false,
+        worlds,
+        size: 3,
+      });
+      expect(r.verified).toBe(true);
+      const remote = r.trials.filter((t) => t.policy === 'remote');
+      expect(remote).toHaveLength(2);
+      for (const t of remote) {
+        expect(t.mismatches).toBe(0);
+        expect(t.refused).toBe(0);
+        // Evicted to the server before every step: the steady steps fault and fetch too, on every rank.
+        expect(t.faultsSteady).toBeGreaterThan(0);
+        expect(Math.min(...t.pagesFetched)).toBeGreaterThan(0);
+      }
+      for (const t of r.trials.filter((x) => x.policy === 'pin')) expect(t.pagesFetched).toEqual([0, 0, 0]);
+      if (name === 'kv') expect(r.trials.find((t) => t.policy === 'pin')!.refused).toBeGreaterThan(0);
+      expect(r.verdicts[0]!.cause).toMatch(/pages per step \(all ranks\) fetched from the memory server$/);
+    } finally {
+      for (const w of worlds) await w.remote?.close();
+      worlds[0]!.cluster.close();
+    }
+  });
+
+  test('a page the server lost is an error completion and a store error, never zeros', async () => {
+    const worlds = await localWorlds(2);
+    for (const w of worlds) w.remote = new RemoteMemory(server.socket, `apps-lost-${w.rank}`);
+    const [w0, w1] = worlds as [(typeof worlds)[0], (typeof worlds)[0]];
+    const mine = new TrialBuffers(w0, 'pin', false);
+    const theirs = new TrialBuffers(w1, 'remote', false);
+    try {
+      const local = await mine.map(4 * PAGE_SIZE);
+      const paged = await theirs.map(4 * PAGE_SIZE);
+      new Uint8Array(paged.region.buffer).fill(0x5c);
+      await theirs.evict(); // every page on the server now
+      const [, at] = await Promise.all([exchangeBuffers(w0, local.mr), exchangeBuffers(w1, paged.mr)]);
+      // A restarted server holds no pages: the ones rank 1 stored are gone.
+      await server.stop('SIGKILL');
+      await server.start();
+      w0.qps[1]!.postSend({
+        wrId: 1,
+        opcode: WrOpcode.RDMA_READ,
+        sgList: [{ addr: local.mr.addr, length: 4 * PAGE_SIZE, lkey: local.mr.lkey }],
+        sendFlags: SendFlags.SIGNALED,
+        rdma: { remoteAddr: at[1]!.addr, rkey: at[1]!.rkey },
+      });
+      await expect(new Completions(w0).wait(1, 0, 0)).rejects.toMatchObject({ code: 'ERR_PFR_ACCESS_FAILED' });
+      await until('the store error', () => {
+        try {
+          w1.remote!.check();
+          return false;
+        } catch {
+          return true;
+        }
+      });
+      expect(() => w1.remote!.check()).toThrow(expect.objectContaining({ code: expect.stringMatching(/^ERR_PFR_(PAGE_LOST|STORE_UNAVAILABLE)$/) }));
+    } finally {
+      mine.release();
+      theirs.release();
+      for (const w of worlds) await w.remote?.close();
+      worlds[0]!.cluster.close();
+    }
+  });
+});
+
 test('dims3 splits ranks as evenly as their factors allow', () => {
   expect(dims3(1)).toEqual([1, 1, 1]);
   expect(dims3(8)).toEqual([2, 2, 2]);
@@ -139,6 +230,7 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     faultsPerRank: [1],
     faultPathUs: faultsSteady * 100,
     faultsSteady,
+    pagesFetched: [0],
     bytesVerified: 8,
     mismatches: 0,
     opsPerSecond: 0,
