@@ -1,15 +1,20 @@
 // The application kernels (cli/apps/) at small sizes, as ranks of one process: each one's
 // result checked value for value, faults counted on every rank under `touch` with buffers
-// evicted every step (none under pin), and the verdict's figures from the trials. Then the
-// same halo as processes of a job (`pagefault-rdma run -n 3 -- app halo`), and the command's
+// evicted every step (none under pin), the remote policy's pages fetched from a real memory
+// server (and a page it lost failing loudly), and the verdict's figures from the trials. Then
+// processes of a job: halo under `pagefault-rdma run -n 3` and under mpich's `mpiexec -n 3`
+// (skipped with the reason when mpiexec is not hydra, unless CI is set); and the command's
 // refusals of bad options.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { APPS, type AppName } from '../../cli/apps/apps.js';
 import { RemoteMemory, TrialBuffers } from '../../cli/apps/buffers.js';
+import appProgram from '../../cli/commands/app.js';
+import { addProgram } from '../../cli/program.js';
 import { Completions } from '../../cli/apps/kernel.js';
 import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
 import { PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
@@ -17,10 +22,12 @@ import { judge, runKernel, verdictPlot, type Trial } from '../../cli/apps/runner
 import { renderSvg } from '../../examples/support/plot.js';
 import { dims3 } from '../../cli/apps/kernel.js';
 import { exchangeBuffers, localWorlds } from '../../cli/apps/world.js';
-import { requireDist, ROOT } from '../child.js';
+import { requireDist } from '../child.js';
+import { ci, freePort, MAIN, start } from '../fabric/spawn.js';
 import { until } from '../helpers.js';
 
-const MAIN = join(ROOT, 'dist/cli/main.js');
+const mpiexec = spawnSync('mpiexec', ['--version'], { encoding: 'utf8' });
+const hydra = mpiexec.status === 0 && /HYDRA/.test(mpiexec.stdout);
 const SMALL: Record<AppName, number> = { halo: 6, allreduce: 3000, transpose: 8, kv: 64 };
 let dir: string;
 
@@ -271,63 +278,87 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
 
 describe('the command', () => {
   beforeAll(() => requireDist());
-  const cli = (...args: string[]) =>
-    spawnSync(process.execPath, [MAIN, 'app', ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, FORCE_COLOR: '0' } });
 
+  // The command as main.ts builds it, in this process (its errors thrown, not exiting): a refusal comes before any rank starts.
   test.each([
     [['nosuch'], /unknown application 'nosuch' \(choose from halo, allreduce, transpose, kv\)/],
     [['allreduce', '-n', '1'], /--ranks: a ring allreduce needs at least 2 ranks/],
     [['halo', '--size', '1'], /--size: the halo's block needs at least 2 points per axis/],
-    [['halo', '--policies', 'pin,bogus'], /--policies.*unknown policy 'bogus'/],
+    [['halo', '--policies', 'pin,bogus'], /--policies.*unknown policy 'bogus' \(choose from pin, prefault, touch, touch-ahead, prefetch, remote\)/],
     [['halo', '-n', '65'], /--ranks: at most 64 ranks in one process/],
     [['allreduce', '-n', '4', '--size', '3'], /--size: each of the 4 ranks needs a chunk/],
     [['kv', '-n', '1'], /--ranks: a key-value job needs a server and at least one client/],
     [['kv', '--memlock', '0'], /--memlock/],
-  ])('app %j is refused, naming the option', (args, message) => {
-    const r = cli(...args);
-    expect(r.status).not.toBe(0);
-    expect(r.stderr).toMatch(message);
+  ])('app %j is refused, naming the option', async (args, message) => {
+    let stderr = '';
+    const cli = new Command('pagefault-rdma').exitOverride().configureOutput({ writeErr: (s) => void (stderr += s), writeOut: () => undefined });
+    addProgram(cli, appProgram as never);
+    await expect(cli.parseAsync(['app', ...args], { from: 'user' })).rejects.toMatchObject({ exitCode: 1 });
+    expect(stderr).toMatch(message);
   });
 
-  test('as processes of a job: run -n 3 -- app halo verifies, counts faults per rank, rank 0 writes --json', () => {
+  test('as processes of a job: run -n 3 -- app halo verifies, counts faults per rank, rank 0 writes --json', async () => {
     const json = join(dir, 'halo.json');
-    const r = spawnSync(
-      process.execPath,
-      [
-        MAIN,
-        'run',
-        '-n',
-        '3',
-        '--timeout',
-        '60',
-        '--',
-        'app',
-        'halo',
-        '-s',
-        '4',
-        '--steps',
-        '3',
-        '--runs',
-        '1',
-        '--policies',
-        'pin,touch',
-        '--no-warm-up',
-        '--json',
-        json,
-      ],
-      { encoding: 'utf8', timeout: 90_000, env: { ...process.env, FORCE_COLOR: '0' } },
-    );
-    expect(r.stderr).not.toMatch(/Error/);
-    expect(r.status).toBe(0);
-    const doc = JSON.parse(readFileSync(json, 'utf8')) as { results: { ranks: number; where: string; verified: boolean; trials: Trial[] } };
-    expect(doc.results.ranks).toBe(3);
-    expect(doc.results.where).toBe('pagefault-rdma run');
-    expect(doc.results.verified).toBe(true);
-    const touch = doc.results.trials.find((t) => t.policy === 'touch')!;
-    expect(touch.faultsPerRank).toHaveLength(3);
+    const e = await start([
+      'run',
+      '-n',
+      '3',
+      '--timeout',
+      '60',
+      '--',
+      'app',
+      'halo',
+      '-s',
+      '4',
+      '--steps',
+      '3',
+      '--runs',
+      '1',
+      '--policies',
+      'pin,touch',
+      '--no-warm-up',
+      '--json',
+      json,
+    ]).exit;
+    expect(e.stderr).not.toMatch(/Error/);
+    expect(e.code).toBe(0);
+    const r = jobResults(json, 3, 'pagefault-rdma run');
+    const touch = r.trials.find((t) => t.policy === 'touch')!;
     expect(Math.min(...touch.faultsPerRank)).toBeGreaterThan(0);
-    // A job's CPU is per process: one sample per rank.
-    expect(touch.cpu).toHaveLength(3);
     expect(touch.bytesVerified).toBe(3 * 4 ** 3 * 8);
   }, 90_000);
+
+  test.skipIf(!hydra && !ci)(
+    "under mpiexec -n 3 (mpich's hydra: PMI_RANK, PMI_SIZE): halo, its buffers paged from rank 0's memory server, verified",
+    async () => {
+      expect(hydra, "mpiexec is mpich's hydra (CI installs the mpich package)").toBe(true);
+      const json = join(dir, 'mpiexec.json');
+      const rendezvous = `127.0.0.1:${await freePort()}`;
+      const args = ['app', 'halo', '-s', '4', '--steps', '3', '--runs', '1', '--policies', 'pin,remote', '--no-warm-up'];
+      const e = await start([...args, '--rendezvous', rendezvous, '--json', json], { command: ['mpiexec', '-n', '3', process.execPath, MAIN] }).exit;
+      expect(e.stderr).toBe(`results: ${json}\n`);
+      expect(e.code).toBe(0);
+      const r = jobResults(json, 3, 'mpich (hydra)');
+      const [pin, remote] = (['pin', 'remote'] as const).map((p) => r.trials.find((t) => t.policy === p)!);
+      // Every rank (a process) fetched its pages from the one server rank 0 started, in the steady steps too.
+      expect(Math.min(...remote!.pagesFetched)).toBeGreaterThan(0);
+      expect(remote!.faultsSteady).toBeGreaterThan(0);
+      expect(pin!.pagesFetched).toEqual([0, 0, 0]);
+    },
+    90_000,
+  );
 });
+
+/** A job's --json (rank 0's): `ranks` processes started by `launcher`, every value verified, faults and CPU of every rank. */
+function jobResults(json: string, ranks: number, launcher: string): { trials: Trial[] } {
+  const r = (JSON.parse(readFileSync(json, 'utf8')) as { results: { ranks: number; where: string; verified: boolean; trials: Trial[] } }).results;
+  expect(r.ranks).toBe(ranks);
+  expect(r.where).toBe(launcher);
+  expect(r.verified).toBe(true);
+  for (const t of r.trials) {
+    expect(t.faultsPerRank).toHaveLength(ranks);
+    // A job's CPU is per process: one sample per rank.
+    expect(t.cpu).toHaveLength(ranks);
+  }
+  return r;
+}
