@@ -138,10 +138,14 @@ export async function runKernel<P>(o: RunKernelOptions<P>): Promise<AppResult> {
     // Rounds of every policy until WARM_UP_MS have passed: a single round left pin, the first policy of run 1, at twice its later step time.
     const t0 = performance.now();
     let rounds = 0;
+    let more: boolean;
     do {
       for (const policy of o.policies) await trial(o, { policy, steps: o.steps, evictEachStep: o.evictEachStep });
       rounds++;
-    } while (performance.now() - t0 < WARM_UP_MS && rounds < WARM_UP_MAX_ROUNDS);
+      more = performance.now() - t0 < WARM_UP_MS && rounds < WARM_UP_MAX_ROUNDS;
+      // In a job every rank must run the same trials: rank 0's clock decides for all.
+      if (o.worlds.length < o.size) more = (await o.worlds[0]!.allgather(more))[0] === true;
+    } while (more);
     if (lead) print(`warm-up: ${rounds} unrecorded round(s) of every policy (V8 compiling the kernel and the engine)`);
   }
   for (let run = 1; run <= o.runs; run++) {

@@ -3,6 +3,7 @@
 // of one process (-n N), or, started under `pagefault-rdma run -n N --` or mpiexec, one
 // process each (then rank 0 prints and writes --json).
 import { InvalidArgumentError } from 'commander';
+import { launchInfo } from '../../lib/index.js';
 import { heading, parsePositiveInt } from '../../examples/support/format.js';
 import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
 import { APPS, type AppName } from '../apps/apps.js';
@@ -20,13 +21,20 @@ interface Options {
   evictEachStep: boolean;
   warmUp: boolean;
   rendezvous?: string;
-  timeout: number;
+  timeout?: number;
   memlock?: number;
   serverSocket?: string;
 }
 
 // Ranks in one process: each is a node with its own fault library; past this the event loop is the bottleneck, not the fabric.
 const MAX_LOCAL_RANKS = 64;
+// The wait for the other ranks scales with the job: each process spends ~1 s of CPU starting
+// (Node, then the modules) before it reaches the rendezvous, and then dials its peers. Measured
+// (16 processes, 2 cores, load ~10): the ranks reached the rendezvous 7.0–8.4 s after their
+// start, and were all connected 4.7 s after the last one came (rank 0 waited 6.5 s in all):
+// ~0.4 s per rank. 2 s per rank leaves room for a machine five times as busy.
+const MIN_TIMEOUT_S = 30;
+const TIMEOUT_S_PER_RANK = 2;
 // The variables by which a launcher says "this process is one rank of a job" (lib/job reads and checks them all).
 const JOB_SIZE_VARS = ['PFR_SIZE', 'PMI_SIZE', 'OMPI_COMM_WORLD_SIZE'];
 
@@ -71,9 +79,8 @@ export default defineProgram<Options>({
       .option('--rendezvous <host:port>', "under a launcher: rank 0's rendezvous (default $PFR_RENDEZVOUS)")
       .option(
         '--timeout <seconds>',
-        'under a launcher: how long the ranks wait for each other to start and connect, and at each barrier',
+        `under a launcher: how long the ranks wait for each other to start and connect, and at each barrier (default ${MIN_TIMEOUT_S}, or ${TIMEOUT_S_PER_RANK} per rank in larger jobs)`,
         parsePositiveInt,
-        30,
       );
     cmd.hook('preAction', (c) => {
       const name = c.args[0]!;
@@ -97,7 +104,8 @@ export default defineProgram<Options>({
     let size: number;
     let leave: () => Promise<void>;
     if (inJob) {
-      const { world, job } = await jobWorld({ timeoutMs: o.timeout * 1000, ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}) });
+      const timeoutS = o.timeout ?? Math.max(MIN_TIMEOUT_S, TIMEOUT_S_PER_RANK * launchInfo().size);
+      const { world, job } = await jobWorld({ timeoutMs: timeoutS * 1000, ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}) });
       const problem = app.check(job.size, o.size ?? app.defaultSize);
       if (problem) {
         world.cluster.close();
