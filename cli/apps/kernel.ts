@@ -5,7 +5,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { PfrError, PHASES, WcOpcode, WcStatus, type QueuePair, type WorkCompletion } from '../../lib/index.js';
 import type { AppPolicy } from './buffers.js';
-import { WAIT_MS, type World } from './world.js';
+import { LOCAL, WAIT_MS, type World } from './world.js';
 
 /** One trial of a kernel: every rank runs `steps` steps under `policy`. */
 export interface TrialOptions {
@@ -42,6 +42,8 @@ export interface RankOutcome {
   opsPerStep?: number;
   /** Requests refused (kv: keys outside what a pinned server could lock). */
   refused?: number;
+  /** This rank's process's CPU over the steps after the first FIRST_STEPS (sampled by rank 0 of a process: see faultCount). */
+  steadyCpu?: CpuSpent;
 }
 
 /** A rank's outcome before its trial: nothing timed, counted or checked yet. */
@@ -68,13 +70,16 @@ export interface FaultCount {
   pathUs: number;
   /** Pages read from the memory server (remote policy: DMA and CPU faults alike; 0 otherwise). */
   fetched: number;
+  /** The process's CPU then: sampled by one rank per process (every rank of a job, rank 0 of nodes in one process), else undefined. */
+  cpu?: CpuSample;
 }
 
 /** The fault library's counts of this rank so far. */
 export function faultCount(w: World): FaultCount {
   const s = w.ctx.faultLibrary.stats();
   const pathUs = PHASES.reduce((sum, p) => sum + s.phases.real[p].count * s.phases.real[p].mean, 0);
-  return { source: s.faults.source, destination: s.faults.destination, pathUs, fetched: w.remote?.pagesFetched() ?? 0 };
+  const cpu = w.rank === 0 || w.where !== LOCAL ? cpuSample() : undefined;
+  return { source: s.faults.source, destination: s.faults.destination, pathUs, fetched: w.remote?.pagesFetched() ?? 0, ...(cpu ? { cpu } : {}) };
 }
 
 /** The counts since `before`. */
@@ -94,6 +99,7 @@ export function countFaults(w: World, t: TrialOptions, me: RankOutcome, before: 
   me.faults = faultsSince(w, before);
   const late = faultsSince(w, steady);
   me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
+  if (steady.cpu && t.steps > FIRST_STEPS) me.steadyCpu = cpuSpent(steady.cpu, cpuSample());
 }
 
 /**

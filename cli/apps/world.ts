@@ -49,6 +49,9 @@ export interface World {
   remote?: RemoteMemory;
 }
 
+/** World.where of ranks that are nodes of one process. */
+export const LOCAL = 'nodes in one process';
+
 /** How long a rank waits for the others (a barrier, an allgather, a completion). */
 export const WAIT_MS = 30_000;
 
@@ -148,7 +151,7 @@ export async function localWorlds(n: number): Promise<World[]> {
       return {
         rank,
         size: n,
-        where: 'nodes in one process',
+        where: LOCAL,
         cluster,
         ctx,
         pd,

@@ -42,13 +42,16 @@ export default defineProgram<Options>({
   name: 'app',
   noTrace: 'the kernels run many trials at full speed; trace one faulting write with destination-fault --trace',
   plot: "each ODP policy's time per step after the first against pin, per run",
-  summary: 'application kernels as N ranks (halo, allreduce, transpose): verified, per policy, with a verdict of ODP against pinning',
+  summary: 'application kernels as N ranks (halo, allreduce, transpose, kv): verified, per policy, with a verdict of ODP against pinning',
   description:
     'Run an application kernel as N ranks over the verbs API, every policy --runs times in interleaved turns, and check its ' +
     'result against a serial computation. halo: a 3-D halo exchange (7-point stencil on Float64, RDMA WRITE WITH IMMEDIATE of ' +
     "the six faces into the neighbours' buffers); allreduce: a ring allreduce of Float64 vectors (reduce-scatter then " +
     'allgather, RDMA WRITE WITH IMMEDIATE); transpose: an all-to-all transpose of a distributed matrix (every rank writes to every ' +
-    'other). Reports per policy the time per step (the first, and the median after it), faults per rank and CPU time by thread; ' +
+    'other); kv: a key-value server and clients (GET/SET over SEND/RECV, values read by RDMA READ), a pinned server held to ' +
+    'RLIMIT_MEMLOCK. Policy remote: the buffers are remote-paged, their pages written to a memory server before every step and ' +
+    'fetched back by the faults. Reports per policy the time per step (the first, and the median after it), faults and pages ' +
+    'fetched per rank and CPU time by thread; ' +
     "then each ODP policy's slowdown against pin and whether it is within pin's own spread over the runs. The ranks are " +
     'nodes of this process (-n N), or processes: `pagefault-rdma run -n 4 -- app halo` (or mpiexec -n 4 npx pagefault-rdma app halo).',
   options(cmd) {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { APPS, type AppName } from '../../cli/apps/apps.js';
-import { RemoteMemory, TrialBuffers } from '../../cli/apps/buffers.js';
+import { RemoteMemory, TrialBuffers, type AppPolicy } from '../../cli/apps/buffers.js';
 import appProgram from '../../cli/commands/app.js';
 import { addProgram } from '../../cli/program.js';
 import { Completions } from '../../cli/apps/kernel.js';
@@ -100,6 +100,8 @@ test('without eviction the buffers fault in the first two steps only', async () 
     expect(r.verified).toBe(true);
     expect(Math.min(...r.trials[0]!.faultsPerRank)).toBeGreaterThan(0);
     expect(r.trials[0]!.faultsSteady).toBe(0);
+    // The steady steps' CPU, sampled by rank 0 for the process.
+    expect(r.trials[0]!.steadyCpu.processMs).toBeGreaterThan(0);
   } finally {
     worlds[0]!.cluster.close();
   }
@@ -228,7 +230,7 @@ test('dims3 splits ranks as evenly as their factors allow', () => {
 });
 
 test('the verdict: ratios per run against pin, within the noise or not, and why; its plot', async () => {
-  const trial = (run: number, policy: 'pin' | 'touch-ahead' | 'touch', stepUs: number[], faultsSteady = 0): Trial => ({
+  const trial = (run: number, policy: AppPolicy, stepUs: number[], faultsSteady = 0, mainThreadMs = 1): Trial => ({
     run,
     policy,
     stepUs,
@@ -238,6 +240,7 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     faultPathUs: faultsSteady * 100,
     faultsSteady,
     pagesFetched: [0],
+    steadyCpu: { processMs: mainThreadMs + 0.5, mainThreadMs, otherThreadsMs: 0.5 },
     bytesVerified: 8,
     mismatches: 0,
     opsPerSecond: 0,
@@ -251,12 +254,22 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     trial(2, 'pin', [50, 104, 104]),
     trial(2, 'touch-ahead', [90, 101, 101]),
     trial(2, 'touch', [90, 210, 210], 8),
+    // No faults after the first steps, 50 µs longer: with 0.05 ms more main-thread CPU per step, and with none.
+    trial(1, 'prefault', [90, 150, 150], 0, 1.05),
+    trial(2, 'prefault', [90, 150, 150], 0, 1.05),
+    trial(1, 'prefetch', [90, 150, 150]),
+    trial(2, 'prefetch', [90, 150, 150]),
   ];
-  const [ta, touch] = judge(trials, ['pin', 'touch-ahead', 'touch'], 3);
+  const [ta, touch, prefault, prefetch] = judge(trials, ['pin', 'touch-ahead', 'touch', 'prefault', 'prefetch'], 3);
   expect(ta!.ratios.map((x) => +x.toFixed(3))).toEqual([1.02, 0.971]);
   expect(ta!.withinNoise).toBe(true);
   expect(touch!.withinNoise).toBe(false);
   expect(touch!.cause).toMatch(/^8\.0 faults per step after the first 2 \(all ranks\), each 800 µs from detection/);
+  expect(prefault!.withinNoise).toBe(false);
+  expect(prefault!.cause).toMatch(
+    /^no faults after the first 2 steps; .*\(main thread \+0\.05 ms, .*the main thread's extra CPU \(0\.05 ms\) is most of the extra 0\.05 ms per step$/,
+  );
+  expect(prefetch!.cause).toMatch(/neither faults nor CPU account for the extra 0\.05 ms per step/);
   // --plot: a point per policy and run, a bar per policy.
   const svg = await renderSvg(
     verdictPlot({
