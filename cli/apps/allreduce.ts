@@ -85,6 +85,6 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
     await w.barrier();
     return me;
   } finally {
-    bufs.release();
+    await bufs.release();
   }
 };

@@ -10,9 +10,12 @@
 // A pager's DM-Handler thread takes 0.1–0.3 s to start here, so a rank's pagers are made once
 // and reused by its later trials, zeroed in between (a fresh buffer reads zeros, as kv's store
 // relies on).
-import { PfrError, RemotePager, mapRegion, type MemoryRegion, type PolicyName, type Region } from '../../lib/index.js';
+import { PAGE_SIZE, PfrError, RemotePager, mapRegion, type MemoryRegion, type PolicyName, type Region } from '../../lib/index.js';
 import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
 import { registerFor, type World } from './world.js';
+
+// Bytes zeroed between turns of the event loop: 64 pages, each a fetch at worst (~1 ms loaded).
+const ZERO_SLICE = 64 * PAGE_SIZE;
 
 /** How a kernel's buffers are had: pinned, an ODP fault library policy, or remote-paged. */
 export type AppPolicy = PolicyName | 'remote';
@@ -54,11 +57,19 @@ export class RemoteMemory {
     return pager;
   }
 
-  /** Give `pager` back for a later trial, zeroed (its stored pages come back to be zeroed). */
-  give(pager: RemotePager, residentLimit = pager.region.size): void {
-    // After a store failure its pages may be poisoned (a CPU access: SIGBUS): close() takes it, nothing reuses it.
-    if (this.#error) return;
-    new Uint8Array(pager.region.buffer).fill(0);
+  /**
+   * Give `pager` back for a later trial, zeroed: its stored pages come back to be zeroed, a
+   * fetch each, in slices between which the event loop turns (a job's transport must be heard
+   * from, or its peers count this rank lost).
+   */
+  async give(pager: RemotePager, residentLimit = pager.region.size): Promise<void> {
+    const bytes = new Uint8Array(pager.region.buffer);
+    for (let at = 0; at < bytes.length; at += ZERO_SLICE) {
+      // After a store failure its pages may be poisoned (a CPU access: SIGBUS): close() takes it, nothing reuses it.
+      if (this.#error) return;
+      bytes.fill(0, at, at + ZERO_SLICE);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
     const key = `${pager.region.size}/${residentLimit}`;
     this.#free.set(key, [...(this.#free.get(key) ?? []), pager]);
   }
@@ -141,10 +152,10 @@ export class TrialBuffers {
   }
 
   /** Deregister and unmap (remote: give the pagers back, zeroed). */
-  release(): void {
+  async release(): Promise<void> {
     for (const b of this.#held.splice(0)) {
       b.mr.dereg();
-      if (b.pager) this.w.remote!.give(b.pager, b.residentLimit);
+      if (b.pager) await this.w.remote!.give(b.pager, b.residentLimit);
       else b.region.close();
     }
   }

@@ -163,6 +163,6 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
     me.bytesVerified = n ** 3 * 8;
     return me;
   } finally {
-    bufs.release();
+    await bufs.release();
   }
 };

@@ -114,7 +114,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
     await w.barrier();
     return me;
   } finally {
-    bufs.release();
+    await bufs.release();
   }
 };
 
@@ -193,7 +193,7 @@ const client: Kernel<KvParams> = async (w, t, p) => {
     await w.barrier();
     return me;
   } finally {
-    bufs.release();
+    await bufs.release();
   }
 };
 

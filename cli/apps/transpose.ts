@@ -74,6 +74,6 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
     await w.barrier();
     return me;
   } finally {
-    bufs.release();
+    await bufs.release();
   }
 };
