@@ -9,6 +9,7 @@ import {
   Access,
   Cluster,
   Job,
+  launchInfo,
   PfrError,
   type CompletionQueue,
   type Context,
@@ -170,6 +171,14 @@ export async function localWorlds(n: number): Promise<World[]> {
   }
 }
 
+/**
+ * How long a rank may be silent before the others count it lost, per rank of the job (at least
+ * PEER_TIMEOUT_MS, 2.1 s). Ranks beyond the cores share them: 16 processes on 2 busy cores went
+ * 2.3–2.6 s without a turn (kv's server, a transpose), and the job failed with RETRY_EXC_ERR
+ * though every rank was alive. A killed rank is noticed at once all the same (its connection resets).
+ */
+const SILENCE_MS_PER_RANK = 500;
+
 /** Options of jobWorld: where rank 0's rendezvous is, and the job's wait. */
 export interface JobWorldOptions {
   /** Rank 0's rendezvous, HOST:PORT (default $PFR_RENDEZVOUS). */
@@ -183,7 +192,7 @@ export async function jobWorld(o: JobWorldOptions = {}): Promise<{ world: World;
   const job = await Job.start({
     ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}),
     timeoutMs: o.timeoutMs ?? WAIT_MS,
-    peerTimeoutMs: PEER_TIMEOUT_MS,
+    peerTimeoutMs: Math.max(PEER_TIMEOUT_MS, SILENCE_MS_PER_RANK * launchInfo().size),
   });
   const why = (e: unknown): Error => (job.signal.aborted ? (job.signal.reason as Error) : (e as Error));
   try {
