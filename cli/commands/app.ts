@@ -127,7 +127,12 @@ export default defineProgram<Options>({
       leave = () => Promise.resolve(worlds[0]!.cluster.close());
     }
     const server = o.policies.includes('remote')
-      ? await remoteMemory(worlds, o.serverSocket).catch(async (e: unknown) => (await leave(), Promise.reject(e)))
+      ? await remoteMemory(worlds, o.serverSocket).catch(async (e: unknown) => {
+          // The other ranks of a job wait for the server's socket: they learn at once why none comes.
+          worlds[0]!.fail(e as Error);
+          await leave();
+          throw e;
+        })
       : undefined;
     try {
       if (worlds[0]!.rank === 0) heading(`app ${name}: ${app.title}`);
