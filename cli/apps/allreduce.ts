@@ -7,9 +7,10 @@
 // can run up to N−1 steps ahead of the one it writes to, so the receive buffer has 2(N−1)
 // slots, used in turn, and N−1 receives are posted ahead. Values are small integers, so the sum
 // is exact in any order: every element is checked against the sum computed here.
-import { mapRegion, PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
-import { Completions, countFaults, evictFor, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
-import { exchangeBuffers, registerFor } from './world.js';
+import { PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
+import { TrialBuffers } from './buffers.js';
+import { Completions, countFaults, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
+import { exchangeBuffers } from './world.js';
 
 /** The allreduce's own parameters. */
 export interface AllreduceParams {
@@ -33,11 +34,10 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
   const slot = Math.ceil((Math.ceil(values / n) * 8) / PAGE_SIZE) * PAGE_SIZE;
   const slots = 2 * (n - 1);
   const ringSteps = 2 * (n - 1);
-  const data = mapRegion(Math.ceil((values * 8) / PAGE_SIZE) * PAGE_SIZE, { shared: true });
-  const recv = mapRegion(slots * slot, { shared: true });
-  const dataMr = registerFor(w, data, t.policy);
-  const recvMr = registerFor(w, recv, t.policy);
+  const bufs = new TrialBuffers(w, t.policy, t.evictEachStep);
   try {
+    const { region: data, mr: dataMr } = await bufs.map(Math.ceil((values * 8) / PAGE_SIZE) * PAGE_SIZE);
+    const { region: recv, mr: recvMr } = await bufs.map(slots * slot);
     const remote = (await exchangeBuffers(w, recvMr))[next]!;
     const done = new Completions(w);
     done.arm(w.qps[prev]!, t.steps * ringSteps, n - 1);
@@ -51,7 +51,7 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
     for (let it = 0; it < t.steps; it++) {
       if (it === FIRST_STEPS) steady = faultCount(w);
       for (let i = 0; i < values; i++) v[i] = value(w.rank, i, it);
-      evictFor(t, [data, recv]);
+      await bufs.evict();
       const t0 = performance.now();
       for (let s = 0; s < ringSteps; s++, g++) {
         // Reduce-scatter sends chunk rank−s and adds chunk rank−s−1; the allgather passes on rank+1−s and keeps rank−s.
@@ -85,9 +85,6 @@ export const allreduce: Kernel<AllreduceParams> = async (w, t, { values }) => {
     await w.barrier();
     return me;
   } finally {
-    dataMr.dereg();
-    recvMr.dereg();
-    data.close();
-    recv.close();
+    await bufs.release();
   }
 };

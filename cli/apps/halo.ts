@@ -7,9 +7,10 @@
 // The receive buffer has two halves by the step's parity: a neighbour can be one step ahead
 // (it needs this rank's next faces before going further), never two. At the end every rank
 // compares its block, value for value, with the same steps computed serially on the whole grid.
-import { mapRegion, PAGE_SIZE, WrOpcode, SendFlags } from '../../lib/index.js';
-import { Completions, countFaults, dims3, FIRST_STEPS, evictFor, faultCount, type Kernel, newOutcome } from './kernel.js';
-import { exchangeBuffers, registerFor } from './world.js';
+import { PAGE_SIZE, WrOpcode, SendFlags } from '../../lib/index.js';
+import { TrialBuffers } from './buffers.js';
+import { Completions, countFaults, dims3, FIRST_STEPS, faultCount, type Kernel, newOutcome } from './kernel.js';
+import { exchangeBuffers } from './world.js';
 
 /** The halo exchange's own parameters. */
 export interface HaloParams {
@@ -90,12 +91,10 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
   );
   const faceBytes = n * n * 8;
   const slot = Math.ceil(faceBytes / PAGE_SIZE) * PAGE_SIZE;
-  // Shared mappings: evicting them between steps keeps their bytes (see evictFor).
-  const send = mapRegion(6 * slot, { shared: true });
-  const recv = mapRegion(2 * 6 * slot, { shared: true });
-  const sendMr = registerFor(w, send, t.policy);
-  const recvMr = registerFor(w, recv, t.policy);
+  const bufs = new TrialBuffers(w, t.policy, t.evictEachStep);
   try {
+    const { region: send, mr: sendMr } = await bufs.map(6 * slot);
+    const { region: recv, mr: recvMr } = await bufs.map(2 * 6 * slot);
     const remote = await exchangeBuffers(w, recvMr);
     const done = new Completions(w);
     for (const p of neighbours) if (p >= 0) done.arm(w.qps[p]!, t.steps);
@@ -115,7 +114,7 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
     await w.barrier();
     for (let step = 0; step < t.steps; step++) {
       if (step === FIRST_STEPS) steady = faultCount(w);
-      evictFor(t, [send, recv]);
+      await bufs.evict();
       const t0 = performance.now();
       const half = (step % 2) * 6;
       for (let f = 0; f < 6; f++) {
@@ -164,9 +163,6 @@ export const halo: Kernel<HaloParams> = async (w, t, { n }) => {
     me.bytesVerified = n ** 3 * 8;
     return me;
   } finally {
-    sendMr.dereg();
-    recvMr.dereg();
-    send.close();
-    recv.close();
+    await bufs.release();
   }
 };

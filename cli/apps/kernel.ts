@@ -3,13 +3,14 @@
 // its faults, the bytes it verified), the routing of a rank's completions (writes done, writes
 // with immediate received, receives re-posted), and the CPU time of the process by thread.
 import { readdirSync, readFileSync } from 'node:fs';
-import { PfrError, PHASES, WcOpcode, WcStatus, type PolicyName, type QueuePair, type Region, type WorkCompletion } from '../../lib/index.js';
-import { WAIT_MS, type World } from './world.js';
+import { PfrError, PHASES, WcOpcode, WcStatus, type QueuePair, type WorkCompletion } from '../../lib/index.js';
+import type { AppPolicy } from './buffers.js';
+import { LOCAL, WAIT_MS, type World } from './world.js';
 
 /** One trial of a kernel: every rank runs `steps` steps under `policy`. */
 export interface TrialOptions {
-  /** How the kernel's RDMA buffers are registered: pin, or an ODP fault library policy. */
-  policy: PolicyName;
+  /** How the kernel's RDMA buffers are had: pinned, an ODP fault library policy, or remote-paged (buffers.ts). */
+  policy: AppPolicy;
   /** Steps of the trial (the kernel's unit: a sweep, an allreduce, a transpose). */
   steps: number;
   /** Evict the kernel's RDMA buffers before every step (not only the fresh mapping of the first): faults every step. */
@@ -41,11 +42,21 @@ export interface RankOutcome {
   opsPerStep?: number;
   /** Requests refused (kv: keys outside what a pinned server could lock). */
   refused?: number;
+  /** This rank's process's CPU over the steps after the first FIRST_STEPS (sampled by rank 0 of a process: see faultCount). */
+  steadyCpu?: CpuSpent;
 }
 
 /** A rank's outcome before its trial: nothing timed, counted or checked yet. */
 export function newOutcome(rank: number, extra: Pick<RankOutcome, 'opsPerStep' | 'refused'> = {}): RankOutcome {
-  return { rank, stepUs: [], faults: { source: 0, destination: 0, pathUs: 0 }, faultsSteady: 0, bytesVerified: 0, mismatches: 0, ...extra };
+  return {
+    rank,
+    stepUs: [],
+    faults: { source: 0, destination: 0, pathUs: 0, fetched: 0 },
+    faultsSteady: 0,
+    bytesVerified: 0,
+    mismatches: 0,
+    ...extra,
+  };
 }
 
 /** An application kernel: one rank's part of one trial. */
@@ -57,31 +68,38 @@ export interface FaultCount {
   destination: number;
   /** Σ over the faults of their measured detect-to-retransmit time, µs (a latency: faults resolved at once overlap). */
   pathUs: number;
+  /** Pages read from the memory server (remote policy: DMA and CPU faults alike; 0 otherwise). */
+  fetched: number;
+  /** The process's CPU then: sampled by one rank per process (every rank of a job, rank 0 of nodes in one process), else undefined. */
+  cpu?: CpuSample;
 }
 
 /** The fault library's counts of this rank so far. */
 export function faultCount(w: World): FaultCount {
   const s = w.ctx.faultLibrary.stats();
   const pathUs = PHASES.reduce((sum, p) => sum + s.phases.real[p].count * s.phases.real[p].mean, 0);
-  return { source: s.faults.source, destination: s.faults.destination, pathUs };
+  const cpu = w.rank === 0 || w.where !== LOCAL ? cpuSample() : undefined;
+  return { source: s.faults.source, destination: s.faults.destination, pathUs, fetched: w.remote?.pagesFetched() ?? 0, ...(cpu ? { cpu } : {}) };
 }
 
 /** The counts since `before`. */
 export function faultsSince(w: World, before: FaultCount): FaultCount {
   const now = faultCount(w);
-  return { source: now.source - before.source, destination: now.destination - before.destination, pathUs: now.pathUs - before.pathUs };
+  return {
+    source: now.source - before.source,
+    destination: now.destination - before.destination,
+    pathUs: now.pathUs - before.pathUs,
+    fetched: now.fetched - before.fetched,
+  };
 }
 
-/** The trial's faults into `me`: all of them since `before`, and those after the first FIRST_STEPS steps (since `steady`). */
+/** The trial's faults into `me`: all of them since `before`, and those after the first FIRST_STEPS steps (since `steady`). A memory server's failure during the trial throws. */
 export function countFaults(w: World, t: TrialOptions, me: RankOutcome, before: FaultCount, steady: FaultCount): void {
+  w.remote?.check();
   me.faults = faultsSince(w, before);
   const late = faultsSince(w, steady);
   me.faultsSteady = t.steps > FIRST_STEPS ? late.source + late.destination : 0;
-}
-
-/** Evict `regions` for a step when asked: unmapPages keeps the bytes of shared mappings, so nothing is lost, every page faults again. */
-export function evictFor(t: TrialOptions, regions: Region[]): void {
-  if (t.evictEachStep && t.policy !== 'pin') for (const r of regions) r.unmapPages();
+  if (steady.cpu && t.steps > FIRST_STEPS) me.steadyCpu = cpuSpent(steady.cpu, cpuSample());
 }
 
 /**

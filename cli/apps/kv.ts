@@ -11,9 +11,10 @@
 // initialised, so only the values used become resident (demand paging by actual use).
 // Pinned, the server may lock only `memlockBytes` (RLIMIT_MEMLOCK): it registers the part of
 // the store that fits (a shard) and refuses the keys beyond it; under ODP it serves them all.
-import { Access, mapRegion, PAGE_SIZE, SendFlags, WrOpcode, type MemoryRegion, type Region } from '../../lib/index.js';
-import { Completions, countFaults, evictFor, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
-import { exchangeBuffers, registerFor } from './world.js';
+import { PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
+import { TrialBuffers } from './buffers.js';
+import { Completions, countFaults, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
+import { exchangeBuffers } from './world.js';
 
 /** The key-value store's own parameters. */
 export interface KvParams {
@@ -51,20 +52,17 @@ function served(t: { policy: string }, p: KvParams): number {
 const server: Kernel<KvParams> = async (w, t, p) => {
   const clients = w.size - 1;
   const slot = Math.ceil((HEADER + p.valueBytes) / PAGE_SIZE) * PAGE_SIZE;
-  const store = mapRegion(p.keys * p.valueBytes, { shared: true });
-  const inbox = mapRegion(w.size * slot, { shared: true });
-  const outbox = mapRegion(w.size * PAGE_SIZE, { shared: true });
   const keysServed = served(t, p);
-  const regs: MemoryRegion[] = [];
+  const bufs = new TrialBuffers(w, t.policy, t.evictEachStep);
   try {
-    // Pinned, only the shard that fits under the limit is registered (and locked).
-    regs.push(
-      t.policy === 'pin' && keysServed < p.keys
-        ? w.ctx.regMr(w.pd, store, 0, keysServed * p.valueBytes, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
-        : registerFor(w, store, t.policy),
-    );
-    regs.push(registerFor(w, inbox, t.policy), registerFor(w, outbox, t.policy));
-    const [storeMr, inMr, outMr] = regs as [MemoryRegion, MemoryRegion, MemoryRegion];
+    // Pinned, only the shard that fits under the limit is registered (and locked); remote-paged,
+    // the whole store is served but no more of it stays resident than a pinned server may lock.
+    const { region: store, mr: storeMr } = await bufs.map(p.keys * p.valueBytes, {
+      registerBytes: keysServed * p.valueBytes,
+      ...(Number.isFinite(p.memlockBytes) ? { residentLimit: Math.max(PAGE_SIZE, Math.floor(p.memlockBytes / PAGE_SIZE) * PAGE_SIZE) } : {}),
+    });
+    const { region: inbox, mr: inMr } = await bufs.map(w.size * slot);
+    const { region: outbox, mr: outMr } = await bufs.map(w.size * PAGE_SIZE);
     await exchangeBuffers(w, storeMr);
     const done = new Completions(w);
     const byQp = new Map<number, number>();
@@ -83,7 +81,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
     await w.barrier();
     for (let step = 0; step < t.steps; step++) {
       if (step === FIRST_STEPS) steady = faultCount(w);
-      evictFor(t, [store, inbox, outbox]);
+      await bufs.evict();
       const t0 = performance.now();
       for (let n = 0; n < clients * p.batch; n++) {
         const wc = await done.receive();
@@ -116,8 +114,7 @@ const server: Kernel<KvParams> = async (w, t, p) => {
     await w.barrier();
     return me;
   } finally {
-    for (const mr of regs) mr.dereg();
-    for (const r of [store, inbox, outbox]) r.close();
+    await bufs.release();
   }
 };
 
@@ -126,10 +123,10 @@ const client: Kernel<KvParams> = async (w, t, p) => {
   const c = w.rank;
   const own = Math.ceil((p.keys - (c - 1)) / clients);
   const slot = Math.ceil((HEADER + p.valueBytes) / PAGE_SIZE) * PAGE_SIZE;
-  // [request: header + value | answer | value read]
-  const buf: Region = mapRegion(2 * slot + PAGE_SIZE, { shared: true });
-  const mr = registerFor(w, buf, t.policy);
+  const bufs = new TrialBuffers(w, t.policy, t.evictEachStep);
   try {
+    // [request: header + value | answer | value read]
+    const { region: buf, mr } = await bufs.map(2 * slot + PAGE_SIZE);
     const store = (await exchangeBuffers(w, mr))[0]!;
     const done = new Completions(w);
     const qp = w.qps[0]!;
@@ -142,11 +139,13 @@ const client: Kernel<KvParams> = async (w, t, p) => {
     let steady = before;
     // A deterministic stream of keys and operations per client (an LCG): the same in every trial.
     let seed = c * 2654435761;
-    const next = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0);
+    // Its high bits: an LCG's low bits have short periods (bit i repeats every 2^(i+1) draws), which
+    // tied whether an operation is a SET to which key it names, so only a few keys were ever set.
+    const next = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 16;
     await w.barrier();
     for (let step = 0; step < t.steps; step++) {
       if (step === FIRST_STEPS) steady = faultCount(w);
-      evictFor(t, [buf]);
+      await bufs.evict();
       const t0 = performance.now();
       for (let i = 0; i < p.batch; i++) {
         const k = next() % own;
@@ -194,8 +193,7 @@ const client: Kernel<KvParams> = async (w, t, p) => {
     await w.barrier();
     return me;
   } finally {
-    mr.dereg();
-    buf.close();
+    await bufs.release();
   }
 };
 

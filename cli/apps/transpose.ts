@@ -6,9 +6,10 @@
 // receive buffer are registered under the trial's policy; the receive buffer has two halves
 // by the step's parity (a rank can start the next transpose before a slower one has unpacked
 // this one, never two ahead). Every element is checked against A's known values.
-import { mapRegion, PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
-import { Completions, countFaults, evictFor, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
-import { exchangeBuffers, registerFor } from './world.js';
+import { PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
+import { TrialBuffers } from './buffers.js';
+import { Completions, countFaults, faultCount, FIRST_STEPS, type Kernel, newOutcome } from './kernel.js';
+import { exchangeBuffers } from './world.js';
 
 /** The transpose's own parameters. */
 export interface TransposeParams {
@@ -26,11 +27,10 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
   const n = w.size;
   const m = n * b;
   const slot = Math.ceil((b * b * 8) / PAGE_SIZE) * PAGE_SIZE;
-  const send = mapRegion(n * slot, { shared: true });
-  const recv = mapRegion(2 * n * slot, { shared: true });
-  const sendMr = registerFor(w, send, t.policy);
-  const recvMr = registerFor(w, recv, t.policy);
+  const bufs = new TrialBuffers(w, t.policy, t.evictEachStep);
   try {
+    const { region: send, mr: sendMr } = await bufs.map(n * slot);
+    const { region: recv, mr: recvMr } = await bufs.map(2 * n * slot);
     const remote = await exchangeBuffers(w, recvMr);
     const done = new Completions(w);
     const peers = [...Array(n).keys()].filter((p) => p !== w.rank);
@@ -47,7 +47,7 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
     for (let it = 0; it < t.steps; it++) {
       if (it === FIRST_STEPS) steady = faultCount(w);
       for (let i = 0; i < b; i++) for (let j = 0; j < m; j++) a[i * m + j] = element(w.rank * b + i, j, m, it);
-      evictFor(t, [send, recv]);
+      await bufs.evict();
       const t0 = performance.now();
       const half = (it % 2) * n;
       // Block p, transposed: its row x is column p·b + x of this rank's rows.
@@ -74,9 +74,6 @@ export const transpose: Kernel<TransposeParams> = async (w, t, { rows: b }) => {
     await w.barrier();
     return me;
   } finally {
-    sendMr.dereg();
-    recvMr.dereg();
-    send.close();
-    recv.close();
+    await bufs.release();
   }
 };

@@ -9,16 +9,17 @@ import {
   Access,
   Cluster,
   Job,
+  launchInfo,
   PfrError,
   type CompletionQueue,
   type Context,
   type MemoryRegion,
-  type PolicyName,
   type ProtectionDomain,
   type QueuePair,
   type Region,
 } from '../../lib/index.js';
 import { connect, newPsn, PEER_TIMEOUT_MS } from '../../examples/fabric-peer.js';
+import { REMOTE_ODP, type AppPolicy, type RemoteMemory } from './buffers.js';
 
 /** One rank's view of the job. */
 export interface World {
@@ -45,7 +46,12 @@ export interface World {
   barrier(): Promise<void>;
   /** This rank failed: every other rank's waits end with `reason`. */
   fail(reason: Error): void;
+  /** This rank's remote-paged memory, when the remote policy runs (the command sets it up). */
+  remote?: RemoteMemory;
 }
+
+/** World.where of ranks that are nodes of one process. */
+export const LOCAL = 'nodes in one process';
 
 /** How long a rank waits for the others (a barrier, an allgather, a completion). */
 export const WAIT_MS = 30_000;
@@ -146,7 +152,7 @@ export async function localWorlds(n: number): Promise<World[]> {
       return {
         rank,
         size: n,
-        where: 'nodes in one process',
+        where: LOCAL,
         cluster,
         ctx,
         pd,
@@ -165,6 +171,14 @@ export async function localWorlds(n: number): Promise<World[]> {
   }
 }
 
+/**
+ * How long a rank may be silent before the others count it lost, per rank of the job (at least
+ * PEER_TIMEOUT_MS, 2.1 s). Ranks beyond the cores share them: 16 processes on 2 busy cores went
+ * 2.3–2.6 s without a turn (kv's server, a transpose), and the job failed with RETRY_EXC_ERR
+ * though every rank was alive. A killed rank is noticed at once all the same (its connection resets).
+ */
+const SILENCE_MS_PER_RANK = 500;
+
 /** Options of jobWorld: where rank 0's rendezvous is, and the job's wait. */
 export interface JobWorldOptions {
   /** Rank 0's rendezvous, HOST:PORT (default $PFR_RENDEZVOUS). */
@@ -178,7 +192,7 @@ export async function jobWorld(o: JobWorldOptions = {}): Promise<{ world: World;
   const job = await Job.start({
     ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}),
     timeoutMs: o.timeoutMs ?? WAIT_MS,
-    peerTimeoutMs: PEER_TIMEOUT_MS,
+    peerTimeoutMs: Math.max(PEER_TIMEOUT_MS, SILENCE_MS_PER_RANK * launchInfo().size),
   });
   const why = (e: unknown): Error => (job.signal.aborted ? (job.signal.reason as Error) : (e as Error));
   try {
@@ -208,12 +222,12 @@ export async function jobWorld(o: JobWorldOptions = {}): Promise<{ world: World;
   }
 }
 
-/** Register `region` whole for a kernel under `policy`: pinned (no ON_DEMAND, mlock at registration) or on-demand paging. */
-export function registerFor(w: World, region: Region, policy: PolicyName): MemoryRegion {
+/** Register the first `length` bytes of `region` for a kernel under `policy`: pinned (no ON_DEMAND, mlock at registration) or on-demand paging (remote-paged memory: REMOTE_ODP). */
+export function registerFor(w: World, region: Region, policy: AppPolicy, length = region.size): MemoryRegion {
   const access = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ;
   return policy === 'pin'
-    ? w.ctx.regMr(w.pd, region, 0, region.size, access)
-    : w.ctx.regMr(w.pd, region, 0, region.size, access | Access.ON_DEMAND, { policy });
+    ? w.ctx.regMr(w.pd, region, 0, length, access)
+    : w.ctx.regMr(w.pd, region, 0, length, access | Access.ON_DEMAND, { policy: policy === 'remote' ? REMOTE_ODP : policy });
 }
 
 /** Another rank's registered buffer: where to write and with which key. */

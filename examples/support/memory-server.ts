@@ -54,11 +54,12 @@ export async function startMemoryServer(extraArgs: string[] = []): Promise<Memor
     if (p.exitCode === null && p.signalCode === null) {
       const exited = new Promise((r) => p.once('exit', r));
       p.kill(signal);
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+      // Unref'd: a caller that ends right after stop() must not wait out the grace.
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000).unref())]);
       if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     }
     // Its last lines (the stats) may still be on their way through the pipe.
-    if (!p.stdout!.closed) await Promise.race([new Promise((r) => p.stdout!.once('close', r)), new Promise((r) => setTimeout(r, 1000))]);
+    if (!p.stdout!.closed) await Promise.race([new Promise((r) => p.stdout!.once('close', r)), new Promise((r) => setTimeout(r, 1000).unref())]);
     return p.exitCode;
   };
   await start();

@@ -1,21 +1,33 @@
 // The application kernels (cli/apps/) at small sizes, as ranks of one process: each one's
 // result checked value for value, faults counted on every rank under `touch` with buffers
-// evicted every step (none under pin), and the verdict's figures from the trials. Then the
-// same halo as processes of a job (`pagefault-rdma run -n 3 -- app halo`), and the command's
+// evicted every step (none under pin), the remote policy's pages fetched from a real memory
+// server (and a page it lost failing loudly), and the verdict's figures from the trials. Then
+// processes of a job: halo under `pagefault-rdma run -n 3` and under mpich's `mpiexec -n 3`
+// (skipped with the reason when mpiexec is not hydra, unless CI is set); and the command's
 // refusals of bad options.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Command } from 'commander';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { APPS, type AppName } from '../../cli/apps/apps.js';
+import { RemoteMemory, TrialBuffers, type AppPolicy } from '../../cli/apps/buffers.js';
+import appProgram from '../../cli/commands/app.js';
+import { addProgram } from '../../cli/program.js';
+import { Completions } from '../../cli/apps/kernel.js';
+import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
+import { PAGE_SIZE, SendFlags, WrOpcode } from '../../lib/index.js';
 import { judge, runKernel, verdictPlot, type Trial } from '../../cli/apps/runner.js';
 import { renderSvg } from '../../examples/support/plot.js';
 import { dims3 } from '../../cli/apps/kernel.js';
-import { localWorlds } from '../../cli/apps/world.js';
-import { requireDist, ROOT } from '../child.js';
+import { exchangeBuffers, localWorlds } from '../../cli/apps/world.js';
+import { requireDist } from '../child.js';
+import { ci, freePort, MAIN, start } from '../fabric/spawn.js';
+import { until } from '../helpers.js';
 
-const MAIN = join(ROOT, 'dist/cli/main.js');
+const mpiexec = spawnSync('mpiexec', ['--version'], { encoding: 'utf8' });
+const hydra = mpiexec.status === 0 && /HYDRA/.test(mpiexec.stdout);
 const SMALL: Record<AppName, number> = { halo: 6, allreduce: 3000, transpose: 8, kv: 64 };
 let dir: string;
 
@@ -88,6 +100,8 @@ test('without eviction the buffers fault in the first two steps only', async () 
     expect(r.verified).toBe(true);
     expect(Math.min(...r.trials[0]!.faultsPerRank)).toBeGreaterThan(0);
     expect(r.trials[0]!.faultsSteady).toBe(0);
+    // The steady steps' CPU, sampled by rank 0 for the process.
+    expect(r.trials[0]!.steadyCpu.processMs).toBeGreaterThan(0);
   } finally {
     worlds[0]!.cluster.close();
   }
@@ -121,6 +135,93 @@ test('kv over its memlock budget: the pinned server refuses the keys past it, th
   }
 });
 
+describe('remote paging: buffers on a memory server', () => {
+  let server: MemoryServerProcess;
+  beforeAll(async () => {
+    requireDist(); // the server is the built CLI's memory-server
+    server = await startMemoryServer();
+  });
+  afterAll(() => server.dispose());
+
+  test.each(['halo', 'kv'] as const)('%s: every step fetches its pages from the server, every value verified', async (name) => {
+    const worlds = await localWorlds(3);
+    for (const w of worlds) w.remote = new RemoteMemory(server.socket, `apps-test-${w.rank}`);
+    try {
+      // One step after the first two is enough to see the steady state fetch (kv's steps are 128 operations).
+      const steps = name === 'kv' ? 3 : 4;
+      const r = await runKernel({
+        app: name,
+        kernel: APPS[name].kernel as never,
+        // kv: 64 keys of a page, of which 16 may stay resident (what a pinned server could lock).
+        params: (name === 'kv' ? APPS.kv.params(64, 64) : APPS.halo.params(4)) as never,
+        policies: ['pin', 'remote'],
+        runs: 2,
+        steps,
+        evictEachStep: false,
+        warmUp: false,
+        worlds,
+        size: 3,
+      });
+      expect(r.verified).toBe(true);
+      const remote = r.trials.filter((t) => t.policy === 'remote');
+      expect(remote).toHaveLength(2);
+      for (const t of remote) {
+        expect(t.mismatches).toBe(0);
+        expect(t.refused).toBe(0);
+        // Evicted to the server before every step: the steady steps fault and fetch too, on every rank.
+        expect(t.faultsSteady).toBeGreaterThan(0);
+        expect(Math.min(...t.pagesFetched)).toBeGreaterThan(0);
+      }
+      for (const t of r.trials.filter((x) => x.policy === 'pin')) expect(t.pagesFetched).toEqual([0, 0, 0]);
+      if (name === 'kv') expect(r.trials.find((t) => t.policy === 'pin')!.refused).toBeGreaterThan(0);
+      expect(r.verdicts[0]!.cause).toMatch(/pages per step \(all ranks\) fetched from the memory server$/);
+    } finally {
+      for (const w of worlds) await w.remote?.close();
+      worlds[0]!.cluster.close();
+    }
+  });
+
+  test('a page the server lost is an error completion and a store error, never zeros', async () => {
+    const worlds = await localWorlds(2);
+    for (const w of worlds) w.remote = new RemoteMemory(server.socket, `apps-lost-${w.rank}`);
+    const [w0, w1] = worlds as [(typeof worlds)[0], (typeof worlds)[0]];
+    const mine = new TrialBuffers(w0, 'pin', false);
+    const theirs = new TrialBuffers(w1, 'remote', false);
+    try {
+      const local = await mine.map(4 * PAGE_SIZE);
+      const paged = await theirs.map(4 * PAGE_SIZE);
+      new Uint8Array(paged.region.buffer).fill(0x5c);
+      await theirs.evict(); // every page on the server now
+      const [, at] = await Promise.all([exchangeBuffers(w0, local.mr), exchangeBuffers(w1, paged.mr)]);
+      // A restarted server holds no pages: the ones rank 1 stored are gone.
+      await server.stop('SIGKILL');
+      await server.start();
+      w0.qps[1]!.postSend({
+        wrId: 1,
+        opcode: WrOpcode.RDMA_READ,
+        sgList: [{ addr: local.mr.addr, length: 4 * PAGE_SIZE, lkey: local.mr.lkey }],
+        sendFlags: SendFlags.SIGNALED,
+        rdma: { remoteAddr: at[1]!.addr, rkey: at[1]!.rkey },
+      });
+      await expect(new Completions(w0).wait(1, 0, 0)).rejects.toMatchObject({ code: 'ERR_PFR_ACCESS_FAILED' });
+      await until('the store error', () => {
+        try {
+          w1.remote!.check();
+          return false;
+        } catch {
+          return true;
+        }
+      });
+      expect(() => w1.remote!.check()).toThrow(expect.objectContaining({ code: expect.stringMatching(/^ERR_PFR_(PAGE_LOST|STORE_UNAVAILABLE)$/) }));
+    } finally {
+      await mine.release();
+      await theirs.release();
+      for (const w of worlds) await w.remote?.close();
+      worlds[0]!.cluster.close();
+    }
+  });
+});
+
 test('dims3 splits ranks as evenly as their factors allow', () => {
   expect(dims3(1)).toEqual([1, 1, 1]);
   expect(dims3(8)).toEqual([2, 2, 2]);
@@ -130,7 +231,7 @@ test('dims3 splits ranks as evenly as their factors allow', () => {
 });
 
 test('the verdict: ratios per run against pin, within the noise or not, and why; its plot', async () => {
-  const trial = (run: number, policy: 'pin' | 'touch-ahead' | 'touch', stepUs: number[], faultsSteady = 0): Trial => ({
+  const trial = (run: number, policy: AppPolicy, stepUs: number[], faultsSteady = 0, mainThreadMs = 1): Trial => ({
     run,
     policy,
     stepUs,
@@ -139,6 +240,8 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     faultsPerRank: [1],
     faultPathUs: faultsSteady * 100,
     faultsSteady,
+    pagesFetched: [0],
+    steadyCpu: { processMs: mainThreadMs + 0.5, mainThreadMs, otherThreadsMs: 0.5 },
     bytesVerified: 8,
     mismatches: 0,
     opsPerSecond: 0,
@@ -152,12 +255,22 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     trial(2, 'pin', [50, 104, 104]),
     trial(2, 'touch-ahead', [90, 101, 101]),
     trial(2, 'touch', [90, 210, 210], 8),
+    // No faults after the first steps, 50 µs longer: with 0.05 ms more main-thread CPU per step, and with none.
+    trial(1, 'prefault', [90, 150, 150], 0, 1.05),
+    trial(2, 'prefault', [90, 150, 150], 0, 1.05),
+    trial(1, 'prefetch', [90, 150, 150]),
+    trial(2, 'prefetch', [90, 150, 150]),
   ];
-  const [ta, touch] = judge(trials, ['pin', 'touch-ahead', 'touch'], 3);
+  const [ta, touch, prefault, prefetch] = judge(trials, ['pin', 'touch-ahead', 'touch', 'prefault', 'prefetch'], 3);
   expect(ta!.ratios.map((x) => +x.toFixed(3))).toEqual([1.02, 0.971]);
   expect(ta!.withinNoise).toBe(true);
   expect(touch!.withinNoise).toBe(false);
   expect(touch!.cause).toMatch(/^8\.0 faults per step after the first 2 \(all ranks\), each 800 µs from detection/);
+  expect(prefault!.withinNoise).toBe(false);
+  expect(prefault!.cause).toMatch(
+    /^no faults after the first 2 steps; .*\(main thread \+0\.05 ms, .*the main thread's extra CPU \(0\.05 ms\) is most of the extra 0\.05 ms per step$/,
+  );
+  expect(prefetch!.cause).toMatch(/neither faults nor CPU account for the extra 0\.05 ms per step/);
   // --plot: a point per policy and run, a bar per policy.
   const svg = await renderSvg(
     verdictPlot({
@@ -179,63 +292,87 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
 
 describe('the command', () => {
   beforeAll(() => requireDist());
-  const cli = (...args: string[]) =>
-    spawnSync(process.execPath, [MAIN, 'app', ...args], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, FORCE_COLOR: '0' } });
 
+  // The command as main.ts builds it, in this process (its errors thrown, not exiting): a refusal comes before any rank starts.
   test.each([
     [['nosuch'], /unknown application 'nosuch' \(choose from halo, allreduce, transpose, kv\)/],
     [['allreduce', '-n', '1'], /--ranks: a ring allreduce needs at least 2 ranks/],
     [['halo', '--size', '1'], /--size: the halo's block needs at least 2 points per axis/],
-    [['halo', '--policies', 'pin,bogus'], /--policies.*unknown policy 'bogus'/],
+    [['halo', '--policies', 'pin,bogus'], /--policies.*unknown policy 'bogus' \(choose from pin, prefault, touch, touch-ahead, prefetch, remote\)/],
     [['halo', '-n', '65'], /--ranks: at most 64 ranks in one process/],
     [['allreduce', '-n', '4', '--size', '3'], /--size: each of the 4 ranks needs a chunk/],
     [['kv', '-n', '1'], /--ranks: a key-value job needs a server and at least one client/],
     [['kv', '--memlock', '0'], /--memlock/],
-  ])('app %j is refused, naming the option', (args, message) => {
-    const r = cli(...args);
-    expect(r.status).not.toBe(0);
-    expect(r.stderr).toMatch(message);
+  ])('app %j is refused, naming the option', async (args, message) => {
+    let stderr = '';
+    const cli = new Command('pagefault-rdma').exitOverride().configureOutput({ writeErr: (s) => void (stderr += s), writeOut: () => undefined });
+    addProgram(cli, appProgram as never);
+    await expect(cli.parseAsync(['app', ...args], { from: 'user' })).rejects.toMatchObject({ exitCode: 1 });
+    expect(stderr).toMatch(message);
   });
 
-  test('as processes of a job: run -n 3 -- app halo verifies, counts faults per rank, rank 0 writes --json', () => {
+  test('as processes of a job: run -n 3 -- app halo verifies, counts faults per rank, rank 0 writes --json', async () => {
     const json = join(dir, 'halo.json');
-    const r = spawnSync(
-      process.execPath,
-      [
-        MAIN,
-        'run',
-        '-n',
-        '3',
-        '--timeout',
-        '60',
-        '--',
-        'app',
-        'halo',
-        '-s',
-        '4',
-        '--steps',
-        '3',
-        '--runs',
-        '1',
-        '--policies',
-        'pin,touch',
-        '--no-warm-up',
-        '--json',
-        json,
-      ],
-      { encoding: 'utf8', timeout: 90_000, env: { ...process.env, FORCE_COLOR: '0' } },
-    );
-    expect(r.stderr).not.toMatch(/Error/);
-    expect(r.status).toBe(0);
-    const doc = JSON.parse(readFileSync(json, 'utf8')) as { results: { ranks: number; where: string; verified: boolean; trials: Trial[] } };
-    expect(doc.results.ranks).toBe(3);
-    expect(doc.results.where).toBe('pagefault-rdma run');
-    expect(doc.results.verified).toBe(true);
-    const touch = doc.results.trials.find((t) => t.policy === 'touch')!;
-    expect(touch.faultsPerRank).toHaveLength(3);
+    const e = await start([
+      'run',
+      '-n',
+      '3',
+      '--timeout',
+      '60',
+      '--',
+      'app',
+      'halo',
+      '-s',
+      '4',
+      '--steps',
+      '3',
+      '--runs',
+      '1',
+      '--policies',
+      'pin,touch',
+      '--no-warm-up',
+      '--json',
+      json,
+    ]).exit;
+    expect(e.stderr).not.toMatch(/Error/);
+    expect(e.code).toBe(0);
+    const r = jobResults(json, 3, 'pagefault-rdma run');
+    const touch = r.trials.find((t) => t.policy === 'touch')!;
     expect(Math.min(...touch.faultsPerRank)).toBeGreaterThan(0);
-    // A job's CPU is per process: one sample per rank.
-    expect(touch.cpu).toHaveLength(3);
     expect(touch.bytesVerified).toBe(3 * 4 ** 3 * 8);
   }, 90_000);
+
+  test.skipIf(!hydra && !ci)(
+    "under mpiexec -n 3 (mpich's hydra: PMI_RANK, PMI_SIZE): halo, its buffers paged from rank 0's memory server, verified",
+    async () => {
+      expect(hydra, "mpiexec is mpich's hydra (CI installs the mpich package)").toBe(true);
+      const json = join(dir, 'mpiexec.json');
+      const rendezvous = `127.0.0.1:${await freePort()}`;
+      const args = ['app', 'halo', '-s', '4', '--steps', '3', '--runs', '1', '--policies', 'pin,remote', '--no-warm-up'];
+      const e = await start([...args, '--rendezvous', rendezvous, '--json', json], { command: ['mpiexec', '-n', '3', process.execPath, MAIN] }).exit;
+      expect(e.stderr).toBe(`results: ${json}\n`);
+      expect(e.code).toBe(0);
+      const r = jobResults(json, 3, 'mpich (hydra)');
+      const [pin, remote] = (['pin', 'remote'] as const).map((p) => r.trials.find((t) => t.policy === p)!);
+      // Every rank (a process) fetched its pages from the one server rank 0 started, in the steady steps too.
+      expect(Math.min(...remote!.pagesFetched)).toBeGreaterThan(0);
+      expect(remote!.faultsSteady).toBeGreaterThan(0);
+      expect(pin!.pagesFetched).toEqual([0, 0, 0]);
+    },
+    90_000,
+  );
 });
+
+/** A job's --json (rank 0's): `ranks` processes started by `launcher`, every value verified, faults and CPU of every rank. */
+function jobResults(json: string, ranks: number, launcher: string): { trials: Trial[] } {
+  const r = (JSON.parse(readFileSync(json, 'utf8')) as { results: { ranks: number; where: string; verified: boolean; trials: Trial[] } }).results;
+  expect(r.ranks).toBe(ranks);
+  expect(r.where).toBe(launcher);
+  expect(r.verified).toBe(true);
+  for (const t of r.trials) {
+    expect(t.faultsPerRank).toHaveLength(ranks);
+    // A job's CPU is per process: one sample per rank.
+    expect(t.cpu).toHaveLength(ranks);
+  }
+  return r;
+}

@@ -1,0 +1,162 @@
+// The RDMA buffers of one rank's trial, by policy. Under pin and the ODP policies they are shared
+// mappings, fresh each trial, registered whole (pinned or on demand); evicting them between
+// steps drops their page-table entries but keeps their bytes (unmapPages on memfd memory).
+// Under `remote` they are remote-paged (EDM's DM-Handler): regions of RemotePagers whose pages
+// live on a `pagefault-rdma memory-server`, registered on demand (touch-ahead). Before every
+// step their pages are written to the server and dropped, so every page a step touches comes
+// back from the server: a DMA fault's resolution fetches it (a major fault), and so does a CPU
+// access of the kernel's own thread. A page the server cannot give back fails loudly: an error
+// completion for a DMA (the kernel's wait throws), SIGBUS for a CPU access, never zeros.
+// A pager's DM-Handler thread takes 0.1–0.3 s to start here, so a rank's pagers are made once
+// and reused by its later trials, zeroed in between (a fresh buffer reads zeros, as kv's store
+// relies on).
+import { PAGE_SIZE, PfrError, RemotePager, mapRegion, type MemoryRegion, type PolicyName, type Region } from '../../lib/index.js';
+import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
+import { registerFor, type World } from './world.js';
+
+// Bytes zeroed between turns of the event loop: 64 pages, each a fetch at worst (~1 ms loaded).
+const ZERO_SLICE = 64 * PAGE_SIZE;
+
+/** How a kernel's buffers are had: pinned, an ODP fault library policy, or remote-paged. */
+export type AppPolicy = PolicyName | 'remote';
+
+/** Every policy of `app`, in the order it runs them. */
+export const APP_POLICIES: readonly AppPolicy[] = [...TABLE_POLICIES, 'remote'];
+
+/** The fault library's policy of remote-paged buffers: a fault fetches the rest of the transfer at once. */
+export const REMOTE_ODP: PolicyName = 'touch-ahead';
+
+/** A rank's remote-paged memory: pagers on one memory server, kept for the run, reused by its trials. */
+export class RemoteMemory {
+  #free = new Map<string, RemotePager[]>();
+  #all: RemotePager[] = [];
+  #error: PfrError | undefined;
+
+  /**
+   * @param socket the memory server's Unix socket
+   * @param prefix the keys' prefix of this rank's pagers (each pager adds an instance id of its own)
+   */
+  constructor(
+    readonly socket: string,
+    readonly prefix: string,
+  ) {}
+
+  /** A pager of `bytes` that keeps at most `residentLimit` bytes resident (default: all): one left by an earlier trial, or a new one. */
+  async take(bytes: number, residentLimit = bytes): Promise<RemotePager> {
+    this.check();
+    const reuse = this.#free.get(`${bytes}/${residentLimit}`)?.pop();
+    if (reuse) return reuse;
+    const pager = await RemotePager.create({
+      size: bytes,
+      ...(residentLimit < bytes ? { residentLimit } : {}),
+      store: { server: { socket: this.socket, prefix: this.prefix } },
+    });
+    // A store failure is also an error completion or SIGBUS where it struck; the trial checks for it too.
+    pager.on('error', (e) => (this.#error ??= e));
+    this.#all.push(pager);
+    return pager;
+  }
+
+  /**
+   * Give `pager` back for a later trial, zeroed: its stored pages come back to be zeroed, a
+   * fetch each, in slices between which the event loop turns (a job's transport must be heard
+   * from, or its peers count this rank lost).
+   */
+  async give(pager: RemotePager, residentLimit = pager.region.size): Promise<void> {
+    const bytes = new Uint8Array(pager.region.buffer);
+    for (let at = 0; at < bytes.length; at += ZERO_SLICE) {
+      // After a store failure its pages may be poisoned (a CPU access: SIGBUS): close() takes it, nothing reuses it.
+      if (this.#error) return;
+      bytes.fill(0, at, at + ZERO_SLICE);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    const key = `${pager.region.size}/${residentLimit}`;
+    this.#free.set(key, [...(this.#free.get(key) ?? []), pager]);
+  }
+
+  /** Pages read from the memory server by all this rank's pagers so far (faulting and read ahead). */
+  pagesFetched(): number {
+    return this.#all.reduce((n, p) => n + p.stats().pagesFetched, 0);
+  }
+
+  /** Throw the first store failure any pager reported. */
+  check(): void {
+    if (this.#error) throw this.#error;
+  }
+
+  /** Close every pager (its keys deleted from the server). */
+  async close(): Promise<void> {
+    await Promise.all(this.#all.map((p) => p.close()));
+    this.#all = [];
+    this.#free.clear();
+  }
+}
+
+/** One registered buffer of a trial. */
+export interface TrialBuffer {
+  region: Region;
+  mr: MemoryRegion;
+}
+
+/** What `TrialBuffers.map` may be told. */
+export interface MapBufferOptions {
+  /** Register only the first `registerBytes` (kv's pinned shard); default all. */
+  registerBytes?: number;
+  /** Remote paging: the most the buffer keeps resident (kv's store: what a pinned server may lock); default all. */
+  residentLimit?: number;
+}
+
+/** A rank's buffers of one trial under one policy: map them, evict them before a step, release them at its end. */
+export class TrialBuffers {
+  #held: Array<TrialBuffer & { pager?: RemotePager; residentLimit?: number }> = [];
+
+  constructor(
+    private readonly w: World,
+    private readonly policy: AppPolicy,
+    private readonly evictEachStep: boolean,
+  ) {
+    if (policy === 'remote' && !w.remote)
+      throw new PfrError(
+        'ERR_PFR_STORE_UNAVAILABLE',
+        `rank ${w.rank}: the remote policy needs a memory server (World.remote; the app command starts one)`,
+      );
+  }
+
+  /** A buffer of `bytes` (a whole number of pages), registered under the trial's policy. */
+  async map(bytes: number, o: MapBufferOptions = {}): Promise<TrialBuffer> {
+    const length = o.registerBytes ?? bytes;
+    if (this.policy === 'remote') {
+      const limit = Math.min(bytes, o.residentLimit ?? bytes);
+      const pager = await this.w.remote!.take(bytes, limit);
+      const b = { region: pager.region, mr: registerFor(this.w, pager.region, 'remote', length), pager, residentLimit: limit };
+      this.#held.push(b);
+      return b;
+    }
+    const region = mapRegion(bytes, { shared: true });
+    try {
+      const b = { region, mr: registerFor(this.w, region, this.policy, length) };
+      this.#held.push(b);
+      return b;
+    } catch (e) {
+      region.close();
+      throw e;
+    }
+  }
+
+  /** Before a step: remote pages go to the server (always); with --evict-each-step, ODP buffers lose their page-table entries. */
+  async evict(): Promise<void> {
+    if (this.policy === 'remote') {
+      await Promise.all(this.#held.map((b) => b.pager!.evict()));
+      this.w.remote!.check();
+    } else if (this.evictEachStep && this.policy !== 'pin') for (const b of this.#held) b.region.unmapPages();
+  }
+
+  /** Deregister and unmap (remote: give the pagers back, zeroed). */
+  async release(): Promise<void> {
+    for (const b of this.#held.splice(0)) {
+      b.mr.dereg();
+      if (b.pager) await this.w.remote!.give(b.pager, b.residentLimit);
+      else b.region.close();
+    }
+  }
+}
