@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -79,20 +80,65 @@ int PagemapFd() {
   return fd < 0 ? -open_err : fd;
 }
 
+namespace {
+
+// The first page of [start, end) (addresses) whose page-table entry is not present, as
+// /proc/self/pagemap's bit 63 says it, or end, in *at; 0, or an errno and the failed call in
+// *call. PAGEMAP_SCAN (6.7) answers without copying an entry per page (4096 pages: 15 µs
+// here, against 400 µs read 64 entries at a time); older kernels read the entries.
+int ScanFirstAbsent(int fd, uint64_t start, uint64_t end, uint64_t* at, const char** call) {
+  static std::atomic<bool> scan{true};
+  if (scan.load(std::memory_order_relaxed)) {
+    page_region r{};
+    pm_scan_arg arg{};
+    arg.size = sizeof(arg);
+    arg.start = start;
+    arg.end = end;
+    arg.vec = reinterpret_cast<uint64_t>(&r);
+    arg.vec_len = 1;
+    arg.category_mask = PAGE_IS_PRESENT;
+    arg.category_inverted = PAGE_IS_PRESENT;
+    arg.return_mask = PAGE_IS_PRESENT;
+    long n = ioctl(fd, PAGEMAP_SCAN, &arg);
+    if (n >= 0) {
+      *at = n > 0 ? std::max<uint64_t>(r.start, start) : end;
+      return 0;
+    }
+    if (errno != ENOTTY && errno != EINVAL) {
+      *call = "ioctl(PAGEMAP_SCAN)";
+      return errno;
+    }
+    scan.store(false, std::memory_order_relaxed);
+  }
+  const uint64_t ps = static_cast<uint64_t>(PageSize());
+  uint64_t entries[512];
+  for (uint64_t page = start / ps; page * ps < end; page += 512) {
+    const size_t n = std::min<uint64_t>(512, (end - page * ps + ps - 1) / ps);
+    ssize_t got = pread(fd, entries, n * 8, static_cast<off_t>(page * 8));
+    if (got != static_cast<ssize_t>(n * 8)) {
+      *call = "pread(/proc/self/pagemap)";
+      return got < 0 ? errno : EIO;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (!(entries[i] >> 63)) {
+        *at = std::max<uint64_t>((page + i) * ps, start);
+        return 0;
+      }
+  }
+  *at = end;
+  return 0;
+}
+
+}  // namespace
+
 bool AllPresent(const Mapping& m, size_t off, size_t len) {
-  const size_t ps = static_cast<size_t>(PageSize());
-  const uintptr_t first = reinterpret_cast<uintptr_t>(m.addr + off) / ps;
-  const uintptr_t last = (reinterpret_cast<uintptr_t>(m.addr + off) + len - 1) / ps;
   const int fd = PagemapFd();
   if (fd < 0 || len == 0) return fd >= 0;
-  uint64_t entries[64];
-  for (uintptr_t page = first; page <= last; page += 64) {
-    size_t n = std::min<uintptr_t>(64, last - page + 1);
-    if (pread(fd, entries, n * 8, static_cast<off_t>(page * 8)) != static_cast<ssize_t>(n * 8)) return false;
-    for (size_t i = 0; i < n; i++)
-      if (!(entries[i] >> 63)) return false;
-  }
-  return true;
+  const uint64_t start = reinterpret_cast<uintptr_t>(m.addr + off);
+  const uint64_t end = start + len;
+  uint64_t at = 0;
+  const char* call = nullptr;
+  return ScanFirstAbsent(fd, start, end, &at, &call) == 0 && at >= end;
 }
 
 Napi::Error SystemError(Napi::Env env, int err, const char* syscall) {
@@ -362,37 +408,13 @@ Napi::Value Frames(const Napi::CallbackInfo& info) {
 
 namespace {
 
-// The first page of [start, end) (addresses) whose page-table entry is not present, as
-// /proc/self/pagemap's bit 63 says it, or end. PAGEMAP_SCAN (6.7) answers without copying an
-// entry per page (~50x cheaper than reading them); older kernels read the entries.
+// The first page of [start, end) (addresses) whose page-table entry is not present, or end.
 uint64_t FirstAbsent(Napi::Env env, int fd, uint64_t start, uint64_t end) {
-  static bool scan = true;
-  if (scan) {
-    page_region r{};
-    pm_scan_arg arg{};
-    arg.size = sizeof(arg);
-    arg.start = start;
-    arg.end = end;
-    arg.vec = reinterpret_cast<uint64_t>(&r);
-    arg.vec_len = 1;
-    arg.category_mask = PAGE_IS_PRESENT;
-    arg.category_inverted = PAGE_IS_PRESENT;
-    arg.return_mask = PAGE_IS_PRESENT;
-    long n = ioctl(fd, PAGEMAP_SCAN, &arg);
-    if (n >= 0) return n > 0 ? std::max<uint64_t>(r.start, start) : end;
-    if (errno != ENOTTY && errno != EINVAL) ThrowSystemError(env, errno, "ioctl(PAGEMAP_SCAN)");
-    scan = false;
-  }
-  const uint64_t ps = static_cast<uint64_t>(PageSize());
-  uint64_t entries[512];
-  for (uint64_t page = start / ps; page * ps < end; page += 512) {
-    const size_t n = std::min<uint64_t>(512, (end - page * ps + ps - 1) / ps);
-    ssize_t got = pread(fd, entries, n * 8, static_cast<off_t>(page * 8));
-    if (got != static_cast<ssize_t>(n * 8)) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
-    for (size_t i = 0; i < n; i++)
-      if (!(entries[i] >> 63)) return (page + i) * ps;
-  }
-  return end;
+  uint64_t at = end;
+  const char* call = nullptr;
+  const int err = ScanFirstAbsent(fd, start, end, &at, &call);
+  if (err) ThrowSystemError(env, err, call);
+  return at;
 }
 
 }  // namespace

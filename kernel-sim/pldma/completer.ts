@@ -235,12 +235,35 @@ export class Completer {
     if (v.resp === AckResp.OK && !run.window?.aborted) {
       let end = t.modelEnd;
       let firstAck = 0;
-      for (let j = j0; j < j0 + v.count; j++) {
-        // A stall-mode write is one block: its stalls are that block's.
-        const arrive = this.#reserve(t, run, j, j === j0 ? (v.stalls ?? 0) : 0);
-        const ackAt = arrive + (v.walks ? v.walks[j - j0]! : v.walkUs) + this.#delay + c.linkLatencyUs;
-        if (j === j0) firstAck = ackAt;
-        if (ackAt > end) end = ackAt;
+      if (!v.stalls && !run.window?.stalls) {
+        // No stalls (every write but a stall-mode one): #reserve's arithmetic, block by block,
+        // with its lookups made once per verdict (a run is up to MAX_RUN_BLOCKS blocks).
+        const ch = s.chans.get(t.desc.channel)!;
+        const ready = t.modelReady;
+        const { node, engineRes, transport, blockSize: bs } = s;
+        const { dstNode, length } = t.desc;
+        const costs = run.costs;
+        const walks = v.walks;
+        let issueAt = this.#issueAt;
+        for (let j = j0; j < j0 + v.count; j++) {
+          issueAt = Math.max(ch.cursor, ready);
+          const engineDone = engineRes.reserve(issueAt, costs[j]!);
+          ch.cursor = engineDone;
+          const arrive = transport.transmit(node, dstNode, Math.min(bs, length - (run.seq + j) * bs), engineDone);
+          const ackAt = arrive + (walks ? walks[j - j0]! : v.walkUs) + c.linkLatencyUs;
+          if (j === j0) firstAck = ackAt;
+          if (ackAt > end) end = ackAt;
+        }
+        this.#issueAt = issueAt;
+        this.#delay = 0;
+      } else {
+        for (let j = j0; j < j0 + v.count; j++) {
+          // A stall-mode write is one block: its stalls are that block's.
+          const arrive = this.#reserve(t, run, j, j === j0 ? (v.stalls ?? 0) : 0);
+          const ackAt = arrive + (v.walks ? v.walks[j - j0]! : v.walkUs) + this.#delay + c.linkLatencyUs;
+          if (j === j0) firstAck = ackAt;
+          if (ackAt > end) end = ackAt;
+        }
       }
       // A retransmitted block's copy closes its fault in the trace: which thread copied it.
       const own = t.own.size ? t.own.get(v.seq) : undefined;

@@ -36,7 +36,6 @@ export class Requester implements Schedulable {
   #completer: Completer;
   #faults: Faults;
   #nextTid = 1;
-  #walked: number[] = [];
 
   constructor(state: EngineState, completer: Completer, faults: Faults, engineSlots: number) {
     this.#s = state;
@@ -152,9 +151,8 @@ export class Requester implements Schedulable {
     if (d.length === 0) return this.#empty(t, ch, issueAt);
     const n = src.faultModel === 'stall' ? 1 : Math.min(t.runLimit, t.blocks - first);
     const offset0 = first * bs;
-    const walked = this.#walked;
-    const batch = s.smmu.translateBlocks(src.sid, d.srcVa + BigInt(offset0), Math.min(n * bs, d.length - offset0), bs, 'read', walked);
-    const k = walked.length;
+    const batch = s.smmu.translateRun(src.sid, d.srcVa + BigInt(offset0), Math.min(n * bs, d.length - offset0), bs, 'read');
+    const k = batch.blocks;
     if (k === 0) {
       // The run's first block faults at the source.
       const tr = batch.fault!;
@@ -178,17 +176,21 @@ export class Requester implements Schedulable {
     const lastLen = d.length - (t.blocks - 1) * bs;
     let bytes = 0;
     let at = issueAt;
-    for (let j = 0; j < k; j++) {
-      issued[j] = at;
-      const cost = c.scheduleUs + walkedCost(c, walked[j]!) + c.blockUs;
-      costs[j] = cost;
-      const engineDone = Math.max(at, engineFree) + cost;
-      engineFree = cursor = engineDone;
-      const len = first + j === t.blocks - 1 ? lastLen : bs;
-      bytes += len;
-      linkFree = Math.max(engineDone, linkFree) + len * perByte;
-      arrivals[j] = linkFree + c.linkLatencyUs;
-      at = Math.max(cursor, ready);
+    // Per stretch of blocks that walked as many pages (translateRun's spans), one cost.
+    const spans = batch.spans;
+    for (let i = 0, j = 0; i < spans.length; i += 2) {
+      const cost = c.scheduleUs + walkedCost(c, spans[i + 1]!) + c.blockUs;
+      for (const stop = j + spans[i]!; j < stop; j++) {
+        issued[j] = at;
+        costs[j] = cost;
+        const engineDone = Math.max(at, engineFree) + cost;
+        engineFree = cursor = engineDone;
+        const len = first + j === t.blocks - 1 ? lastLen : bs;
+        bytes += len;
+        linkFree = Math.max(engineDone, linkFree) + len * perByte;
+        arrivals[j] = linkFree + c.linkLatencyUs;
+        at = Math.max(cursor, ready);
+      }
     }
     const region = batch.region!;
     const issuedMs = this.#start(t, first, k, issued);

@@ -116,7 +116,6 @@ export class Responder {
   #d: ResponderDeps;
   /** Copy-engine jobs in flight for packets this node received. */
   jobs = 0;
-  #walked: number[] = [];
   /** Keyed by source node × 2^20 + channel: bounded by the fabric's nodes and channels. */
   #lanes = new Map<number, Lane>();
   /** One atomic at a time on this node (the atomic unit), its register, its free words and its replay per QP. */
@@ -213,7 +212,6 @@ export class Responder {
       const stallMode = ctx!.faultModel === 'stall';
       const want = stallMode ? Math.min(carried, 1) : carried;
       const end = Math.min(p.length, want * bs);
-      const walked = this.#walked;
       while (written < want) {
         const va = base + BigInt(written * bs);
         let fault: Extract<Translation, { ok: false }> | undefined;
@@ -225,16 +223,20 @@ export class Responder {
             got = 1;
           } else fault = tr;
         } else {
-          const batch = smmu.translateBlocks(ctx!.sid, va, end - written * bs, bs, 'write', walked);
+          const batch = smmu.translateRun(ctx!.sid, va, end - written * bs, bs, 'write');
           fault = batch.fault;
-          got = walked.length;
+          got = batch.blocks;
           if (got) {
             // A piece that continues the previous one (a run translated block by block at a
             // region's end) joins it: one copy.
             const prev = groups[groups.length - 1];
             const joins = prev !== undefined && prev.region === batch.region && prev.offset + prev.count * bs === batch.offset;
             const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [], va, length: 0 };
-            for (let j = 0; j < got; j++) g.walks.push(walkedCost(c, walked[j]!));
+            const spans = batch.spans;
+            for (let i = 0; i < spans.length; i += 2) {
+              const w = walkedCost(c, spans[i + 1]!);
+              for (let n = spans[i]!; n > 0; n--) g.walks.push(w);
+            }
             g.count += got;
             g.length = Math.min(end, (g.at + g.count) * bs) - g.at * bs;
             if (!joins) groups.push(g);

@@ -46,8 +46,8 @@ export class Requester {
    * kind alone (see overlaps). postSend keeps them and the queue within maxSendWr.
    */
   #inflight: SendWr[] = [];
-  /** Wakes the running loop when work is posted while it waits for WRs in flight. */
-  #posted: (() => void) | undefined;
+  /** Settles when the last WR started has completed: each WR's completion waits for the one before it. */
+  #chain: Promise<void> = Promise.resolve();
   #psn = 0;
   /** The XRC SRQ the WR being started names (XRC_SEND QPs). */
   #srqn: number | undefined;
@@ -76,30 +76,28 @@ export class Requester {
     return this.#psn;
   }
 
+  /** True while WRs are in flight (or being started): the queue is flushed in order behind them. */
   get running(): boolean {
-    return this.#running;
+    return this.#running || this.#inflight.length > 0;
   }
 
+  /** Start what the send queue may start now; posting, RTS and each completion call it. */
   kick(): void {
-    if (this.#running) {
-      this.#posted?.();
-      return;
-    }
+    if (this.#running) return;
     this.#running = true;
-    void this.#drain().finally(() => {
+    try {
+      this.#drain();
+    } finally {
       this.#running = false;
-      const q = this.#qp;
-      // Work posted while the loop was finishing.
-      if (q.sq.length && (q.state === QpState.RTS || q.state === QpState.ERR) && !q.destroyed) this.kick();
-    });
+    }
   }
 
   // WRs in flight (see overlaps), completed in posting order: each WR's completion waits for
   // the one before it. A WR that fails takes the QP to ERR; the ones after it complete
-  // WR_FLUSH_ERR.
-  async #drain(): Promise<void> {
+  // WR_FLUSH_ERR. Synchronous, with nothing awaited: what cannot start now is started by the
+  // kick of a later post or completion (no promise per wait, no loop kept alive per QP).
+  #drain(): void {
     const q = this.#qp;
-    let chain: Promise<void> = Promise.resolve();
     for (;;) {
       const live = q.state === QpState.RTS || q.state === QpState.ERR;
       const wr = live ? q.sq[0] : undefined;
@@ -114,19 +112,14 @@ export class Requester {
           q.completer.complete(q.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
           continue;
         }
-        // Wait for the WRs in flight; with the queue empty, also for more work to be posted
-        // (kick() wakes it), so a write posted later joins the writes in flight instead of
-        // waiting for them all.
-        const posted = new Promise<void>((resolve) => (this.#posted = resolve));
-        await (wr ? chain : Promise.race([chain, posted]));
-        this.#posted = undefined;
-        // After destroy() the queue and the WRs in flight are empty: the loop ends above.
-        continue;
+        // The WRs in flight first: their completions kick again (a write posted meanwhile
+        // joins the writes in flight at its own post's kick).
+        return;
       }
       q.sq.shift();
       this.#inflight.push(wr);
       const exec = this.#execute(wr).catch(() => fail(WcStatus.GENERAL_ERR));
-      chain = chain.then(async () => {
+      this.#chain = this.#chain.then(async () => {
         const result = await exec;
         // destroy() took it, and flushed it, already.
         const i = this.#inflight.indexOf(wr);
@@ -138,6 +131,7 @@ export class Requester {
         if (signaled || out.status !== WcStatus.SUCCESS)
           q.completer.complete(q.sendCq, wr.wrId, out.status, WC_OPCODE[wr.opcode], out.byteLen, undefined, out.odp);
         if (out.status !== WcStatus.SUCCESS) q.toError();
+        if (!q.destroyed) this.kick();
       });
     }
   }
