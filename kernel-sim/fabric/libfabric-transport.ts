@@ -998,7 +998,7 @@ export class LibfabricTransport implements Transport {
           const p = f.packet;
           if (!c.nodes.has(p.src)) throw new RefusedError('a packet from a node its connection is not bound to');
           if (!this.#local.has(p.dst)) throw new RefusedError('a packet for a node not hosted here');
-          this.#model.deliver(f.op === Op.WRITE ? this.#decodeWrite(f.packet) : f.packet);
+          this.#model.deliverDecoded(f.op === Op.WRITE ? this.#decodeWrite(f.packet) : f.packet);
         }
       }
     } catch (e) {
