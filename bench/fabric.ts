@@ -1,7 +1,8 @@
 // npm run bench:fabric: the libfabric transport against libfabric's own fi_pingpong
 // (Debian's libfabric-bin) over the same provider (tcp, FI_EP_MSG) on loopback, in one run:
 // small-message latency (one way) and large-message bandwidth, resident and with faults, in
-// stall mode (RMA writes) and terminate mode (engine packets), interleaved rounds, medians.
+// stall mode (RMA writes) and terminate mode (engine packets), and the all-to-all program at 2
+// and 8 ranks (run -n N) for the same bytes per rank pair; interleaved rounds, medians.
 // Every side is a real process; the JSON goes to bench/results/fabric.json.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -31,6 +32,10 @@ export interface Row {
   /** Every round's figure (the row shows their median). */
   samples: number[];
 }
+
+/** The all-to-all rows: bytes each rank writes to each other rank, and iterations. */
+const ALLTOALL_BYTES = 64 * 1024;
+const ALLTOALL_ITERS = 20;
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MAIN = join(ROOT, 'dist/cli/main.js');
@@ -119,6 +124,20 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
+/**
+ * The all-to-all program as a job of `ranks` processes (`run -n RANKS -- alltoall`), resident
+ * buffers: the typical time of one rank's write to one other rank, µs (an iteration's typical
+ * time, its slowest rank's, over the ranks - 1 writes each rank makes in it).
+ */
+async function alltoall(ranks: number, size: number, iters: number, dir: string): Promise<number> {
+  const json = join(dir, `alltoall-${ranks}.json`);
+  const args = [MAIN, 'run', '-n', String(ranks), '--', 'alltoall', '--no-evict', '-s', String(size), '-n', String(iters), '--json', json];
+  const c = await run(process.execPath, args);
+  if (c.code !== 0) throw new Error(`bench:fabric: run -n ${ranks} -- alltoall failed:\n${c.out}`);
+  const rows = (JSON.parse(readFileSync(json, 'utf8')) as { results: { rows: Array<{ typical: number }> } }).results.rows;
+  return rows.at(-1)!.typical / (ranks - 1);
+}
+
 /** A measurement: how to take it once, and which kind of figure it gives. */
 interface Case {
   what: string;
@@ -187,6 +206,13 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
         kind: 'bandwidth',
         take: async () => (await ours('read-bw', o.large, bwIters, ['--stall'], dir)).bwAverage!,
       },
+      // The same bytes per rank pair at 2 and 8 ranks (each rank writes to every other).
+      ...[2, 8].map((ranks): Case => ({
+        what: `alltoall ${ranks} ranks, per transfer (engine)`,
+        size: ALLTOALL_BYTES,
+        kind: 'latency',
+        take: () => alltoall(ranks, ALLTOALL_BYTES, ALLTOALL_ITERS, dir),
+      })),
     ];
     // Interleaved rounds (the machine is shared and noisy): every case once per round, medians.
     const samples = cases.map(() => [] as number[]);
@@ -217,6 +243,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       bandwidthEngineVsFiPingpong: rows[7]!.mbPerSec! / fiBw,
       bandwidthEngineFaultsVsFiPingpong: rows[8]!.mbPerSec! / fiBw,
       bandwidthStallReadVsFiPingpong: rows[9]!.mbPerSec! / fiBw,
+      alltoallPerTransfer8vs2Ranks: rows[11]!.latencyUs! / rows[10]!.latencyUs!,
     };
     line(`${'what'.padEnd(42)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}   (median of ${rounds})`);
     for (const r of rows)
@@ -233,6 +260,10 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       `terminate mode (engine packets): latency ${x(ratios.latencyEngineVsFiPingpong)} ${target(ratios.latencyEngineVsFiPingpong, '<=', 2, 'x')} ` +
         `(${x(ratios.latencyEngineFaultsVsFiPingpong)} with faults); bandwidth ${x(ratios.bandwidthEngineVsFiPingpong)} ` +
         `${target(ratios.bandwidthEngineVsFiPingpong, '>=', 0.5, 'x')} (${x(ratios.bandwidthEngineFaultsVsFiPingpong)} with faults)`,
+    );
+    print(
+      `all-to-all (resident, ${ALLTOALL_BYTES} bytes per rank pair): per transfer at 8 ranks ${x(ratios.alltoallPerTransfer8vs2Ranks)} that at 2 ` +
+        `${target(ratios.alltoallPerTransfer8vs2Ranks, '<=', 1.3, 'x')}`,
     );
     line(
       `load average: ${loadavg()

@@ -41,6 +41,12 @@ std::shared_ptr<Mapping> FindRegion(uint32_t id);
 std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& id, const Napi::Value& off,
                                       const Napi::Value& len, size_t* offset, size_t* length);
 
+// A private anonymous mapping (MAP_NORESERVE) in the region table, as mapRegion returns it
+// ({ id, address, buffer, pageSize }), not reported as external memory: the transport's
+// receive slots, which the copy engine reads by region id. Unpublish is closeRegion.
+Napi::Object PublishPrivate(Napi::Env env, size_t size);
+void Unpublish(Napi::Env env, uint32_t id, Napi::ArrayBuffer buffer);
+
 uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* name);
 size_t ArgSize(const Napi::CallbackInfo& info, size_t i, const char* name);
 uint64_t ArgAddr(const Napi::CallbackInfo& info, size_t i, const char* name);

@@ -65,15 +65,24 @@ void LoadFi(Napi::Env env) {
 
 constexpr size_t kRecvSize = 4u << 20;  // the largest message (the transport checks before sending)
 constexpr int kRecvCount = 8;
+// Receive slots a connection may have at once, posted, held (fabricHold) or spare: a held
+// slot is replaced so that kRecvCount stay posted; past this JavaScript copies instead.
+constexpr size_t kMaxSlots = 64;
 // Not a progress timer: every message is progressed from the CQ's wait fd. tcp reports a
 // peer's end (FIN/RST) on neither wait fd, so this slow unref'd tick only turns a dead peer
 // into FI_SHUTDOWN.
 constexpr uint64_t kTickMs = 100;
-// Send buffers kept for reuse per connection: a fresh large allocation is fresh pages, each
-// one a page fault when filled (measured: most of a 1 MiB message's cost here).
-constexpr size_t kSendPool = 8;
+// Send buffers kept for reuse per connection, by count and bytes: a fresh large allocation is
+// fresh pages, each one a page fault when filled (measured: most of a 1 MiB message's cost
+// here). A window of 1 MiB writes keeps dozens of sends queued in the provider at once.
+constexpr size_t kSendPool = 64;
+constexpr size_t kSendPoolBytes = 64u << 20;
 
 enum class Op { Recv, Send, Rma };
+
+// A receive slot's state: posted to the provider, in JavaScript's handler, held by
+// JavaScript after it (its bytes are a staged write's payload), or spare (kept, not posted).
+enum class Slot { Posted, Handling, Held, Spare };
 
 struct Ctx {
   fi_context2 fi;  // first: libfabric hands back its address
@@ -85,6 +94,7 @@ struct Ctx {
   size_t len = 0;
   size_t cap = 0;
   std::unique_ptr<uint8_t[]> own;
+  Slot state = Slot::Spare;  // Recv on a slot connection
 };
 
 struct Conn;
@@ -120,9 +130,16 @@ struct Conn {
   std::atomic<bool> stop{false};
   std::atomic<long> tid{0};
   std::vector<Ctx*> recvs;
-  // The receive slots as ArrayBuffers (not on a threaded connection): a message is handed to
-  // JavaScript as a view of its slot, valid until the handler returns (then the slot is posted again).
-  std::vector<Napi::Reference<Napi::ArrayBuffer>> slots;
+  // The receive slots (not on a threaded connection): regions of the addon's region table
+  // (the copy engine reads them by id), each { id, address, buffer, pageSize } as mapRegion
+  // gives it. A message is handed to JavaScript as a view of its slot, posted again after the
+  // handler returns unless JavaScript held it (fabricHold) until fabricRelease.
+  std::vector<Napi::ObjectReference> slots;
+  std::vector<Napi::Reference<Napi::ArrayBuffer>> slotBuffers;
+  std::vector<uint32_t> slotIds;
+  std::vector<uint32_t> spare;  // slots in state Spare
+  int posted = 0;               // slots in state Posted
+  size_t pooledBytes = 0;       // bytes of sendPool
   std::deque<Ctx*> backlog;  // sends refused with FI_EAGAIN, retried after progress
   std::vector<Ctx*> sendPool;  // completed sends' buffers, reused
   std::unordered_map<uint32_t, fid_mr*> mrs;
@@ -152,11 +169,14 @@ Napi::Error FiError(Napi::Env env, int ret, const char* call) {
 void Emit(Conn* c, const char* kind, std::initializer_list<napi_value> more) {
   Napi::Env env = c->onEvent.Env();
   Napi::HandleScope scope(env);
-  std::vector<napi_value> args{Napi::Number::New(env, c->handle), Napi::String::New(env, kind)};
-  args.insert(args.end(), more.begin(), more.end());
+  napi_value args[5];
+  size_t n = 0;
+  args[n++] = Napi::Number::New(env, c->handle);
+  args[n++] = Napi::String::New(env, kind);
+  for (napi_value v : more) args[n++] = v;
   try {
     // MakeCallback: the microtasks (promise reactions) the handler queued run right after it.
-    c->onEvent.MakeCallback(Napi::Object::New(env), args);
+    c->onEvent.MakeCallback(env.Global(), n, args);
   } catch (const Napi::Error& e) {
     // An exception thrown by the listener: report it as Node does for an event handler.
     napi_fatal_exception(env, e.Value());
@@ -188,6 +208,7 @@ void CloseFids(Conn* c) {
   c->backlog.clear();
   for (Ctx* s : c->sendPool) delete s;
   c->sendPool.clear();
+  c->pooledBytes = 0;
 }
 
 void Teardown(Conn* c) {
@@ -213,10 +234,16 @@ void Teardown(Conn* c) {
     c->progress.detach();
     return;
   }
+  // The endpoint is closed: the provider no longer writes into the slots. Each is unmapped
+  // (once no copy thread reads it), except those JavaScript holds: it closes them on release.
+  Napi::Env env = c->onEvent.Env();
+  for (size_t i = 0; i < c->slots.size(); i++)
+    if (c->recvs[i]->state != Slot::Held) Unpublish(env, c->slotIds[i], c->slotBuffers[i].Value());
   CloseFids(c);
-  // The endpoint is closed: the provider no longer writes into the slots; JavaScript may keep them.
-  for (auto& r : c->slots) r.Reset();
   c->slots.clear();
+  c->slotBuffers.clear();
+  c->slotIds.clear();
+  c->spare.clear();
 }
 
 // The progress thread of a threaded connection: fi_cq_sread drives the provider (and sleeps
@@ -252,9 +279,30 @@ long StartProgress(Conn* c) {
 }
 
 int PostRecv(Conn* c, Ctx* r) {
-  return static_cast<int>(fi_recv(c->ep, r->data, r->cap, nullptr, 0, &r->fi));
+  int ret = static_cast<int>(fi_recv(c->ep, r->data, r->cap, nullptr, 0, &r->fi));
+  if (ret == 0 && !c->threaded) {
+    r->state = Slot::Posted;
+    c->posted++;
+  }
+  return ret;
 }
 
+// A new receive slot (spare until posted): a region of kRecvSize bytes, pages touched only
+// as messages fill them.
+Ctx* NewSlot(Napi::Env env, Conn* c) {
+  Napi::Object region = PublishPrivate(env, kRecvSize);
+  Napi::ArrayBuffer ab = region.Get("buffer").As<Napi::ArrayBuffer>();
+  Ctx* r = new Ctx{};
+  r->op = Op::Recv;
+  r->id = static_cast<uint32_t>(c->recvs.size());
+  r->cap = kRecvSize;
+  r->data = static_cast<uint8_t*>(ab.Data());
+  c->recvs.push_back(r);
+  c->slots.push_back(Napi::Persistent(region));
+  c->slotBuffers.push_back(Napi::Persistent(ab));
+  c->slotIds.push_back(region.Get("id").As<Napi::Number>().Uint32Value());
+  return r;
+}
 // A send buffer of at least `len` bytes: the smallest pooled one that fits (the large ones stay
 // for large messages), else a new one (not zeroed).
 Ctx* TakeSend(Conn* c, size_t len) {
@@ -264,6 +312,7 @@ Ctx* TakeSend(Conn* c, size_t len) {
   Ctx* s = nullptr;
   if (best < c->sendPool.size()) {
     s = c->sendPool[best];
+    c->pooledBytes -= s->cap;
     c->sendPool[best] = c->sendPool.back();
     c->sendPool.pop_back();
   } else {
@@ -283,18 +332,22 @@ void ReturnSend(Conn* c, Ctx* s) {
     delete s;
     return;
   }
-  if (c->sendPool.size() >= kSendPool) {
+  // Make room by dropping the smallest ones first, never one larger than `s`.
+  while (!c->sendPool.empty() && (c->sendPool.size() >= kSendPool || c->pooledBytes + s->cap > kSendPoolBytes)) {
     size_t small = 0;
     for (size_t i = 1; i < c->sendPool.size(); i++)
       if (c->sendPool[i]->cap < c->sendPool[small]->cap) small = i;
-    if (c->sendPool[small]->cap >= s->cap) {
-      delete s;
-      return;
-    }
+    if (c->sendPool[small]->cap >= s->cap) break;
+    c->pooledBytes -= c->sendPool[small]->cap;
     delete c->sendPool[small];
-    c->sendPool[small] = s;
+    c->sendPool[small] = c->sendPool.back();
+    c->sendPool.pop_back();
+  }
+  if (c->sendPool.size() >= kSendPool || c->pooledBytes + s->cap > kSendPoolBytes) {
+    delete s;
     return;
   }
+  c->pooledBytes += s->cap;
   c->sendPool.push_back(s);
 }
 
@@ -357,12 +410,14 @@ void DrainCq(Conn* c) {
       Ctx* x = static_cast<Ctx*>(e[i].op_context);
       if (x->op == Op::Recv) {
         Napi::HandleScope scope(env);
-        // A view of the slot, no copy: posted again once the handler has returned (a closed
-        // connection freed `x` meanwhile).
-        Napi::Uint8Array msg = Napi::Uint8Array::New(env, e[i].len, c->slots[x->id].Value(), 0);
-        Emit(c, "message", {msg});
+        // A view of the slot, no copy: posted again once the handler has returned, unless it
+        // held the slot (a closed connection freed `x` meanwhile).
+        x->state = Slot::Handling;
+        c->posted--;
+        Napi::Uint8Array msg = Napi::Uint8Array::New(env, e[i].len, c->slotBuffers[x->id].Value(), 0);
+        Emit(c, "message", {msg, Napi::Number::New(env, x->id)});
         if (c->closed) return;
-        PostRecv(c, x);
+        if (x->state == Slot::Handling) PostRecv(c, x);
       } else if (x->op == Op::Send) {
         ReturnSend(c, x);
       } else {
@@ -410,21 +465,19 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
   FI_CHECK(env, fi_enable(c->ep), "fi_enable");
   for (int i = 0; i < kRecvCount; i++) {
-    Ctx* r = new Ctx{};
-    r->op = Op::Recv;
-    r->id = static_cast<uint32_t>(i);
-    r->cap = kRecvSize;
+    Ctx* r;
     if (c->threaded) {
       // Not zeroed: pages are touched only as messages fill them.
+      r = new Ctx{};
+      r->op = Op::Recv;
+      r->id = static_cast<uint32_t>(i);
+      r->cap = kRecvSize;
       r->own.reset(new uint8_t[kRecvSize]);
       r->data = r->own.get();
+      c->recvs.push_back(r);
     } else {
-      // Zero-filled lazily by the allocator (calloc of fresh pages), kept alive by the slot's reference.
-      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, kRecvSize);
-      r->data = static_cast<uint8_t*>(ab.Data());
-      c->slots.push_back(Napi::Persistent(ab));
+      r = NewSlot(env, c);
     }
-    c->recvs.push_back(r);
     FI_CHECK(env, PostRecv(c, r), "fi_recv");
   }
   if (c->threaded) return;  // progressed by its own thread once connected
@@ -673,6 +726,59 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+Ctx* RequireSlot(const Napi::CallbackInfo& info, Conn* c) {
+  uint32_t slot = ArgU32(info, 1, "slot");
+  if (c->threaded || slot >= c->slots.size()) throw Napi::RangeError::New(info.Env(), "fabric: no such receive slot");
+  return c->recvs[slot];
+}
+
+// fabricHold(handle, slot) -> { id, address, buffer, pageSize } | null: from the 'message'
+// handler of that slot, keep it (its bytes stay put) until fabricRelease; another slot is
+// posted in its place. null: every slot is taken (kMaxSlots), copy the bytes instead.
+Napi::Value Hold(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  Ctx* x = RequireSlot(info, c);
+  if (x->state != Slot::Handling && x->state != Slot::Held)
+    throw Napi::Error::New(env, "fabricHold: a slot is held from its own message's handler");
+  if (x->state == Slot::Handling) {
+    Ctx* next = nullptr;
+    if (!c->spare.empty()) {
+      next = c->recvs[c->spare.back()];
+      c->spare.pop_back();
+    } else if (c->slots.size() < kMaxSlots) {
+      next = NewSlot(env, c);
+    } else {
+      return env.Null();
+    }
+    int r = PostRecv(c, next);
+    if (r < 0) {
+      next->state = Slot::Spare;
+      c->spare.push_back(next->id);
+      throw FiError(env, r, "fi_recv");
+    }
+    x->state = Slot::Held;
+  }
+  return c->slots[x->id].Value();
+}
+
+// fabricRelease(handle, slot): a held slot's bytes are no longer needed: posted again, or
+// kept spare while enough others are posted.
+Napi::Value Release(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  Ctx* x = RequireSlot(info, c);
+  if (x->state != Slot::Held) throw Napi::Error::New(env, "fabricRelease: the slot is not held");
+  if (c->posted < kRecvCount) {
+    int r = PostRecv(c, x);
+    if (r < 0) throw FiError(env, r, "fi_recv");
+  } else {
+    x->state = Slot::Spare;
+    c->spare.push_back(x->id);
+  }
+  return env.Undefined();
+}
+
 // fabricMrReg(handle, address, length, access) -> { id, key, base }: memory the peer may
 // fi_write/fi_read at base + offset (base is 0 where mr_mode lacks FI_MR_VIRT_ADDR: tcp).
 Napi::Value MrReg(const Napi::CallbackInfo& info) {
@@ -759,6 +865,8 @@ void InitFabric(Napi::Env env, Napi::Object exports) {
   exports.Set("fabricListen", Napi::Function::New(env, Listen));
   exports.Set("fabricConnect", Napi::Function::New(env, Connect));
   exports.Set("fabricSend", Napi::Function::New(env, Send));
+  exports.Set("fabricHold", Napi::Function::New(env, Hold));
+  exports.Set("fabricRelease", Napi::Function::New(env, Release));
   exports.Set("fabricMrReg", Napi::Function::New(env, MrReg));
   exports.Set("fabricMrDereg", Napi::Function::New(env, MrDereg));
   exports.Set("fabricRma", Napi::Function::New(env, Rma));

@@ -206,6 +206,15 @@ export interface Binding {
   fabricConnect?: (provider: string, host: string, port: number, onEvent: FabricEventHandler) => number;
   /** One message: `bytes`, or the parts gathered in order (copied once, into a reused send buffer). */
   fabricSend?: (handle: number, bytes: Uint8Array | Uint8Array[]) => void;
+  /**
+   * From the 'message' handler of receive slot `slot`: keep the slot (its bytes stay put, the
+   * copy engine may read them by region id) until fabricRelease; another slot is posted in its
+   * place. Returns the slot's region, or null when every slot is taken (copy the bytes instead).
+   * A held slot of a connection that closed is the caller's to closeRegion.
+   */
+  fabricHold?: (handle: number, slot: number) => RawMapping | null;
+  /** A held slot's bytes are no longer needed (never from that slot's own 'message' handler). */
+  fabricRelease?: (handle: number, slot: number) => void;
   fabricMrReg?: (handle: number, address: bigint, length: number, access: number) => { id: number; key: bigint; base: bigint };
   fabricMrDereg?: (handle: number, mr: number) => void;
   fabricRma?: (handle: number, write: boolean, id: number, localAddress: bigint, length: number, remoteAddress: bigint, key: bigint) => void;
@@ -259,8 +268,9 @@ export interface Binding {
  * What a libfabric connection tells JavaScript, from the event loop (uv_poll on the EQ's
  * and CQ's wait fds): 'connection' (a listener accepted: the new handle), 'connected' (on a
  * threaded listener's connection: with the tid of the thread that progresses it),
- * 'message' (a Uint8Array viewing the native receive slot: valid only until the handler
- * returns, then the slot takes the next message; copy what must outlive it), 'rma' (id, 0 or
+ * 'message' (a Uint8Array viewing the native receive slot, and the slot's number: valid only
+ * until the handler returns, then the slot takes the next message, unless held with fabricHold;
+ * copy what must outlive it), 'rma' (id, 0 or
  * -errno), 'shutdown' (the peer went away), 'error'.
  */
 export type FabricEventHandler = (
@@ -306,7 +316,10 @@ function load(): Binding {
 export const binding: Binding = load();
 
 export type FabricBinding = Required<
-  Pick<Binding, 'fabricListen' | 'fabricConnect' | 'fabricSend' | 'fabricMrReg' | 'fabricMrDereg' | 'fabricRma' | 'fabricClose'>
+  Pick<
+    Binding,
+    'fabricListen' | 'fabricConnect' | 'fabricSend' | 'fabricHold' | 'fabricRelease' | 'fabricMrReg' | 'fabricMrDereg' | 'fabricRma' | 'fabricClose'
+  >
 >;
 
 export type RedisBinding = Required<Pick<Binding, 'redisConnect' | 'redisClose' | 'redisCommand' | 'redisFetch' | 'redisWrite' | 'redisKeySlot'>>;

@@ -318,22 +318,7 @@ Napi::Value MapRegion(const Napi::CallbackInfo& info) {
 Napi::Value CloseRegion(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint32_t id = ArgU32(info, 0, "id");
-  if (info[1].IsArrayBuffer()) {
-    Napi::ArrayBuffer buffer = info[1].As<Napi::ArrayBuffer>();
-    if (!buffer.IsDetached()) buffer.Detach();
-  }
-  std::shared_ptr<Mapping> last;
-  bool accounted;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_regions.find(id);
-    if (it == g_regions.end()) return env.Undefined();
-    last = std::move(it->second.mapping);
-    accounted = it->second.accounted;
-    if (it->second.hold) it->second.hold->mapping.reset();
-    g_regions.erase(it);
-  }
-  if (accounted) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(last->size));
+  Unpublish(env, id, info[1].IsArrayBuffer() ? info[1].As<Napi::ArrayBuffer>() : Napi::ArrayBuffer());
   return env.Undefined();
 }
 
@@ -630,6 +615,31 @@ Napi::Value MemlockLimit(const Napi::CallbackInfo& info) {
 Napi::Value Tid(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), Gettid()); }
 
 }  // namespace
+
+Napi::Object PublishPrivate(Napi::Env env, size_t size) {
+  auto m = std::make_shared<Mapping>();
+  m->size = size;
+  void* addr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
+  m->addr = static_cast<uint8_t*>(addr);
+  return Publish(env, std::move(m), false);
+}
+
+void Unpublish(Napi::Env env, uint32_t id, Napi::ArrayBuffer buffer) {
+  if (!buffer.IsEmpty() && !buffer.IsDetached()) buffer.Detach();
+  std::shared_ptr<Mapping> last;
+  bool accounted;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_regions.find(id);
+    if (it == g_regions.end()) return;
+    last = std::move(it->second.mapping);
+    accounted = it->second.accounted;
+    if (it->second.hold) it->second.hold->mapping.reset();
+    g_regions.erase(it);
+  }
+  if (accounted) Napi::MemoryManagement::AdjustExternalMemory(env, -static_cast<int64_t>(last->size));
+}
 
 void InitRegion(Napi::Env env, Napi::Object exports) {
   exports.Set("mapRegion", Napi::Function::New(env, MapRegion, "mapRegion"));

@@ -63,9 +63,17 @@ export class Fabric implements Transport {
   }
 
   deliver(p: Packet): void {
+    checkPacket(p);
+    this.deliverDecoded(p);
+  }
+
+  /**
+   * Hand over a packet decoded from the wire: decodeFrame has checked every field already
+   * (the same checks as checkPacket, each modelled time's finiteness too), so not again.
+   */
+  deliverDecoded(p: Packet): void {
     const handler = this.#handlers.get(p.dst);
     if (!handler) throw new RangeError(`fabric: unknown node ${p.dst}`);
-    checkPacket(p);
     queueMicrotask(() => handler(p));
   }
 

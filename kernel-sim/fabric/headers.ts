@@ -990,8 +990,8 @@ function readValue(r: Reader, depth: number): unknown {
   }
 }
 
-/** The decoded write with its payload placed in `memory` at offset 0 (a staging mapping). */
-export function withPayload(p: DecodedWrite, memory: MemoryLike): WritePacket {
+/** The decoded write with its payload at `offset` of `memory` (a staging mapping, or the receive slot it arrived in). */
+export function withPayload(p: DecodedWrite, memory: MemoryLike, offset = 0): WritePacket {
   const { bytes: _bytes, ...rest } = p;
-  return { ...rest, payload: { region: memory, offset: 0 } };
+  return { ...rest, payload: { region: memory, offset } };
 }

@@ -2,12 +2,14 @@
 // on one host, verbs on an RDMA NIC): a server listens on a port, a client connects to
 // HOST:PORT through libfabric's connection manager (FI_EP_MSG), and the two sides tell
 // each other which nodes they host (the hello). Frames are bytes laid out by headers.ts and
-// checked field by field on arrival; a write packet carries its run's bytes, which the
-// destination puts in a staging mapping its copy engine reads from, as a NIC's receive
-// buffer. The wire is untrusted: a connection is bound by its hello to the nodes it named,
-// a packet whose source is not one of them is refused, as is anything before the hello,
-// anything malformed, and a connection that stays silent past the peer timeout without one;
-// each refusal is counted (stats()) and the connection's frame dropped, never thrown.
+// checked field by field on arrival; a write packet carries its run's bytes, which stay in
+// the native receive slot they arrived in (held until the write's answer goes out) where the
+// destination's copy engine reads them, as a NIC's receive buffer: no staging copy (a chunked
+// frame's, or one past the slots, is copied to a staging mapping). The wire is untrusted:
+// a connection is bound by its hello to the nodes it named, a packet whose source is not one
+// of them is refused, as is anything before the hello, anything malformed, and a connection
+// that stays silent past the peer timeout without one; each refusal is counted (stats())
+// and the connection's frame dropped, never thrown.
 // Delivery waits on the CQ's wait fd from the event loop (native/fabric.cc). The frames one
 // turn of the event loop has ready for a connection go as one message (a batch, headers.ts),
 // each decoded and checked on its own on arrival. Timing stays modelled, as in Fabric.
@@ -85,12 +87,16 @@ interface Outgoing {
   bytes: number;
 }
 
-/** What the transport refused from its peers, by reason (stats()). */
+/** What the transport refused from its peers, by reason, and how incoming writes were placed (stats()). */
 export interface TransportStats {
   /** Frames (and connections) refused: malformed, before a hello, from a node the connection was not bound to, … */
   refused: number;
   /** The same, by reason (a short fixed phrase per check). */
   refusedBy: Record<string, number>;
+  /** Incoming writes whose payload the copy engine read from the receive slot it arrived in. */
+  writesInPlace: number;
+  /** Incoming writes whose payload was copied to a staging mapping first (a chunked frame's, or every slot held). */
+  writesStaged: number;
 }
 
 /** A connection as the hello left it: the nodes it is bound to (none until its hello). */
@@ -106,6 +112,10 @@ interface Conn {
   chunks: Uint8Array[];
   chunkBytes: number;
   chunkTotal: number;
+  /** Receive slots held (fabricHold) as the memory of staged writes, by slot number. */
+  slots: Array<(MemoryLike & { buffer: ArrayBuffer }) | undefined>;
+  /** Staged writes per held slot; at 0 the slot is released. */
+  holds: number[];
 }
 
 /**
@@ -200,6 +210,21 @@ interface Staging {
   memory: MemoryLike;
 }
 
+/** An incoming write whose payload stays in the receive slot it arrived in, until its answer goes out. */
+interface Held {
+  handle: number;
+  conn: Conn;
+  slot: number;
+}
+
+/** The message being handled: its connection and receive slot. */
+interface Arrival {
+  handle: number;
+  conn: Conn;
+  slot: number;
+  buffer: ArrayBufferLike;
+}
+
 /** A transport between processes or hosts over libfabric: one node per process, packets on the wire. */
 export class LibfabricTransport implements Transport {
   /** The provider in use. */
@@ -213,7 +238,7 @@ export class LibfabricTransport implements Transport {
   #lost = new Set<number>();
   #listener: number | undefined;
   #conns = new Map<number, Conn>(); // connection handle → what its hello bound
-  #refused: TransportStats = { refused: 0, refusedBy: {} };
+  #stats: TransportStats = { refused: 0, refusedBy: {}, writesInPlace: 0, writesStaged: 0 };
   #bind: string;
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   #dialing = new Map<number, { resolve: () => void; reject: (e: Error) => void }>(); // connectPeer's connections before their hello
@@ -221,7 +246,8 @@ export class LibfabricTransport implements Transport {
   #exchanges: unknown[] = [];
   #exchangeWaiters: Array<{ take: (body: unknown) => void; fail: (e: Error) => void }> = [];
   #lostListeners: Array<(node: number, reason?: Error) => void> = [];
-  #staged = new Map<string, Staging>();
+  #staged = new Map<string, Staging | Held>();
+  #arrival: Arrival | undefined;
   #spare: Staging[] = [];
   #host: string | undefined;
   #rma: RmaState = { writes: new Map(), nextId: 1 };
@@ -282,7 +308,7 @@ export class LibfabricTransport implements Transport {
     const ref: { t?: LibfabricTransport } = {};
     let listening: { handle: number; port: number };
     try {
-      listening = fi.fabricListen(provider, host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+      listening = fi.fabricListen(provider, host, options.port, (h, kind, a, b) => ref.t?.onEvent(h, kind, a, b));
     } catch (e) {
       if ((e as { code?: string }).code === 'EADDRINUSE')
         throw fabricError(
@@ -317,7 +343,7 @@ export class LibfabricTransport implements Transport {
     });
     let handle: number;
     try {
-      handle = fi.fabricConnect(provider, options.host, options.port, (h, kind, a) => ref.t?.onEvent(h, kind, a));
+      handle = fi.fabricConnect(provider, options.host, options.port, (h, kind, a, b) => ref.t?.onEvent(h, kind, a, b));
     } catch (e) {
       if (providerError(provider, e) !== e) throw providerError(provider, e);
       throw fabricError(
@@ -457,7 +483,7 @@ export class LibfabricTransport implements Transport {
 
   /** What this transport refused from its peers so far. */
   stats(): TransportStats {
-    return { refused: this.#refused.refused, refusedBy: { ...this.#refused.refusedBy } };
+    return { ...this.#stats, refusedBy: { ...this.#stats.refusedBy } };
   }
 
   #exchangePeer(): number | undefined {
@@ -778,7 +804,10 @@ export class LibfabricTransport implements Transport {
     for (const d of [...this.#dialing.values()]) d.reject(fabricError('the transport was closed', 'ERR_CLOSED'));
     for (const w of [...this.#nodeWatchers]) w();
     for (const w of this.#exchangeWaiters.splice(0)) w.fail(fabricError('the transport was closed', 'ERR_CLOSED'));
-    for (const s of [...this.#staged.values(), ...this.#spare]) binding.closeRegion(s.raw.id, s.raw.buffer);
+    for (const s of [...this.#staged.values(), ...this.#spare]) {
+      if ('raw' in s) binding.closeRegion(s.raw.id, s.raw.buffer);
+      else this.#unhold(s, true);
+    }
     this.#staged.clear();
     this.#spare = [];
   }
@@ -818,8 +847,24 @@ export class LibfabricTransport implements Transport {
     // Each staged write is released by its answer: one already waiting, or too many, is refused.
     if (this.#staged.has(key)) throw new RefusedError('a write repeating one not yet answered');
     if (this.#staged.size >= MAX_STAGED_WRITES) throw new RefusedError('a write beyond the staged writes');
+    // In place: the bytes stay in their receive slot, which is held until the answer.
+    const a = this.#arrival;
+    if (a && p.bytes.buffer === a.buffer) {
+      let memory = a.conn.holds[a.slot] ? a.conn.slots[a.slot] : undefined;
+      if (!memory) {
+        const raw = this.#fi.fabricHold(a.handle, a.slot);
+        if (raw) memory = a.conn.slots[a.slot] ??= rawMemory(raw);
+      }
+      if (memory) {
+        a.conn.holds[a.slot] = (a.conn.holds[a.slot] ?? 0) + 1;
+        this.#staged.set(key, { handle: a.handle, conn: a.conn, slot: a.slot });
+        this.#stats.writesInPlace++;
+        return withPayload(p, memory, p.bytes.byteOffset);
+      }
+    }
     const s = this.#stage(p.bytes.length);
     this.#staged.set(key, s);
+    this.#stats.writesStaged++;
     new Uint8Array(s.raw.buffer).set(p.bytes);
     return withPayload(p, s.memory);
   }
@@ -837,13 +882,33 @@ export class LibfabricTransport implements Transport {
   }
 
   // The answer to a write goes out (or a response was placed): its copy is done, the staging
-  // mapping can serve the next.
+  // mapping (or receive slot) can serve the next.
   #release(src: number, tid: number, seq: number): void {
     const k = `${src}:${tid}:${seq}`;
     const s = this.#staged.get(k);
     if (!s) return;
     this.#staged.delete(k);
-    this.#spare.push(s);
+    if ('raw' in s) this.#spare.push(s);
+    else this.#unhold(s, false);
+  }
+
+  // One staged write of a held slot is answered; the last one gives the slot back (posted
+  // again), or unmaps it if its connection is gone. Never while its own message is being
+  // handled: the rest of that message is still read from the slot (#onMessage releases it after).
+  #unhold(h: Held, closing: boolean): void {
+    const n = (h.conn.holds[h.slot] ?? 1) - 1;
+    h.conn.holds[h.slot] = n;
+    if (n > 0) return;
+    const a = this.#arrival;
+    if (!closing && a && a.conn === h.conn && a.slot === h.slot) return;
+    this.#giveBack(h.handle, h.conn, h.slot);
+  }
+
+  #giveBack(handle: number, conn: Conn, slot: number): void {
+    const memory = conn.slots[slot];
+    conn.slots[slot] = undefined;
+    if (!this.#closed && this.#conns.get(handle) === conn) this.#fi.fabricRelease(handle, slot);
+    else if (memory) binding.closeRegion(memory.id, memory.buffer);
   }
 
   #tellLost(node: number, reason?: Error): void {
@@ -870,7 +935,7 @@ export class LibfabricTransport implements Transport {
         return;
       case 'message':
         this.#heard.set(handle, performance.now());
-        this.#onMessage(handle, a as Uint8Array);
+        this.#onMessage(handle, a as Uint8Array, b as number);
         return;
       case 'shutdown':
       case 'error':
@@ -883,9 +948,17 @@ export class LibfabricTransport implements Transport {
   // layout or the handshake; nothing a peer sends may throw out of this (it would end the
   // process from the native event callback). `bytes` is a view of the native receive slot,
   // valid until this returns: what outlives it is copied (a write's payload, a chunk).
-  #onMessage(handle: number, bytes: Uint8Array): void {
+  #onMessage(handle: number, bytes: Uint8Array, slot: number): void {
     const c = this.#conns.get(handle);
-    if (c) this.#onFrame(handle, c, bytes, false);
+    if (!c) return;
+    this.#arrival = { handle, conn: c, slot, buffer: bytes.buffer };
+    try {
+      this.#onFrame(handle, c, bytes, false);
+    } finally {
+      this.#arrival = undefined;
+    }
+    // Held, and every write in it answered already: give it back now that nothing reads it.
+    if (c.slots[slot] && c.holds[slot] === 0) this.#giveBack(handle, c, slot);
   }
 
   #onFrame(handle: number, c: Conn, bytes: Uint8Array, inBatch: boolean): void {
@@ -930,7 +1003,7 @@ export class LibfabricTransport implements Transport {
           const p = f.packet;
           if (!c.nodes.has(p.src)) throw new RefusedError('a packet from a node its connection is not bound to');
           if (!this.#local.has(p.dst)) throw new RefusedError('a packet for a node not hosted here');
-          this.#model.deliver(f.op === Op.WRITE ? this.#decodeWrite(f.packet) : f.packet);
+          this.#model.deliverDecoded(f.op === Op.WRITE ? this.#decodeWrite(f.packet) : f.packet);
         }
       }
     } catch (e) {
@@ -984,8 +1057,8 @@ export class LibfabricTransport implements Transport {
   }
 
   #refuse(reason: string): void {
-    this.#refused.refused++;
-    this.#refused.refusedBy[reason] = (this.#refused.refusedBy[reason] ?? 0) + 1;
+    this.#stats.refused++;
+    this.#stats.refusedBy[reason] = (this.#stats.refusedBy[reason] ?? 0) + 1;
   }
 
   // A connection went down (or was cut: `refused`, already counted).
@@ -1025,5 +1098,5 @@ export class LibfabricTransport implements Transport {
 class RefusedError extends Error {}
 
 function newConn(): Conn {
-  return { nodes: undefined, ready: false, chunks: [], chunkBytes: 0, chunkTotal: 0 };
+  return { nodes: undefined, ready: false, chunks: [], chunkBytes: 0, chunkTotal: 0, slots: [], holds: [] };
 }
