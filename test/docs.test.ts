@@ -13,7 +13,9 @@ test('the API reference documents every public name and leaves internals out', (
   try {
     const out = join(dir, 'api.json');
     // The same configuration as npm run docs (typedoc.json), written as JSON only (no HTML).
-    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typedoc/bin/typedoc'), '--json', out], {
+    // Without typedoc's own type check: npm test's tsc runs it on the same sources first, and
+    // it was a third of this test's time; the warnings (an undocumented name) still fail it.
+    const r = spawnSync(process.execPath, [join(ROOT, 'node_modules/typedoc/bin/typedoc'), '--json', out, '--skipErrorChecking'], {
       cwd: ROOT,
       encoding: 'utf8',
       timeout: 120_000,

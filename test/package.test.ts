@@ -26,7 +26,9 @@ beforeAll(() => {
   const src = join(dir, 'src');
   cpSync(ROOT, src, { recursive: true, filter: (from) => !SKIP.has(from.slice(ROOT.length).replace(/^\/+/, '')) });
   symlinkSync(join(ROOT, 'node_modules'), join(src, 'node_modules'));
-  const out = run('npm', ['pack', '--json', '--pack-destination', dir], src);
+  // JOBS: node-gyp compiles the prebuild's sources in parallel (make -j), not the half minute
+  // on one core the compile takes alone.
+  const out = run('npm', ['pack', '--json', '--pack-destination', dir], src, { ...process.env, JOBS: 'max' });
   const packed = JSON.parse(out.stdout.slice(out.stdout.indexOf('['))) as Array<{ filename: string }>;
   tarball = join(dir, packed[0]!.filename);
 }, 300_000);

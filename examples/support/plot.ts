@@ -1,13 +1,15 @@
 // Pictures of the programs' results: a Vega-Lite spec compiled and rendered to SVG by vega in
 // Node (no browser, no canvas: vega's SVG renderer writes the marks as text).
 import { writeFileSync } from 'node:fs';
-import * as vega from 'vega';
-import { compile, type TopLevelSpec } from 'vega-lite';
+import type { TopLevelSpec } from 'vega-lite';
 
 export type PlotSpec = TopLevelSpec;
 
 /** Render a Vega-Lite spec to an SVG document. */
 export async function renderSvg(spec: PlotSpec): Promise<string> {
+  // Loaded here, not at the top: vega and vega-lite were a third of every program's start
+  // (the CLI loads this file for --plot), and only a run that draws needs them.
+  const [vega, { compile }] = await Promise.all([import('vega'), import('vega-lite')]);
   const view = new vega.View(vega.parse(compile(spec).spec), { renderer: 'none' });
   try {
     return await view.toSVG();

@@ -217,14 +217,18 @@ export class QueuePair {
     const faultModel = init.faultModel ?? 'terminate';
     if (faultModel !== 'terminate' && faultModel !== 'stall')
       throw invalidArg(`createQp: faultModel must be 'terminate' or 'stall', got ${String(init.faultModel)}`);
-    // One SMMU stream per PD: its model is the one of the PD's QPs.
-    for (const u of pd.users)
-      if (u instanceof QueuePair && u.faultModel !== faultModel)
+    // One SMMU stream per PD: its model is the one of the PD's QPs. They all share it, so the
+    // first one found tells it (checking them all made createQp quadratic in the PD's QPs).
+    for (const u of pd.users) {
+      if (!(u instanceof QueuePair)) continue;
+      if (u.faultModel !== faultModel)
         throw verbsError(
           'ibv_create_qp',
           'EINVAL',
           `faultModel '${faultModel}' on a PD whose QPs are '${u.faultModel}' (one SMMU stream per PD): allocate another PD for it`,
         );
+      break;
+    }
     this.faultModel = faultModel;
     this.context = context;
     this.#device = device;
