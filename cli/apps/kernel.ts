@@ -4,7 +4,7 @@
 // with immediate received, receives re-posted), and the CPU time of the process by thread.
 import { readdirSync, readFileSync } from 'node:fs';
 import { PfrError, PHASES, WcOpcode, WcStatus, type QueuePair, type WorkCompletion } from '../../lib/index.js';
-import type { AppPolicy } from './buffers.js';
+import type { AppPolicy } from './policy.js';
 import { LOCAL, WAIT_MS, type World } from './world.js';
 
 /** One trial of a kernel: every rank runs `steps` steps under `policy`. */

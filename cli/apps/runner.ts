@@ -6,7 +6,7 @@
 // spread over the runs, whether it is within the noise (pinning's own spread over the same
 // runs) and, from the trials' own figures, why not.
 import { median } from '../../lib/index.js';
-import type { AppPolicy } from './buffers.js';
+import type { AppPolicy } from './policy.js';
 import { williams } from '../../examples/odp-vs-pinned.js';
 import { print, Table, us } from '../../examples/support/format.js';
 import { PLOT_CONFIG, type PlotSpec } from '../../examples/support/plot.js';

@@ -19,7 +19,7 @@ import {
   type Region,
 } from '../../lib/index.js';
 import { connect, newPsn, PEER_TIMEOUT_MS } from '../../examples/fabric-peer.js';
-import { REMOTE_ODP, type AppPolicy, type RemoteMemory } from './buffers.js';
+import { REMOTE_ODP, type AppPolicy, type RemoteMemory } from './policy.js';
 
 /** One rank's view of the job. */
 export interface World {

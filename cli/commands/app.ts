@@ -7,7 +7,7 @@ import { launchInfo } from '../../lib/index.js';
 import { heading, parsePositiveInt } from '../../examples/support/format.js';
 import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
 import { APPS, type AppName } from '../apps/apps.js';
-import { APP_POLICIES, RemoteMemory, type AppPolicy } from '../apps/buffers.js';
+import { APP_POLICIES, RemoteMemory, type AppPolicy } from '../apps/policy.js';
 import { runKernel, verdictPlot } from '../apps/runner.js';
 import { jobWorld, localWorlds, type World } from '../apps/world.js';
 import { defineProgram } from '../program.js';
