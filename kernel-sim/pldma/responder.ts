@@ -66,6 +66,9 @@ interface Replayed {
 const ATOMIC_REPLAY = 4;
 /** Words of one register page; word 0 of the first page is the unit's own (the new value). */
 const SLOTS_PER_PAGE = 512;
+/** Base page and huge page sizes (an IOTLB entry is keyed at its page's base). */
+const PAGE = 4096;
+const HUGE_PAGE = 2n * 1024n * 1024n;
 
 /** Blocks of a write whose destination translated in one piece: where they land. */
 interface Group {
@@ -356,6 +359,13 @@ export class Responder {
     for (const s of sinks) room += s.length;
     if (room !== n) return { verdict: this.#nak(p, AckResp.INV_REQ, `a ${n}-byte READ names ${room} bytes of sinks`) };
     if (n === 0) return { verdict: { seq: p.seq, count: 1, resp: AckResp.OK, walkUs: 0 } };
+    // Asked again: a page may have gone since it was read (its copy found it missing), so the
+    // range is walked afresh, not taken from the IOTLB: the fault is this node's SMMU's then.
+    // From the 2 MiB boundary below: a huge page's entry is keyed at its base.
+    if (a.duplicate) {
+      const below = Number(p.va % HUGE_PAGE);
+      this.#d.smmu.iotlb.invalidateRange(p.va - BigInt(below), below + n, PAGE);
+    }
     let off = 0;
     const posts: Array<Promise<DmaCompletion>> = [];
     for (const s of sinks) {

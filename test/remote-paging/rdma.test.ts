@@ -143,6 +143,35 @@ it('an RDMA READ of pages that live on the store returns their stored bytes', as
   expect(pager.stats().majorFaults).toBeGreaterThanOrEqual(1);
 });
 
+it('an RDMA READ of a page the pager evicted after an earlier READ (its IOTLB entry stale) fetches it again', async () => {
+  const N = 8;
+  // Two pages resident at most: reading the eight in turn evicts each before it is read again.
+  const pager = await RemotePager.create({ size: N * P, residentLimit: 2 * P });
+  closing.push(() => pager.close());
+  const mem = new Uint8Array(pager.region.buffer);
+  for (let i = 0; i < N; i++) mem.fill(0x40 + i, i * P, (i + 1) * P);
+  await pager.evict();
+  const local = mapRegion(P);
+  closing.push(() => local.close());
+  const { qpA, cqA, mrA, mrB } = pair(pager.region, local);
+  const got = new Uint8Array(local.buffer);
+  for (let round = 0; round < 2; round++)
+    for (let i = 0; i < N; i++) {
+      qpA.postSend({
+        wrId: i,
+        opcode: WrOpcode.RDMA_READ,
+        sendFlags: SendFlags.SIGNALED,
+        sgList: [{ addr: mrA.addr, length: P, lkey: mrA.lkey }],
+        rdma: { remoteAddr: mrB.addr + BigInt(i * P), rkey: mrB.rkey },
+      });
+      const wc = await next(cqA);
+      expect(wc.statusStr).toBe('success');
+      expect([got[0], got[P - 1]]).toEqual([0x40 + i, 0x40 + i]);
+    }
+  // The second round's pages had been evicted by the resident limit: each came from the store again.
+  expect(pager.stats().pagesFetched).toBeGreaterThanOrEqual(2 * N - 2);
+});
+
 // 64 pages under 'wp-async': the second eviction batch's dirty scan leaves uffd-wp markers on
 // the first batch's pages, which UFFDIO_POISON refuses; the failed page must end poisoned anyway.
 it.each([
