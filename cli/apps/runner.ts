@@ -63,9 +63,10 @@ export interface Verdict {
   /** The median of `ratios` (the package's median: the lower middle value of an even count). */
   slowdown: number;
   /**
-   * The noise, relative: the larger of pinning's own run-to-run spread ((max − min) / median of
-   * its median steps; with one run, its steps' interquartile range over their median) and half
-   * the range of this policy's ratios over the runs.
+   * The noise, relative: the larger of pinning's own run-to-run spread (its median steps'
+   * interquartile range over their median from four runs on, their range below that; with one
+   * run, its steps' interquartile range over their median) and this policy's ratios' spread over
+   * the runs (their interquartile range from four runs on, half their range below that).
    */
   noise: number;
   /** |slowdown − 1| is no more than the noise: no measurable difference from pinning. */
@@ -253,7 +254,16 @@ function ranksOf(trials: readonly Trial[]): number {
 
 /** The spread of `xs` relative to their median: (max − min) / median. */
 function relSpread(xs: number[]): number {
-  return xs.length ? (Math.max(...xs) - Math.min(...xs)) / median(xs) : NaN;
+  return xs.length ? spread(xs) / median(xs) : NaN;
+}
+
+/**
+ * The spread of repeated runs: their interquartile range from four runs on (one run that the
+ * machine disturbed does not widen it, as it widens the range), their range below that.
+ */
+function spread(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length >= 4 ? s[Math.floor(s.length * 0.75)]! - s[Math.floor(s.length * 0.25)]! : s[s.length - 1]! - s[0]!;
 }
 
 /** The outcomes' CPU after the first FIRST_STEPS steps, per step and process (one sample per process: see faultCount). */
@@ -296,8 +306,9 @@ export function judge(trials: readonly Trial[], policies: readonly AppPolicy[], 
         return a && b ? [a.medianStepUs / b.medianStepUs] : [];
       });
       const slowdown = median(ratios);
-      // The noise: pinning's own run-to-run spread, or this policy's ratios' half-range over the runs, whichever is larger.
-      const ownSpread = ratios.length > 1 ? (Math.max(...ratios) - Math.min(...ratios)) / 2 : 0;
+      // The noise: pinning's own run-to-run spread, or this policy's ratios' spread over the runs (their
+      // interquartile range from four runs on, else half their range), whichever is larger.
+      const ownSpread = ratios.length >= 4 ? spread(ratios) : ratios.length > 1 ? spread(ratios) / 2 : 0;
       const policyNoise = Math.max(Number.isNaN(noise) ? 0 : noise, ownSpread);
       const withinNoise = Math.abs(slowdown - 1) <= policyNoise;
       const after = median(mine.map((t) => t.faultsSteady)) / Math.max(1, steps - FIRST_STEPS);

@@ -291,6 +291,42 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
   expect(marks('rect')).toBe(2);
 });
 
+test('the verdict from many runs: one run the machine disturbed does not make the noise', () => {
+  const trial = (run: number, policy: AppPolicy, medianStepUs: number): Trial => ({
+    run,
+    policy,
+    stepUs: [2 * medianStepUs, medianStepUs, medianStepUs],
+    firstStepUs: 2 * medianStepUs,
+    medianStepUs,
+    faultsPerRank: [1],
+    faultPathUs: 0,
+    faultsSteady: 0,
+    pagesFetched: [0],
+    steadyCpu: { processMs: 1, mainThreadMs: 1, otherThreadsMs: 0 },
+    bytesVerified: 8,
+    mismatches: 0,
+    opsPerSecond: 0,
+    refused: 0,
+    cpu: [],
+  });
+  // Nine interleaved runs within ±2 %, and one where touch-ahead's step took 1.8× (another process ran).
+  const pin = [1000, 1010, 990, 1005, 995, 1000, 1012, 988, 1003];
+  const ta = [1010, 1000, 1000, 1015, 990, 1800, 1010, 1000, 1005];
+  const trials = pin.flatMap((p, i) => [trial(i + 1, 'pin', p), trial(i + 1, 'touch-ahead', ta[i]!)]);
+  const [v] = judge(trials, ['pin', 'touch-ahead'], 3);
+  expect(v!.slowdown).toBeCloseTo(1.01, 2);
+  expect(v!.noise).toBeLessThan(0.05);
+  expect(v!.noise).toBeGreaterThan(0);
+  expect(v!.withinNoise).toBe(true);
+  // Three runs: the range still stands for the noise, the outlier in it.
+  const [few] = judge(
+    trials.filter((t) => t.run >= 5 && t.run <= 7),
+    ['pin', 'touch-ahead'],
+    3,
+  );
+  expect(few!.noise).toBeGreaterThan(0.3);
+});
+
 describe('the command', () => {
   beforeAll(() => requireDist());
 
