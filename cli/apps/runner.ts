@@ -63,10 +63,10 @@ export interface Verdict {
   /** The median of `ratios` (the package's median: the lower middle value of an even count). */
   slowdown: number;
   /**
-   * The noise, relative: the larger of pinning's own run-to-run spread (its median steps'
-   * interquartile range over their median from four runs on, their range below that; with one
-   * run, its steps' interquartile range over their median) and this policy's ratios' spread over
-   * the runs (their interquartile range from four runs on, half their range below that).
+   * The noise, relative: from four runs on, the interquartile range of `ratios` (the spread of
+   * the slowdown over the interleaved runs); below that, the larger of pinning's own run-to-run
+   * spread ((max − min) / median of its median steps; with one run, its steps' interquartile
+   * range over their median) and half the range of `ratios`.
    */
   noise: number;
   /** |slowdown − 1| is no more than the noise: no measurable difference from pinning. */
@@ -306,10 +306,11 @@ export function judge(trials: readonly Trial[], policies: readonly AppPolicy[], 
         return a && b ? [a.medianStepUs / b.medianStepUs] : [];
       });
       const slowdown = median(ratios);
-      // The noise: pinning's own run-to-run spread, or this policy's ratios' spread over the runs (their
-      // interquartile range from four runs on, else half their range), whichever is larger.
-      const ownSpread = ratios.length >= 4 ? spread(ratios) : ratios.length > 1 ? spread(ratios) / 2 : 0;
-      const policyNoise = Math.max(Number.isNaN(noise) ? 0 : noise, ownSpread);
+      // The noise: from four runs on, the spread of the slowdown itself (its per-run ratios'
+      // interquartile range): each ratio pairs two trials of one interleaved run, so a machine
+      // that is slower for a whole run moves both, not the ratio. Below that, pinning's own
+      // run-to-run spread or half the ratios' range, whichever is larger.
+      const policyNoise = ratios.length >= 4 ? spread(ratios) : Math.max(Number.isNaN(noise) ? 0 : noise, ratios.length > 1 ? spread(ratios) / 2 : 0);
       const withinNoise = Math.abs(slowdown - 1) <= policyNoise;
       const after = median(mine.map((t) => t.faultsSteady)) / Math.max(1, steps - FIRST_STEPS);
       const cpu = cpuOf(mine);

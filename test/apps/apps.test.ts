@@ -309,12 +309,13 @@ test('the verdict from many runs: one run the machine disturbed does not make th
     refused: 0,
     cpu: [],
   });
-  // Nine interleaved runs within ±2 %, and one where touch-ahead's step took 1.8× (another process ran).
-  const pin = [1000, 1010, 990, 1005, 995, 1000, 1012, 988, 1003];
-  const ta = [1010, 1000, 1000, 1015, 990, 1800, 1010, 1000, 1005];
+  // Nine interleaved runs: a machine that was 40 % slower for whole runs (both policies' steps
+  // with it), touch-ahead within ±2 % of pin in each but one, where its step took 1.8×.
+  const pin = [1000, 1400, 990, 1405, 995, 1000, 1412, 988, 1003];
+  const ta = [1005, 1400, 985, 1400, 1000, 1800, 1412, 995, 1003];
   const trials = pin.flatMap((p, i) => [trial(i + 1, 'pin', p), trial(i + 1, 'touch-ahead', ta[i]!)]);
   const [v] = judge(trials, ['pin', 'touch-ahead'], 3);
-  expect(v!.slowdown).toBeCloseTo(1.01, 2);
+  expect(v!.slowdown).toBeCloseTo(1, 2);
   expect(v!.noise).toBeLessThan(0.05);
   expect(v!.noise).toBeGreaterThan(0);
   expect(v!.withinNoise).toBe(true);
