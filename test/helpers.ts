@@ -1,5 +1,6 @@
 // Small shared pieces of the test suites: resource cleanup, page-sized buffers, and a
 // handler that records every fault it is given.
+import { readFileSync, writeFileSync } from 'node:fs';
 import { afterEach } from 'vitest';
 import { PAGE_SIZE, type Fault, type FaultHandler, type Userfaultfd } from '../lib/index.js';
 
@@ -73,4 +74,30 @@ export function codeOf(fn: () => unknown): string | undefined {
     return (err as { code?: string }).code;
   }
   return undefined;
+}
+
+/** Free 2 MiB pages in the hugetlb pool now. */
+export function freeHugePages(): number {
+  return Number(/HugePages_Free:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? 0);
+}
+
+/**
+ * Make at least `want` 2 MiB pages free in the hugetlb pool (as root, as the kernel's
+ * run_vmtests.sh does); `release` takes back only what this call added. The pool is the
+ * machine's, and test files run side by side: each raises and lowers it by its own share, never
+ * writes back a value it read earlier (which would take another file's pages away mid-test).
+ * Throws if the pool cannot be raised (not root).
+ */
+export function reserveHugePages(want: number): { release(): void } {
+  const pool = '/proc/sys/vm/nr_hugepages';
+  const added = Math.max(0, want - freeHugePages());
+  if (added > 0) writeFileSync(pool, String(Number(readFileSync(pool, 'utf8')) + added));
+  let released = false;
+  return {
+    release() {
+      if (released || added === 0) return;
+      released = true;
+      writeFileSync(pool, String(Math.max(0, Number(readFileSync(pool, 'utf8')) - added)));
+    },
+  };
 }

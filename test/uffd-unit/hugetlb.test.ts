@@ -1,25 +1,20 @@
 // Port of the kernel tests' hugetlb memory types: hugetlbfs regions fault in 2 MiB units
 // (missing, minor, write-protect). The test reserves huge pages itself (as root, like the
 // kernel's run_vmtests.sh) and gives the pool back afterwards.
-import { readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HUGE_PAGE_SIZE as H, mapRegion, touch } from '../../lib/index.js';
-import { closer, P, recording } from '../helpers.js';
+import { closer, freeHugePages, P, recording, reserveHugePages } from '../helpers.js';
 import { DELIVERIES, open } from './matrix.js';
 
 const own = closer();
-const POOL = '/proc/sys/vm/nr_hugepages';
 const WANT = 16; // 32 MiB
-let before = 0;
-
-const freeHuge = (): number => Number(/HugePages_Free:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))![1]);
+let pool: { release(): void } | undefined;
 
 beforeAll(() => {
-  before = Number(readFileSync(POOL, 'utf8'));
-  if (freeHuge() < WANT) writeFileSync(POOL, String(before + WANT - freeHuge()));
-  expect(freeHuge()).toBeGreaterThanOrEqual(WANT);
+  pool = reserveHugePages(WANT);
+  expect(freeHugePages()).toBeGreaterThanOrEqual(WANT);
 });
-afterAll(() => writeFileSync(POOL, String(before)));
+afterAll(() => pool?.release());
 
 /** `n` huge pages, huge page i filled with the byte `base + i`. */
 const hugePattern = (n: number, base: number): Buffer => {
@@ -35,7 +30,7 @@ describe('hugetlb regions', () => {
     expect(r.granule).toBe(H);
     let err: (Error & { code?: string }) | undefined;
     try {
-      mapRegion((freeHuge() + 64) * H, { hugetlb: true });
+      mapRegion((freeHugePages() + 64) * H, { hugetlb: true });
     } catch (e) {
       err = e as Error & { code?: string };
     }

@@ -2,7 +2,6 @@
 // (struct ib_odp_counters: page faults, invalidations, prefetch), ibv_reg_mr_ex, and
 // Access.HUGETLB on hugetlbfs memory. Traffic is rdma-core's: 100 × 1 KiB with both buffers
 // evicted (MADV_DONTNEED) before every iteration.
-import { readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import {
   Access,
@@ -21,6 +20,7 @@ import {
   WcOpcode,
   WrOpcode,
 } from '../../lib/index.js';
+import { freeHugePages, reserveHugePages } from '../helpers.js';
 import { allBytes, closeAll, createPlayers, MSG, ODP_ACCESS, P, pollOk, rdmaTraffic, region, thrown, track } from './helpers.js';
 
 afterEach(closeAll);
@@ -214,26 +214,18 @@ describe('ibv_reg_mr_ex', () => {
 
 // hugetlbfs memory needs the pool reserved (as the kernel's run_vmtests.sh does, as root); the
 // test gives the pool back afterwards.
-const POOL = '/proc/sys/vm/nr_hugepages';
 const WANT = 4;
-const freeHuge = (): number => Number(/HugePages_Free:\s+(\d+)/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? 0);
-let poolBefore: number | undefined;
+let pool: { release(): void } | undefined;
 let noHuge = '';
 beforeAll(() => {
   try {
-    const before = Number(readFileSync(POOL, 'utf8'));
-    if (freeHuge() < WANT) {
-      writeFileSync(POOL, String(before + WANT - freeHuge()));
-      poolBefore = before;
-    }
-    if (freeHuge() < WANT) noHuge = `only ${freeHuge()} free 2 MiB pages after raising vm.nr_hugepages`;
+    pool = reserveHugePages(WANT);
+    if (freeHugePages() < WANT) noHuge = `only ${freeHugePages()} free 2 MiB pages after raising vm.nr_hugepages`;
   } catch (e) {
     noHuge = `vm.nr_hugepages cannot be raised here (${(e as Error).message}); run as root`;
   }
 });
-afterAll(() => {
-  if (poolBefore !== undefined) writeFileSync(POOL, String(poolBefore));
-});
+afterAll(() => pool?.release());
 
 describe('Access.HUGETLB on hugetlbfs memory (MAP_HUGETLB)', () => {
   test('regMrEx with HUGETLB on hugetlb regions; 100 × 1 KiB SEND ping-pong evicted every iteration: each fault maps one 2 MiB page', async (ctx) => {
