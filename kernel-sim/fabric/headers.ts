@@ -647,7 +647,9 @@ function readWrite(r: Reader): DecodedWrite {
     count,
     blockSize: r.u32('blockSize'),
     lengthHint: r.f64('lengthHint'),
-    issuedMs: r.f64('issuedMs'),
+    // The sender's clock is not this process's (performance.now() counts from each process's
+    // start): what the receiver measures of a peer's packet runs from its arrival here.
+    issuedMs: (r.f64('issuedMs'), performance.now()),
     sourceStall: (f & W_STALL) !== 0,
     issuedUs: new Float64Array(0),
     arrivals: new Float64Array(0),

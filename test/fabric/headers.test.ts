@@ -108,10 +108,21 @@ describe('wire layout: round trips', () => {
     const f = decodeFrame(encodePacket(p, bytes));
     expect(f.op).toBe(Op.WRITE);
     if (f.op !== Op.WRITE) return;
-    const { bytes: got, ...fields } = f.packet;
-    const { payload: _p, ...want } = p;
+    const { bytes: got, issuedMs: _mine, ...fields } = f.packet;
+    const { payload: _p, issuedMs: _theirs, ...want } = p;
     expect(fields).toEqual(want);
     expect(got).toEqual(bytes);
+  });
+
+  it("a write's issue time is the receiver's clock (its arrival), never the sender's", () => {
+    // performance.now() counts from each process's start: a peer's would make every measure of a
+    // fault on its packets (detection runs from issue) off by the two processes' start times.
+    const before = performance.now();
+    const p = write({ issuedMs: before + 3.6e6 });
+    const f = decodeFrame(encodePacket(p, payload(p.length)));
+    if (f.op !== Op.WRITE) throw new Error('not a write');
+    expect(f.packet.issuedMs).toBeGreaterThanOrEqual(before);
+    expect(f.packet.issuedMs).toBeLessThanOrEqual(performance.now());
   });
 
   it('a plain write: no key, no QP, the whole run carried', () => {
