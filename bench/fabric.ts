@@ -31,6 +31,8 @@ export interface Row {
   mbPerSec?: number;
   /** Every round's figure (the row shows their median). */
   samples: number[];
+  /** Rows with faults: both sides' faults per work request, and their measured time per work request, µs (medians of the rounds). */
+  faults?: { perOp: number; usPerOp: number; evictUsPerOp: number };
 }
 
 /** The all-to-all rows: bytes each rank writes to each other rank, and iterations. */
@@ -86,8 +88,17 @@ async function fiPingpong(size: number, iters: number): Promise<{ latencyUs: num
   return { mbPerSec: Number(cols[5]), latencyUs: Number(cols[6]) };
 }
 
+/** A run of one of our programs: the client's result row, and the measured time of both sides' faults per work request, µs. */
+interface Ours {
+  row: Record<string, number>;
+  faultUsPerOp: number;
+  faultsPerOp: number;
+  /** --evict: both sides' time dropping their buffers' pages, per work request, µs. */
+  evictUsPerOp: number;
+}
+
 /** One of our programs as server and client processes; the client's --out_json results. */
-async function ours(program: string, size: number, iters: number, flags: string[], dir: string): Promise<Record<string, number>> {
+async function ours(program: string, size: number, iters: number, flags: string[], dir: string): Promise<Ours> {
   let sout = '';
   const server = spawn(process.execPath, [MAIN, program, '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
   server.stdout.on('data', (d: Buffer) => (sout += d.toString()));
@@ -97,7 +108,21 @@ async function ours(program: string, size: number, iters: number, flags: string[
     const args = [MAIN, program, '127.0.0.1', '-p', port, '-s', String(size), '-n', String(iters), '--out_json', json, ...flags];
     const c = await run(process.execPath, args);
     if (c.code !== 0) throw new Error(`bench:fabric: ${program} ${flags.join(' ')} failed:\n${c.out}`);
-    return (JSON.parse(readFileSync(json, 'utf8')) as { row: Record<string, number> }).row;
+    type Time = { faults: number; totalUs: number } | undefined;
+    const r = JSON.parse(readFileSync(json, 'utf8')) as {
+      row: Record<string, number>;
+      faultTime?: Time;
+      evictUs?: number;
+      peer?: { faultTime?: Time; evictUs?: number };
+    };
+    const n = r.row.iterations || 1;
+    const sides = [r.faultTime, r.peer?.faultTime];
+    return {
+      row: r.row,
+      faultUsPerOp: sides.reduce((t, f) => t + (f?.totalUs ?? 0), 0) / n,
+      faultsPerOp: sides.reduce((t, f) => t + (f?.faults ?? 0), 0) / n,
+      evictUsPerOp: ((r.evictUs ?? 0) + (r.peer?.evictUs ?? 0)) / n,
+    };
   } finally {
     await stop(server);
   }
@@ -144,9 +169,27 @@ interface Case {
   size: number;
   kind: 'latency' | 'bandwidth';
   take: () => Promise<number>;
+  /** Rows with faults: each round's measured fault time and count per work request (both sides). */
+  faults?: Array<{ us: number; count: number; evictUs: number }>;
 }
 
-export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[]; ratios: Record<string, number> }> {
+/** Take one of our runs, keeping its fault time in `c.faults`. */
+function faulting(c: Omit<Case, 'take' | 'faults'>, run: () => Promise<Ours>, figure: (o: Ours) => number): Case {
+  const faults: NonNullable<Case['faults']> = [];
+  return {
+    ...c,
+    faults,
+    take: async () => {
+      const o = await run();
+      faults.push({ us: o.faultUsPerOp, count: o.faultsPerOp, evictUs: o.evictUsPerOp });
+      return figure(o);
+    },
+  };
+}
+
+export async function benchFabric(
+  o: FabricBenchOptions,
+): Promise<{ rows: Row[]; ratios: Record<string, number>; explained: Record<string, number> }> {
   const dir = mkdtempSync(join(tmpdir(), 'pfr-bench-fabric-'));
   const rounds = o.rounds ?? 3;
   const bwIters = Math.max(10, Math.floor(o.iters / 10));
@@ -162,49 +205,47 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
         what: 'write-lat --stall resident (RMA, rtt/2)',
         size: o.small,
         kind: 'latency',
-        take: async () => (await ours('write-lat', o.small, o.iters, ['--stall'], dir)).typical! / 2,
+        take: async () => (await ours('write-lat', o.small, o.iters, ['--stall'], dir)).row.typical! / 2,
       },
       {
         what: 'write-bw --stall resident (RMA)',
         size: o.large,
         kind: 'bandwidth',
-        take: async () => (await ours('write-bw', o.large, bwIters, ['--stall'], dir)).bwAverage!,
+        take: async () => (await ours('write-bw', o.large, bwIters, ['--stall'], dir)).row.bwAverage!,
       },
       {
         what: 'write-bw --stall faults at the server (RMA)',
         size: o.large,
         kind: 'bandwidth',
-        take: async () => (await ours('write-bw', o.large, bwIters, ['--stall', '--evict'], dir)).bwAverage!,
+        take: async () => (await ours('write-bw', o.large, bwIters, ['--stall', '--evict'], dir)).row.bwAverage!,
       },
       {
         what: 'send-lat resident (engine)',
         size: o.small,
         kind: 'latency',
-        take: async () => (await ours('send-lat', o.small, o.iters, [], dir)).typical!,
+        take: async () => (await ours('send-lat', o.small, o.iters, [], dir)).row.typical!,
       },
-      {
-        what: 'send-lat faults at both ends (engine)',
-        size: o.small,
-        kind: 'latency',
-        take: async () => (await ours('send-lat', o.small, o.iters, ['--evict'], dir)).typical!,
-      },
+      faulting(
+        { what: 'send-lat faults at both ends (engine)', size: o.small, kind: 'latency' },
+        () => ours('send-lat', o.small, o.iters, ['--evict'], dir),
+        (r) => r.row.typical!,
+      ),
       {
         what: 'write-bw resident (engine)',
         size: o.large,
         kind: 'bandwidth',
-        take: async () => (await ours('write-bw', o.large, bwIters, [], dir)).bwAverage!,
+        take: async () => (await ours('write-bw', o.large, bwIters, [], dir)).row.bwAverage!,
       },
-      {
-        what: 'write-bw faults at both ends (engine)',
-        size: o.large,
-        kind: 'bandwidth',
-        take: async () => (await ours('write-bw', o.large, bwIters, ['--evict'], dir)).bwAverage!,
-      },
+      faulting(
+        { what: 'write-bw faults at both ends (engine)', size: o.large, kind: 'bandwidth' },
+        () => ours('write-bw', o.large, bwIters, ['--evict'], dir),
+        (r) => r.row.bwAverage!,
+      ),
       {
         what: 'read-bw --stall resident (RMA)',
         size: o.large,
         kind: 'bandwidth',
-        take: async () => (await ours('read-bw', o.large, bwIters, ['--stall'], dir)).bwAverage!,
+        take: async () => (await ours('read-bw', o.large, bwIters, ['--stall'], dir)).row.bwAverage!,
       },
       // The same bytes per rank pair at 2 and 8 ranks (each rank writes to every other).
       ...[2, 8].map((ranks): Case => ({
@@ -231,6 +272,15 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       size: c.size,
       ...(c.kind === 'latency' ? { latencyUs: median(samples[i]!) } : { mbPerSec: median(samples[i]!) }),
       samples: samples[i]!,
+      ...(c.faults?.length
+        ? {
+            faults: {
+              perOp: median(c.faults.map((f) => f.count)),
+              usPerOp: median(c.faults.map((f) => f.us)),
+              evictUsPerOp: median(c.faults.map((f) => f.evictUs)),
+            },
+          }
+        : {}),
     }));
     const fiLat = rows[0]!.latencyUs!;
     const fiBw = rows[1]!.mbPerSec!;
@@ -244,6 +294,23 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
       bandwidthEngineFaultsVsFiPingpong: rows[8]!.mbPerSec! / fiBw,
       bandwidthStallReadVsFiPingpong: rows[9]!.mbPerSec! / fiBw,
       alltoallPerTransfer8vs2Ranks: rows[11]!.latencyUs! / rows[10]!.latencyUs!,
+    };
+    // Faults at both ends: is the extra time what the faults themselves took (their count times
+    // each one's measured time), or the path's? A send-lat round trip is two messages (one way: half).
+    const lat = { extra: rows[6]!.latencyUs! - rows[5]!.latencyUs!, faults: rows[6]!.faults! };
+    const perWrite = (mbPerSec: number) => o.large / mbPerSec;
+    const bw = { extra: perWrite(rows[8]!.mbPerSec!) - perWrite(rows[7]!.mbPerSec!), faults: rows[8]!.faults! };
+    const explained = {
+      latencyExtraUs: lat.extra,
+      latencyFaultUs: lat.faults.usPerOp / 2,
+      latencyFaults: lat.faults.perOp / 2,
+      latencyExtraVsFaultTime: lat.extra / (lat.faults.usPerOp / 2),
+      latencyEvictUs: lat.faults.evictUsPerOp / 2,
+      bandwidthExtraUsPerWrite: bw.extra,
+      bandwidthFaultUsPerWrite: bw.faults.usPerOp,
+      bandwidthFaultsPerWrite: bw.faults.perOp,
+      bandwidthExtraVsFaultTime: bw.extra / bw.faults.usPerOp,
+      bandwidthEvictUsPerWrite: bw.faults.evictUsPerOp,
     };
     line(`${'what'.padEnd(42)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}   (median of ${rounds})`);
     for (const r of rows)
@@ -261,6 +328,16 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
         `(${x(ratios.latencyEngineFaultsVsFiPingpong)} with faults); bandwidth ${x(ratios.bandwidthEngineVsFiPingpong)} ` +
         `${target(ratios.bandwidthEngineVsFiPingpong, '>=', 0.5, 'x')} (${x(ratios.bandwidthEngineFaultsVsFiPingpong)} with faults)`,
     );
+    const each = (us: number, n: number) => (n ? (us / n).toFixed(1) : '-');
+    print(
+      `faults at both ends (terminate mode): send-lat +${explained.latencyExtraUs.toFixed(1)} us one way against ` +
+        `${explained.latencyFaults.toFixed(2)} faults x ${each(explained.latencyFaultUs, explained.latencyFaults)} us measured in them = ` +
+        `${explained.latencyFaultUs.toFixed(1)} us (${x(explained.latencyExtraVsFaultTime)}), and ${explained.latencyEvictUs.toFixed(1)} us evicting; ` +
+        `write-bw +${explained.bandwidthExtraUsPerWrite.toFixed(1)} us per write against ` +
+        `${explained.bandwidthFaultsPerWrite.toFixed(1)} faults x ${each(explained.bandwidthFaultUsPerWrite, explained.bandwidthFaultsPerWrite)} us = ` +
+        `${explained.bandwidthFaultUsPerWrite.toFixed(1)} us (${x(explained.bandwidthExtraVsFaultTime)}; the faults of writes in flight overlap), ` +
+        `and ${explained.bandwidthEvictUsPerWrite.toFixed(1)} us evicting`,
+    );
     print(
       `all-to-all (resident, ${ALLTOALL_BYTES} bytes per rank pair): per transfer at 8 ranks ${x(ratios.alltoallPerTransfer8vs2Ranks)} that at 2 ` +
         `${target(ratios.alltoallPerTransfer8vs2Ranks, '<=', 1.3, 'x')}`,
@@ -272,10 +349,10 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{ rows: Row[];
     );
     if (o.json !== false) {
       const file = o.json ?? defaultResults(ROOT, 'fabric.json');
-      writeFileSync(file, JSON.stringify({ machine: machineInfo(ROOT), loadavg: loadavg(), options: o, rows, ratios }, null, 2) + '\n');
+      writeFileSync(file, JSON.stringify({ machine: machineInfo(ROOT), loadavg: loadavg(), options: o, rows, ratios, explained }, null, 2) + '\n');
       console.error(`results: ${file}`);
     }
-    return { rows, ratios };
+    return { rows, ratios, explained };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -13,6 +13,7 @@ import {
   runPeer,
   type AtomicType,
   type Endpoint,
+  type FaultTime,
   type FabricOp,
   type PeerResult,
   type RunParams,
@@ -348,6 +349,25 @@ function odpLine(r: PeerResult): void {
     `faults: source ${r.faults.source}, destination ${r.faults.destination}; NACKs received ${r.nacks}; retransmitted blocks ${r.retransmitted}; ` +
       `bytes verified ${r.bytesVerified + (r.peer?.bytesVerified ?? 0)}, mismatches ${r.mismatches + (r.peer?.mismatches ?? 0)}`,
   );
+  const sides: Array<[string, FaultTime | undefined]> = [
+    ['here', r.faultTime],
+    [r.role === 'client' ? 'the server' : 'the client', r.peer?.faultTime],
+  ];
+  const told = sides.filter((x): x is [string, FaultTime] => (x[1]?.faults ?? 0) > 0);
+  if (told.length)
+    print(
+      `fault time (measured, each fault's detect + notify + resolve + retransmit): ` +
+        told
+          .map(([who, f]) => {
+            const p = f.phasesUs;
+            return `${who} ${f.faults} faults, ${(f.totalUs / f.faults).toFixed(1)} us each (${p.detect.toFixed(1)} + ${p.notify.toFixed(1)} + ${p.resolve.toFixed(1)} + ${p.retransmit.toFixed(1)})`;
+          })
+          .join('; '),
+    );
+  if (r.evictUs > 0 || (r.peer?.evictUs ?? 0) > 0)
+    print(
+      `evicting the buffers (--evict): ${(r.evictUs / 1000).toFixed(1)} ms here, ${((r.peer?.evictUs ?? 0) / 1000).toFixed(1)} ms on the other side`,
+    );
 }
 
 /** `rc-pingpong`: ibv_rc_pingpong's exchange and closing lines. */

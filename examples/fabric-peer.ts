@@ -35,6 +35,7 @@ import {
   LibfabricTransport,
   mapRegion,
   peerTimeoutMs,
+  PHASES,
   QP_DEFAULTS,
   QpState,
   SendFlags,
@@ -44,11 +45,13 @@ import {
   WrOpcode,
   type ChromeTraceEvent,
   type CompletionQueue,
+  type FaultStatsSnapshot,
   type LibfabricProvider,
   type PolicyName,
   type QueuePair,
   type Region,
   type Fault,
+  type Phase,
   type WorkCompletion,
   Userfaultfd,
 } from '../lib/index.js';
@@ -169,18 +172,51 @@ export interface PeerResult {
   retransmitted: number;
   /** NACKs this node's engine received (destination faults of the transfers it sent). */
   nacks: number;
+  /** The measured cost of this side's faults (its fault library's timeline of each). */
+  faultTime: FaultTime;
+  /** --evict: µs this side spent dropping its buffer's pages. */
+  evictUs: number;
   /** Each size's measurements (one size unless -a; one per period with --run_infinitely), in order: of this side's own WRs (both sides' for send). */
   runs: SizeRun[];
   /** -b: the other side's runs, as it reported them at the end. */
   peerRuns?: SizeRun[];
   /** The server's own counters, as it reported them at the end (client only). */
-  peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport };
+  peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport; faultTime?: FaultTime; evictUs?: number };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
   stall?: StallReport;
   /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's). */
   refused: number;
   /** -e: completion events this side slept on (each acknowledged). */
   cqEvents?: number;
+}
+
+/**
+ * What a side's faults cost, measured: the faults its fault library resolved and the sum, over
+ * the phases of their timelines (detection, notification, resolution, retransmission), of each
+ * phase's measured time. `totalUs / faults` is the cost of one fault.
+ */
+export interface FaultTime {
+  faults: number;
+  totalUs: number;
+  /** The mean of each phase, µs. */
+  phasesUs: Record<Phase, number>;
+}
+
+/** A side's fault time from its fault library's statistics. */
+export function faultTime(s: FaultStatsSnapshot): FaultTime {
+  const phasesUs = Object.fromEntries(PHASES.map((p) => [p, s.phases.real[p].mean])) as Record<Phase, number>;
+  const totalUs = PHASES.reduce((t, p) => t + s.phases.real[p].mean * s.phases.real[p].count, 0);
+  return { faults: s.faults.source + s.faults.destination, totalUs, phasesUs };
+}
+
+/** The other side's fault time, as it reported it: refused (undefined) unless every figure is a finite, non-negative number. */
+function checkedFaultTime(v: unknown): FaultTime | undefined {
+  if (typeof v !== 'object' || v === null) return undefined;
+  const f = v as Record<string, unknown>;
+  const ok = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
+  const phases = f.phasesUs as Record<string, unknown> | undefined;
+  if (!ok(f.faults) || !ok(f.totalUs) || typeof phases !== 'object' || phases === null || !PHASES.every((p) => ok(phases[p]))) return undefined;
+  return { faults: f.faults, totalUs: f.totalUs, phasesUs: Object.fromEntries(PHASES.map((p) => [p, phases[p] as number])) as Record<Phase, number> };
 }
 
 export interface StallReport {
@@ -456,6 +492,13 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       }
       return wc.status === WcStatus.SUCCESS;
     };
+    // --evict in a run: the buffer's pages dropped (the faults' cause), timed (a cost of the run
+    // that is neither its faults nor its path).
+    const evict = () => {
+      const t0 = performance.now();
+      region.unmapPages();
+      r.evictUs += (performance.now() - t0) * 1000;
+    };
     // Who streams: both sides ping-pong; the client writes, reads or does atomics, and with -b
     // the server writes or reads too. A read's target fills its out slots first; with --evict a
     // target's buffer starts evicted, so the first write or read faults there.
@@ -508,11 +551,27 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     }
     // Counters (and the server's trace, if the client asked) close the run.
     const traced = role === 'server' && params.trace ? packTrace(ctx.faultLibrary.exportChromeTrace().traceEvents) : undefined;
-    const report = { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: r.nacks, ...(traced ? { trace: traced } : {}) };
+    r.faultTime = faultTime(ctx.faultLibrary.stats());
+    const report = {
+      bytesVerified: r.bytesVerified,
+      mismatches: r.mismatches,
+      nacks: r.nacks,
+      faultTime: r.faultTime,
+      evictUs: r.evictUs,
+      ...(traced ? { trace: traced } : {}),
+    };
     const peer = r.lost ? undefined : await transport.exchange<typeof report>(report, 30_000 + (traced ? traced.length : 0)).catch(() => undefined);
     ctl.over = true;
     if (role === 'client' && peer) {
-      r.peer = { bytesVerified: peer.bytesVerified, mismatches: peer.mismatches, nacks: peer.nacks };
+      const theirFaults = checkedFaultTime(peer.faultTime);
+      const evictUs = typeof peer.evictUs === 'number' && Number.isFinite(peer.evictUs) && peer.evictUs >= 0 ? peer.evictUs : undefined;
+      r.peer = {
+        bytesVerified: peer.bytesVerified,
+        mismatches: peer.mismatches,
+        nacks: peer.nacks,
+        ...(theirFaults ? { faultTime: theirFaults } : {}),
+        ...(evictUs !== undefined ? { evictUs } : {}),
+      };
       if (peer.trace && o.traceFile) addPeerTrace(o.traceFile, peer.trace);
     }
     o.traceFile?.addContexts([ctx], role === 'client' && params.trace ? 'client' : undefined);
@@ -545,7 +604,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
         const t = performance.now();
         if (role === 'client') {
           await pattern(view, size, it, 'c');
-          if (params.evict) region.unmapPages();
+          if (params.evict) evict();
           repost();
           qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
           let got = 0;
@@ -558,14 +617,14 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
           r.mismatches += await compare(view, size, it, 's');
           r.bytesVerified += size;
         } else {
-          if (params.evict && it > 0) region.unmapPages();
+          if (params.evict && it > 0) evict();
           repost();
           const wc = await ctl.completion(cq, size, true);
           if (!wc || !count(wc)) break;
           r.mismatches += await compare(view, size, it, 'c');
           r.bytesVerified += size;
           await pattern(view, size, it, 's');
-          if (params.evict) region.unmapPages();
+          if (params.evict) evict();
           qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
           const sent = await ctl.completion(cq, size);
           if (!sent || !count(sent)) break;
@@ -596,7 +655,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
         if (params.op === 'write') await pattern(out, size, it, mine);
         // The WR's own local slot: the write's source, the read's sink (in), the atomic's 8 bytes.
         const at = params.op === 'read' ? l.offset + slot : l.offset;
-        if (params.evict) region.unmapPages();
+        if (params.evict) evict();
         const sge = { addr: region.address + BigInt(at), length: params.op === 'atomic' ? 8 : size, lkey: mr.lkey };
         const id = wrId++;
         started.set(id, { k, t: performance.now() });
@@ -778,6 +837,8 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
     faults: { source: 0, destination: 0 },
     retransmitted: 0,
     nacks: 0,
+    faultTime: { faults: 0, totalUs: 0, phasesUs: { detect: 0, notify: 0, resolve: 0, retransmit: 0 } },
+    evictUs: 0,
     runs: [],
     refused: 0,
   };
@@ -884,6 +945,7 @@ async function runStall(
         r.bytesVerified += largest;
       }
       r.faults.destination = ctx.faultLibrary.stats().faults.destination;
+      r.faultTime = faultTime(ctx.faultLibrary.stats());
       r.stall = {
         progressTid,
         jsTid: process.pid,
@@ -899,7 +961,14 @@ async function runStall(
       if (!r.lost)
         await transport
           .exchange(
-            { bytesVerified: r.bytesVerified, mismatches: r.mismatches, nacks: 0, stall: r.stall, ...(traced ? { trace: traced } : {}) },
+            {
+              bytesVerified: r.bytesVerified,
+              mismatches: r.mismatches,
+              nacks: 0,
+              stall: r.stall,
+              faultTime: r.faultTime,
+              ...(traced ? { trace: traced } : {}),
+            },
             30_000,
           )
           .catch(() => undefined);
@@ -969,8 +1038,9 @@ async function runStall(
     ctl.over = true;
     if (ctl.lost) r.lost = ctl.lost;
     if (peer) {
-      const { trace, ...counters } = peer;
-      r.peer = counters;
+      const { trace, faultTime: theirs, ...counters } = peer;
+      const theirFaults = checkedFaultTime(theirs);
+      r.peer = { ...counters, ...(theirFaults ? { faultTime: theirFaults } : {}) };
       r.faults.destination = peer.stall?.libraryFaults ?? 0;
       if (trace && o.traceFile) addPeerTrace(o.traceFile, trace);
     }

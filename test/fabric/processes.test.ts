@@ -7,7 +7,7 @@ import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport, peerTimeoutMs } from '../../kernel-sim/index.js';
-import type { StallReport } from '../../examples/fabric-peer.js';
+import type { FaultTime, StallReport } from '../../examples/fabric-peer.js';
 import { Op } from '../../kernel-sim/fabric/headers.js';
 import { Raw } from './raw.js';
 import { built, ci, freePort, start, waitFor } from './spawn.js';
@@ -33,7 +33,9 @@ async function pair(program: string, args: string[]) {
     faults: { source: number; destination: number };
     nacks: number;
     retransmitted: number;
-    peer?: { bytesVerified: number; mismatches: number; nacks: number };
+    peer?: { bytesVerified: number; mismatches: number; nacks: number; faultTime?: FaultTime; evictUs?: number };
+    faultTime: FaultTime;
+    evictUs: number;
     stall?: StallReport;
     cqEvents?: number;
   };
@@ -165,6 +167,20 @@ describe.skipIf(!built && !ci)('nodes in two processes over libfabric tcp', () =
     }
     expect(r.client.nacks).toBeGreaterThanOrEqual(iters);
     expect(r.stdout).toMatch(/\d+ bytes in [\d.]+ seconds = [\d.]+ Mbit\/sec\n\d+ iters in [\d.]+ seconds = [\d.]+ usec\/iter/);
+    // What the faults and the evictions cost, measured on each side and told to the client. A
+    // fault's detection runs from its packet's issue on this side's clock: a peer's clock (its
+    // process started at another moment) would add the gap between the two starts, ~1e6 µs.
+    for (const side of [r.client, r.server]) {
+      expect(side.faultTime.faults).toBeGreaterThanOrEqual(iters);
+      expect(side.faultTime.totalUs).toBeGreaterThan(0);
+      expect(side.faultTime.phasesUs.detect).toBeLessThan(100_000);
+      expect(side.evictUs).toBeGreaterThan(0);
+    }
+    expect(r.client.peer?.faultTime).toEqual(r.server.faultTime);
+    expect(r.client.peer?.evictUs).toBe(r.server.evictUs);
+    // Lines are folded at 100 columns: any space may be a line break.
+    expect(r.stdout).toMatch(/fault\s+time\s+\(measured.*?\):\s+here\s+\d+\s+faults,\s+[\d.]+\s+us\s+each.*?;\s+the\s+server\s+\d+\s+faults/s);
+    expect(r.stdout).toMatch(/evicting\s+the\s+buffers\s+\(--evict\):\s+[\d.]+\s+ms\s+here,\s+[\d.]+\s+ms\s+on\s+the\s+other\s+side/);
   }, 60_000);
 
   it('rc-pingpong -e: both sides sleep on completion events (every one acknowledged); bytes verified over evicted buffers', async () => {
