@@ -39,10 +39,13 @@ export function nodeTag(node: number, tag: CopyTag): CopyTag {
 }
 
 /**
- * The largest copy done inline on the JavaScript thread (copyNow): up to here a memcpy costs
- * less than waking a copy thread and hearing back from it (~60 µs here).
+ * The largest copy done inline on the JavaScript thread (copyNow). A copy thread's job costs a
+ * wake-up (30-50 µs of this thread's CPU in a PVM guest, and up to ~100 µs more before the
+ * thread runs when the other vCPU is busy) and a call back, while this thread mostly waits
+ * for it; a 1 MiB memcpy is ~150 µs at 7 GB/s. So a run of up to 1 MiB (one 1 MiB write
+ * between processes) is copied here: write-bw -s 1M went from ~660 to ~790 MB/s.
  */
-export const INLINE_COPY_MAX = 128 * 1024;
+export const INLINE_COPY_MAX = 1024 * 1024;
 
 /**
  * Inline copies per turn of the event loop whose result settles at once (in a microtask);
