@@ -28,13 +28,18 @@ namespace {
 // a busy Node process: most of an inline copy). A proof that a mapping's pages were present is
 // reused while nothing can have taken one away: every path of the addon that drops pages bumps
 // the epoch once they are gone (NoteDrop), a drop announced by a userfaultfd event (the kernel
-// zaps after the event is read) bumps it and stops new proofs for kProofTtlNs (NoteDropAhead).
+// zaps after the event is read) bumps it and stops new proofs for kDropAheadNs (NoteDropAhead).
 // A proof also expires after kProofTtlNs, which bounds what no event announces (a drop by code
-// outside this library, reclaim): and with swap on (the kernel may reclaim anonymous and
-// memfd pages at any time) no proof is kept at all.
+// outside this library): and with swap on (the kernel may reclaim anonymous and memfd pages
+// at any time) no proof is kept at all. 10 ms: a transport's ring of receive slots comes back
+// to a slot only every ~14 messages, and a proof that lapses before costs a pagemap read
+// (~4-8 µs here: a syscall in a PVM guest) on every small message.
 std::atomic<uint64_t> g_drop_epoch{1};
 std::atomic<uint64_t> g_no_proofs_until{0};
-constexpr uint64_t kProofTtlNs = 1'000'000;
+constexpr uint64_t kProofTtlNs = 10'000'000;
+constexpr uint64_t kDropAheadNs = 1'000'000;
+// Proofs kept: the mappings of the buffers and the transport's receive slots in use at once.
+constexpr unsigned kProofs = 32;
 
 bool SwapOn() {
   struct sysinfo si {};
@@ -191,8 +196,7 @@ struct Engine {
     uintptr_t first = 0, last = 0;
     uint64_t epoch = 0, at = 0;
   };
-  Proof proofs[4];
-  unsigned next_proof = 0;
+  Proof proofs[kProofs];
   bool swap_on = true;  // checked at most once per kProofTtlNs (sysinfo)
   uint64_t swap_checked_at = 0;
 
@@ -207,7 +211,9 @@ struct Engine {
     const uint64_t epoch = g_drop_epoch.load(std::memory_order_acquire);
     const uint64_t now = NowNs();
     Proof* mine = nullptr;
+    Proof* oldest = &proofs[0];  // replaced when m has none: the least recently proved
     for (Proof& p : proofs) {
+      if (p.at < oldest->at) oldest = &p;
       if (p.m != &m) continue;
       mine = &p;
       if (p.epoch == epoch && now - p.at < kProofTtlNs && p.first <= first && last <= p.last) return true;
@@ -225,7 +231,7 @@ struct Engine {
       mine->last = std::max(mine->last, last);
       return true;
     }
-    if (!mine) mine = &proofs[next_proof++ % 4];
+    if (!mine) mine = oldest;
     *mine = Proof{&m, first, last, epoch, now};
     return true;
   }
@@ -440,7 +446,7 @@ void NoteDrop() { g_drop_epoch.fetch_add(1, std::memory_order_acq_rel); }
 
 void NoteDropAhead() {
   NoteDrop();
-  const uint64_t until = NowNs() + kProofTtlNs;
+  const uint64_t until = NowNs() + kDropAheadNs;
   uint64_t cur = g_no_proofs_until.load(std::memory_order_relaxed);
   while (cur < until && !g_no_proofs_until.compare_exchange_weak(cur, until, std::memory_order_acq_rel)) {
   }

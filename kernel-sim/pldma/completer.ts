@@ -445,7 +445,7 @@ export class Completer {
       descriptor: t.desc,
       bytes: status === DmaStatus.SUCCESS ? t.desc.length : t.ackedBytes,
       blocks: t.blocks,
-      faults: { ...t.faults },
+      faults: { source: t.faults.source, destination: t.faults.destination },
       retransmittedBlocks: t.retransmitted,
       nacks: t.nacks,
       pagesFetched: t.pagesFetched,

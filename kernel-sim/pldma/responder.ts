@@ -15,9 +15,9 @@ import { AckResp, type AckPacket, isResponse, RcOp, type Verdict, type WritePack
 import type { Transport } from '../fabric/transport.js';
 import { EvtId } from '../smmu/records.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
-import type { Smmu, StreamContext, Translation } from '../smmu/smmu.js';
+import type { Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
-import { type CopyEngine, CopyFlag, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
+import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
 import type { Faults, HeldAnswer } from './faults.js';
 import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
@@ -108,8 +108,10 @@ const NAK_RESP: Record<RcRefusal['nak'], AckResp> = {
 
 /** A channel of a source node, as this responder sees it: its writes answered in order, and where the transfer stopped. */
 interface Lane {
-  /** Settles when the answer of the channel's last write has gone out. */
-  tail: Promise<void>;
+  /** Writes taken and not yet answered. */
+  open: number;
+  /** Writes waiting for the answer of the one before them, in order (a write that found none open waits for nothing). */
+  waiting: Array<() => void>;
   /** The transfer and block a write stopped at: that transfer's later writes are returned until it comes again. */
   stop: { tid: number; seq: number } | undefined;
 }
@@ -141,16 +143,16 @@ export class Responder {
     const { smmu, costs: c } = this.#d;
     const key = p.src * 2 ** 20 + p.channel;
     let lane = this.#lanes.get(key);
-    if (!lane) this.#lanes.set(key, (lane = { tail: Promise.resolve(), stop: undefined }));
-    const before = lane.tail;
-    let answered!: () => void;
-    lane.tail = new Promise((resolve) => (answered = resolve));
+    if (!lane) this.#lanes.set(key, (lane = { open: 0, waiting: [], stop: undefined }));
+    // The answer of the write before this one in the lane, if it has not gone out: no promise
+    // (nor a turn of the microtask queue) for a write that has nothing ahead of it.
+    const before = lane.open++ > 0 ? new Promise<void>((resolve) => lane.waiting.push(resolve)) : undefined;
     const stop = lane.stop;
     if (stop && stop.tid === p.tid && p.seq > stop.seq) {
       // Behind a write of this transfer that stopped: returned whole, as RC drops it.
-      await before;
+      if (before) await before;
       this.#reply(p, [], { seq: p.seq, count: p.count });
-      answered();
+      this.#answered(lane);
       return;
     }
     // The transfer goes on (that block again), or another one started on this channel.
@@ -183,12 +185,12 @@ export class Responder {
             : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
       if (dest.rc.qp.resp.msg === dest.rc.msg && out?.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
       if (out?.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
-      await before;
+      if (before) await before;
       if (out) {
         await this.#hold(out.verdict, out.fault);
         this.#answer(p, [out.verdict], undefined);
       } else this.#d.transport.placed?.(p);
-      answered();
+      this.#answered(lane);
       return;
     }
     if ('refusal' in dest && dest.refusal === AckResp.OK) {
@@ -259,7 +261,8 @@ export class Responder {
     if (refused || written < p.count) lane.stop = { tid: p.tid, seq: refused ? refused.seq : p.seq + written };
     let stopped = false;
     for (const g of groups) {
-      if (!(await this.#write(p, g, ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults, dest as Placed))) {
+      const w = this.#write(p, g, ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults, dest as Placed);
+      if (!(w === true || (w !== false && (await w)))) {
         stopped = true;
         break;
       }
@@ -283,7 +286,7 @@ export class Responder {
     }
     const rc = 'rc' in dest ? dest.rc : undefined;
     if (rc) rc.msg.faults += faults.length;
-    await before;
+    if (before) await before;
     // A write of this transfer before this one stopped under its copy, after this one was
     // translated: this one's answer is dropped (its bytes are written again after that block).
     const early = lane.stop;
@@ -298,7 +301,13 @@ export class Responder {
       for (const f of faults) await this.#hold(last!, f);
       this.#reply(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
     }
-    answered();
+    this.#answered(lane);
+  }
+
+  // A write's answer went out: the next in its lane goes on.
+  #answered(lane: Lane): void {
+    lane.open--;
+    lane.waiting.shift()?.();
   }
 
   /**
@@ -710,7 +719,17 @@ export class Responder {
 
   // One copy-engine job for a group of blocks contiguous at both ends; verdicts for the
   // blocks it settles. False if it stopped at one (the blocks after it are returned).
-  async #write(p: WritePacket, g: Group, sid: number, stall: boolean, verdicts: Verdict[], faults: Array<HoldNack>, dest: Placed): Promise<boolean> {
+  // An inline copy that settles at once is answered here, without a promise; any other waits
+  // for its copy-engine job.
+  #write(
+    p: WritePacket,
+    g: Group,
+    sid: number,
+    stall: boolean,
+    verdicts: Verdict[],
+    faults: Array<HoldNack>,
+    dest: Placed,
+  ): boolean | Promise<boolean> {
     const { smmu } = this.#d;
     const bs = p.blockSize;
     const seq = p.seq + g.at;
@@ -746,25 +765,68 @@ export class Responder {
     // Terminate-mode sides are walked again by the copy thread right before copying (a page
     // evicted meanwhile is a fault, not silent zeros); stall-mode sides fault for real. With
     // both sides terminate-mode, a small copy may run inline if every page is present.
-    const flags = (p.sourceStall ? 0 : CopyFlag.CheckSource) | (window ? 0 : CopyFlag.CheckDest) | (p.sourceStall || window ? 0 : CopyFlag.Inline);
+    let flags = (p.sourceStall ? 0 : CopyFlag.CheckSource) | (window ? 0 : CopyFlag.CheckDest) | (p.sourceStall || window ? 0 : CopyFlag.Inline);
+    let now: CopyResult | null | undefined;
+    try {
+      now = this.#d.engine.copyNow(p.payload.region, srcOffset, g.region, g.offset, length, flags);
+    } catch {
+      if (window) smmu.endStallWindow(window);
+      return this.#copied(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, undefined);
+    }
+    if (now) return this.#copied(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, now);
+    // A page of either side not present: a thread's job walks it (not inline again).
+    if (now === null) flags &= ~CopyFlag.Inline;
+    return this.#job(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, key, flags);
+  }
+
+  // A group's copy-engine job, then its verdicts.
+  async #job(
+    p: WritePacket,
+    g: Group,
+    seq: number,
+    srcOffset: number,
+    sid: number,
+    verdicts: Verdict[],
+    faults: Array<HoldNack>,
+    dest: Placed,
+    window: StallWindow | undefined,
+    key: number | undefined,
+    flags: number,
+  ): Promise<boolean> {
     this.jobs++;
-    let status: CopyStatus;
-    let faultOffset = -1;
-    let copy: { copyThread: number; copyNs: number } | undefined;
+    let r: CopyResult | undefined;
     try {
       const tag: CopyTag = {};
       if (key !== undefined) tag.key = key;
       if (p.qpn !== undefined) tag.qp = p.qpn;
-      const r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, length, flags, nodeTag(this.#d.node, tag));
-      status = r.status;
-      faultOffset = r.faultOffset;
-      copy = { copyThread: r.tid, copyNs: r.ns };
+      r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, g.length, flags, nodeTag(this.#d.node, tag));
     } catch {
-      status = -1 as CopyStatus;
+      r = undefined;
     } finally {
       this.jobs--;
-      if (window) smmu.endStallWindow(window);
+      if (window) this.#d.smmu.endStallWindow(window);
     }
+    return this.#copied(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, r);
+  }
+
+  // The verdicts of a group whose copy ended with `r` (undefined: the engine refused it).
+  #copied(
+    p: WritePacket,
+    g: Group,
+    seq: number,
+    srcOffset: number,
+    sid: number,
+    verdicts: Verdict[],
+    faults: Array<HoldNack>,
+    dest: Placed,
+    window: StallWindow | undefined,
+    r: CopyResult | undefined,
+  ): boolean {
+    const { smmu } = this.#d;
+    const bs = p.blockSize;
+    const piece = g.byteAt !== undefined;
+    const status = r ? r.status : (-1 as CopyStatus);
+    const faultOffset = r ? r.faultOffset : -1;
     const stalls = window?.stalls ?? 0;
     this.#d.counters.faults.destination += stalls;
     if (piece && status !== CopyStatus.Ok && g.at > 0) verdicts.push({ seq: p.seq, count: g.at, resp: AckResp.OK, walkUs: 0 });
@@ -773,7 +835,7 @@ export class Responder {
       return false;
     }
     if (status === CopyStatus.Ok) {
-      if (!piece) verdicts.push(this.#written(seq, g.count, g, stalls, copy));
+      if (!piece) verdicts.push(this.#written(seq, g.count, g, stalls, r));
       return true;
     }
     // The copy stopped at the first page it found missing: the blocks before it were written.
@@ -782,7 +844,7 @@ export class Responder {
       : status === CopyStatus.SourceFault || status === CopyStatus.DestFault
         ? Math.min(g.count - 1, Math.max(0, Math.floor((faultOffset - (status === CopyStatus.SourceFault ? srcOffset : g.offset)) / bs)))
         : 0;
-    if (k > 0) verdicts.push(this.#written(seq, k, g, stalls, copy));
+    if (k > 0) verdicts.push(this.#written(seq, k, g, stalls, r));
     const walkUs = g.walks[k]!;
     const stopSeq = seq + k;
     switch (status) {
@@ -834,15 +896,15 @@ export class Responder {
 
   // The verdict for the first `count` blocks of a group, written: one walk figure if they
   // all took the same, else one per block.
-  #written(seq: number, count: number, g: Group, stalls: number, copy: { copyThread: number; copyNs: number } | undefined): Verdict {
+  #written(seq: number, count: number, g: Group, stalls: number, copy: CopyResult | undefined): Verdict {
     const w0 = g.walks[0]!;
     let same = true;
     for (let j = 1; j < count && same; j++) same = g.walks[j] === w0;
     const v: Verdict = { seq, count, resp: AckResp.OK, walkUs: w0, stalls };
     if (!same) v.walks = Float64Array.from(g.walks.slice(0, count));
     if (copy) {
-      v.copyThread = copy.copyThread;
-      v.copyNs = copy.copyNs;
+      v.copyThread = copy.tid;
+      v.copyNs = copy.ns;
     }
     return v;
   }

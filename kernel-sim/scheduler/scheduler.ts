@@ -43,11 +43,14 @@ export class Scheduler {
   kick(): void {
     if (this.#scheduled) return;
     this.#scheduled = true;
-    queueMicrotask(() => {
-      this.#scheduled = false;
-      this.#run();
-    });
+    queueMicrotask(this.#pass);
   }
+
+  // One closure for every kick, not one per kick.
+  #pass = (): void => {
+    this.#scheduled = false;
+    this.#run();
+  };
 
   #run(): void {
     const t = this.#target;

@@ -12,7 +12,7 @@ import {
   IommuPageResponseCode,
   type TraceEvent,
 } from '../../kernel-sim/index.js';
-import { INLINE_SAME_TURN } from '../../kernel-sim/pldma/copy-engine.js';
+import { INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../kernel-sim/pldma/copy-engine.js';
 import { binding } from '../../native/index.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
 
@@ -88,11 +88,12 @@ describe('the copy engine', () => {
     expect(eng.tids).toContain(f.tid);
     expect(bytesOf(dst, 0, 2 * P).equals(data.subarray(0, 2 * P))).toBe(true);
     // Larger than INLINE_COPY_MAX: a thread's job.
-    const big = env.region(64 * P);
-    const bigDst = env.region(64 * P);
+    const pages = INLINE_COPY_MAX / P + 1;
+    const big = env.region(pages * P);
+    const bigDst = env.region(pages * P);
     fill(big, 9);
     bigDst.populate();
-    const b = await within('large copy', eng.copy(big, 0, bigDst, 0, 64 * P, inline));
+    const b = await within('large copy', eng.copy(big, 0, bigDst, 0, pages * P, inline));
     expect(b.status).toBe(CopyStatus.Ok);
     expect(eng.tids).toContain(b.tid);
   });
@@ -150,7 +151,8 @@ describe('blocks and the modelled clock', () => {
   });
 
   test('the engine never counts less than 0 jobs in flight, and is idle after', async () => {
-    const { sys, src, dst } = rig(64, { dstResident: true });
+    // Larger than is copied inline: the copy is a thread's job, seen in flight.
+    const { sys, src, dst } = rig(INLINE_COPY_MAX / P + 1, { dstResident: true });
     const seen: number[] = [];
     const pc = post(sys.node(0), src, dst);
     let done = false;

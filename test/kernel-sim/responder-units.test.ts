@@ -17,6 +17,7 @@ import {
   type TraceEvent,
   type WritePacket,
 } from '../../kernel-sim/index.js';
+import { INLINE_COPY_MAX } from '../../kernel-sim/pldma/copy-engine.js';
 import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
 import type { Region } from '../../lib/index.js';
 import { binding } from '../../native/index.js';
@@ -24,6 +25,8 @@ import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, wit
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;
+/** Pages of a write larger than is copied inline: its copy is a copy thread's job. */
+const LARGE = INLINE_COPY_MAX / P + 1;
 
 /** Every write and ACK the fabric carries, in order; `edit` may change a write before it is delivered. */
 function tap(sys: SimSystem, edit?: (p: WritePacket) => void): Packet[] {
@@ -162,14 +165,14 @@ describe('which thread copies a write', () => {
   test('a small write into resident memory is copied inline, on this JS thread; a large one by a copy thread', async () => {
     const sys = env.system({ nodes: 2 });
     const packets = tap(sys);
-    const src = env.region(64 * P);
-    const dst = env.region(64 * P);
+    const src = env.region(LARGE * P);
+    const dst = env.region(LARGE * P);
     const data = fill(src, 0x6b);
     dst.populate();
     proc(sys.node(0), 100, 7, [src]);
     proc(sys.node(1), 200, 7, [dst]);
     const small = await within('64 B write', post(sys.node(0), src, dst, { length: 64 }));
-    const large = await within('256 KiB write', post(sys.node(0), src, dst, { length: 64 * P }));
+    const large = await within('large write', post(sys.node(0), src, dst, { length: LARGE * P }));
     expect([small.status, large.status]).toEqual([DmaStatus.SUCCESS, DmaStatus.SUCCESS]);
     expect(bytesOf(dst).equals(data)).toBe(true);
     const [a1, a2] = acks(packets);
@@ -184,7 +187,7 @@ describe('the copy a write becomes is written for its key and QP', () => {
   async function queuedBehindHeldCopy(fence: { key?: number; qp?: number }) {
     const sys = env.system({ nodes: 2, engineThreads: 1 });
     const release = await holdCopyThread(env, sys.node(1).engine);
-    const pages = 64; // 256 KiB: more than is copied inline
+    const pages = LARGE; // more than is copied inline
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
     fill(src, 0x6a);
@@ -246,7 +249,7 @@ describe('a transfer its source QP cancels (SimNode.cancel): nothing of it lands
   test("its copy queued behind a held one: cancelled with it; another QP's transfer is not touched", async () => {
     const sys = env.system({ nodes: 2, engineThreads: 1 });
     const release = await holdCopyThread(env, sys.node(1).engine);
-    const pages = 64; // 256 KiB: more than is copied inline
+    const pages = LARGE; // more than is copied inline
     const src = env.region(2 * pages * P);
     const dst = env.region(2 * pages * P);
     const data = fill(src, 0x6d);
@@ -281,20 +284,23 @@ describe('a transfer its source QP cancels (SimNode.cancel): nothing of it lands
 
 describe('a copy that stops while the next run of its transfer is already translated', () => {
   test("the next run's answer is dropped (its blocks returned whole), though it stopped at a fault of its own", async () => {
-    // Run 1 (RUN blocks) and run 2 (80) of one transfer are both translated before either is
+    // Run 1 (RUN blocks) and run 2 (TAIL) of one transfer are both translated before either is
     // copied: the only copy thread is held in a genuine userfaultfd fault. Run 2 stops at its
-    // own destination fault (block RUN + 70, evicted before the post); then page 5 of run 1
+    // own destination fault (block RUN + HOLE, evicted before the post; the blocks before it
+    // are more than is copied inline, so their copy queues too); then page 5 of run 1
     // goes away under its queued copy. Run 1's copy stops there, so run 2, behind it, must
     // come back whole, not with verdicts for blocks after a hole.
     const sys = env.system({ nodes: 2, engineThreads: 1, faultTimeoutMs: 60_000 });
     const packets = tap(sys);
     const release = await holdCopyThread(env, sys.node(1).engine);
-    const pages = RUN + 80;
+    const TAIL = LARGE + 16;
+    const HOLE = TAIL - 10;
+    const pages = RUN + TAIL;
     const src = env.region(pages * P);
     const dst = env.region(pages * P);
     const data = fill(src, 0x71);
     dst.populate();
-    dst.evict((RUN + 70) * P, P);
+    dst.evict((RUN + HOLE) * P, P);
     proc(sys.node(0), 100, 7, [src]);
     const b = proc(sys.node(1), 200, 7, [dst]);
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
@@ -318,9 +324,9 @@ describe('a copy that stops while the next run of its transfer is already transl
     expect(a1!.returned).toEqual({ seq: 6, count: RUN - 6 });
     // The envelope says what stopped the write, as its last verdict does.
     expect(a1!.resp).toBe(AckResp.FAULT);
-    expect([a2!.seq, verdicts(a2!), a2!.returned]).toEqual([RUN, [], { seq: RUN, count: 80 }]);
-    // Run 2's own fault was never NACKed: block RUN + 70 faults again when it is sent again.
-    expect(lib.faults.map((f) => f.offset / P)).toEqual([5, RUN + 70]);
+    expect([a2!.seq, verdicts(a2!), a2!.returned]).toEqual([RUN, [], { seq: RUN, count: TAIL }]);
+    // Run 2's own fault was never NACKed: block RUN + HOLE faults again when it is sent again.
+    expect(lib.faults.map((f) => f.offset / P)).toEqual([5, RUN + HOLE]);
   });
 });
 
