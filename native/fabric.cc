@@ -24,6 +24,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -77,6 +78,13 @@ constexpr uint64_t kTickMs = 100;
 // here). A window of 1 MiB writes keeps dozens of sends queued in the provider at once.
 constexpr size_t kSendPool = 64;
 constexpr size_t kSendPoolBytes = 64u << 20;
+// A send's completion is a CQ entry and a signal of the CQ's wait fd (a write(), then a read()
+// before the loop sleeps again): where the provider completes sends in order (tx comp_order
+// FI_ORDER_STRICT, as tcp's FI_EP_MSG), only every kSendCompleteEvery-th send (or the one that
+// brings kSendCompleteBytes in flight) asks for one, and its completion frees the buffers of
+// the sends before it too.
+constexpr size_t kSendCompleteEvery = 16;
+constexpr size_t kSendCompleteBytes = 8u << 20;
 
 enum class Op { Recv, Send, Rma };
 
@@ -141,6 +149,11 @@ struct Conn {
   int posted = 0;               // slots in state Posted
   size_t pooledBytes = 0;       // bytes of sendPool
   std::deque<Ctx*> backlog;  // sends refused with FI_EAGAIN, retried after progress
+  // Selective send completions (see kSendCompleteEvery): the sends posted, in order, whose
+  // buffers the provider may still read, and their bytes.
+  bool selective = false;
+  std::deque<Ctx*> inflight;
+  size_t inflightBytes = 0;
   std::vector<Ctx*> sendPool;  // completed sends' buffers, reused
   std::unordered_map<uint32_t, fid_mr*> mrs;
   uint32_t nextMr = 1;
@@ -206,6 +219,9 @@ void CloseFids(Conn* c) {
   c->recvs.clear();
   for (Ctx* s : c->backlog) delete s;
   c->backlog.clear();
+  for (Ctx* s : c->inflight) delete s;
+  c->inflight.clear();
+  c->inflightBytes = 0;
   for (Ctx* s : c->sendPool) delete s;
   c->sendPool.clear();
   c->pooledBytes = 0;
@@ -351,10 +367,40 @@ void ReturnSend(Conn* c, Ctx* s) {
   c->sendPool.push_back(s);
 }
 
+// Post one send; a send that asks for no completion (see kSendCompleteEvery) waits in
+// `inflight` until a later one's completion.
+ssize_t PostSend(Conn* c, Ctx* s) {
+  uint64_t flags = FI_COMPLETION;
+  if (c->selective && c->inflight.size() + 1 < kSendCompleteEvery && c->inflightBytes + s->len < kSendCompleteBytes) flags = 0;
+  iovec iov{s->data, s->len};
+  fi_msg msg{};
+  msg.msg_iov = &iov;
+  msg.iov_count = 1;
+  msg.context = &s->fi;
+  ssize_t r = fi_sendmsg(c->ep, &msg, flags);
+  if (r == 0 && c->selective) {
+    c->inflight.push_back(s);
+    c->inflightBytes += s->len;
+  }
+  return r;
+}
+
+// A send completed (or failed): with selective completions, so did every send posted before it.
+void SendDone(Conn* c, Ctx* x) {
+  if (!c->selective || std::find(c->inflight.begin(), c->inflight.end(), x) == c->inflight.end()) return ReturnSend(c, x);
+  while (!c->inflight.empty()) {
+    Ctx* s = c->inflight.front();
+    c->inflight.pop_front();
+    c->inflightBytes -= s->len;
+    ReturnSend(c, s);
+    if (s == x) return;
+  }
+}
+
 void Flush(Conn* c) {
   while (!c->backlog.empty()) {
     Ctx* s = c->backlog.front();
-    ssize_t r = fi_send(c->ep, s->data, s->len, nullptr, 0, &s->fi);
+    ssize_t r = PostSend(c, s);
     if (r == -FI_EAGAIN) return;
     c->backlog.pop_front();
     if (r < 0) {
@@ -375,15 +421,18 @@ void DrainCq(Conn* c) {
   } depth(c);
   // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
   // uv_poll or the tick comes back (never a spin on the event loop).
+  // Sleep on the fd only when libfabric says nothing is pending (else read again).
+  auto mayWait = [c]() {
+    Flush(c);
+    fid* f = &c->cq->fid;
+    return c->closed || fi_trywait(c->fabric, &f, 1) == FI_SUCCESS;
+  };
   for (int round = 0; round < 64; round++) {
     if (c->closed) return;
     fi_cq_data_entry e[16];
     ssize_t n = fi_cq_read(c->cq, e, 16);
     if (n == -FI_EAGAIN) {
-      Flush(c);
-      // Sleep on the fd only when libfabric says nothing is pending (else read again).
-      fid* f = &c->cq->fid;
-      if (c->closed || fi_trywait(c->fabric, &f, 1) == FI_SUCCESS) return;
+      if (mayWait()) return;
       continue;
     }
     if (n == -FI_EAVAIL) {
@@ -396,7 +445,7 @@ void DrainCq(Conn* c) {
         Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, -code)});
         delete x;
       } else if (x && x->op == Op::Send) {
-        ReturnSend(c, x);
+        SendDone(c, x);
         if (code != FI_ECANCELED) {
           Napi::HandleScope scope(env);
           Emit(c, "error", {FiError(env, -code, "fi_send").Value()});
@@ -419,7 +468,7 @@ void DrainCq(Conn* c) {
         if (c->closed) return;
         if (x->state == Slot::Handling) PostRecv(c, x);
       } else if (x->op == Op::Send) {
-        ReturnSend(c, x);
+        SendDone(c, x);
       } else {
         Napi::HandleScope scope(env);
         Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, 0)});
@@ -427,6 +476,9 @@ void DrainCq(Conn* c) {
       }
       if (c->closed) return;
     }
+    // Fewer than asked for: the CQ was drained (each fi_cq_read is a progress pass, an
+    // epoll_wait): fi_trywait says whether anything came meanwhile.
+    if (n < 16 && mayWait()) return;
   }
 }
 
@@ -462,7 +514,9 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   FI_CHECK(env, fi_cq_open(c->domain, &cqa, &c->cq, nullptr), "fi_cq_open");
   FI_CHECK(env, fi_endpoint(c->domain, info, &c->ep, nullptr), "fi_endpoint");
   FI_CHECK(env, fi_ep_bind(c->ep, &c->eq->fid, 0), "fi_ep_bind(eq)");
-  FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+  c->selective = !c->threaded && (info->tx_attr->comp_order & FI_ORDER_STRICT) != 0;
+  FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | (c->selective ? FI_SELECTIVE_COMPLETION : 0)), "fi_ep_bind(cq)");
+  FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_RECV), "fi_ep_bind(cq)");
   FI_CHECK(env, fi_enable(c->ep), "fi_enable");
   for (int i = 0; i < kRecvCount; i++) {
     Ctx* r;
@@ -664,10 +718,10 @@ Napi::Value Connect(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, c->handle);
 }
 
-// tcp's progress is manual: what the socket did not take yet of a send stays queued in the
-// provider until progress runs (and only progress arms the wait fd for POLLOUT). Inside
-// DrainCq its loop progresses next; after a send from anywhere else (a batch sent at the end
-// of a turn) the idle handle drains on the loop's next turn, before it sleeps, never inside
+// tcp's progress is manual: what the socket did not take yet of an operation stays queued in
+// the provider (or in its socket's staging buffer) until progress runs, and only progress arms
+// the wait fd for POLLOUT. Inside DrainCq its loop progresses next; after an operation from
+// anywhere else the idle handle drains on the loop's next turn, before it sleeps, never inside
 // the call (its events would reach JavaScript inside fabricSend). Without it the rest would
 // wait for the next event or the tick.
 void Kick(Conn* c) {
@@ -679,6 +733,14 @@ void Kick(Conn* c) {
     Napi::HandleScope scope(conn->onEvent.Env());
     DrainCq(conn);
   });
+}
+
+// After a send from outside DrainCq: fi_trywait (one progress pass, no loop turn) arms POLLOUT
+// for what the socket did not take; only if something is pending already does the idle drain.
+void Settle(Conn* c) {
+  if (c->draining) return;
+  fid* f = &c->cq->fid;
+  if (fi_trywait(c->fabric, &f, 1) != FI_SUCCESS) Kick(c);
 }
 
 // fabricSend(handle, bytes | [bytes, ...]): one message, the parts gathered in order into a
@@ -713,12 +775,12 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
     c->backlog.push_back(s);
     return env.Undefined();
   }
-  ssize_t r = fi_send(c->ep, s->data, s->len, nullptr, 0, &s->fi);
+  ssize_t r = PostSend(c, s);
   if (r == -FI_EAGAIN) {
     c->backlog.push_back(s);
     DrainCq(c);
   } else if (r >= 0) {
-    Kick(c);
+    Settle(c);
   } else {
     delete s;
     throw FiError(env, static_cast<int>(r), "fi_send");
@@ -835,7 +897,7 @@ Napi::Value Rma(const Napi::CallbackInfo& info) {
     msg.rma_iov_count = 1;
     msg.context = &x->fi;
     r = write ? fi_writemsg(c->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE)
-              : fi_read(c->ep, reinterpret_cast<void*>(local), len, nullptr, 0, remote, key, &x->fi);
+              : fi_readmsg(c->ep, &msg, FI_COMPLETION);
     if (r == -FI_EAGAIN) fi_cq_read(c->cq, nullptr, 0);  // progress, then try again
   } while (r == -FI_EAGAIN);
   if (r < 0) {
