@@ -455,16 +455,6 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
   return w.done();
 }
 
-/**
- * The same frame as encodePacket, as its parts in order: the header and fields, then the
- * payload `bytes` itself (not copied: the transport gathers the parts into its send buffer).
- */
-export function encodePacketParts(p: Packet, bytes?: Uint8Array): Uint8Array[] {
-  const w = frameWriter();
-  const payload = writePacket(w, p, bytes);
-  return payload.length ? [w.done(), payload] : [w.done()];
-}
-
 // Writes every field of `p`; returns the payload that ends the frame (empty for an ACK).
 function writePacket(w: Writer, p: Packet, bytes?: Uint8Array): Uint8Array {
   checkPacket(p);

@@ -10,7 +10,9 @@ import {
   encodeExchange,
   encodeHello,
   encodePacket,
-  encodePacketParts,
+  Outbox,
+  BATCH_ENTRY_BYTES,
+  BATCH_HEADER_BYTES,
   encodePing,
   Op,
   WIRE_MAX_BLOCKS,
@@ -207,11 +209,10 @@ describe('wire layout: round trips', () => {
     expect(decodeFrame(encodeExchange('done'))).toEqual({ op: Op.EXCHANGE, body: 'done' });
   });
 
-  it('a batch carries each frame whole, parts gathered in order; a packet in parts is its frame', () => {
+  it('a batch carries each frame whole, parts gathered in order', () => {
     const w = write();
-    const parts = encodePacketParts(w, payload(w.length));
-    expect(Buffer.concat(parts)).toEqual(Buffer.from(encodePacket(w, payload(w.length))));
-    const frames = [parts, [encodePing()], [encodeExchange('x')]];
+    const whole = encodePacket(w, payload(w.length));
+    const frames = [[whole.subarray(0, 100), whole.subarray(100)], [encodePing()], [encodeExchange('x')]];
     const f = decodeFrame(Buffer.concat(encodeBatch(frames)));
     expect(f.op).toBe(Op.BATCH);
     if (f.op !== Op.BATCH) return;
@@ -219,6 +220,33 @@ describe('wire layout: round trips', () => {
     const first = decodeFrame(f.frames[0]!);
     if (first.op !== Op.WRITE) throw new Error('not a write');
     expect([first.packet.tid, Buffer.from(first.bytes)]).toEqual([w.tid, Buffer.from(payload(w.length))]);
+  });
+
+  it("an Outbox's message is the batch of its frames, or a lone frame; a payload may follow it uncopied", () => {
+    const w = write();
+    const bytes = payload(w.length);
+    const box = new Outbox();
+    box.packet(w, bytes);
+    // One frame: the frame itself, no batch around it.
+    expect(Buffer.from(box.take())).toEqual(Buffer.from(encodePacket(w, bytes)));
+    expect(box.frames).toBe(0);
+    box.packet(w, bytes);
+    box.frame(encodePing());
+    const ack: AckPacket = { type: 'ack', src: 1, dst: 0, pd: 3, va: 4096n, tid: 2, seq: 0, length: 8192, arrivesAt: 1, resp: AckResp.OK };
+    box.packet(ack);
+    expect(Buffer.from(box.take())).toEqual(Buffer.concat(encodeBatch([[encodePacket(w, bytes)], [encodePing()], [encodePacket(ack)]])));
+    // A payload left out of the box goes as the message's last part: the same bytes.
+    box.frame(encodePing());
+    box.packet(w, bytes, true);
+    expect(box.bytes).toBe(BATCH_HEADER_BYTES + 2 * BATCH_ENTRY_BYTES + 2 + encodePacket(w, bytes).length - bytes.length);
+    expect(Buffer.concat([box.take(), bytes])).toEqual(Buffer.concat(encodeBatch([[encodePing()], [encodePacket(w, bytes)]])));
+    // The last frame taken out again; a packet that breaks the layout leaves the box as it was.
+    box.frame(encodePing());
+    box.packet(ack);
+    expect(Buffer.from(box.popLast())).toEqual(Buffer.from(encodePacket(ack)));
+    expect(() => box.packet({ ...ack, src: 5000 })).toThrow(/src must be an integer in 0\.\.1023/);
+    expect(() => box.packet(w, payload(3))).toThrow(/payload must be the/);
+    expect([box.frames, Buffer.from(box.take())]).toEqual([1, Buffer.from(encodePing())]);
   });
 
   it("the engine's runs fit the layout's block count", () => {
