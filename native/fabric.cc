@@ -81,8 +81,8 @@ constexpr size_t kSendPoolBytes = 64u << 20;
 // A send's completion is a CQ entry and a signal of the CQ's wait fd (a write(), then a read()
 // before the loop sleeps again): where the provider completes sends in order (tx comp_order
 // FI_ORDER_STRICT, as tcp's FI_EP_MSG), only every kSendCompleteEvery-th send (or the one that
-// brings kSendCompleteBytes in flight) asks for one, and its completion frees the buffers of
-// the sends before it too.
+// makes kSendCompleteBytes since the last that asked) asks for one, and its completion frees
+// the buffers of the sends before it too.
 constexpr size_t kSendCompleteEvery = 16;
 constexpr size_t kSendCompleteBytes = 8u << 20;
 
@@ -150,10 +150,11 @@ struct Conn {
   size_t pooledBytes = 0;       // bytes of sendPool
   std::deque<Ctx*> backlog;  // sends refused with FI_EAGAIN, retried after progress
   // Selective send completions (see kSendCompleteEvery): the sends posted, in order, whose
-  // buffers the provider may still read, and their bytes.
+  // buffers the provider may still read; sends and bytes since the last that asked for one.
   bool selective = false;
   std::deque<Ctx*> inflight;
-  size_t inflightBytes = 0;
+  size_t unasked = 0;
+  size_t unaskedBytes = 0;
   std::vector<Ctx*> sendPool;  // completed sends' buffers, reused
   std::unordered_map<uint32_t, fid_mr*> mrs;
   uint32_t nextMr = 1;
@@ -221,7 +222,6 @@ void CloseFids(Conn* c) {
   c->backlog.clear();
   for (Ctx* s : c->inflight) delete s;
   c->inflight.clear();
-  c->inflightBytes = 0;
   for (Ctx* s : c->sendPool) delete s;
   c->sendPool.clear();
   c->pooledBytes = 0;
@@ -370,8 +370,8 @@ void ReturnSend(Conn* c, Ctx* s) {
 // Post one send; a send that asks for no completion (see kSendCompleteEvery) waits in
 // `inflight` until a later one's completion.
 ssize_t PostSend(Conn* c, Ctx* s) {
-  uint64_t flags = FI_COMPLETION;
-  if (c->selective && c->inflight.size() + 1 < kSendCompleteEvery && c->inflightBytes + s->len < kSendCompleteBytes) flags = 0;
+  bool ask = !c->selective || c->unasked + 1 >= kSendCompleteEvery || c->unaskedBytes + s->len >= kSendCompleteBytes;
+  uint64_t flags = ask ? FI_COMPLETION : 0;
   iovec iov{s->data, s->len};
   fi_msg msg{};
   msg.msg_iov = &iov;
@@ -380,7 +380,8 @@ ssize_t PostSend(Conn* c, Ctx* s) {
   ssize_t r = fi_sendmsg(c->ep, &msg, flags);
   if (r == 0 && c->selective) {
     c->inflight.push_back(s);
-    c->inflightBytes += s->len;
+    c->unasked = ask ? 0 : c->unasked + 1;
+    c->unaskedBytes = ask ? 0 : c->unaskedBytes + s->len;
   }
   return r;
 }
@@ -391,7 +392,6 @@ void SendDone(Conn* c, Ctx* x) {
   while (!c->inflight.empty()) {
     Ctx* s = c->inflight.front();
     c->inflight.pop_front();
-    c->inflightBytes -= s->len;
     ReturnSend(c, s);
     if (s == x) return;
   }
@@ -419,8 +419,6 @@ void DrainCq(Conn* c) {
     explicit Depth(Conn* c) : c(c) { c->draining++; }
     ~Depth() { c->draining--; }
   } depth(c);
-  // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
-  // uv_poll or the tick comes back (never a spin on the event loop).
   // Sleep on the fd only when libfabric says nothing is pending (else read again). Messages
   // were handed over: 'drained' first, so that what JavaScript made of them goes out now, its
   // sends' progress part of this pass (not a turn of the loop later, each with its fi_trywait).
@@ -435,6 +433,8 @@ void DrainCq(Conn* c) {
     fid* f = &c->cq->fid;
     return c->closed || fi_trywait(c->fabric, &f, 1) == FI_SUCCESS;
   };
+  // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
+  // uv_poll or the tick comes back (never a spin on the event loop).
   for (int round = 0; round < 64; round++) {
     if (c->closed) return;
     fi_cq_data_entry e[16];
