@@ -419,16 +419,8 @@ void DrainCq(Conn* c) {
     explicit Depth(Conn* c) : c(c) { c->draining++; }
     ~Depth() { c->draining--; }
   } depth(c);
-  // Sleep on the fd only when libfabric says nothing is pending (else read again). Messages
-  // were handed over: 'drained' first, so that what JavaScript made of them goes out now, its
-  // sends' progress part of this pass (not a turn of the loop later, each with its fi_trywait).
-  bool heard = false;
-  auto mayWait = [c, &heard]() {
-    if (heard) {
-      heard = false;
-      Emit(c, "drained", {});
-      if (c->closed) return true;
-    }
+  // Sleep on the fd only when libfabric says nothing is pending (else read again).
+  auto mayWait = [c]() {
     Flush(c);
     fid* f = &c->cq->fid;
     return c->closed || fi_trywait(c->fabric, &f, 1) == FI_SUCCESS;
@@ -473,7 +465,6 @@ void DrainCq(Conn* c) {
         c->posted--;
         Napi::Uint8Array msg = Napi::Uint8Array::New(env, e[i].len, c->slotBuffers[x->id].Value(), 0);
         Emit(c, "message", {msg, Napi::Number::New(env, x->id)});
-        heard = true;
         if (c->closed) return;
         if (x->state == Slot::Handling) PostRecv(c, x);
       } else if (x->op == Op::Send) {

@@ -270,13 +270,12 @@ export interface Binding {
  * threaded listener's connection: with the tid of the thread that progresses it),
  * 'message' (a Uint8Array viewing the native receive slot, and the slot's number: valid only
  * until the handler returns, then the slot takes the next message, unless held with fabricHold;
- * copy what must outlive it), 'drained' (the messages of one pass over the CQ were handed over:
- * what they made may go out before the connection sleeps), 'rma' (id, 0 or -errno), 'shutdown'
- * (the peer went away), 'error'.
+ * copy what must outlive it), 'rma' (id, 0 or
+ * -errno), 'shutdown' (the peer went away), 'error'.
  */
 export type FabricEventHandler = (
   handle: number,
-  kind: 'connection' | 'connected' | 'message' | 'drained' | 'rma' | 'shutdown' | 'error',
+  kind: 'connection' | 'connected' | 'message' | 'rma' | 'shutdown' | 'error',
   a?: unknown,
   b?: unknown,
 ) => void;

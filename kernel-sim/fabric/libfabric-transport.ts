@@ -951,12 +951,6 @@ export class LibfabricTransport implements Transport {
         this.#heard.set(handle, performance.now());
         this.#onMessage(handle, a as Uint8Array, b as number);
         return;
-      case 'drained':
-        // The messages of this pass were handled (their microtasks too): what they made goes now.
-        if (this.#pending.size === 0) return;
-        clearImmediate(this.#flushing);
-        this.#flush();
-        return;
       case 'shutdown':
       case 'error':
         this.#onDown(handle, a as Error | undefined);
