@@ -128,7 +128,8 @@ struct Conn {
   Poll* eqPoll = nullptr;
   Poll* cqPoll = nullptr;
   uv_timer_t* tick = nullptr;
-  uv_idle_t* idle = nullptr;  // progress after a send made outside DrainCq (see Send)
+  uv_idle_t* idle = nullptr;  // progress after an operation made outside DrainCq (see Kick)
+  uv_prepare_t* settle = nullptr;  // one fi_trywait before the loop sleeps, after sends (see Settle)
   bool connected = false;
   bool closed = false;
   int draining = 0;  // DrainCq calls in progress on this connection
@@ -241,6 +242,11 @@ void Teardown(Conn* c) {
     uv_idle_stop(c->idle);
     uv_close(reinterpret_cast<uv_handle_t*>(c->idle), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
     c->idle = nullptr;
+  }
+  if (c->settle) {
+    uv_prepare_stop(c->settle);
+    uv_close(reinterpret_cast<uv_handle_t*>(c->settle), [](uv_handle_t* h) { delete reinterpret_cast<uv_prepare_t*>(h); });
+    c->settle = nullptr;
   }
   if (c->progress.joinable()) {
     // A threaded connection's receive buffers are its own (no slots): freed by CloseFids.
@@ -557,6 +563,9 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   c->idle = new uv_idle_t{};
   c->idle->data = c;
   uv_idle_init(loop, c->idle);
+  c->settle = new uv_prepare_t{};
+  c->settle->data = c;
+  uv_prepare_init(loop, c->settle);
 }
 
 Conn* NewConn(Napi::Env env, Napi::Function onEvent) {
@@ -735,12 +744,18 @@ void Kick(Conn* c) {
   });
 }
 
-// After a send from outside DrainCq: fi_trywait (one progress pass, no loop turn) arms POLLOUT
-// for what the socket did not take; only if something is pending already does the idle drain.
+// After sends from outside DrainCq: before the loop next sleeps, one fi_trywait for all of
+// them (one progress pass, no loop turn) arms POLLOUT for what the socket did not take; only if
+// something is pending already does the idle drain.
 void Settle(Conn* c) {
-  if (c->draining) return;
-  fid* f = &c->cq->fid;
-  if (fi_trywait(c->fabric, &f, 1) != FI_SUCCESS) Kick(c);
+  if (c->draining || !c->settle) return;
+  uv_prepare_start(c->settle, [](uv_prepare_t* h) {
+    uv_prepare_stop(h);
+    Conn* conn = static_cast<Conn*>(h->data);
+    if (conn->closed) return;
+    fid* f = &conn->cq->fid;
+    if (fi_trywait(conn->fabric, &f, 1) != FI_SUCCESS) Kick(conn);
+  });
 }
 
 // fabricSend(handle, bytes | [bytes, ...]): one message, the parts gathered in order into a
