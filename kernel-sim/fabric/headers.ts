@@ -301,23 +301,27 @@ export function checkPacket(p: Packet): void {
 
 // ---- encoding ----
 
-// Every frame is written in one scratch buffer, kept (and grown) across frames, and copied out
-// at its exact size: one allocation per frame, none while writing (a fresh buffer and view per
-// frame were most of an ACK's encoding time). One frame is written at a time.
-let scratch = new Uint8Array(16 << 10);
-let scratchView = new DataView(scratch.buffer);
-
+// A frame is written in a buffer kept (and grown) across frames: the scratch one, copied out at
+// the frame's exact size (one allocation per frame, none while writing: a fresh buffer and view
+// per frame were most of an ACK's encoding time), or an Outbox's, where it stays until sent.
 class Writer {
   at = 0;
+  buf: Uint8Array;
+  view: DataView;
+
+  constructor(size: number) {
+    this.buf = new Uint8Array(size);
+    this.view = new DataView(this.buf.buffer);
+  }
 
   #room(n: number): DataView {
-    if (this.at + n > scratch.length) {
-      const next = new Uint8Array(Math.max(scratch.length * 2, this.at + n));
-      next.set(scratch.subarray(0, this.at));
-      scratch = next;
-      scratchView = new DataView(next.buffer);
+    if (this.at + n > this.buf.length) {
+      const next = new Uint8Array(Math.max(this.buf.length * 2, this.at + n));
+      next.set(this.buf.subarray(0, this.at));
+      this.buf = next;
+      this.view = new DataView(next.buffer);
     }
-    return scratchView;
+    return this.view;
   }
   u8(v: number): void {
     this.#room(1).setUint8(this.at, v);
@@ -346,7 +350,7 @@ class Writer {
   }
   bytes(v: Uint8Array): void {
     this.#room(v.length);
-    scratch.set(v, this.at);
+    this.buf.set(v, this.at);
     this.at += v.length;
   }
   /** A UTF-8 string with its byte length first (u32). */
@@ -356,8 +360,16 @@ class Writer {
     this.bytes(b);
   }
   done(): Uint8Array {
-    return scratch.slice(0, this.at);
+    return this.buf.slice(0, this.at);
   }
+}
+
+const scratch = new Writer(16 << 10);
+
+/** The scratch writer, emptied: one frame at a time. */
+function frameWriter(): Writer {
+  scratch.at = 0;
+  return scratch;
 }
 
 class Reader {
@@ -437,20 +449,10 @@ const W_ALL = W_STALL | W_KEY | W_QPN | W_SOURCE_FAULT | W_RC | W_IMM | W_SRC_FA
  * length; fewer where `sourceFault` says a source page was missing), not `p.payload`.
  */
 export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
-  const w = new Writer();
+  const w = frameWriter();
   const payload = writePacket(w, p, bytes);
   if (payload.length) w.bytes(payload);
   return w.done();
-}
-
-/**
- * The same frame as encodePacket, as its parts in order: the header and fields, then the
- * payload `bytes` itself (not copied: the transport gathers the parts into its send buffer).
- */
-export function encodePacketParts(p: Packet, bytes?: Uint8Array): Uint8Array[] {
-  const w = new Writer();
-  const payload = writePacket(w, p, bytes);
-  return payload.length ? [w.done(), payload] : [w.done()];
 }
 
 // Writes every field of `p`; returns the payload that ends the frame (empty for an ACK).
@@ -613,36 +615,40 @@ function sges(w: Writer, list: ReadonlyArray<{ addr: bigint; length: number; lke
 
 // ---- decoding ----
 
-/** A decoded write: its header fields, and a view of the payload bytes inside the frame. */
-export type DecodedWrite = Omit<WritePacket, 'payload'> & { bytes: Uint8Array };
+/**
+ * A decoded write: its header fields; no payload until the transport says where its bytes (the
+ * frame's `bytes`) are kept (place).
+ */
+export type DecodedWrite = Omit<WritePacket, 'payload'> & { payload: WritePacket['payload'] | undefined };
 
-export type DecodedPacket = DecodedWrite | AckPacket;
+const NO_TIMES = new Float64Array(0);
 
-type Header = Pick<AckPacket, 'src' | 'dst' | 'pd' | 'va' | 'tid' | 'seq' | 'length' | 'arrivesAt'>;
-
-function readHeader(r: Reader): Header {
-  return {
-    src: r.u16('src'),
-    dst: r.u16('dst'),
-    pd: r.u32('pd'),
-    va: r.u64('va'),
-    tid: r.u32('tid'),
-    seq: r.u32('seq'),
-    length: r.u32('length'),
-    arrivesAt: r.f64('arrivesAt'),
-  };
-}
-
+// The header fields are read straight into each packet's one object literal, in wire order (no
+// header object spread into it: a copy per packet).
 function readWrite(r: Reader): DecodedWrite {
   const f = flags(r, W_ALL, 'write');
-  const h = readHeader(r);
+  const src = r.u16('src');
+  const dst = r.u16('dst');
+  const pd = r.u32('pd');
+  const va = r.u64('va');
+  const tid = r.u32('tid');
+  const seq = r.u32('seq');
+  const length = r.u32('length');
+  const arrivesAt = r.f64('arrivesAt');
   const channel = r.u16('channel');
   const count = r.u16('count');
   // The count bounds what is read next: checked before the per-block fields are.
   int('count', count, 1, WIRE_MAX_BLOCKS);
   const p: DecodedWrite = {
     type: 'write',
-    ...h,
+    src,
+    dst,
+    pd,
+    va,
+    tid,
+    seq,
+    length,
+    arrivesAt,
     channel,
     count,
     blockSize: r.u32('blockSize'),
@@ -651,9 +657,9 @@ function readWrite(r: Reader): DecodedWrite {
     // start): what the receiver measures of a peer's packet runs from its arrival here.
     issuedMs: (r.f64('issuedMs'), performance.now()),
     sourceStall: (f & W_STALL) !== 0,
-    issuedUs: new Float64Array(0),
-    arrivals: new Float64Array(0),
-    bytes: new Uint8Array(0),
+    issuedUs: NO_TIMES,
+    arrivals: NO_TIMES,
+    payload: undefined,
   };
   if (f & W_KEY) p.key = r.u32('key');
   if (f & W_QPN) p.qpn = r.u32('qpn');
@@ -686,10 +692,7 @@ function readWrite(r: Reader): DecodedWrite {
   }
   p.issuedUs = r.f64s('issuedUs', count);
   p.arrivals = r.f64s('arrivals', count);
-  checkWrite(p as unknown as WritePacket, true);
-  const carried = carriedBytes(p as unknown as WritePacket);
-  p.bytes = r.bytes('payload', carried);
-  r.end();
+  checkWrite(p as WritePacket, true);
   return p;
 }
 
@@ -737,7 +740,18 @@ function readVerdict(r: Reader, i: number): Verdict {
 
 function readAck(r: Reader): AckPacket {
   const f = flags(r, 6, 'ack');
-  const p: AckPacket = { type: 'ack', ...readHeader(r), resp: r.u8('resp') };
+  const p: AckPacket = {
+    type: 'ack',
+    src: r.u16('src'),
+    dst: r.u16('dst'),
+    pd: r.u32('pd'),
+    va: r.u64('va'),
+    tid: r.u32('tid'),
+    seq: r.u32('seq'),
+    length: r.u32('length'),
+    arrivesAt: r.f64('arrivesAt'),
+    resp: r.u8('resp'),
+  };
   if (f & 4) p.returned = { seq: r.u32('returned.seq'), count: r.u16('returned.count') };
   if (f & 2) {
     const n = r.u16('verdicts count');
@@ -768,7 +782,7 @@ export type Frame =
   | { op: Op.EXCHANGE; body: unknown }
   | { op: Op.CHUNK; total: number; offset: number; data: Uint8Array }
   | { op: Op.BATCH; frames: Uint8Array[] }
-  | { op: Op.WRITE; packet: DecodedWrite }
+  | { op: Op.WRITE; packet: DecodedWrite; bytes: Uint8Array }
   | { op: Op.ACK; packet: AckPacket };
 
 /** Decode one frame; throws a WireError for anything that breaks the layout. */
@@ -776,8 +790,13 @@ export function decodeFrame(frame: Uint8Array): Frame {
   const r = new Reader(frame);
   const op = r.u8('opcode') as Op;
   switch (op) {
-    case Op.WRITE:
-      return { op, packet: readWrite(r) };
+    case Op.WRITE: {
+      const packet = readWrite(r);
+      // A view of the payload inside the frame: as many bytes as the checked header says it carries.
+      const bytes = r.bytes('payload', carriedBytes(packet as WritePacket));
+      r.end();
+      return { op, packet, bytes };
+    }
     case Op.ACK:
       return { op, packet: readAck(r) };
     case Op.HELLO: {
@@ -831,7 +850,7 @@ export function decodeFrame(frame: Uint8Array): Frame {
 
 export function encodeHello(nodes: readonly number[]): Uint8Array {
   int('nodes count', nodes.length, 1, MAX_NODES);
-  const w = new Writer();
+  const w = frameWriter();
   w.u8(Op.HELLO);
   w.u8(0);
   w.u16(nodes.length);
@@ -846,7 +865,7 @@ export function encodePing(): Uint8Array {
 
 /** A slice of a frame too large for one message: `total` bytes, this one at `offset`. */
 export function encodeChunk(total: number, offset: number, data: Uint8Array): Uint8Array {
-  const w = new Writer();
+  const w = frameWriter();
   w.u8(Op.CHUNK);
   w.u8(0);
   w.u32(total);
@@ -890,6 +909,84 @@ export function encodeBatch(frames: ReadonlyArray<readonly Uint8Array[]>): Uint8
   return out;
 }
 
+/**
+ * The frames one connection has ready, written straight into one buffer in the batch layout
+ * (encodeBatch's) as they come: no copy of a frame, no array of parts. `take` gives the message,
+ * the batch's header written last, or a lone frame without it.
+ */
+export class Outbox {
+  #w = new Writer(64 << 10);
+  #count = 0;
+  #last = 0; // where the last frame's length starts
+
+  constructor() {
+    this.#w.at = BATCH_HEADER_BYTES;
+  }
+
+  /** Frames in the box. */
+  get frames(): number {
+    return this.#count;
+  }
+
+  /** Bytes of the message so far (its batch header and frame lengths included, an external payload not). */
+  get bytes(): number {
+    return this.#w.at;
+  }
+
+  /**
+   * Append a packet's frame; a write's `payload` (see encodePacket) is copied in, or, if
+   * `external`, only counted: it must go as the message's last part, right after `take`.
+   * Nothing is appended if the packet breaks the layout (the WireError is thrown).
+   */
+  packet(p: Packet, payload?: Uint8Array, external = false): void {
+    const w = this.#w;
+    const start = w.at;
+    this.#last = start;
+    w.u32(0);
+    try {
+      const bytes = writePacket(w, p, payload);
+      if (!external && bytes.length) w.bytes(bytes);
+      w.view.setUint32(start, w.at - start - BATCH_ENTRY_BYTES + (external ? bytes.length : 0));
+    } catch (e) {
+      w.at = start;
+      throw e;
+    }
+    this.#count++;
+  }
+
+  /** Append an encoded frame (a hello, ping, exchange). */
+  frame(frame: Uint8Array): void {
+    this.#last = this.#w.at;
+    this.#w.u32(frame.length);
+    this.#w.bytes(frame);
+    this.#count++;
+  }
+
+  /** Take the last frame out again (a copy of its bytes; an external payload is not among them). */
+  popLast(): Uint8Array {
+    const w = this.#w;
+    const frame = w.buf.slice(this.#last + BATCH_ENTRY_BYTES, w.at);
+    w.at = this.#last;
+    this.#count--;
+    return frame;
+  }
+
+  /** The message (a view, valid until the next append) and an empty box. */
+  take(): Uint8Array {
+    const w = this.#w;
+    const n = this.#count;
+    const end = w.at;
+    this.#count = 0;
+    w.at = BATCH_HEADER_BYTES;
+    if (n === 1) return w.buf.subarray(BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES, end);
+    int('batch count', n, 2, MAX_BATCH_FRAMES);
+    w.buf[0] = Op.BATCH;
+    w.buf[1] = 0;
+    w.view.setUint16(2, n);
+    return w.buf.subarray(0, end);
+  }
+}
+
 // An exchange carries a small value the two programs swap (parameters, QP numbers, addresses
 // and keys, counters): null, booleans, finite numbers, bigints of 64 bits, strings, arrays and
 // plain objects, each tagged, bounded in size and nesting. Nothing else can be expressed.
@@ -907,7 +1004,7 @@ const enum Tag {
 }
 
 export function encodeExchange(body: unknown): Uint8Array {
-  const w = new Writer();
+  const w = frameWriter();
   w.u8(Op.EXCHANGE);
   w.u8(0);
   writeValue(w, body, 0, 'body');
@@ -992,8 +1089,8 @@ function readValue(r: Reader, depth: number): unknown {
   }
 }
 
-/** The decoded write with its payload at `offset` of `memory` (a staging mapping, or the receive slot it arrived in). */
-export function withPayload(p: DecodedWrite, memory: MemoryLike, offset = 0): WritePacket {
-  const { bytes: _bytes, ...rest } = p;
-  return { ...rest, payload: { region: memory, offset } };
+/** The decoded write, its payload now at `offset` of `memory` (a staging mapping, or the receive slot it arrived in). */
+export function place(p: DecodedWrite, memory: MemoryLike, offset = 0): WritePacket {
+  p.payload = { region: memory, offset };
+  return p as WritePacket;
 }

@@ -29,13 +29,13 @@ import {
   MAX_FRAME_BYTES,
   Op,
   decodeFrame,
-  encodeBatch,
   encodeChunk,
   encodeExchange,
   encodeHello,
-  encodePacketParts,
+  Outbox,
+  carriedBytes,
   encodePing,
-  withPayload,
+  place,
   type DecodedWrite,
 } from './headers.js';
 import type { Packet, WritePacket } from './packets.js';
@@ -81,12 +81,6 @@ const CHUNK_BYTES = MAX_WIRE_BYTES - CHUNK_HEADER_BYTES;
  */
 const BATCH_COPY_MAX = 64 << 10;
 
-/** Frames queued for one connection this turn of the event loop, sent as one message. */
-interface Outgoing {
-  frames: Uint8Array[][];
-  bytes: number;
-}
-
 /** What the transport refused from its peers, by reason, and how incoming writes were placed (stats()). */
 export interface TransportStats {
   /** Frames (and connections) refused: malformed, before a hello, from a node the connection was not bound to, … */
@@ -116,6 +110,8 @@ interface Conn {
   slots: Array<(MemoryLike & { buffer: ArrayBuffer }) | undefined>;
   /** Staged writes per held slot; at 0 the slot is released. */
   holds: number[];
+  /** The frames queued for it this turn of the event loop, sent as one message (made at its first). */
+  out: Outbox | undefined;
 }
 
 /**
@@ -253,8 +249,9 @@ export class LibfabricTransport implements Transport {
   #rma: RmaState = { writes: new Map(), nextId: 1 };
   #heard = new Map<number, number>(); // connection handle → when a frame last came (performance.now())
   #keepalive: ReturnType<typeof setInterval>;
-  #out = new Map<number, Outgoing>(); // connection handle → frames this turn
+  #pending = new Set<number>(); // connections with frames queued this turn
   #flushing: ReturnType<typeof setImmediate> | undefined;
+  #flushAll = (): void => this.#flush();
   #closed = false;
 
   private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, port: number, bind: string) {
@@ -285,7 +282,7 @@ export class LibfabricTransport implements Transport {
           continue;
         }
         // Nothing goes to a connection before its hello but our own hello.
-        if (proven) this.#sendFrame(handle, [encodePing()]);
+        if (proven) this.#sendFrame(handle, encodePing());
       }
     }, every);
     this.#keepalive.unref();
@@ -478,7 +475,7 @@ export class LibfabricTransport implements Transport {
   post(body: unknown): void {
     const handle = this.#exchangePeer();
     if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
-    this.#sendFrame(handle, [encodeExchange(body)]);
+    this.#sendFrame(handle, encodeExchange(body));
   }
 
   /** What this transport refused from its peers so far. */
@@ -706,64 +703,82 @@ export class LibfabricTransport implements Transport {
       return;
     }
     if (p.type === 'ack' && p.verdicts) this.#release(p.dst, p.tid, p.seq);
-    this.#sendPacket(handle, this.#encode(p));
+    this.#sendPacket(handle, p);
   }
 
   // Frames ready in one turn of the event loop go to their connection as one message (a
   // batch) at the end of the turn (setImmediate: after this turn's I/O callbacks, before the
   // loop sleeps again), as RC coalesces ACKs: a packet waits for no timer, only for the
-  // JavaScript of its turn to finish.
-  #sendFrame(handle: number, parts: Uint8Array[]): void {
-    let bytes = 0;
-    for (const p of parts) bytes += p.length;
-    let q = this.#out.get(handle);
-    if (q && (q.bytes + bytes + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES || q.frames.length === MAX_BATCH_FRAMES)) {
-      this.#flushConn(handle, q);
-      q = undefined;
+  // JavaScript of its turn to finish. Each is written straight into its connection's Outbox.
+  #box(handle: number, c: Conn): Outbox {
+    const box = (c.out ??= new Outbox());
+    if (box.frames === MAX_BATCH_FRAMES) this.#flushConn(handle, c);
+    if (box.frames === 0) {
+      this.#pending.add(handle);
+      this.#flushing ??= setImmediate(this.#flushAll);
     }
-    if (bytes + BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES) {
-      // A run of up to MAX_RUN_BLOCKS blocks (4 MiB of 4 KiB blocks, plus headers), or a large
-      // exchange body, can exceed a receive buffer: it goes as ordered slices the peer joins
-      // before decoding, after what was queued before it.
-      if (q) this.#flushConn(handle, q);
-      const frame = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
-      for (let at = 0; at < frame.length; at += CHUNK_BYTES)
-        this.#send(handle, [encodeChunk(frame.length, at, frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES)))]);
-      return;
-    }
-    if (!q) {
-      q = { frames: [], bytes: BATCH_HEADER_BYTES };
-      this.#out.set(handle, q);
-    }
-    q.frames.push(parts);
-    q.bytes += bytes + BATCH_ENTRY_BYTES;
-    this.#flushing ??= setImmediate(() => this.#flush());
+    return box;
+  }
+
+  #sendFrame(handle: number, frame: Uint8Array): void {
+    const c = this.#conns.get(handle);
+    if (!c) return;
+    if (frame.length + BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES) return this.#sendChunked(handle, c, frame);
+    const box = this.#box(handle, c);
+    if (box.bytes + BATCH_ENTRY_BYTES + frame.length > MAX_WIRE_BYTES) this.#flushConn(handle, c);
+    box.frame(frame);
+  }
+
+  // A frame too large for a receive buffer (a run of up to MAX_RUN_BLOCKS blocks, 4 MiB of
+  // 4 KiB blocks plus headers, or a large exchange body) goes as ordered slices the peer joins
+  // before decoding, after what was queued before it.
+  #sendChunked(handle: number, c: Conn, frame: Uint8Array): void {
+    if (c.out?.frames) this.#flushConn(handle, c);
+    for (let at = 0; at < frame.length; at += CHUNK_BYTES)
+      this.#send(handle, encodeChunk(frame.length, at, frame.subarray(at, Math.min(frame.length, at + CHUNK_BYTES))));
   }
 
   // A packet's payload is a view of the source's memory: copied into the batch if small, else
-  // sent now with what was queued before it (see BATCH_COPY_MAX).
-  #sendPacket(handle: number, parts: Uint8Array[]): void {
-    if (parts.length < 2) return this.#sendFrame(handle, parts);
-    const payload = parts[1]!;
-    if (payload.length <= BATCH_COPY_MAX) return this.#sendFrame(handle, [parts[0]!, payload.slice()]);
-    this.#sendFrame(handle, parts);
-    const q = this.#out.get(handle);
-    if (q) this.#flushConn(handle, q);
+  // sent now with what was queued before it, not copied here (see BATCH_COPY_MAX).
+  #sendPacket(handle: number, p: Packet): void {
+    const c = this.#conns.get(handle);
+    if (!c) return;
+    const wire = p.type === 'write' && p.length > 0 ? this.#carried(p) : p;
+    const bytes = wire.type === 'write' ? this.#payload(wire) : undefined;
+    const external = bytes !== undefined && bytes.length > BATCH_COPY_MAX;
+    const box = this.#box(handle, c);
+    box.packet(wire, bytes, external);
+    if (box.bytes + (external ? bytes.length : 0) > MAX_WIRE_BYTES) {
+      // Too much for one message with the frames before it: they go first, it alone or in slices.
+      const head = box.popLast();
+      if (box.frames) this.#flushConn(handle, c);
+      if (head.length + (external ? bytes.length : 0) + BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES)
+        this.#sendChunked(handle, c, external ? Buffer.concat([head, bytes]) : head);
+      else this.#send(handle, external ? [head, bytes] : head);
+      return;
+    }
+    if (external) this.#flushConn(handle, c, bytes);
   }
 
   #flush(): void {
     this.#flushing = undefined;
-    for (const [handle, q] of this.#out) this.#flushConn(handle, q);
+    // A handle queued again while this runs (a send's events reach JavaScript) is visited too.
+    for (const handle of this.#pending) {
+      this.#pending.delete(handle);
+      const c = this.#conns.get(handle);
+      if (c?.out?.frames) this.#flushConn(handle, c);
+    }
   }
 
-  #flushConn(handle: number, q: Outgoing): void {
-    this.#out.delete(handle);
-    this.#send(handle, q.frames.length === 1 ? q.frames[0]! : encodeBatch(q.frames));
+  // The connection's queued frames as one message; `payload`, the last frame's bytes not copied into the box, after them.
+  #flushConn(handle: number, c: Conn, payload?: Uint8Array): void {
+    const message = c.out!.take();
+    this.#send(handle, payload ? [message, payload] : message);
   }
 
   // One message on its way; a connection the provider refuses it on is down (this may run
   // from setImmediate, where a throw would end the process).
-  #send(handle: number, parts: Uint8Array[]): void {
+  #send(handle: number, parts: Uint8Array | Uint8Array[]): void {
     try {
       this.#fi.fabricSend(handle, parts);
     } catch (e) {
@@ -821,35 +836,34 @@ export class LibfabricTransport implements Transport {
   // since the translation ends the run's bytes at its block, which the peer answers
   // SOURCE_FAULT after the blocks before it (the write still goes: a transfer's answers come
   // back in order).
-  #encode(p: Packet): Uint8Array[] {
-    // An ACK, or a packet with no bytes (a READ or atomic request, an empty message).
-    if (p.type !== 'write' || p.length === 0) return encodePacketParts(p);
+  #carried(p: WritePacket): WritePacket {
     const r = p.payload.region;
     const buffer = (r as MemoryLike & { buffer?: ArrayBuffer }).buffer;
     // mincore wants a page-aligned start: the pages from the one the payload starts in.
     const first = p.payload.offset - (p.payload.offset % r.pageSize);
     const resident = r.closed || !buffer ? undefined : binding.residency(r.id, first, p.payload.offset + p.length - first);
-    const missing = resident ? resident.findIndex((x) => (x & 1) === 0) : 0;
-    let carried = p.length;
-    let sourceFault: WritePacket['sourceFault'];
-    if (missing >= 0) {
-      const faultOffset = Math.max(p.payload.offset, p.payload.offset - (p.payload.offset % r.pageSize) + missing * r.pageSize);
-      const j = Math.floor((faultOffset - p.payload.offset) / p.blockSize);
-      carried = j * p.blockSize;
-      sourceFault = { seq: p.seq + j, faultOffset };
-    }
-    const wire: WritePacket = sourceFault ? { ...p, sourceFault } : p;
-    return encodePacketParts(wire, carried && buffer ? new Uint8Array(buffer, p.payload.offset, carried) : undefined);
+    const missing = resident ? resident.indexOf(0) : 0;
+    if (missing < 0) return p;
+    const faultOffset = Math.max(p.payload.offset, first + missing * r.pageSize);
+    const j = Math.floor((faultOffset - p.payload.offset) / p.blockSize);
+    return { ...p, sourceFault: { seq: p.seq + j, faultOffset } };
   }
 
-  #decodeWrite(p: DecodedWrite): WritePacket {
+  // The bytes a write carries, a view of the source memory (none if it has none to read from).
+  #payload(p: WritePacket): Uint8Array | undefined {
+    const carried = carriedBytes(p);
+    const buffer = (p.payload.region as MemoryLike & { buffer?: ArrayBuffer }).buffer;
+    return carried && buffer ? new Uint8Array(buffer, p.payload.offset, carried) : undefined;
+  }
+
+  #decodeWrite(p: DecodedWrite, bytes: Uint8Array): WritePacket {
     const key = `${p.src}:${p.tid}:${p.seq}`;
     // Each staged write is released by its answer: one already waiting, or too many, is refused.
     if (this.#staged.has(key)) throw new RefusedError('a write repeating one not yet answered');
     if (this.#staged.size >= MAX_STAGED_WRITES) throw new RefusedError('a write beyond the staged writes');
     // In place: the bytes stay in their receive slot, which is held until the answer.
     const a = this.#arrival;
-    if (a && p.bytes.buffer === a.buffer) {
+    if (a && bytes.buffer === a.buffer) {
       let memory = a.conn.holds[a.slot] ? a.conn.slots[a.slot] : undefined;
       if (!memory) {
         const raw = this.#fi.fabricHold(a.handle, a.slot);
@@ -859,14 +873,14 @@ export class LibfabricTransport implements Transport {
         a.conn.holds[a.slot] = (a.conn.holds[a.slot] ?? 0) + 1;
         this.#staged.set(key, { handle: a.handle, conn: a.conn, slot: a.slot });
         this.#stats.writesInPlace++;
-        return withPayload(p, memory, p.bytes.byteOffset);
+        return place(p, memory, bytes.byteOffset);
       }
     }
-    const s = this.#stage(p.bytes.length);
+    const s = this.#stage(bytes.length);
     this.#staged.set(key, s);
     this.#stats.writesStaged++;
-    new Uint8Array(s.raw.buffer).set(p.bytes);
-    return withPayload(p, s.memory);
+    new Uint8Array(s.raw.buffer).set(bytes);
+    return place(p, s.memory);
   }
 
   #stage(size: number): Staging {
@@ -1003,7 +1017,7 @@ export class LibfabricTransport implements Transport {
           const p = f.packet;
           if (!c.nodes.has(p.src)) throw new RefusedError('a packet from a node its connection is not bound to');
           if (!this.#local.has(p.dst)) throw new RefusedError('a packet for a node not hosted here');
-          this.#model.deliverDecoded(f.op === Op.WRITE ? this.#decodeWrite(f.packet) : f.packet);
+          this.#model.deliverDecoded(f.op === Op.WRITE ? this.#decodeWrite(f.packet, f.bytes) : f.packet);
         }
       }
     } catch (e) {
@@ -1064,7 +1078,7 @@ export class LibfabricTransport implements Transport {
   // A connection went down (or was cut: `refused`, already counted).
   #onDown(handle: number, err: Error | undefined, refused = false): void {
     this.#heard.delete(handle);
-    this.#out.delete(handle);
+    this.#pending.delete(handle);
     const c = this.#conns.get(handle);
     const lost = [...(c?.nodes ?? [])];
     if (this.#conns.delete(handle)) this.#fi.fabricClose(handle);
@@ -1098,5 +1112,5 @@ export class LibfabricTransport implements Transport {
 class RefusedError extends Error {}
 
 function newConn(): Conn {
-  return { nodes: undefined, ready: false, chunks: [], chunkBytes: 0, chunkTotal: 0, slots: [], holds: [] };
+  return { nodes: undefined, ready: false, chunks: [], chunkBytes: 0, chunkTotal: 0, slots: [], holds: [], out: undefined };
 }

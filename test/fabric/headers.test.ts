@@ -10,7 +10,9 @@ import {
   encodeExchange,
   encodeHello,
   encodePacket,
-  encodePacketParts,
+  Outbox,
+  BATCH_ENTRY_BYTES,
+  BATCH_HEADER_BYTES,
   encodePing,
   Op,
   WIRE_MAX_BLOCKS,
@@ -108,10 +110,9 @@ describe('wire layout: round trips', () => {
     const f = decodeFrame(encodePacket(p, bytes));
     expect(f.op).toBe(Op.WRITE);
     if (f.op !== Op.WRITE) return;
-    const { bytes: got, issuedMs: _mine, ...fields } = f.packet;
-    const { payload: _p, issuedMs: _theirs, ...want } = p;
-    expect(fields).toEqual(want);
-    expect(got).toEqual(bytes);
+    // No payload until the transport places the bytes; the issue time is this side's (below).
+    expect({ ...f.packet, issuedMs: 0 }).toEqual({ ...p, payload: undefined, issuedMs: 0 });
+    expect(f.bytes).toEqual(bytes);
   });
 
   it("a write's issue time is the receiver's clock (its arrival), never the sender's", () => {
@@ -132,7 +133,7 @@ describe('wire layout: round trips', () => {
     expect(f.packet.key).toBeUndefined();
     expect(f.packet.qpn).toBeUndefined();
     expect(f.packet.sourceFault).toBeUndefined();
-    expect(f.packet.bytes).toEqual(payload(p.length));
+    expect(f.bytes).toEqual(payload(p.length));
   });
 
   it('an ACK with verdicts of every kind (a fault NACK carrying its answer), returned blocks', () => {
@@ -219,18 +220,44 @@ describe('wire layout: round trips', () => {
     expect(decodeFrame(encodeExchange('done'))).toEqual({ op: Op.EXCHANGE, body: 'done' });
   });
 
-  it('a batch carries each frame whole, parts gathered in order; a packet in parts is its frame', () => {
+  it('a batch carries each frame whole, parts gathered in order', () => {
     const w = write();
-    const parts = encodePacketParts(w, payload(w.length));
-    expect(Buffer.concat(parts)).toEqual(Buffer.from(encodePacket(w, payload(w.length))));
-    const frames = [parts, [encodePing()], [encodeExchange('x')]];
+    const whole = encodePacket(w, payload(w.length));
+    const frames = [[whole.subarray(0, 100), whole.subarray(100)], [encodePing()], [encodeExchange('x')]];
     const f = decodeFrame(Buffer.concat(encodeBatch(frames)));
     expect(f.op).toBe(Op.BATCH);
     if (f.op !== Op.BATCH) return;
     expect(f.frames.map((x) => Buffer.from(x))).toEqual(frames.map((x) => Buffer.concat(x)));
     const first = decodeFrame(f.frames[0]!);
     if (first.op !== Op.WRITE) throw new Error('not a write');
-    expect([first.packet.tid, Buffer.from(first.packet.bytes)]).toEqual([w.tid, Buffer.from(payload(w.length))]);
+    expect([first.packet.tid, Buffer.from(first.bytes)]).toEqual([w.tid, Buffer.from(payload(w.length))]);
+  });
+
+  it("an Outbox's message is the batch of its frames, or a lone frame; a payload may follow it uncopied", () => {
+    const w = write();
+    const bytes = payload(w.length);
+    const box = new Outbox();
+    box.packet(w, bytes);
+    // One frame: the frame itself, no batch around it.
+    expect(Buffer.from(box.take())).toEqual(Buffer.from(encodePacket(w, bytes)));
+    expect(box.frames).toBe(0);
+    box.packet(w, bytes);
+    box.frame(encodePing());
+    const ack: AckPacket = { type: 'ack', src: 1, dst: 0, pd: 3, va: 4096n, tid: 2, seq: 0, length: 8192, arrivesAt: 1, resp: AckResp.OK };
+    box.packet(ack);
+    expect(Buffer.from(box.take())).toEqual(Buffer.concat(encodeBatch([[encodePacket(w, bytes)], [encodePing()], [encodePacket(ack)]])));
+    // A payload left out of the box goes as the message's last part: the same bytes.
+    box.frame(encodePing());
+    box.packet(w, bytes, true);
+    expect(box.bytes).toBe(BATCH_HEADER_BYTES + 2 * BATCH_ENTRY_BYTES + 2 + encodePacket(w, bytes).length - bytes.length);
+    expect(Buffer.concat([box.take(), bytes])).toEqual(Buffer.concat(encodeBatch([[encodePing()], [encodePacket(w, bytes)]])));
+    // The last frame taken out again; a packet that breaks the layout leaves the box as it was.
+    box.frame(encodePing());
+    box.packet(ack);
+    expect(Buffer.from(box.popLast())).toEqual(Buffer.from(encodePacket(ack)));
+    expect(() => box.packet({ ...ack, src: 5000 })).toThrow(/src must be an integer in 0\.\.1023/);
+    expect(() => box.packet(w, payload(3))).toThrow(/payload must be the/);
+    expect([box.frames, Buffer.from(box.take())]).toEqual([1, Buffer.from(encodePing())]);
   });
 
   it("the engine's runs fit the layout's block count", () => {
@@ -344,7 +371,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const aw = write({ count: 1, seq: 0, length: 8, lengthHint: 8, opcode: RcOp.ATOMIC_WRITE, qpn: 1, srcQpn: 2, psn: 3, key: 4 });
     const g = decodeFrame(encodePacket(aw, payload(8)));
     if (g.op !== Op.WRITE) throw new Error('not a write');
-    expect([g.packet.opcode, g.packet.length, g.packet.bytes]).toEqual([RcOp.ATOMIC_WRITE, 8, payload(8)]);
+    expect([g.packet.opcode, g.packet.length, g.bytes]).toEqual([RcOp.ATOMIC_WRITE, 8, payload(8)]);
     expect(() => encodePacket({ ...aw, length: 16, lengthHint: 16 }, payload(16))).toThrow(/length must be 8 in an ATOMIC_WRITE, one block/);
   });
 
@@ -352,7 +379,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     const ack = write({ count: 1, seq: 0, length: 8, lengthHint: 8, opcode: RcOp.ATOMIC_ACK, qpn: 1, srcQpn: 2, psn: 3, key: 4, srcFaults: 1 });
     const f = decodeFrame(encodePacket(ack, payload(8)));
     if (f.op !== Op.WRITE) throw new Error('not a write');
-    expect([f.packet.opcode, f.packet.length, f.packet.bytes, f.packet.psn, f.packet.srcFaults]).toEqual([RcOp.ATOMIC_ACK, 8, payload(8), 3, 1]);
+    expect([f.packet.opcode, f.packet.length, f.bytes, f.packet.psn, f.packet.srcFaults]).toEqual([RcOp.ATOMIC_ACK, 8, payload(8), 3, 1]);
     expect(() => encodePacket({ ...ack, length: 4, lengthHint: 4 }, payload(4))).toThrow(/length must be 8 in an ATOMIC_ACK, one block/);
     expect(() => encodePacket({ ...ack, msgOffset: 0, msgLength: 8 }, payload(8))).toThrow(/length must be 8 in an ATOMIC_ACK, one block/);
     expect(() => encodePacket({ ...ack, srqn: 1 }, payload(8))).toThrow(/opcode must be an RC request with srqn/);
@@ -377,7 +404,7 @@ describe('wire layout: malformed frames are refused, naming the field', () => {
     });
     const f = decodeFrame(encodePacket(ud, payload(1024)));
     if (f.op !== Op.WRITE) throw new Error('not a write');
-    expect([f.packet.opcode, f.packet.qkey, f.packet.immData, f.packet.bytes]).toEqual([RcOp.UD_SEND_IMM, 0xffff_ffff, 3, payload(1024)]);
+    expect([f.packet.opcode, f.packet.qkey, f.packet.immData, f.bytes]).toEqual([RcOp.UD_SEND_IMM, 0xffff_ffff, 3, payload(1024)]);
     expect(() => encodePacket({ ...ud, qkey: undefined }, payload(1024))).toThrow(/qkey must be an integer in 0\.\.4294967295/);
     expect(() => encodePacket({ ...ud, opcode: RcOp.SEND }, payload(1024))).toThrow(/opcode must be UD_SEND or UD_SEND_IMM with qkey/);
     expect(() => encodePacket({ ...ud, seq: 1 }, payload(1024))).toThrow(/a UD message of at most 4096 bytes in one block/);
