@@ -18,7 +18,9 @@ export default defineProgram<Options>({
     cmd
       .option('--small <bytes>', 'latency message size', parseSize, 64)
       .option('--large <bytes>', 'bandwidth message size', parseSize, 1024 * 1024)
-      .option('-n, --iters <n>', 'latency iterations (bandwidth: a tenth)', parsePositiveInt, 1000)
+      // 10000: a Node process runs its first thousands of messages unoptimised (V8 tiers its
+      // code up as it runs); at 1000 the median was that warm-up's, 2 to 4 times the steady state.
+      .option('-n, --iters <n>', 'latency iterations (bandwidth: a tenth)', parsePositiveInt, 10_000)
       .option('-r, --rounds <n>', 'interleaved rounds; the medians are reported', parsePositiveInt, 3);
   },
   async run(o) {
