@@ -129,18 +129,16 @@ export class CopyEngine {
     if (this.#closed) return Promise.reject(new Error('copy engine is closed'));
     const inline = flags === INLINE_FLAGS;
     if (length <= INLINE_COPY_MAX && inline) {
-      const r = this.#copyHere(src, srcOffset, dst, dstOffset, length);
-      if (r) {
-        // The first few of a turn settle at once (no event-loop turn for a small write); after
-        // that, on the next turn, so a stream of small writes cannot starve timers and I/O.
-        if (this.#sameTurn < INLINE_SAME_TURN) {
-          if (this.#sameTurn++ === 0) setImmediate(this.#newTurn);
-          return Promise.resolve(r);
-        }
+      // The first few of a turn settle at once (no event-loop turn for a small write); after
+      // that (copyNow declines), on the next turn, so a stream of small writes cannot starve
+      // timers and I/O.
+      const now = this.copyNow(src, srcOffset, dst, dstOffset, length, flags);
+      if (now) return Promise.resolve(now);
+      const r = now === undefined ? this.#copyHere(src, srcOffset, dst, dstOffset, length) : undefined;
+      if (r)
         return new Promise((resolve) => {
           if (this.#doneInline.push([resolve, r]) === 1) setImmediate(() => this.#settleInline());
         });
-      }
     }
     const checks = CopyFlag.CheckSource | CopyFlag.CheckDest;
     const pieces = (flags & checks) === checks ? Math.min(this.tids.length, Math.floor(length / SPLIT_PIECE_MIN)) : 1;
