@@ -9,7 +9,9 @@
         "native/toucher.cc",
         "native/copy_engine.cc",
         "native/sigbus.cc",
-        "native/checksum.cc"
+        "native/checksum.cc",
+        "native/seqpacket.cc",
+        "native/foreign.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"],

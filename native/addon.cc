@@ -9,6 +9,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   pfr::InitToucher(env, exports);
   pfr::InitCopyEngine(env, exports);
   pfr::InitChecksum(env, exports);
+  pfr::InitSeqpacket(env, exports);
+  pfr::InitForeign(env, exports);
 #ifdef PFR_HAVE_LIBFABRIC
   pfr::InitFabric(env, exports);  // only when libfabric-dev was there at build time
 #endif

@@ -32,14 +32,30 @@ struct Mapping {
   int fd = -1;  // memfd for shared regions, -1 for anonymous private memory
   bool huge = false;     // transparent huge pages asked for (MADV_HUGEPAGE)
   bool hugetlb = false;  // hugetlbfs memory: 2 MiB pages from the reserved pool
+  // A foreign mapping (foreign.cc): `size` bytes of another process's memory at `remote`
+  // there (the device's view of a program's MR), with `addr` null: nothing of it is mapped
+  // here. Its pages are read from that process's pagemap (`pagemap_fd`, opened once, bound to
+  // that process's memory even if its pid is reused) and its bytes moved with
+  // process_vm_readv / process_vm_writev.
+  pid_t pid = 0;
+  uint64_t remote = 0;
+  int pagemap_fd = -1;
+  bool foreign() const { return pid != 0; }
+  // The virtual address of byte 0 in the address space the mapping belongs to.
+  uint64_t va() const { return foreign() ? remote : reinterpret_cast<uintptr_t>(addr); }
   ~Mapping();
 };
 
 std::shared_ptr<Mapping> FindRegion(uint32_t id);
-// Throws a TypeError for an unknown or closed region id and a RangeError for a range
-// outside the mapping; returns the mapping otherwise.
+// Throws a TypeError for an unknown or closed region id (or a foreign one, unless `foreign`
+// says the caller handles them) and a RangeError for a range outside the mapping; returns the
+// mapping otherwise.
 std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& id, const Napi::Value& off,
-                                      const Napi::Value& len, size_t* offset, size_t* length);
+                                      const Napi::Value& len, size_t* offset, size_t* length, bool foreign = false);
+// A region with no ArrayBuffer (a foreign one) into the table: its id, for closeRegion.
+uint32_t AddRegion(std::shared_ptr<Mapping> m);
+// A mapping into the table with an ArrayBuffer over it, as mapRegion returns it.
+Napi::Object PublishMapping(Napi::Env env, std::shared_ptr<Mapping> m);
 
 // A private anonymous mapping (MAP_NORESERVE) in the region table, as mapRegion returns it
 // ({ id, address, buffer, pageSize }), not reported as external memory: the transport's
@@ -54,10 +70,18 @@ bool ArgBool(const Napi::CallbackInfo& info, size_t i);
 
 // /proc/self/pagemap, opened once (-errno if it cannot be).
 int PagemapFd();
+// The pagemap of the address space m belongs to: this process's, or a foreign mapping's own.
+int PagemapOf(const Mapping& m);
 // True if every page of [off, off+len) of m has a present page-table entry (pagemap bit 63):
 // an access to it cannot fault (a CPU access to memfd memory in the page cache but not
 // mapped here would be a minor fault, so mincore is not enough).
 bool AllPresent(const Mapping& m, size_t off, size_t len);
+// The offset in m of the first page of [off, off+len) without a present page-table entry, or
+// -1: the walk a foreign mapping's copies check (mincore cannot see another process).
+int64_t FirstAbsent(const Mapping& m, size_t off, size_t len);
+// Bytes moved between two mappings of which at least one is foreign (process_vm_readv/writev;
+// foreign.cc); fewer than len when a page could not be reached, *dest_side saying which side's.
+size_t ForeignCopy(const Mapping& s, size_t src_off, const Mapping& d, size_t dst_off, size_t len, bool* dest_side);
 
 // Every path of the addon that can take a page-table entry away from a mapping (MADV_DONTNEED,
 // MADV_REMOVE, MADV_PAGEOUT, MADV_COLLAPSE, munmap, UFFDIO_MOVE) calls NoteDrop() once the
@@ -82,5 +106,7 @@ void InitCopyEngine(Napi::Env env, Napi::Object exports);
 void InitChecksum(Napi::Env env, Napi::Object exports);
 void InitFabric(Napi::Env env, Napi::Object exports);
 void InitRedis(Napi::Env env, Napi::Object exports);
+void InitSeqpacket(Napi::Env env, Napi::Object exports);
+void InitForeign(Napi::Env env, Napi::Object exports);
 
 }  // namespace pfr

@@ -79,8 +79,10 @@ struct Engine {
   std::vector<std::pair<double, double>> running;  // key, qp of the jobs being copied
   std::condition_variable idle;                    // a running job finished (fences wait on it)
 
-  // First page in [off, off+len) of m that mincore says is not resident, or -1.
+  // First page in [off, off+len) of m that mincore says is not resident, or -1. A foreign
+  // mapping (another process's memory) is walked in its own pagemap instead.
   static int64_t FirstMissing(const Mapping& m, size_t off, size_t len) {
+    if (m.foreign()) return FirstAbsent(m, off, len);
     const size_t ps = static_cast<size_t>(PageSize());
     size_t first = off & ~(ps - 1);
     size_t pages = (off + len - first + ps - 1) / ps;
@@ -103,6 +105,11 @@ struct Engine {
   }
 
   static void Copy(const Mapping& s, size_t src_off, const Mapping& d, size_t dst_off, size_t len, int* status, int64_t* fault) {
+    if (s.foreign() || d.foreign()) return CopyForeign(s, src_off, d, dst_off, len, status, fault);
+    CopyLocal(s, src_off, d, dst_off, len, status, fault);
+  }
+
+  static void CopyLocal(const Mapping& s, size_t src_off, const Mapping& d, size_t dst_off, size_t len, int* status, int64_t* fault) {
     SigbusGuard guard;
     const uintptr_t dst = reinterpret_cast<uintptr_t>(d.addr + dst_off);
     const uintptr_t src = reinterpret_cast<uintptr_t>(s.addr + src_off);
@@ -121,6 +128,17 @@ struct Engine {
       *status = kSourceFault;
       *fault = static_cast<int64_t>(src_off + (at - src));
     }
+  }
+
+  // A copy to or from another process's memory: the page it could not reach is that side's
+  // fault, as a missing page is.
+  static void CopyForeign(const Mapping& s, size_t src_off, const Mapping& d, size_t dst_off, size_t len, int* status, int64_t* fault) {
+    bool dest_side = false;
+    const size_t done = ForeignCopy(s, src_off, d, dst_off, len, &dest_side);
+    if (done == len) return;
+    const size_t ps = static_cast<size_t>(PageSize());
+    *status = dest_side ? kDestFault : kSourceFault;
+    *fault = static_cast<int64_t>(((dest_side ? dst_off : src_off) + done) & ~(ps - 1));
   }
 
   void Worker(std::shared_ptr<Engine> self) {
@@ -204,6 +222,8 @@ struct Engine {
   // still valid, or from pagemap (one read; *reads counts them). Unsound proofs are never kept.
   bool Present(const Mapping& m, size_t off, size_t len, int* reads) {
     if (len == 0) return true;
+    // Another process drops its pages without telling this one: no proof of them is kept.
+    if (m.foreign()) return ++*reads, AllPresent(m, off, len);
     const uintptr_t ps = static_cast<uintptr_t>(PageSize());
     const uintptr_t first = reinterpret_cast<uintptr_t>(m.addr + off) / ps;
     const uintptr_t last = (reinterpret_cast<uintptr_t>(m.addr + off) + len - 1) / ps;
@@ -333,8 +353,8 @@ Napi::Value EngineSubmit(const Napi::CallbackInfo& info) {
   Job job;
   job.id = info[1].As<Napi::Number>().DoubleValue();
   size_t len = ArgSize(info, 6, "length");
-  job.src = RequireRange(env, info[2], info[3], info[6], &job.src_off, &job.len);
-  job.dst = RequireRange(env, info[4], info[5], info[6], &job.dst_off, &len);
+  job.src = RequireRange(env, info[2], info[3], info[6], &job.src_off, &job.len, true);
+  job.dst = RequireRange(env, info[4], info[5], info[6], &job.dst_off, &len, true);
   job.flags = ArgU32(info, 7, "flags");
   if (info.Length() > 9 && info[8].IsNumber() && info[9].IsNumber()) {
     job.key = info[8].As<Napi::Number>().DoubleValue();
@@ -365,8 +385,8 @@ Napi::Value EngineCopyNow(const Napi::CallbackInfo& info) {
   auto e = Require(info);
   size_t src_off, dst_off, len;
   size_t dlen = ArgSize(info, 5, "length");
-  auto src = RequireRange(env, info[1], info[2], info[5], &src_off, &len);
-  auto dst = RequireRange(env, info[3], info[4], info[5], &dst_off, &dlen);
+  auto src = RequireRange(env, info[1], info[2], info[5], &src_off, &len, true);
+  auto dst = RequireRange(env, info[3], info[4], info[5], &dst_off, &dlen, true);
   if (!info[6].IsTypedArray()) throw Napi::TypeError::New(env, "out must be a Float64Array");
   Napi::Float64Array out = info[6].As<Napi::Float64Array>();
   if (out.ElementLength() < 2) throw Napi::RangeError::New(env, "out must hold 2 numbers");

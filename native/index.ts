@@ -110,7 +110,7 @@ export interface Binding {
   mapRegion(size: number, shared: boolean, hugePages: boolean, hugetlb: boolean): RawMapping;
   mapAlias(id: number): RawMapping;
   regionShare(id: number): RawMapping;
-  closeRegion(id: number, buffer: ArrayBuffer): void;
+  closeRegion(id: number, buffer?: ArrayBuffer): void;
   residency(id: number, offset: number, length: number): Uint8Array;
   pagemap(id: number, offset: number, length: number): Uint8Array;
   frames(id: number, offset: number, length: number): { pfns: Float64Array; visible: boolean };
@@ -194,6 +194,31 @@ export interface Binding {
 
   /** CRC-32C (Castagnoli) of `bytes`, continuing from `seed` (0 to start; zlib's convention). */
   crc32c(seed: number, bytes: Uint8Array): number;
+
+  /** A SOCK_SEQPACKET Unix socket listening at `path` (made 0600); connections arrive as 'connection' events. */
+  seqpacketListen(path: string, onEvent: SeqpacketEventHandler): number;
+  /** A client connection to `path`. */
+  seqpacketConnect(path: string, onEvent: SeqpacketEventHandler): number;
+  /** A connected SOCK_SEQPACKET socket a peer sent (its fd now belongs to the handle). */
+  seqpacketAdopt(fd: number, onEvent: SeqpacketEventHandler): number;
+  /** One message with copies of `fds` (SCM_RIGHTS); false when the peer's queue is full. */
+  seqpacketSend(handle: number, bytes: Uint8Array, fds: number[]): boolean;
+  /** Idempotent; no event follows. */
+  seqpacketClose(handle: number): void;
+  /** Close a descriptor a peer sent. */
+  fdClose(fd: number): void;
+  /** What a peer's descriptor is. */
+  fdKind(fd: number): 'fifo' | 'eventfd' | 'seqpacket' | 'memfd' | 'other';
+  /** One write(2) that never blocks: bytes written, or -errno (-EAGAIN: the pipe is full). */
+  fdWrite(fd: number, bytes: Uint8Array): number;
+  /** The file at `path` opened and flock'ed exclusively (EWOULDBLOCK: another process holds it): its fd. */
+  lockFile(path: string): number;
+  /** A full memory barrier (atomic_thread_fence(seq_cst)). */
+  fence(): void;
+  /** A region over a sealed memfd (no shrinking or growing): a ring's memory, fd to send to a program (closed with the region). */
+  mapSealed(size: number): RawMapping & { fd: number };
+  /** Another process's memory as a region id (no buffer): pageRun, pagemap and the copy engine take it; closeRegion(id) forgets it. */
+  foreignRegion(pid: number, address: bigint, length: number): number;
 
   /** libfabric (present only when the addon was built with libfabric-dev: see fabricBinding). */
   fabricListen?: (
@@ -280,6 +305,21 @@ export type FabricEventHandler = (
   b?: unknown,
 ) => void;
 
+/**
+ * What a SOCK_SEQPACKET socket tells JavaScript, from the event loop: 'connection' (on a listener:
+ * the new connection's handle, the peer's pid, uid and gid from SO_PEERCRED), 'message' (a Buffer
+ * with the datagram, the fds it carried (now the receiver's), flags: 1 truncated, 2 fds truncated),
+ * 'close' (end of stream: the socket is closed), 'error' (an errno: the socket is closed).
+ */
+export type SeqpacketEventHandler = (
+  kind: 'connection' | 'message' | 'close' | 'error',
+  handle: number,
+  a?: unknown,
+  b?: unknown,
+  c?: unknown,
+  d?: unknown,
+) => void;
+
 /** libfabric's FI_REMOTE_WRITE / FI_REMOTE_READ access bits for fabricMrReg. */
 export const FI_REMOTE_READ = 1 << 12;
 export const FI_REMOTE_WRITE = 1 << 13;
@@ -323,6 +363,26 @@ export type FabricBinding = Required<
 >;
 
 export type RedisBinding = Required<Pick<Binding, 'redisConnect' | 'redisClose' | 'redisCommand' | 'redisFetch' | 'redisWrite' | 'redisKeySlot'>>;
+
+/**
+ * The folder holding the project's libibverbs.so.1 (native/libibverbs), found as node-gyp-build
+ * finds the addon: the checkout's or install's own build (build/Release/libibverbs), else the
+ * prebuild shipped for this platform (prebuilds/linux-x64/libibverbs, glibc). Throws
+ * ERR_PFR_VERBS_MISSING, naming the package to install, when it was not built.
+ */
+export function verbsLibDir(): string {
+  const root = packageRoot();
+  const built = join(root, 'build', 'Release', 'libibverbs');
+  if (existsSync(join(built, 'libibverbs.so.1'))) return built;
+  const glibc = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header?.glibcVersionRuntime;
+  const prebuilt = join(root, 'prebuilds', `${process.platform}-${process.arch}`, 'libibverbs');
+  if (glibc && existsSync(join(prebuilt, 'libibverbs.so.1'))) return prebuilt;
+  const e = new Error(
+    'pagefault-rdma: its libibverbs.so.1 is not built: install the verbs headers (Debian/Ubuntu: sudo apt-get install libibverbs-dev) and run "npm rebuild pagefault-rdma"',
+  ) as Error & { code: string };
+  e.code = 'ERR_PFR_VERBS_MISSING';
+  throw e;
+}
 
 /** The hiredis part of the addon, or an error naming the package to install when it was built without it. */
 export function redisBinding(): RedisBinding {

@@ -57,6 +57,7 @@ void FinalizeBuffer(Napi::Env env, void* /*data*/, BufferHold* hold) {
 Mapping::~Mapping() {
   if (addr != nullptr) munmap(addr, size);
   if (fd >= 0) close(fd);
+  if (pagemap_fd >= 0) close(pagemap_fd);
   if (addr != nullptr) NoteDrop();
 }
 
@@ -131,14 +132,28 @@ int ScanFirstAbsent(int fd, uint64_t start, uint64_t end, uint64_t* at, const ch
 
 }  // namespace
 
+int PagemapOf(const Mapping& m) { return m.foreign() ? m.pagemap_fd : PagemapFd(); }
+
 bool AllPresent(const Mapping& m, size_t off, size_t len) {
-  const int fd = PagemapFd();
+  const int fd = PagemapOf(m);
   if (fd < 0 || len == 0) return fd >= 0;
-  const uint64_t start = reinterpret_cast<uintptr_t>(m.addr + off);
+  const uint64_t start = m.va() + off;
   const uint64_t end = start + len;
   uint64_t at = 0;
   const char* call = nullptr;
   return ScanFirstAbsent(fd, start, end, &at, &call) == 0 && at >= end;
+}
+
+int64_t FirstAbsent(const Mapping& m, size_t off, size_t len) {
+  const int fd = PagemapOf(m);
+  const uint64_t start = m.va() + (off & ~static_cast<size_t>(PageSize() - 1));
+  const uint64_t end = m.va() + off + len;
+  uint64_t at = end;
+  const char* call = nullptr;
+  // A pagemap that cannot be read (the process is gone) leaves nothing present.
+  if (len == 0) return -1;
+  if (fd < 0 || ScanFirstAbsent(fd, start, end, &at, &call) != 0) return static_cast<int64_t>(start - m.va());
+  return at >= end ? -1 : static_cast<int64_t>(at - m.va());
 }
 
 Napi::Error SystemError(Napi::Env env, int err, const char* syscall) {
@@ -191,11 +206,12 @@ std::shared_ptr<Mapping> FindRegion(uint32_t id) {
 }
 
 std::shared_ptr<Mapping> RequireRange(Napi::Env env, const Napi::Value& idv, const Napi::Value& offv,
-                                      const Napi::Value& lenv, size_t* offset, size_t* length) {
+                                      const Napi::Value& lenv, size_t* offset, size_t* length, bool foreign) {
   if (!idv.IsNumber() || !offv.IsNumber() || !lenv.IsNumber())
     throw Napi::TypeError::New(env, "region id, offset and length must be numbers");
   auto m = FindRegion(idv.As<Napi::Number>().Uint32Value());
   if (!m) throw Napi::TypeError::New(env, "region is closed or unknown");
+  if (m->foreign() && !foreign) throw Napi::TypeError::New(env, "a foreign region (another process's memory) is not mapped here");
   double off = offv.As<Napi::Number>().DoubleValue();
   double len = lenv.As<Napi::Number>().DoubleValue();
   if (!(off >= 0) || !(len >= 0) || off + len > static_cast<double>(m->size) || off != static_cast<double>(static_cast<size_t>(off)) ||
@@ -340,13 +356,13 @@ Napi::Value Residency(const Napi::CallbackInfo& info) {
 Napi::Value Pagemap(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t off, len;
-  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len, true);
   size_t pages = (len + PageSize() - 1) / PageSize();
   Napi::Uint8Array out = Napi::Uint8Array::New(env, pages);
-  int fd = PagemapFd();
+  int fd = PagemapOf(*m);
   if (fd < 0) ThrowSystemError(env, -fd, "open(/proc/self/pagemap)");
   std::vector<uint64_t> entries(pages);
-  off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
+  off_t pos = static_cast<off_t>(((m->va() + off) / PageSize()) * 8);
   ssize_t want = static_cast<ssize_t>(pages * 8);
   ssize_t got = pread(fd, entries.data(), want, pos);
   if (got != want) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
@@ -426,9 +442,9 @@ Napi::Value PageRun(const Napi::CallbackInfo& info) {
   if (tail > frames.ElementLength()) throw Napi::RangeError::New(env, "frames is shorter than tail");
   if (count == 0) return Napi::Number::New(env, -1);
   if (offset >= m->size || (count - 1) > (m->size - 1 - offset) / granule) throw Napi::RangeError::New(env, "range is outside the region");
-  const int fd = PagemapFd();
+  const int fd = PagemapOf(*m);
   if (fd < 0) ThrowSystemError(env, -fd, "open(/proc/self/pagemap)");
-  const uint64_t base = reinterpret_cast<uintptr_t>(m->addr);
+  const uint64_t base = m->va();
   const uint64_t end = base + std::min(offset + count * granule, m->size);
   // The first granule whose first or last page is absent (an absent page inside a granule
   // does not count, as for a huge page mapped whole).
@@ -598,7 +614,7 @@ Napi::Value MapAlias(const Napi::CallbackInfo& info) {
 Napi::Value RegionShare(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto m = FindRegion(ArgU32(info, 0, "id"));
-  if (!m) throw Napi::TypeError::New(env, "region is closed or unknown");
+  if (!m || m->foreign()) throw Napi::TypeError::New(env, "region is closed or unknown, or foreign");
   return Publish(env, std::move(m), false);
 }
 
@@ -623,6 +639,15 @@ Napi::Object PublishPrivate(Napi::Env env, size_t size) {
   if (addr == MAP_FAILED) ThrowSystemError(env, errno, "mmap");
   m->addr = static_cast<uint8_t*>(addr);
   return Publish(env, std::move(m), false);
+}
+
+Napi::Object PublishMapping(Napi::Env env, std::shared_ptr<Mapping> m) { return Publish(env, std::move(m), false); }
+
+uint32_t AddRegion(std::shared_ptr<Mapping> m) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const uint32_t id = g_next_id++;
+  g_regions[id] = Entry{std::move(m), nullptr, false};
+  return id;
 }
 
 void Unpublish(Napi::Env env, uint32_t id, Napi::ArrayBuffer buffer) {
