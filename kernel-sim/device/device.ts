@@ -1,0 +1,261 @@
+// The device process's device (`pagefault-rdma device`): one per host and user, listening on
+// the control socket of its runtime folder. Each connection is a program's context (or a short
+// query); every message is checked as a packet from the wire (messages.ts), and a refusal is
+// answered, counted by reason and logged while the device goes on with everyone else. A program
+// that goes away has its objects released when its socket closes. With no connection for the
+// idle timeout, the device says so (the command then stops it).
+import { closeSync } from 'node:fs';
+import { constants } from 'node:os';
+import { binding } from '../../native/index.js';
+import * as abi from './abi.js';
+import { INFO_DATA_PATH, Op, REFUSAL_KINDS, Refusal } from './abi.js';
+import { deviceInfo, firmwareVersion, hostGids, nodeGuid, type Gid } from './attributes.js';
+import { ProgramContext, type DeviceServices, type Reply } from './context.js';
+import { encodeReply, errnoStatus, parseRequest, Refused, ReplyWriter, requestIdOf, type Request } from './messages.js';
+import type { FaultCounters } from './program-memory.js';
+import { DeviceLock, runtimeDir, socketPath } from './runtime-dir.js';
+import { SeqpacketListener, type Datagram, type SeqpacketConnection } from './seqpacket.js';
+
+/** Options of `Device.start`. */
+export interface DeviceOptions {
+  /** The runtime folder (default: runtimeDir()). */
+  dir?: string;
+  /** The device's name (ibv_get_device_name), default 'pfr0'. */
+  name?: string;
+  /** The package version, for fw_ver. */
+  version?: string;
+  /** With no connection for this long, call onIdle (0: never). */
+  idleTimeoutMs?: number;
+  onIdle?: () => void;
+  /** One line per event worth a log (connections, refusals). */
+  log?: (line: string) => void;
+}
+
+/** What the device counted (struct pfr_device_stats). */
+export interface DeviceStats {
+  connections: number;
+  openContexts: number;
+  messages: number;
+  /** Refused messages by reason (enum pfr_refusal's names). */
+  refused: Record<keyof typeof Refusal, number>;
+  faultsRaised: number;
+  faultsResolved: number;
+  faultsFailed: number;
+  releasedObjects: number;
+}
+
+interface Connection {
+  conn: SeqpacketConnection;
+  ctx: ProgramContext | undefined;
+}
+
+/** The device: its control socket, its programs' contexts, its counters. */
+export class Device {
+  readonly dir: string;
+  readonly socketPath: string;
+  readonly name: string;
+  readonly gids: readonly Gid[];
+  readonly #lock: DeviceLock;
+  readonly #listener: SeqpacketListener;
+  readonly #connections = new Set<Connection>();
+  readonly #services: DeviceServices;
+  readonly #options: DeviceOptions;
+  readonly #refused = new Array<number>(REFUSAL_KINDS).fill(0);
+  readonly #faults: FaultCounters = { raised: 0, resolved: 0, failed: 0, refused: 0 };
+  #accepted = 0;
+  #messages = 0;
+  #released = 0;
+  #nextContext = 1;
+  #idle: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  private constructor(options: DeviceOptions) {
+    this.#options = options;
+    this.dir = options.dir ?? runtimeDir();
+    this.name = options.name ?? 'pfr0';
+    this.gids = hostGids();
+    this.#lock = DeviceLock.take(this.dir);
+    this.socketPath = socketPath(this.dir);
+    let key = 0x1000;
+    let qpn = 0x10;
+    let srqn = 0x10;
+    this.#services = {
+      name: this.name,
+      guid: nodeGuid(),
+      fwVer: firmwareVersion(options.version ?? '0.0.0'),
+      gids: this.gids,
+      infoFlags: 0,
+      newKey: () => (key = key >= 0xfffff000 ? 0x1000 : key + 1),
+      newQpNum: () => (qpn = qpn >= 0xffffff ? 0x10 : qpn + 1),
+      newSrqNum: () => (srqn = srqn >= 0xffffff ? 0x10 : srqn + 1),
+      counts: { mr: 0, qp: 0, cq: 0, srq: 0, pd: 0, ah: 0 },
+      faults: this.#faults,
+    };
+    try {
+      this.#listener = new SeqpacketListener(this.socketPath, (c) => this.#accept(c));
+    } catch (err) {
+      this.#lock.release();
+      throw err;
+    }
+    this.#armIdle();
+  }
+
+  /** Take the runtime folder (one device per folder) and listen on its socket. */
+  static start(options: DeviceOptions = {}): Device {
+    return new Device(options);
+  }
+
+  /** Whether the data path runs: PFR_INFO_DATA_PATH is not set until the engine consumes the rings. */
+  get dataPath(): boolean {
+    return (this.#services.infoFlags & INFO_DATA_PATH) !== 0;
+  }
+
+  /** The contexts of the programs connected now. */
+  contexts(): ProgramContext[] {
+    return [...this.#connections].flatMap((c) => (c.ctx ? [c.ctx] : []));
+  }
+
+  stats(): DeviceStats {
+    const refused = Object.fromEntries(
+      Object.entries(Refusal)
+        .filter(([, v]) => typeof v === 'number')
+        .map(([k, v]) => [k, this.#refused[v as number]!]),
+    ) as Record<keyof typeof Refusal, number>;
+    return {
+      connections: this.#accepted,
+      openContexts: this.contexts().length,
+      messages: this.#messages,
+      refused,
+      faultsRaised: this.#faults.raised,
+      faultsResolved: this.#faults.resolved,
+      faultsFailed: this.#faults.failed,
+      releasedObjects: this.#released,
+    };
+  }
+
+  #log(line: string): void {
+    this.#options.log?.(line);
+  }
+
+  #armIdle(): void {
+    clearTimeout(this.#idle);
+    this.#idle = undefined;
+    const ms = this.#options.idleTimeoutMs ?? 0;
+    if (ms > 0 && this.#connections.size === 0 && !this.#closed) this.#idle = setTimeout(() => this.#options.onIdle?.(), ms);
+  }
+
+  #accept(conn: SeqpacketConnection): void {
+    this.#accepted++;
+    const peer = conn.peer!;
+    if (peer.uid !== (process.getuid?.() ?? 0)) {
+      this.#refused[Refusal.PEER]!++;
+      this.#log(`refused a connection of uid ${peer.uid} (pid ${peer.pid}): the device serves uid ${process.getuid?.()} only`);
+      conn.close();
+      return;
+    }
+    const c: Connection = { conn, ctx: undefined };
+    this.#connections.add(c);
+    this.#armIdle();
+    conn.listen({ message: (d) => this.#message(c, d), close: () => this.#drop(c) });
+  }
+
+  #message(c: Connection, d: Datagram): void {
+    this.#messages++;
+    let req: Request | undefined;
+    try {
+      req = parseRequest(d, c.ctx !== undefined);
+      const reply = this.#dispatch(c, req);
+      if (!c.conn.send(encodeReply(req.op, req.requestId, 0, reply.body), reply.fds ?? [])) this.#drop(c);
+    } catch (err) {
+      // The request's descriptors are the device's to close unless a handler kept them (a
+      // refusal comes before anything is kept).
+      for (const fd of d.fds) closeQuietly(fd);
+      this.#refuse(c, d, req, err);
+    }
+  }
+
+  #dispatch(c: Connection, req: Request): Reply {
+    switch (req.op) {
+      case Op.QUERY_INFO:
+        return { body: deviceInfo(this.name, this.#services.guid, this.#services.infoFlags, 1) };
+      case Op.QUERY_STATS:
+        return { body: this.#statsBody() };
+      case Op.GET_CONTEXT: {
+        const ctx = new ProgramContext(this.#nextContext++, c.conn.peer!, this.#services, req);
+        c.ctx = ctx;
+        this.#log(`context ${ctx.handle}: pid ${ctx.peer.pid}`);
+        return ctx.contextReply();
+      }
+      default:
+        return c.ctx!.answer(req);
+    }
+  }
+
+  #refuse(c: Connection, d: Datagram, req: Request | undefined, err: unknown): void {
+    const op = req?.op ?? (d.bytes.byteLength >= 8 ? new DataView(d.bytes.buffer, d.bytes.byteOffset).getUint16(6, true) : 0);
+    const id = req?.requestId ?? requestIdOf(d);
+    let status: number;
+    let fatal = false;
+    if (err instanceof Refused) {
+      this.#refused[err.reason]!++;
+      status = errnoStatus(err.errno);
+      fatal = err.fatal;
+      this.#log(`pid ${c.conn.peer?.pid}: refused ${Op[op] ?? `op ${op}`} (${err.errno}): ${err.message}`);
+    } else {
+      // A system call the device made failed (a memfd past a limit, …): the program hears its errno.
+      const code = (err as { code?: string }).code ?? '';
+      const n = (constants.errno as Record<string, number>)[code];
+      status = n ? -n : -constants.errno.EIO;
+      this.#refused[Refusal.RESOURCE]!++;
+      this.#log(`pid ${c.conn.peer?.pid}: ${Op[op] ?? `op ${op}`} failed: ${(err as Error).message}`);
+    }
+    c.conn.send(encodeReply(op, id, status));
+    if (fatal) {
+      c.conn.close();
+      this.#drop(c);
+    }
+  }
+
+  #statsBody(): Uint8Array {
+    const s = this.stats();
+    const w = new ReplyWriter(abi.deviceStats);
+    w.u64('connections', BigInt(s.connections)).u64('open_contexts', BigInt(s.openContexts)).u64('messages', BigInt(s.messages));
+    const v = new DataView(w.bytes.buffer);
+    this.#refused.forEach((n, i) => v.setBigUint64(abi.deviceStats.offset('refused') + 8 * i, BigInt(n), true));
+    w.u64('faults_raised', BigInt(s.faultsRaised)).u64('faults_resolved', BigInt(s.faultsResolved)).u64('faults_failed', BigInt(s.faultsFailed));
+    return w.u64('released_objects', BigInt(s.releasedObjects)).bytes;
+  }
+
+  // The connection is gone (the program ended or closed its context): its objects are released.
+  #drop(c: Connection): void {
+    if (!this.#connections.delete(c)) return;
+    c.conn.close();
+    if (c.ctx) {
+      const n = c.ctx.release();
+      this.#released += n;
+      this.#log(`context ${c.ctx.handle}: pid ${c.ctx.peer.pid} went away, ${n} object${n === 1 ? '' : 's'} released`);
+    }
+    this.#armIdle();
+  }
+
+  /** Stop: every context released, the socket and the lock let go. Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#idle);
+    this.#listener.close();
+    for (const c of [...this.#connections]) this.#drop(c);
+    this.#lock.release();
+  }
+}
+
+function closeQuietly(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    // a descriptor a handler closed already
+  }
+}
+
+// binding is imported for its side effect of loading the addon before any socket is made.
+void binding;
