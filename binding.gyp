@@ -35,6 +35,38 @@
           "libraries": ["-ldl"]
         }]
       ]
+    },
+    # The project's libibverbs.so.1 (native/libibverbs): C11 against libibverbs-dev's headers, so
+    # its structures are the programs' ABI. Built only where the headers are; without them the
+    # addon installs alone and `pagefault-rdma libdir` names the package to install.
+    {
+      "target_name": "ibverbs",
+      "type": "none",
+      "conditions": [
+        ["<!(echo '#include <infiniband/verbs.h>' | cc -E - >/dev/null 2>&1 && echo 1 || echo 0)==1", {
+          "type": "shared_library",
+          "product_prefix": "lib",
+          "product_name": "ibverbs",
+          "product_dir": "<(PRODUCT_DIR)/libibverbs",
+          "product_extension": "so.1",
+          "sources": [
+            "native/libibverbs/compat.c",
+            "native/libibverbs/control.c",
+            "native/libibverbs/cq.c",
+            "native/libibverbs/device.c",
+            "native/libibverbs/fault_thread.c",
+            "native/libibverbs/memory.c",
+            "native/libibverbs/private.c",
+            "native/libibverbs/qp.c",
+            "native/libibverbs/query.c",
+            "native/libibverbs/rings.c",
+            "native/libibverbs/strings.c",
+            "native/libibverbs/table.c"
+          ],
+          "cflags": ["-std=c11", "-D_GNU_SOURCE", "-fPIC", "-Wall", "-Wextra", "-fvisibility=hidden", "-O2"],
+          "ldflags": ["-pthread", "-Wl,-z,defs", "-Wl,--version-script=<(module_root_dir)/native/libibverbs/libibverbs.map"]
+        }]
+      ]
     }
   ]
 }
