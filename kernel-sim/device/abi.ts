@@ -532,6 +532,7 @@ export const deviceStats = struct('pfr_device_stats', [
   ['faults_raised', 'u64'],
   ['faults_resolved', 'u64'],
   ['faults_failed', 'u64'],
+  ['fault_answers_refused', 'u64'],
   ['released_objects', 'u64'],
 ]);
 

@@ -76,6 +76,7 @@ export async function queryStats(dir: string, timeoutMs = 2000): Promise<DeviceS
     faultsRaised: at('faults_raised'),
     faultsResolved: at('faults_resolved'),
     faultsFailed: at('faults_failed'),
+    faultAnswersRefused: at('fault_answers_refused'),
     releasedObjects: at('released_objects'),
   };
 }

@@ -41,6 +41,8 @@ export interface DeviceStats {
   faultsRaised: number;
   faultsResolved: number;
   faultsFailed: number;
+  /** Fault answers that broke the protocol (dropped). */
+  faultAnswersRefused: number;
   releasedObjects: number;
 }
 
@@ -129,6 +131,7 @@ export class Device {
       faultsRaised: this.#faults.raised,
       faultsResolved: this.#faults.resolved,
       faultsFailed: this.#faults.failed,
+      faultAnswersRefused: this.#faults.refused,
       releasedObjects: this.#released,
     };
   }
@@ -223,6 +226,7 @@ export class Device {
     const v = new DataView(w.bytes.buffer);
     this.#refused.forEach((n, i) => v.setBigUint64(abi.deviceStats.offset('refused') + 8 * i, BigInt(n), true));
     w.u64('faults_raised', BigInt(s.faultsRaised)).u64('faults_resolved', BigInt(s.faultsResolved)).u64('faults_failed', BigInt(s.faultsFailed));
+    w.u64('fault_answers_refused', BigInt(s.faultAnswersRefused));
     return w.u64('released_objects', BigInt(s.releasedObjects)).bytes;
   }
 

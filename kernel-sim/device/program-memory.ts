@@ -121,7 +121,10 @@ export class ProgramMemory {
    * (whole pages), writable if `write`, by `method`; the answer, or -ETIMEDOUT after `timeoutMs`.
    */
   resolve(mrHandle: number, address: bigint, length: number, write: boolean, method: FaultMethod, timeoutMs = 5000): Promise<FaultAnswer> {
-    if (this.#closed || this.#fault.closed) return Promise.resolve({ status: -E.EPIPE, pages: 0, ns: 0 });
+    if (this.#closed || this.#fault.closed) {
+      this.counters.failed++; // the program is gone: nothing can make its pages resident
+      return Promise.resolve({ status: -E.EPIPE, pages: 0, ns: 0 });
+    }
     const id = this.#next++;
     const bytes = new Uint8Array(faultRequest.size);
     const v = new DataView(bytes.buffer);

@@ -247,7 +247,8 @@ int main(void)
 	S(pfr_device_stats);
 	F(pfr_device_stats, connections); F(pfr_device_stats, open_contexts); F(pfr_device_stats, messages);
 	F(pfr_device_stats, refused); F(pfr_device_stats, faults_raised); F(pfr_device_stats, faults_resolved);
-	F(pfr_device_stats, faults_failed); F(pfr_device_stats, released_objects);
+	F(pfr_device_stats, faults_failed); F(pfr_device_stats, fault_answers_refused);
+	F(pfr_device_stats, released_objects);
 	end();
 
 	S(pfr_fault_request);

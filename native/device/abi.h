@@ -482,6 +482,7 @@ struct pfr_device_stats {
 	uint64_t faults_raised;   /* fault requests sent to programs' fault threads */
 	uint64_t faults_resolved; /* answered with success */
 	uint64_t faults_failed;   /* answered with an error, or not in time */
+	uint64_t fault_answers_refused; /* answers that broke the fault protocol (dropped) */
 	uint64_t released_objects; /* objects freed because their program went away */
 };
 

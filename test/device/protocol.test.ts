@@ -218,3 +218,35 @@ test('random requests are answered and the device goes on (fast-check)', async (
   );
   expect(await client().reply(`send ${Op.QUERY_INFO} -`)).toMatchObject({ status: 0 });
 }, 60_000);
+
+// The fault socket is a peer's too: the device drops and counts every answer that breaks the
+// fault protocol, and the fault it waits for is settled only by a right one.
+test('fault answers are checked: wrong ones dropped and counted, the right one settles the fault', async () => {
+  const c = client();
+  await contextOf(c);
+  const ctx = dev.device.contexts()[0]!;
+  const pending = ctx.memory.resolve(5, 0x10000n, 4096, true, abi.FaultMethod.POPULATE, 5000);
+  const req = Buffer.from((await c.ask('fault-read')).split(' ')[1]!, 'hex');
+  expect(req.byteLength).toBe(abi.faultRequest.size);
+  expect(req.readUInt32LE(abi.faultRequest.offset('magic'))).toBe(abi.FAULT_MAGIC);
+  expect(req.readBigUInt64LE(abi.faultRequest.offset('addr'))).toBe(0x10000n);
+  expect(req.readUInt32LE(abi.faultRequest.offset('flags'))).toBe(abi.FAULT_WRITE);
+  const id = req.readBigUInt64LE(abi.faultRequest.offset('fault_id'));
+  const answer = (f: { magic?: number; op?: number; id?: bigint; status?: number; size?: number }): string => {
+    const b = Buffer.alloc(f.size ?? abi.faultResponse.size);
+    if (b.byteLength >= abi.faultResponse.size) {
+      b.writeUInt32LE(f.magic ?? abi.FAULT_MAGIC, abi.faultResponse.offset('magic'));
+      b.writeUInt16LE(abi.ABI_VERSION, abi.faultResponse.offset('abi_version'));
+      b.writeUInt16LE(f.op ?? abi.FaultOp.RESOLVED, abi.faultResponse.offset('op'));
+      b.writeBigUInt64LE(f.id ?? id, abi.faultResponse.offset('fault_id'));
+      b.writeInt32LE(f.status ?? 0, abi.faultResponse.offset('status'));
+      b.writeUInt32LE(1, abi.faultResponse.offset('pages'));
+    }
+    return `fault-send ${b.toString('hex')}`;
+  };
+  for (const wrong of [{ size: 8 }, { size: 40 }, { magic: 1 }, { op: abi.FaultOp.REQUEST }, { id: id + 99n }, { status: 5 }])
+    expect(await c.ask(answer(wrong))).toBe('sent');
+  expect(await c.ask(answer({}))).toBe('sent');
+  expect(await pending).toMatchObject({ status: 0, pages: 1 });
+  expect(await queryStats(dev.dir)).toMatchObject({ faultsRaised: 1, faultsResolved: 1, faultAnswersRefused: 6 });
+});
