@@ -367,7 +367,7 @@ export type RedisBinding = Required<Pick<Binding, 'redisConnect' | 'redisClose' 
 /**
  * The folder holding the project's libibverbs.so.1 (native/libibverbs), found as node-gyp-build
  * finds the addon: the checkout's or install's own build (build/Release/libibverbs), else the
- * prebuild shipped for this platform (prebuilds/linux-x64/libibverbs, glibc). Throws
+ * prebuild shipped for this platform (prebuilds/linux-x64, glibc). Throws
  * ERR_PFR_VERBS_MISSING, naming the package to install, when it was not built.
  */
 export function verbsLibDir(): string {
@@ -375,7 +375,8 @@ export function verbsLibDir(): string {
   const built = join(root, 'build', 'Release', 'libibverbs');
   if (existsSync(join(built, 'libibverbs.so.1'))) return built;
   const glibc = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header?.glibcVersionRuntime;
-  const prebuilt = join(root, 'prebuilds', `${process.platform}-${process.arch}`, 'libibverbs');
+  // prebuildify copies the shared libraries of build/Release beside the addon's prebuild.
+  const prebuilt = join(root, 'prebuilds', `${process.platform}-${process.arch}`);
   if (glibc && existsSync(join(prebuilt, 'libibverbs.so.1'))) return prebuilt;
   const e = new Error(
     'pagefault-rdma: its libibverbs.so.1 is not built: install the verbs headers (Debian/Ubuntu: sudo apt-get install libibverbs-dev) and run "npm rebuild pagefault-rdma"',

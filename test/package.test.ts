@@ -39,6 +39,11 @@ describe('npm pack', () => {
   test('the tarball carries the linux-x64 prebuild, the CLI, the license and what README links to; no tests, no sources', () => {
     const files = run('tar', ['tzf', tarball], dir).stdout.split('\n').filter(Boolean);
     expect(files).toContain('package/prebuilds/linux-x64/pagefault-rdma.glibc.node');
+    // The project's libibverbs.so.1 beside it (prebuildify copies build/Release's shared libraries),
+    // and its sources for a build at install where no prebuild fits.
+    if (existsSync('/usr/include/infiniband/verbs.h')) expect(files).toContain('package/prebuilds/linux-x64/libibverbs.so.1');
+    for (const f of ['native/libibverbs/libibverbs.map', 'native/libibverbs/device.c', 'native/device/abi.h'])
+      expect(files).toContain(`package/${f}`);
     for (const f of [
       'LICENSE',
       'README.md',
@@ -111,6 +116,15 @@ uffd.close(); region.close();
     const lib = JSON.parse(run(join(bin, 'node'), ['faults.mjs'], app, env).stdout) as { faults: number; pages: number; byte: number };
     expect(lib).toEqual({ faults: 8, pages: 8, byte: 7 });
     expect(readdirSync(join(installed, 'prebuilds', 'linux-x64'))).toContain('pagefault-rdma.glibc.node');
+
+    // Debian's ibv_devices on the prebuilt libibverbs.so.1, through exec (which starts a device).
+    if (existsSync('/usr/include/infiniband/verbs.h') && existsSync('/usr/bin/ibv_devices')) {
+      const cli = join(app, 'node_modules/.bin/pagefault-rdma');
+      expect(run(cli, ['libdir'], app, env).stdout.trim()).toBe(join(installed, 'prebuilds', 'linux-x64'));
+      const devDir = join(dir, 'device');
+      const listed = run(cli, ['exec', '--dir', devDir, '--idle-timeout', '1', '--', '/usr/bin/ibv_devices'], app, env);
+      expect(listed.stdout).toContain('pfr0');
+    }
   }, 300_000);
 
   // The published .d.ts files as a strict TypeScript user compiles them: skipLibCheck off, so
