@@ -208,7 +208,7 @@ export interface Binding {
   /** Close a descriptor a peer sent. */
   fdClose(fd: number): void;
   /** What a peer's descriptor is. */
-  fdKind(fd: number): 'fifo' | 'eventfd' | 'seqpacket' | 'memfd' | 'other';
+  fdKind(fd: number): 'fifo' | 'file' | 'eventfd' | 'seqpacket' | 'memfd' | 'other';
   /** One write(2) that never blocks: bytes written, or -errno (-EAGAIN: the pipe is full). */
   fdWrite(fd: number, bytes: Uint8Array): number;
   /** The file at `path` opened and flock'ed exclusively (EWOULDBLOCK: another process holds it): its fd. */
@@ -368,10 +368,10 @@ export type RedisBinding = Required<Pick<Binding, 'redisConnect' | 'redisClose' 
  * The folder holding the project's libibverbs.so.1 (native/libibverbs), found as node-gyp-build
  * finds the addon: the checkout's or install's own build (build/Release/libibverbs), else the
  * prebuild shipped for this platform (prebuilds/linux-x64, glibc). Throws
- * ERR_PFR_VERBS_MISSING, naming the package to install, when it was not built.
+ * ERR_PFR_VERBS_MISSING, naming the package to install, when it was not built (`root`: the
+ * package's folder).
  */
-export function verbsLibDir(): string {
-  const root = packageRoot();
+export function verbsLibDir(root = packageRoot()): string {
   const built = join(root, 'build', 'Release', 'libibverbs');
   if (existsSync(join(built, 'libibverbs.so.1'))) return built;
   const glibc = (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header?.glibcVersionRuntime;

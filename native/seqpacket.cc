@@ -298,7 +298,8 @@ Napi::Value FdClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// fdKind(fd) -> 'fifo' | 'eventfd' | 'seqpacket' | 'memfd' | 'other': what a peer's descriptor is.
+// fdKind(fd) -> 'fifo' | 'file' | 'eventfd' | 'seqpacket' | 'memfd' | 'other': what a peer's descriptor is
+// (a memfd is checked before a regular file: both are S_ISREG).
 Napi::Value FdKind(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const int fd = static_cast<int>(ArgU32(info, 0, "fd"));
@@ -320,6 +321,7 @@ Napi::Value FdKind(const Napi::CallbackInfo& info) {
   ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
   if (n > 0 && strcmp(link, "anon_inode:[eventfd]") == 0) return Napi::String::New(env, "eventfd");
   if (n > 0 && strncmp(link, "/memfd:", 7) == 0) return Napi::String::New(env, "memfd");
+  if (S_ISREG(st.st_mode)) return Napi::String::New(env, "file");
   return Napi::String::New(env, "other");
 }
 

@@ -518,6 +518,13 @@ export const ahAttr = struct('ib_uverbs_ah_attr', [
   ['reserved', 'u8'],
 ]);
 
+export const XRCD_FILE = 1;
+
+export const openXrcd = struct('pfr_open_xrcd', [
+  ['flags', 'u32'],
+  ['oflags', 'u32'],
+]);
+
 export const createAh = struct('pfr_create_ah', [
   ['pd_handle', 'u32'],
   ['reserved', 'u32'],
@@ -776,6 +783,7 @@ export const ABI_STRUCTS = [
   destroySrqResp,
   globalRoute,
   ahAttr,
+  openXrcd,
   createAh,
   deviceStats,
   faultRequest,

@@ -2,12 +2,13 @@
 // §4), one small handler per op, each checking its body's fields, handles and ranges before
 // it changes anything. Its objects live in the context's own table and are all released when
 // the connection closes (the program ended or closed the device).
-import { closeSync } from 'node:fs';
+import { closeSync, fstatSync } from 'node:fs';
+import { constants as fsConstants } from 'node:fs';
 import * as abi from './abi.js';
 import { DeviceState, NO_HANDLE, Op, Refusal } from './abi.js';
 import { gidEntry, LIMITS, queryDevice, queryPort, type Gid } from './attributes.js';
 import { Body, refuse, ReplyWriter, type Request } from './messages.js';
-import { ObjectTable, type Cq, type DeviceObject, type Mr, type Qp, type QpAttrs } from './objects.js';
+import { ObjectTable, type Cq, type DeviceObject, type Mr, type Qp, type QpAttrs, type SharedXrcd } from './objects.js';
 import { QpAttr, QpState, QpType, transitionError } from './qp-state.js';
 import { cqGeometry, recvGeometry, ringBytes, RingMemory, sendGeometry, type RingGeometry } from './rings.js';
 import { ProgramMemory, type FaultCounters } from './program-memory.js';
@@ -31,12 +32,19 @@ export interface DeviceServices {
   readonly counts: Record<'mr' | 'qp' | 'cq' | 'srq' | 'pd' | 'ah', number>;
   /** The fault protocol's counters, shared by every context. */
   readonly faults: FaultCounters;
+  /** XRC domains named by files, by inode: shared by every context that opens one. */
+  readonly xrcds: Map<string, SharedXrcd>;
 }
 
-/** What a handler answers: a reply body and the descriptors that go with it. */
+/**
+ * What a handler answers: a reply body and the descriptors that go with it, and which of the
+ * request's descriptors it keeps (the device closes the others; a handler keeps descriptors
+ * only once nothing can fail any more).
+ */
 export interface Reply {
   body?: Uint8Array;
   fds?: number[];
+  kept?: number[];
 }
 
 const ACCESS_KNOWN = 0xff;
@@ -77,10 +85,11 @@ export class ProgramContext {
     this.peer = peer;
     this.#dev = dev;
     const [asyncFd, doorbellFd, faultFd] = req.fds as [number, number, number];
+    this.#doorbell = new RingMemory(abi.DOORBELL_PAGE_SIZE, [], handle);
+    // Nothing fails past this point: the descriptors are the context's.
     this.#asyncFd = asyncFd;
     this.#doorbellFd = doorbellFd;
     this.memory = new ProgramMemory(peer.pid, faultFd, dev.faults);
-    this.#doorbell = new RingMemory(abi.DOORBELL_PAGE_SIZE, [], handle);
     const v = new DataView(this.#doorbell.mapping.buffer);
     const o = abi.doorbellPage.offsets(['magic', 'abi_version', 'context_handle', 'device_state', 'device_sleeping'] as const);
     v.setUint32(o.magic, abi.DOORBELL_MAGIC, true);
@@ -99,7 +108,7 @@ export class ProgramContext {
       device_pid: process.pid,
       doorbell_page_size: abi.DOORBELL_PAGE_SIZE,
     });
-    return { body: w.bytes, fds: [this.#doorbell.fd] };
+    return { body: w.bytes, fds: [this.#doorbell.fd], kept: [this.#asyncFd, this.#doorbellFd, this.memory.faultFd] };
   }
 
   /** Answer one request of this context's connection (refusals are thrown). */
@@ -138,7 +147,7 @@ export class ProgramContext {
     [Op.ADVISE_MR]: (b) => this.#adviseMr(b),
     [Op.CREATE_COMP_CHANNEL]: (_b, fds) => {
       const ch = this.objects.add({ kind: 'channel', handle: this.objects.nextHandle(), users: 0, fd: fds[0]! });
-      return { body: handleBody(ch.handle) };
+      return { body: handleBody(ch.handle), kept: [fds[0]!] };
     },
     [Op.DESTROY_COMP_CHANNEL]: (b) => this.#free(this.objects.remove(b.u32('handle'), 'channel')),
     [Op.CREATE_CQ]: (b) => this.#createCq(b),
@@ -163,7 +172,7 @@ export class ProgramContext {
       this.#free(this.objects.remove(b.u32('handle'), 'srq'));
       return { body: new ReplyWriter(abi.destroySrqResp).bytes };
     },
-    [Op.OPEN_XRCD]: () => ({ body: handleBody(this.objects.add({ kind: 'xrcd', handle: this.objects.nextHandle(), users: 0 }).handle) }),
+    [Op.OPEN_XRCD]: (b, fds) => this.#openXrcd(b, fds),
     [Op.CLOSE_XRCD]: (b) => this.#free(this.objects.remove(b.u32('handle'), 'xrcd')),
     [Op.CREATE_AH]: (b) => this.#createAh(b),
     [Op.DESTROY_AH]: (b) => this.#free(this.objects.remove(b.u32('handle'), 'ah')),
@@ -414,6 +423,27 @@ export class ProgramContext {
     return {};
   }
 
+  // A domain of its own, or (PFR_XRCD_FILE) the device's domain of the file's inode.
+  #openXrcd(b: Body, fds: number[]): Reply {
+    const flags = b.u32('flags');
+    const oflags = b.u32('oflags');
+    if (flags & ~abi.XRCD_FILE) refuse(Refusal.BODY, 'EINVAL', `unknown XRCD flags 0x${flags.toString(16)}`);
+    if (oflags & ~(fsConstants.O_CREAT | fsConstants.O_EXCL) || (!(flags & abi.XRCD_FILE) && oflags))
+      refuse(Refusal.BODY, 'EINVAL', `XRCD oflags 0x${oflags.toString(16)}: O_CREAT and O_EXCL, with a file`);
+    let shared: SharedXrcd | undefined;
+    if (flags & abi.XRCD_FILE) {
+      const st = fstatSync(fds[0]!);
+      const key = `${st.dev}:${st.ino}`;
+      shared = this.#dev.xrcds.get(key);
+      if (!shared && !(oflags & fsConstants.O_CREAT)) refuse(Refusal.BODY, 'ENOENT', 'no XRC domain of this file is open, and O_CREAT was not given');
+      if (shared && oflags & fsConstants.O_CREAT && oflags & fsConstants.O_EXCL)
+        refuse(Refusal.BODY, 'EEXIST', 'the XRC domain of this file is open (O_EXCL)');
+      if (!shared) this.#dev.xrcds.set(key, (shared = { key, opens: 0 }));
+      shared.opens++;
+    }
+    return { body: handleBody(this.objects.add({ kind: 'xrcd', handle: this.objects.nextHandle(), users: 0, shared }).handle) };
+  }
+
   #createAh(b: Body): Reply {
     b.zero('reserved', 'attr.reserved', 'attr.grh.reserved');
     const pd = this.objects.get(b.u32('pd_handle'), 'pd');
@@ -467,6 +497,7 @@ export class ProgramContext {
         this.#dev.counts.ah--;
         break;
       case 'xrcd':
+        if (o.shared && --o.shared.opens === 0) this.#dev.xrcds.delete(o.shared.key);
         break;
     }
     return {};

@@ -6,7 +6,6 @@
 // idle timeout, the device says so (the command then stops it).
 import { closeSync } from 'node:fs';
 import { constants } from 'node:os';
-import { binding } from '../../native/index.js';
 import * as abi from './abi.js';
 import { INFO_DATA_PATH, Op, REFUSAL_KINDS, Refusal } from './abi.js';
 import { deviceInfo, firmwareVersion, hostGids, nodeGuid, type Gid } from './attributes.js';
@@ -92,6 +91,7 @@ export class Device {
       newSrqNum: () => (srqn = srqn >= 0xffffff ? 0x10 : srqn + 1),
       counts: { mr: 0, qp: 0, cq: 0, srq: 0, pd: 0, ah: 0 },
       faults: this.#faults,
+      xrcds: new Map(),
     };
     try {
       this.#listener = new SeqpacketListener(this.socketPath, (c) => this.#accept(c));
@@ -165,16 +165,25 @@ export class Device {
   #message(c: Connection, d: Datagram): void {
     this.#messages++;
     let req: Request | undefined;
+    let reply: Reply;
     try {
       req = parseRequest(d, c.ctx !== undefined);
-      const reply = this.#dispatch(c, req);
-      if (!c.conn.send(encodeReply(req.op, req.requestId, 0, reply.body), reply.fds ?? [])) this.#drop(c);
+      reply = this.#dispatch(c, req);
     } catch (err) {
-      // The request's descriptors are the device's to close unless a handler kept them (a
-      // refusal comes before anything is kept).
-      for (const fd of d.fds) closeQuietly(fd);
+      for (const fd of d.fds) closeSync(fd);
       this.#refuse(c, d, req, err);
+      return;
     }
+    // The request's descriptors are the device's to close unless the handler kept them (it
+    // keeps them only once nothing can fail: a refusal keeps none).
+    for (const fd of d.fds) if (!reply.kept?.includes(fd)) closeSync(fd);
+    let sent = false;
+    try {
+      sent = c.conn.send(encodeReply(req.op, req.requestId, 0, reply.body), reply.fds ?? []);
+    } catch (err) {
+      this.#log(`pid ${c.conn.peer?.pid}: the reply to ${Op[req.op]} could not be sent: ${(err as Error).message}`);
+    }
+    if (!sent) this.#drop(c); // a program that does not read its replies, or whose socket failed
   }
 
   #dispatch(c: Connection, req: Request): Reply {
@@ -252,14 +261,3 @@ export class Device {
     this.#lock.release();
   }
 }
-
-function closeQuietly(fd: number): void {
-  try {
-    closeSync(fd);
-  } catch {
-    // a descriptor a handler closed already
-  }
-}
-
-// binding is imported for its side effect of loading the addon before any socket is made.
-void binding;

@@ -23,7 +23,7 @@ import type { Layout } from './layout.js';
 import type { Datagram } from './seqpacket.js';
 
 /** An errno name the device answers with. */
-export type Errno = 'EINVAL' | 'ENOSYS' | 'EACCES' | 'ENOMEM' | 'EBUSY' | 'EPROTO' | 'EOPNOTSUPP' | 'EFAULT' | 'ENOENT';
+export type Errno = 'EINVAL' | 'ENOSYS' | 'EACCES' | 'ENOMEM' | 'EBUSY' | 'EPROTO' | 'EOPNOTSUPP' | 'EFAULT' | 'ENOENT' | 'EEXIST';
 
 /** Why a message was refused: the counter it goes to, the errno the reply carries, a reason for the log. */
 export class Refused extends Error {
@@ -51,12 +51,13 @@ export function errnoStatus(name: Errno): number {
 }
 
 /** What a descriptor of a request must be. */
-type FdKind = 'fifo' | 'eventfd' | 'seqpacket';
+type FdKind = 'fifo' | 'eventfd' | 'seqpacket' | 'file';
 
 interface OpSpec {
   /** Bytes of the body; ADVISE_MR's grows with its SGE count. */
   body: Layout | undefined;
-  fds: readonly FdKind[];
+  /** The descriptors, in order (OPEN_XRCD's depend on its flags). */
+  fds: readonly FdKind[] | ((b: Body) => readonly FdKind[]);
   /** 'any': with or without a context; 'open': only before GET_CONTEXT; 'context': after it. */
   when: 'any' | 'open' | 'context';
 }
@@ -86,7 +87,7 @@ const SPEC: Record<Op, OpSpec> = {
   [Op.MODIFY_SRQ]: { body: abi.modifySrq, fds: [], when: 'context' },
   [Op.QUERY_SRQ]: { body: H, fds: [], when: 'context' },
   [Op.DESTROY_SRQ]: { body: H, fds: [], when: 'context' },
-  [Op.OPEN_XRCD]: { body: undefined, fds: [], when: 'context' },
+  [Op.OPEN_XRCD]: { body: abi.openXrcd, fds: (b) => (b.u32('flags') & abi.XRCD_FILE ? ['file'] : []), when: 'context' },
   [Op.CLOSE_XRCD]: { body: H, fds: [], when: 'context' },
   [Op.CREATE_AH]: { body: abi.createAh, fds: [], when: 'context' },
   [Op.DESTROY_AH]: { body: H, fds: [], when: 'context' },
@@ -173,8 +174,9 @@ export function parseRequest(d: Datagram, hasContext: boolean): Request {
     want += n * uverbsSge.size;
   }
   if (bodyLen !== want) refuse(Refusal.BODY, 'EINVAL', `${Op[op]} takes a ${want}-byte body, not ${bodyLen}`);
-  if (d.fds.length !== spec.fds.length) refuse(Refusal.FDS, 'EINVAL', `${Op[op]} takes ${spec.fds.length} descriptors, not ${d.fds.length}`);
-  spec.fds.forEach((kind, i) => {
+  const fds = typeof spec.fds === 'function' ? spec.fds(body) : spec.fds;
+  if (d.fds.length !== fds.length) refuse(Refusal.FDS, 'EINVAL', `${Op[op]} takes ${fds.length} descriptors, not ${d.fds.length}`);
+  fds.forEach((kind, i) => {
     const got = binding.fdKind(d.fds[i]!);
     if (got !== kind) refuse(Refusal.FDS, 'EINVAL', `${Op[op]}'s descriptor ${i} must be a ${kind}, not a ${got}`);
   });

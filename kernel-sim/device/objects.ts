@@ -46,6 +46,15 @@ export interface Cq extends Base {
 
 export interface Xrcd extends Base {
   kind: 'xrcd';
+  /** The device-wide domain of a file's inode this handle opens (ibv_open_xrcd with an fd), if any. */
+  shared: SharedXrcd | undefined;
+}
+
+/** An XRC domain named by a file: one per inode on the device, as long as a context holds it open. */
+export interface SharedXrcd {
+  key: string;
+  /** Handles of any context that name it. */
+  opens: number;
 }
 
 export interface Srq extends Base {

@@ -85,6 +85,8 @@ interface Pending {
 export class ProgramMemory {
   readonly pid: number;
   readonly counters: FaultCounters;
+  /** The fault socket's descriptor (the connection's own). */
+  readonly faultFd: number;
   readonly #fault: SeqpacketConnection;
   readonly #regions = new Map<number, ForeignRegion>();
   readonly #pending = new Map<bigint, Pending>();
@@ -94,6 +96,7 @@ export class ProgramMemory {
   constructor(pid: number, faultFd: number, counters: FaultCounters = { raised: 0, resolved: 0, failed: 0, refused: 0 }) {
     this.pid = pid;
     this.counters = counters;
+    this.faultFd = faultFd;
     this.#fault = SeqpacketConnection.adopt(faultFd);
     this.#fault.listen({ message: (d) => this.#answer(d), close: () => this.#lost() });
   }

@@ -240,6 +240,10 @@ int main(void)
 	F(ib_uverbs_ah_attr, static_rate); F(ib_uverbs_ah_attr, is_global); F(ib_uverbs_ah_attr, port_num);
 	end();
 
+	S(pfr_open_xrcd);
+	F(pfr_open_xrcd, flags); F(pfr_open_xrcd, oflags);
+	end();
+
 	S(pfr_create_ah);
 	F(pfr_create_ah, pd_handle); F(pfr_create_ah, attr);
 	end();
@@ -349,7 +353,7 @@ int main(void)
 	C(PFR_POLICY_DEFAULT); C(PFR_POLICY_TOUCH); C(PFR_POLICY_TOUCH_AHEAD); C(PFR_POLICY_PREFETCH);
 	C(PFR_REFUSED_FRAMING); C(PFR_REFUSED_OP); C(PFR_REFUSED_BODY); C(PFR_REFUSED_HANDLE); C(PFR_REFUSED_FDS);
 	C(PFR_REFUSED_PEER); C(PFR_REFUSED_RESOURCE); C(PFR_REFUSED_KINDS);
-	C(PFR_FAULT_MAGIC); C(PFR_FAULT_REQUEST); C(PFR_FAULT_RESOLVED); C(PFR_FAULT_WRITE);
+	C(PFR_XRCD_FILE); C(PFR_FAULT_MAGIC); C(PFR_FAULT_REQUEST); C(PFR_FAULT_RESOLVED); C(PFR_FAULT_WRITE);
 	C(PFR_FAULT_TOUCH); C(PFR_FAULT_POPULATE);
 	C(PFR_ELEMENT_DEVICE); C(PFR_ELEMENT_CQ); C(PFR_ELEMENT_QP); C(PFR_ELEMENT_SRQ); C(PFR_ELEMENT_PORT);
 	printf("\n  }\n}\n");

@@ -289,7 +289,7 @@ enum pfr_ctl_op {
 	PFR_OP_MODIFY_SRQ = 21,       /* pfr_modify_srq -> (none) */
 	PFR_OP_QUERY_SRQ = 22,        /* pfr_handle -> pfr_query_srq_resp */
 	PFR_OP_DESTROY_SRQ = 23,      /* pfr_handle -> struct ib_uverbs_destroy_srq_resp */
-	PFR_OP_OPEN_XRCD = 24,        /* (none) -> pfr_handle */
+	PFR_OP_OPEN_XRCD = 24,        /* pfr_open_xrcd + fd [file] if PFR_XRCD_FILE -> pfr_handle */
 	PFR_OP_CLOSE_XRCD = 25,       /* pfr_handle -> (none) */
 	PFR_OP_CREATE_AH = 26,        /* pfr_create_ah -> pfr_handle */
 	PFR_OP_DESTROY_AH = 27,       /* pfr_handle -> (none) */
@@ -454,6 +454,16 @@ struct pfr_query_srq_resp {
 	uint32_t max_sge;
 	uint32_t srq_limit;
 	uint32_t reserved;
+};
+
+enum pfr_xrcd_flags {
+	PFR_XRCD_FILE = 1, /* the request carries a regular file: the domain of its inode, shared by every
+			    * context that opens it (ibv_open_xrcd with an fd) */
+};
+
+struct pfr_open_xrcd {
+	uint32_t flags;  /* enum pfr_xrcd_flags */
+	uint32_t oflags; /* with PFR_XRCD_FILE: O_CREAT, O_EXCL */
 };
 
 struct pfr_create_ah {

@@ -406,12 +406,17 @@ int pfr_get_srq_num(struct ibv_srq *ibv_srq, uint32_t *srq_num)
 	return 0;
 }
 
+/* An XRC domain: one of this context's own, or, given a file (attr->fd), the device's domain of
+ * that file's inode, which every process that opens the same file shares (as the kernel's). */
 struct ibv_xrcd *pfr_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr)
 {
+	const bool file = (attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) && attr->fd != -1;
+	struct pfr_open_xrcd req = {.flags = file ? PFR_XRCD_FILE : 0,
+				    .oflags = file && (attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ? (uint32_t)attr->oflags : 0};
 	struct pfr_xrcd *x;
 	int err;
-	if ((attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) && attr->fd != -1) {
-		errno = EOPNOTSUPP; /* an XRC domain shared through a file with other processes: not offered */
+	if (attr->comp_mask & ~(uint32_t)(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS)) {
+		errno = EINVAL;
 		return NULL;
 	}
 	x = calloc(1, sizeof(*x));
@@ -419,7 +424,8 @@ struct ibv_xrcd *pfr_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init
 		errno = ENOMEM;
 		return NULL;
 	}
-	err = pfr_call_handle(&to_pctx(context)->conn, PFR_OP_OPEN_XRCD, NULL, 0, NULL, 0, &x->handle);
+	err = pfr_call_handle(&to_pctx(context)->conn, PFR_OP_OPEN_XRCD, &req, sizeof(req), file ? &attr->fd : NULL, file ? 1 : 0,
+			      &x->handle);
 	if (err) {
 		free(x);
 		errno = err;

@@ -3,11 +3,12 @@
 // on, and the device it started stops after its idle timeout; `device` refuses a second device
 // in the same folder.
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, expect, test } from 'vitest';
 import { queryInfo } from '../../kernel-sim/device/client.js';
 import { runningDevice } from '../../kernel-sim/device/runtime-dir.js';
+import { verbsLibDir } from '../../native/index.js';
 import { ROOT } from '../child.js';
 import { deviceProcess, runtimeFolder } from './fixture.js';
 
@@ -24,10 +25,17 @@ afterEach(async () => {
   }
 });
 
-test('libdir prints the folder of libibverbs.so.1', () => {
+test('libdir prints the folder of libibverbs.so.1; a package where it was not built names what to install', () => {
   const r = cli(['libdir']);
   expect(r.status).toBe(0);
   expect(existsSync(join(r.stdout.trim(), 'libibverbs.so.1'))).toBe(true);
+  const f = runtimeFolder();
+  folders.push(f);
+  mkdirSync(f.dir);
+  writeFileSync(join(f.dir, 'package.json'), '{}');
+  expect(() => verbsLibDir(f.dir)).toThrow(
+    expect.objectContaining({ code: 'ERR_PFR_VERBS_MISSING', message: expect.stringContaining('apt-get install libibverbs-dev') }),
+  );
 });
 
 test.runIf(existsSync('/usr/bin/ibv_devices'))(
@@ -67,6 +75,9 @@ test("exec passes the program's exit status on, names a program that is not ther
 test('a second device in the same folder refuses to start, naming the first', async () => {
   const dev = await deviceProcess();
   try {
+    // This user's alone: the folder 0700, the socket 0600.
+    expect(statSync(dev.dir).mode & 0o777).toBe(0o700);
+    expect(statSync(join(dev.dir, 'device.sock')).mode & 0o777).toBe(0o600);
     const r = cli(['device', '--dir', dev.dir]);
     expect(r.status).toBe(1);
     expect(r.stderr).toContain(`a device already runs for this user in ${dev.dir} (pid ${dev.child.pid})`);

@@ -250,3 +250,31 @@ test('fault answers are checked: wrong ones dropped and counted, the right one s
   expect(await pending).toMatchObject({ status: 0, pages: 1 });
   expect(await queryStats(dev.dir)).toMatchObject({ faultsRaised: 1, faultsResolved: 1, faultAnswersRefused: 6 });
 });
+
+// An XRC domain named by a file is the device's domain of that inode, shared by every context
+// that opens it (ibv_open_xrcd with an fd, as ibv_xsrq_pingpong's), with O_CREAT and O_EXCL.
+test('XRC domains by file: one per inode on the device, O_CREAT and O_EXCL as the kernel has them', async () => {
+  const [a, b] = [client(), client()];
+  await contextOf(a);
+  await contextOf(b);
+  const O_CREAT = 0o100;
+  const O_EXCL = 0o200;
+  const open = (flags: number, oflags: number): string => `send ${Op.OPEN_XRCD} ${body(abi.openXrcd, { flags, oflags })}`;
+  expect(await a.reply(open(0, 0))).toMatchObject({ status: 0 });
+  expect(await a.reply(open(0, O_CREAT))).toMatchObject({ status: -E.EINVAL! }); // oflags without a file
+  expect(await a.reply(open(1, O_CREAT))).toMatchObject({ status: -E.EINVAL! }); // the file is missing
+  expect(await a.reply(`${open(1, O_CREAT)} p`)).toMatchObject({ status: -E.EINVAL! }); // a pipe is not a file
+  // Both clients' "f" is their own /proc/self/exe: one binary, one inode.
+  expect(await b.reply(`${open(1, 0)} f`)).toMatchObject({ status: -E.ENOENT! });
+  const x = await newHandle(a, `${open(1, O_CREAT | O_EXCL)} f`);
+  expect(await b.reply(`${open(1, O_CREAT | O_EXCL)} f`)).toMatchObject({ status: -E.EEXIST! });
+  expect(await b.reply(`${open(1, 0)} f`)).toMatchObject({ status: 0 });
+  expect(await a.reply(`send ${Op.CLOSE_XRCD} ${handle(x)}`)).toMatchObject({ status: 0 });
+  a.close();
+  b.close();
+  for (let i = 0; i < 200 && dev.device.contexts().length; i++) await new Promise((r) => setTimeout(r, 10));
+  // Nobody holds it now: the domain is gone, and without O_CREAT it cannot be opened.
+  const c = client();
+  await contextOf(c);
+  expect(await c.reply(`${open(1, 0)} f`)).toMatchObject({ status: -E.ENOENT! });
+});
