@@ -268,57 +268,68 @@ export class ProgramContext {
     };
   }
 
-  #createQp(b: Body): Reply {
+  // CREATE_QP's objects and counts, checked by what the QP's type needs: an XRC_RECV QP has a
+  // domain and no queues; an XRC_SEND QP, a send queue only; RC and UD, both (or an SRQ).
+  #qpRequest(b: Body) {
     const type = b.u32('qp_type') as QpType;
     if (!(type in QpType) || typeof QpType[type] !== 'string')
       refuse(Refusal.BODY, 'EOPNOTSUPP', `QP type ${type}: the device has RC, UD, XRC_SEND and XRC_RECV`);
     const xrcRecv = type === QpType.XRC_RECV;
-    const xrcSend = type === QpType.XRC_SEND;
+    const xrc = xrcRecv || type === QpType.XRC_SEND;
     const o = this.objects;
-    const pd = xrcRecv ? undefined : o.get(b.u32('pd_handle'), 'pd');
-    const sendCq = xrcRecv ? undefined : o.get(b.u32('send_cq_handle'), 'cq');
-    const srq = xrcRecv || xrcSend ? undefined : o.optional(b.u32('srq_handle'), 'srq', NO_HANDLE);
-    const recvCq = xrcRecv || xrcSend ? undefined : o.get(b.u32('recv_cq_handle'), 'cq');
-    const xrcd = xrcRecv ? o.get(b.u32('xrcd_handle'), 'xrcd') : undefined;
-    const sends = xrcRecv ? 0 : range('max_send_wr', b.u32('max_send_wr'), 1, LIMITS.maxQpWr);
-    const recvs =
-      xrcRecv || xrcSend || srq ? range('max_recv_wr', b.u32('max_recv_wr'), 0, 0) : range('max_recv_wr', b.u32('max_recv_wr'), 1, LIMITS.maxQpWr);
-    const sendSge = range('max_send_sge', b.u32('max_send_sge'), 0, LIMITS.maxSge);
-    const recvSge = range('max_recv_sge', b.u32('max_recv_sge'), 0, LIMITS.maxSge);
-    const inline = range('max_inline_data', b.u32('max_inline_data'), 0, LIMITS.maxInlineData);
-    const sigAll = range('sq_sig_all', b.u32('sq_sig_all'), 0, 1);
+    const srq = xrc ? undefined : o.optional(b.u32('srq_handle'), 'srq', NO_HANDLE);
+    return {
+      type,
+      pd: xrcRecv ? undefined : o.get(b.u32('pd_handle'), 'pd'),
+      sendCq: xrcRecv ? undefined : o.get(b.u32('send_cq_handle'), 'cq'),
+      recvCq: xrc ? undefined : o.get(b.u32('recv_cq_handle'), 'cq'),
+      srq,
+      xrcd: xrcRecv ? o.get(b.u32('xrcd_handle'), 'xrcd') : undefined,
+      sends: xrcRecv ? 0 : range('max_send_wr', b.u32('max_send_wr'), 1, LIMITS.maxQpWr),
+      recvs: range('max_recv_wr', b.u32('max_recv_wr'), xrc || srq ? 0 : 1, xrc || srq ? 0 : LIMITS.maxQpWr),
+      sendSge: range('max_send_sge', b.u32('max_send_sge'), 0, LIMITS.maxSge),
+      recvSge: range('max_recv_sge', b.u32('max_recv_sge'), 0, LIMITS.maxSge),
+      inline: range('max_inline_data', b.u32('max_inline_data'), 0, LIMITS.maxInlineData),
+      sigAll: range('sq_sig_all', b.u32('sq_sig_all'), 0, 1) === 1,
+    };
+  }
+
+  #createQp(b: Body): Reply {
+    const q = this.#qpRequest(b);
     under('qp', LIMITS.maxQp, this.#dev);
-    const handle = o.nextHandle();
-    const s = sendGeometry(sends, sendSge, inline);
-    const r = recvGeometry(recvs, recvSge);
-    const { rings, bytes } = qpRings(sends ? s : undefined, recvs ? r : undefined);
+    const handle = this.objects.nextHandle();
+    const s = sendGeometry(q.sends, q.sendSge, q.inline);
+    const r = recvGeometry(q.recvs, q.recvSge);
+    const { rings, bytes } = qpRings(q.sends ? s : undefined, q.recvs ? r : undefined);
     this.#addRing(bytes);
     const ring = bytes ? new RingMemory(bytes, rings, handle) : undefined;
     const caps = {
-      maxSendWr: sends ? s.numElems : 0,
-      maxRecvWr: recvs ? r.numElems : 0,
-      maxSendSge: sends ? s.maxSge : 0,
-      maxRecvSge: recvs ? r.maxSge : 0,
-      maxInlineData: sends ? s.maxInline : 0,
+      maxSendWr: q.sends ? s.numElems : 0,
+      maxRecvWr: q.recvs ? r.numElems : 0,
+      maxSendSge: q.sends ? s.maxSge : 0,
+      maxRecvSge: q.recvs ? r.maxSge : 0,
+      maxInlineData: q.sends ? s.maxInline : 0,
     };
+    const { type, pd, sendCq, recvCq, srq, xrcd } = q;
+    const qpNum = this.#dev.newQpNum();
     const qp: Qp = {
       kind: 'qp',
       handle,
       users: 0,
       type,
-      qpNum: this.#dev.newQpNum(),
+      qpNum,
       pd,
       sendCq,
       recvCq,
       srq,
       xrcd,
       caps,
-      sqSigAll: sigAll === 1,
+      sqSigAll: q.sigAll,
       state: QpState.RESET,
       attrs: defaultAttrs(),
       ring,
     };
-    o.add(qp);
+    this.objects.add(qp);
     for (const used of [pd, sendCq, recvCq, srq, xrcd]) if (used) used.users++;
     this.#dev.counts.qp++;
     const w = new ReplyWriter(abi.createQpResp).u32s({
@@ -330,8 +341,8 @@ export class ProgramContext {
       max_recv_sge: caps.maxRecvSge,
       max_inline_data: caps.maxInlineData,
     });
-    w.u64('sq_offset', sends ? 0n : SIZE_MAX)
-      .u64('rq_offset', recvs ? BigInt(rings[rings.length - 1]!.offset) : SIZE_MAX)
+    w.u64('sq_offset', q.sends ? 0n : SIZE_MAX)
+      .u64('rq_offset', q.recvs ? BigInt(rings[rings.length - 1]!.offset) : SIZE_MAX)
       .u64('ring_size', BigInt(bytes));
     return { body: w.bytes, fds: ring ? [ring.fd] : [] };
   }

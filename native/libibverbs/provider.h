@@ -95,11 +95,9 @@ struct pfr_qp {
 	uint32_t handle;
 	void *map;
 	size_t map_size;
-	struct pfr_ring sq;
+	struct pfr_ring sq; /* the rings the posts will produce into, once the device consumes them */
 	struct pfr_ring rq;
 	bool has_sq, has_rq;
-	uint32_t max_send_sge, max_recv_sge, max_inline;
-	pthread_spinlock_t sq_lock, rq_lock; /* the producer sides */
 };
 
 struct pfr_srq {
@@ -109,8 +107,6 @@ struct pfr_srq {
 	void *map;
 	size_t map_size;
 	struct pfr_ring ring;
-	uint32_t max_sge;
-	pthread_spinlock_t lock;
 };
 
 struct pfr_pd {
@@ -166,7 +162,6 @@ void pfr_set_ops(struct pfr_context *ctx);
 /* rings.c */
 int pfr_ring_map(int fd, size_t size, void **map);
 int pfr_ring_attach(struct pfr_ring *r, void *map, size_t map_size, uint64_t offset, uint16_t kind);
-void pfr_doorbell(struct pfr_context *ctx);
 
 /* fault_thread.c */
 int pfr_fault_thread_start(struct pfr_context *ctx);

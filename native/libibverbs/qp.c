@@ -30,6 +30,46 @@ static uint32_t handle_of_cq(struct ibv_cq *cq)
 	return cq ? PFR_OF(struct pfr_cq, ibv_cq, cq)->handle : PFR_NO_HANDLE;
 }
 
+/* CREATE_QP's body from the program's attributes (the device checks every field). */
+static void qp_request(struct pfr_create_qp *req, const struct ibv_qp_init_attr_ex *a)
+{
+	req->pd_handle = a->comp_mask & IBV_QP_INIT_ATTR_PD && a->pd ? PFR_OF(struct pfr_pd, ibv_pd, a->pd)->handle : PFR_NO_HANDLE;
+	req->xrcd_handle = a->comp_mask & IBV_QP_INIT_ATTR_XRCD && a->xrcd ? PFR_OF(struct pfr_xrcd, xrcd, a->xrcd)->handle
+									    : PFR_NO_HANDLE;
+	req->send_cq_handle = handle_of_cq(a->send_cq);
+	req->recv_cq_handle = handle_of_cq(a->recv_cq);
+	req->srq_handle = a->srq ? PFR_OF(struct pfr_srq, srq, a->srq)->handle : PFR_NO_HANDLE;
+	req->qp_type = a->qp_type;
+	req->max_send_wr = a->cap.max_send_wr;
+	req->max_recv_wr = a->cap.max_recv_wr;
+	req->max_send_sge = a->cap.max_send_sge;
+	req->max_recv_sge = a->cap.max_recv_sge;
+	req->max_inline_data = a->cap.max_inline_data;
+	req->sq_sig_all = a->sq_sig_all ? 1 : 0;
+}
+
+/* The ibv_qp the program holds, and the capabilities the rings have, written back as libibverbs does. */
+static void init_qp(struct pfr_qp *qp, struct ibv_context *context, struct ibv_qp_init_attr_ex *a, const struct pfr_create_qp_resp *r)
+{
+	qp->qp.context = context;
+	qp->qp.qp_context = a->qp_context;
+	qp->qp.pd = a->comp_mask & IBV_QP_INIT_ATTR_PD ? a->pd : NULL;
+	qp->qp.send_cq = a->send_cq;
+	qp->qp.recv_cq = a->recv_cq;
+	qp->qp.srq = a->srq;
+	qp->qp.handle = qp->handle;
+	qp->qp.qp_num = r->qp_num;
+	qp->qp.state = IBV_QPS_RESET;
+	qp->qp.qp_type = a->qp_type;
+	pthread_mutex_init(&qp->qp.mutex, NULL);
+	pthread_cond_init(&qp->qp.cond, NULL);
+	a->cap.max_send_wr = r->max_send_wr;
+	a->cap.max_recv_wr = r->max_recv_wr;
+	a->cap.max_send_sge = r->max_send_sge;
+	a->cap.max_recv_sge = r->max_recv_sge;
+	a->cap.max_inline_data = r->max_inline_data;
+}
+
 struct ibv_qp *pfr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
 {
 	struct pfr_context *ctx = to_pctx(context);
@@ -43,19 +83,7 @@ struct ibv_qp *pfr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
 		errno = EOPNOTSUPP; /* the extended send API (ibv_wr_*), RSS, TSO and create flags: not yet */
 		return NULL;
 	}
-	req.pd_handle = a->comp_mask & IBV_QP_INIT_ATTR_PD && a->pd ? PFR_OF(struct pfr_pd, ibv_pd, a->pd)->handle : PFR_NO_HANDLE;
-	req.xrcd_handle = a->comp_mask & IBV_QP_INIT_ATTR_XRCD && a->xrcd ? PFR_OF(struct pfr_xrcd, xrcd, a->xrcd)->handle
-									   : PFR_NO_HANDLE;
-	req.send_cq_handle = handle_of_cq(a->send_cq);
-	req.recv_cq_handle = handle_of_cq(a->recv_cq);
-	req.srq_handle = a->srq ? PFR_OF(struct pfr_srq, srq, a->srq)->handle : PFR_NO_HANDLE;
-	req.qp_type = a->qp_type;
-	req.max_send_wr = a->cap.max_send_wr;
-	req.max_recv_wr = a->cap.max_recv_wr;
-	req.max_send_sge = a->cap.max_send_sge;
-	req.max_recv_sge = a->cap.max_recv_sge;
-	req.max_inline_data = a->cap.max_inline_data;
-	req.sq_sig_all = a->sq_sig_all ? 1 : 0;
+	qp_request(&req, a);
 	qp = calloc(1, sizeof(*qp));
 	if (!qp) {
 		errno = ENOMEM;
@@ -79,28 +107,7 @@ struct ibv_qp *pfr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_
 			    sizeof(struct ib_uverbs_destroy_qp_resp));
 		goto fail;
 	}
-	qp->max_send_sge = r.max_send_sge;
-	qp->max_recv_sge = r.max_recv_sge;
-	qp->max_inline = r.max_inline_data;
-	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
-	qp->qp.context = context;
-	qp->qp.qp_context = a->qp_context;
-	qp->qp.pd = a->comp_mask & IBV_QP_INIT_ATTR_PD ? a->pd : NULL;
-	qp->qp.send_cq = a->send_cq;
-	qp->qp.recv_cq = a->recv_cq;
-	qp->qp.srq = a->srq;
-	qp->qp.handle = qp->handle;
-	qp->qp.qp_num = r.qp_num;
-	qp->qp.state = IBV_QPS_RESET;
-	qp->qp.qp_type = a->qp_type;
-	pthread_mutex_init(&qp->qp.mutex, NULL);
-	pthread_cond_init(&qp->qp.cond, NULL);
-	a->cap.max_send_wr = r.max_send_wr;
-	a->cap.max_recv_wr = r.max_recv_wr;
-	a->cap.max_send_sge = r.max_send_sge;
-	a->cap.max_recv_sge = r.max_recv_sge;
-	a->cap.max_inline_data = r.max_inline_data;
+	init_qp(qp, context, a, &r);
 	return &qp->qp;
 fail:
 	free(qp);
@@ -255,8 +262,6 @@ PFR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibv_qp)
 	pthread_mutex_unlock(&ctx->objects_lock);
 	if (qp->map)
 		munmap(qp->map, qp->map_size);
-	pthread_spin_destroy(&qp->sq_lock);
-	pthread_spin_destroy(&qp->rq_lock);
 	free(qp);
 	return 0;
 }
@@ -331,8 +336,6 @@ struct ibv_srq *pfr_create_srq_ex(struct ibv_context *context, struct ibv_srq_in
 			    sizeof(struct ib_uverbs_destroy_srq_resp));
 		goto fail;
 	}
-	srq->max_sge = r.max_sge;
-	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
 	srq->srq.context = context;
 	srq->srq.srq_context = a->srq_context;
 	srq->srq.pd = a->pd;
@@ -395,7 +398,6 @@ PFR_EXPORT int ibv_destroy_srq(struct ibv_srq *ibv_srq)
 	pfr_table_clear(&ctx->srqs, srq->handle);
 	pthread_mutex_unlock(&ctx->objects_lock);
 	munmap(srq->map, srq->map_size);
-	pthread_spin_destroy(&srq->lock);
 	free(srq);
 	return 0;
 }

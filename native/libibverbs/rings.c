@@ -1,8 +1,6 @@
-/* The rings the device made, as the provider maps them (docs/device-abi.md §2, §3): the memfd
- * mapped shared, each ring's geometry read once and checked, and the doorbell rung after a
- * producer step only when the device waits for it. */
+/* The rings the device made, as the provider maps them (docs/device-abi.md §2): the memfd
+ * mapped shared, each ring's geometry read once and checked. */
 #include <errno.h>
-#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,14 +31,4 @@ int pfr_ring_attach(struct pfr_ring *r, void *map, size_t map_size, uint64_t off
 	r->num_elems = q->num_elems;
 	r->log2_elem_size = q->log2_elem_size;
 	return 0;
-}
-
-void pfr_doorbell(struct pfr_context *ctx)
-{
-	uint64_t one = 1;
-	atomic_thread_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit((_Atomic uint32_t *)&ctx->doorbell->device_sleeping, memory_order_relaxed))
-		return;
-	if (write(ctx->doorbell_fd, &one, sizeof(one)) == sizeof(one))
-		atomic_fetch_add_explicit((_Atomic uint64_t *)&ctx->doorbell->doorbells_rung, 1, memory_order_relaxed);
 }
