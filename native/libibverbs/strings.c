@@ -84,39 +84,42 @@ PFR_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status status)
 	return NAME_OF(names, status);
 }
 
-/* Each rate and its bandwidth in Mb/s (the multiple of 2.5 Gb/s for the classic ones). */
+/* Each rate: its multiple of 2.5 Gb/s (0: libibverbs gives it none) and its bandwidth in Mb/s. */
 static const struct {
 	enum ibv_rate rate;
+	int mult;
 	int mbps;
 } rates[] = {
-	{IBV_RATE_2_5_GBPS, 2500},   {IBV_RATE_5_GBPS, 5000},     {IBV_RATE_10_GBPS, 10000},   {IBV_RATE_20_GBPS, 20000},
-	{IBV_RATE_30_GBPS, 30000},   {IBV_RATE_40_GBPS, 40000},   {IBV_RATE_60_GBPS, 60000},   {IBV_RATE_80_GBPS, 80000},
-	{IBV_RATE_120_GBPS, 120000}, {IBV_RATE_14_GBPS, 14062},   {IBV_RATE_56_GBPS, 56250},   {IBV_RATE_112_GBPS, 112500},
-	{IBV_RATE_168_GBPS, 168750}, {IBV_RATE_25_GBPS, 25781},   {IBV_RATE_100_GBPS, 103125}, {IBV_RATE_200_GBPS, 206250},
-	{IBV_RATE_300_GBPS, 309375}, {IBV_RATE_28_GBPS, 28125},   {IBV_RATE_50_GBPS, 53125},   {IBV_RATE_400_GBPS, 425000},
-	{IBV_RATE_600_GBPS, 637500}, {IBV_RATE_800_GBPS, 850000}, {IBV_RATE_1200_GBPS, 1275000},
+	{IBV_RATE_2_5_GBPS, 1, 2500},      {IBV_RATE_5_GBPS, 2, 5000},       {IBV_RATE_10_GBPS, 4, 10000},
+	{IBV_RATE_20_GBPS, 8, 20000},      {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
+	{IBV_RATE_60_GBPS, 24, 60000},     {IBV_RATE_80_GBPS, 32, 80000},    {IBV_RATE_120_GBPS, 48, 120000},
+	{IBV_RATE_14_GBPS, 0, 14062},      {IBV_RATE_56_GBPS, 0, 56250},     {IBV_RATE_112_GBPS, 0, 112500},
+	{IBV_RATE_168_GBPS, 0, 168750},    {IBV_RATE_25_GBPS, 0, 25781},     {IBV_RATE_100_GBPS, 0, 103125},
+	{IBV_RATE_200_GBPS, 0, 206250},    {IBV_RATE_300_GBPS, 0, 309375},   {IBV_RATE_28_GBPS, 11, 28125},
+	{IBV_RATE_50_GBPS, 20, 53125},     {IBV_RATE_400_GBPS, 160, 425000}, {IBV_RATE_600_GBPS, 240, 637500},
+	{IBV_RATE_800_GBPS, 320, 850000},  {IBV_RATE_1200_GBPS, 480, 1275000},
 };
-#define CLASSIC 9 /* the first nine: whole multiples of 2.5 Gb/s, what ibv_rate_to_mult knows */
+#define RATES (sizeof(rates) / sizeof(rates[0]))
 
 PFR_EXPORT int ibv_rate_to_mult(enum ibv_rate rate)
 {
-	for (int i = 0; i < CLASSIC; i++)
-		if (rates[i].rate == rate)
-			return rates[i].mbps / 2500;
+	for (size_t i = 0; i < RATES; i++)
+		if (rates[i].rate == rate && rates[i].mult)
+			return rates[i].mult;
 	return -1;
 }
 
 PFR_EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
 {
-	for (int i = 0; i < CLASSIC; i++)
-		if (rates[i].mbps == mult * 2500)
+	for (size_t i = 0; i < RATES; i++)
+		if (rates[i].mult && rates[i].mult == mult)
 			return rates[i].rate;
 	return IBV_RATE_MAX;
 }
 
 PFR_EXPORT int ibv_rate_to_mbps(enum ibv_rate rate)
 {
-	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
+	for (size_t i = 0; i < RATES; i++)
 		if (rates[i].rate == rate)
 			return rates[i].mbps;
 	return -1;
@@ -124,7 +127,7 @@ PFR_EXPORT int ibv_rate_to_mbps(enum ibv_rate rate)
 
 PFR_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 {
-	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
+	for (size_t i = 0; i < RATES; i++)
 		if (rates[i].mbps == mbps)
 			return rates[i].rate;
 	return IBV_RATE_MAX;
