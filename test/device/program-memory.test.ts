@@ -133,6 +133,20 @@ test('the fault thread touches nothing outside the MR the request names, and a g
   expect(dev.device.stats().faultsFailed).toBe(3);
 });
 
+test('the device going away fails the next verb of a program at once (EIO), and the program goes on', async () => {
+  const p = await start(1, 0);
+  p.child.stdin.write('pd\n');
+  expect(await p.line()).toBe('pd ok');
+  dev.device.close();
+  const t0 = Date.now();
+  p.child.stdin.write('pd\n');
+  expect(await p.line()).toBe('pd EIO');
+  expect(Date.now() - t0).toBeLessThan(2000);
+  p.child.stdin.write('check 0\nexit\n');
+  expect(await p.line()).toMatch(/^(ok|bad) /);
+  expect(await new Promise((r) => p.child.once('exit', r))).toBe(0);
+});
+
 test("a pinned MR is mlock'd in the program, against its own RLIMIT_MEMLOCK", async () => {
   const p = await start(1, 8);
   expect(p.ready[3]).toBe('pinned');
