@@ -386,7 +386,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const uffd = new Userfaultfd(raw.handle, raw.features, raw.available, raw.ioctls, raw.how, raw.handlerTid);
     binding.uffdSetTimeout(raw.handle, timeoutMs);
     if (opts.handler) uffd.#handler = opts.handler as FaultHandler;
-    binding.uffdStart(raw.handle, (events) => uffd.#onEvents(events), delivery === 'event-loop');
+    binding.uffdStart(raw.handle, (events, length) => uffd.#onEvents(events, length), delivery === 'event-loop');
     return uffd;
   }
 
@@ -697,10 +697,11 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     return this.#regions.get(id)?.[0]?.region;
   }
 
-  #onEvents(ev: Float64Array): void {
+  /** The first `length` numbers of `ev` (the native side reuses the array for its next batch). */
+  #onEvents(ev: Float64Array, length: number): void {
     if (this.#closed) return;
     const now = performance.now();
-    for (let i = 0; i < ev.length; i += UFFD_EVENT_WIDTH) {
+    for (let i = 0; i < length; i += UFFD_EVENT_WIDTH) {
       const kind = ev[i] as UffdEventKind;
       const flags = ev[i + 1]!;
       const address = BigInt(ev[i + 2]!);

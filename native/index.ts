@@ -139,7 +139,8 @@ export interface Binding {
   gettid(): number;
 
   uffdOpen(features: bigint, required: bigint, userModeOnly: boolean): RawUffd;
-  uffdStart(handle: number, callback: (events: Float64Array) => void, eventLoop: boolean): void;
+  /** `callback` reads the first `length` numbers of `events`, which the next batch reuses. */
+  uffdStart(handle: number, callback: (events: Float64Array, length: number) => void, eventLoop: boolean): void;
   uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number, granule: number): bigint;
   uffdUnregister(handle: number, address: bigint, length: number): void;
   uffdCopy(

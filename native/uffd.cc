@@ -115,6 +115,10 @@ class Uffd {
   uv_poll_t* poll_handle = nullptr;
   Napi::FunctionReference callback;
   std::unique_ptr<Napi::AsyncContext> async;
+  // What the poll callback fills (reserved once) and the Float64Array every batch is copied
+  // into and handed over in, with its length: nothing is allocated per batch.
+  Batch loop_batch;
+  Napi::Reference<Napi::Float64Array> loop_events;
   std::atomic<uint64_t> main_polls{0};
   // The guard sleeps without a timeout only while nothing is outstanding. A fault the JS
   // thread reads first never wakes it (poll() sees the uffd readable no more), so whoever
@@ -362,16 +366,22 @@ class Uffd {
     return static_cast<int>((next - now) / 1'000'000ull) + 1;
   }
 
-  // Read everything pending, one read() per 64 messages.
+  // One read() of up to kReadBatch messages, each handled into the batch. Returns the
+  // messages read (0: nothing pending).
+  static constexpr size_t kReadBatch = 64;
+  size_t ReadOnce(Batch* b) {
+    uffd_msg msgs[kReadBatch];
+    ssize_t got = read(fd, msgs, sizeof(msgs));
+    if (got <= 0) return 0;
+    st_reads++;
+    size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
+    for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
+    return count;
+  }
+
+  // Read everything pending, one read() per kReadBatch messages.
   void Drain(Batch* b) {
-    uffd_msg msgs[64];
-    for (;;) {
-      ssize_t got = read(fd, msgs, sizeof(msgs));
-      if (got <= 0) break;
-      st_reads++;
-      size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
-      for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
-      if (count < 64) break;
+    while (ReadOnce(b) == kReadBatch) {
     }
   }
 
@@ -497,22 +507,32 @@ class Uffd {
     if (write(kickfd, &one, sizeof(one)) < 0) { /* the counter is saturated: a kick is pending anyway */ }
   }
 
-  // The JS thread's uv_poll callback: read and hand the batch to JS directly.
+  // The JS thread's uv_poll callback: read and hand each batch to JS directly, then read
+  // again. On one CPU the woken faulter has faulted on its next page before the handler's
+  // UFFDIO_COPY returns, so the next read finds it: one read per fault and no turn of the
+  // event loop in between (a turn costs an epoll_wait and Node's per-turn work, more than the
+  // handler). Bounded, so timers and other I/O still get a turn under a stream of faults;
+  // each batch is its own MakeCallback, so microtasks run between batches as between turns.
+  static constexpr int kReadsPerCallback = 16;
   static void OnReadable(uv_poll_t* handle, int status, int events) {
     Uffd* u = static_cast<Uffd*>(handle->data);
-    u->main_polls++;
     if (u->closed) return;
-    Batch b;
-    u->Drain(&b);
-    if (b.events.empty() || u->callback.IsEmpty()) return;
     Napi::Env env(u->env);
     Napi::HandleScope scope(env);
-    try {
-      Napi::Float64Array arr = Napi::Float64Array::New(env, b.events.size());
+    Napi::Float64Array arr = u->loop_events.Value();
+    for (int turn = 0; turn < kReadsPerCallback && !u->closed; turn++) {
+      u->main_polls++;  // the guard's sign that this thread reads
+      Batch& b = u->loop_batch;
+      b.events.clear();
+      if (u->ReadOnce(&b) == 0) break;
+      if (b.events.empty()) continue;
       std::copy(b.events.begin(), b.events.end(), arr.Data());
-      u->callback.MakeCallback(env.Global(), {arr}, *u->async);
-    } catch (const Napi::Error& e) {
-      napi_fatal_exception(u->env, e.Value());  // as an uncaught exception of a JS callback
+      try {
+        u->callback.MakeCallback(env.Global(), {arr, Napi::Number::New(env, static_cast<double>(b.events.size()))}, *u->async);
+      } catch (const Napi::Error& e) {
+        napi_fatal_exception(u->env, e.Value());  // as an uncaught exception of a JS callback
+        return;
+      }
     }
   }
 
@@ -562,6 +582,7 @@ class Uffd {
     if (started) tsfn.Release();
     callback.Reset();
     async.reset();
+    loop_events.Reset();
   }
 };
 
@@ -574,7 +595,7 @@ void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* /*ctx*/, Ba
     size_t n = batch->events.size();
     Napi::Float64Array arr = Napi::Float64Array::New(env, n);
     std::copy(batch->events.begin(), batch->events.end(), arr.Data());
-    cb.Call({arr});
+    cb.Call({arr, Napi::Number::New(env, static_cast<double>(n))});
   }
   delete batch;
 }
@@ -671,9 +692,11 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// uffdStart(handle, callback(Float64Array), eventLoop): start delivery. eventLoop: the JS
-// thread polls the uffd and the reader thread guards; otherwise the reader thread reads
-// everything and hands it over through the thread-safe function.
+// uffdStart(handle, callback(events: Float64Array, length), eventLoop): start delivery. The
+// callback reads the first `length` numbers of `events` (7 per event) and must not keep the
+// array: the next batch reuses it. eventLoop: the JS thread polls the uffd and the reader
+// thread guards; otherwise the reader thread reads everything and hands it over through the
+// thread-safe function.
 Napi::Value UffdStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
@@ -689,6 +712,8 @@ Napi::Value UffdStart(const Napi::CallbackInfo& info) {
     if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) throw Napi::Error::New(env, "no event loop for this environment");
     u->callback = Napi::Persistent(info[1].As<Napi::Function>());
     u->async = std::make_unique<Napi::AsyncContext>(env, "pagefault-rdma:uffd");
+    u->loop_batch.events.reserve(Uffd::kReadBatch * kEventWidth);  // one event at most per message
+    u->loop_events = Napi::Persistent(Napi::Float64Array::New(env, Uffd::kReadBatch * kEventWidth));
     u->poll_handle = new uv_poll_t();
     int err = uv_poll_init(loop, u->poll_handle, u->fd);
     if (err != 0) {
