@@ -49,6 +49,8 @@ const REGISTER_MISSING = 1;
 const REGISTER_WP = 2;
 const REGISTER_MINOR = 4;
 const CONTINUE_MODE_WP = 2;
+const COPY_MODE_DONTWAKE = 1;
+const COPY_MODE_WP = 2;
 
 /**
  * The features this userfaultfd has: the ones it asked for at the UFFDIO_API handshake and
@@ -480,7 +482,8 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     const s = this.#registered('copy', region, offset, length);
     const wp = checkBool('copy: options.writeProtect', opts.writeProtect, false);
     const wake = checkBool('copy: options.wake', opts.wake, true);
-    return sys('copy', RESOLVE_FIXES, () => binding.uffdCopy(this.#handle, region.address + BigInt(s.offset), s.length, data, 0, wp, !wake));
+    const mode = (wake ? 0 : COPY_MODE_DONTWAKE) | (wp ? COPY_MODE_WP : 0);
+    return sys('copy', RESOLVE_FIXES, () => binding.uffdCopy(this.#handle, region.address, s.offset, s.length, data, mode));
   }
 
   /**

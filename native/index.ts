@@ -143,15 +143,8 @@ export interface Binding {
   uffdStart(handle: number, callback: (events: Float64Array, length: number) => void, eventLoop: boolean): void;
   uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number, granule: number): bigint;
   uffdUnregister(handle: number, address: bigint, length: number): void;
-  uffdCopy(
-    handle: number,
-    address: bigint,
-    length: number,
-    source: ArrayBufferView | ArrayBuffer,
-    sourceOffset: number,
-    writeProtect: boolean,
-    dontWake: boolean,
-  ): number;
+  /** Places `length` bytes of `source` at `base + offset`; `mode`: UFFDIO_COPY_MODE_DONTWAKE (1) | UFFDIO_COPY_MODE_WP (2). */
+  uffdCopy(handle: number, base: bigint, offset: number, length: number, source: ArrayBufferView | ArrayBuffer, mode: number): number;
   uffdZeropage(handle: number, address: bigint, length: number, dontWake: boolean): number;
   uffdContinue(handle: number, address: bigint, length: number, dontWake: boolean, mode: number): number;
   uffdPoison(handle: number, address: bigint, length: number, dontWake: boolean): number;

@@ -187,20 +187,52 @@ class Uffd {
     return err;
   }
 
-  using Taken = std::vector<std::pair<uint64_t, Pending>>;
+  // The forwarded faults a resolution took out of the table, to put back if it fails. A
+  // resolution usually takes one or a few: those are kept inline, so it allocates nothing.
+  class Taken {
+   public:
+    void Add(const std::pair<const uint64_t, Pending>& e) {
+      if (n_ < few_.size()) few_[n_++] = e;
+      else more_.push_back(e);
+    }
+    bool empty() const { return n_ == 0; }
+    template <typename F>
+    void ForEach(F f) const {
+      for (size_t i = 0; i < n_; i++) f(few_[i]);
+      for (const auto& e : more_) f(e);
+    }
+
+   private:
+    std::array<std::pair<uint64_t, Pending>, 4> few_;
+    size_t n_ = 0;
+    std::vector<std::pair<uint64_t, Pending>> more_;
+  };
 
   // Stop tracking the forwarded faults of a range. Called *before* the ioctl that resolves
   // and wakes them: a thread woken by it may fault on the same page at once (a write after
   // a write-protected copy), and the reader must see that as a new fault, not a duplicate.
   Taken Take(uint64_t start, uint64_t len) {
-    Taken out;
     std::lock_guard<std::mutex> lock(mu);
+    return TakeLocked(start, len);
+  }
+
+  // What a resolution of [start, start+len) needs before its ioctl, under one lock: the page
+  // size there, and (when it wakes) the range's forwarded faults taken out (see Take).
+  uint64_t Begin(uint64_t start, uint64_t len, bool take, Taken* taken) {
+    std::lock_guard<std::mutex> lock(mu);
+    const Range* r = FindRangeLocked(start);
+    if (take) *taken = TakeLocked(start, len);
+    return r ? r->granule : static_cast<uint64_t>(PageSize());
+  }
+
+  Taken TakeLocked(uint64_t start, uint64_t len) {
+    Taken out;
     if (outstanding.empty()) return out;
     const uint64_t ps = static_cast<uint64_t>(PageSize());
     if (len / ps > outstanding.size()) {
       for (auto it = outstanding.begin(); it != outstanding.end();) {
         if (it->first >= start && it->first < start + len) {
-          out.emplace_back(*it);
+          out.Add(*it);
           it = outstanding.erase(it);
         } else {
           ++it;
@@ -210,7 +242,7 @@ class Uffd {
       for (uint64_t p = start; p < start + len; p += ps) {
         auto it = outstanding.find(p);
         if (it == outstanding.end()) continue;
-        out.emplace_back(*it);
+        out.Add(*it);
         outstanding.erase(it);
       }
     }
@@ -222,7 +254,7 @@ class Uffd {
   void Restore(const Taken& taken) {
     if (taken.empty()) return;
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& kv : taken) outstanding.emplace(kv.first, kv.second);
+    taken.ForEach([this](const std::pair<uint64_t, Pending>& kv) { outstanding.emplace(kv.first, kv.second); });
     WakeGuard();
   }
 
@@ -776,53 +808,92 @@ struct Restorer {
   }
 };
 
-// The source bytes of a copy: a TypedArray, Buffer, DataView or ArrayBuffer.
+// A resolution retries EAGAIN (the mappings are changing; the reader drains the event that
+// says so) for at most a second, counted from the first EAGAIN: the clock is read only then.
+class RetryBound {
+ public:
+  bool Over() {
+    uint64_t now = NowNs();
+    if (deadline_ == 0) deadline_ = now + 1'000'000'000ull;
+    return now > deadline_;
+  }
+
+ private:
+  uint64_t deadline_ = 0;
+};
+
+size_t ElementSize(napi_typedarray_type type) {
+  switch (type) {
+    case napi_int8_array:
+    case napi_uint8_array:
+    case napi_uint8_clamped_array:
+      return 1;
+    case napi_int16_array:
+    case napi_uint16_array:
+      return 2;
+    case napi_int32_array:
+    case napi_uint32_array:
+    case napi_float32_array:
+      return 4;
+    case napi_float64_array:
+    case napi_bigint64_array:
+    case napi_biguint64_array:
+      return 8;
+    default:
+      return 0;  // an element type this build does not know: no bytes, so "shorter than the range"
+  }
+}
+
+// The source bytes of a copy: a TypedArray, Buffer, DataView or ArrayBuffer. One N-API call
+// for a TypedArray or Buffer (what a handler passes on every fault): its info is the data
+// pointer, already past the view's offset.
 uint8_t* SourceBytes(const Napi::Value& v, size_t* avail) {
-  if (v.IsTypedArray() || v.IsDataView()) {
-    napi_value ab;
-    void* data;
-    size_t len, off;
-    if (v.IsTypedArray()) {
-      auto ta = v.As<Napi::TypedArray>();
-      *avail = ta.ByteLength();
-      return static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-    }
-    if (napi_get_dataview_info(v.Env(), v, &len, &data, &ab, &off) != napi_ok) return nullptr;
-    *avail = len;
+  napi_env env = v.Env();
+  napi_typedarray_type type;
+  size_t length, offset;
+  void* data;
+  napi_value ab;
+  if (napi_get_typedarray_info(env, v, &type, &length, &data, &ab, &offset) == napi_ok) {
+    *avail = length * ElementSize(type);
     return static_cast<uint8_t*>(data);
   }
-  if (v.IsArrayBuffer()) {
-    auto ab = v.As<Napi::ArrayBuffer>();
-    *avail = ab.ByteLength();
-    return static_cast<uint8_t*>(ab.Data());
+  if (napi_get_dataview_info(env, v, &length, &data, &ab, &offset) == napi_ok) {
+    *avail = length;
+    return static_cast<uint8_t*>(data);
+  }
+  if (napi_get_arraybuffer_info(env, v, &data, &length) == napi_ok) {
+    *avail = length;
+    return static_cast<uint8_t*>(data);
   }
   return nullptr;
 }
 
-// uffdCopy(handle, dst, length, src, srcOffset, writeProtect, dontWake) -> bytes placed
-// Loops over partial copies (EAGAIN with progress). EEXIST: part of the range was there
-// already (a racing resolution won): the rest is placed page by page, and the bytes
-// returned are only those this call placed.
+// uffdCopy(handle, base, offset, length, src, mode) -> bytes placed, at base + offset (a
+// region's address and an offset in it: no address arithmetic on BigInts in JS); mode:
+// UFFDIO_COPY_MODE_DONTWAKE | UFFDIO_COPY_MODE_WP. Six arguments: node-addon-api reads up to
+// six without allocating. Loops over partial copies (EAGAIN with progress). EEXIST: part of
+// the range was there already (a racing resolution won): the rest is placed page by page,
+// and the bytes returned are only those this call placed.
 Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
-  uint64_t dst = ArgAddr(info, 1, "address");
-  uint64_t len = ArgAddr(info, 2, "length");
+  uint64_t dst = ArgAddr(info, 1, "base") + ArgSize(info, 2, "offset");
+  uint64_t len = ArgSize(info, 3, "length");
   size_t avail = 0;
-  uint8_t* src = SourceBytes(info[3], &avail);
+  uint8_t* src = SourceBytes(info[4], &avail);
   if (src == nullptr) throw Napi::TypeError::New(env, "source must be a TypedArray, Buffer, DataView or ArrayBuffer");
-  size_t soff = ArgSize(info, 4, "sourceOffset");
-  if (soff > avail || len > avail - soff) throw Napi::RangeError::New(env, "source is shorter than the range");
-  bool wake = !ArgBool(info, 6);
-  uint64_t mode = (ArgBool(info, 5) ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE);
-  const uint64_t ps = u->GranuleAt(dst);
+  if (len > avail) throw Napi::RangeError::New(env, "source is shorter than the range");
+  uint64_t mode = ArgSize(info, 5, "mode");
+  if (mode & ~static_cast<uint64_t>(UFFDIO_COPY_MODE_DONTWAKE | UFFDIO_COPY_MODE_WP)) throw Napi::RangeError::New(env, "mode has unknown bits");
+  bool wake = !(mode & UFFDIO_COPY_MODE_DONTWAKE);
   // Without a wake the faults still wait: they stay tracked until the caller's wake, or the
   // watchdog's default resolution (EEXIST there, then a wake) if it never comes.
-  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
+  Restorer restore{u.get()};
+  const uint64_t ps = u->Begin(dst, len, wake, &restore.taken);
   uint64_t done = 0, placed = 0;
-  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  RetryBound retry;
   while (done < len) {
-    uffdio_copy c{dst + done, reinterpret_cast<uint64_t>(src + soff + done), len - done, mode, 0};
+    uffdio_copy c{dst + done, reinterpret_cast<uint64_t>(src + done), len - done, mode, 0};
     if (ioctl(u->fd, UFFDIO_COPY, &c) == 0) {
       placed += len - done;
       done = len;
@@ -839,11 +910,11 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
       // resident page does not leave its neighbours blocked. Wake once at the end: a
       // wake per page would let the faulting thread run ahead into pages not yet copied.
       for (uint64_t p = done; p < len;) {
-        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + soff + p), std::min(ps, len - p), mode | UFFDIO_COPY_MODE_DONTWAKE, 0};
+        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + p), std::min(ps, len - p), mode | UFFDIO_COPY_MODE_DONTWAKE, 0};
         if (ioctl(u->fd, UFFDIO_COPY, &one) == 0) {
           placed += one.len;
         } else if (errno == EAGAIN && one.copy <= 0) {
-          if (NowNs() > deadline) ThrowSystemError(env, EAGAIN, "ioctl(UFFDIO_COPY)");
+          if (retry.Over()) ThrowSystemError(env, EAGAIN, "ioctl(UFFDIO_COPY)");
           std::this_thread::sleep_for(std::chrono::microseconds(50));  // mmap changing: retry this page
           continue;
         } else if (errno != EEXIST) {
@@ -855,7 +926,7 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
       done = len;
       break;
     }
-    if (err == EAGAIN && NowNs() < deadline) {  // mmap changing: the reader drains the event
+    if (err == EAGAIN && !retry.Over()) {  // mmap changing: the reader drains the event
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -881,10 +952,10 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
   uint64_t len = ArgAddr(info, 2, "length");
   bool wake = !ArgBool(info, 3);
   uint64_t extra = info.Length() > 4 ? ArgAddr(info, 4, "mode") : 0;  // e.g. UFFDIO_CONTINUE_MODE_WP
-  uint64_t deadline = NowNs() + 1'000'000'000ull;
   uint64_t done = 0, placed = 0;
-  const uint64_t ps = u->GranuleAt(start);
-  Restorer restore{u.get(), wake ? u->Take(start, len) : Uffd::Taken{}};
+  RetryBound retry;
+  Restorer restore{u.get()};
+  const uint64_t ps = u->Begin(start, len, wake, &restore.taken);
   while (done < len) {
     T arg{};
     arg.range = {start + done, len - done};
@@ -912,7 +983,7 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
       if (wake) u->Wake(start, len);
       break;
     }
-    if (err == EAGAIN && NowNs() < deadline) {
+    if (err == EAGAIN && !retry.Over()) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -947,10 +1018,10 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 3, "length");
   bool wake = !ArgBool(info, 4);
   uint64_t holes = ArgBool(info, 5) ? UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES : 0;
-  const uint64_t ps = u->GranuleAt(dst);
-  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
+  Restorer restore{u.get()};
+  const uint64_t ps = u->Begin(dst, len, wake, &restore.taken);
   uint64_t done = 0, moved = 0, skipped = 0;
-  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  RetryBound retry;
   while (done < len) {
     uffdio_move m{dst + done, src + done, len - done, UFFDIO_MOVE_MODE_DONTWAKE | holes, 0};
     if (ioctl(u->fd, UFFDIO_MOVE, &m) == 0) {
@@ -968,7 +1039,7 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
       skipped++;
       continue;
     }
-    if (err == EAGAIN && NowNs() < deadline) {
+    if (err == EAGAIN && !retry.Over()) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -989,7 +1060,8 @@ Napi::Value UffdWriteProtect(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 2, "length");
   bool on = ArgBool(info, 3);
   bool dontwake = ArgBool(info, 4);
-  Restorer restore{u.get(), on || dontwake ? Uffd::Taken{} : u->Take(start, len)};
+  Restorer restore{u.get()};
+  if (!on && !dontwake) restore.taken = u->Take(start, len);
   uffdio_writeprotect wp{{start, len}, (on ? UFFDIO_WRITEPROTECT_MODE_WP : 0) | (dontwake ? UFFDIO_WRITEPROTECT_MODE_DONTWAKE : 0)};
   if (ioctl(u->fd, UFFDIO_WRITEPROTECT, &wp) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_WRITEPROTECT)");
   restore.done = true;
