@@ -119,6 +119,7 @@ class Uffd {
   // into and handed over in, with its length: nothing is allocated per batch.
   Batch loop_batch;
   Napi::Reference<Napi::Float64Array> loop_events;
+  double* loop_data = nullptr;  // its elements (an ArrayBuffer's backing store does not move)
   std::atomic<uint64_t> main_polls{0};
   // The guard sleeps without a timeout only while nothing is outstanding. A fault the JS
   // thread reads first never wakes it (poll() sees the uffd readable no more), so whoever
@@ -551,18 +552,23 @@ class Uffd {
     if (u->closed) return;
     Napi::Env env(u->env);
     Napi::HandleScope scope(env);
-    Napi::Float64Array arr = u->loop_events.Value();
+    napi_value arr = u->loop_events.Value();
+    napi_value fn = u->callback.Value();
     for (int turn = 0; turn < kReadsPerCallback && !u->closed; turn++) {
       u->main_polls++;  // the guard's sign that this thread reads
       Batch& b = u->loop_batch;
       b.events.clear();
       if (u->ReadOnce(&b) == 0) break;
       if (b.events.empty()) continue;
-      std::copy(b.events.begin(), b.events.end(), arr.Data());
-      try {
-        u->callback.MakeCallback(env.Global(), {arr, Napi::Number::New(env, static_cast<double>(b.events.size()))}, *u->async);
-      } catch (const Napi::Error& e) {
-        napi_fatal_exception(u->env, e.Value());  // as an uncaught exception of a JS callback
+      std::copy(b.events.begin(), b.events.end(), u->loop_data);
+      // The array is the receiver: the callback ignores `this`, and napi_make_callback wants
+      // an object (the global would be one more call a batch).
+      napi_value argv[2] = {arr, Napi::Number::New(env, static_cast<double>(b.events.size()))};
+      napi_value result;
+      if (napi_make_callback(env, *u->async, arr, fn, 2, argv, &result) != napi_ok) {
+        napi_value err;
+        // As an uncaught exception of a JS callback.
+        if (napi_get_and_clear_last_exception(env, &err) == napi_ok) napi_fatal_exception(env, err);
         return;
       }
     }
@@ -745,7 +751,9 @@ Napi::Value UffdStart(const Napi::CallbackInfo& info) {
     u->callback = Napi::Persistent(info[1].As<Napi::Function>());
     u->async = std::make_unique<Napi::AsyncContext>(env, "pagefault-rdma:uffd");
     u->loop_batch.events.reserve(Uffd::kReadBatch * kEventWidth);  // one event at most per message
-    u->loop_events = Napi::Persistent(Napi::Float64Array::New(env, Uffd::kReadBatch * kEventWidth));
+    Napi::Float64Array events = Napi::Float64Array::New(env, Uffd::kReadBatch * kEventWidth);
+    u->loop_data = events.Data();
+    u->loop_events = Napi::Persistent(events);
     u->poll_handle = new uv_poll_t();
     int err = uv_poll_init(loop, u->poll_handle, u->fd);
     if (err != 0) {
