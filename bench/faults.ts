@@ -2,8 +2,9 @@
 // measured side by side with a C handler doing the same work (bench/c/uffd-handler.c).
 //
 // For each touch-ahead size (pages resolved per fault) and each round, a thread that is
-// not the handler's reads one byte of every page of a fresh 64 MiB region; each missing
-// page faults, the handler answers with one UFFDIO_COPY of the aligned group of pages, and
+// not the handler's reads one byte of every page of a 64 MiB region with no page present
+// (a fresh mapping for C, the run's one region evicted for TypeScript); each missing page
+// faults, the handler answers with one UFFDIO_COPY of the aligned group of pages, and
 // the faulting thread records how long each page took. Rounds of the handlers alternate
 // so that drift of the machine hits all of them alike.
 //
@@ -25,7 +26,7 @@ import os from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from 'commander';
-import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent } from '../lib/index.js';
+import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent, type Region } from '../lib/index.js';
 import { print, Table } from '../examples/support/format.js';
 import { progress, type Progress } from '../examples/support/progress.js';
 import type { TraceFile } from '../examples/support/trace-file.js';
@@ -251,8 +252,19 @@ function cTrace(out: COutput): Trace {
   return trace;
 }
 
-async function runTs(pages: number, perFault: number, source: Buffer, trace: boolean, delivery: 'event-loop' | 'thread'): Promise<Round> {
-  const region = mapRegion(pages * PAGE_SIZE);
+/**
+ * The TypeScript rounds' memory: one region for the whole run, its pages dropped after each
+ * round. A fresh 64 MiB mapping a round would be 64 MiB more external memory for V8 each
+ * time: a major GC a round, marking on the handler's CPU while the faults are timed.
+ */
+function freshPages(region: Region): Region {
+  if (region.residentPages() !== 0) throw new Error('bench/faults: the region still has pages from the last round: they would not fault');
+  return region;
+}
+
+async function runTs(memory: Region, perFault: number, source: Buffer, trace: boolean, delivery: 'event-loop' | 'thread'): Promise<Round> {
+  const region = freshPages(memory);
+  const pages = region.size / PAGE_SIZE;
   const uffd = Userfaultfd.open({ delivery });
   const errors: Error[] = [];
   uffd.on('error', (err: Error) => errors.push(err));
@@ -304,8 +316,8 @@ async function runTs(pages: number, perFault: number, source: Buffer, trace: boo
     }
     return round;
   } finally {
-    uffd.close();
-    region.close();
+    uffd.close(); // unregisters: the eviction below is a plain MADV_DONTNEED
+    region.evict();
   }
 }
 
@@ -344,8 +356,9 @@ function threadCpus(tid: number): string {
  * toucher threads on the faulters' CPU: a thread starts on its creator's CPUs, so the JS
  * thread moves there to start them and comes back.
  */
-async function runTsRate(pages: number, page: Buffer, at: RatePlacement): Promise<number> {
-  const region = mapRegion(pages * PAGE_SIZE);
+async function runTsRate(memory: Region, page: Buffer, at: RatePlacement): Promise<number> {
+  const region = freshPages(memory);
+  const pages = region.size / PAGE_SIZE;
   const uffd = Userfaultfd.open();
   const errors: Error[] = [];
   uffd.on('error', (err: Error) => errors.push(err));
@@ -384,16 +397,16 @@ async function runTsRate(pages: number, page: Buffer, at: RatePlacement): Promis
     return rate(pages, fromMs * 1e6, toMs * 1e6);
   } finally {
     uffd.close();
-    region.close();
+    region.evict();
   }
 }
 
 /** The headline rounds, C and TypeScript in turns after a warm-up of each; medians. */
-async function measureRate(opts: Options, binary: string, at: RatePlacement, bar: Progress): Promise<Record<string, unknown>> {
+async function measureRate(opts: Options, binary: string, memory: Region, at: RatePlacement, bar: Progress): Promise<Record<string, unknown>> {
   const page = Buffer.alloc(PAGE_SIZE, FILL);
   setAffinity(String(at.handlerCpu)); // every thread the handler side has, and the C processes
   const rounds: Record<'c' | 'ts', number[]> = { c: [], ts: [] };
-  const run = (h: 'c' | 'ts'): Promise<number> | number => (h === 'c' ? runCRate(binary, opts.pages, at) : runTsRate(opts.pages, page, at));
+  const run = (h: 'c' | 'ts'): Promise<number> | number => (h === 'c' ? runCRate(binary, opts.pages, at) : runTsRate(memory, page, at));
   await run('c');
   await run('ts');
   for (let r = 0; r < opts.rounds; r++) {
@@ -631,6 +644,7 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
   const handlers: HandlerName[] = opts.relay ? ['c', 'c-relay', 'ts', 'ts-thread'] : ['c', 'ts', 'ts-thread'];
   const source = Buffer.alloc(Math.max(...opts.pagesPerFault) * PAGE_SIZE, FILL);
   const original = allowedCpus();
+  const memory = mapRegion(opts.pages * PAGE_SIZE);
 
   print('userfaultfd fault round trip, TypeScript handler vs C handler: real measurements on this machine, now');
   print(
@@ -653,7 +667,7 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
     'bench-faults',
   );
   try {
-    if (at) headline = await measureRate(opts, binary, at, bar);
+    if (at) headline = await measureRate(opts, binary, memory, at, bar);
     else
       print(
         `\nHeadline (faults per second, faulting threads on a CPU of their own): skipped, it needs two CPUs and ${4 * RATE_FAULTERS} pages or more`,
@@ -662,7 +676,7 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
       setAffinity(placement.cpu === null ? original : String(placement.cpu));
       const run: RunFn = (h, perFault, trace = false) =>
         h === 'ts' || h === 'ts-thread'
-          ? runTs(opts.pages, perFault, source, trace, h === 'ts' ? 'event-loop' : 'thread')
+          ? runTs(memory, perFault, source, trace, h === 'ts' ? 'event-loop' : 'thread')
           : runC(binary, opts.pages, perFault, h === 'c' ? 'direct' : 'relay', placement);
       results.push(...(await measure(opts, handlers, run, placement, bar)));
       if (opts.breakdown) breakdowns[placement.name] = await breakdown(opts, handlers, run, placement);
@@ -671,6 +685,7 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
   } finally {
     bar.stop();
     setAffinity(original);
+    memory.close();
   }
   if (opts.breakdown) {
     print(
