@@ -53,6 +53,9 @@ enum FaultFlag : int { kWrite = 1, kWp = 2, kMinor = 4 };
 
 struct Batch {
   std::vector<double> events;
+  // Each event's address again, as the 64-bit integer a BigUint64Array hands JS as a BigInt
+  // with no conversion: BigInt(number) is a runtime call, about 60 ns a fault.
+  std::vector<uint64_t> addresses;
 };
 
 class Uffd;
@@ -119,7 +122,9 @@ class Uffd {
   // into and handed over in, with its length: nothing is allocated per batch.
   Batch loop_batch;
   Napi::Reference<Napi::Float64Array> loop_events;
-  double* loop_data = nullptr;  // its elements (an ArrayBuffer's backing store does not move)
+  Napi::Reference<Napi::BigUint64Array> loop_addresses;
+  double* loop_data = nullptr;  // their elements (an ArrayBuffer's backing store does not move)
+  uint64_t* loop_address_data = nullptr;
   std::atomic<uint64_t> main_polls{0};
   // The guard sleeps without a timeout only while nothing is outstanding. A fault the JS
   // thread reads first never wakes it (poll() sees the uffd readable no more), so whoever
@@ -270,14 +275,16 @@ class Uffd {
   void Push(Batch* b, int kind, int flags, uint64_t addr, double tid, double region, double offset, double extra) {
     b->events.insert(b->events.end(), {static_cast<double>(kind), static_cast<double>(flags), static_cast<double>(addr), tid, region, offset,
                                        extra});
+    b->addresses.push_back(addr);
   }
 
   // Hand a batch to JS through the thread-safe function. The batch was filled on the
   // reader's stack; only now, after the read, is anything allocated.
   void Deliver(Batch& b) {
     if (b.events.empty()) return;
-    Batch* heap = new Batch{std::move(b.events)};
+    Batch* heap = new Batch{std::move(b.events), std::move(b.addresses)};
     b.events.clear();
+    b.addresses.clear();
     if (tsfn.NonBlockingCall(heap) != napi_ok) delete heap;
   }
 
@@ -553,19 +560,22 @@ class Uffd {
     Napi::Env env(u->env);
     Napi::HandleScope scope(env);
     napi_value arr = u->loop_events.Value();
+    napi_value addresses = u->loop_addresses.Value();
     napi_value fn = u->callback.Value();
     for (int turn = 0; turn < kReadsPerCallback && !u->closed; turn++) {
       u->main_polls++;  // the guard's sign that this thread reads
       Batch& b = u->loop_batch;
       b.events.clear();
+      b.addresses.clear();
       if (u->ReadOnce(&b) == 0) break;
       if (b.events.empty()) continue;
       std::copy(b.events.begin(), b.events.end(), u->loop_data);
+      std::copy(b.addresses.begin(), b.addresses.end(), u->loop_address_data);
       // The array is the receiver: the callback ignores `this`, and napi_make_callback wants
       // an object (the global would be one more call a batch).
-      napi_value argv[2] = {arr, Napi::Number::New(env, static_cast<double>(b.events.size()))};
+      napi_value argv[3] = {arr, Napi::Number::New(env, static_cast<double>(b.events.size())), addresses};
       napi_value result;
-      if (napi_make_callback(env, *u->async, arr, fn, 2, argv, &result) != napi_ok) {
+      if (napi_make_callback(env, *u->async, arr, fn, 3, argv, &result) != napi_ok) {
         napi_value err;
         // As an uncaught exception of a JS callback.
         if (napi_get_and_clear_last_exception(env, &err) == napi_ok) napi_fatal_exception(env, err);
@@ -621,6 +631,7 @@ class Uffd {
     callback.Reset();
     async.reset();
     loop_events.Reset();
+    loop_addresses.Reset();
   }
 };
 
@@ -633,7 +644,9 @@ void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* /*ctx*/, Ba
     size_t n = batch->events.size();
     Napi::Float64Array arr = Napi::Float64Array::New(env, n);
     std::copy(batch->events.begin(), batch->events.end(), arr.Data());
-    cb.Call({arr, Napi::Number::New(env, static_cast<double>(n))});
+    Napi::BigUint64Array addresses = Napi::BigUint64Array::New(env, batch->addresses.size());
+    std::copy(batch->addresses.begin(), batch->addresses.end(), addresses.Data());
+    cb.Call({arr, Napi::Number::New(env, static_cast<double>(n)), addresses});
   }
   delete batch;
 }
@@ -730,9 +743,10 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// uffdStart(handle, callback(events: Float64Array, length), eventLoop): start delivery. The
-// callback reads the first `length` numbers of `events` (7 per event) and must not keep the
-// array: the next batch reuses it. eventLoop: the JS thread polls the uffd and the reader
+// uffdStart(handle, callback(events: Float64Array, length, addresses: BigUint64Array),
+// eventLoop): start delivery. The callback reads the first `length` numbers of `events` (7 per
+// event) and each event's address from `addresses` (one per event), and must not keep the
+// arrays: the next batch reuses them. eventLoop: the JS thread polls the uffd and the reader
 // thread guards; otherwise the reader thread reads everything and hands it over through the
 // thread-safe function.
 Napi::Value UffdStart(const Napi::CallbackInfo& info) {
@@ -751,9 +765,13 @@ Napi::Value UffdStart(const Napi::CallbackInfo& info) {
     u->callback = Napi::Persistent(info[1].As<Napi::Function>());
     u->async = std::make_unique<Napi::AsyncContext>(env, "pagefault-rdma:uffd");
     u->loop_batch.events.reserve(Uffd::kReadBatch * kEventWidth);  // one event at most per message
+    u->loop_batch.addresses.reserve(Uffd::kReadBatch);
     Napi::Float64Array events = Napi::Float64Array::New(env, Uffd::kReadBatch * kEventWidth);
+    Napi::BigUint64Array addresses = Napi::BigUint64Array::New(env, Uffd::kReadBatch);
     u->loop_data = events.Data();
+    u->loop_address_data = addresses.Data();
     u->loop_events = Napi::Persistent(events);
+    u->loop_addresses = Napi::Persistent(addresses);
     u->poll_handle = new uv_poll_t();
     int err = uv_poll_init(loop, u->poll_handle, u->fd);
     if (err != 0) {
