@@ -139,8 +139,16 @@ export interface Binding {
   gettid(): number;
 
   uffdOpen(features: bigint, required: bigint, userModeOnly: boolean): RawUffd;
-  /** `callback` reads the first `length` numbers of `events` and one address an event from `addresses`; the next batch reuses both. */
-  uffdStart(handle: number, callback: (events: Float64Array, length: number, addresses: BigUint64Array) => void, eventLoop: boolean): void;
+  /**
+   * `callback` reads the first `length` numbers of `events` and one address an event from
+   * `addresses` (the next batch reuses both); `receivedMs`: CLOCK_MONOTONIC in ms, the clock of
+   * process.hrtime().
+   */
+  uffdStart(
+    handle: number,
+    callback: (events: Float64Array, length: number, addresses: BigUint64Array, receivedMs: number) => void,
+    eventLoop: boolean,
+  ): void;
   uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number, granule: number): bigint;
   uffdUnregister(handle: number, address: bigint, length: number): void;
   /** Places `length` bytes of `source` at `base + offset`; `mode`: UFFDIO_COPY_MODE_DONTWAKE (1) | UFFDIO_COPY_MODE_WP (2). */

@@ -58,6 +58,11 @@ struct Batch {
   std::vector<uint64_t> addresses;
 };
 
+// When a batch was read (the poll callback) or reaches JS (the thread-safe function), in ms of
+// CLOCK_MONOTONIC, the clock of process.hrtime() and performance.now(): the poll callback's
+// read already took that clock, and performance.now() in JS costs ~110 ns more.
+Napi::Value ReceivedMs(Napi::Env env, uint64_t ns = NowNs()) { return Napi::Number::New(env, static_cast<double>(ns) / 1e6); }
+
 class Uffd;
 void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* ctx, Batch* batch);
 using Tsfn = Napi::TypedThreadSafeFunction<std::shared_ptr<Uffd>, Batch, CallJs>;
@@ -288,7 +293,8 @@ class Uffd {
     if (tsfn.NonBlockingCall(heap) != napi_ok) delete heap;
   }
 
-  void HandleMessage(const uffd_msg& msg, Batch* b) {
+  // `now`: when the message was read (ns), the start of a forwarded fault's deadline.
+  void HandleMessage(const uffd_msg& msg, Batch* b, uint64_t now) {
     st_events++;
     switch (msg.event) {
       case UFFD_EVENT_PAGEFAULT: {
@@ -319,7 +325,7 @@ class Uffd {
               st_duplicates++;
               return;
             }
-            outstanding[page] = Pending{NowNs() + timeout_ns.load(), flags, ps};
+            outstanding[page] = Pending{now + timeout_ns.load(), flags, ps};
           }
         }
         if (tid != handler_tid) WakeGuard();
@@ -406,16 +412,19 @@ class Uffd {
     return static_cast<int>((next - now) / 1'000'000ull) + 1;
   }
 
-  // One read() of up to kReadBatch messages, each handled into the batch. Returns the
-  // messages read (0: nothing pending).
+  // One read() of up to kReadBatch messages, each handled into the batch; the clock is read
+  // once for all of them (into *read_ns too, when asked). Returns the messages read (0:
+  // nothing pending).
   static constexpr size_t kReadBatch = 64;
-  size_t ReadOnce(Batch* b) {
+  size_t ReadOnce(Batch* b, uint64_t* read_ns = nullptr) {
     uffd_msg msgs[kReadBatch];
     ssize_t got = read(fd, msgs, sizeof(msgs));
     if (got <= 0) return 0;
     st_reads++;
+    const uint64_t now = NowNs();
+    if (read_ns) *read_ns = now;
     size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
-    for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
+    for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b, now);
     return count;
   }
 
@@ -567,15 +576,16 @@ class Uffd {
       Batch& b = u->loop_batch;
       b.events.clear();
       b.addresses.clear();
-      if (u->ReadOnce(&b) == 0) break;
+      uint64_t read_ns;
+      if (u->ReadOnce(&b, &read_ns) == 0) break;
       if (b.events.empty()) continue;
       std::copy(b.events.begin(), b.events.end(), u->loop_data);
       std::copy(b.addresses.begin(), b.addresses.end(), u->loop_address_data);
       // The array is the receiver: the callback ignores `this`, and napi_make_callback wants
       // an object (the global would be one more call a batch).
-      napi_value argv[3] = {arr, Napi::Number::New(env, static_cast<double>(b.events.size())), addresses};
+      napi_value argv[4] = {arr, Napi::Number::New(env, static_cast<double>(b.events.size())), addresses, ReceivedMs(env, read_ns)};
       napi_value result;
-      if (napi_make_callback(env, *u->async, arr, fn, 3, argv, &result) != napi_ok) {
+      if (napi_make_callback(env, *u->async, arr, fn, 4, argv, &result) != napi_ok) {
         napi_value err;
         // As an uncaught exception of a JS callback.
         if (napi_get_and_clear_last_exception(env, &err) == napi_ok) napi_fatal_exception(env, err);
@@ -646,7 +656,7 @@ void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* /*ctx*/, Ba
     std::copy(batch->events.begin(), batch->events.end(), arr.Data());
     Napi::BigUint64Array addresses = Napi::BigUint64Array::New(env, batch->addresses.size());
     std::copy(batch->addresses.begin(), batch->addresses.end(), addresses.Data());
-    cb.Call({arr, Napi::Number::New(env, static_cast<double>(n)), addresses});
+    cb.Call({arr, Napi::Number::New(env, static_cast<double>(n)), addresses, ReceivedMs(env)});
   }
   delete batch;
 }
@@ -743,10 +753,10 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// uffdStart(handle, callback(events: Float64Array, length, addresses: BigUint64Array),
-// eventLoop): start delivery. The callback reads the first `length` numbers of `events` (7 per
-// event) and each event's address from `addresses` (one per event), and must not keep the
-// arrays: the next batch reuses them. eventLoop: the JS thread polls the uffd and the reader
+// uffdStart(handle, callback(events: Float64Array, length, addresses: BigUint64Array,
+// receivedMs), eventLoop): start delivery. The callback reads the first `length` numbers of
+// `events` (7 per event) and each event's address from `addresses` (one per event), and must
+// not keep the arrays: the next batch reuses them. receivedMs: CLOCK_MONOTONIC, in ms. eventLoop: the JS thread polls the uffd and the reader
 // thread guards; otherwise the reader thread reads everything and hands it over through the
 // thread-safe function.
 Napi::Value UffdStart(const Napi::CallbackInfo& info) {
