@@ -18,6 +18,10 @@ export function invalidArg(message: string): TypeError {
   return e;
 }
 
+function isIntIn(value: unknown, min: number, max: number): value is number {
+  return typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max;
+}
+
 /** An integer in [min, max]. */
 export function checkInt(name: string, value: unknown, min = 0, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== 'number') throw typeError(`${name} must be a number, got ${typeof value}`);
@@ -52,8 +56,9 @@ export interface Span {
  * offset (and, with `alignLength`, the length) to be multiples of it.
  */
 export function checkSpan(what: string, size: number, offset: unknown, length: unknown, align: number, alignLength: boolean): Span {
-  const off = offset === undefined ? 0 : checkInt(`${what}: offset`, offset, 0, size);
-  const len = length === undefined ? size - off : checkInt(`${what}: length`, length, 0);
+  // Every resolution of every fault comes through here: the labels are built only for an error.
+  const off = offset === undefined ? 0 : isIntIn(offset, 0, size) ? offset : checkInt(`${what}: offset`, offset, 0, size);
+  const len = length === undefined ? size - off : isIntIn(length, 0, Number.MAX_SAFE_INTEGER) ? length : checkInt(`${what}: length`, length, 0);
   if (len <= 0) throw rangeError(`${what}: length must be positive, got ${len}`);
   if (off + len > size) throw rangeError(`${what}: range ${off}..${off + len} is outside the region (size ${size})`);
   if (off % align !== 0) throw rangeError(`${what}: offset ${off} is not a multiple of ${align} (page size); align it down`);

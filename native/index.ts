@@ -139,18 +139,20 @@ export interface Binding {
   gettid(): number;
 
   uffdOpen(features: bigint, required: bigint, userModeOnly: boolean): RawUffd;
-  uffdStart(handle: number, callback: (events: Float64Array) => void, eventLoop: boolean): void;
+  /**
+   * `callback` reads the first `length` numbers of `events` and one address an event from
+   * `addresses` (the next batch reuses both); `receivedMs`: CLOCK_MONOTONIC in ms, the clock of
+   * process.hrtime().
+   */
+  uffdStart(
+    handle: number,
+    callback: (events: Float64Array, length: number, addresses: BigUint64Array, receivedMs: number) => void,
+    eventLoop: boolean,
+  ): void;
   uffdRegister(handle: number, region: number, address: bigint, length: number, mode: number, granule: number): bigint;
   uffdUnregister(handle: number, address: bigint, length: number): void;
-  uffdCopy(
-    handle: number,
-    address: bigint,
-    length: number,
-    source: ArrayBufferView | ArrayBuffer,
-    sourceOffset: number,
-    writeProtect: boolean,
-    dontWake: boolean,
-  ): number;
+  /** Places `length` bytes of `source` at `base + offset`; `mode`: UFFDIO_COPY_MODE_DONTWAKE (1) | UFFDIO_COPY_MODE_WP (2). */
+  uffdCopy(handle: number, base: bigint, offset: number, length: number, source: ArrayBufferView | ArrayBuffer, mode: number): number;
   uffdZeropage(handle: number, address: bigint, length: number, dontWake: boolean): number;
   uffdContinue(handle: number, address: bigint, length: number, dontWake: boolean, mode: number): number;
   uffdPoison(handle: number, address: bigint, length: number, dontWake: boolean): number;

@@ -171,33 +171,43 @@ void ThrowSystemError(Napi::Env env, int err, const char* syscall) {
   throw SystemError(env, err, syscall);
 }
 
+// Each argument is read with one N-API call that also checks its type (napi_*_expected
+// when it has another): node-addon-api's Is*() first would be a second call, and every call
+// of the addon pays these (a fault's UFFDIO_COPY takes seven arguments).
+static double NumberArg(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  double v;
+  if (napi_get_value_double(info.Env(), info[i], &v) != napi_ok) throw Napi::TypeError::New(info.Env(), std::string(name) + " must be a number");
+  return v;
+}
+
 uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(name) + " must be a number");
-  double v = info[i].As<Napi::Number>().DoubleValue();
+  double v = NumberArg(info, i, name);
   if (!(v >= 0 && v <= 4294967295.0) || v != static_cast<double>(static_cast<uint32_t>(v)))
     throw Napi::RangeError::New(info.Env(), std::string(name) + " must be a 32-bit unsigned integer");
   return static_cast<uint32_t>(v);
 }
 
 size_t ArgSize(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  if (!info[i].IsNumber()) throw Napi::TypeError::New(info.Env(), std::string(name) + " must be a number");
-  double v = info[i].As<Napi::Number>().DoubleValue();
+  double v = NumberArg(info, i, name);
   if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<uint64_t>(v)))
     throw Napi::RangeError::New(info.Env(), std::string(name) + " must be a non-negative safe integer");
   return static_cast<size_t>(v);
 }
 
 uint64_t ArgAddr(const Napi::CallbackInfo& info, size_t i, const char* name) {
-  if (info[i].IsBigInt()) {
-    bool lossless = false;
-    uint64_t v = info[i].As<Napi::BigInt>().Uint64Value(&lossless);
-    if (!lossless) throw Napi::RangeError::New(info.Env(), std::string(name) + " must fit in 64 bits");
-    return v;
-  }
-  return ArgSize(info, i, name);
+  uint64_t v;
+  bool lossless = false;
+  napi_status st = napi_get_value_bigint_uint64(info.Env(), info[i], &v, &lossless);
+  if (st == napi_bigint_expected) return ArgSize(info, i, name);
+  if (st != napi_ok || !lossless) throw Napi::RangeError::New(info.Env(), std::string(name) + " must fit in 64 bits");
+  return v;
 }
 
-bool ArgBool(const Napi::CallbackInfo& info, size_t i) { return info[i].ToBoolean().Value(); }
+bool ArgBool(const Napi::CallbackInfo& info, size_t i) {
+  bool v;
+  if (napi_get_value_bool(info.Env(), info[i], &v) == napi_ok) return v;
+  return info[i].ToBoolean().Value();  // not a boolean: JavaScript truthiness, as before
+}
 
 std::shared_ptr<Mapping> FindRegion(uint32_t id) {
   std::lock_guard<std::mutex> lock(g_mu);

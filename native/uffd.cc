@@ -53,7 +53,15 @@ enum FaultFlag : int { kWrite = 1, kWp = 2, kMinor = 4 };
 
 struct Batch {
   std::vector<double> events;
+  // Each event's address again, as the 64-bit integer a BigUint64Array hands JS as a BigInt
+  // with no conversion: BigInt(number) is a runtime call, about 60 ns a fault.
+  std::vector<uint64_t> addresses;
 };
+
+// When a batch was read (the poll callback) or reaches JS (the thread-safe function), in ms of
+// CLOCK_MONOTONIC, the clock of process.hrtime() and performance.now(): the poll callback's
+// read already took that clock, and performance.now() in JS costs ~110 ns more.
+Napi::Value ReceivedMs(Napi::Env env, uint64_t ns = NowNs()) { return Napi::Number::New(env, static_cast<double>(ns) / 1e6); }
 
 class Uffd;
 void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* ctx, Batch* batch);
@@ -115,6 +123,13 @@ class Uffd {
   uv_poll_t* poll_handle = nullptr;
   Napi::FunctionReference callback;
   std::unique_ptr<Napi::AsyncContext> async;
+  // What the poll callback fills (reserved once) and the Float64Array every batch is copied
+  // into and handed over in, with its length: nothing is allocated per batch.
+  Batch loop_batch;
+  Napi::Reference<Napi::Float64Array> loop_events;
+  Napi::Reference<Napi::BigUint64Array> loop_addresses;
+  double* loop_data = nullptr;  // their elements (an ArrayBuffer's backing store does not move)
+  uint64_t* loop_address_data = nullptr;
   std::atomic<uint64_t> main_polls{0};
   // The guard sleeps without a timeout only while nothing is outstanding. A fault the JS
   // thread reads first never wakes it (poll() sees the uffd readable no more), so whoever
@@ -183,20 +198,52 @@ class Uffd {
     return err;
   }
 
-  using Taken = std::vector<std::pair<uint64_t, Pending>>;
+  // The forwarded faults a resolution took out of the table, to put back if it fails. A
+  // resolution usually takes one or a few: those are kept inline, so it allocates nothing.
+  class Taken {
+   public:
+    void Add(const std::pair<const uint64_t, Pending>& e) {
+      if (n_ < few_.size()) few_[n_++] = e;
+      else more_.push_back(e);
+    }
+    bool empty() const { return n_ == 0; }
+    template <typename F>
+    void ForEach(F f) const {
+      for (size_t i = 0; i < n_; i++) f(few_[i]);
+      for (const auto& e : more_) f(e);
+    }
+
+   private:
+    std::array<std::pair<uint64_t, Pending>, 4> few_;
+    size_t n_ = 0;
+    std::vector<std::pair<uint64_t, Pending>> more_;
+  };
 
   // Stop tracking the forwarded faults of a range. Called *before* the ioctl that resolves
   // and wakes them: a thread woken by it may fault on the same page at once (a write after
   // a write-protected copy), and the reader must see that as a new fault, not a duplicate.
   Taken Take(uint64_t start, uint64_t len) {
-    Taken out;
     std::lock_guard<std::mutex> lock(mu);
+    return TakeLocked(start, len);
+  }
+
+  // What a resolution of [start, start+len) needs before its ioctl, under one lock: the page
+  // size there, and (when it wakes) the range's forwarded faults taken out (see Take).
+  uint64_t Begin(uint64_t start, uint64_t len, bool take, Taken* taken) {
+    std::lock_guard<std::mutex> lock(mu);
+    const Range* r = FindRangeLocked(start);
+    if (take) *taken = TakeLocked(start, len);
+    return r ? r->granule : static_cast<uint64_t>(PageSize());
+  }
+
+  Taken TakeLocked(uint64_t start, uint64_t len) {
+    Taken out;
     if (outstanding.empty()) return out;
     const uint64_t ps = static_cast<uint64_t>(PageSize());
     if (len / ps > outstanding.size()) {
       for (auto it = outstanding.begin(); it != outstanding.end();) {
         if (it->first >= start && it->first < start + len) {
-          out.emplace_back(*it);
+          out.Add(*it);
           it = outstanding.erase(it);
         } else {
           ++it;
@@ -206,7 +253,7 @@ class Uffd {
       for (uint64_t p = start; p < start + len; p += ps) {
         auto it = outstanding.find(p);
         if (it == outstanding.end()) continue;
-        out.emplace_back(*it);
+        out.Add(*it);
         outstanding.erase(it);
       }
     }
@@ -218,7 +265,7 @@ class Uffd {
   void Restore(const Taken& taken) {
     if (taken.empty()) return;
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& kv : taken) outstanding.emplace(kv.first, kv.second);
+    taken.ForEach([this](const std::pair<uint64_t, Pending>& kv) { outstanding.emplace(kv.first, kv.second); });
     WakeGuard();
   }
 
@@ -233,18 +280,21 @@ class Uffd {
   void Push(Batch* b, int kind, int flags, uint64_t addr, double tid, double region, double offset, double extra) {
     b->events.insert(b->events.end(), {static_cast<double>(kind), static_cast<double>(flags), static_cast<double>(addr), tid, region, offset,
                                        extra});
+    b->addresses.push_back(addr);
   }
 
   // Hand a batch to JS through the thread-safe function. The batch was filled on the
   // reader's stack; only now, after the read, is anything allocated.
   void Deliver(Batch& b) {
     if (b.events.empty()) return;
-    Batch* heap = new Batch{std::move(b.events)};
+    Batch* heap = new Batch{std::move(b.events), std::move(b.addresses)};
     b.events.clear();
+    b.addresses.clear();
     if (tsfn.NonBlockingCall(heap) != napi_ok) delete heap;
   }
 
-  void HandleMessage(const uffd_msg& msg, Batch* b) {
+  // `now`: when the message was read (ns), the start of a forwarded fault's deadline.
+  void HandleMessage(const uffd_msg& msg, Batch* b, uint64_t now) {
     st_events++;
     switch (msg.event) {
       case UFFD_EVENT_PAGEFAULT: {
@@ -275,7 +325,7 @@ class Uffd {
               st_duplicates++;
               return;
             }
-            outstanding[page] = Pending{NowNs() + timeout_ns.load(), flags, ps};
+            outstanding[page] = Pending{now + timeout_ns.load(), flags, ps};
           }
         }
         if (tid != handler_tid) WakeGuard();
@@ -362,16 +412,25 @@ class Uffd {
     return static_cast<int>((next - now) / 1'000'000ull) + 1;
   }
 
-  // Read everything pending, one read() per 64 messages.
+  // One read() of up to kReadBatch messages, each handled into the batch; the clock is read
+  // once for all of them (into *read_ns too, when asked). Returns the messages read (0:
+  // nothing pending).
+  static constexpr size_t kReadBatch = 64;
+  size_t ReadOnce(Batch* b, uint64_t* read_ns = nullptr) {
+    uffd_msg msgs[kReadBatch];
+    ssize_t got = read(fd, msgs, sizeof(msgs));
+    if (got <= 0) return 0;
+    st_reads++;
+    const uint64_t now = NowNs();
+    if (read_ns) *read_ns = now;
+    size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
+    for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b, now);
+    return count;
+  }
+
+  // Read everything pending, one read() per kReadBatch messages.
   void Drain(Batch* b) {
-    uffd_msg msgs[64];
-    for (;;) {
-      ssize_t got = read(fd, msgs, sizeof(msgs));
-      if (got <= 0) break;
-      st_reads++;
-      size_t count = static_cast<size_t>(got) / sizeof(uffd_msg);
-      for (size_t i = 0; i < count; i++) HandleMessage(msgs[i], b);
-      if (count < 64) break;
+    while (ReadOnce(b) == kReadBatch) {
     }
   }
 
@@ -497,22 +556,41 @@ class Uffd {
     if (write(kickfd, &one, sizeof(one)) < 0) { /* the counter is saturated: a kick is pending anyway */ }
   }
 
-  // The JS thread's uv_poll callback: read and hand the batch to JS directly.
+  // The JS thread's uv_poll callback: read and hand each batch to JS directly, then read
+  // again. On one CPU the woken faulter has faulted on its next page before the handler's
+  // UFFDIO_COPY returns, so the next read finds it: one read per fault and no turn of the
+  // event loop in between (a turn costs an epoll_wait and Node's per-turn work, more than the
+  // handler). Bounded, so timers and other I/O still get a turn under a stream of faults;
+  // each batch is its own MakeCallback, so microtasks run between batches as between turns.
+  static constexpr int kReadsPerCallback = 16;
   static void OnReadable(uv_poll_t* handle, int status, int events) {
     Uffd* u = static_cast<Uffd*>(handle->data);
-    u->main_polls++;
     if (u->closed) return;
-    Batch b;
-    u->Drain(&b);
-    if (b.events.empty() || u->callback.IsEmpty()) return;
     Napi::Env env(u->env);
     Napi::HandleScope scope(env);
-    try {
-      Napi::Float64Array arr = Napi::Float64Array::New(env, b.events.size());
-      std::copy(b.events.begin(), b.events.end(), arr.Data());
-      u->callback.MakeCallback(env.Global(), {arr}, *u->async);
-    } catch (const Napi::Error& e) {
-      napi_fatal_exception(u->env, e.Value());  // as an uncaught exception of a JS callback
+    napi_value arr = u->loop_events.Value();
+    napi_value addresses = u->loop_addresses.Value();
+    napi_value fn = u->callback.Value();
+    for (int turn = 0; turn < kReadsPerCallback && !u->closed; turn++) {
+      u->main_polls++;  // the guard's sign that this thread reads
+      Batch& b = u->loop_batch;
+      b.events.clear();
+      b.addresses.clear();
+      uint64_t read_ns;
+      if (u->ReadOnce(&b, &read_ns) == 0) break;
+      if (b.events.empty()) continue;
+      std::copy(b.events.begin(), b.events.end(), u->loop_data);
+      std::copy(b.addresses.begin(), b.addresses.end(), u->loop_address_data);
+      // The array is the receiver: the callback ignores `this`, and napi_make_callback wants
+      // an object (the global would be one more call a batch).
+      napi_value argv[4] = {arr, Napi::Number::New(env, static_cast<double>(b.events.size())), addresses, ReceivedMs(env, read_ns)};
+      napi_value result;
+      if (napi_make_callback(env, *u->async, arr, fn, 4, argv, &result) != napi_ok) {
+        napi_value err;
+        // As an uncaught exception of a JS callback.
+        if (napi_get_and_clear_last_exception(env, &err) == napi_ok) napi_fatal_exception(env, err);
+        return;
+      }
     }
   }
 
@@ -562,6 +640,8 @@ class Uffd {
     if (started) tsfn.Release();
     callback.Reset();
     async.reset();
+    loop_events.Reset();
+    loop_addresses.Reset();
   }
 };
 
@@ -574,7 +654,9 @@ void CallJs(Napi::Env env, Napi::Function cb, std::shared_ptr<Uffd>* /*ctx*/, Ba
     size_t n = batch->events.size();
     Napi::Float64Array arr = Napi::Float64Array::New(env, n);
     std::copy(batch->events.begin(), batch->events.end(), arr.Data());
-    cb.Call({arr});
+    Napi::BigUint64Array addresses = Napi::BigUint64Array::New(env, batch->addresses.size());
+    std::copy(batch->addresses.begin(), batch->addresses.end(), addresses.Data());
+    cb.Call({arr, Napi::Number::New(env, static_cast<double>(n)), addresses, ReceivedMs(env)});
   }
   delete batch;
 }
@@ -671,9 +753,12 @@ Napi::Value UffdOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// uffdStart(handle, callback(Float64Array), eventLoop): start delivery. eventLoop: the JS
-// thread polls the uffd and the reader thread guards; otherwise the reader thread reads
-// everything and hands it over through the thread-safe function.
+// uffdStart(handle, callback(events: Float64Array, length, addresses: BigUint64Array,
+// receivedMs), eventLoop): start delivery. The callback reads the first `length` numbers of
+// `events` (7 per event) and each event's address from `addresses` (one per event), and must
+// not keep the arrays: the next batch reuses them. receivedMs: CLOCK_MONOTONIC, in ms. eventLoop: the JS thread polls the uffd and the reader
+// thread guards; otherwise the reader thread reads everything and hands it over through the
+// thread-safe function.
 Napi::Value UffdStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
@@ -689,6 +774,14 @@ Napi::Value UffdStart(const Napi::CallbackInfo& info) {
     if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) throw Napi::Error::New(env, "no event loop for this environment");
     u->callback = Napi::Persistent(info[1].As<Napi::Function>());
     u->async = std::make_unique<Napi::AsyncContext>(env, "pagefault-rdma:uffd");
+    u->loop_batch.events.reserve(Uffd::kReadBatch * kEventWidth);  // one event at most per message
+    u->loop_batch.addresses.reserve(Uffd::kReadBatch);
+    Napi::Float64Array events = Napi::Float64Array::New(env, Uffd::kReadBatch * kEventWidth);
+    Napi::BigUint64Array addresses = Napi::BigUint64Array::New(env, Uffd::kReadBatch);
+    u->loop_data = events.Data();
+    u->loop_address_data = addresses.Data();
+    u->loop_events = Napi::Persistent(events);
+    u->loop_addresses = Napi::Persistent(addresses);
     u->poll_handle = new uv_poll_t();
     int err = uv_poll_init(loop, u->poll_handle, u->fd);
     if (err != 0) {
@@ -751,53 +844,92 @@ struct Restorer {
   }
 };
 
-// The source bytes of a copy: a TypedArray, Buffer, DataView or ArrayBuffer.
+// A resolution retries EAGAIN (the mappings are changing; the reader drains the event that
+// says so) for at most a second, counted from the first EAGAIN: the clock is read only then.
+class RetryBound {
+ public:
+  bool Over() {
+    uint64_t now = NowNs();
+    if (deadline_ == 0) deadline_ = now + 1'000'000'000ull;
+    return now > deadline_;
+  }
+
+ private:
+  uint64_t deadline_ = 0;
+};
+
+size_t ElementSize(napi_typedarray_type type) {
+  switch (type) {
+    case napi_int8_array:
+    case napi_uint8_array:
+    case napi_uint8_clamped_array:
+      return 1;
+    case napi_int16_array:
+    case napi_uint16_array:
+      return 2;
+    case napi_int32_array:
+    case napi_uint32_array:
+    case napi_float32_array:
+      return 4;
+    case napi_float64_array:
+    case napi_bigint64_array:
+    case napi_biguint64_array:
+      return 8;
+    default:
+      return 0;  // an element type this build does not know: no bytes, so "shorter than the range"
+  }
+}
+
+// The source bytes of a copy: a TypedArray, Buffer, DataView or ArrayBuffer. One N-API call
+// for a TypedArray or Buffer (what a handler passes on every fault): its info is the data
+// pointer, already past the view's offset.
 uint8_t* SourceBytes(const Napi::Value& v, size_t* avail) {
-  if (v.IsTypedArray() || v.IsDataView()) {
-    napi_value ab;
-    void* data;
-    size_t len, off;
-    if (v.IsTypedArray()) {
-      auto ta = v.As<Napi::TypedArray>();
-      *avail = ta.ByteLength();
-      return static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
-    }
-    if (napi_get_dataview_info(v.Env(), v, &len, &data, &ab, &off) != napi_ok) return nullptr;
-    *avail = len;
+  napi_env env = v.Env();
+  napi_typedarray_type type;
+  size_t length, offset;
+  void* data;
+  napi_value ab;
+  if (napi_get_typedarray_info(env, v, &type, &length, &data, &ab, &offset) == napi_ok) {
+    *avail = length * ElementSize(type);
     return static_cast<uint8_t*>(data);
   }
-  if (v.IsArrayBuffer()) {
-    auto ab = v.As<Napi::ArrayBuffer>();
-    *avail = ab.ByteLength();
-    return static_cast<uint8_t*>(ab.Data());
+  if (napi_get_dataview_info(env, v, &length, &data, &ab, &offset) == napi_ok) {
+    *avail = length;
+    return static_cast<uint8_t*>(data);
+  }
+  if (napi_get_arraybuffer_info(env, v, &data, &length) == napi_ok) {
+    *avail = length;
+    return static_cast<uint8_t*>(data);
   }
   return nullptr;
 }
 
-// uffdCopy(handle, dst, length, src, srcOffset, writeProtect, dontWake) -> bytes placed
-// Loops over partial copies (EAGAIN with progress). EEXIST: part of the range was there
-// already (a racing resolution won): the rest is placed page by page, and the bytes
-// returned are only those this call placed.
+// uffdCopy(handle, base, offset, length, src, mode) -> bytes placed, at base + offset (a
+// region's address and an offset in it: no address arithmetic on BigInts in JS); mode:
+// UFFDIO_COPY_MODE_DONTWAKE | UFFDIO_COPY_MODE_WP. Six arguments: node-addon-api reads up to
+// six without allocating. Loops over partial copies (EAGAIN with progress). EEXIST: part of
+// the range was there already (a racing resolution won): the rest is placed page by page,
+// and the bytes returned are only those this call placed.
 Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto u = Require(info);
-  uint64_t dst = ArgAddr(info, 1, "address");
-  uint64_t len = ArgAddr(info, 2, "length");
+  uint64_t dst = ArgAddr(info, 1, "base") + ArgSize(info, 2, "offset");
+  uint64_t len = ArgSize(info, 3, "length");
   size_t avail = 0;
-  uint8_t* src = SourceBytes(info[3], &avail);
+  uint8_t* src = SourceBytes(info[4], &avail);
   if (src == nullptr) throw Napi::TypeError::New(env, "source must be a TypedArray, Buffer, DataView or ArrayBuffer");
-  size_t soff = ArgSize(info, 4, "sourceOffset");
-  if (soff > avail || len > avail - soff) throw Napi::RangeError::New(env, "source is shorter than the range");
-  bool wake = !ArgBool(info, 6);
-  uint64_t mode = (ArgBool(info, 5) ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE);
-  const uint64_t ps = u->GranuleAt(dst);
+  if (len > avail) throw Napi::RangeError::New(env, "source is shorter than the range");
+  uint64_t mode = ArgSize(info, 5, "mode");
+  if (mode & ~static_cast<uint64_t>(UFFDIO_COPY_MODE_DONTWAKE | UFFDIO_COPY_MODE_WP)) throw Napi::RangeError::New(env, "mode has unknown bits");
+  bool wake = !(mode & UFFDIO_COPY_MODE_DONTWAKE);
   // Without a wake the faults still wait: they stay tracked until the caller's wake, or the
   // watchdog's default resolution (EEXIST there, then a wake) if it never comes.
-  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
+  Restorer restore{u.get()};
+  const uint64_t ps = u->Begin(dst, len, wake, &restore.taken);
   uint64_t done = 0, placed = 0;
-  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  RetryBound retry;
   while (done < len) {
-    uffdio_copy c{dst + done, reinterpret_cast<uint64_t>(src + soff + done), len - done, mode, 0};
+    uffdio_copy c{dst + done, reinterpret_cast<uint64_t>(src + done), len - done, mode, 0};
     if (ioctl(u->fd, UFFDIO_COPY, &c) == 0) {
       placed += len - done;
       done = len;
@@ -814,11 +946,11 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
       // resident page does not leave its neighbours blocked. Wake once at the end: a
       // wake per page would let the faulting thread run ahead into pages not yet copied.
       for (uint64_t p = done; p < len;) {
-        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + soff + p), std::min(ps, len - p), mode | UFFDIO_COPY_MODE_DONTWAKE, 0};
+        uffdio_copy one{dst + p, reinterpret_cast<uint64_t>(src + p), std::min(ps, len - p), mode | UFFDIO_COPY_MODE_DONTWAKE, 0};
         if (ioctl(u->fd, UFFDIO_COPY, &one) == 0) {
           placed += one.len;
         } else if (errno == EAGAIN && one.copy <= 0) {
-          if (NowNs() > deadline) ThrowSystemError(env, EAGAIN, "ioctl(UFFDIO_COPY)");
+          if (retry.Over()) ThrowSystemError(env, EAGAIN, "ioctl(UFFDIO_COPY)");
           std::this_thread::sleep_for(std::chrono::microseconds(50));  // mmap changing: retry this page
           continue;
         } else if (errno != EEXIST) {
@@ -830,7 +962,7 @@ Napi::Value UffdCopy(const Napi::CallbackInfo& info) {
       done = len;
       break;
     }
-    if (err == EAGAIN && NowNs() < deadline) {  // mmap changing: the reader drains the event
+    if (err == EAGAIN && !retry.Over()) {  // mmap changing: the reader drains the event
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -856,10 +988,10 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
   uint64_t len = ArgAddr(info, 2, "length");
   bool wake = !ArgBool(info, 3);
   uint64_t extra = info.Length() > 4 ? ArgAddr(info, 4, "mode") : 0;  // e.g. UFFDIO_CONTINUE_MODE_WP
-  uint64_t deadline = NowNs() + 1'000'000'000ull;
   uint64_t done = 0, placed = 0;
-  const uint64_t ps = u->GranuleAt(start);
-  Restorer restore{u.get(), wake ? u->Take(start, len) : Uffd::Taken{}};
+  RetryBound retry;
+  Restorer restore{u.get()};
+  const uint64_t ps = u->Begin(start, len, wake, &restore.taken);
   while (done < len) {
     T arg{};
     arg.range = {start + done, len - done};
@@ -887,7 +1019,7 @@ Napi::Value RangeOp(const Napi::CallbackInfo& info, const char* name) {
       if (wake) u->Wake(start, len);
       break;
     }
-    if (err == EAGAIN && NowNs() < deadline) {
+    if (err == EAGAIN && !retry.Over()) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -922,10 +1054,10 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 3, "length");
   bool wake = !ArgBool(info, 4);
   uint64_t holes = ArgBool(info, 5) ? UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES : 0;
-  const uint64_t ps = u->GranuleAt(dst);
-  Restorer restore{u.get(), wake ? u->Take(dst, len) : Uffd::Taken{}};
+  Restorer restore{u.get()};
+  const uint64_t ps = u->Begin(dst, len, wake, &restore.taken);
   uint64_t done = 0, moved = 0, skipped = 0;
-  uint64_t deadline = NowNs() + 1'000'000'000ull;
+  RetryBound retry;
   while (done < len) {
     uffdio_move m{dst + done, src + done, len - done, UFFDIO_MOVE_MODE_DONTWAKE | holes, 0};
     if (ioctl(u->fd, UFFDIO_MOVE, &m) == 0) {
@@ -943,7 +1075,7 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
       skipped++;
       continue;
     }
-    if (err == EAGAIN && NowNs() < deadline) {
+    if (err == EAGAIN && !retry.Over()) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
@@ -964,7 +1096,8 @@ Napi::Value UffdWriteProtect(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 2, "length");
   bool on = ArgBool(info, 3);
   bool dontwake = ArgBool(info, 4);
-  Restorer restore{u.get(), on || dontwake ? Uffd::Taken{} : u->Take(start, len)};
+  Restorer restore{u.get()};
+  if (!on && !dontwake) restore.taken = u->Take(start, len);
   uffdio_writeprotect wp{{start, len}, (on ? UFFDIO_WRITEPROTECT_MODE_WP : 0) | (dontwake ? UFFDIO_WRITEPROTECT_MODE_DONTWAKE : 0)};
   if (ioctl(u->fd, UFFDIO_WRITEPROTECT, &wp) != 0) ThrowSystemError(env, errno, "ioctl(UFFDIO_WRITEPROTECT)");
   restore.done = true;

@@ -13,8 +13,12 @@
 //           an eventfd to a resolver thread blocked in epoll_wait(), which copies: the
 //           shape of the addon's reader thread + thread-safe function + libuv loop (3
 //           threads per round trip), without any JavaScript.
+//   rate    the direct handler thread, pinned to one CPU, serving `faulters` threads pinned
+//           to another, each reading its own slice of the region: how many faults one
+//           handler thread resolves per second when it never waits for a faulter to run
+//           (faultCopiedNs gives the rate).
 //
-// Usage: uffd-handler <pages> <pagesPerFault> [direct|relay]
+// Usage: uffd-handler <pages> <pagesPerFault> [direct|relay|rate <faulters> <handlerCpu> <faulterCpu>]
 // Output: one JSON object on stdout: pageNs (the faulter's ns per page), totalNs, and per
 // fault the CLOCK_MONOTONIC times at which the uffd was read, the resolving thread took
 // the fault up and UFFDIO_COPY returned (faultReadNs, faultHandledNs, faultCopiedNs),
@@ -56,9 +60,13 @@ static uint8_t *region, *source;
 static int uffd = -1, stop_fd = -1;
 static int relay;
 
-static _Atomic pid_t faulter_tid;  // set by the faulter before its first fault
-static uint64_t *page_ns;                // faulter: ns spent on each page
-static uint64_t faulter_start, total_ns, checksum;
+enum { MAX_FAULTERS = 64 };
+static size_t n_faulters = 1;
+static int handler_cpu = -1, faulter_cpu = -1;  // rate: where the threads pin themselves
+static _Atomic pid_t faulter_tids[MAX_FAULTERS];  // set by each faulter before its first fault
+static uint64_t *page_ns;                         // faulters: ns spent on each page
+static uint64_t faulter_start, total_ns, checksum;  // the first faulter's start; the longest walk; all pages
+static uint64_t faulter_sum[MAX_FAULTERS], faulter_begin[MAX_FAULTERS], faulter_ns[MAX_FAULTERS];
 // handler: when each fault was read from the uffd, taken up by the resolving thread, copied
 static uint64_t *fault_read, *fault_handled, *fault_copied;
 static size_t faults, foreign_faults;
@@ -90,6 +98,17 @@ static size_t parse_count(const char *s, const char *name, size_t max) {
     exit(EXIT_USAGE);
   }
   return (size_t)v;
+}
+
+static int parse_cpu(const char *s, const char *name) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || end == s || v < 0 || v >= CPU_SETSIZE) {
+    fprintf(stderr, "uffd-handler: %s must be a CPU number in 0..%d, got '%s'\n", name, CPU_SETSIZE - 1, s);
+    exit(EXIT_USAGE);
+  }
+  return (int)v;
 }
 
 static int open_uffd(void) {
@@ -132,7 +151,18 @@ static void resolve(uint64_t addr) {
 }
 
 static void note_fault(const struct uffd_msg *m) {
-  if (m->arg.pagefault.feat.ptid != (uint32_t)atomic_load(&faulter_tid)) foreign_faults++;
+  for (size_t k = 0; k < n_faulters; k++)
+    if (m->arg.pagefault.feat.ptid == (uint32_t)atomic_load(&faulter_tids[k])) return;
+  foreign_faults++;
+}
+
+static void pin_self(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (err != 0) die(EXIT_SYSCALL, "pthread_setaffinity_np", err, "Pick CPUs this process may run on");
 }
 
 // Waits for the uffd (or the stop eventfd); returns the messages read, 0 when stopped.
@@ -156,6 +186,7 @@ static size_t read_faults(struct uffd_msg *msgs, size_t max) {
 
 static void *direct_handler(void *arg) {
   (void)arg;
+  pin_self(handler_cpu);
   struct uffd_msg msgs[64];
   size_t n;
   while ((n = read_faults(msgs, 64)) > 0) {
@@ -234,20 +265,23 @@ done:
   return NULL;
 }
 
+// Faulter k of n_faulters reads its slice of the region (the last takes the remainder).
 static void *faulter(void *arg) {
-  (void)arg;
-  faulter_tid = (pid_t)syscall(SYS_gettid);
+  size_t k = (size_t)(uintptr_t)arg, slice = pages / n_faulters;
+  size_t first = k * slice, end = k + 1 == n_faulters ? pages : first + slice;
+  pin_self(faulter_cpu);
+  faulter_tids[k] = (pid_t)syscall(SYS_gettid);
   uint64_t sum = 0;
   uint64_t start = now_ns(), last = start;
-  for (size_t p = 0; p < pages; p++) {
+  for (size_t p = first; p < end; p++) {
     sum += *(volatile uint8_t *)(region + p * page_size);
     uint64_t t = now_ns();
     page_ns[p] = t - last;
     last = t;
   }
-  faulter_start = start;
-  total_ns = last - start;
-  checksum = sum;
+  faulter_begin[k] = start;
+  faulter_ns[k] = last - start;
+  faulter_sum[k] = sum;
   return NULL;
 }
 
@@ -256,7 +290,8 @@ static void print_json(void) {
   CPU_ZERO(&allowed);
   sched_getaffinity(0, sizeof(allowed), &allowed);  // lets the caller check its placement
   // Large arrays, so one buffered stream; the caller parses it with JSON.parse.
-  printf("{\"handler\":\"%s\",\"pages\":%zu,\"pagesPerFault\":%zu,\"pageSize\":%zu,", relay ? "relay" : "direct", pages, per_fault, page_size);
+  printf("{\"handler\":\"%s\",\"faulters\":%zu,\"pages\":%zu,\"pagesPerFault\":%zu,\"pageSize\":%zu,", relay ? "relay" : handler_cpu >= 0 ? "rate" : "direct", n_faulters,
+         pages, per_fault, page_size);
   printf("\"cpusAllowed\":%d,\"faults\":%zu,\"foreignFaults\":%zu,\"checksum\":%llu,\"totalNs\":%llu,\"faulterStartNs\":%llu,", CPU_COUNT(&allowed), faults, foreign_faults,
          (unsigned long long)checksum, (unsigned long long)total_ns, (unsigned long long)faulter_start);
   printf("\"pageNs\":[");
@@ -271,14 +306,21 @@ static void print_json(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "direct") != 0 && strcmp(argv[3], "relay") != 0)) {
-    fprintf(stderr, "usage: %s <pages> <pagesPerFault> [direct|relay]\n", argv[0]);
+  const char *mode = argc > 3 ? argv[3] : "direct";
+  int rate = strcmp(mode, "rate") == 0;
+  if (argc < 3 || (rate ? argc != 7 : argc > 4 || (strcmp(mode, "direct") != 0 && strcmp(mode, "relay") != 0))) {
+    fprintf(stderr, "usage: %s <pages> <pagesPerFault> [direct|relay|rate <faulters> <handlerCpu> <faulterCpu>]\n", argv[0]);
     return EXIT_USAGE;
   }
   page_size = (size_t)sysconf(_SC_PAGESIZE);
   pages = parse_count(argv[1], "pages", (size_t)1 << 24);
   per_fault = parse_count(argv[2], "pagesPerFault", pages);
-  relay = argc == 4 && strcmp(argv[3], "relay") == 0;
+  relay = strcmp(mode, "relay") == 0;
+  if (rate) {
+    n_faulters = parse_count(argv[4], "faulters", MAX_FAULTERS < pages ? MAX_FAULTERS : pages);
+    handler_cpu = parse_cpu(argv[5], "handlerCpu");
+    faulter_cpu = parse_cpu(argv[6], "faulterCpu");
+  }
   region_len = pages * page_size;
 
   page_ns = calloc(pages, sizeof(*page_ns));
@@ -305,21 +347,27 @@ int main(int argc, char **argv) {
   relay_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd < 0 || relay_fd < 0) die(EXIT_SYSCALL, "eventfd", errno, NULL);
 
-  pthread_t handler, resolver, touch;
+  pthread_t handler, resolver, touch[MAX_FAULTERS];
   int err;
   if ((err = pthread_create(&handler, NULL, relay ? relay_reader : direct_handler, NULL)) != 0) die(EXIT_SYSCALL, "pthread_create", err, NULL);
   if (relay && (err = pthread_create(&resolver, NULL, relay_resolver, NULL)) != 0) die(EXIT_SYSCALL, "pthread_create", err, NULL);
-  if ((err = pthread_create(&touch, NULL, faulter, NULL)) != 0) die(EXIT_SYSCALL, "pthread_create", err, NULL);
+  for (size_t k = 0; k < n_faulters; k++)
+    if ((err = pthread_create(&touch[k], NULL, faulter, (void *)(uintptr_t)k)) != 0) die(EXIT_SYSCALL, "pthread_create", err, NULL);
 
   // The handler threads exit the process themselves if they wait too long; this bounds
-  // the faulter too, in case a wake-up is lost inside the kernel.
+  // the faulters too, in case a wake-up is lost inside the kernel.
   struct timespec deadline;
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += 120;
-  if ((err = pthread_timedjoin_np(touch, NULL, &deadline)) != 0) {
-    fprintf(stderr, "uffd-handler: the faulter did not finish within 120 s (%s): a fault was never resolved\n", strerror(err));
-    return EXIT_TIMEOUT;
+  for (size_t k = 0; k < n_faulters; k++) {
+    if ((err = pthread_timedjoin_np(touch[k], NULL, &deadline)) != 0) {
+      fprintf(stderr, "uffd-handler: a faulter did not finish within 120 s (%s): a fault was never resolved\n", strerror(err));
+      return EXIT_TIMEOUT;
+    }
+    checksum += faulter_sum[k];
+    if (faulter_ns[k] > total_ns) total_ns = faulter_ns[k];
   }
+  faulter_start = faulter_begin[0];
   uint64_t one = 1;
   if (write(stop_fd, &one, sizeof(one)) != sizeof(one)) die(EXIT_SYSCALL, "write(eventfd)", errno, NULL);
   pthread_join(handler, NULL);
