@@ -4,9 +4,18 @@
 // examples/fabric-peer.ts. The client decides the run's parameters; the server adopts them.
 import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { DEFAULT_BIND, LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
+import {
+  DEFAULT_BIND,
+  DEFAULT_TRANSPORT_LIMITS,
+  LIBFABRIC_PROVIDERS,
+  latencyStats,
+  POLICIES,
+  type LibfabricProvider,
+  type PolicyName,
+} from '../lib/index.js';
 import {
   DEFAULT_RX_DEPTH,
+  DEFAULT_SERVER_LIMITS,
   MAX_MSG,
   MTUS,
   PEER_TIMEOUT_MS,
@@ -51,6 +60,10 @@ export interface FabricOptions extends CommonOptions {
   qp?: number;
   bidirectional?: boolean;
   inline_size?: number;
+  token?: string;
+  maxMsg: number;
+  maxQps: number;
+  maxMemory: number;
 }
 
 function parsePort(value: string): number {
@@ -114,7 +127,29 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   cmd
     .argument('[host]', 'the server to connect to (without it: run the server)')
     .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT)
-    .option('--bind <addr>', 'server: the address to listen on (0.0.0.0: every interface)', DEFAULT_BIND);
+    .option('--bind <addr>', 'server: the address to listen on (0.0.0.0: every interface)', DEFAULT_BIND)
+    .addOption(
+      new Option('--token <secret>', 'a secret both sides are given: a peer whose hello does not carry it is refused (README, "Security")').env(
+        'PFR_FABRIC_TOKEN',
+      ),
+    )
+    .option('--max-msg <bytes>', 'server: the largest message a client may ask for', parseSize, DEFAULT_SERVER_LIMITS.maxSize)
+    .option('--max-qps <n>', 'server: the most QPs a client may ask for', parsePositiveInt, DEFAULT_SERVER_LIMITS.maxQps)
+    .option(
+      '--max-memory <bytes>',
+      "server: the most buffer a client's run may need here (QPs × 2 × message size)",
+      parseSize,
+      DEFAULT_SERVER_LIMITS.maxMemory,
+    )
+    .addHelpText(
+      'after',
+      `\nThe server serves one client. It rejects every other connection request once that client is connected, and ` +
+        `until then lets at most ${DEFAULT_TRANSPORT_LIMITS.maxWaiting} connections wait for their hello (limits.maxWaiting), each for ` +
+        `${DEFAULT_TRANSPORT_LIMITS.helloTimeoutMs} ms (limits.helloTimeoutMs), TCP connections that send nothing too. A peer may send frames of ` +
+        `${DEFAULT_TRANSPORT_LIMITS.maxFrameBytes >> 20} MiB at most in chunks (limits.maxFrameBytes), make it hold ${DEFAULT_TRANSPORT_LIMITS.maxHeldBytes >> 20} MiB ` +
+        `(limits.maxHeldBytes) and leave ${DEFAULT_TRANSPORT_LIMITS.maxUnsentBytes >> 20} MiB unread (limits.maxUnsentBytes); past a limit its connection is cut, the limit named. ` +
+        `A client asking for more than --max-msg, --max-qps or --max-memory is refused, and so is one running another program.`,
+    );
   if (op !== 'atomic') cmd.option('-s, --size <bytes>', 'message size (4096, 64K, 1M; at most 1G)', parseMessageSize, 4096);
   cmd
     .option('-n, --iters <n>', 'iterations (per QP)', parsePositiveInt, kind === 'bw' ? 5000 : 1000)
@@ -211,6 +246,9 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       host,
       port: o.port,
       bind: o.bind,
+      program: name,
+      ...(o.token !== undefined ? { token: o.token } : {}),
+      limits: { maxSize: o.maxMsg, maxQps: o.maxQps, maxMemory: o.maxMemory },
       provider: o.provider,
       op,
       size: o.size ?? 8,
