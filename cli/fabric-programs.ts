@@ -30,7 +30,8 @@ import {
 } from '../examples/fabric-peer.js';
 import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, parseSize, print, Table } from '../examples/support/format.js';
 import type { TraceFile } from '../examples/support/trace-file.js';
-import { defineProgram, type CommonOptions, type Program } from './program.js';
+import { defineProgram, type CommonOptions, type Program, type RunOutcome } from './program.js';
+import { MAX_RESTARTS, supervise, tellSupervisor, workerPort } from './supervise.js';
 
 /** rc_pingpong's and perftest's default port. */
 export const DEFAULT_PORT = 18515;
@@ -61,6 +62,7 @@ export interface FabricOptions extends CommonOptions {
   bidirectional?: boolean;
   inline_size?: number;
   token?: string;
+  supervise?: boolean;
   maxMsg: number;
   maxQps: number;
   maxMemory: number;
@@ -132,6 +134,11 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       new Option('--token <secret>', 'a secret both sides are given: a peer whose hello does not carry it is refused (README, "Security")').env(
         'PFR_FABRIC_TOKEN',
       ),
+    )
+    .option(
+      '--supervise',
+      `server: run in a child process, started again on the same port (up to ${MAX_RESTARTS} times) if a libfabric provider crash on a stranger's message kills it while it waits for its client (README, "Security")`,
+      false,
     )
     .option('--max-msg <bytes>', 'server: the largest message a client may ask for', parseSize, DEFAULT_SERVER_LIMITS.maxSize)
     .option('--max-qps <n>', 'server: the most QPs a client may ask for', parsePositiveInt, DEFAULT_SERVER_LIMITS.maxQps)
@@ -231,8 +238,16 @@ function perftestHeader(kind: 'bw' | 'lat', o: FabricOptions, local: Endpoint[],
   print(RULE);
 }
 
+/** --supervise, on the server side, outside the supervised child: this process only watches it (no results of its own). */
+async function supervised(name: string, o: FabricOptions): Promise<RunOutcome | undefined> {
+  if (!o.supervise || o.args?.[0] !== undefined || workerPort() !== undefined) return undefined;
+  process.exitCode = await supervise(name);
+  return { results: { supervised: true }, writes: false };
+}
+
 async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, trace: TraceFile | undefined): Promise<PeerResult> {
   const host = o.args?.[0];
+  const worker = workerPort();
   const self = `npx pagefault-rdma ${name}`;
   if (kind !== 'pingpong') checkPerftest(name, op, o);
   if (o.prefetch && !o.odp && !o.iodp) throw new InvalidArgumentError('-P: prefetch is valid only with an on-demand memory region (-o or -O)');
@@ -244,7 +259,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
   try {
     const r = await runPeer({
       host,
-      port: o.port,
+      port: worker?.port ?? o.port,
       bind: o.bind,
       program: name,
       ...(o.token !== undefined ? { token: o.token } : {}),
@@ -270,11 +285,14 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       ...(kind === 'pingpong' ? { rxDepth: o.rxDepth ?? DEFAULT_RX_DEPTH } : {}),
       ...(o.run_infinitely ? { signal: stop.signal } : {}),
       ...(trace ? { traceFile: trace } : {}),
-      onListening: (port) =>
+      onListening: (port) => {
+        tellSupervisor({ listening: port });
         print(
           `waiting for a client on ${o.bind} port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${o.bind === '0.0.0.0' ? hostname() : o.bind} -p ${port} [-s SIZE -n ITERS --evict]`,
-        ),
+        );
+      },
       onConnected: (local, remote, p) => {
+        tellSupervisor({ serving: true });
         // Only now: opening the libfabric provider installed its own SIGINT handler (exit 1),
         // and a listener added after it puts Node's back.
         if (o.run_infinitely) process.once('SIGINT', onSigint);
@@ -414,6 +432,8 @@ export const rcPingpong: Program<FabricOptions> = defineProgram<FabricOptions>({
   summary: 'RC ping-pong between two processes or hosts over libfabric, like ibv_rc_pingpong (server: no HOST; client: HOST)',
   options: (cmd) => addFabricOptions(cmd, 'pingpong', 'send'),
   async run(o, io) {
+    const watching = await supervised('rc-pingpong', o);
+    if (watching) return watching;
     const r = await run('rc-pingpong', 'send', 'pingpong', o, io.trace);
     const run0 = r.runs[0];
     if (run0 && run0.seconds > 0 && run0.iterations) {
@@ -434,6 +454,8 @@ export function perftestProgram(name: string, op: FabricOp, kind: 'bw' | 'lat', 
     summary: `${what} between two processes or hosts over libfabric, like perftest's ib_${name.replace('-', '_')} (server: no HOST; client: HOST)`,
     options: (cmd) => addFabricOptions(cmd, kind, op),
     async run(o, io) {
+      const watching = await supervised(name, o);
+      if (watching) return watching;
       const r = await run(name, op, kind, o, io.trace);
       const rows: Array<Record<string, number>> = [];
       // --run_infinitely printed its rows as each period ended.

@@ -37,6 +37,7 @@
 
 #include "bare_sockets.h"
 #include "common.h"
+#include "provider_crash.h"
 
 namespace pfr {
 namespace {
@@ -83,6 +84,18 @@ void LoadFi(Napi::Env env) {
   fi.dupinfo = reinterpret_cast<decltype(fi.dupinfo)>(dlsym(h, "fi_dupinfo"));
   fi.fabric = reinterpret_cast<decltype(fi.fabric)>(dlsym(h, "fi_fabric"));
   fi.strerror = reinterpret_cast<decltype(fi.strerror)>(dlsym(h, "fi_strerror"));
+}
+
+// The providers initialise (and install their handlers) at the first fi_getinfo; once they
+// are put back, a crash inside libfabric is said so on its way (provider_crash.h).
+int GetInfoKeepingSignals(uint32_t version, const char* node, const char* service, uint64_t flags, fi_info* hints, fi_info** info) {
+  int r;
+  {
+    KeepSignals keep;
+    r = fi.getinfo(version, node, service, flags, hints, info);
+  }
+  NoteProviderCrashes(reinterpret_cast<const void*>(fi.getinfo));
+  return r;
 }
 
 constexpr size_t kRecvSize = 4u << 20;  // the largest message (the transport checks before sending)
@@ -795,11 +808,7 @@ fi_info* GetInfo(Napi::Env env, const std::string& provider, const char* node, c
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   hints->addr_format = FI_SOCKADDR_IN;
   fi_info* info = nullptr;
-  int r;
-  {
-    KeepSignals keep;  // the providers initialise at the first fi_getinfo
-    r = fi.getinfo(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
-  }
+  int r = GetInfoKeepingSignals(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
   fi.freeinfo(hints);
   if (r < 0) throw FiError(env, r, "fi_getinfo");
   return info;
