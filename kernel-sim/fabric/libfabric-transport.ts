@@ -1353,6 +1353,12 @@ export class LibfabricTransport implements Transport {
       return;
     }
     const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
+    // Its hello was taken but ours not yet (the peer refused it, or went before): whoever waits
+    // for the connection to be ready hears why.
+    if (!c.ready) {
+      this.#dialing.get(handle)?.reject(gone);
+      if (this.#listener === undefined) for (const w of this.#peerWaiters.splice(0)) w.reject(gone);
+    }
     for (const n of lost) {
       this.#remote.delete(n);
       this.#lost.add(n);

@@ -163,6 +163,8 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     const answers = () => evil.frames.filter((f): f is { op: Op.ACK; packet: AckPacket } => f.op === Op.ACK);
     await until('two answers', () => answers().length === 2);
     for (const a of answers()) expect(a.packet.verdicts?.map((v) => v.resp)).toEqual([AckResp.ACCESS_ERR]);
+    // The responder's refusals are counted beside the transport's, by syndrome.
+    expect([server.stats().rdmaRefused, server.stats().rdmaRefusedBy]).toEqual([2, { ACCESS_ERR: 2 }]);
     expect(untouched()).toBe(true);
     evil.close();
     await until('the attacker gone', () => lost.includes(0));
