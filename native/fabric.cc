@@ -1079,6 +1079,24 @@ Napi::Value Rma(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// A closed connection's struct is freed in the loop's close phase, once the callback that
+// closed it has returned: a close from inside an event handler returns into DrainCq or
+// HandleEq, which check `closed` after every event. (Each connection a peer opens would
+// otherwise leave its struct behind: a few KiB.) A threaded connection's progress thread,
+// detached, frees its libfabric objects itself and still reads the struct: that one stays.
+void Bury(Napi::Env env, Conn* c) {
+  if (c->threaded && c->tid != 0) return;
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  auto* grave = new uv_timer_t{};
+  grave->data = c;
+  uv_timer_init(loop, grave);
+  uv_close(reinterpret_cast<uv_handle_t*>(grave), [](uv_handle_t* h) {
+    delete static_cast<Conn*>(h->data);
+    delete reinterpret_cast<uv_timer_t*>(h);
+  });
+}
+
 // Post receives until `posted` are (new slots, or spare ones), as Release keeps them.
 void PostUpTo(Napi::Env env, Conn* c) {
   while (c->posted < c->wantPosted && !c->threaded) {
@@ -1153,9 +1171,8 @@ Napi::Value Close(const Napi::CallbackInfo& info) {
   Conn* c = it->second;
   conns.erase(it);
   Teardown(c);
-  // The struct itself stays (a few hundred bytes): a close from inside an event handler
-  // returns into DrainCq/HandleEq, which check `closed` after every event.
   c->onEvent.Reset();
+  Bury(info.Env(), c);
   return info.Env().Undefined();
 }
 

@@ -143,6 +143,10 @@ const RDMA_REFUSALS: ReadonlySet<AckResp> = new Set([
   AckResp.OP_ERR,
 ]);
 
+/** Distinct refusal reasons stats() keeps; past them, refusals are counted under OTHER_REASONS. */
+const MAX_REASONS = 256;
+const OTHER_REASONS = 'other reasons (past the distinct reasons kept)';
+
 /** Exchange bodies kept until the program asks for them, and incoming writes staged at once: beyond, refused. */
 const MAX_QUEUED_EXCHANGES = 64;
 const MAX_STAGED_WRITES = 1024;
@@ -852,16 +856,18 @@ export class LibfabricTransport implements Transport {
       this.#model.deliver(p);
       return;
     }
+    // The answer to a write frees its staging (or receive slot) whether or not its peer is
+    // still there to hear it: one gone mid-write must not keep its bytes held.
+    if (p.type === 'ack' && p.verdicts) {
+      this.#release(p.dst, p.tid, p.seq);
+      for (const v of p.verdicts) if (RDMA_REFUSALS.has(v.resp)) this.#refuseRdma(AckResp[v.resp]);
+    }
     const handle = this.#remote.get(p.dst);
     if (handle === undefined) {
       if (!this.#lost.has(p.dst)) throw new RangeError(`fabric: unknown node ${p.dst}`);
       // The peer is gone: whoever sent this learns it (and ends what waits) on a later turn.
       queueMicrotask(() => this.#tellLost(p.dst));
       return;
-    }
-    if (p.type === 'ack' && p.verdicts) {
-      this.#release(p.dst, p.tid, p.seq);
-      for (const v of p.verdicts) if (RDMA_REFUSALS.has(v.resp)) this.#refuseRdma(AckResp[v.resp]);
     }
     this.#sendPacket(handle, p);
   }
@@ -1041,7 +1047,13 @@ export class LibfabricTransport implements Transport {
       }
     }
     this.#hold(bytes.length, 'a write staged');
-    const s = this.#stage(bytes.length);
+    let s: Staging;
+    try {
+      s = this.#stage(bytes.length);
+    } catch (e) {
+      this.#held -= bytes.length;
+      throw e;
+    }
     this.#staged.set(key, s);
     this.#stats.writesStaged++;
     new Uint8Array(s.raw.buffer).set(bytes);
@@ -1325,7 +1337,11 @@ export class LibfabricTransport implements Transport {
 
   #refuse(reason: string): void {
     this.#stats.refused++;
-    this.#stats.refusedBy[reason] = (this.#stats.refusedBy[reason] ?? 0) + 1;
+    // A malformed frame's reason names the value it had: reasons are kept up to a count, so
+    // a peer cannot make the table grow without bound; the rest are counted together.
+    const by = this.#stats.refusedBy;
+    const key = reason in by || Object.keys(by).length < MAX_REASONS ? reason : OTHER_REASONS;
+    by[key] = (by[key] ?? 0) + 1;
   }
 
   #refuseRdma(syndrome: string): void {
