@@ -661,14 +661,15 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     if (params.evict) region.unmapPages();
     checkBody(oneOf(['ready']), await transport.exchange('ready', FOREVER_MS), who, 'word that it is ready');
     // The other side's final word (nothing else comes after 'ready'); its loss is the watch's.
-    // A malformed one ends the run as an error of the other side's.
+    // A malformed one ends what waits on it, then the run, naming the field.
+    let malformed: Error | undefined;
     const peerDone = transport.receive(FOREVER_MS).then(
       (d) => {
         try {
           ctl.heard(checkBody(finalWord(lanes, sizes.length), d, who, 'final word'));
         } catch (e) {
-          r.error ??= (e as Error).message;
-          ctl.heard({ counts: [], error: (e as Error).message });
+          malformed = e as Error;
+          ctl.heard({ counts: lane.map(() => 0), error: malformed.message });
         }
       },
       () => undefined,
@@ -688,6 +689,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       // Gone already: the watch says so.
     }
     await peerDone;
+    if (malformed) throw malformed;
     if (ctl.lost) r.lost = ctl.lost;
     const theirDone = ctl.peerDone;
     if (theirDone?.error) r.peerError = theirDone.error;

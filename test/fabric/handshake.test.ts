@@ -30,6 +30,17 @@ async function fakeClient(port: number) {
 
 const params = { op: 'write', size: 4096, iters: 5, evict: false, odp: false, policy: 'touch-ahead', txDepth: 1, qps: 1, mtu: 1024 };
 
+describe("the programs' limits in --help", () => {
+  it('names the server limits, the token, --supervise and the transport limits', async () => {
+    const help = start(['write-bw', '--help']);
+    const out = (await help.exit).stdout.replace(/\s+/g, ' ');
+    for (const s of ['--max-msg <bytes>', '--max-qps <n>', '--max-memory <bytes>', '--token <secret>', 'PFR_FABRIC_TOKEN', '--supervise'])
+      expect(out).toContain(s);
+    for (const limit of ['limits.maxWaiting', 'limits.helloTimeoutMs', 'limits.maxFrameBytes', 'limits.maxHeldBytes', 'limits.maxUnsentBytes'])
+      expect(out).toContain(limit);
+  });
+});
+
 describe.skipIf(!built && !ci)("the programs' handshake", () => {
   it('a client of another program, or past --max-qps, is refused: both sides end non-zero, naming it', async () => {
     const rc = await serve('rc-pingpong');
@@ -69,7 +80,21 @@ describe.skipIf(!built && !ci)("the programs' handshake", () => {
     c2.close();
     expect(e2.code).toBe(1);
     expect(e2.stderr).toContain('sent a malformed list of QPs: list of QPs[0].qpn must be an integer in 0..16777215, got "seventeen"');
-    expect(e1.stderr + e2.stderr).not.toMatch(/TypeError|NaN/);
+
+    // Everything right up to the final word, which is not a list of counts.
+    const last = await serve('write-bw');
+    const c3 = await fakeClient(last.port);
+    c3.post({ program: 'write-bw', params });
+    expect(await c3.receive(10_000)).toEqual({ accepted: true });
+    const theirs = await c3.exchange<Array<{ node: number }>>([{ node: 0, qpn: 17, psn: 0, addr: 0n, rkey: 0 }], 10_000);
+    expect(theirs.map((e) => e.node)).toEqual([1]);
+    expect(await c3.exchange('ready', 10_000)).toBe('ready');
+    c3.post({ counts: 'lots' });
+    const e3 = await last.exit;
+    c3.close();
+    expect(e3.code).toBe(1);
+    expect(e3.stderr).toContain('sent a malformed final word: final word.counts must be a list of 1 items, got "lots"');
+    expect(e1.stderr + e2.stderr + e3.stderr).not.toMatch(/TypeError|NaN/);
   }, 60_000);
 
   it('with --token, a client without it is refused and the server waits on; strangers during a run are rejected and counted', async () => {
