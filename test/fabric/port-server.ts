@@ -14,6 +14,8 @@ export interface Report {
   /** Bytes of the region outside the MR that are not the 0x33 it was filled with (the server's own view). */
   outside: number;
   rssKiB: number;
+  /** V8's heap in use. */
+  heapKiB: number;
   fds: number;
   inflight: number;
   answersRefused: number;
