@@ -1,16 +1,22 @@
-// Bare connections on a listening port (see bare_sockets.h): found by walking /proc/self/fd.
+// Bare connections on a listening port (see bare_sockets.h). Found without taking any socket's
+// lock: getsockname, SIOCINQ and TCP_INFO all lock the socket, and a socket whose lock another
+// thread holds (a provider thread copying a message into a page that is faulting, blocked until
+// this very thread resolves the fault: stall mode's RMA connection) would block this thread in
+// the kernel for as long. So the port's established connections come from /proc/net/tcp, their
+// descriptors from /proc/self/fd's links, and only those (the listener's own, progressed on
+// this thread alone) are asked how much they received.
 #include "bare_sockets.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_set>
 #include <vector>
 
@@ -18,17 +24,35 @@ namespace pfr {
 
 namespace {
 
-// The local port of a connected (not listening) TCP socket, or 0.
-uint16_t ConnectedPort(int fd) {
-  int listening = 0;
-  socklen_t len = sizeof listening;
-  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening) return 0;
-  sockaddr_storage sa{};
-  len = sizeof sa;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return 0;
-  if (sa.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
-  if (sa.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port);
-  return 0;
+// The inodes of the established TCP (IPv4) connections whose local port is `port`.
+std::unordered_set<ino_t> EstablishedOn(uint16_t port) {
+  std::unordered_set<ino_t> out;
+  FILE* f = fopen("/proc/net/tcp", "r");
+  if (!f) return out;
+  char line[512];
+  if (!fgets(line, sizeof line, f)) {  // the header
+    fclose(f);
+    return out;
+  }
+  while (fgets(line, sizeof line, f)) {
+    unsigned local_port = 0, state = 0;
+    unsigned long inode = 0;
+    // "sl: local_addr:port rem_addr:port st tx:rx tr:when retrnsmt uid timeout inode"
+    if (sscanf(line, " %*u: %*8x:%x %*8x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %lu", &local_port, &state, &inode) != 3) continue;
+    if (local_port == port && state == 1 /* TCP_ESTABLISHED */ && inode) out.insert(static_cast<ino_t>(inode));
+  }
+  fclose(f);
+  return out;
+}
+
+// The socket inode a descriptor of this process stands for (0 if it is no socket).
+ino_t SocketInode(int dirFd, const char* name) {
+  char link[64];
+  ssize_t n = readlinkat(dirFd, name, link, sizeof link - 1);
+  if (n <= 0) return 0;
+  link[n] = 0;
+  unsigned long inode = 0;
+  return sscanf(link, "socket:[%lu]", &inode) == 1 ? static_cast<ino_t>(inode) : 0;
 }
 
 // An established connection that has received nothing at all (TCP_INFO's byte count, Linux 4.1+).
@@ -37,12 +61,17 @@ bool ReceivedNothing(int fd) {
   socklen_t len = sizeof ti;
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
   if (len < offsetof(tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received) return false;
-  return ti.tcpi_state == 1 /* TCP_ESTABLISHED */ && ti.tcpi_bytes_received == 0;
+  return ti.tcpi_bytes_received == 0;
 }
 
 }  // namespace
 
 size_t ReapBareSockets(uint16_t port, BareSockets& bare, uint64_t nowNs, uint64_t maxAgeNs, size_t keep) {
+  std::unordered_set<ino_t> onPort = EstablishedOn(port);
+  if (onPort.empty()) {
+    bare.seen.clear();
+    return 0;
+  }
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return 0;
   struct Found {
@@ -55,11 +84,10 @@ size_t ReapBareSockets(uint16_t port, BareSockets& bare, uint64_t nowNs, uint64_
   while (dirent* d = readdir(dir)) {
     if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
     int fd = atoi(d->d_name);
-    struct stat st {};
-    if (fd == self || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (ConnectedPort(fd) != port || !ReceivedNothing(fd)) continue;
+    ino_t inode = fd == self ? 0 : SocketInode(self, d->d_name);
+    if (!inode || !onPort.count(inode) || !ReceivedNothing(fd)) continue;
     auto it = bare.seen.find(fd);
-    if (it == bare.seen.end() || it->second.inode != st.st_ino) it = bare.seen.insert_or_assign(fd, BareSockets::Seen{st.st_ino, nowNs}).first;
+    if (it == bare.seen.end() || it->second.inode != inode) it = bare.seen.insert_or_assign(fd, BareSockets::Seen{inode, nowNs}).first;
     present.insert(fd);
     found.push_back({fd, it->second.sinceNs});
   }

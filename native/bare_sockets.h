@@ -2,9 +2,9 @@
 // provider accepts every TCP connection on a passive endpoint's port and waits, with no timer,
 // for its connection request: a connection that sends nothing stays open for ever, a
 // descriptor of this process each, and the application is never told (it sees a connection
-// only once its request arrived). These are found among the process's own descriptors and
-// shut down (not closed: the fd is the provider's), which wakes the provider, which reads
-// the end of the stream and closes it itself.
+// only once its request arrived). These are found among the process's own descriptors (IPv4:
+// the transport's addresses are FI_SOCKADDR_IN) and shut down (not closed: the fd is the
+// provider's), which wakes the provider, which reads the end of the stream and closes it itself.
 #pragma once
 
 #include <sys/types.h>

@@ -614,6 +614,18 @@ void Watch(Conn* c, Poll*& slot, fid_t fid, bool cq) {
   });
 }
 
+// A timer of connection `c` every `ms`, unref'd (it keeps no process alive); closed by Teardown.
+uv_timer_t* Every(Napi::Env env, Conn* c, uint64_t ms, uv_timer_cb cb) {
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  auto* t = new uv_timer_t{};
+  t->data = c;
+  uv_timer_init(loop, t);
+  uv_timer_start(t, cb, ms, ms);
+  uv_unref(reinterpret_cast<uv_handle_t*>(t));
+  return t;
+}
+
 // The endpoint of a connection (either side): CQ with a wait fd, bound with the EQ.
 void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   fi_cq_attr cqa{};
@@ -649,23 +661,16 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   Watch(c, c->cqPoll, &c->cq->fid, true);
   // A peer's end (FIN/RST) signals neither wait fd: the tick (kTickMs) drives progress so a
   // dead peer becomes FI_SHUTDOWN.
+  c->tick = Every(env, c, kTickMs, [](uv_timer_t* t) {
+    Conn* conn = static_cast<Conn*>(t->data);
+    if (conn->closed) return;
+    Guarded(conn, [&] {
+      DrainCq(conn);
+      if (!conn->closed) HandleEq(conn);
+    });
+  });
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
-  c->tick = new uv_timer_t{};
-  c->tick->data = c;
-  uv_timer_init(loop, c->tick);
-  uv_timer_start(
-      c->tick,
-      [](uv_timer_t* t) {
-        Conn* conn = static_cast<Conn*>(t->data);
-        if (conn->closed) return;
-        Guarded(conn, [&] {
-          DrainCq(conn);
-          if (!conn->closed) HandleEq(conn);
-        });
-      },
-      kTickMs, kTickMs);
-  uv_unref(reinterpret_cast<uv_handle_t*>(c->tick));
   c->idle = new uv_idle_t{};
   c->idle->data = c;
   uv_idle_init(loop, c->idle);
@@ -1139,23 +1144,14 @@ Napi::Value Limits(const Napi::CallbackInfo& info) {
   if (maxSlots >= 1) c->maxSlots = static_cast<size_t>(maxSlots);
   if (maxPending >= 0) c->maxPending = static_cast<size_t>(maxPending);
   if (maxBare >= 0) c->maxBare = static_cast<size_t>(maxBare);
-  if (bareMs >= 0 && c->pep) {
+  // Not on a threaded listener: its connections' sockets are another thread's (bare_sockets.cc).
+  if (bareMs >= 0 && c->pep && !c->threaded) {
     c->bareMs = static_cast<uint64_t>(bareMs);
-    if (!c->reap && c->bareMs) {
-      uv_loop_t* loop = nullptr;
-      napi_get_uv_event_loop(env, &loop);
-      c->reap = new uv_timer_t{};
-      c->reap->data = c;
-      uv_timer_init(loop, c->reap);
-      uv_timer_start(
-          c->reap,
-          [](uv_timer_t* t) {
-            Conn* l = static_cast<Conn*>(t->data);
-            if (!l->closed) Guarded(l, [&] { Reap(l); });
-          },
-          kReapMs, kReapMs);
-      uv_unref(reinterpret_cast<uv_handle_t*>(c->reap));
-    }
+    if (!c->reap && c->bareMs)
+      c->reap = Every(env, c, kReapMs, [](uv_timer_t* t) {
+        Conn* l = static_cast<Conn*>(t->data);
+        if (!l->closed) Guarded(l, [&] { Reap(l); });
+      });
   }
   if (posted >= 1 && c->ep && !c->threaded) {
     c->wantPosted = static_cast<int>(std::min<double>(posted, static_cast<double>(c->maxSlots)));

@@ -672,7 +672,6 @@ export class LibfabricTransport implements Transport {
     if (this.#rma.listener !== undefined) throw fabricError('openRmaTarget: the RMA target is already open', 'ERR_INVALID_STATE');
     const { handle, port } = this.#fi.fabricListen(this.provider, this.#bind, 0, (h, kind, a, b) => this.onEvent(h, kind, a, b), true);
     this.#rma.listener = handle;
-    this.#fi.fabricLimits(handle, { bareMs: this.#limits.helloTimeoutMs, maxBare: 1 });
     const accepted = new Promise<{ progressTid: number }>((resolve, reject) => {
       const timer = setTimeout(() => reject(fabricError(`openRmaTarget: no RMA connection within ${timeoutMs} ms`, 'ETIMEDOUT')), timeoutMs);
       this.#rma.accepted = {

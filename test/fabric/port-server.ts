@@ -93,35 +93,43 @@ export async function startServer(options: Partial<Omit<LibfabricOptions, 'peers
   };
 }
 
+/** Node 0's side of the port server's exchange over `t`: its QP connected to the server's, and where the server's MR is. */
+export async function clientQp(t: LibfabricTransport) {
+  const cluster = Cluster.create({ nodes: 2, transport: t });
+  const ctx = cluster.openDevice(0);
+  const pd = ctx.allocPd();
+  const cq = ctx.createCq(16);
+  const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
+  const server = await t.exchange<{ qpn: number; addr: bigint; rkey: number }>({ qpn: qp.qpNum }, 10_000);
+  qp.modify({ qpState: QpState.INIT, portNum: 1, qpAccessFlags: Access.LOCAL_WRITE });
+  qp.modify({ qpState: QpState.RTR, destQpNum: server.qpn, destNode: 1 });
+  qp.modify({ qpState: QpState.RTS });
+  return { cluster, ctx, pd, cq, qp, server };
+}
+
 /**
  * The real client: connect as node 0, swap QP numbers, RDMA WRITE 64 bytes of `fill` into the
  * server's MR; resolves with the write's status (the transport closed after it).
  */
 export async function realClient(port: number, fill = 0x5a, options: Partial<LibfabricOptions> = {}): Promise<WcStatus> {
   const t = await LibfabricTransport.connect({ host: '127.0.0.1', port, localNodes: [0], peers: [1], timeoutMs: 10_000, ...options });
-  const cluster = Cluster.create({ nodes: 2, transport: t });
   const src = mapRegion(4096);
+  let cluster: Cluster | undefined;
   try {
-    const ctx = cluster.openDevice(0);
-    const pd = ctx.allocPd();
-    const cq = ctx.createCq(16);
-    const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
-    const got = await t.exchange<{ qpn: number; addr: bigint; rkey: number }>({ qpn: qp.qpNum }, 10_000);
-    qp.modify({ qpState: QpState.INIT, portNum: 1, qpAccessFlags: Access.LOCAL_WRITE });
-    qp.modify({ qpState: QpState.RTR, destQpNum: got.qpn, destNode: 1 });
-    qp.modify({ qpState: QpState.RTS });
+    const c = await clientQp(t);
+    cluster = c.cluster;
     new Uint8Array(src.buffer).fill(fill);
-    const mr = ctx.regMr(pd, src, 0, 4096, Access.LOCAL_WRITE);
-    qp.postSend({
+    const mr = c.ctx.regMr(c.pd, src, 0, 4096, Access.LOCAL_WRITE);
+    c.qp.postSend({
       wrId: 1,
       opcode: WrOpcode.RDMA_WRITE,
       sgList: [{ addr: src.address, length: 64, lkey: mr.lkey }],
       sendFlags: SendFlags.SIGNALED,
-      rdma: { remoteAddr: got.addr, rkey: got.rkey },
+      rdma: { remoteAddr: c.server.addr, rkey: c.server.rkey },
     });
-    return (await next(cq, 10_000)).status;
+    return (await next(c.cq, 10_000)).status;
   } finally {
-    cluster.close();
+    cluster?.close();
     t.close();
     src.close();
   }

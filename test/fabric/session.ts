@@ -5,8 +5,9 @@
 // header around each is rebuilt valid, as the provider's parser is libfabric's (port.test.ts
 // tries that one, and README's "Security" says what it lets through).
 import { connect, createServer, type Socket } from 'node:net';
-import { Access, Cluster, LibfabricTransport, mapRegion, QpState, SendFlags, WrOpcode } from '../../lib/index.js';
+import { Access, LibfabricTransport, mapRegion, SendFlags, WrOpcode, type Cluster } from '../../lib/index.js';
 import { next } from '../verbs/helpers.js';
+import { clientQp } from './port-server.js';
 import { CM_REQUEST, Raw } from './raw.js';
 
 /** The payloads of the provider messages a client sent, in order (each one of our frames, or a batch of them). */
@@ -43,17 +44,11 @@ export async function record(port: number): Promise<Session> {
   await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
   const via = (proxy.address() as { port: number }).port;
   const t = await LibfabricTransport.connect({ host: '127.0.0.1', port: via, localNodes: [0], peers: [1] });
-  const cluster = Cluster.create({ nodes: 2, transport: t });
   const src = mapRegion(8 * 4096);
+  let cluster: Cluster | undefined;
   try {
-    const ctx = cluster.openDevice(0);
-    const pd = ctx.allocPd();
-    const cq = ctx.createCq(16);
-    const qp = ctx.createQp(pd, { sendCq: cq, recvCq: cq });
-    const got = await t.exchange<{ qpn: number; addr: bigint; rkey: number }>({ qpn: qp.qpNum }, 10_000);
-    qp.modify({ qpState: QpState.INIT, portNum: 1, qpAccessFlags: Access.LOCAL_WRITE });
-    qp.modify({ qpState: QpState.RTR, destQpNum: got.qpn, destNode: 1 });
-    qp.modify({ qpState: QpState.RTS });
+    const { ctx, pd, cq, qp, server: got, ...c } = await clientQp(t);
+    cluster = c.cluster;
     new Uint8Array(src.buffer).fill(0x5a);
     const mr = ctx.regMr(pd, src, 0, src.size, Access.LOCAL_WRITE);
     const work: Array<[WrOpcode, number, number]> = [
@@ -74,7 +69,7 @@ export async function record(port: number): Promise<Session> {
       await next(cq, 10_000);
     }
   } finally {
-    cluster.close();
+    cluster?.close();
     t.close();
     src.close();
     await new Promise<void>((resolve) => proxy.close(() => resolve()));
@@ -133,10 +128,13 @@ export function mutate(session: Session, mutations: readonly Mutation[]): Sessio
   return s.filter((m) => m.length > 0);
 }
 
-/** Replay `session` from a raw socket, each payload in a valid provider message; resolves with the connection, still open. */
+/**
+ * Replay `session` from a raw socket, each payload in a valid provider message; resolves with
+ * the connection, still open (or closed: a server may refuse the request, or cut it at once).
+ */
 export async function replay(port: number, session: Session): Promise<Raw> {
   const raw = await Raw.open(port);
-  await raw.accepted;
-  for (const payload of session) raw.send(payload);
+  await Promise.race([raw.accepted, raw.closed]);
+  if (raw.open) for (const payload of session) raw.send(payload);
   return raw;
 }
