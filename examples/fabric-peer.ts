@@ -369,6 +369,22 @@ const U64 = 2n ** 64n - 1n;
 /** The longest error or refusal a side passes on. */
 const MAX_REASON = 1024;
 
+/** The run's parameters the client sends only when set (pickParams); the atomic type and trace are set apart. */
+const OPTIONAL_PARAMS = [
+  'faultModel',
+  'all',
+  'durationS',
+  'infinite',
+  'txDepth',
+  'qps',
+  'bidirectional',
+  'implicitOdp',
+  'prefetch',
+  'rxDepth',
+  'mtu',
+  'events',
+] as const;
+
 const RUN_PARAMS: Check<RunParams> = record<RunParams>(
   {
     op: oneOf<FabricOp>(['send', 'write', 'read', 'atomic']),
@@ -393,22 +409,7 @@ const RUN_PARAMS: Check<RunParams> = record<RunParams>(
     events: bool,
     trace: bool,
   },
-  [
-    'faultModel',
-    'all',
-    'atomicType',
-    'durationS',
-    'infinite',
-    'txDepth',
-    'qps',
-    'bidirectional',
-    'implicitOdp',
-    'prefetch',
-    'rxDepth',
-    'mtu',
-    'events',
-    'trace',
-  ],
+  [...OPTIONAL_PARAMS, 'atomicType', 'trace'],
 );
 
 /** The client's first word: the program it runs and the run it wants. */
@@ -1017,21 +1018,7 @@ function checkRun({ program, params }: Hello, o: PeerOptions): void {
 
 function pickParams(o: PeerOptions): RunParams {
   const p: RunParams = { op: o.op, size: o.size, iters: o.iters, evict: o.evict, odp: o.odp, policy: o.policy };
-  for (const k of [
-    'faultModel',
-    'all',
-    'durationS',
-    'infinite',
-    'txDepth',
-    'qps',
-    'bidirectional',
-    'implicitOdp',
-    'prefetch',
-    'rxDepth',
-    'mtu',
-    'events',
-  ] as const)
-    if (o[k] !== undefined && o[k] !== false) (p as unknown as Record<string, unknown>)[k] = o[k];
+  for (const k of OPTIONAL_PARAMS) if (o[k] !== undefined && o[k] !== false) (p as unknown as Record<string, unknown>)[k] = o[k];
   if (o.traceFile) p.trace = true;
   if (o.op === 'atomic') {
     p.size = 8;
