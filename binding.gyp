@@ -23,7 +23,7 @@
       "ldflags": ["-pthread", "-Wl,-z,nodelete"],
       "conditions": [
         ["<!(pkg-config --exists libfabric && echo 1 || echo 0)==1", {
-          "sources": ["native/fabric.cc"],
+          "sources": ["native/fabric.cc", "native/bare_sockets.cc", "native/provider_crash.cc"],
           "defines": ["PFR_HAVE_LIBFABRIC"],
           "cflags_cc": ["<!@(pkg-config --cflags libfabric 2>/dev/null || true)"],
           "libraries": ["-ldl"]

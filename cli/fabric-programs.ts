@@ -4,9 +4,18 @@
 // examples/fabric-peer.ts. The client decides the run's parameters; the server adopts them.
 import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { DEFAULT_BIND, LIBFABRIC_PROVIDERS, latencyStats, POLICIES, type LibfabricProvider, type PolicyName } from '../lib/index.js';
+import {
+  DEFAULT_BIND,
+  DEFAULT_TRANSPORT_LIMITS,
+  LIBFABRIC_PROVIDERS,
+  latencyStats,
+  POLICIES,
+  type LibfabricProvider,
+  type PolicyName,
+} from '../lib/index.js';
 import {
   DEFAULT_RX_DEPTH,
+  DEFAULT_SERVER_LIMITS,
   MAX_MSG,
   MTUS,
   PEER_TIMEOUT_MS,
@@ -21,7 +30,8 @@ import {
 } from '../examples/fabric-peer.js';
 import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, parseSize, print, Table } from '../examples/support/format.js';
 import type { TraceFile } from '../examples/support/trace-file.js';
-import { defineProgram, type CommonOptions, type Program } from './program.js';
+import { defineProgram, type CommonOptions, type Program, type RunOutcome } from './program.js';
+import { MAX_RESTARTS, supervise, tellSupervisor, workerPort } from './supervise.js';
 
 /** rc_pingpong's and perftest's default port. */
 export const DEFAULT_PORT = 18515;
@@ -51,6 +61,11 @@ export interface FabricOptions extends CommonOptions {
   qp?: number;
   bidirectional?: boolean;
   inline_size?: number;
+  token?: string;
+  supervise?: boolean;
+  maxMsg: number;
+  maxQps: number;
+  maxMemory: number;
 }
 
 function parsePort(value: string): number {
@@ -114,7 +129,34 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   cmd
     .argument('[host]', 'the server to connect to (without it: run the server)')
     .option('-p, --port <port>', `listen on / connect to port (0: any free port, printed)`, parsePort, DEFAULT_PORT)
-    .option('--bind <addr>', 'server: the address to listen on (0.0.0.0: every interface)', DEFAULT_BIND);
+    .option('--bind <addr>', 'server: the address to listen on (0.0.0.0: every interface)', DEFAULT_BIND)
+    .addOption(
+      new Option('--token <secret>', 'a secret both sides are given: a peer whose hello does not carry it is refused (README, "Security")').env(
+        'PFR_FABRIC_TOKEN',
+      ),
+    )
+    .option(
+      '--supervise',
+      `server: run in a child process, started again on the same port (up to ${MAX_RESTARTS} times) if a libfabric provider crash on a stranger's message kills it while it waits for its client (README, "Security")`,
+      false,
+    )
+    .option('--max-msg <bytes>', 'server: the largest message a client may ask for', parseSize, DEFAULT_SERVER_LIMITS.maxSize)
+    .option('--max-qps <n>', 'server: the most QPs a client may ask for', parsePositiveInt, DEFAULT_SERVER_LIMITS.maxQps)
+    .option(
+      '--max-memory <bytes>',
+      "server: the most buffer a client's run may need here (QPs × 2 × message size)",
+      parseSize,
+      DEFAULT_SERVER_LIMITS.maxMemory,
+    )
+    .addHelpText(
+      'after',
+      `\nThe server serves one client. It rejects every other connection request once that client is connected, and ` +
+        `until then lets at most ${DEFAULT_TRANSPORT_LIMITS.maxWaiting} connections wait for their hello (limits.maxWaiting), each for ` +
+        `${DEFAULT_TRANSPORT_LIMITS.helloTimeoutMs} ms (limits.helloTimeoutMs), TCP connections that send nothing too. A peer may send frames of ` +
+        `${DEFAULT_TRANSPORT_LIMITS.maxFrameBytes >> 20} MiB at most in chunks (limits.maxFrameBytes), make it hold ${DEFAULT_TRANSPORT_LIMITS.maxHeldBytes >> 20} MiB ` +
+        `(limits.maxHeldBytes) and leave ${DEFAULT_TRANSPORT_LIMITS.maxUnsentBytes >> 20} MiB unread (limits.maxUnsentBytes); past a limit its connection is cut, the limit named. ` +
+        `A client asking for more than --max-msg, --max-qps or --max-memory is refused, and so is one running another program.`,
+    );
   if (op !== 'atomic') cmd.option('-s, --size <bytes>', 'message size (4096, 64K, 1M; at most 1G)', parseMessageSize, 4096);
   cmd
     .option('-n, --iters <n>', 'iterations (per QP)', parsePositiveInt, kind === 'bw' ? 5000 : 1000)
@@ -196,8 +238,16 @@ function perftestHeader(kind: 'bw' | 'lat', o: FabricOptions, local: Endpoint[],
   print(RULE);
 }
 
+/** --supervise, on the server side, outside the supervised child: this process only watches it (no results of its own). */
+async function supervised(name: string, o: FabricOptions): Promise<RunOutcome | undefined> {
+  if (!o.supervise || o.args?.[0] !== undefined || workerPort() !== undefined) return undefined;
+  process.exitCode = await supervise(name);
+  return { results: { supervised: true }, writes: false };
+}
+
 async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, trace: TraceFile | undefined): Promise<PeerResult> {
   const host = o.args?.[0];
+  const worker = workerPort();
   const self = `npx pagefault-rdma ${name}`;
   if (kind !== 'pingpong') checkPerftest(name, op, o);
   if (o.prefetch && !o.odp && !o.iodp) throw new InvalidArgumentError('-P: prefetch is valid only with an on-demand memory region (-o or -O)');
@@ -209,8 +259,11 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
   try {
     const r = await runPeer({
       host,
-      port: o.port,
+      port: worker?.port ?? o.port,
       bind: o.bind,
+      program: name,
+      ...(o.token !== undefined ? { token: o.token } : {}),
+      limits: { maxSize: o.maxMsg, maxQps: o.maxQps, maxMemory: o.maxMemory },
       provider: o.provider,
       op,
       size: o.size ?? 8,
@@ -232,11 +285,14 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       ...(kind === 'pingpong' ? { rxDepth: o.rxDepth ?? DEFAULT_RX_DEPTH } : {}),
       ...(o.run_infinitely ? { signal: stop.signal } : {}),
       ...(trace ? { traceFile: trace } : {}),
-      onListening: (port) =>
+      onListening: (port) => {
+        tellSupervisor({ listening: port });
         print(
           `waiting for a client on ${o.bind} port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${o.bind === '0.0.0.0' ? hostname() : o.bind} -p ${port} [-s SIZE -n ITERS --evict]`,
-        ),
+        );
+      },
       onConnected: (local, remote, p) => {
+        tellSupervisor({ serving: true });
         // Only now: opening the libfabric provider installed its own SIGINT handler (exit 1),
         // and a listener added after it puts Node's back.
         if (o.run_infinitely) process.once('SIGINT', onSigint);
@@ -376,6 +432,8 @@ export const rcPingpong: Program<FabricOptions> = defineProgram<FabricOptions>({
   summary: 'RC ping-pong between two processes or hosts over libfabric, like ibv_rc_pingpong (server: no HOST; client: HOST)',
   options: (cmd) => addFabricOptions(cmd, 'pingpong', 'send'),
   async run(o, io) {
+    const watching = await supervised('rc-pingpong', o);
+    if (watching) return watching;
     const r = await run('rc-pingpong', 'send', 'pingpong', o, io.trace);
     const run0 = r.runs[0];
     if (run0 && run0.seconds > 0 && run0.iterations) {
@@ -396,6 +454,8 @@ export function perftestProgram(name: string, op: FabricOp, kind: 'bw' | 'lat', 
     summary: `${what} between two processes or hosts over libfabric, like perftest's ib_${name.replace('-', '_')} (server: no HOST; client: HOST)`,
     options: (cmd) => addFabricOptions(cmd, kind, op),
     async run(o, io) {
+      const watching = await supervised(name, o);
+      if (watching) return watching;
       const r = await run(name, op, kind, o, io.trace);
       const rows: Array<Record<string, number>> = [];
       // --run_infinitely printed its rows as each period ended.

@@ -56,6 +56,7 @@ import {
   Userfaultfd,
 } from '../lib/index.js';
 import { MAX_MSG } from '../lib/verbs/requester.js';
+import { big, bool, checkBody, finite, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
 import type { TraceFile } from './support/trace-file.js';
 
 export { MAX_MSG };
@@ -127,6 +128,15 @@ export interface PeerOptions extends RunParams {
   /** Client: the server's host; absent: run the server. */
   host?: string | undefined;
   port: number;
+  /**
+   * The program both sides run (rc-pingpong, write-bw, …): the client names it in its hello
+   * body, and a server running another refuses it (both end, naming the two).
+   */
+  program?: string;
+  /** A secret both sides are given (the transport's token): a peer whose hello lacks it is refused. */
+  token?: string;
+  /** Server: the most it lets a client ask of it (ServerLimits; each has a default). */
+  limits?: Partial<ServerLimits>;
   /** Server: the address to listen on (default 127.0.0.1, this host only; 0.0.0.0: every interface). */
   bind?: string;
   provider?: LibfabricProvider;
@@ -141,6 +151,23 @@ export interface PeerOptions extends RunParams {
   /** --trace: this side's faults go here, and the client's gets the server's too. */
   traceFile?: TraceFile;
 }
+
+/**
+ * The most a server lets a client's run ask of it (the client decides the run, the server
+ * adopts it, so it bounds what it adopts): a client asking for more is refused, the limit
+ * named. The programs' --max-msg, --max-qps and --max-memory.
+ */
+export interface ServerLimits {
+  /** The largest message, bytes. */
+  maxSize: number;
+  /** QPs (lanes). */
+  maxQps: number;
+  /** Bytes of the server's buffer (QPs × 2 slots of the largest message). */
+  maxMemory: number;
+}
+
+/** What a server takes unless told otherwise: 1 GiB messages, perftest's 256 QPs, 2 GiB of buffer (one QP of 1 GiB messages). */
+export const DEFAULT_SERVER_LIMITS: Readonly<ServerLimits> = Object.freeze({ maxSize: 2 ** 30, maxQps: 256, maxMemory: 2 ** 31 });
 
 /** One lane's QP as the other side needs it (rc_pingpong's "local address" line). */
 export interface Endpoint {
@@ -184,8 +211,16 @@ export interface PeerResult {
   peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport; faultTime?: FaultTime; evictUs?: number };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
   stall?: StallReport;
-  /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's). */
+  /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's, past a limit). */
   refused: number;
+  /** The same, by reason. */
+  refusedBy: Record<string, number>;
+  /**
+   * RDMA-level refusals: the NAKs this side's node sent the other (by syndrome: ACCESS_ERR,
+   * DROPPED, INV_REQ, …) and the answers its engine refused as answering nothing it sent
+   * ('answer for nothing').
+   */
+  rdmaRefused: Record<string, number>;
   /** -e: completion events this side slept on (each acknowledged). */
   cqEvents?: number;
 }
@@ -207,16 +242,6 @@ export function faultTime(s: FaultStatsSnapshot): FaultTime {
   const phasesUs = Object.fromEntries(PHASES.map((p) => [p, s.phases.real[p].mean])) as Record<Phase, number>;
   const totalUs = PHASES.reduce((t, p) => t + s.phases.real[p].mean * s.phases.real[p].count, 0);
   return { faults: s.faults.source + s.faults.destination, totalUs, phasesUs };
-}
-
-/** The other side's fault time, as it reported it: refused (undefined) unless every figure is a finite, non-negative number. */
-function checkedFaultTime(v: unknown): FaultTime | undefined {
-  if (typeof v !== 'object' || v === null) return undefined;
-  const f = v as Record<string, unknown>;
-  const ok = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0;
-  const phases = f.phasesUs as Record<string, unknown> | undefined;
-  if (!ok(f.faults) || !ok(f.totalUs) || typeof phases !== 'object' || phases === null || !PHASES.every((p) => ok(phases[p]))) return undefined;
-  return { faults: f.faults, totalUs: f.totalUs, phasesUs: Object.fromEntries(PHASES.map((p) => [p, phases[p] as number])) as Record<Phase, number> };
 }
 
 export interface StallReport {
@@ -246,6 +271,8 @@ const QP_TIMEOUT = 16;
 export const PEER_TIMEOUT_MS = peerTimeoutMs(QP_TIMEOUT, QP_DEFAULTS.retryCnt);
 /** The longest a wait for the other side's final word may take (a run can last as long as it is asked to). */
 const FOREVER_MS = 2 ** 31 - 1;
+/** The client's run and the server's answer to it: each side is ready to send it at once. */
+const HANDSHAKE_MS = 30_000;
 /** rc_pingpong's receives posted ahead. */
 export const DEFAULT_RX_DEPTH = 500;
 /** The path MTUs a QP takes (IBV_MTU_256 … IBV_MTU_4096). */
@@ -330,6 +357,133 @@ interface Done {
   runs?: SizeRun[];
 }
 
+// A trace crosses as JSON text in pieces: an exchange carries at most 4096 items and 64 KiB a
+// string (kernel-sim/fabric/headers.ts), and a server's trace has tens of thousands of events.
+const TRACE_PIECE = 16_000; // characters: at most 48 KB of UTF-8
+const TRACE_PIECES = 4096;
+
+// ---- the shapes of what the sides swap (fabric-bodies.ts), each field as the programs make it ----
+
+const COUNT = int(0, Number.MAX_SAFE_INTEGER);
+const U64 = 2n ** 64n - 1n;
+/** The longest error or refusal a side passes on. */
+const MAX_REASON = 1024;
+
+/** The run's parameters the client sends only when set (pickParams); the atomic type and trace are set apart. */
+const OPTIONAL_PARAMS = [
+  'faultModel',
+  'all',
+  'durationS',
+  'infinite',
+  'txDepth',
+  'qps',
+  'bidirectional',
+  'implicitOdp',
+  'prefetch',
+  'rxDepth',
+  'mtu',
+  'events',
+] as const;
+
+const RUN_PARAMS: Check<RunParams> = record<RunParams>(
+  {
+    op: oneOf<FabricOp>(['send', 'write', 'read', 'atomic']),
+    size: int(1, MAX_MSG),
+    iters: int(1, Number.MAX_SAFE_INTEGER),
+    evict: bool,
+    odp: bool,
+    // Pinning is not a policy these programs run (the CLI offers the others).
+    policy: oneOf<PolicyName>(['touch', 'touch-ahead', 'prefetch', 'prefault']),
+    faultModel: oneOf<FaultModel>(['terminate', 'stall']),
+    all: bool,
+    atomicType: oneOf<AtomicType>(['FETCH_AND_ADD', 'CMP_AND_SWAP']),
+    durationS: int(1, 2 ** 31 - 1),
+    infinite: bool,
+    txDepth: int(1, 8192),
+    qps: int(1, 256),
+    bidirectional: bool,
+    implicitOdp: bool,
+    prefetch: bool,
+    rxDepth: int(1, 1 << 16),
+    mtu: oneOf(MTUS),
+    events: bool,
+    trace: bool,
+  },
+  [...OPTIONAL_PARAMS, 'atomicType', 'trace'],
+);
+
+/** The client's first word: the program it runs and the run it wants. */
+interface Hello {
+  program?: string;
+  params: RunParams;
+}
+const HELLO: Check<Hello> = record<Hello>({ program: text(64), params: RUN_PARAMS }, ['program']);
+
+/** The server's answer to it: the run is on, or refused (why). */
+type Verdict = { accepted: true } | { refused: string };
+const VERDICT: Check<Verdict> = (v, path) =>
+  typeof v === 'object' && v !== null && 'refused' in v
+    ? record<{ refused: string }>({ refused: text(MAX_REASON) })(v, path)
+    : record<{ accepted: true }>({ accepted: oneOf([true as const]) })(v, path);
+
+const endpoints = (node: number, lanes: number): Check<Endpoint[]> =>
+  list(
+    record<Endpoint>({ node: oneOf([node]), qpn: int(0, 0xffffff), psn: int(0, 0xffffff), addr: big(U64), rkey: int(0, 0xffffffff) }),
+    lanes,
+    lanes,
+  );
+
+const SIZE_RUN: Check<SizeRun> = record<SizeRun>({
+  size: int(1, MAX_MSG),
+  iterations: COUNT,
+  realUs: list(finite(), 0, 1 << 16),
+  doneUs: list(finite(), 0, 1 << 16),
+  seconds: finite(),
+});
+
+const finalWord = (lanes: number, sizes: number): Check<Done> =>
+  record<Done>({ error: text(MAX_REASON), counts: list(COUNT, lanes, lanes), runs: list(SIZE_RUN, 0, sizes) }, ['error', 'runs']);
+
+const FAULT_TIME: Check<FaultTime> = record<FaultTime>({
+  faults: COUNT,
+  totalUs: finite(),
+  phasesUs: record<Record<Phase, number>>(Object.fromEntries(PHASES.map((p) => [p, finite()])) as Record<Phase, Check<number>>),
+});
+
+const STALL_REPORT: Check<StallReport> = record<StallReport>({
+  progressTid: int(0, 2 ** 31 - 1),
+  jsTid: int(0, 2 ** 31 - 1),
+  faultTids: list(int(0, 2 ** 31 - 1), 0, 4096),
+  faultsByHandler: COUNT,
+  faultsNative: COUNT,
+  smmuStalls: COUNT,
+  libraryFaults: COUNT,
+  pagesTouched: COUNT,
+});
+
+/** A side's closing counters (and, to a client that asked, the server's trace in pieces). */
+interface Report {
+  bytesVerified: number;
+  mismatches: number;
+  nacks: number;
+  faultTime: FaultTime;
+  evictUs?: number;
+  stall?: StallReport;
+  trace?: string[];
+}
+const REPORT: Check<Report> = record<Report>(
+  {
+    bytesVerified: COUNT,
+    mismatches: COUNT,
+    nacks: COUNT,
+    faultTime: FAULT_TIME,
+    evictUs: finite(),
+    stall: STALL_REPORT,
+    trace: list(text(TRACE_PIECE), 0, TRACE_PIECES),
+  },
+  ['evictUs', 'stall', 'trace'],
+);
+
 /**
  * What ends a run early: the other side lost (every wait ends), its final word (a ping-pong's
  * waits end: no answer will come; with --run_infinitely no new WRs either), or the caller's stop
@@ -347,11 +501,12 @@ class RunControl {
   /** -e: completion events slept on. */
   cqEvents = 0;
 
-  constructor(transport: LibfabricTransport, who: string, stop: AbortSignal | undefined, infinite: () => boolean) {
+  constructor(transport: LibfabricTransport, peer: number, who: string, stop: AbortSignal | undefined, infinite: () => boolean) {
     this.#stop = stop;
     this.#infinite = infinite;
-    transport.onPeerLost((_node, reason) => {
-      if (this.over || this.lost !== undefined) return;
+    // Only the other side's loss ends the run: anyone else who reached the port is not in it.
+    transport.onPeerLost((node, reason) => {
+      if (node !== peer || this.over || this.lost !== undefined) return;
       this.lost = `${who} went away: ${reason?.message.replace(/^the peer went away: /, '') ?? 'its connection shut down'}`;
       // A turn later: the WRs that waited on the peer complete first (RETRY_EXC_ERR, which the
       // run reports); only what would wait forever (a posted receive) is cut short.
@@ -417,43 +572,42 @@ interface Lane {
 export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   const role = o.host === undefined ? 'server' : 'client';
   const me = role === 'server' ? SERVER : CLIENT;
+  const peer = role === 'server' ? CLIENT : SERVER;
   const provider = o.provider ?? 'tcp';
+  // One other side, and only it: the server serves one client (every other connection request
+  // is rejected once it is connected), and with a token only a side that has it.
+  const common = { provider, peerTimeoutMs: PEER_TIMEOUT_MS, peers: [peer], ...(o.token !== undefined ? { token: o.token } : {}) };
   let transport: LibfabricTransport;
   if (role === 'server') {
-    transport = LibfabricTransport.listen({
-      port: o.port,
-      provider,
-      localNodes: [SERVER],
-      peerTimeoutMs: PEER_TIMEOUT_MS,
-      ...(o.bind !== undefined ? { host: o.bind } : {}),
-    });
+    transport = LibfabricTransport.listen({ ...common, port: o.port, localNodes: [SERVER], ...(o.bind !== undefined ? { host: o.bind } : {}) });
     o.onListening?.(transport.port);
     await transport.waitForPeer();
   } else {
-    transport = await LibfabricTransport.connect({ host: o.host!, port: o.port, provider, localNodes: [CLIENT], peerTimeoutMs: PEER_TIMEOUT_MS });
+    // The server's trace, if asked for, comes in one exchange larger than the default frame.
+    const limits = o.traceFile ? { maxFrameBytes: 3 * TRACE_PIECE * TRACE_PIECES + (1 << 20) } : {};
+    transport = await LibfabricTransport.connect({ ...common, host: o.host!, port: o.port, localNodes: [CLIENT], limits });
   }
   const who = role === 'server' ? `the client (node ${CLIENT})` : `the server (node ${SERVER} at ${o.host}:${o.port})`;
   let infinite = false;
-  const ctl = new RunControl(transport, who, o.signal, () => infinite);
+  const ctl = new RunControl(transport, peer, who, o.signal, () => infinite);
   let cluster: Cluster | undefined;
   let buf: Region | undefined;
   try {
-    const theirs = await transport.exchange<RunParams | null>(role === 'client' ? pickParams(o) : null);
-    const params = role === 'client' ? pickParams(o) : theirs!;
+    const params = role === 'client' ? await askRun(transport, o, who) : await adoptRun(transport, o, who);
     infinite = params.infinite === true;
     // A server traces when asked to (its own --trace) or when the client asks for its faults.
     cluster = Cluster.create({ nodes: 2, transport, ...(o.traceFile || params.trace ? { trace: true } : {}) });
     if ((params.faultModel ?? 'terminate') === 'stall') {
-      const r = await runStall(role, params, provider, transport, cluster, ctl, o);
-      r.refused = transport.stats().refused;
+      const r = await runStall(role, params, provider, transport, cluster, ctl, o, who);
+      countRefusals(r, transport, cluster.system.node(me));
       return r;
     }
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy });
     const pd = ctx.allocPd();
     const sizes = runSizes(params);
     const largest = Math.max(...sizes);
-    const slot = Math.max(4096, Math.ceil(largest / 4096) * 4096);
-    const lanes = params.op === 'send' || params.op === 'atomic' ? 1 : (params.qps ?? 1);
+    const slot = slotBytes(params);
+    const lanes = laneCount(params);
     const depth = params.txDepth ?? 1;
     const rxDepth = params.op === 'send' ? (params.rxDepth ?? DEFAULT_RX_DEPTH) : 1;
     const cq = ctx.createCq(lanes * depth + rxDepth + 16, params.events ? { channel: ctx.createCompChannel() } : {});
@@ -475,7 +629,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       rkey: mr.rkey,
     }));
     // Long waits: the other side may be pinning or filling a large buffer (its loss ends them).
-    const remote = await transport.exchange<Endpoint[]>(local, FOREVER_MS);
+    const remote = checkBody(endpoints(peer, lanes), await transport.exchange(local, FOREVER_MS), who, 'list of QPs');
     const mtu = params.mtu ?? QP_DEFAULTS.pathMtu;
     qps.forEach((qp, k) => connect(qp, local[k]!, remote[k]!, mtu));
     o.onConnected?.(local, remote, params);
@@ -506,10 +660,19 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const target = params.op !== 'send' && (role === 'server' || params.bidirectional === true);
     if (target && params.op === 'read') for (const l of lane) await pattern(view.subarray(l.offset), largest, 0, mine);
     if (params.evict) region.unmapPages();
-    await transport.exchange('ready', FOREVER_MS);
+    checkBody(oneOf(['ready']), await transport.exchange('ready', FOREVER_MS), who, 'word that it is ready');
     // The other side's final word (nothing else comes after 'ready'); its loss is the watch's.
-    const peerDone = transport.receive<Done>(FOREVER_MS).then(
-      (d) => ctl.heard(d),
+    // A malformed one ends what waits on it, then the run, naming the field.
+    let malformed: Error | undefined;
+    const peerDone = transport.receive(FOREVER_MS).then(
+      (d) => {
+        try {
+          ctl.heard(checkBody(finalWord(lanes, sizes.length), d, who, 'final word'));
+        } catch (e) {
+          malformed = e as Error;
+          ctl.heard({ counts: lane.map(() => 0), error: malformed.message });
+        }
+      },
       () => undefined,
     );
     let counts = lane.map(() => 0);
@@ -527,6 +690,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       // Gone already: the watch says so.
     }
     await peerDone;
+    if (malformed) throw malformed;
     if (ctl.lost) r.lost = ctl.lost;
     const theirDone = ctl.peerDone;
     if (theirDone?.error) r.peerError = theirDone.error;
@@ -560,22 +724,18 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       evictUs: r.evictUs,
       ...(traced ? { trace: traced } : {}),
     };
-    const peer = r.lost ? undefined : await transport.exchange<typeof report>(report, 30_000 + (traced ? traced.length : 0)).catch(() => undefined);
+    const heard = r.lost
+      ? undefined
+      : await transport.exchange(report satisfies Report, 30_000 + (traced ? traced.length : 0)).catch(() => undefined);
     ctl.over = true;
-    if (role === 'client' && peer) {
-      const theirFaults = checkedFaultTime(peer.faultTime);
-      const evictUs = typeof peer.evictUs === 'number' && Number.isFinite(peer.evictUs) && peer.evictUs >= 0 ? peer.evictUs : undefined;
-      r.peer = {
-        bytesVerified: peer.bytesVerified,
-        mismatches: peer.mismatches,
-        nacks: peer.nacks,
-        ...(theirFaults ? { faultTime: theirFaults } : {}),
-        ...(evictUs !== undefined ? { evictUs } : {}),
-      };
-      if (peer.trace && o.traceFile) addPeerTrace(o.traceFile, peer.trace);
+    const theirs = heard === undefined ? undefined : checkBody(REPORT, heard, who, 'closing counters');
+    if (role === 'client' && theirs) {
+      const { trace, stall: _stall, ...counters } = theirs;
+      r.peer = counters;
+      if (trace && o.traceFile) addPeerTrace(o.traceFile, trace);
     }
     o.traceFile?.addContexts([ctx], role === 'client' && params.trace ? 'client' : undefined);
-    r.refused = transport.stats().refused;
+    countRefusals(r, transport, cluster.system.node(me));
     return r;
 
     // Ping-pong of one size (both sides); rc_pingpong keeps `rxDepth` receives posted ahead,
@@ -758,11 +918,6 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   }
 }
 
-// A trace crosses as JSON text in pieces: an exchange carries at most 4096 items and 64 KiB a
-// string (kernel-sim/fabric/headers.ts), and a server's trace has tens of thousands of events.
-const TRACE_PIECE = 16_000; // characters: at most 48 KB of UTF-8
-const TRACE_PIECES = 4096;
-
 /** The server's trace as pieces of JSON text; past what an exchange carries, its first events only (said on stderr). */
 function packTrace(events: readonly ChromeTraceEvent[]): string[] {
   const json = JSON.stringify(events);
@@ -802,23 +957,68 @@ function newRun(size: number): SizeRun {
   return { size, iterations: 0, realUs: [], doneUs: [], seconds: 0 };
 }
 
+/** The bytes of one slot of a run's buffer: its largest message, in whole pages. */
+function slotBytes(p: RunParams): number {
+  return Math.max(4096, Math.ceil(Math.max(...runSizes(p)) / 4096) * 4096);
+}
+
+/** A run's lanes: one QP for a ping-pong or atomics, -q for writes and reads. */
+function laneCount(p: RunParams): number {
+  return p.op === 'send' || p.op === 'atomic' ? 1 : (p.qps ?? 1);
+}
+
+/** The bytes of the buffer a run maps on each side: a slot pair per lane (stall mode: one slot). */
+function bufferBytes(p: RunParams): number {
+  return p.faultModel === 'stall' ? slotBytes(p) : laneCount(p) * 2 * slotBytes(p);
+}
+
+/** Client: name the program and the run it wants, and hear the server's answer (a refusal ends the run, its reason said). */
+async function askRun(transport: LibfabricTransport, o: PeerOptions, who: string): Promise<RunParams> {
+  const params = pickParams(o);
+  transport.post({ ...(o.program !== undefined ? { program: o.program } : {}), params } satisfies Hello);
+  const verdict = checkBody(VERDICT, await transport.receive(HANDSHAKE_MS), who, 'answer to the run');
+  if ('refused' in verdict) throw new PeerRefusal(`${who} refused the run: ${verdict.refused}`);
+  return params;
+}
+
+/**
+ * Server: the client's run, held to its shape, to this server's program and to its limits,
+ * adopted; refused otherwise, the client told why (both sides end, each saying it).
+ */
+async function adoptRun(transport: LibfabricTransport, o: PeerOptions, who: string): Promise<RunParams> {
+  const body = await transport.receive(HANDSHAKE_MS);
+  try {
+    const hello = checkBody(HELLO, body, who, 'run');
+    checkRun(hello, o);
+    transport.post({ accepted: true } satisfies Verdict);
+    return hello.params;
+  } catch (e) {
+    if (e instanceof PeerRefusal) transport.post({ refused: e.message.slice(0, MAX_REASON) } satisfies Verdict);
+    throw e;
+  }
+}
+
+/** The run a client asks for, against the server's program and limits (a PeerRefusal names which). */
+function checkRun({ program, params }: Hello, o: PeerOptions): void {
+  if (o.program !== undefined && program !== o.program)
+    throw new PeerRefusal(
+      `the client runs ${program ?? 'a program it does not name'}, this server runs ${o.program}: start both sides with the same program`,
+    );
+  const limits = { ...DEFAULT_SERVER_LIMITS, ...o.limits };
+  const size = Math.max(...runSizes(params));
+  if (size > limits.maxSize)
+    throw new PeerRefusal(`the client asks for ${size}-byte messages, this server takes at most ${limits.maxSize} (--max-msg)`);
+  if (laneCount(params) > limits.maxQps)
+    throw new PeerRefusal(`the client asks for ${laneCount(params)} QPs, this server takes at most ${limits.maxQps} (--max-qps)`);
+  if (bufferBytes(params) > limits.maxMemory)
+    throw new PeerRefusal(
+      `the client's run needs ${bufferBytes(params)} bytes of buffer here (QPs × 2 × message size), this server takes at most ${limits.maxMemory} (--max-memory)`,
+    );
+}
+
 function pickParams(o: PeerOptions): RunParams {
   const p: RunParams = { op: o.op, size: o.size, iters: o.iters, evict: o.evict, odp: o.odp, policy: o.policy };
-  for (const k of [
-    'faultModel',
-    'all',
-    'durationS',
-    'infinite',
-    'txDepth',
-    'qps',
-    'bidirectional',
-    'implicitOdp',
-    'prefetch',
-    'rxDepth',
-    'mtu',
-    'events',
-  ] as const)
-    if (o[k] !== undefined && o[k] !== false) (p as unknown as Record<string, unknown>)[k] = o[k];
+  for (const k of OPTIONAL_PARAMS) if (o[k] !== undefined && o[k] !== false) (p as unknown as Record<string, unknown>)[k] = o[k];
   if (o.traceFile) p.trace = true;
   if (o.op === 'atomic') {
     p.size = 8;
@@ -841,7 +1041,18 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
     evictUs: 0,
     runs: [],
     refused: 0,
+    refusedBy: {},
+    rdmaRefused: {},
   };
+}
+
+/** What this side refused of the other's (and of anyone's who reached its port), by reason. */
+function countRefusals(r: PeerResult, transport: LibfabricTransport, node: SimNode): void {
+  const s = transport.stats();
+  const answers = node.pldma.counters().answersRefused;
+  r.refused = s.refused;
+  r.refusedBy = s.refusedBy;
+  r.rdmaRefused = { ...s.rdmaRefusedBy, ...(answers ? { 'answer for nothing': answers } : {}) };
 }
 
 /** The server's buffer in stall mode: what its SMMU and fault library need to stall and resolve the provider thread's faults. */
@@ -888,6 +1099,7 @@ async function runStall(
   cluster: Cluster,
   ctl: RunControl,
   o: PeerOptions,
+  who: string,
 ): Promise<PeerResult> {
   if (params.op !== 'write' && params.op !== 'read')
     throw Object.assign(new Error(`stall mode carries RDMA WRITE and READ only (write-bw, write-lat, read-bw), not ${params.op}`), {
@@ -906,7 +1118,7 @@ async function runStall(
   const r = emptyResult(role, params, provider);
   const sizes = runSizes(params);
   const largest = Math.max(...sizes);
-  const bytes = Math.max(4096, Math.ceil(largest / 4096) * 4096);
+  const bytes = slotBytes(params);
   // Pages the writes found evicted: with --evict, every page of every write.
   const pagesTouched = params.evict ? sizes.reduce((n, size) => n + Math.ceil(size / 4096), 0) * params.iters : 0;
   if (role === 'server') {
@@ -923,20 +1135,25 @@ async function runStall(
       const faults: Fault[] = [];
       uffd.on('fault', (f) => faults.push(f));
       const target = transport.openRmaTarget();
-      await transport.exchange({ rmaPort: target.port });
+      checkBody(oneOf([null]), await transport.exchange({ rmaPort: target.port }), who, 'answer to the RMA port');
       const { progressTid } = await target.accepted;
       const win = stallTarget(cluster.system.node(me), ctx.pid, buf, uffd, progressTid, CLIENT, !read);
       const { key, base } = transport.exposeRma(buf.address, bytes);
-      await transport.exchange({ addr: base, key });
+      checkBody(oneOf([null]), await transport.exchange({ addr: base, key }), who, 'answer to the RMA address');
       // --evict: before each write the client asks for the buffer to be evicted and waits for
       // the answer, so every write meets missing pages (and the provider thread stalls on each).
-      let m = await transport.receive<string | Done>(FOREVER_MS).catch(() => undefined);
+      const word = finalWord(1, sizes.length);
+      const next = async (): Promise<'evict' | Done | undefined> => {
+        const m = await transport.receive(FOREVER_MS).catch(() => undefined);
+        return m === undefined || m === 'evict' ? m : checkBody(word, m, who, 'final word');
+      };
+      let m = await next();
       while (m === 'evict') {
         buf.evict();
         transport.post('evicted');
-        m = await transport.receive<string | Done>(FOREVER_MS).catch(() => undefined);
+        m = await next();
       }
-      const done = typeof m === 'object' ? m : undefined;
+      const done = m as Done | undefined;
       if (done) transport.post('done');
       if (done?.error) r.peerError = done.error;
       else if (!done) r.lost = ctl.lost ?? 'the client said nothing the run expects';
@@ -958,20 +1175,18 @@ async function runStall(
       };
       cluster.system.node(me).smmu.endStallWindow(win);
       const traced = params.trace ? packTrace(ctx.faultLibrary.exportChromeTrace().traceEvents) : undefined;
-      if (!r.lost)
-        await transport
-          .exchange(
-            {
-              bytesVerified: r.bytesVerified,
-              mismatches: r.mismatches,
-              nacks: 0,
-              stall: r.stall,
-              faultTime: r.faultTime,
-              ...(traced ? { trace: traced } : {}),
-            },
-            30_000,
-          )
-          .catch(() => undefined);
+      if (!r.lost) {
+        const report: Report = {
+          bytesVerified: r.bytesVerified,
+          mismatches: r.mismatches,
+          nacks: 0,
+          stall: r.stall,
+          faultTime: r.faultTime,
+          ...(traced ? { trace: traced } : {}),
+        };
+        const closing = await transport.exchange(report, 30_000).catch(() => undefined);
+        if (closing !== undefined) checkBody(record<object>({}), closing, who, 'closing word');
+      }
       ctl.over = true;
       o.traceFile?.addContexts([ctx]);
       return r;
@@ -983,9 +1198,14 @@ async function runStall(
   const buf = mapRegion(bytes, { shared: true });
   try {
     const view = new Uint8Array(buf.buffer);
-    const { rmaPort } = await transport.exchange<{ rmaPort: number }>(null);
+    const { rmaPort } = checkBody(record<{ rmaPort: number }>({ rmaPort: int(1, 65535) }), await transport.exchange(null), who, 'RMA port');
     await transport.connectRma(rmaPort);
-    const remote = await transport.exchange<{ addr: bigint; key: bigint }>(null);
+    const remote = checkBody(
+      record<{ addr: bigint; key: bigint }>({ addr: big(U64), key: big(U64) }),
+      await transport.exchange(null),
+      who,
+      'RMA address',
+    );
     // No QP here: the libfabric endpoints are the queue pairs (QPN 0, PSN 0).
     o.onConnected?.(
       [{ node: CLIENT, qpn: 0, psn: 0, addr: buf.address, rkey: 0 }],
@@ -1007,7 +1227,7 @@ async function runStall(
             // itself); the server evicts its buffer and answers before the write goes.
             buf.unmapPages();
             transport.post('evict');
-            await transport.receive(30_000);
+            checkBody(oneOf(['evicted']), await transport.receive(30_000), who, 'answer to the eviction');
           }
           t = performance.now();
           if (read) await transport.rmaRead(buf.address, size, remote.addr, remote.key);
@@ -1031,16 +1251,14 @@ async function runStall(
     }
     const done: Done = { counts: [r.runs.at(-1)?.iterations ?? 0], ...(r.error ? { error: r.error } : {}) };
     const heard = ctl.lost ? undefined : await transport.exchange(done, FOREVER_MS).catch(() => undefined);
-    const peer =
-      heard === undefined
-        ? undefined
-        : await transport.exchange<NonNullable<PeerResult['peer']> & { trace?: string[] }>({}, 30_000).catch(() => undefined);
+    if (heard !== undefined) checkBody(oneOf(['done']), heard, who, 'answer to the final word');
+    const closing = heard === undefined ? undefined : await transport.exchange({}, 30_000).catch(() => undefined);
     ctl.over = true;
     if (ctl.lost) r.lost = ctl.lost;
+    const peer = closing === undefined ? undefined : checkBody(REPORT, closing, who, 'closing counters');
     if (peer) {
-      const { trace, faultTime: theirs, ...counters } = peer;
-      const theirFaults = checkedFaultTime(theirs);
-      r.peer = { ...counters, ...(theirFaults ? { faultTime: theirFaults } : {}) };
+      const { trace, ...counters } = peer;
+      r.peer = counters;
       r.faults.destination = peer.stall?.libraryFaults ?? 0;
       if (trace && o.traceFile) addPeerTrace(o.traceFile, trace);
     }

@@ -80,12 +80,14 @@ export type { Transport } from './fabric/transport.js';
 export { Fabric } from './fabric/fabric.js';
 export {
   DEFAULT_PEER_TIMEOUT_MS,
+  DEFAULT_TRANSPORT_LIMITS,
   LIBFABRIC_PROVIDERS,
   LibfabricTransport,
   peerTimeoutMs,
   type LibfabricOptions,
   type LibfabricProvider,
   type RmaTarget,
+  type TransportLimits,
 } from './fabric/libfabric-transport.js';
 export { Scheduler, type Schedulable } from './scheduler/scheduler.js';
 export { CopyEngine, CopyFlag, CopyStatus, type CopyResult, type CopyTag } from './pldma/copy-engine.js';

@@ -134,11 +134,13 @@ export { Job, launchInfo, DEFAULT_RENDEZVOUS, type JobOptions, type LaunchInfo, 
 export {
   DEFAULT_BIND,
   DEFAULT_PEER_TIMEOUT_MS,
+  DEFAULT_TRANSPORT_LIMITS,
   LibfabricTransport,
   LIBFABRIC_PROVIDERS,
   peerTimeoutMs,
   type LibfabricProvider,
   type LibfabricOptions,
   type RmaTarget,
+  type TransportLimits,
   type TransportStats,
 } from '../kernel-sim/fabric/libfabric-transport.js';

@@ -12,6 +12,7 @@
 // blocks that thread, never the JavaScript thread that serves the fault (docs/threads.md).
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -34,7 +35,9 @@
 #include <thread>
 #include <vector>
 
+#include "bare_sockets.h"
 #include "common.h"
+#include "provider_crash.h"
 
 namespace pfr {
 namespace {
@@ -49,8 +52,27 @@ struct FiApi {
 };
 FiApi fi{};
 
+// Loading libfabric and initialising its providers installs process-wide signal handlers:
+// Debian's libfabric links libinfinipath (the psm provider), whose handlers for SIGSEGV,
+// SIGBUS, SIGILL, SIGABRT and SIGINT print a backtrace and exit(1). They would turn a crash
+// into an ordinary exit status (nothing watching the process could tell a crash from an
+// error), and take SIGSEGV from V8 (its WebAssembly trap handler) and SIGBUS from the addon's
+// guard (sigbus.cc). Whatever was installed before is put back.
+struct KeepSignals {
+  struct sigaction saved[32];
+  KeepSignals() {
+    for (int s = 1; s < 32; s++)
+      if (s != SIGKILL && s != SIGSTOP) sigaction(s, nullptr, &saved[s]);
+  }
+  ~KeepSignals() {
+    for (int s = 1; s < 32; s++)
+      if (s != SIGKILL && s != SIGSTOP) sigaction(s, &saved[s], nullptr);
+  }
+};
+
 void LoadFi(Napi::Env env) {
   if (fi.getinfo) return;
+  KeepSignals keep;
   void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     Napi::Error e = Napi::Error::New(env, std::string("libfabric could not be loaded (") + dlerror() + "): install it (Debian/Ubuntu: apt-get install libfabric-dev)");
@@ -64,11 +86,30 @@ void LoadFi(Napi::Env env) {
   fi.strerror = reinterpret_cast<decltype(fi.strerror)>(dlsym(h, "fi_strerror"));
 }
 
+// The providers initialise (and install their handlers) at the first fi_getinfo; once they
+// are put back, a crash inside libfabric is said so on its way (provider_crash.h).
+int GetInfoKeepingSignals(uint32_t version, const char* node, const char* service, uint64_t flags, fi_info* hints, fi_info** info) {
+  int r;
+  {
+    KeepSignals keep;
+    r = fi.getinfo(version, node, service, flags, hints, info);
+  }
+  NoteProviderCrashes(reinterpret_cast<const void*>(fi.getinfo));
+  return r;
+}
+
 constexpr size_t kRecvSize = 4u << 20;  // the largest message (the transport checks before sending)
+// Receives posted on a connection once its peer has proven itself (fabricLimits' `posted`):
+// until then one, enough for its hello, so that a connection that has not said who it is can
+// make this process hold one slot's bytes at most.
 constexpr int kRecvCount = 8;
-// Receive slots a connection may have at once, posted, held (fabricHold) or spare: a held
-// slot is replaced so that kRecvCount stay posted; past this JavaScript copies instead.
+// Receive slots a connection may have at once, posted, held (fabricHold) or spare, unless
+// fabricLimits says fewer: a held slot is replaced so that the posted ones stay posted; past
+// this JavaScript copies instead.
 constexpr size_t kMaxSlots = 64;
+// How often a listener looks for connections that never sent a connection request (see
+// bare_sockets.h), while it reaps them at all.
+constexpr uint64_t kReapMs = 100;
 // Not a progress timer: every message is progressed from the CQ's wait fd. tcp reports a
 // peer's end (FIN/RST) on neither wait fd, so this slow unref'd tick only turns a dead peer
 // into FI_SHUTDOWN.
@@ -109,6 +150,7 @@ struct Ctx {
 
 struct Conn;
 void HandleEq(Conn* c);
+void Reap(Conn* l);
 std::unordered_map<uint32_t, Conn*> conns;
 uint32_t nextHandle = 1;
 
@@ -162,6 +204,20 @@ struct Conn {
   std::unordered_map<uint32_t, fid_mr*> mrs;
   uint32_t nextMr = 1;
   Napi::FunctionReference onEvent;
+  // The bounds JavaScript set (fabricLimits). A connection: receives kept posted, slots at
+  // most, and bytes of sends not yet completed (queued here or in the provider: what a peer
+  // that reads nothing makes this process hold) at most, 0 = no bound. A listener: how long a
+  // connection may stay bare, and how many may (bareMs 0: not reaped).
+  int wantPosted = 1;
+  size_t maxSlots = kMaxSlots;
+  size_t maxPending = 0;
+  size_t pendingBytes = 0;
+  uint16_t port = 0;
+  uint64_t bareMs = 0;
+  size_t maxBare = 0;
+  BareSockets bare;
+  uv_timer_t* reap = nullptr;
+  uint64_t reapedAtNs = 0;
 };
 
 // errno values keep their Node code (ECONNREFUSED, ...); libfabric's own ones are EFABRIC.
@@ -183,7 +239,8 @@ Napi::Error FiError(Napi::Env env, int ret, const char* call) {
     if (r_ < 0) throw FiError((env), r_, (name));          \
   } while (0)
 
-void Emit(Conn* c, const char* kind, std::initializer_list<napi_value> more) {
+// Tell JavaScript; returns whether the handler returned true (what a 'request' asks).
+bool Emit(Conn* c, const char* kind, std::initializer_list<napi_value> more) {
   Napi::Env env = c->onEvent.Env();
   Napi::HandleScope scope(env);
   napi_value args[5];
@@ -193,10 +250,36 @@ void Emit(Conn* c, const char* kind, std::initializer_list<napi_value> more) {
   for (napi_value v : more) args[n++] = v;
   try {
     // MakeCallback: the microtasks (promise reactions) the handler queued run right after it.
-    c->onEvent.MakeCallback(env.Global(), n, args);
+    Napi::Value r = c->onEvent.MakeCallback(env.Global(), n, args);
+    return r.IsBoolean() && r.As<Napi::Boolean>().Value();
   } catch (const Napi::Error& e) {
     // An exception thrown by the listener: report it as Node does for an event handler.
     napi_fatal_exception(env, e.Value());
+    return false;
+  }
+}
+
+// What a peer sent that the provider passed on but this transport cannot take (a length past
+// its receive slot, flags it never uses): JavaScript counts it and cuts the connection.
+void Refuse(Conn* c, const std::string& reason) {
+  Napi::Env env = c->onEvent.Env();
+  Napi::HandleScope scope(env);
+  Emit(c, "refused", {Napi::String::New(env, reason)});
+}
+
+// An event-loop callback's work on a connection. Nothing a peer sends may end the process
+// there: an exception (a value N-API could not make, a libfabric call that failed) becomes the
+// connection's 'error', which JavaScript handles as its end.
+template <typename F>
+void Guarded(Conn* c, F work) {
+  Napi::Env env = c->onEvent.Env();
+  Napi::HandleScope scope(env);
+  try {
+    work();
+  } catch (const Napi::Error& e) {
+    if (!c->closed) Emit(c, "error", {e.Value()});
+  } catch (const std::exception& e) {
+    if (!c->closed) Emit(c, "error", {Napi::Error::New(env, e.what()).Value()});
   }
 }
 
@@ -244,6 +327,11 @@ void Teardown(Conn* c) {
     uv_idle_stop(c->idle);
     uv_close(reinterpret_cast<uv_handle_t*>(c->idle), [](uv_handle_t* h) { delete reinterpret_cast<uv_idle_t*>(h); });
     c->idle = nullptr;
+  }
+  if (c->reap) {
+    uv_timer_stop(c->reap);
+    uv_close(reinterpret_cast<uv_handle_t*>(c->reap), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    c->reap = nullptr;
   }
   if (c->settle) {
     uv_prepare_stop(c->settle);
@@ -352,6 +440,7 @@ Ctx* TakeSend(Conn* c, size_t len) {
 
 // A full pool keeps the larger buffers: a small message must not cost a large one its place.
 void ReturnSend(Conn* c, Ctx* s) {
+  c->pendingBytes -= s->len;
   if (c->closed) {
     delete s;
     return;
@@ -412,6 +501,7 @@ void Flush(Conn* c) {
     if (r == -FI_EAGAIN) return;
     c->backlog.pop_front();
     if (r < 0) {
+      c->pendingBytes -= s->len;
       delete s;
       Napi::Env env = c->onEvent.Env();
       Napi::HandleScope scope(env);
@@ -471,6 +561,18 @@ void DrainCq(Conn* c) {
         // held the slot (a closed connection freed `x` meanwhile).
         x->state = Slot::Handling;
         c->posted--;
+        // What the provider says it placed is checked before a view is made over it: its
+        // parser takes a peer's header fields as they come (libfabric 1.17's tcp reports a
+        // length past the posted buffer for a header whose hdr_size is smaller than the header).
+        const char* bad = e[i].len > x->cap ? "a libfabric message whose length is past its receive slot"
+                          : (e[i].flags & (FI_TAGGED | FI_REMOTE_CQ_DATA | FI_MULTI_RECV)) ? "a libfabric message with flags this transport never sends"
+                                                                                          : nullptr;
+        if (bad) {
+          Refuse(c, bad);
+          if (c->closed) return;
+          PostRecv(c, x);
+          continue;
+        }
         Napi::Uint8Array msg = Napi::Uint8Array::New(env, e[i].len, c->slotBuffers[x->id].Value(), 0);
         Emit(c, "message", {msg, Napi::Number::New(env, x->id)});
         if (c->closed) return;
@@ -504,13 +606,24 @@ void Watch(Conn* c, Poll*& slot, fid_t fid, bool cq) {
     Poll* p = reinterpret_cast<Poll*>(h);
     Conn* conn = p->conn;
     if (conn->closed) return;
-    Napi::HandleScope scope(conn->onEvent.Env());
-    if (p->cq) {
-      DrainCq(conn);
-      return;
-    }
-    HandleEq(conn);
+    Guarded(conn, [&] {
+      if (p->cq) return DrainCq(conn);
+      HandleEq(conn);
+      if (conn->pep) Reap(conn);
+    });
   });
+}
+
+// A timer of connection `c` every `ms`, unref'd (it keeps no process alive); closed by Teardown.
+uv_timer_t* Every(Napi::Env env, Conn* c, uint64_t ms, uv_timer_cb cb) {
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  auto* t = new uv_timer_t{};
+  t->data = c;
+  uv_timer_init(loop, t);
+  uv_timer_start(t, cb, ms, ms);
+  uv_unref(reinterpret_cast<uv_handle_t*>(t));
+  return t;
 }
 
 // The endpoint of a connection (either side): CQ with a wait fd, bound with the EQ.
@@ -526,7 +639,9 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | (c->selective ? FI_SELECTIVE_COMPLETION : 0)), "fi_ep_bind(cq)");
   FI_CHECK(env, fi_ep_bind(c->ep, &c->cq->fid, FI_RECV), "fi_ep_bind(cq)");
   FI_CHECK(env, fi_enable(c->ep), "fi_enable");
-  for (int i = 0; i < kRecvCount; i++) {
+  // One receive until the peer has proven itself (fabricLimits posts the rest); a threaded
+  // connection carries RMA only, no messages.
+  for (int i = 0; i < c->wantPosted; i++) {
     Ctx* r;
     if (c->threaded) {
       // Not zeroed: pages are touched only as messages fill them.
@@ -546,22 +661,16 @@ void OpenEndpoint(Napi::Env env, Conn* c, fi_info* info) {
   Watch(c, c->cqPoll, &c->cq->fid, true);
   // A peer's end (FIN/RST) signals neither wait fd: the tick (kTickMs) drives progress so a
   // dead peer becomes FI_SHUTDOWN.
+  c->tick = Every(env, c, kTickMs, [](uv_timer_t* t) {
+    Conn* conn = static_cast<Conn*>(t->data);
+    if (conn->closed) return;
+    Guarded(conn, [&] {
+      DrainCq(conn);
+      if (!conn->closed) HandleEq(conn);
+    });
+  });
   uv_loop_t* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
-  c->tick = new uv_timer_t{};
-  c->tick->data = c;
-  uv_timer_init(loop, c->tick);
-  uv_timer_start(
-      c->tick,
-      [](uv_timer_t* t) {
-        Conn* conn = static_cast<Conn*>(t->data);
-        if (conn->closed) return;
-        Napi::HandleScope scope(conn->onEvent.Env());
-        DrainCq(conn);
-        if (!conn->closed) HandleEq(conn);
-      },
-      kTickMs, kTickMs);
-  uv_unref(reinterpret_cast<uv_handle_t*>(c->tick));
   c->idle = new uv_idle_t{};
   c->idle->data = c;
   uv_idle_init(loop, c->idle);
@@ -601,12 +710,54 @@ void Accept(Conn* l, fi_info* info) {
   } catch (const Napi::Error& e) {
     fi_reject(l->pep, info->handle, nullptr, 0);
     Teardown(c);
+    conns.erase(c->handle);
+    delete c;
     Napi::HandleScope scope(env);
     Emit(l, "error", {e.Value()});
     return;
   }
   Napi::HandleScope scope(env);
   Emit(l, "connection", {Napi::Number::New(env, c->handle)});
+}
+
+// "ADDRESS:PORT" of a connection request's peer ("" if the provider gave none).
+std::string PeerAddress(const fi_info* info) {
+  char host[INET6_ADDRSTRLEN] = "";
+  const auto* sa = static_cast<const sockaddr*>(info->dest_addr);
+  if (!sa) return "";
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "";
+}
+
+// A connection request: JavaScript says whether it is wanted ('request' returns true), with
+// the peer's address. One refused is rejected in the connection manager, before any endpoint
+// exists for it: none of the peer's messages is ever parsed.
+void OnRequest(Conn* l, fi_info* info) {
+  Napi::Env env = l->onEvent.Env();
+  Napi::HandleScope scope(env);
+  if (Emit(l, "request", {Napi::String::New(env, PeerAddress(info))})) return Accept(l, info);
+  fi_reject(l->pep, info->handle, nullptr, 0);
+  fi.freeinfo(info);
+}
+
+// A listener's bare connections (bare_sockets.h) past their time, or past how many may wait,
+// are shut down; each is told to JavaScript as refused. At most every few ms: a crowd of new
+// connections wakes the listener once each.
+void Reap(Conn* l) {
+  uint64_t now = NowNs();
+  if (!l->bareMs || l->closed || now - l->reapedAtNs < 5'000'000) return;
+  l->reapedAtNs = now;
+  size_t n = ReapBareSockets(l->port, l->bare, now, l->bareMs * 1'000'000, l->maxBare);
+  for (size_t i = 0; i < n && !l->closed; i++) Refuse(l, "a connection that sent no connection request");
 }
 
 void HandleEq(Conn* c) {
@@ -632,7 +783,7 @@ void HandleEq(Conn* c) {
     if (n < 0) return;
     auto* cm = reinterpret_cast<fi_eq_cm_entry*>(raw);
     if (event == FI_CONNREQ) {
-      Accept(c, cm->info);
+      OnRequest(c, cm->info);
     } else if (event == FI_CONNECTED) {
       c->connected = true;
       Napi::HandleScope scope(env);
@@ -662,7 +813,7 @@ fi_info* GetInfo(Napi::Env env, const std::string& provider, const char* node, c
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   hints->addr_format = FI_SOCKADDR_IN;
   fi_info* info = nullptr;
-  int r = fi.getinfo(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
+  int r = GetInfoKeepingSignals(FI_VERSION(1, 17), node, service, source ? FI_SOURCE : 0, hints, &info);
   fi.freeinfo(hints);
   if (r < 0) throw FiError(env, r, "fi_getinfo");
   return info;
@@ -700,9 +851,10 @@ Napi::Value Listen(const Napi::CallbackInfo& info) {
   sockaddr_in sa{};
   size_t len = sizeof sa;
   fi_getname(&c->pep->fid, &sa, &len);
+  c->port = ntohs(sa.sin_port);
   Napi::Object o = Napi::Object::New(env);
   o.Set("handle", c->handle);
-  o.Set("port", ntohs(sa.sin_port));
+  o.Set("port", c->port);
   return o;
 }
 
@@ -741,8 +893,7 @@ void Kick(Conn* c) {
     uv_idle_stop(h);
     Conn* conn = static_cast<Conn*>(h->data);
     if (conn->closed) return;
-    Napi::HandleScope scope(conn->onEvent.Env());
-    DrainCq(conn);
+    Guarded(conn, [&] { DrainCq(conn); });
   });
 }
 
@@ -782,7 +933,14 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
   size_t total = 0;
   for (auto& p : parts) total += p.ByteLength();
   if (total > kRecvSize) throw Napi::RangeError::New(env, "fabricSend: message larger than the receive buffers");
+  if (c->maxPending && c->pendingBytes + total > c->maxPending) {
+    Napi::Error e = Napi::RangeError::New(env, "fabricSend: " + std::to_string(c->pendingBytes) + " bytes wait for the peer to read them already (the bound is " +
+                                                   std::to_string(c->maxPending) + ")");
+    e.Set("code", Napi::String::New(env, "ENOBUFS"));
+    throw e;
+  }
   Ctx* s = TakeSend(c, total);
+  c->pendingBytes += total;
   size_t at = 0;
   for (auto& p : parts) {
     if (p.ByteLength()) memcpy(s->data + at, p.Data(), p.ByteLength());
@@ -799,6 +957,7 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
   } else if (r >= 0) {
     Settle(c);
   } else {
+    c->pendingBytes -= total;
     delete s;
     throw FiError(env, static_cast<int>(r), "fi_send");
   }
@@ -825,7 +984,7 @@ Napi::Value Hold(const Napi::CallbackInfo& info) {
     if (!c->spare.empty()) {
       next = c->recvs[c->spare.back()];
       c->spare.pop_back();
-    } else if (c->slots.size() < kMaxSlots) {
+    } else if (c->slots.size() < c->maxSlots) {
       next = NewSlot(env, c);
     } else {
       return env.Null();
@@ -848,7 +1007,7 @@ Napi::Value Release(const Napi::CallbackInfo& info) {
   Conn* c = Require(info, 0);
   Ctx* x = RequireSlot(info, c);
   if (x->state != Slot::Held) throw Napi::Error::New(env, "fabricRelease: the slot is not held");
-  if (c->posted < kRecvCount) {
+  if (c->posted < c->wantPosted) {
     int r = PostRecv(c, x);
     if (r < 0) throw FiError(env, r, "fi_recv");
   } else {
@@ -925,6 +1084,82 @@ Napi::Value Rma(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// A closed connection's struct is freed in the loop's close phase, once the callback that
+// closed it has returned: a close from inside an event handler returns into DrainCq or
+// HandleEq, which check `closed` after every event. (Each connection a peer opens would
+// otherwise leave its struct behind: a few KiB.) A threaded connection's progress thread,
+// detached, frees its libfabric objects itself and still reads the struct: that one stays.
+void Bury(Napi::Env env, Conn* c) {
+  if (c->threaded && c->tid != 0) return;
+  uv_loop_t* loop = nullptr;
+  napi_get_uv_event_loop(env, &loop);
+  auto* grave = new uv_timer_t{};
+  grave->data = c;
+  uv_timer_init(loop, grave);
+  uv_close(reinterpret_cast<uv_handle_t*>(grave), [](uv_handle_t* h) {
+    delete static_cast<Conn*>(h->data);
+    delete reinterpret_cast<uv_timer_t*>(h);
+  });
+}
+
+// Post receives until `posted` are (new slots, or spare ones), as Release keeps them.
+void PostUpTo(Napi::Env env, Conn* c) {
+  while (c->posted < c->wantPosted && !c->threaded) {
+    Ctx* next;
+    if (!c->spare.empty()) {
+      next = c->recvs[c->spare.back()];
+      c->spare.pop_back();
+    } else if (c->slots.size() < c->maxSlots) {
+      next = NewSlot(env, c);
+    } else {
+      return;
+    }
+    int r = PostRecv(c, next);
+    if (r < 0) {
+      next->state = Slot::Spare;
+      c->spare.push_back(next->id);
+      throw FiError(env, r, "fi_recv");
+    }
+  }
+}
+
+// fabricLimits(handle, { posted?, maxSlots?, maxPending?, bareMs?, maxBare? }): the bounds
+// JavaScript chose (see Conn). A connection: receives to keep posted (more are posted at once),
+// slots at most, bytes of unfinished sends at most (fabricSend throws ENOBUFS past it). A
+// listener: bare connections are shut down after bareMs, and the oldest past maxBare.
+Napi::Value Limits(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  if (!info[1].IsObject()) throw Napi::TypeError::New(env, "fabricLimits: limits must be an object");
+  Napi::Object o = info[1].As<Napi::Object>();
+  auto num = [&](const char* k, double max) -> double {
+    Napi::Value v = o.Get(k);
+    double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+    if (!v.IsUndefined() && !(d >= 0 && d <= max && d == static_cast<double>(static_cast<uint64_t>(d))))
+      throw Napi::RangeError::New(env, std::string("fabricLimits: ") + k + " out of range");
+    return v.IsUndefined() ? -1 : d;
+  };
+  double maxSlots = num("maxSlots", kMaxSlots), posted = num("posted", kMaxSlots);
+  double maxPending = num("maxPending", 9007199254740991.0), bareMs = num("bareMs", 86'400'000), maxBare = num("maxBare", 1 << 20);
+  if (maxSlots >= 1) c->maxSlots = static_cast<size_t>(maxSlots);
+  if (maxPending >= 0) c->maxPending = static_cast<size_t>(maxPending);
+  if (maxBare >= 0) c->maxBare = static_cast<size_t>(maxBare);
+  // Not on a threaded listener: its connections' sockets are another thread's (bare_sockets.cc).
+  if (bareMs >= 0 && c->pep && !c->threaded) {
+    c->bareMs = static_cast<uint64_t>(bareMs);
+    if (!c->reap && c->bareMs)
+      c->reap = Every(env, c, kReapMs, [](uv_timer_t* t) {
+        Conn* l = static_cast<Conn*>(t->data);
+        if (!l->closed) Guarded(l, [&] { Reap(l); });
+      });
+  }
+  if (posted >= 1 && c->ep && !c->threaded) {
+    c->wantPosted = static_cast<int>(std::min<double>(posted, static_cast<double>(c->maxSlots)));
+    PostUpTo(env, c);
+  }
+  return env.Undefined();
+}
+
 Napi::Value Close(const Napi::CallbackInfo& info) {
   uint32_t h = ArgU32(info, 0, "handle");
   auto it = conns.find(h);
@@ -932,9 +1167,8 @@ Napi::Value Close(const Napi::CallbackInfo& info) {
   Conn* c = it->second;
   conns.erase(it);
   Teardown(c);
-  // The struct itself stays (a few hundred bytes): a close from inside an event handler
-  // returns into DrainCq/HandleEq, which check `closed` after every event.
   c->onEvent.Reset();
+  Bury(info.Env(), c);
   return info.Env().Undefined();
 }
 
@@ -950,6 +1184,7 @@ void InitFabric(Napi::Env env, Napi::Object exports) {
   exports.Set("fabricMrDereg", Napi::Function::New(env, MrDereg));
   exports.Set("fabricRma", Napi::Function::New(env, Rma));
   exports.Set("fabricClose", Napi::Function::New(env, Close));
+  exports.Set("fabricLimits", Napi::Function::New(env, Limits));
 }
 
 }  // namespace pfr

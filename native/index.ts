@@ -246,6 +246,14 @@ export interface Binding {
   fabricMrDereg?: (handle: number, mr: number) => void;
   fabricRma?: (handle: number, write: boolean, id: number, localAddress: bigint, length: number, remoteAddress: bigint, key: bigint) => void;
   fabricClose?: (handle: number) => void;
+  /**
+   * The bounds a connection or listener keeps (each optional). A connection: receives kept
+   * posted (one until set: enough for a hello), receive slots at most, bytes of sends not yet
+   * completed at most (fabricSend throws ENOBUFS past it). A listener: TCP connections that
+   * sent no connection request are shut down after `bareMs` (and the oldest past `maxBare`),
+   * each told as 'refused'.
+   */
+  fabricLimits?: (handle: number, limits: { posted?: number; maxSlots?: number; maxPending?: number; bareMs?: number; maxBare?: number }) => void;
 
   /** hiredis (present only when the addon was built with libhiredis-dev: see redisBinding). Synchronous, with a timeout. */
   redisConnect?: (path: string, host: string, port: number, timeoutMs: number) => number;
@@ -293,19 +301,22 @@ export interface Binding {
 
 /**
  * What a libfabric connection tells JavaScript, from the event loop (uv_poll on the EQ's
- * and CQ's wait fds): 'connection' (a listener accepted: the new handle), 'connected' (on a
+ * and CQ's wait fds): 'request' (a listener's connection request, with the peer's
+ * "ADDRESS:PORT": the handler returns true to accept it, anything else rejects it in the
+ * connection manager), 'connection' (a listener accepted: the new handle), 'connected' (on a
  * threaded listener's connection: with the tid of the thread that progresses it),
  * 'message' (a Uint8Array viewing the native receive slot, and the slot's number: valid only
  * until the handler returns, then the slot takes the next message, unless held with fabricHold;
- * copy what must outlive it), 'rma' (id, 0 or
+ * copy what must outlive it), 'refused' (a reason: a message the provider passed on that
+ * this transport never sends, or on a listener a bare connection it cut), 'rma' (id, 0 or
  * -errno), 'shutdown' (the peer went away), 'error'.
  */
 export type FabricEventHandler = (
   handle: number,
-  kind: 'connection' | 'connected' | 'message' | 'rma' | 'shutdown' | 'error',
+  kind: 'request' | 'connection' | 'connected' | 'message' | 'refused' | 'rma' | 'shutdown' | 'error',
   a?: unknown,
   b?: unknown,
-) => void;
+) => boolean | void;
 
 /**
  * What a SOCK_SEQPACKET socket tells JavaScript, from the event loop: 'connection' (on a listener:
@@ -360,7 +371,16 @@ export const binding: Binding = load();
 export type FabricBinding = Required<
   Pick<
     Binding,
-    'fabricListen' | 'fabricConnect' | 'fabricSend' | 'fabricHold' | 'fabricRelease' | 'fabricMrReg' | 'fabricMrDereg' | 'fabricRma' | 'fabricClose'
+    | 'fabricListen'
+    | 'fabricConnect'
+    | 'fabricSend'
+    | 'fabricHold'
+    | 'fabricRelease'
+    | 'fabricMrReg'
+    | 'fabricMrDereg'
+    | 'fabricRma'
+    | 'fabricClose'
+    | 'fabricLimits'
   >
 >;
 

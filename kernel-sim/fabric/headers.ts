@@ -777,7 +777,7 @@ function readSges(r: Reader, field: string): Array<{ addr: bigint; length: numbe
 
 /** What one frame says, decoded and checked. */
 export type Frame =
-  | { op: Op.HELLO; nodes: number[] }
+  | { op: Op.HELLO; nodes: number[]; token?: Uint8Array }
   | { op: Op.PING }
   | { op: Op.EXCHANGE; body: unknown }
   | { op: Op.CHUNK; total: number; offset: number; data: Uint8Array }
@@ -800,14 +800,15 @@ export function decodeFrame(frame: Uint8Array): Frame {
     case Op.ACK:
       return { op, packet: readAck(r) };
     case Op.HELLO: {
-      flags(r, 0, 'hello');
+      const f = flags(r, HELLO_TOKEN, 'hello');
       const n = r.u16('nodes count');
       int('nodes count', n, 1, MAX_NODES);
       const nodes: number[] = [];
       for (let i = 0; i < n; i++) nodes.push(node(`nodes[${i}]`, r.u16(`nodes[${i}]`)));
+      const token = f & HELLO_TOKEN ? helloToken(r) : undefined;
       r.end();
       if (new Set(nodes).size !== n) throw new WireError('hello: a node is named twice');
-      return { op, nodes };
+      return token ? { op, nodes, token } : { op, nodes };
     }
     case Op.PING:
       flags(r, 0, 'ping');
@@ -848,13 +849,30 @@ export function decodeFrame(frame: Uint8Array): Frame {
   }
 }
 
-export function encodeHello(nodes: readonly number[]): Uint8Array {
+/** The hello's flag: the sender's token follows the nodes (a length byte, then its bytes). */
+const HELLO_TOKEN = 1;
+/** Bytes of a hello's token. */
+export const MAX_TOKEN_BYTES = 255;
+
+function helloToken(r: Reader): Uint8Array {
+  const n = r.u8('token length');
+  int('token length', n, 1, MAX_TOKEN_BYTES);
+  return r.bytes('token', n);
+}
+
+/** A hello: the nodes the sender hosts, and its token if it has one (LibfabricOptions.token). */
+export function encodeHello(nodes: readonly number[], token?: Uint8Array): Uint8Array {
   int('nodes count', nodes.length, 1, MAX_NODES);
+  if (token) int('token length', token.length, 1, MAX_TOKEN_BYTES);
   const w = frameWriter();
   w.u8(Op.HELLO);
-  w.u8(0);
+  w.u8(token ? HELLO_TOKEN : 0);
   w.u16(nodes.length);
   nodes.forEach((n, i) => w.u16(node(`nodes[${i}]`, n)));
+  if (token) {
+    w.u8(token.length);
+    w.bytes(token);
+  }
   return w.done();
 }
 

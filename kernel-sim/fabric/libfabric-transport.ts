@@ -16,6 +16,7 @@
 // Stall mode adds a second connection for libfabric RMA writes straight into the target's
 // memory (openRmaTarget / connectRma / rmaWrite): the target progresses it on a native thread
 // of its own, the thread that blocks when a write lands on a page its fault library must resolve.
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { lookup } from 'node:dns/promises';
 import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBinding, type RawMapping } from '../../native/index.js';
 import { costModel, type CostModel } from '../cost-model/index.js';
@@ -27,6 +28,7 @@ import {
   CHUNK_HEADER_BYTES,
   MAX_BATCH_FRAMES,
   MAX_FRAME_BYTES,
+  MAX_TOKEN_BYTES,
   Op,
   decodeFrame,
   encodeChunk,
@@ -38,7 +40,7 @@ import {
   place,
   type DecodedWrite,
 } from './headers.js';
-import type { Packet, WritePacket } from './packets.js';
+import { AckResp, type Packet, type WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
 /** A libfabric provider: tcp (between hosts), shm (one host), verbs (a real RDMA NIC). */
@@ -62,14 +64,96 @@ export interface LibfabricOptions {
    * Both sides send a keepalive every quarter of it. Default DEFAULT_PEER_TIMEOUT_MS.
    */
   peerTimeoutMs?: number;
+  /**
+   * The only nodes a peer's hello may name (default: any node not hosted here or by another
+   * peer). Once every one of them is connected, further connection requests are rejected.
+   */
+  peers?: readonly number[];
+  /**
+   * A secret both sides know: each side's hello carries it, and a hello without it (or with
+   * another) is refused and its connection cut. Without it, whoever reaches the port first
+   * with a hello naming a node it may claim is that node.
+   */
+  token?: string;
+  /** What peers may make this transport hold (TransportLimits): each bound the transport's own choice. */
+  limits?: Partial<TransportLimits>;
 }
+
+/**
+ * Bounds on what the peers of a transport may make it hold, chosen by the side that holds it
+ * (a server for its port): a connection request beyond them is rejected, and a connection that
+ * goes past one is refused (counted) and cut, with the limit's name in the reason.
+ */
+export interface TransportLimits {
+  /** Connections bound by a hello at once; a connection request beyond is rejected. */
+  maxPeers: number;
+  /**
+   * Connections accepted that have not said their hello yet (a request beyond is rejected),
+   * and bare TCP connections that have not even sent libfabric's connection request (the
+   * oldest beyond are cut).
+   */
+  maxWaiting: number;
+  /** A connection accepted (or a bare one) that has not said its hello within this is cut, ms. */
+  helloTimeoutMs: number;
+  /** The largest frame a peer may send in chunks (what one connection holds while it arrives), bytes. */
+  maxFrameBytes: number;
+  /**
+   * Bytes held for all peers together: frames arriving in chunks, incoming writes staged until
+   * their answer, exchange bodies not yet taken. A chunk, write or body beyond is refused.
+   */
+  maxHeldBytes: number;
+  /** Bytes queued for one peer that has not read them (its answers and responses): beyond, its connection is cut. */
+  maxUnsentBytes: number;
+  /** Receive slots (MAX_WIRE_BYTES each) one connection may hold for the writes it brought, until they are answered. */
+  maxSlots: number;
+}
+
+/** The limits a transport takes unless told otherwise (LibfabricOptions.limits). */
+export const DEFAULT_TRANSPORT_LIMITS: Readonly<TransportLimits> = Object.freeze({
+  maxPeers: 64,
+  maxWaiting: 16,
+  helloTimeoutMs: 1000,
+  maxFrameBytes: 64 << 20,
+  maxHeldBytes: 512 << 20,
+  maxUnsentBytes: 256 << 20,
+  maxSlots: 64,
+});
+
+/** Each limit's range (what LibfabricOptions.limits accepts). */
+const LIMIT_RANGES: Record<keyof TransportLimits, [number, number]> = {
+  maxPeers: [1, 1023],
+  maxWaiting: [1, 1024],
+  helloTimeoutMs: [10, 600_000],
+  maxFrameBytes: [4 << 20, MAX_FRAME_BYTES],
+  maxHeldBytes: [4 << 20, 2 ** 40],
+  maxUnsentBytes: [4 << 20, 2 ** 40],
+  maxSlots: [8, 64],
+};
 
 /** The address a server listens on unless told otherwise: this host only. */
 export const DEFAULT_BIND = '127.0.0.1';
 
+/** The answers that refuse what a peer asked for (as InfiniBand's NAKs do), counted by syndrome in stats(). */
+const RDMA_REFUSALS: ReadonlySet<AckResp> = new Set([
+  AckResp.PD_ERR,
+  AckResp.ACCESS_ERR,
+  AckResp.ADDR_ERR,
+  AckResp.DROPPED,
+  AckResp.INV_REQ,
+  AckResp.OP_ERR,
+]);
+
+/** Distinct refusal reasons stats() keeps; past them, refusals are counted under OTHER_REASONS. */
+const MAX_REASONS = 256;
+const OTHER_REASONS = 'other reasons (past the distinct reasons kept)';
+
 /** Exchange bodies kept until the program asks for them, and incoming writes staged at once: beyond, refused. */
 const MAX_QUEUED_EXCHANGES = 64;
 const MAX_STAGED_WRITES = 1024;
+/** Staging mappings kept for reuse once their write is answered (each MAX_WIRE_BYTES or more; the rest are unmapped). */
+const MAX_SPARE_STAGINGS = 8;
+/** Receives a connection keeps posted once its hello was taken (before: one, for the hello). */
+const POSTED_RECEIVES = 8;
 
 /** Bytes of a frame one chunk frame carries (a receive buffer less the chunk's header). */
 const CHUNK_BYTES = MAX_WIRE_BYTES - CHUNK_HEADER_BYTES;
@@ -87,6 +171,10 @@ export interface TransportStats {
   refused: number;
   /** The same, by reason (a short fixed phrase per check). */
   refusedBy: Record<string, number>;
+  /** RDMA-level refusals this side's responder sent its peers (NAKs: ACCESS_ERR, DROPPED, INV_REQ, …). */
+  rdmaRefused: number;
+  /** The same, by syndrome (AckResp's name). */
+  rdmaRefusedBy: Record<string, number>;
   /** Incoming writes whose payload the copy engine read from the receive slot it arrived in. */
   writesInPlace: number;
   /** Incoming writes whose payload was copied to a staging mapping first (a chunked frame's, or every slot held). */
@@ -96,6 +184,12 @@ export interface TransportStats {
 /** A connection as the hello left it: the nodes it is bound to (none until its hello). */
 interface Conn {
   nodes: Set<number> | undefined;
+  /** Accepted by this side's listener (not dialled): it has the hello timeout to say who it is. */
+  accepted: boolean;
+  /** The peer's address as its connection request gave it ('' for a dialled connection). */
+  address: string;
+  /** When it was accepted or dialled (performance.now()). */
+  since: number;
   /**
    * The peer has taken our hello: a frame came after its own (the PING it answers a hello
    * with, or any other: nothing but a hello goes to a connection before its hello is taken).
@@ -171,7 +265,31 @@ function checkOptions(where: string, o: LibfabricOptions): LibfabricProvider {
     throw Object.assign(new RangeError(`${where}: peerTimeoutMs must be a number of milliseconds >= 10, got ${String(t)}`), {
       code: 'ERR_OUT_OF_RANGE',
     });
+  if (
+    o.peers !== undefined &&
+    (!Array.isArray(o.peers) || !o.peers.every((n) => Number.isInteger(n) && n >= 0 && n < 1024 && !o.localNodes.includes(n)))
+  )
+    throw Object.assign(new TypeError(`${where}: peers must be an array of node ids (0..1023) not hosted here`), { code: 'ERR_INVALID_ARG_TYPE' });
+  if (o.token !== undefined && (typeof o.token !== 'string' || o.token === '' || Buffer.byteLength(o.token) > MAX_TOKEN_BYTES))
+    throw Object.assign(new TypeError(`${where}: token must be a string of 1..${MAX_TOKEN_BYTES} bytes`), { code: 'ERR_INVALID_ARG_TYPE' });
   return provider;
+}
+
+function checkLimits(where: string, given: Partial<TransportLimits> | undefined): TransportLimits {
+  const limits = { ...DEFAULT_TRANSPORT_LIMITS };
+  for (const [k, v] of Object.entries(given ?? {})) {
+    const range = LIMIT_RANGES[k as keyof TransportLimits];
+    if (!range)
+      throw Object.assign(new TypeError(`${where}: limits.${k} is not a limit (${Object.keys(LIMIT_RANGES).join(', ')})`), {
+        code: 'ERR_INVALID_ARG_VALUE',
+      });
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1])
+      throw Object.assign(new RangeError(`${where}: limits.${k} must be an integer in ${range[0]}..${range[1]}, got ${String(v)}`), {
+        code: 'ERR_OUT_OF_RANGE',
+      });
+    limits[k as keyof TransportLimits] = v;
+  }
+  return limits;
 }
 
 /** Stall mode's target side: the connection the peer's RMA writes arrive on. */
@@ -204,6 +322,8 @@ interface RmaState {
 interface Staging {
   raw: RawMapping;
   memory: MemoryLike;
+  /** Bytes of the write it holds (counted in TransportLimits.maxHeldBytes while it does). */
+  bytes: number;
 }
 
 /** An incoming write whose payload stays in the receive slot it arrived in, until its answer goes out. */
@@ -234,7 +354,24 @@ export class LibfabricTransport implements Transport {
   #lost = new Set<number>();
   #listener: number | undefined;
   #conns = new Map<number, Conn>(); // connection handle → what its hello bound
-  #stats: TransportStats = { refused: 0, refusedBy: {}, writesInPlace: 0, writesStaged: 0 };
+  #stats: TransportStats = { refused: 0, refusedBy: {}, rdmaRefused: 0, rdmaRefusedBy: {}, writesInPlace: 0, writesStaged: 0 };
+  #limits: TransportLimits;
+  /** The nodes a hello may name (undefined: any), and this side's token (undefined: none). */
+  #peers: ReadonlySet<number> | undefined;
+  #token: Buffer | undefined;
+  /**
+   * The exchange's peer: the first connection whose hello was taken, for as long as it lives
+   * (a later one never takes its place while it does); then the next bound one, if any.
+   */
+  #exchangeHandle: number | undefined;
+  /** Bytes held for the peers (TransportLimits.maxHeldBytes): chunks, staged writes, queued exchange bodies. */
+  #held = 0;
+  /** Bytes of each queued exchange body (as its frame), in queue order. */
+  #exchangeBytes: number[] = [];
+  /** Every peer this transport may have is connected: connection requests are rejected, waiting ones cut. */
+  #full = false;
+  /** The address of the connection request just accepted (its 'connection' follows at once). */
+  #requestAddress = '';
   #bind: string;
   #peerWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   #dialing = new Map<number, { resolve: () => void; reject: (e: Error) => void }>(); // connectPeer's connections before their hello
@@ -254,14 +391,18 @@ export class LibfabricTransport implements Transport {
   #flushAll = (): void => this.#flush();
   #closed = false;
 
-  private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, port: number, bind: string) {
+  private constructor(fi: FabricBinding, provider: LibfabricProvider, o: LibfabricOptions, limits: TransportLimits, port: number, bind: string) {
     this.#fi = fi;
     this.#bind = bind;
     this.provider = provider;
+    this.#limits = limits;
+    this.#peers = o.peers ? new Set(o.peers) : undefined;
+    this.#token = o.token !== undefined ? Buffer.from(o.token) : undefined;
     this.#local = new Set(o.localNodes);
     this.#model = new Fabric(costModel(o.costs));
     this.port = port;
     const timeout = o.peerTimeoutMs ?? DEFAULT_PEER_TIMEOUT_MS;
+    // The hello timeout is checked on the same tick: a connection is cut within a tick of it.
     const every = timeout / 4;
     let last = performance.now();
     this.#keepalive = setInterval(() => {
@@ -270,9 +411,14 @@ export class LibfabricTransport implements Transport {
       const late = now - last > 2 * every;
       last = now;
       for (const [handle, at] of this.#heard) {
-        const proven = this.#conns.get(handle)?.nodes !== undefined;
+        const c = this.#conns.get(handle);
+        const proven = c?.nodes !== undefined;
         if (late) this.#heard.set(handle, now);
-        else if (now - at > timeout) {
+        else if (c?.accepted && !proven && now - c.since > limits.helloTimeoutMs) {
+          this.#refuse('no hello within the hello timeout');
+          this.#onDown(handle, fabricError(`no hello within ${limits.helloTimeoutMs} ms (limits.helloTimeoutMs)`, 'ETIMEDOUT'), true);
+          continue;
+        } else if (now - at > timeout) {
           if (!proven) this.#refuse('no hello within the peer timeout');
           this.#onDown(
             handle,
@@ -294,6 +440,7 @@ export class LibfabricTransport implements Transport {
    */
   static listen(options: LibfabricOptions & { port: number; host?: string }): LibfabricTransport {
     const provider = checkOptions('LibfabricTransport.listen', options);
+    const limits = checkLimits('LibfabricTransport.listen', options.limits);
     checkPort('LibfabricTransport.listen', options.port, 0);
     const host = options.host ?? DEFAULT_BIND;
     if (typeof host !== 'string' || host === '')
@@ -316,14 +463,16 @@ export class LibfabricTransport implements Transport {
       throw providerError(provider, e);
     }
     const { handle, port } = listening;
-    const t = (ref.t = new LibfabricTransport(fi, provider, options, port, host));
+    const t = (ref.t = new LibfabricTransport(fi, provider, options, limits, port, host));
     t.#listener = handle;
+    fi.fabricLimits(handle, { bareMs: limits.helloTimeoutMs, maxBare: limits.maxWaiting });
     return t;
   }
 
   /** A client: connect to HOST:PORT; resolves once both sides know each other's nodes. */
   static async connect(options: LibfabricOptions & { host: string; port: number; timeoutMs?: number }): Promise<LibfabricTransport> {
     const provider = checkOptions('LibfabricTransport.connect', options);
+    const limits = checkLimits('LibfabricTransport.connect', options.limits);
     checkPort('LibfabricTransport.connect', options.port, 1);
     if (typeof options.host !== 'string' || options.host === '')
       throw Object.assign(new TypeError('LibfabricTransport.connect: host must be a host name or address'), { code: 'ERR_INVALID_ARG_TYPE' });
@@ -349,9 +498,9 @@ export class LibfabricTransport implements Transport {
         e,
       );
     }
-    const t = (ref.t = new LibfabricTransport(fi, provider, options, options.port, options.host));
+    const t = (ref.t = new LibfabricTransport(fi, provider, options, limits, options.port, options.host));
     t.#host = options.host;
-    t.#conns.set(handle, newConn());
+    t.#dialled(handle);
     try {
       await t.waitForPeer(options.timeoutMs ?? 10_000);
     } catch (e) {
@@ -402,7 +551,7 @@ export class LibfabricTransport implements Transport {
     } catch (e) {
       return Promise.reject(fabricError(`cannot connect to ${where} over libfabric ${this.provider}: ${(e as Error).message}`, 'EFABRIC', e));
     }
-    this.#conns.set(handle, newConn());
+    this.#dialled(handle);
     return new Promise((resolve, reject) => {
       const end = (e?: Error) => {
         clearTimeout(timer);
@@ -473,24 +622,27 @@ export class LibfabricTransport implements Transport {
    * many and how deep). The peer is the first connection whose hello was accepted.
    */
   post(body: unknown): void {
-    const handle = this.#exchangePeer();
+    const handle = this.#exchangeHandle;
     if (handle === undefined || this.#closed) throw fabricError('exchange: no peer is connected', 'ENOTCONN');
     this.#sendFrame(handle, encodeExchange(body));
   }
 
-  /** What this transport refused from its peers so far. */
+  /** What this transport refused from its peers so far (and the RDMA-level refusals its node sent them). */
   stats(): TransportStats {
-    return { ...this.#stats, refusedBy: { ...this.#stats.refusedBy } };
+    return { ...this.#stats, refusedBy: { ...this.#stats.refusedBy }, rdmaRefusedBy: { ...this.#stats.rdmaRefusedBy } };
   }
 
-  #exchangePeer(): number | undefined {
-    for (const [handle, c] of this.#conns) if (c.nodes) return handle;
-    return undefined;
+  /** The limits this transport holds its peers to. */
+  get limits(): Readonly<TransportLimits> {
+    return { ...this.#limits };
   }
 
   /** Wait for the next body the peer posts (or exchanges), without sending: one side of a request and its answer. */
   receive<T>(timeoutMs = 10_000): Promise<T> {
-    if (this.#exchanges.length) return Promise.resolve(this.#exchanges.shift() as T);
+    if (this.#exchanges.length) {
+      this.#held -= this.#exchangeBytes.shift()!;
+      return Promise.resolve(this.#exchanges.shift() as T);
+    }
     if (this.#closed) return Promise.reject(fabricError('exchange: the transport was closed', 'ERR_CLOSED'));
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -625,8 +777,16 @@ export class LibfabricTransport implements Transport {
     if (this.#closed) throw fabricError(`${where}: the transport was closed`, 'ERR_CLOSED');
   }
 
-  #onRmaEvent(handle: number, kind: string, a: unknown, b: unknown): void {
+  #onRmaEvent(handle: number, kind: string, a: unknown, b: unknown): boolean | void {
     const rma = this.#rma;
+    if (kind === 'request') {
+      // One RMA connection, from the exchange's peer's host: anyone else on the port is rejected.
+      const peer = this.#exchangeHandle === undefined ? undefined : this.#conns.get(this.#exchangeHandle);
+      const ok = rma.conn === undefined && peer !== undefined && hostOf(a as string) === hostOf(peer.address);
+      if (!ok) this.#refuse('an RMA connection request not from the peer, or a second one');
+      return ok;
+    }
+    if (kind === 'refused') return this.#refuse(a as string);
     if (kind === 'connection') {
       // One RMA connection, the peer's: a second one (anyone else on the port) is closed.
       if (rma.conn !== undefined) {
@@ -695,6 +855,12 @@ export class LibfabricTransport implements Transport {
       this.#model.deliver(p);
       return;
     }
+    // The answer to a write frees its staging (or receive slot) whether or not its peer is
+    // still there to hear it: one gone mid-write must not keep its bytes held.
+    if (p.type === 'ack' && p.verdicts) {
+      this.#release(p.dst, p.tid, p.seq);
+      for (const v of p.verdicts) if (RDMA_REFUSALS.has(v.resp)) this.#refuseRdma(AckResp[v.resp]);
+    }
     const handle = this.#remote.get(p.dst);
     if (handle === undefined) {
       if (!this.#lost.has(p.dst)) throw new RangeError(`fabric: unknown node ${p.dst}`);
@@ -702,7 +868,6 @@ export class LibfabricTransport implements Transport {
       queueMicrotask(() => this.#tellLost(p.dst));
       return;
     }
-    if (p.type === 'ack' && p.verdicts) this.#release(p.dst, p.tid, p.seq);
     this.#sendPacket(handle, p);
   }
 
@@ -782,7 +947,11 @@ export class LibfabricTransport implements Transport {
     try {
       this.#fi.fabricSend(handle, parts);
     } catch (e) {
-      this.#onDown(handle, e as Error);
+      // A peer that reads nothing of what it is sent (its answers, the responses it asked for)
+      // is cut once limits.maxUnsentBytes wait for it.
+      if ((e as { code?: string }).code !== 'ENOBUFS') return this.#onDown(handle, e as Error);
+      this.#refuse('a peer that does not read what it is sent: limits.maxUnsentBytes');
+      this.#onDown(handle, fabricError(`this side cut the connection: ${(e as Error).message} (limits.maxUnsentBytes)`, 'ENOBUFS', e), true);
     }
   }
 
@@ -876,7 +1045,14 @@ export class LibfabricTransport implements Transport {
         return place(p, memory, bytes.byteOffset);
       }
     }
-    const s = this.#stage(bytes.length);
+    this.#hold(bytes.length, 'a write staged');
+    let s: Staging;
+    try {
+      s = this.#stage(bytes.length);
+    } catch (e) {
+      this.#held -= bytes.length;
+      throw e;
+    }
     this.#staged.set(key, s);
     this.#stats.writesStaged++;
     new Uint8Array(s.raw.buffer).set(bytes);
@@ -885,10 +1061,10 @@ export class LibfabricTransport implements Transport {
 
   #stage(size: number): Staging {
     const i = this.#spare.findIndex((x) => x.raw.buffer.byteLength >= size);
-    if (i >= 0) return this.#spare.splice(i, 1)[0]!;
+    if (i >= 0) return { ...this.#spare.splice(i, 1)[0]!, bytes: size };
     const page = 4096;
     const raw = binding.mapRegion(Math.max(MAX_WIRE_BYTES, Math.ceil(size / page) * page), false, false, false);
-    return { raw, memory: rawMemory(raw) };
+    return { raw, memory: rawMemory(raw), bytes: size };
   }
 
   placed(p: WritePacket): void {
@@ -902,8 +1078,10 @@ export class LibfabricTransport implements Transport {
     const s = this.#staged.get(k);
     if (!s) return;
     this.#staged.delete(k);
-    if ('raw' in s) this.#spare.push(s);
-    else this.#unhold(s, false);
+    if (!('raw' in s)) return this.#unhold(s, false);
+    this.#held -= s.bytes;
+    if (this.#spare.length < MAX_SPARE_STAGINGS) this.#spare.push(s);
+    else binding.closeRegion(s.raw.id, s.raw.buffer);
   }
 
   // One staged write of a held slot is answered; the last one gives the slot back (posted
@@ -930,22 +1108,30 @@ export class LibfabricTransport implements Transport {
   }
 
   /** @internal native events */
-  onEvent(handle: number, kind: string, a?: unknown, b?: unknown): void {
-    if (this.#closed) return;
-    if (handle === this.#rma.listener || handle === this.#rma.conn) {
-      this.#onRmaEvent(handle, kind, a, b);
-      return;
-    }
+  onEvent(handle: number, kind: string, a?: unknown, b?: unknown): boolean | void {
+    if (this.#closed) return false;
+    if (handle === this.#rma.listener || handle === this.#rma.conn) return this.#onRmaEvent(handle, kind, a, b);
     switch (kind) {
-      case 'connection':
-        // Accepted, not yet trusted: it has the peer timeout to say its hello.
-        this.#conns.set(a as number, newConn());
-        this.#heard.set(a as number, performance.now());
+      case 'request':
+        return this.#admit(a as string);
+      case 'connection': {
+        // Accepted, not yet trusted: it has the hello timeout to say who it is.
+        const c = newConn(true, this.#requestAddress);
+        this.#conns.set(a as number, c);
+        this.#heard.set(a as number, c.since);
+        this.#fi.fabricLimits(a as number, { maxSlots: this.#limits.maxSlots, maxPending: this.#limits.maxUnsentBytes });
         return;
+      }
       case 'connected':
         // At once, not at the end of the turn: nothing goes before it, and the peer may act
         // on ours (its connect resolves) within this turn.
-        this.#send(handle, [encodeHello([...this.#local])]);
+        this.#send(handle, [encodeHello([...this.#local], this.#token)]);
+        return;
+      case 'refused':
+        // What libfabric passed on that this transport never sends (native/fabric.cc), or a
+        // bare connection the listener cut: refused, and a connection that sent it is cut.
+        this.#refuse(a as string);
+        if (this.#conns.has(handle)) this.#onDown(handle, fabricError(`refused: ${a as string}`, 'EPROTO'), true);
         return;
       case 'message':
         this.#heard.set(handle, performance.now());
@@ -978,6 +1164,7 @@ export class LibfabricTransport implements Transport {
   #onFrame(handle: number, c: Conn, bytes: Uint8Array, inBatch: boolean): void {
     try {
       let f = decodeFrame(bytes);
+      let size = bytes.length;
       if (f.op === Op.BATCH) {
         if (inBatch) throw new RefusedError('a batch inside a batch');
         // Each frame on its own, in order: a bad one is refused and counted, the others go on
@@ -994,22 +1181,25 @@ export class LibfabricTransport implements Transport {
         if (inBatch) throw new RefusedError('a chunk inside a batch');
         const frame = this.#join(c, f);
         if (!frame) return;
+        size = frame.length;
         f = decodeFrame(frame);
         if (f.op === Op.CHUNK) throw new RefusedError('a chunk inside a chunked frame');
         if (f.op === Op.BATCH) throw new RefusedError('a batch inside a chunked frame');
       }
-      if (f.op === Op.HELLO) return this.#onHello(handle, c, f.nodes);
+      if (f.op === Op.HELLO) return this.#onHello(handle, c, f.nodes, f.token);
       if (!c.nodes) throw new RefusedError('a frame before the hello');
       if (!c.ready) this.#onReady(handle, c);
       switch (f.op) {
         case Op.PING:
           return;
         case Op.EXCHANGE: {
-          if (handle !== this.#exchangePeer()) throw new RefusedError('an exchange from a connection that is not the peer');
+          if (handle !== this.#exchangeHandle) throw new RefusedError('an exchange from a connection that is not the peer');
           const w = this.#exchangeWaiters.shift();
-          if (w) w.take(f.body);
-          else if (this.#exchanges.length >= MAX_QUEUED_EXCHANGES) throw new RefusedError('an exchange beyond the queue');
-          else this.#exchanges.push(f.body);
+          if (w) return w.take(f.body);
+          if (this.#exchanges.length >= MAX_QUEUED_EXCHANGES) throw new RefusedError('an exchange beyond the queue');
+          this.#hold(size, 'an exchange body');
+          this.#exchanges.push(f.body);
+          this.#exchangeBytes.push(size);
           return;
         }
         default: {
@@ -1021,47 +1211,121 @@ export class LibfabricTransport implements Transport {
         }
       }
     } catch (e) {
-      this.#refuse(e instanceof RefusedError ? e.message : `a malformed frame (${(e as Error).message})`);
-      // A connection that has not proven itself gets no second chance.
-      if (!c.nodes && this.#conns.has(handle)) this.#onDown(handle, fabricError('refused before its hello', 'EPROTO'), true);
+      const reason = e instanceof RefusedError ? e.message : `a malformed frame (${(e as Error).message})`;
+      this.#refuse(reason);
+      // A connection that has not proven itself gets no second chance, nor one past a limit.
+      if (!this.#conns.has(handle)) return;
+      if (!c.nodes) this.#onDown(handle, fabricError('refused before its hello', 'EPROTO'), true);
+      else if (e instanceof LimitError) this.#onDown(handle, fabricError(`this side cut the connection: ${reason}`, 'ENOBUFS'), true);
     }
   }
 
   // A chunk joins its frame's earlier slices (messages of a connection arrive in order);
   // returns the whole frame with its last slice.
   #join(c: Conn, f: { total: number; offset: number; data: Uint8Array }): Uint8Array | undefined {
-    if (f.offset !== c.chunkBytes || (c.chunkBytes > 0 && f.total !== c.chunkTotal) || f.total > MAX_FRAME_BYTES) {
-      c.chunks = [];
-      c.chunkBytes = 0;
+    if (f.offset !== c.chunkBytes || (c.chunkBytes > 0 && f.total !== c.chunkTotal)) {
+      this.#dropChunks(c);
       throw new RefusedError('a chunk out of order');
+    }
+    if (f.total > this.#limits.maxFrameBytes) {
+      this.#dropChunks(c);
+      throw new LimitError('a chunked frame larger than limits.maxFrameBytes');
+    }
+    try {
+      this.#hold(f.data.length, 'a chunk');
+    } catch (e) {
+      this.#dropChunks(c);
+      throw e;
     }
     c.chunks.push(f.data.slice());
     c.chunkBytes += f.data.length;
     c.chunkTotal = f.total;
     if (c.chunkBytes < f.total) return undefined;
     const frame = Buffer.concat(c.chunks);
-    c.chunks = [];
-    c.chunkBytes = 0;
+    this.#dropChunks(c);
     return frame;
   }
 
-  #onHello(handle: number, c: Conn, nodes: number[]): void {
+  // A connection's slices so far are let go (its frame is whole, refused, or the connection gone).
+  #dropChunks(c: Conn): void {
+    this.#held -= c.chunkBytes;
+    c.chunks = [];
+    c.chunkBytes = 0;
+  }
+
+  // `bytes` more are held for the peers, within limits.maxHeldBytes (else `what` is refused).
+  #hold(bytes: number, what: string): void {
+    if (this.#held + bytes > this.#limits.maxHeldBytes) throw new LimitError(`${what} beyond limits.maxHeldBytes`);
+    this.#held += bytes;
+  }
+
+  #onHello(handle: number, c: Conn, nodes: number[], token: Uint8Array | undefined): void {
     if (c.nodes) throw new RefusedError('a second hello');
-    // A node hosted here, or bound to another live connection, is not this connection's to claim.
-    for (const n of nodes)
-      if (this.#local.has(n) || this.#remote.has(n)) {
-        this.#refuse('a hello naming a node that is hosted here or by another peer');
-        this.#onDown(handle, fabricError(`node ${n} is not the peer's to claim`, 'EPROTO'), true);
-        return;
-      }
+    const cut = (reason: string, why: string) => {
+      this.#refuse(reason);
+      this.#onDown(handle, fabricError(why, 'EPROTO'), true);
+    };
+    if (this.#token && !sameToken(this.#token, token)) return cut("a hello without this side's token", 'its hello does not carry the token');
+    for (const n of nodes) {
+      // Only the peers this transport expects, and a node hosted here, or bound to another live
+      // connection, is not this connection's to claim.
+      if (this.#peers && !this.#peers.has(n))
+        return cut('a hello naming a node that is not one of the peers', `node ${n} is not a peer of this side`);
+      if (this.#local.has(n) || this.#remote.has(n))
+        return cut('a hello naming a node that is hosted here or by another peer', `node ${n} is not the peer's to claim`);
+    }
     c.nodes = new Set(nodes);
     for (const n of nodes) {
       this.#remote.set(n, handle);
       this.#lost.delete(n);
     }
+    this.#exchangeHandle ??= handle;
+    // Proven: the rest of its receives (one until now, for the hello).
+    this.#fi.fabricLimits(handle, { posted: POSTED_RECEIVES });
     // Tell the peer its hello was taken (at once: its connect waits for it).
     this.#send(handle, [encodePing()]);
     for (const w of [...this.#nodeWatchers]) w();
+    this.#updateFull();
+  }
+
+  // A connection request on the listener: accepted unless every peer this transport may have
+  // is connected, or as many connections as it lets wait for their hello already do. One refused
+  // is rejected in libfabric's connection manager: no endpoint parses anything of that peer's.
+  #admit(address: string): boolean {
+    const waiting = [...this.#conns.values()].filter((c) => c.accepted && !c.nodes).length;
+    const reason = this.#full
+      ? 'a connection request while every peer is connected'
+      : waiting >= this.#limits.maxWaiting
+        ? 'a connection request beyond limits.maxWaiting'
+        : undefined;
+    if (reason) {
+      this.#refuse(reason);
+      return false;
+    }
+    this.#requestAddress = address;
+    return true;
+  }
+
+  // Every peer this transport may have is connected (limits.maxPeers bound, or all of `peers`):
+  // nothing else may wait, connected or bare, until one of them goes.
+  #updateFull(): void {
+    const bound = [...this.#conns.values()].filter((c) => c.nodes).length;
+    const full = bound >= this.#limits.maxPeers || (this.#peers !== undefined && [...this.#peers].every((n) => this.#remote.has(n)));
+    if (full === this.#full || this.#listener === undefined) return;
+    this.#full = full;
+    this.#fi.fabricLimits(this.#listener, { maxBare: full ? 0 : this.#limits.maxWaiting });
+    if (!full) return;
+    for (const [h, c] of [...this.#conns]) {
+      if (!c.accepted || c.nodes) continue;
+      this.#refuse('a connection waiting for its hello while every peer is connected');
+      this.#onDown(h, fabricError('every peer of this side is connected', 'ECONNREFUSED'), true);
+    }
+  }
+
+  // A connection this side dialled (connect, connectPeer): it waits for the peer's hello.
+  #dialled(handle: number): void {
+    this.#conns.set(handle, newConn(false, ''));
+    this.#fi.fabricLimits(handle, { maxSlots: this.#limits.maxSlots, maxPending: this.#limits.maxUnsentBytes });
   }
 
   #onReady(handle: number, c: Conn): void {
@@ -1072,7 +1336,16 @@ export class LibfabricTransport implements Transport {
 
   #refuse(reason: string): void {
     this.#stats.refused++;
-    this.#stats.refusedBy[reason] = (this.#stats.refusedBy[reason] ?? 0) + 1;
+    // A malformed frame's reason names the value it had: reasons are kept up to a count, so
+    // a peer cannot make the table grow without bound; the rest are counted together.
+    const by = this.#stats.refusedBy;
+    const key = reason in by || Object.keys(by).length < MAX_REASONS ? reason : OTHER_REASONS;
+    by[key] = (by[key] ?? 0) + 1;
+  }
+
+  #refuseRdma(syndrome: string): void {
+    this.#stats.rdmaRefused++;
+    this.#stats.rdmaRefusedBy[syndrome] = (this.#stats.rdmaRefusedBy[syndrome] ?? 0) + 1;
   }
 
   // A connection went down (or was cut: `refused`, already counted).
@@ -1080,6 +1353,7 @@ export class LibfabricTransport implements Transport {
     this.#heard.delete(handle);
     this.#pending.delete(handle);
     const c = this.#conns.get(handle);
+    if (c) this.#dropChunks(c);
     const lost = [...(c?.nodes ?? [])];
     if (this.#conns.delete(handle)) this.#fi.fabricClose(handle);
     if (!c?.nodes) {
@@ -1094,23 +1368,60 @@ export class LibfabricTransport implements Transport {
       return;
     }
     const gone = fabricError(`the peer went away: ${err?.message ?? 'its connection shut down'}`, (err as { code?: string })?.code ?? 'ECONNRESET');
+    // Its hello was taken but ours not yet (the peer refused it, or went before): whoever waits
+    // for the connection to be ready hears why.
+    if (!c.ready) {
+      this.#dialing.get(handle)?.reject(gone);
+      if (this.#listener === undefined) for (const w of this.#peerWaiters.splice(0)) w.reject(gone);
+    }
     for (const n of lost) {
       this.#remote.delete(n);
       this.#lost.add(n);
       this.#tellLost(n, gone);
     }
-    // What waits on that peer's answers ends too: exchanges, and stall mode's writes (their
-    // delivery can never be confirmed).
-    for (const w of this.#exchangeWaiters.splice(0)) w.fail(gone);
-    for (const w of this.#rma.writes.values()) w.reject(gone);
-    this.#rma.writes.clear();
+    // What waits on the exchange's peer ends with it: exchanges, and stall mode's writes (their
+    // delivery can never be confirmed). Another peer's loss is that peer's alone.
+    if (handle === this.#exchangeHandle) {
+      this.#exchangeHandle = [...this.#conns].find(([, x]) => x.nodes)?.[0];
+      for (const w of this.#exchangeWaiters.splice(0)) w.fail(gone);
+      for (const w of this.#rma.writes.values()) w.reject(gone);
+      this.#rma.writes.clear();
+    }
     for (const w of [...this.#nodeWatchers]) w();
+    this.#updateFull();
   }
 }
 
 /** A frame a peer may not send (where it is, or from whom): refused, as a malformed one is. */
 class RefusedError extends Error {}
 
-function newConn(): Conn {
-  return { nodes: undefined, ready: false, chunks: [], chunkBytes: 0, chunkTotal: 0, slots: [], holds: [], out: undefined };
+/** A frame past one of the transport's limits: refused, and its connection cut (the peer learns it went too far). */
+class LimitError extends RefusedError {}
+
+function newConn(accepted: boolean, address: string): Conn {
+  return {
+    nodes: undefined,
+    accepted,
+    address,
+    since: performance.now(),
+    ready: false,
+    chunks: [],
+    chunkBytes: 0,
+    chunkTotal: 0,
+    slots: [],
+    holds: [],
+    out: undefined,
+  };
+}
+
+// The address part of "ADDRESS:PORT" (IPv6 addresses have colons of their own).
+function hostOf(address: string): string {
+  return address.slice(0, Math.max(0, address.lastIndexOf(':')));
+}
+
+// Whether a hello's token is this side's (compared in constant time, as digests of one length).
+function sameToken(mine: Buffer, theirs: Uint8Array | undefined): boolean {
+  if (!theirs) return false;
+  const digest = (b: Uint8Array) => createHash('sha256').update(b).digest();
+  return timingSafeEqual(digest(mine), digest(theirs));
 }

@@ -64,34 +64,38 @@ export class Completer {
 
   /** The answer to one of this node's writes. */
   onAck(p: AckPacket): void {
-    this.outstanding--;
     const s = this.#s;
     const t = s.transfers.get(p.tid);
-    // A transfer's answers come back in the order its runs were sent.
+    // A transfer's answers come back in the order its runs were sent. An answer to no run on
+    // the wire (a transfer never sent, done, or not that run) is refused: it must not count
+    // against the runs in flight, which the scheduler's capacity check trusts.
     const run = t && !t.done && t.runs[0]?.seq === p.seq ? t.runs.shift() : undefined;
-    if (t && run) {
-      if (run.window) s.smmu.endStallWindow(run.window);
-      for (const v of p.verdicts ?? []) if (!t.done) this.#verdict(t, run, v);
-      // After a destination fault, runs start small again: the blocks sent after a fault are
-      // translated for nothing.
-      if (!t.done) t.runLimit = (p.returned?.count ?? 0) > 0 || t.parked ? 2 : Math.min(MAX_RUN_BLOCKS, t.runLimit * 2);
-      if (p.returned && !t.done) this.#unsend(t, p.returned.seq, p.returned.count);
-      if (!t.done) this.#settle(t);
-      // A fault NACK carries its answer: the block goes again once this ACK is settled (a
-      // source fault found behind it waits, as it would behind a parked block).
-      const n = this.#nacked;
-      this.#nacked = undefined;
-      if (n && !t.done) this.#faults.nackAnswered(t, n.seq, n.resolved);
+    if (!t || !run) {
+      s.counters.answersRefused++;
+      return;
     }
+    this.outstanding--;
+    if (run.window) s.smmu.endStallWindow(run.window);
+    for (const v of p.verdicts ?? []) if (!t.done) this.#verdict(t, run, v);
+    // After a destination fault, runs start small again: the blocks sent after a fault are
+    // translated for nothing.
+    if (!t.done) t.runLimit = (p.returned?.count ?? 0) > 0 || t.parked ? 2 : Math.min(MAX_RUN_BLOCKS, t.runLimit * 2);
+    if (p.returned && !t.done) this.#unsend(t, p.returned.seq, p.returned.count);
+    if (!t.done) this.#settle(t);
+    // A fault NACK carries its answer: the block goes again once this ACK is settled (a
+    // source fault found behind it waits, as it would behind a parked block).
+    const n = this.#nacked;
+    this.#nacked = undefined;
+    if (n && !t.done) this.#faults.nackAnswered(t, n.seq, n.resolved);
     s.scheduler.kick();
   }
 
   /** A run of one of this node's responses went out: it is done (nothing ACKs a response). */
   answerSent(t: Transfer): void {
-    this.outstanding--;
     const s = this.#s;
     const run = !t.done ? t.runs.shift() : undefined;
     if (run) {
+      this.outstanding--;
       if (run.window) s.smmu.endStallWindow(run.window);
       this.#verdict(t, run, { seq: run.seq, count: run.count, resp: AckResp.OK, walkUs: 0 });
       if (!t.done) this.#settle(t);
@@ -421,6 +425,8 @@ export class Completer {
     const s = this.#s;
     t.done = true;
     clearTimeout(t.parkTimer);
+    // Its runs still on the wire are in flight no more: their answers, if any come, are refused.
+    this.outstanding -= t.runs.length;
     s.transfers.delete(t.tid);
     if (t.answer) {
       const k = requestKey(t.desc.srcQp!, t.desc.psn!);

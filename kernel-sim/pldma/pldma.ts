@@ -91,6 +91,7 @@ export class Pldma {
       faults: { source: 0, destination: 0 },
       nacksSent: 0,
       nacksReceived: 0,
+      answersRefused: 0,
       retryTimeouts: 0,
     };
     const state: Omit<EngineState, 'scheduler'> = {

@@ -285,6 +285,8 @@ export interface PldmaCounters {
   nacksSent: number;
   /** NACKs this engine received as a source. */
   nacksReceived: number;
+  /** Answers (ACKs) a peer sent for no run of this engine's on the wire: refused. */
+  answersRefused: number;
   /** Faults whose answer did not come within faultTimeoutMs. */
   retryTimeouts: number;
 }

@@ -7,7 +7,7 @@
 // connection silent past the peer timeout, its abort) fails the whole job: `signal` aborts
 // with the reason, so every wait of the program ends.
 import { hostname } from 'node:os';
-import { DEFAULT_BIND, LibfabricTransport, type LibfabricProvider } from '../../kernel-sim/fabric/libfabric-transport.js';
+import { DEFAULT_BIND, DEFAULT_TRANSPORT_LIMITS, LibfabricTransport, type LibfabricProvider } from '../../kernel-sim/fabric/libfabric-transport.js';
 import { PfrError } from '../errors.js';
 import { DEFAULT_RENDEZVOUS_TIMEOUT_MS, MAX_JOB_SIZE, parseHostPort, Rendezvous } from './rendezvous.js';
 
@@ -120,10 +120,15 @@ export class Job {
     const at = parseHostPort(o.rendezvous ?? env['PFR_RENDEZVOUS'] ?? DEFAULT_RENDEZVOUS, 'the rendezvous address (--rendezvous, PFR_RENDEZVOUS)');
     const timeoutMs = o.timeoutMs ?? DEFAULT_RENDEZVOUS_TIMEOUT_MS;
     const bind = o.bind ?? DEFAULT_BIND;
+    // The other ranks, and only they, connect here (each hello must name one of them): all of
+    // them may be connected, and all may dial at once while the job starts.
+    const others = [...Array(info.size).keys()].filter((r) => r !== info.rank);
     const transport = LibfabricTransport.listen({
       port: 0,
       host: bind,
       localNodes: [info.rank],
+      peers: others,
+      limits: { maxPeers: Math.max(1, others.length), maxWaiting: Math.max(DEFAULT_TRANSPORT_LIMITS.maxWaiting, others.length) },
       ...(o.provider ? { provider: o.provider } : {}),
       ...(o.peerTimeoutMs !== undefined ? { peerTimeoutMs: o.peerTimeoutMs } : {}),
     });
@@ -148,7 +153,6 @@ export class Job {
         }, LOSS_GRACE_MS).unref();
       });
       // Lower ranks are dialled, higher ones dial here: one connection per pair.
-      const others = [...Array(info.size).keys()].filter((r) => r !== info.rank);
       const failed = new Promise<never>((_, reject) => rdv.onFailure(reject));
       await Promise.race([
         failed,

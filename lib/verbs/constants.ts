@@ -23,6 +23,8 @@ export const Access = {
   /** A peer may RDMA FLUSH the MR to persistence (needs persistent memory: refused by regMr here). */
   FLUSH_PERSISTENT: 512,
 } as const;
+// rdma-core's enum ibv_access_flags up to FLUSH_PERSISTENT (the FLUSH bits since v45); any
+// other bit is refused (EINVAL), not ignored.
 const ACCESS_ALL = 0x3ff;
 /** True if `flags` is a non-negative integer made of Access bits only. */
 export function knownAccess(flags: number): boolean {

@@ -79,7 +79,7 @@ const ci = !!process.env.CI && !/^(0|false)$/i.test(process.env.CI);
 
 describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, raw socket)', () => {
   it('every forgery is refused and counted, no byte lands, and the real client is served after', async () => {
-    const server = track(LibfabricTransport.listen({ port: 0, localNodes: [1], peerTimeoutMs: 4000 }));
+    const server = track(LibfabricTransport.listen({ port: 0, localNodes: [1], peerTimeoutMs: 4000, limits: { helloTimeoutMs: 4000 } }));
     const lost: number[] = [];
     server.onPeerLost((n) => lost.push(n));
     const cluster = track(Cluster.create({ nodes: 2, transport: server }));
@@ -163,6 +163,8 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     const answers = () => evil.frames.filter((f): f is { op: Op.ACK; packet: AckPacket } => f.op === Op.ACK);
     await until('two answers', () => answers().length === 2);
     for (const a of answers()) expect(a.packet.verdicts?.map((v) => v.resp)).toEqual([AckResp.ACCESS_ERR]);
+    // The responder's refusals are counted beside the transport's, by syndrome.
+    expect([server.stats().rdmaRefused, server.stats().rdmaRefusedBy]).toEqual([2, { ACCESS_ERR: 2 }]);
     expect(untouched()).toBe(true);
     evil.close();
     await until('the attacker gone', () => lost.includes(0));
@@ -197,9 +199,9 @@ describe.skipIf(!built && !ci)('an attacker on the server port (libfabric tcp, r
     expect(allBytes(Buffer.from(buf.buffer, 0, 64), 0x5a)).toBe(true);
     expect(untouched()).toBe(true);
     expect(silent.frames.map((f) => f.op)).toEqual([Op.HELLO]);
-    // The silent one is cut after the peer timeout, counted too.
+    // The silent one is cut after the hello timeout, counted too.
     await silent.closed;
-    expect(refused('no hello within the peer timeout')).toBe(1);
+    expect(refused('no hello within the hello timeout')).toBe(1);
     expect(refused()).toBe(8);
   }, 60_000);
 });
