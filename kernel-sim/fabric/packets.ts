@@ -46,6 +46,13 @@ export enum RcOp {
   ATOMIC_ACK = 12,
 }
 
+/** Whether an opcode's RETH names a range of the responder's memory (so the range must be a real one: below 2^64). */
+export function hasRemoteRange(op: RcOp | undefined): boolean {
+  return (
+    op === RcOp.WRITE || op === RcOp.WRITE_IMM || op === RcOp.READ_REQUEST || op === RcOp.ATOMIC || op === RcOp.ATOMIC_WRITE || op === RcOp.FLUSH
+  );
+}
+
 /** Whether an opcode is a response (a READ's bytes, an atomic's old value): the request's acknowledgement, which nothing ACKs. */
 export function isResponse(op: RcOp | undefined): boolean {
   return op === RcOp.READ_RESPONSE || op === RcOp.ATOMIC_ACK;

@@ -119,8 +119,12 @@ export class Completer {
     // Nothing of this request is on the wire (it waits to go again): a late packet.
     if (!t || !a || t.done || t.runs.length === 0) return;
     let walkUs = 0;
+    a.heard = true;
     for (const v of verdicts) {
       const k = v.seq - p.seq;
+      // A zero-length sink takes no byte, wherever it stands (rxe's copy_data skips it): the
+      // responder sends nothing for it, so the bytes due next are the next sink's.
+      this.#landed(t, a, 0);
       const sink = t.desc.sinks![a.sink];
       if (!sink || p.key !== sink.lkey || p.va + BigInt(k * p.blockSize) !== sink.addr + BigInt(a.within)) return;
       a.srcFaults.set(p.tid, p.srcFaults ?? 0);
@@ -135,6 +139,32 @@ export class Completer {
     const arrive = this.#reserve(t, run, 0, 0);
     this.ack(t, 0, 1, Math.max(arrive, p.arrivals[p.count - 1]! + walkUs));
     s.scheduler.kick();
+  }
+
+  /**
+   * RC's local ACK timer of a READ or an atomic (rxe's retrans timer): each period in which
+   * nothing of its response came while the request was on the wire counts one retry; after
+   * retries + 1 such periods in a row the request ends RETRY_EXCEEDED, never waiting forever.
+   * A period in which it waited to go again (a sink fault) or heard anything counts none.
+   */
+  armResponseTimer(t: Transfer, rt: { periodMs: number; retries: number }): void {
+    const a = t.answer!;
+    a.misses = 0;
+    const tick = () => {
+      if (t.done) return;
+      if (a.heard || t.runs.length === 0) {
+        a.heard = false;
+        a.misses = 0;
+      } else if (++a.misses! > rt.retries) {
+        a.timer = undefined;
+        this.#s.counters.retryTimeouts++;
+        const reason = `no response to the ${t.desc.opcode === RcOp.ATOMIC ? 'atomic' : 'READ'} within ${rt.retries + 1} × ${rt.periodMs} ms (the QP's timeout × (retry_cnt + 1))`;
+        this.finish(t, DmaStatus.RETRY_EXCEEDED, reason, 'source');
+        return;
+      }
+      a.timer = setTimeout(tick, rt.periodMs);
+    };
+    a.timer = setTimeout(tick, rt.periodMs);
   }
 
   // Bytes of a response landed where the next ones were due: on to the next sink when one is full.
@@ -425,6 +455,7 @@ export class Completer {
     const s = this.#s;
     t.done = true;
     clearTimeout(t.parkTimer);
+    if (t.answer?.timer) clearTimeout(t.answer.timer);
     // Its runs still on the wire are in flight no more: their answers, if any come, are refused.
     this.outstanding -= t.runs.length;
     s.transfers.delete(t.tid);

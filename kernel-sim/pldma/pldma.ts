@@ -92,6 +92,7 @@ export class Pldma {
       nacksSent: 0,
       nacksReceived: 0,
       answersRefused: 0,
+      packetsRefused: 0,
       retryTimeouts: 0,
     };
     const state: Omit<EngineState, 'scheduler'> = {

@@ -9,7 +9,7 @@
 // destination's SMMU, engine or memory map: only the answers to its packets, which the
 // completer reads.
 import { realNowUs } from '../cost-model/index.js';
-import { isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
+import { hasRemoteRange, isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
 import type { Faults } from './faults.js';
@@ -29,6 +29,9 @@ import {
   walkCost,
   walkedCost,
 } from './types.js';
+
+/** The end of the 64-bit address space. */
+const SPACE = 1n << 64n;
 
 export class Requester implements Schedulable {
   readonly capacity: number;
@@ -97,6 +100,7 @@ export class Requester implements Schedulable {
       if ((desc.opcode === RcOp.READ_REQUEST || desc.opcode === RcOp.ATOMIC) && desc.srcQp !== undefined && desc.psn !== undefined) {
         t.answer = { landed: 0, sink: 0, within: 0, faultedAt: -1, srcFaults: new Map(), refault: undefined };
         s.requests.set(requestKey(desc.srcQp, desc.psn), t);
+        if (desc.responseTimeout) this.#completer.armResponseTimer(t, desc.responseTimeout);
       }
       let ch = s.chans.get(desc.channel);
       if (!ch) {
@@ -296,7 +300,29 @@ export class Requester implements Schedulable {
       sourceStall,
     };
     this.#rc(packet, t);
-    s.transport.deliver(packet);
+    try {
+      s.transport.deliver(packet);
+    } catch (e) {
+      // A packet the transport's checks refuse never left: counted, and the transfer ends
+      // with the error once its other runs are answered; nothing escapes to the scheduler.
+      this.#refused(t, first, count, e);
+    }
+  }
+
+  // The run just pushed for blocks [first, first+count) did not go on the wire.
+  #refused(t: Transfer, first: number, count: number, e: unknown): void {
+    const s = this.#s;
+    s.counters.packetsRefused++;
+    const i = t.runs.findIndex((r) => r.seq === first);
+    if (i >= 0) {
+      const [run] = t.runs.splice(i, 1);
+      this.#completer.outstanding--;
+      if (run!.window) s.smmu.endStallWindow(run!.window);
+    }
+    t.inflight -= count;
+    s.counters.blocksIssued -= count;
+    const reason = `the packet was refused before it left: ${e instanceof Error ? e.message : String(e)}`;
+    this.#completer.fail(t, false, DmaStatus.DST_ADDR_ERR, reason, t.modelReady, 'destination');
   }
 
   // The RC headers of a QP's message, in every packet (BTH, RETH, ImmDt).
@@ -419,6 +445,14 @@ export class Requester implements Schedulable {
     if (!Number.isInteger(d.dstNode) || !s.transport.hasNode(d.dstNode))
       return { status: DmaStatus.BAD_NODE, reason: `node ${d.dstNode} is not on the fabric` };
     if (!s.smmu.streamForPd(d.pd)) return { status: DmaStatus.PD_ERR, reason: `node ${s.node} has no stream for protection domain ${d.pd}` };
+    // A remote range past 2^64 is covered by no MR (an R_Key violation): refused here, as its
+    // packet could not be put on the wire (RETH's address is 64 bits).
+    const reach = d.opcode === RcOp.ATOMIC ? 8 : d.opcode === RcOp.READ_REQUEST || d.opcode === RcOp.FLUSH ? (d.dmaLength ?? 0) : d.length;
+    if (hasRemoteRange(d.opcode) && d.dstVa + BigInt(reach) > SPACE)
+      return {
+        status: DmaStatus.DST_ADDR_ERR,
+        reason: `the remote range 0x${d.dstVa.toString(16)} + ${reach} passes the 64-bit address space: no MR covers it`,
+      };
     return undefined;
   }
 }

@@ -125,6 +125,17 @@ export interface DmaDescriptor {
     /** The requester's lkey. */
     lkey: number;
   }>;
+  /**
+   * READ request, ATOMIC: RC's local ACK timeout. Once the request is on the wire, a period of
+   * `periodMs` in which nothing of its response came counts one retry; after `retries` + 1
+   * such periods in a row the request ends RETRY_EXCEEDED (the verbs' RETRY_EXC_ERR).
+   */
+  responseTimeout?: {
+    /** One period (ms): IB's 4.096 µs × 2^timeout, floored as the verbs layer documents. */
+    periodMs: number;
+    /** retry_cnt. */
+    retries: number;
+  };
   /** ATOMIC: AtomicETH. */
   atomic?: {
     /** Fetch-and-add (else compare-and-swap). */
@@ -287,6 +298,8 @@ export interface PldmaCounters {
   nacksReceived: number;
   /** Answers (ACKs) a peer sent for no run of this engine's on the wire: refused. */
   answersRefused: number;
+  /** Packets of this engine's the transport's checks refused before they left (each ended its transfer with an error). */
+  packetsRefused: number;
   /** Faults whose answer did not come within faultTimeoutMs. */
   retryTimeouts: number;
 }
@@ -413,6 +426,11 @@ export interface Awaited {
   srcFaults: Map<number, number>;
   /** The block of the responder's transfer whose sink fault sends the request again (its fault's statistics end then). */
   refault: { node: number; tid: number; seq: number } | undefined;
+  /** Something of the response came since the response timer last looked. */
+  heard?: boolean;
+  /** The response timer (descriptor's responseTimeout), and the periods in a row it heard nothing. */
+  timer?: NodeJS.Timeout | undefined;
+  misses?: number;
 }
 
 /** The key of a READ or atomic request in EngineState.requests: its QP and PSN, as its response names them. */

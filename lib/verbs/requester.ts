@@ -4,7 +4,7 @@
 // checks and answers with an ACK or a NAK (an RNR NAK retried by the engine). A READ or an
 // atomic is one request packet; the responder's node sends the bytes back as READ responses.
 import { type DmaCompletion, type DmaDescriptor, RcOp } from '../../kernel-sim/index.js';
-import { QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './constants.js';
+import { QP_DEFAULTS, QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
 import { expectLanding, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
 
@@ -185,6 +185,7 @@ export class Requester {
         const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
           dmaLength: total,
           sinks: sinks(),
+          responseTimeout: this.#responseTimeout(),
         }).finally(landed);
         return done(statusOf(results), total, results);
       }
@@ -195,6 +196,7 @@ export class Requester {
         const landed = expectLanding(q, sinks());
         const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
           sinks: sinks(),
+          responseTimeout: this.#responseTimeout(),
           atomic: {
             fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD,
             compareAdd: BigInt.asUintN(64, a.compareAdd),
@@ -242,6 +244,19 @@ export class Requester {
     return done(statusOf(results), total, results);
   }
 
+  /**
+   * The local ACK timeout of a READ or an atomic: IB's 4.096 µs × 2^timeout a period, retry_cnt
+   * retries. A period is never shorter than the engine's fault timeout (a responder holds its
+   * response while its fault library answers, and tries again after that long), and timeout 0,
+   * which is infinite in IB, is taken as the default (14): a response that never comes ends the
+   * WR in RETRY_EXC_ERR, never in a hang.
+   */
+  #responseTimeout(): { periodMs: number; retries: number } {
+    const a = this.#qp.attr;
+    const ibMs = 0.004096 * 2 ** (a.timeout === 0 ? QP_DEFAULTS.timeout : a.timeout);
+    return { periodMs: Math.max(ibMs, this.#qp.device.sim.pldma.faultTimeoutMs), retries: a.retryCnt };
+  }
+
   #nextPsn(): number {
     const psn = this.#psn;
     this.#psn = (psn + 1) & 0xff_ffff;
@@ -258,7 +273,7 @@ export class Requester {
     pieces: Array<{ fromVa: bigint; toVa: bigint; length: number; key?: number }>,
     total: number,
     immData: number | undefined,
-    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'flush' | 'solicited'>,
+    request?: Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'flush' | 'solicited' | 'responseTimeout'>,
     ud?: { node: number; qpn: number; qkey: number },
   ): Promise<DmaCompletion[]> {
     const q = this.#qp;
