@@ -30,6 +30,7 @@ export class Fabric implements Transport {
   // Keyed by src × 2^20 + dst: a number, not a string built per block.
   #links = new Map<number, Link>();
   #handlers = new Map<number, (p: Packet) => void>();
+  #refused = 0;
 
   constructor(costs: CostModel) {
     this.costs = costs;
@@ -74,7 +75,20 @@ export class Fabric implements Transport {
   deliverDecoded(p: Packet): void {
     const handler = this.#handlers.get(p.dst);
     if (!handler) throw new RangeError(`fabric: unknown node ${p.dst}`);
-    queueMicrotask(() => handler(p));
+    queueMicrotask(() => {
+      // Nothing a node's handler throws may escape into the microtask queue (it would end the
+      // process): the packet is refused and counted, as a frame that fails its checks is.
+      try {
+        handler(p);
+      } catch {
+        this.#refused++;
+      }
+    });
+  }
+
+  /** Packets whose destination's handler threw (refused, never escaping into a microtask). */
+  get refused(): number {
+    return this.#refused;
   }
 
   send<P extends Packet>(p: Omit<P, 'arrivesAt'>, atUs: number, payloadBytes = 0): P {

@@ -714,7 +714,13 @@ export class Responder {
       verdicts,
     };
     if (returned) ack.returned = returned;
-    this.#d.transport.deliver(ack);
+    try {
+      this.#d.transport.deliver(ack);
+    } catch {
+      // An answer the transport refuses (its peer gone) is lost as on a link: the requester's
+      // own timers end what waited for it. Counted, never thrown into the caller's microtask.
+      this.#d.counters.packetsRefused++;
+    }
   }
 
   // One copy-engine job for a group of blocks contiguous at both ends; verdicts for the

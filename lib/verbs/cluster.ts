@@ -79,6 +79,8 @@ export interface DeviceAttr {
     ucOdpCaps: number;
     /** OdpTransportCaps bits for UD QPs. */
     udOdpCaps: number;
+    /** OdpTransportCaps bits for XRC QPs (ibv_odp_caps_ex's xrc_odp_caps): an XRC QP has no receive queue, its receives are its XRC SRQ's. */
+    xrcOdpCaps: number;
   };
 }
 
@@ -310,6 +312,7 @@ export class Context {
         rcOdpCaps: rc,
         ucOdpCaps: 0,
         udOdpCaps: OdpTransportCaps.SEND | OdpTransportCaps.RECV | OdpTransportCaps.SRQ_RECV,
+        xrcOdpCaps: rc & ~OdpTransportCaps.RECV,
       },
     };
   }

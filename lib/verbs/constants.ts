@@ -395,8 +395,8 @@ export const QpExSendOps = {
   WITH_SEND_WITH_INV: 1 << 9,
   /** ibv_wr_send_tso (UD raw packets: not offered, refused by createQpEx) */
   WITH_TSO: 1 << 10,
-  /** ibv_wr_flush (not offered yet: refused by createQpEx) */
+  /** ibv_wr_flush */
   WITH_FLUSH: 1 << 11,
-  /** ibv_wr_atomic_write (not offered yet: refused by createQpEx) */
+  /** ibv_wr_atomic_write (its 8 bytes an argument, as in libibverbs) */
   WITH_ATOMIC_WRITE: 1 << 12,
 } as const;

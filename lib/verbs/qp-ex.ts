@@ -3,11 +3,13 @@
 // wrSetSge()/wrSetSgeList() give the current WR its buffers, and wrComplete() posts the batch
 // through postSend(): the same checks, all or nothing. An operation the QP was not created
 // for (sendOpsFlags) is refused at once.
+import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
 import { checkObject } from '../validate.js';
-import { QpExSendOps, WrOpcode } from './constants.js';
+import { Access, QpExSendOps, WrOpcode } from './constants.js';
+import type { Context } from './cluster.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
-import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
+import type { MemoryRegion, ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 import type { SendWr, Sge } from './qp-core.js';
 
@@ -54,11 +56,7 @@ function checkInitEx(init: QpInitAttrEx): QpInitAttrEx {
       .map((i) => 1 << i)
       .filter((b) => refused & b)
       .map(flagName);
-    throw verbsError(
-      'ibv_create_qp_ex',
-      'EOPNOTSUPP',
-      `sendOpsFlags ${names.join(', ')} not offered (memory windows, TSO, FLUSH and ATOMIC_WRITE are not modelled)`,
-    );
+    throw verbsError('ibv_create_qp_ex', 'EOPNOTSUPP', `sendOpsFlags ${names.join(', ')} not offered (memory windows and TSO are not modelled)`);
   }
   return init;
 }
@@ -67,6 +65,7 @@ function checkInitEx(init: QpInitAttrEx): QpInitAttrEx {
 export class QueuePairEx extends QueuePair {
   /** QpExSendOps bits the QP was created with: the operations the wr* API may post. */
   readonly sendOpsFlags: number;
+  #wqe: { region: Region; mr: MemoryRegion; next: number } | undefined;
   /** ibv_qp_ex.wr_id: the id the next wr<Op>() call gives its WR. */
   wrId: bigint | number = 0;
   /** ibv_qp_ex.wr_flags: the SendFlags the next wr<Op>() call gives its WR. */
@@ -126,12 +125,44 @@ export class QueuePairEx extends QueuePair {
   }
 
   /**
-   * ibv_wr_atomic_write: write 8 bytes at `remoteAddr` (8-byte aligned) under `rkey`, seen
-   * whole or not at all. The 8 bytes are the WR's SGE (wrSetSge, 8 bytes of an MR), where
-   * libibverbs takes them inline.
+   * ibv_wr_atomic_write: write the 8 bytes of `atomicWr` at `remoteAddr` (8-byte aligned) under
+   * `rkey`, seen whole or not at all. As in libibverbs the bytes are the call's argument, copied
+   * now (into the QP's own WQE buffer, which the engine reads them from as a NIC reads a WQE's
+   * inline data); the WR takes no SGE.
    */
-  wrAtomicWrite(rkey: number, remoteAddr: bigint): void {
+  wrAtomicWrite(rkey: number, remoteAddr: bigint, atomicWr: Uint8Array): void {
+    if (!(atomicWr instanceof Uint8Array) || atomicWr.length !== 8)
+      throw verbsError(
+        'ibv_wr_atomic_write',
+        'EINVAL',
+        `atomicWr must be 8 bytes (a Uint8Array or Buffer), got ${atomicWr instanceof Uint8Array ? `${atomicWr.length} bytes` : typeof atomicWr}`,
+      );
     this.#add('ibv_wr_atomic_write', WrOpcode.ATOMIC_WRITE, { rdma: { remoteAddr, rkey } });
+    this.#current('ibv_wr_atomic_write').sgList = [this.#inline(atomicWr)];
+  }
+
+  // A slot of the QP's WQE buffer (one per send-queue entry, so one in flight is never
+  // overwritten) holding `bytes`, registered in the QP's PD on first use, gone with the QP.
+  #inline(bytes: Uint8Array): Sge {
+    if (!this.#wqe) {
+      const region = mapRegion(Math.ceil((8 * this.cap.maxSendWr) / PAGE_SIZE) * PAGE_SIZE);
+      const mr = (this.context as unknown as Context).regMr(this.pd, region, 0, region.size, Access.LOCAL_WRITE | Access.ON_DEMAND);
+      this.#wqe = { region, mr, next: 0 };
+    }
+    const w = this.#wqe;
+    const off = 8 * (w.next++ % this.cap.maxSendWr);
+    new Uint8Array(w.region.buffer, off, 8).set(bytes);
+    return { addr: w.region.address + BigInt(off), length: 8, lkey: w.mr.lkey };
+  }
+
+  override destroy(): void {
+    super.destroy();
+    const w = this.#wqe;
+    this.#wqe = undefined;
+    if (w) {
+      w.mr.dereg();
+      w.region.close();
+    }
   }
 
   /** ibv_wr_flush: make `length` bytes at `remoteAddr` (FlushLevel.RANGE) or the whole MR (FlushLevel.MR) visible at placement `type` (FlushType); no local buffers. */

@@ -239,11 +239,19 @@ export class QueuePair {
     this.recvCq = init.recvCq ?? new Cq(1);
     this.sqSigAll = init.sqSigAll ?? false;
     const cap = init.cap ?? {};
+    // A QP without a receive queue of its own (an XRC initiator or target, a QP on an SRQ)
+    // takes 0 receive caps, as libibverbs does; a bad cap is EINVAL (ibv_create_qp's errno).
+    const noRq = this.qpType === QpType.XRC_SEND || xrcRecv || srq !== undefined;
+    const capInt = (name: keyof QpCap, v: number, min: number, max: number): number => {
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
+        throw verbsError('ibv_create_qp', 'EINVAL', `cap.${name} must be an integer in ${min}..${max}, got ${String(v)}`);
+      return v;
+    };
     this.cap = {
-      maxSendWr: checkInt('cap.maxSendWr', cap.maxSendWr ?? 128, 1, 1 << 16),
-      maxRecvWr: checkInt('cap.maxRecvWr', cap.maxRecvWr ?? 128, 1, 1 << 16),
-      maxSendSge: checkInt('cap.maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
-      maxRecvSge: checkInt('cap.maxRecvSge', cap.maxRecvSge ?? 4, 1, 16),
+      maxSendWr: capInt('maxSendWr', cap.maxSendWr ?? 128, 1, 1 << 16),
+      maxRecvWr: capInt('maxRecvWr', cap.maxRecvWr ?? (noRq ? 0 : 128), noRq ? 0 : 1, 1 << 16),
+      maxSendSge: capInt('maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
+      maxRecvSge: capInt('maxRecvSge', cap.maxRecvSge ?? (noRq ? 0 : 4), noRq ? 0 : 1, 16),
     };
     const attr = this.#attr;
     const state = () => this.#state;

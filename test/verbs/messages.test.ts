@@ -21,12 +21,12 @@ test('queue pairs: create, modify, post', () => {
   expect(create({ sendCq: cq })).toMatchObject({ code: 'ERR_INVALID_ARG_VALUE', message: 'createQp: sendCq and recvCq are required' });
   expect(create({ recvCq: cq }).message).toBe('createQp: sendCq and recvCq are required');
   for (const [k, v, range] of [
-    ['maxSendWr', 0, '1 and 65536'],
-    ['maxRecvWr', 0, '1 and 65536'],
-    ['maxSendSge', 0, '1 and 16'],
-    ['maxRecvSge', 0, '1 and 16'],
+    ['maxSendWr', 0, '1..65536'],
+    ['maxRecvWr', 0, '1..65536'],
+    ['maxSendSge', 0, '1..16'],
+    ['maxRecvSge', 0, '1..16'],
   ] as const)
-    expect(create({ sendCq: cq, recvCq: cq, cap: { [k]: v } as Partial<QpCap> }).message).toBe(`cap.${k} must be between ${range}, got ${v}`);
+    expect(create({ sendCq: cq, recvCq: cq, cap: { [k]: v } as Partial<QpCap> }).message).toBe(`ibv_create_qp: cap.${k} must be an integer in ${range}, got ${v}`);
   expect(thrown(() => server.ctx.createQp(pd, { sendCq: cq, recvCq: cq }))).toMatchObject({
     code: 'EINVAL',
     message: 'ibv_create_qp: the protection domain belongs to another context',

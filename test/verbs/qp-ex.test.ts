@@ -137,8 +137,10 @@ describe('ibv_wr_atomic_write and ibv_wr_flush over ODP memory evicted every ite
       qp.wrStart();
       qp.wrFlags = SendFlags.SIGNALED;
       qp.wrId = 2 * i;
-      qp.wrAtomicWrite(server.mr.rkey, server.at(0));
-      qp.wrSetSge(client.mr.lkey, client.at(0), 8);
+      const word = Buffer.alloc(8);
+      word.writeBigUInt64LE(v);
+      // As ibv_wr_atomic_write: the 8 bytes are the call's argument, no SGE.
+      qp.wrAtomicWrite(server.mr.rkey, server.at(0), word);
       qp.wrId = 2 * i + 1;
       qp.wrFlush(server.mr.rkey, server.at(0), 2 * P, FlushType.GLOBAL, FlushLevel.RANGE);
       qp.wrComplete();
@@ -231,5 +233,29 @@ describe('refused: operations outside sendOpsFlags, calls out of order, flags no
     client.mr.dereg();
     client.pd.dealloc();
     expect(client.pd.closed).toBe(true);
+  });
+});
+
+describe('ibv_wr_atomic_write takes its 8 bytes as an argument (issue 35)', () => {
+  test('a line-by-line port (no SGE) writes exactly the argument; a wrong-sized argument is EINVAL', async () => {
+    const { client, server } = createPlayers({ sendOpsFlags: QpExSendOps.WITH_ATOMIC_WRITE });
+    const qp = client.qp as QueuePairEx;
+    server.fill(0x33, 0, 64);
+    for (let i = 0; i < 20; i++) {
+      const word = Buffer.from([1, 2, 3, 4, 5, 6, 7, i]);
+      qp.wrStart();
+      qp.wrFlags = SendFlags.SIGNALED;
+      qp.wrId = i;
+      qp.wrAtomicWrite(server.mr.rkey, server.at(8), word);
+      word.fill(0); // copied at the call, as libibverbs copies atomic_wr into the WQE
+      qp.wrComplete();
+      const wc = await pollOk(client.cq);
+      expect([wc.opcode, wc.byteLen]).toEqual([WcOpcode.ATOMIC_WRITE, 8]);
+      expect([...server.bytes(8, 8)]).toEqual([1, 2, 3, 4, 5, 6, 7, i]);
+    }
+    expect(server.bytes(0, 8).every((b) => b === 0x33) && server.bytes(16, 48).every((b) => b === 0x33)).toBe(true);
+    qp.wrStart();
+    expect(thrown(() => qp.wrAtomicWrite(server.mr.rkey, server.at(8), new Uint8Array(4))).code).toBe('EINVAL');
+    qp.wrAbort();
   });
 });

@@ -40,7 +40,7 @@ test('queryDevice: the name and node of the context, its limits, no UC ODP, UD S
     maxSge: 16,
     maxMrSize: SIZE_MAX,
     pageSizeCap: PAGE_SIZE,
-    odpCaps: { generalCaps: 3, rcOdpCaps: 255, ucOdpCaps: 0, udOdpCaps: 1 | 2 | 32 },
+    odpCaps: { generalCaps: 3, rcOdpCaps: 255, ucOdpCaps: 0, udOdpCaps: 1 | 2 | 32, xrcOdpCaps: 255 & ~2 },
   });
   server.ctx.close();
   expect(() => server.ctx.queryDevice()).toThrow(/closed/);

@@ -3,7 +3,7 @@
 // sides evicted before each, data checked at the receiver, every status success, the faults in
 // wc.odp); then an XRC WR naming no SRQ, or one that does not exist, and the other misuses.
 import { afterEach, describe, expect, test } from 'vitest';
-import { Cluster, connectQps, QpType, SendFlags, SrqType, WcOpcode, WcStatus, WrOpcode, type SendWr } from '../../lib/index.js';
+import { Cluster, connectQps, OdpTransportCaps, QpType, SendFlags, SrqType, WcOpcode, WcStatus, WrOpcode, type SendWr } from '../../lib/index.js';
 import { allBytes, closeAll, MSG, next, ODP_ACCESS, P, pollOk, region, thrown, track } from './helpers.js';
 
 afterEach(closeAll);
@@ -112,5 +112,35 @@ describe('XRC error paths', () => {
     srq.destroy();
     xrcd.close();
     expect(xrcd.closed).toBe(true);
+  });
+});
+
+describe('XRC as libibverbs has it (issue 35)', () => {
+  test('queryDevice().odpCaps.xrcOdpCaps reports what XRC over ODP supports: SEND, WRITE, READ, ATOMIC, SRQ_RECV, not RECV', () => {
+    const { cctx } = xrcPlayers(1);
+    const x = cctx.queryDevice().odpCaps.xrcOdpCaps;
+    for (const bit of [OdpTransportCaps.SEND, OdpTransportCaps.WRITE, OdpTransportCaps.READ, OdpTransportCaps.ATOMIC, OdpTransportCaps.SRQ_RECV])
+      expect(x & bit, String(bit)).toBe(bit);
+    expect(x & OdpTransportCaps.RECV).toBe(0);
+  });
+
+  test('0 receive caps are taken by XRC_SEND, XRC_RECV and SRQ-attached QPs; a bad cap is EINVAL naming it', () => {
+    const { cctx, sctx, xrcd } = xrcPlayers(1);
+    const pd = cctx.allocPd();
+    const cq = cctx.createCq(8);
+    const ini = cctx.createQp(pd, { qpType: QpType.XRC_SEND, sendCq: cq, cap: { maxSendWr: 16, maxRecvWr: 0, maxRecvSge: 0 } });
+    expect(ini.cap).toMatchObject({ maxSendWr: 16, maxRecvWr: 0, maxRecvSge: 0 });
+    const tgt = sctx.createQp(sctx.allocPd(), { qpType: QpType.XRC_RECV, xrcd, cap: { maxRecvWr: 0, maxRecvSge: 0 } });
+    expect(tgt.cap.maxRecvWr).toBe(0);
+    const srq = cctx.createSrq(pd, { maxWr: 8, maxSge: 1 });
+    const onSrq = cctx.createQp(pd, { sendCq: cq, recvCq: cq, srq, cap: { maxRecvWr: 0, maxRecvSge: 0 } });
+    expect(onSrq.cap.maxRecvWr).toBe(0);
+    // A QP with a receive queue of its own needs one entry; any cap out of range is EINVAL.
+    for (const cap of [{ maxRecvWr: 0 }, { maxSendWr: 0 }, { maxSendSge: 17 }, { maxRecvSge: -1 }, { maxSendWr: 1.5 }]) {
+      const e = thrown(() => cctx.createQp(pd, { sendCq: cq, recvCq: cq, cap }));
+      expect(e.code, JSON.stringify(cap)).toBe('EINVAL');
+      expect(e.syscall).toBe('ibv_create_qp');
+      expect(e.message).toContain(`cap.${Object.keys(cap)[0]}`);
+    }
   });
 });
