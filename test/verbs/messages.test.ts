@@ -26,7 +26,9 @@ test('queue pairs: create, modify, post', () => {
     ['maxSendSge', 0, '1..16'],
     ['maxRecvSge', 0, '1..16'],
   ] as const)
-    expect(create({ sendCq: cq, recvCq: cq, cap: { [k]: v } as Partial<QpCap> }).message).toBe(`ibv_create_qp: cap.${k} must be an integer in ${range}, got ${v}`);
+    expect(create({ sendCq: cq, recvCq: cq, cap: { [k]: v } as Partial<QpCap> }).message).toBe(
+      `ibv_create_qp: cap.${k} must be an integer in ${range}, got ${v}`,
+    );
   expect(thrown(() => server.ctx.createQp(pd, { sendCq: cq, recvCq: cq }))).toMatchObject({
     code: 'EINVAL',
     message: 'ibv_create_qp: the protection domain belongs to another context',

@@ -58,7 +58,8 @@ describe('capabilities', () => {
       maxSendSge: 16,
       maxRecvSge: 16,
     });
-    for (const bad of [{ maxSendWr: 0 }, { maxRecvWr: 65537 }, { maxSendSge: 17 }, { maxRecvSge: 0 }]) expect(thrown(() => mk(bad)).code).toBe('EINVAL');
+    for (const bad of [{ maxSendWr: 0 }, { maxRecvWr: 65537 }, { maxSendSge: 17 }, { maxRecvSge: 0 }])
+      expect(thrown(() => mk(bad)).code).toBe('EINVAL');
     expect(client.ctx.createQp(client.pd, { sendCq: client.cq, recvCq: client.cq, sqSigAll: true }).sqSigAll).toBe(true);
   });
 
