@@ -4,7 +4,7 @@ import { kMaxLength } from 'node:buffer';
 import { readFileSync } from 'node:fs';
 import { binding, type RawMapping } from '../native/index.js';
 import { closedError, sys, systemError } from './errors.js';
-import { checkBool, checkInt, checkObject, checkSpan, invalidArg, rangeError } from './validate.js';
+import { checkBool, checkInt, checkObject, checkSpan, invalidArg, rangeError, known } from './validate.js';
 
 /** The system page size in bytes (4096 on x86_64). */
 export const PAGE_SIZE: number = binding.pageSize;
@@ -488,7 +488,7 @@ function hugetlbPool(): string {
 
 /** Map `bytes` of memory (a multiple of the page size; of 2 MiB with huge pages or hugetlb). */
 export function mapRegion(bytes: number, options?: MapOptions): Region {
-  const opts = checkObject('mapRegion: options', options);
+  const opts = checkObject('mapRegion: options', options, known<MapOptions>({ shared: true, hugePages: true, hugetlb: true }));
   const shared = checkBool('mapRegion: options.shared', opts.shared, false);
   const hugePages = checkBool('mapRegion: options.hugePages', opts.hugePages, false);
   const hugetlb = checkBool('mapRegion: options.hugetlb', opts.hugetlb, false);

@@ -4,7 +4,7 @@
 import { binding, TouchMode } from '../native/index.js';
 import { PfrError } from './errors.js';
 import type { Region } from './region.js';
-import { checkBool, checkInt, checkObject, invalidArg } from './validate.js';
+import { checkBool, checkInt, checkObject, invalidArg, known } from './validate.js';
 
 /** What `touch()` walks and how. */
 export interface TouchOptions {
@@ -55,7 +55,11 @@ export interface AccessFailedError extends PfrError {
  * and the promise rejects with ERR_PFR_ACCESS_FAILED naming the pages.
  */
 export async function touch(region: Region, options?: TouchOptions): Promise<TouchResult> {
-  const opts = checkObject('touch: options', options);
+  const opts = checkObject(
+    'touch: options',
+    options,
+    known<TouchOptions>({ offset: true, length: true, access: true, probe: true, fill: true, timings: true }),
+  );
   const s = region.span('touch', opts.offset as number | undefined, opts.length as number | undefined);
   const access = opts.access ?? 'read';
   if (access !== 'read' && access !== 'write') throw invalidArg(`touch: options.access must be 'read' or 'write', got ${String(access)}`);

@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events';
 import { binding, UFFD_EVENT_WIDTH, UffdEventKind, UffdFaultFlag, type RawUffdStats } from '../native/index.js';
 import { closedError, PfrError, sys } from './errors.js';
 import { PageCategory, type Region, type RegionObserver } from './region.js';
-import { checkBool, checkFunction, checkInt, checkObject, invalidArg, rangeError } from './validate.js';
+import { checkBool, checkFunction, checkInt, checkObject, invalidArg, rangeError, known } from './validate.js';
 
 /** UFFD_FEATURE_* bits (linux/userfaultfd.h). */
 export const UffdFeature = {
@@ -382,7 +382,11 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
    * unprivileged user gets with vm.unprivileged_userfaultfd=0), then /dev/userfaultfd.
    */
   static open(options?: UffdOpenOptions): Userfaultfd {
-    const opts = checkObject('Userfaultfd.open: options', options);
+    const opts = checkObject(
+      'Userfaultfd.open: options',
+      options,
+      known<UffdOpenOptions>({ handler: true, timeoutMs: true, userModeOnly: true, features: true, delivery: true }),
+    );
     const userModeOnly = checkBool('Userfaultfd.open: options.userModeOnly', opts.userModeOnly, false);
     const timeoutMs = opts.timeoutMs === undefined ? 5000 : checkInt('Userfaultfd.open: options.timeoutMs', opts.timeoutMs, 1, 3_600_000);
     if (opts.handler !== undefined) checkFunction('Userfaultfd.open: options.handler', opts.handler);
@@ -444,7 +448,11 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   /** Register a page-aligned range of a region. Returns the UFFDIO_* ioctls valid on it. */
   register(region: Region, options?: RegisterOptions): bigint {
     this.#check();
-    const opts = checkObject('register: options', options);
+    const opts = checkObject(
+      'register: options',
+      options,
+      known<RegisterOptions>({ offset: true, length: true, missing: true, writeProtect: true, minor: true }),
+    );
     const s = region.span('register', opts.offset as number | undefined, opts.length as number | undefined, true);
     const missing = checkBool('register: options.missing', opts.missing, true);
     const wp = checkBool('register: options.writeProtect', opts.writeProtect, false);

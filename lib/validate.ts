@@ -36,10 +36,25 @@ export function checkBool(name: string, value: unknown, fallback: boolean): bool
   return value;
 }
 
-export function checkObject(name: string, value: unknown): Record<string, unknown> {
+/**
+ * An options object (undefined: none). With `keys`, a key it does not know is refused, naming
+ * it and the known ones: a typo (`{ node: 4 }` for `nodes`) must not be silently ignored.
+ */
+export function checkObject(name: string, value: unknown, keys?: readonly string[]): Record<string, unknown> {
   if (value === undefined) return {};
   if (value === null || typeof value !== 'object') throw typeError(`${name} must be an object`);
+  if (keys) checkKeys(name, value, keys);
   return value as Record<string, unknown>;
+}
+
+/** Refuse a key of `value` not in `keys` (undefined values count: `{ nodes: undefined }` is fine, `{ node: 4 }` is not). */
+export function checkKeys(name: string, value: object, keys: readonly string[]): void {
+  for (const k of Object.keys(value)) if (!keys.includes(k)) throw invalidArg(`${name}: unknown option '${k}' (the options are ${keys.join(', ')})`);
+}
+
+/** The keys of an options type, listed once: the compiler checks the list is complete and has no stranger. */
+export function known<T>(keys: { [K in keyof Required<T>]: true }): readonly string[] {
+  return Object.freeze(Object.keys(keys));
 }
 
 export function checkFunction(name: string, value: unknown): void {

@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads';
 import { closedError, PfrError, type PfrErrorCode } from '../errors.js';
 import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
 import { UffdFeature, Userfaultfd } from '../uffd.js';
-import { checkInt, checkObject, invalidArg, rangeError } from '../validate.js';
+import { checkInt, checkObject, invalidArg, known, rangeError } from '../validate.js';
 import { newCounters, readCounters } from './counters.js';
 import type { CloseResult, DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handler.js';
 import type { RedisStoreOptions } from './redis-store.js';
@@ -174,7 +174,24 @@ export class RemotePager extends EventEmitter<{
 
   /** Map the region, start the DM-Handler thread, connect it to the store. */
   static async create(options: RemotePagerOptions): Promise<RemotePager> {
-    const o = checkObject('RemotePager.create: options', options) as unknown as RemotePagerOptions;
+    const o = checkObject(
+      'RemotePager.create: options',
+      options,
+      known<RemotePagerOptions>({
+        size: true,
+        store: true,
+        pageSize: true,
+        residentLimit: true,
+        highWatermark: true,
+        lowWatermark: true,
+        prefetch: true,
+        fillWorkers: true,
+        evictWorkers: true,
+        evictBatch: true,
+        timeoutMs: true,
+        dirtyTracking: true,
+      }),
+    ) as unknown as RemotePagerOptions;
     const pageSize = o.pageSize === undefined ? PAGE_SIZE : checkInt('RemotePager.create: options.pageSize', o.pageSize, PAGE_SIZE, 1 << 30);
     if (pageSize % PAGE_SIZE !== 0)
       throw invalidArg(`RemotePager.create: options.pageSize (${pageSize}) must be a multiple of the system page (${PAGE_SIZE})`);

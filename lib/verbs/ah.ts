@@ -2,10 +2,12 @@
 // a node's LID is its node number (there is no subnet manager to hand LIDs out): an AH names
 // the destination node; the WR names the QP there and its Q_Key.
 import { closedError } from '../errors.js';
-import { checkInt, checkObject } from '../validate.js';
+import { checkInt, checkObject, known } from '../validate.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProtectionDomain } from './mr.js';
+
+const AH_KEYS = known<AhAttr>({ dlid: true, sl: true, portNum: true });
 
 /** struct ibv_ah_attr, the fields this model uses, as `Context.createAh` takes them. */
 export interface AhAttr {
@@ -29,7 +31,7 @@ export class AddressHandle {
 
   /** @internal use Context.createAh */
   constructor(pd: ProtectionDomain, device: Device, attr: AhAttr) {
-    checkObject('createAh: attr', attr);
+    checkObject('createAh: attr', attr, AH_KEYS);
     const dlid = checkInt('createAh: dlid', attr.dlid, 0, 0xffff);
     if (!device.sim.hasPeer(dlid))
       throw verbsError('ibv_create_ah', 'EINVAL', `dlid ${dlid} names no node on the fabric (a node's LID is its number)`);

@@ -9,7 +9,7 @@ import { FaultLibrary, traceLimit, type ResolvedFault, type TraceOption } from '
 import { POLICIES, type PolicyName } from '../fault-library/policy.js';
 import { PAGE_SIZE, Region } from '../region.js';
 import type { Userfaultfd } from '../uffd.js';
-import { checkInt, checkObject, invalidArg } from '../validate.js';
+import { checkInt, checkObject, invalidArg, known } from '../validate.js';
 import { Access, AdviseMrAdvice, AdviseMrFlags, AsyncEventType, knownAccess, OdpGeneralCaps, OdpTransportCaps, SIZE_MAX } from './constants.js';
 import { CompletionChannel } from './comp-channel.js';
 import { CompletionQueue } from './cq.js';
@@ -23,6 +23,25 @@ import { AddressHandle, type AhAttr } from './ah.js';
 import { XrcDomain } from './xrc.js';
 import type { Sge } from './qp-core.js';
 import { claimRegion, DEVICE_LIMITS, DeviceTables, IdAllocator } from './tables.js';
+
+const CLUSTER_KEYS = known<ClusterOptions>({
+  defaultPolicy: true,
+  trace: true,
+  nodes: true,
+  costs: true,
+  channels: true,
+  blockSize: true,
+  retryLimit: true,
+  faultTimeoutMs: true,
+  engineThreads: true,
+  eventQueueDepth: true,
+  netlinkQueue: true,
+  iotlbEntries: true,
+  transport: true,
+});
+const OPEN_DEVICE_KEYS = ['defaultPolicy', 'uffd', 'trace'] as const;
+const REG_MR_IN_KEYS = known<RegMrIn>({ addr: true, offset: true, length: true, iova: true, access: true, options: true });
+const CREATE_CQ_KEYS = known<CreateCqOptions>({ channel: true, cqContext: true });
 
 export type { Sge } from './qp-core.js';
 
@@ -178,7 +197,7 @@ export class Cluster {
 
   /** Create `nodes` simulated nodes (default 2) wired by the fabric. Every option is checked first. */
   static create(options: ClusterOptions = {}): Cluster {
-    checkObject('Cluster.create: options', options);
+    checkObject('Cluster.create: options', options, CLUSTER_KEYS);
     try {
       checkSystemOptions(options);
     } catch (e) {
@@ -205,7 +224,7 @@ export class Cluster {
     this.#check();
     checkInt('openDevice: node', node, 0, this.nodes - 1);
     if (!this.system.isLocal(node)) throw invalidArg(`openDevice: node ${node} is hosted by the transport's peer process, not this one`);
-    checkObject('openDevice: options', options);
+    checkObject('openDevice: options', options, OPEN_DEVICE_KEYS);
     if (options.defaultPolicy !== undefined && !POLICIES.includes(options.defaultPolicy))
       throw invalidArg(`openDevice: defaultPolicy must be one of ${POLICIES.join(', ')}, got ${String(options.defaultPolicy)}`);
     const trace = options.trace ?? this.#trace;
@@ -354,6 +373,7 @@ export class Context {
     options: RegMrOptions = {},
   ): MemoryRegion {
     this.#check();
+    checkObject('regMr: options', options, ['policy', 'policyOptions']);
     this.#ownPd('ibv_reg_mr', pd);
     if (!knownAccess(access)) throw verbsError('ibv_reg_mr', 'EINVAL', `unknown access flags 0x${Number(access).toString(16)}`);
     if (access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) && !(access & Access.LOCAL_WRITE))
@@ -417,7 +437,7 @@ export class Context {
    */
   regMrEx(pd: ProtectionDomain, mrIn: RegMrIn): MemoryRegion {
     this.#check();
-    checkObject('regMrEx: mrIn', mrIn);
+    checkObject('regMrEx: mrIn', mrIn, REG_MR_IN_KEYS);
     const { addr, iova, access } = mrIn;
     if (typeof access !== 'number') throw verbsError('ibv_reg_mr_ex', 'EINVAL', 'access must be Access bits (a number)');
     if (access & Access.ZERO_BASED) throw verbsError('ibv_reg_mr_ex', 'EOPNOTSUPP', `Access.ZERO_BASED is not offered: ${SVA}`);
@@ -507,7 +527,7 @@ export class Context {
    */
   createCq(depth: number, options: CreateCqOptions = {}): CompletionQueue {
     this.#check();
-    checkObject('createCq: options', options);
+    checkObject('createCq: options', options, CREATE_CQ_KEYS);
     const { channel } = options;
     if (channel !== undefined) {
       if (!(channel instanceof CompletionChannel) || !this.#channels.has(channel))

@@ -56,7 +56,7 @@ export class CompletionChannel {
    */
   getCqEvent(options: GetCqEventOptions = {}): Promise<CompletionQueue> {
     this.#check();
-    checkObject('getCqEvent: options', options);
+    checkObject('getCqEvent: options', options, ['timeoutMs', 'signal']);
     const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('getCqEvent: timeoutMs', options.timeoutMs, 1, 2 ** 31 - 1);
     const ready = this.#ready.shift();
     if (ready) {

@@ -2,7 +2,7 @@
 // for await … of cq); or, created on a completion channel and armed with reqNotify(), an
 // event on the channel for the next completion (comp-channel.ts).
 import { closedError } from '../errors.js';
-import { checkInt } from '../validate.js';
+import { checkInt, checkObject } from '../validate.js';
 import { WcOpcode, WcStatus, wcStatusStr } from './constants.js';
 import { verbsError } from './errors.js';
 
@@ -188,6 +188,7 @@ export class CompletionQueue {
   /** The next completion; rejects on timeout (default 10 s, as rdma-core's POLL_CQ_TIMEOUT) or close. */
   next(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<WorkCompletion> {
     this.#check();
+    checkObject('next: options', options, ['timeoutMs', 'signal']);
     const wc = this.#queue.shift();
     if (wc) return Promise.resolve(wc);
     const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('next: timeoutMs', options.timeoutMs, 1);

@@ -4,7 +4,7 @@
 // through postSend(): the same checks, all or nothing. An operation the QP was not created
 // for (sendOpsFlags) is refused at once.
 import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
-import { checkObject } from '../validate.js';
+import { checkObject, known } from '../validate.js';
 import { Access, QpExSendOps, WrOpcode } from './constants.js';
 import type { Context } from './cluster.js';
 import type { Device } from './device.js';
@@ -12,6 +12,19 @@ import { verbsError } from './errors.js';
 import type { MemoryRegion, ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
 import type { SendWr, Sge } from './qp-core.js';
+
+const QP_INIT_EX_KEYS = known<QpInitAttrEx>({
+  sendOpsFlags: true,
+  qpType: true,
+  type: true,
+  sendCq: true,
+  recvCq: true,
+  xrcd: true,
+  cap: true,
+  sqSigAll: true,
+  srq: true,
+  faultModel: true,
+});
 
 /** Attributes of a new extended QP (struct ibv_qp_init_attr_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS). */
 export interface QpInitAttrEx extends QpInitAttr {
@@ -46,7 +59,7 @@ const flagName = (bit: number) => Object.entries(QpExSendOps).find(([, v]) => v 
 
 // Checked before the QP exists, so a refused init leaves nothing behind.
 function checkInitEx(init: QpInitAttrEx): QpInitAttrEx {
-  checkObject('createQpEx: init', init);
+  checkObject('createQpEx: init', init, QP_INIT_EX_KEYS);
   const f = init.sendOpsFlags;
   if (typeof f !== 'number' || !Number.isInteger(f) || f <= 0 || f > 0x1fff)
     throw verbsError('ibv_create_qp_ex', 'EINVAL', `sendOpsFlags must be a non-empty set of QpExSendOps bits, got ${String(f)}`);

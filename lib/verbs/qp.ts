@@ -7,7 +7,7 @@
 // completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR and the rest
 // complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
-import { checkInt, checkObject, invalidArg } from '../validate.js';
+import { checkInt, checkObject, invalidArg, known } from '../validate.js';
 import { RcOp, type FaultModel, type RcQp } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
@@ -21,6 +21,29 @@ import { XrcDomain } from './xrc.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
+
+// sendOpsFlags: createQpEx's init comes through here too.
+const QP_INIT_KEYS = [
+  ...known<QpInitAttr>({ qpType: true, type: true, sendCq: true, recvCq: true, xrcd: true, cap: true, sqSigAll: true, srq: true, faultModel: true }),
+  'sendOpsFlags',
+];
+const QP_ATTR_KEYS = known<QpAttr>({
+  qpState: true,
+  qpAccessFlags: true,
+  portNum: true,
+  qkey: true,
+  pathMtu: true,
+  destQpNum: true,
+  destNode: true,
+  rqPsn: true,
+  sqPsn: true,
+  minRnrTimer: true,
+  timeout: true,
+  retryCnt: true,
+  rnrRetry: true,
+  maxRdAtomic: true,
+  maxDestRdAtomic: true,
+});
 
 export type { RecvWr, SendWr } from './qp-core.js';
 
@@ -182,7 +205,7 @@ export class QueuePair {
 
   /** @internal use Context.createQp */
   constructor(context: VerbsProcess, device: Device, pd: ProtectionDomain, qpNum: number, init: QpInitAttr, objects: ProcessObjects) {
-    checkObject('createQp: init', init);
+    checkObject('createQp: init', init, QP_INIT_KEYS);
     const type = init.qpType ?? init.type;
     const named = typeof type === 'string' && ['RC', 'UD', 'XRC_SEND', 'XRC_RECV'].includes(type) ? QpType[type as keyof typeof QpType] : type;
     if (named !== undefined && ![QpType.RC, QpType.UD, QpType.XRC_SEND, QpType.XRC_RECV].includes(named as QpType))
@@ -407,7 +430,7 @@ export class QueuePair {
   /** ibv_modify_qp: RESET → INIT → RTR → RTS, and → ERR / → RESET from anywhere. */
   modify(attr: QpAttr): void {
     this.#checkAlive();
-    checkObject('modify: attr', attr);
+    checkObject('modify: attr', attr, QP_ATTR_KEYS);
     const to = attr.qpState;
     if (typeof to !== 'number' || !(to in QpState)) throw verbsError('ibv_modify_qp', 'EINVAL', `unknown state ${String(to)}`);
     if (to === QpState.ERR) return this.#toError();

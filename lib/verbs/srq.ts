@@ -6,7 +6,7 @@
 // (srq_limit > 0), the first take that leaves fewer WQEs than the limit raises
 // IBV_EVENT_SRQ_LIMIT_REACHED on the context and disarms it (srq_limit back to 0).
 import { closedError } from '../errors.js';
-import { checkInt, checkObject } from '../validate.js';
+import { checkInt, checkObject, known } from '../validate.js';
 import type { RcRecvWqe } from '../../kernel-sim/index.js';
 import { verbsError } from './errors.js';
 import type { CompletionQueue } from './cq.js';
@@ -14,6 +14,8 @@ import type { ProtectionDomain, VerbsProcess } from './mr.js';
 import type { RecvWr } from './qp-core.js';
 import { checkRecvWr } from './wr-check.js';
 import { XrcDomain } from './xrc.js';
+
+const SRQ_INIT_KEYS = known<SrqInitAttr>({ maxWr: true, maxSge: true, srqLimit: true, srqType: true, xrcd: true, cq: true });
 
 /** enum ibv_srq_type */
 export enum SrqType {
@@ -82,7 +84,7 @@ export class SharedReceiveQueue {
 
   /** @internal use Context.createSrq */
   constructor(context: VerbsProcess, pd: ProtectionDomain, attr: SrqInitAttr, limitReached: (srq: SharedReceiveQueue) => void) {
-    checkObject('createSrq: attr', attr);
+    checkObject('createSrq: attr', attr, SRQ_INIT_KEYS);
     this.context = context;
     this.pd = pd;
     this.#maxWr = checkInt('createSrq: maxWr', attr.maxWr ?? 128, 1, 1 << 16);
@@ -131,7 +133,7 @@ export class SharedReceiveQueue {
    */
   modify(attr: { srqLimit?: number; maxWr?: number }): void {
     this.#check();
-    checkObject('modify: attr', attr);
+    checkObject('modify: attr', attr, ['srqLimit', 'maxWr']);
     if (attr.maxWr !== undefined) {
       const n = checkInt('maxWr', attr.maxWr, 1, 1 << 16);
       if (n < this.#wqes.length) throw verbsError('ibv_modify_srq', 'EINVAL', `maxWr ${n} is below the ${this.#wqes.length} WQEs the SRQ holds`);
