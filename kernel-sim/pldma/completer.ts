@@ -163,8 +163,11 @@ export class Completer {
         return;
       }
       a.timer = setTimeout(tick, rt.periodMs);
+      a.timer.unref?.();
     };
+    // Unref'd, as every timer of the engine: it never keeps a process alive by itself.
     a.timer = setTimeout(tick, rt.periodMs);
+    a.timer.unref?.();
   }
 
   // Bytes of a response landed where the next ones were due: on to the next sink when one is full.
