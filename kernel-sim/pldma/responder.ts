@@ -117,6 +117,9 @@ interface Lane {
 }
 
 /** @internal The responder of one node's PLDMA (see the top of this file). */
+/** The opcodes whose message completes a receive WQE at the responder. */
+const RECEIVING: ReadonlySet<RcOp> = new Set([RcOp.SEND, RcOp.SEND_IMM, RcOp.WRITE_IMM, RcOp.UD_SEND, RcOp.UD_SEND_IMM]);
+
 export class Responder {
   #d: ResponderDeps;
   /** Copy-engine jobs in flight for packets this node received. */
@@ -656,7 +659,8 @@ export class Responder {
     // A response is the requester's own: no message of this QP's responder.
     if (isResponse(p.opcode)) return;
     if (qp.resp.msg === msg) qp.resp.msg = undefined;
-    if (p.opcode === RcOp.WRITE) return;
+    // Only a SEND or a WRITE with immediate takes a receive: never a WRITE or an ATOMIC WRITE.
+    if (!RECEIVING.has(p.opcode!)) return;
     const wqe = msg.wqe ?? qp.rq[0];
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
     // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for

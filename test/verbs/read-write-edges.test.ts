@@ -125,3 +125,20 @@ describe("RC's local ACK timeout of a READ and an atomic", () => {
     expect(client.qp.state).toBe(QpState.ERR);
   });
 });
+
+describe('an ATOMIC WRITE takes no receive (found by the random-WR oracle)', () => {
+  test('with a receive posted, ATOMIC_WRITE succeeds and the receive stays posted (then flushed by ERR)', async () => {
+    const { client, server } = createPlayers({ size: 4 * P });
+    server.qp.postRecv({ wrId: 7, sgList: [server.sge(64, 16)] });
+    const wc = await run(client, {
+      opcode: WrOpcode.ATOMIC_WRITE,
+      sgList: [client.sge(0, 8)],
+      rdma: { remoteAddr: server.at(0), rkey: server.mr.rkey },
+    });
+    expect(wc).toMatchObject({ status: WcStatus.SUCCESS, byteLen: 8 });
+    expect(server.cq.poll(4)).toEqual([]);
+    server.qp.modify({ qpState: QpState.ERR });
+    const flushed = await next(server.cq);
+    expect([flushed.wrId, flushed.status]).toEqual([7n, WcStatus.WR_FLUSH_ERR]);
+  });
+});
