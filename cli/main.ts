@@ -17,8 +17,21 @@ const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.ur
 const cli = new Command('pagefault-rdma')
   .description('RDMA-style programs on unpinned memory: genuine page faults, detected, resolved and retransmitted')
   .version(pkg.version)
-  .showHelpAfterError()
-  .configureHelp({ helpWidth: 100 })
+  .showHelpAfterError("(pagefault-rdma --help lists the commands; pagefault-rdma COMMAND --help, a command's options)")
+  .configureHelp({
+    helpWidth: 100,
+    // Defaults as they are typed (64K, touch-ahead), not as JSON; none for a flag that is off; none
+    // where the description says it already.
+    optionDescription(option) {
+      const extra: string[] = [];
+      if (option.argChoices) extra.push(`choices: ${option.argChoices.join(', ')}`);
+      const d: unknown = option.defaultValue;
+      if (d !== undefined && d !== false && !/\(default/.test(option.description))
+        extra.push(`default: ${option.defaultValueDescription ?? (Array.isArray(d) ? d.join(', ') : String(d))}`);
+      if (option.envVar !== undefined) extra.push(`env: ${option.envVar}`);
+      return extra.length ? `${option.description} (${extra.join('; ')})` : option.description;
+    },
+  })
   .addHelpText('after', '\nSizes are written as perftest takes them: 4096, 64K, 16M. Each command has --help.');
 
 const dir = new URL('./commands/', import.meta.url);

@@ -18,6 +18,8 @@ export interface CommonOptions {
   plot?: string;
   /** The positional arguments (a program that declares some with cmd.argument, e.g. rc-pingpong's HOST). */
   args?: string[];
+  /** The options given on the command line (attribute names), not left at their defaults. */
+  given?: string[];
 }
 
 /** What a program's run gets besides its options: where its clusters' traces go. */
@@ -68,8 +70,9 @@ export function addProgram(cli: Command, program: Program<never>): void {
     .command(program.name)
     .summary(program.summary)
     .description(program.description ?? program.summary);
+  cmd.showHelpAfterError(`(pagefault-rdma ${program.name} --help lists its options)`);
   program.options?.(cmd);
-  cmd.option('--json <file>', 'write the results as JSON to FILE (like perftest --out_json)');
+  cmd.option('--json <file>', "write every figure and count of the run as JSON to FILE (this project's layout)");
   cmd.option('--trace <file>', 'write a Chrome trace-event JSON of every fault to FILE (open in Perfetto)');
   cmd.option('--trace-events <n>', 'with --trace: events each process keeps (the newest)', parsePositiveInt, DEFAULT_TRACE_EVENTS);
   if (program.plot) cmd.option('--plot <file>', `draw ${program.plot} to FILE as SVG`);
@@ -92,11 +95,14 @@ export function addProgram(cli: Command, program: Program<never>): void {
   // Commander passes the positional arguments first, then the options and the command.
   cmd.action(async (...params: unknown[]) => {
     const command = params[params.length - 1] as Command;
-    const opts: CommonOptions = { ...command.opts<CommonOptions>(), args: command.args };
+    const given = command.options.map((o) => o.attributeName()).filter((k) => command.getOptionValueSource(k) === 'cli');
+    const opts: CommonOptions = { ...command.opts<CommonOptions>(), args: command.args, given };
     const io: RunIo = { trace: opts.trace ? new TraceFile(opts.traceEvents) : undefined };
     const outcome = await (program as Program<object>).run(opts, io);
     if (opts.json && outcome.writes !== false) {
-      const options = Object.fromEntries(Object.entries(opts).filter(([k]) => !['json', 'trace', 'traceEvents', 'plot', 'args'].includes(k)));
+      const options = Object.fromEntries(
+        Object.entries(opts).filter(([k]) => !['json', 'trace', 'traceEvents', 'plot', 'args', 'given'].includes(k)),
+      );
       const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
       writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');
       console.error(`results: ${opts.json}`);

@@ -35,6 +35,10 @@ export const text =
   (v, path) =>
     typeof v === 'string' && v.length <= max ? v : refuse(path, `a string of at most ${max} characters`, v);
 
+/** A GID as text (IPv6 notation, e.g. ::ffff:127.0.0.1): hex digits, colons and dots only, so printing it is safe. */
+export const gidText: Check<string> = (v, path) =>
+  typeof v === 'string' && v.length <= 45 && /^[0-9a-fA-F:.]+$/.test(v) && v.includes(':') ? v : refuse(path, 'a GID in IPv6 notation', v);
+
 export const big =
   (max: bigint): Check<bigint> =>
   (v, path) =>

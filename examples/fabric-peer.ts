@@ -37,7 +37,9 @@ import {
   peerTimeoutMs,
   PHASES,
   QP_DEFAULTS,
+  QpExSendOps,
   QpState,
+  QueuePairEx,
   SendFlags,
   SIZE_MAX,
   WcStatus,
@@ -52,11 +54,12 @@ import {
   type Region,
   type Fault,
   type Phase,
+  type SendWr,
   type WorkCompletion,
   Userfaultfd,
 } from '../lib/index.js';
 import { MAX_MSG } from '../lib/verbs/requester.js';
-import { big, bool, checkBody, finite, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
+import { big, bool, checkBody, finite, gidText, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
 import type { TraceFile } from './support/trace-file.js';
 
 export { MAX_MSG };
@@ -102,6 +105,17 @@ export interface RunParams {
   events?: boolean;
   /** The client wants the server's fault trace too (--trace). */
   trace?: boolean;
+  /**
+   * WRs each lane runs untimed before the measured ones (the JIT compiled, the caches and the
+   * fault library's tables warm), as perftest's bandwidth tests and this project's benchmarks
+   * warm up; their bytes are verified like the others'. Both sides run them (a ping-pong's
+   * server answers them). Default 0 here; the programs ask for theirs.
+   */
+  warmUp?: number;
+  /** perftest's -l: WRs posted in one postSend call (a list of `postList`); default 1. */
+  postList?: number;
+  /** perftest's -Q: every `cqMod`-th WR of a lane asks for a completion (SIGNALED), the others complete with it; default 1. */
+  cqMod?: number;
 }
 
 /** perftest's -a sizes: 2, 4, … 2^23 bytes. */
@@ -150,6 +164,19 @@ export interface PeerOptions extends RunParams {
   signal?: AbortSignal;
   /** --trace: this side's faults go here, and the client's gets the server's too. */
   traceFile?: TraceFile;
+  /** This side's GID (the CLI's -x / -g picks it from the port's table), sent with its QPs; each side picks its own. */
+  gid?: string;
+  /** perftest's -u: this side's QPs' local ACK timeout (4.096 µs × 2^timeout; default QP_TIMEOUT); each side sets its own. */
+  qpTimeout?: number;
+  /** perftest's --latency_gap: µs this side waits before each WR it posts (a latency test's gap between messages). */
+  latencyGapUs?: number;
+  /** ibv_rc_pingpong's -N: this side posts its SENDs with the new send API (an extended QP's ibv_wr_start, ibv_wr_send, ibv_wr_complete). */
+  newSend?: boolean;
+  /**
+   * Server: the run parameters its own command line set (perftest's rule: both sides are started
+   * with the same options); a client asking for another value of one is refused, the option named.
+   */
+  expect?: Array<{ key: keyof RunParams; value: RunParams[keyof RunParams]; flag: string }>;
 }
 
 /**
@@ -178,6 +205,8 @@ export interface Endpoint {
   /** The lane's slot pair: out at addr, in at addr + slot. */
   addr: bigint;
   rkey: number;
+  /** The GID at the side's GID index (-x, -g), as rc_pingpong and perftest swap it; absent: the side has no GID there. */
+  gid?: string;
 }
 
 export interface PeerResult {
@@ -267,7 +296,7 @@ const SERVER = 1;
  * 67 ms, which a loaded machine's scheduling pauses can exceed). A peer silent for this times
  * retry_cnt + 1 is lost: its work requests end with RETRY_EXC_ERR.
  */
-const QP_TIMEOUT = 16;
+export const QP_TIMEOUT = 16;
 export const PEER_TIMEOUT_MS = peerTimeoutMs(QP_TIMEOUT, QP_DEFAULTS.retryCnt);
 /** The longest a wait for the other side's final word may take (a run can last as long as it is asked to). */
 const FOREVER_MS = 2 ** 31 - 1;
@@ -332,7 +361,7 @@ export function newPsn(): number {
   return randomInt(0, 0x100_0000);
 }
 
-export function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: number): void {
+export function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: number, timeout = QP_TIMEOUT): void {
   qp.modify({
     qpState: QpState.INIT,
     portNum: 1,
@@ -346,7 +375,7 @@ export function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: n
     pathMtu: mtu,
     minRnrTimer: QP_DEFAULTS.minRnrTimer,
   });
-  qp.modify({ qpState: QpState.RTS, sqPsn: local.psn, timeout: QP_TIMEOUT, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
+  qp.modify({ qpState: QpState.RTS, sqPsn: local.psn, timeout, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
 }
 
 /** A side's final word: its first error, and the WRs each of its lanes completed in the last size. */
@@ -383,6 +412,9 @@ const OPTIONAL_PARAMS = [
   'rxDepth',
   'mtu',
   'events',
+  'warmUp',
+  'postList',
+  'cqMod',
 ] as const;
 
 const RUN_PARAMS: Check<RunParams> = record<RunParams>(
@@ -408,6 +440,9 @@ const RUN_PARAMS: Check<RunParams> = record<RunParams>(
     mtu: oneOf(MTUS),
     events: bool,
     trace: bool,
+    warmUp: int(0, 1 << 24),
+    postList: int(1, 8192),
+    cqMod: int(1, 8192),
   },
   [...OPTIONAL_PARAMS, 'atomicType', 'trace'],
 );
@@ -428,7 +463,9 @@ const VERDICT: Check<Verdict> = (v, path) =>
 
 const endpoints = (node: number, lanes: number): Check<Endpoint[]> =>
   list(
-    record<Endpoint>({ node: oneOf([node]), qpn: int(0, 0xffffff), psn: int(0, 0xffffff), addr: big(U64), rkey: int(0, 0xffffffff) }),
+    record<Endpoint>({ node: oneOf([node]), qpn: int(0, 0xffffff), psn: int(0, 0xffffff), addr: big(U64), rkey: int(0, 0xffffffff), gid: gidText }, [
+      'gid',
+    ]),
     lanes,
     lanes,
   );
@@ -613,7 +650,21 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const cq = ctx.createCq(lanes * depth + rxDepth + 16, params.events ? { channel: ctx.createCompChannel() } : {});
     const bytes = lanes * 2 * slot;
     // QPs first, then the MR (the order rc_pingpong and perftest use).
-    const qps = Array.from({ length: lanes }, () => ctx.createQp(pd, { sendCq: cq, recvCq: cq, cap: { maxSendWr: depth, maxRecvWr: rxDepth } }));
+    const init = { sendCq: cq, recvCq: cq, cap: { maxSendWr: depth, maxRecvWr: rxDepth } };
+    const newSend = o.newSend === true && params.op === 'send';
+    const qps = Array.from({ length: lanes }, () =>
+      newSend ? ctx.createQpEx(pd, { ...init, sendOpsFlags: QpExSendOps.WITH_SEND }) : ctx.createQp(pd, init),
+    );
+    // A ping-pong's SEND: posted as a WR, or (-N) built with the ibv_wr_* calls of an extended QP.
+    const postSendOne = (qp: QueuePair, wrId: bigint, sge: { addr: bigint; length: number; lkey: number }) => {
+      if (!(qp instanceof QueuePairEx)) return qp.postSend({ wrId, opcode: WrOpcode.SEND, sgList: [sge], sendFlags: SendFlags.SIGNALED });
+      qp.wrStart();
+      qp.wrId = wrId;
+      qp.wrFlags = SendFlags.SIGNALED;
+      qp.wrSend();
+      qp.wrSetSge(sge.lkey, sge.addr, sge.length);
+      qp.wrComplete();
+    };
     const region = (buf = mapRegion(bytes, { shared: true }));
     const view = new Uint8Array(region.buffer);
     const odp = params.odp || params.implicitOdp ? Access.ON_DEMAND : 0;
@@ -627,11 +678,12 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       psn: newPsn(),
       addr: region.address + BigInt(k * 2 * slot),
       rkey: mr.rkey,
+      ...(o.gid !== undefined ? { gid: o.gid } : {}),
     }));
     // Long waits: the other side may be pinning or filling a large buffer (its loss ends them).
     const remote = checkBody(endpoints(peer, lanes), await transport.exchange(local, FOREVER_MS), who, 'list of QPs');
     const mtu = params.mtu ?? QP_DEFAULTS.pathMtu;
-    qps.forEach((qp, k) => connect(qp, local[k]!, remote[k]!, mtu));
+    qps.forEach((qp, k) => connect(qp, local[k]!, remote[k]!, mtu, o.qpTimeout));
     o.onConnected?.(local, remote, params);
     const lane = qps.map((qp, k): Lane => ({ qp, offset: k * 2 * slot, remote: remote[k]! }));
     const r = emptyResult(role, params, provider);
@@ -749,7 +801,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       const fixed = params.durationS === undefined && !params.infinite;
       let posted = 0;
       const postRecv = () => {
-        if (fixed && posted >= params.iters) return;
+        if (fixed && posted >= (params.warmUp ?? 0) + params.iters) return;
         qp.postRecv({ wrId: BigInt(posted++), sgList: recvSge });
       };
       for (let i = 0; i < rxDepth; i++) postRecv();
@@ -766,7 +818,8 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
           await pattern(view, size, it, 'c');
           if (params.evict) evict();
           repost();
-          qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
+          await gap();
+          postSendOne(qp, BigInt(it), sge[0]!);
           let got = 0;
           for (; got < 2 && !r.error; got++) {
             const wc = await ctl.completion(cq, size, true);
@@ -785,7 +838,8 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
           r.bytesVerified += size;
           await pattern(view, size, it, 's');
           if (params.evict) evict();
-          qp.postSend({ wrId: BigInt(it), opcode: WrOpcode.SEND, sgList: sge, sendFlags: SendFlags.SIGNALED });
+          await gap();
+          postSendOne(qp, BigInt(it), sge[0]!);
           const sent = await ctl.completion(cq, size);
           if (!sent || !count(sent)) break;
         }
@@ -796,19 +850,23 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       return clock.total;
     }
 
-    // Writes, reads or atomics of one size on every lane, up to `depth` in flight on each.
-    // Returns the WRs each lane completed.
+    // Writes, reads or atomics of one size on every lane, up to `depth` in flight on each,
+    // posted `postList` at a time, every `cqMod`-th SIGNALED (the unsignaled ones before it
+    // complete with it). Returns the WRs each lane completed.
     async function stream(size: number): Promise<number[]> {
       const run = newRun(size);
       r.runs.push(run);
       const clock = newClock(run);
       const done = lane.map(() => 0);
       const next = lane.map(() => 0);
-      const flying = lane.map(() => 0);
-      const started = new Map<bigint, { k: number; t: number }>();
+      // Each lane's WRs in flight, oldest first: a completion covers its own and the unsignaled ones before it.
+      const queue = lane.map((): Array<{ id: bigint; it: number; t: number; signaled: boolean }> => []);
+      const laneOf = new Map<bigint, number>();
       let wrId = 0n;
       const cas = params.atomicType === 'CMP_AND_SWAP';
-      const post = async (k: number) => {
+      const cqMod = params.cqMod ?? 1;
+      const postList = params.postList ?? 1;
+      const wr = async (k: number, signaled: boolean): Promise<SendWr> => {
         const l = lane[k]!;
         const it = next[k]!++;
         const out = view.subarray(l.offset);
@@ -818,56 +876,90 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
         if (params.evict) evict();
         const sge = { addr: region.address + BigInt(at), length: params.op === 'atomic' ? 8 : size, lkey: mr.lkey };
         const id = wrId++;
-        started.set(id, { k, t: performance.now() });
-        flying[k]!++;
+        await gap();
+        queue[k]!.push({ id, it, t: performance.now(), signaled });
+        laneOf.set(id, k);
+        const sendFlags = signaled ? SendFlags.SIGNALED : 0;
         if (params.op === 'atomic')
-          l.qp.postSend({
+          return {
             wrId: id,
             opcode: cas ? WrOpcode.ATOMIC_CMP_AND_SWP : WrOpcode.ATOMIC_FETCH_AND_ADD,
             sgList: [sge],
-            sendFlags: SendFlags.SIGNALED,
+            sendFlags,
             atomic: cas
               ? { remoteAddr: l.remote.addr + BigInt(slot), rkey: l.remote.rkey, compareAdd: BigInt(it), swap: BigInt(it + 1) }
               : { remoteAddr: l.remote.addr + BigInt(slot), rkey: l.remote.rkey, compareAdd: 1n },
-          });
-        else {
-          // A write lands in the peer's in slot; a read takes the peer's out slot.
-          const remoteAddr = l.remote.addr + BigInt(params.op === 'write' ? slot : 0);
-          l.qp.postSend({
-            wrId: id,
-            opcode: params.op === 'write' ? WrOpcode.RDMA_WRITE : WrOpcode.RDMA_READ,
-            sgList: [sge],
-            sendFlags: SendFlags.SIGNALED,
-            rdma: { remoteAddr, rkey: l.remote.rkey },
-          });
-        }
+          };
+        // A write lands in the peer's in slot; a read takes the peer's out slot.
+        const remoteAddr = l.remote.addr + BigInt(params.op === 'write' ? slot : 0);
+        return {
+          wrId: id,
+          opcode: params.op === 'write' ? WrOpcode.RDMA_WRITE : WrOpcode.RDMA_READ,
+          sgList: [sge],
+          sendFlags,
+          rdma: { remoteAddr, rkey: l.remote.rkey },
+        };
+      };
+      // A lane whose newest WR in flight is unsignaled and that may post no more: one more, signaled, ends its list
+      // (-D and --run_infinitely: the run's end is not known when a WR is posted).
+      const unsignaledTail = (k: number) => {
+        const q = queue[k]!;
+        return q.length > 0 && !q[q.length - 1]!.signaled;
       };
       const fill = async () => {
-        for (let k = 0; k < lane.length; k++) while (!r.error && flying[k]! < depth && clock.more(next[k]!)) await post(k);
+        for (let k = 0; k < lane.length; k++) {
+          const q = queue[k]!;
+          while (!r.error && q.length < depth) {
+            const more = clock.more(next[k]!);
+            if (!more && !(unsignaledTail(k) && !ctl.lost)) break;
+            const list: SendWr[] = [];
+            for (let j = 0; j < postList && q.length < depth; j++) {
+              const it = next[k]!;
+              const last = !more || !clock.more(it + 1);
+              list.push(await wr(k, last || (it + 1) % cqMod === 0 || q.length + 1 === depth));
+              if (last) break;
+            }
+            lane[k]!.qp.postSend(list);
+          }
+        }
       };
       await fill();
-      while (flying.some((n) => n > 0)) {
+      while (queue.some((q) => q.some((w) => w.signaled))) {
         const wc = await ctl.completion(cq, size);
         if (!wc) break;
-        const s = started.get(wc.wrId)!;
-        started.delete(wc.wrId);
-        flying[s.k]!--;
+        const k = laneOf.get(wc.wrId);
+        if (k === undefined) continue;
+        const q = queue[k]!;
+        const at = q.findIndex((w) => w.id === wc.wrId);
+        const covered = q.splice(0, at + 1);
+        for (const w of covered) laneOf.delete(w.id);
         if (!count(wc)) continue; // the rest complete WR_FLUSH_ERR: drain them
-        const l = lane[s.k]!;
+        const l = lane[k]!;
         if (params.op === 'read') {
           r.mismatches += await compare(view.subarray(l.offset + slot), size, 0, theirsWho);
           r.bytesVerified += size;
         } else if (params.op === 'atomic') {
           // The original value comes back into the sink (host byte order): iteration i's is i.
-          if (new DataView(region.buffer).getBigUint64(l.offset, true) !== BigInt(done[s.k]!)) r.mismatches += 8;
+          if (new DataView(region.buffer).getBigUint64(l.offset, true) !== BigInt(covered[covered.length - 1]!.it)) r.mismatches += 8;
           r.bytesVerified += 8;
         }
-        done[s.k]!++;
-        clock.record(s.t);
+        for (const w of covered) {
+          done[k]!++;
+          clock.record(w.t);
+        }
         await fill();
       }
       clock.end();
       return done;
+    }
+
+    // --latency_gap: this side waits before each WR it posts (a spin for a short gap, a timer for a long one).
+    async function gap(): Promise<void> {
+      const us = o.latencyGapUs ?? 0;
+      if (us <= 0) return;
+      if (us >= 2000) return new Promise((resolve) => setTimeout(resolve, us / 1000));
+      const until = performance.now() + us / 1000;
+      while (performance.now() < until);
     }
 
     // When a size's run ends: after `iters` (per lane), after -D seconds, or when stopped;
@@ -878,22 +970,29 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       const periodMs = (params.durationS ?? 5) * 1000;
       const fixed = params.durationS === undefined && !params.infinite;
       const follows = params.op === 'send' && role === 'server';
+      // The warm-up: each lane's first `warm` WRs, untimed; the run's clock starts when the last of them completes.
+      const warm = params.warmUp ?? 0;
+      let warming = warm * (params.op === 'send' ? 1 : lanes);
       const clock = {
         total: 0,
         more(it: number): boolean {
           if (r.error || ctl.stopping) return false;
           // A ping-pong server answers until the client's final word.
           if (follows && !fixed) return true;
-          if (params.infinite) return true;
-          if (params.durationS !== undefined) return performance.now() - t0 < periodMs;
-          return it < params.iters;
+          if (it < warm || params.infinite) return true;
+          if (params.durationS !== undefined) return warming > 0 || performance.now() - t0 < periodMs;
+          return it < warm + params.iters;
         },
         record(t: number): void {
           const now = performance.now();
+          clock.total++;
+          if (warming > 0) {
+            if (--warming === 0) t0 = now;
+            return;
+          }
           run.realUs.push((now - t) * 1000);
           run.doneUs.push((now - t0) * 1000);
           run.iterations++;
-          clock.total++;
           if (params.infinite && now - t0 >= periodMs) {
             run.seconds = (now - t0) / 1000;
             o.onPeriod?.(run);
@@ -1004,6 +1103,13 @@ function checkRun({ program, params }: Hello, o: PeerOptions): void {
     throw new PeerRefusal(
       `the client runs ${program ?? 'a program it does not name'}, this server runs ${o.program}: start both sides with the same program`,
     );
+  for (const { key, value, flag } of o.expect ?? []) {
+    const got = params[key] ?? (typeof value === 'boolean' ? false : undefined);
+    if (got !== value)
+      throw new PeerRefusal(
+        `the client runs ${flag} ${got === undefined ? '(not given)' : String(got)}, this server was started with ${flag} ${String(value)}: start both sides with the same options`,
+      );
+  }
   const limits = { ...DEFAULT_SERVER_LIMITS, ...o.limits };
   const size = Math.max(...runSizes(params));
   if (size > limits.maxSize)

@@ -5,7 +5,7 @@
 // RLIMIT_MEMLOCK error. The pinned side runs in a child process with a lowered RLIMIT_MEMLOCK
 // and without CAP_IPC_LOCK: as root, pinning would lock the machine's real memory until the
 // OOM killer steps in, which is the point of the demonstration but no way to run it.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { kMaxLength } from 'node:buffer';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { totalmem, tmpdir } from 'node:os';
@@ -260,6 +260,10 @@ async function pinnedInChild(ratio: number, memlockKiB: number): Promise<SideRes
   const file = join(dir, 'pinned.json');
   const node = [process.execPath, main, 'overcommit', '--side', 'pinned', '--ratio', String(ratio), '--json', file];
   const drop = capIpcLock() ? ['setpriv', '--inh-caps=-ipc_lock', '--bounding-set=-ipc_lock'] : [];
+  if (drop.length && spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).error)
+    throw new Error(
+      'overcommit: "setpriv" is not on PATH: it drops CAP_IPC_LOCK for the pinned side, so that the memlock limit holds. Install util-linux (Debian/Ubuntu: apt-get install util-linux) and run again',
+    );
   // An ordinary user cannot raise the limit: never ask for more than the current one.
   const soft = binding.memlockLimit().soft;
   const kib = soft < 0 ? memlockKiB : Math.min(memlockKiB, Math.floor(soft / 1024));

@@ -72,8 +72,11 @@ export interface Column {
  */
 export class Table {
   readonly columns: Array<Required<Column>>;
+  readonly #gap: string;
 
-  constructor(columns: Column[]) {
+  /** `gap`: spaces between columns (default 2; 1 lets a wide table fit 80 columns). */
+  constructor(columns: Column[], options: { gap?: number } = {}) {
+    this.#gap = ' '.repeat(options.gap ?? 2);
     this.columns = columns.map((c) => ({ header: c.header, left: c.left ?? false, width: Math.max(c.width ?? 0, headerWidth(c.header)) }));
   }
 
@@ -98,7 +101,7 @@ export class Table {
           if (!col) return c;
           return col.left ? c.padEnd(col.width) : c.padStart(col.width);
         })
-        .join('  ')
+        .join(this.#gap)
     ).trimEnd();
   }
 }

@@ -1,0 +1,36 @@
+// Every program's --help (issue 37): each default said once, as it is typed (not as JSON), none
+// for a flag that is off; a bad option prints the error and a one-line pointer to --help.
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ROOT } from './child.js';
+
+const MAIN = join(ROOT, 'dist/cli/main.js');
+const programs = readdirSync(join(ROOT, 'dist/cli/commands'))
+  .filter((f) => f.endsWith('.js'))
+  .map((f) => f.slice(0, -3));
+
+const run = (args: string[]) => spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 30_000 });
+
+describe('--help of every program', () => {
+  it('lists programs', () => {
+    expect(programs.length).toBeGreaterThan(10);
+  });
+  for (const program of programs)
+    it(`${program}: defaults once and as typed; a bad option is the error and a pointer`, () => {
+      const h = run([program, '--help']);
+      expect(h.status).toBe(0);
+      const text = h.stdout.replace(/\s+/g, ' ');
+      expect(text).not.toMatch(/\(default[^)]*\) \(default/);
+      expect(text).not.toMatch(/default: ["[{]/);
+      expect(text).not.toContain('default: false');
+      const bad = run([program, '--no-such-option']);
+      expect(bad.status).toBe(1);
+      // The error (run names its required -n first), then the pointer; never the whole help.
+      const lines = bad.stderr.trim().split('\n');
+      expect(lines).toHaveLength(2);
+      expect(lines[0]).toMatch(program === 'run' ? /^error: / : /^error: unknown option '--no-such-option'$/);
+      expect(lines[1]).toBe(`(pagefault-rdma ${program} --help lists its options)`);
+    });
+});
