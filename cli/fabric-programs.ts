@@ -6,11 +6,14 @@ import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
   DEFAULT_BIND,
+  DEFAULT_MAX_SPIN_US,
   DEFAULT_TRANSPORT_LIMITS,
   LIBFABRIC_PROVIDERS,
   latencyStats,
   POLICIES,
+  PROGRESS_MODES,
   type LibfabricProvider,
+  type ProgressMode,
   type PolicyName,
 } from '../lib/index.js';
 import {
@@ -62,6 +65,8 @@ export interface FabricOptions extends CommonOptions {
   bidirectional?: boolean;
   inline_size?: number;
   token?: string;
+  progress: ProgressMode;
+  maxSpinUs: number;
   supervise?: boolean;
   maxMsg: number;
   maxQps: number;
@@ -122,6 +127,12 @@ function parseInline(value: string): number {
   return n;
 }
 
+function parseSpin(v: string): number {
+  const n = Number(v);
+  if (!/^\d+(\.\d+)?$/.test(v) || !(n <= 1_000_000)) throw new InvalidArgumentError('a number of µs in 0..1000000');
+  return n;
+}
+
 /** What kind of program: its options and defaults follow perftest's (bw, lat) or ibv_rc_pingpong's. */
 type Kind = 'bw' | 'lat' | 'pingpong';
 
@@ -166,7 +177,16 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       new Option('--policy <name>', 'fault library policy of the buffers').choices(POLICIES.filter((p) => p !== 'pin')).default('touch-ahead'),
     )
     .option('--evict', 'evict the buffers before every message: genuine faults at both ends', false)
-    .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'));
+    .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'))
+    .addOption(
+      new Option(
+        '--progress <mode>',
+        `how this side waits for an answer it expects: adaptive polls the CQ up to twice what answers took (at most ${DEFAULT_MAX_SPIN_US} µs) before sleeping, poll always that long, wait sleeps at once (README, "Progress")`,
+      )
+        .choices([...PROGRESS_MODES])
+        .default('adaptive'),
+    )
+    .option('--max-spin-us <us>', 'the longest poll for an answer before sleeping, µs (0: never poll)', parseSpin, DEFAULT_MAX_SPIN_US);
   if (kind === 'pingpong') {
     cmd
       .option('-O, --iodp', 'use implicit on-demand paging: one MR of address 0, length SIZE_MAX', false)
@@ -263,6 +283,8 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       bind: o.bind,
       program: name,
       ...(o.token !== undefined ? { token: o.token } : {}),
+      progress: o.progress,
+      maxSpinUs: o.maxSpinUs,
       limits: { maxSize: o.maxMsg, maxQps: o.maxQps, maxMemory: o.maxMemory },
       provider: o.provider,
       op,
