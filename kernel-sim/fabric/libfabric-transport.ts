@@ -105,6 +105,7 @@ const PROGRESS_CODE: Record<ProgressMode, 0 | 1 | 2> = { wait: 0, poll: 1, adapt
 
 /** What the connections' progress did (progressStats()): polls, answers they caught, their CPU. */
 export interface ProgressStats {
+  /** The mode the transport was made with. */
   mode: ProgressMode;
   /** Polls before sleeping (each with an answer due). */
   spins: number;
@@ -112,8 +113,9 @@ export interface ProgressStats {
   hits: number;
   /** µs spent polling, all connections together: the mode's CPU cost. */
   spunUs: number;
-  /** Answers timed from the send that asked for them, and their running mean, µs. */
+  /** Answers timed from the send that asked for them. */
   replies: number;
+  /** Their running mean (an exponential one, the adaptive bound's input), µs. */
   replyUs: number;
 }
 
