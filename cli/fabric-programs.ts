@@ -7,11 +7,14 @@ import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
   DEFAULT_BIND,
+  DEFAULT_MAX_SPIN_US,
   DEFAULT_TRANSPORT_LIMITS,
   LIBFABRIC_PROVIDERS,
   latencyStats,
   POLICIES,
+  PROGRESS_MODES,
   type LibfabricProvider,
+  type ProgressMode,
   type PolicyName,
 } from '../lib/index.js';
 import {
@@ -66,6 +69,8 @@ export interface FabricOptions extends CommonOptions {
   bidirectional?: boolean;
   inline_size?: number;
   token?: string;
+  progress: ProgressMode;
+  maxSpinUs: number;
   supervise?: boolean;
   maxMsg: number;
   maxQps: number;
@@ -231,6 +236,12 @@ function parseInline(value: string): number {
   return n;
 }
 
+function parseSpin(v: string): number {
+  const n = Number(v);
+  if (!/^\d+(\.\d+)?$/.test(v) || !(n <= 1_000_000)) throw new InvalidArgumentError('a number of µs in 0..1000000');
+  return n;
+}
+
 /** What kind of program: its options and defaults follow perftest's (bw, lat) or ibv_rc_pingpong's. */
 type Kind = 'bw' | 'lat' | 'pingpong';
 
@@ -285,7 +296,16 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
     )
     .option('--evict', 'evict the buffers before every message: genuine faults at both ends', false)
     .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'))
-    .option('-e, --events', 'sleep on CQ events: a completion channel, ibv_req_notify_cq and ibv_get_cq_event', false);
+    .option('-e, --events', 'sleep on CQ events: a completion channel, ibv_req_notify_cq and ibv_get_cq_event', false)
+    .addOption(
+      new Option(
+        '--progress <mode>',
+        `how this side waits for an answer it expects: adaptive polls the CQ up to twice what answers took (at most ${DEFAULT_MAX_SPIN_US} µs) before sleeping, poll always that long, wait sleeps at once (README, "Progress")`,
+      )
+        .choices([...PROGRESS_MODES])
+        .default('adaptive'),
+    )
+    .option('--max-spin-us <us>', 'the longest poll for an answer before sleeping, µs (0: never poll)', parseSpin, DEFAULT_MAX_SPIN_US);
   if (kind === 'pingpong') {
     cmd
       .option('-g, --gid-idx <index>', "the port's GID to send with the QP (index in its table of this host's interface addresses)", parseGidIndex)
@@ -499,6 +519,8 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       bind: o.bind,
       program: name,
       ...(o.token !== undefined ? { token: o.token } : {}),
+      progress: o.progress,
+      maxSpinUs: o.maxSpinUs,
       limits: { maxSize: o.maxMsg, maxQps: o.maxQps, maxMemory: o.maxMemory },
       provider: o.provider,
       op,

@@ -4,7 +4,7 @@
 // PFR_RENDEZVOUS); forwards their output line by line, prefixed by rank; and ends the job as a
 // whole: one rank failing (or Ctrl-C, or the timeout) stops the others, and the launcher
 // exits non-zero.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -19,6 +19,11 @@ export interface LaunchOptions {
   timeoutMs: number;
   /** Rank 0's rendezvous (default: 127.0.0.1, a port free now). */
   rendezvous?: string;
+  /**
+   * Pin each rank to one CPU (rank modulo the CPUs this process may use, in order), as
+   * mpiexec's `-bind-to core` does: started under util-linux's `taskset -c`.
+   */
+  pin?: boolean;
   /** After a rank fails, how long the others get to end on their own (they learn it too) before SIGTERM, and SIGKILL after as long again. */
   graceMs?: number;
 }
@@ -44,8 +49,28 @@ function freePort(): Promise<number> {
   });
 }
 
+/** The CPUs this process may run on, in order (sched_getaffinity, as `taskset -p` prints them). */
+export function allowedCpus(): number[] {
+  const r = spawnSync('taskset', ['-cp', String(process.pid)], { encoding: 'utf8' });
+  if (r.error || r.status !== 0)
+    throw Object.assign(
+      new Error(`run --pin: taskset could not run (${r.error?.message ?? r.stderr.trim()}): install util-linux (apt-get install util-linux)`),
+      {
+        code: 'ENOENT',
+      },
+    );
+  const list = r.stdout.split(':').at(-1)!.trim();
+  const cpus: number[] = [];
+  for (const part of list.split(',')) {
+    const [a, b] = part.split('-').map(Number);
+    for (let c = a!; c <= (b ?? a!); c++) cpus.push(c);
+  }
+  return cpus;
+}
+
 /** Run the job; resolves once every rank has exited. */
 export async function launch(o: LaunchOptions): Promise<LaunchResult> {
+  const cpus = o.pin ? allowedCpus() : [];
   const rendezvous = o.rendezvous ?? `127.0.0.1:${await freePort()}`;
   const grace = o.graceMs ?? 3_000;
   const children: ChildProcess[] = [];
@@ -66,7 +91,9 @@ export async function launch(o: LaunchOptions): Promise<LaunchResult> {
     else timers.push(setTimeout(term, grace));
   };
   const exits = Array.from({ length: o.np }, (_, rank) => {
-    const child = spawn(process.execPath, [MAIN, ...o.args], {
+    const argv = [process.execPath, MAIN, ...o.args];
+    if (o.pin) argv.unshift('taskset', '-c', String(cpus[rank % cpus.length]));
+    const child = spawn(argv[0]!, argv.slice(1), {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, PFR_RANK: String(rank), PFR_SIZE: String(o.np), PFR_RENDEZVOUS: rendezvous },
     });

@@ -6,6 +6,7 @@
 // (NACKs) at the target, all resolved by each process's own fault library. After the writes
 // complete everywhere (a second barrier) each rank checks every byte it received.
 // Buffer layout, one page-aligned slot per block: [to rank 0 … to rank N-1 | from rank 0 … from rank N-1].
+import { readFileSync } from 'node:fs';
 import {
   Access,
   Cluster,
@@ -51,6 +52,12 @@ export interface RankResult {
   retransmitted: number;
   bytesVerified: number;
   mismatches: number;
+  /** Writes this rank posted in the timed iterations (every size, every peer). */
+  transfers: number;
+  /** CPU this rank's process used in them (every thread, barriers and checks included), µs: `cpuUs / transfers` is its CPU per transfer. */
+  cpuUs: number;
+  /** The CPUs this rank's process may run on (its Cpus_allowed_list: one CPU when pinned, `run --pin`). */
+  cpus: string;
   /** The first failed work completion. */
   error?: string;
 }
@@ -111,6 +118,15 @@ function checkEndpoints(v: unknown, rank: number, size: number): { addr: bigint;
 }
 
 /** Another rank's result, checked: its counts must be counts, its times a list of them. */
+/** This process's Cpus_allowed_list (/proc/self/status), e.g. `0-1` or `1`. */
+function allowedCpuList(): string {
+  try {
+    return /^Cpus_allowed_list:\s*(\S+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '';
+  } catch {
+    return '';
+  }
+}
+
 function checkResult(v: unknown, rank: number, sizes: number, iters: number): RankResult {
   const x = v as RankResult;
   const count = (n: unknown) => Number.isInteger(n) && (n as number) >= 0;
@@ -121,7 +137,12 @@ function checkResult(v: unknown, rank: number, sizes: number, iters: number): Ra
     Array.isArray(x.iterUs) &&
     x.iterUs.length <= sizes &&
     x.iterUs.every((run) => Array.isArray(run) && run.length <= iters && run.every((t) => typeof t === 'number' && t >= 0)) &&
-    [x.faults?.source, x.faults?.destination, x.nacks, x.retransmitted, x.bytesVerified, x.mismatches].every(count) &&
+    [x.faults?.source, x.faults?.destination, x.nacks, x.retransmitted, x.bytesVerified, x.mismatches, x.transfers].every(count) &&
+    typeof x.cpus === 'string' &&
+    x.cpus.length <= 256 &&
+    typeof x.cpuUs === 'number' &&
+    Number.isFinite(x.cpuUs) &&
+    x.cpuUs >= 0 &&
     (x.error === undefined || typeof x.error === 'string');
   if (!ok) throw Object.assign(new Error(`rank ${rank} sent a malformed result`), { code: 'ERR_PFR_RENDEZVOUS' });
   return x;
@@ -169,9 +190,23 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
       connect(qp, local, remote, 4096);
     }
     o.onConnected?.(job);
-    const me: RankResult = { rank, iterUs: [], faults: { source: 0, destination: 0 }, nacks: 0, retransmitted: 0, bytesVerified: 0, mismatches: 0 };
+    const me: RankResult = {
+      rank,
+      iterUs: [],
+      faults: { source: 0, destination: 0 },
+      nacks: 0,
+      retransmitted: 0,
+      bytesVerified: 0,
+      mismatches: 0,
+      transfers: 0,
+      cpuUs: 0,
+      cpus: allowedCpuList(),
+    };
     const slot = (k: number, block: number) => Buffer.from(buf.buffer, k * stride, block);
+    const cpu0 = process.cpuUsage();
     for (const block of o.blocks) if (!me.error) me.iterUs.push(await run(block));
+    const cpu = process.cpuUsage(cpu0);
+    me.cpuUs = cpu.user + cpu.system;
     const stats = ctx.faultLibrary.stats();
     me.faults = { source: stats.faults.source, destination: stats.faults.destination };
     me.nacks = cluster.system.node(rank).pldma.counters().nacksReceived;
@@ -195,6 +230,7 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
             sendFlags: SendFlags.SIGNALED,
             rdma: { remoteAddr: theirs[p]!.addr + BigInt((size + rank) * stride), rkey: theirs[p]!.rkey },
           });
+        me.transfers += peers.length;
         for (let n = 0; n < peers.length; n++) {
           const wc: WorkCompletion = await cq.next({ timeoutMs: WRITE_TIMEOUT_MS, signal: job.signal }).catch((e: unknown) => Promise.reject(why(e)));
           if (wc.status !== WcStatus.SUCCESS) me.error ??= `write to rank ${String(wc.wrId)}: ${wc.statusStr} (${WcStatus[wc.status]})`;

@@ -36,6 +36,8 @@ import {
   mapRegion,
   peerTimeoutMs,
   PHASES,
+  type ProgressMode,
+  type ProgressStats,
   QP_DEFAULTS,
   QpExSendOps,
   QpState,
@@ -149,6 +151,10 @@ export interface PeerOptions extends RunParams {
   program?: string;
   /** A secret both sides are given (the transport's token): a peer whose hello lacks it is refused. */
   token?: string;
+  /** How this side waits for an answer it expects (the transport's progress mode; each side its own). */
+  progress?: ProgressMode;
+  /** The longest poll for an answer before sleeping, µs (the transport's maxSpinUs). */
+  maxSpinUs?: number;
   /** Server: the most it lets a client ask of it (ServerLimits; each has a default). */
   limits?: Partial<ServerLimits>;
   /** Server: the address to listen on (default 127.0.0.1, this host only; 0.0.0.0: every interface). */
@@ -242,6 +248,10 @@ export interface PeerResult {
   stall?: StallReport;
   /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's, past a limit). */
   refused: number;
+  /** CPU this process used from the handshake to the end (every thread), µs: `cpuUs / iterations` is the CPU per message. */
+  cpuUs?: number;
+  /** How this side's connection waited for the answers it expected (its progress mode, polls, their CPU). */
+  progress?: ProgressStats;
   /** The same, by reason. */
   refusedBy: Record<string, number>;
   /**
@@ -613,7 +623,14 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   const provider = o.provider ?? 'tcp';
   // One other side, and only it: the server serves one client (every other connection request
   // is rejected once it is connected), and with a token only a side that has it.
-  const common = { provider, peerTimeoutMs: PEER_TIMEOUT_MS, peers: [peer], ...(o.token !== undefined ? { token: o.token } : {}) };
+  const common = {
+    provider,
+    peerTimeoutMs: PEER_TIMEOUT_MS,
+    peers: [peer],
+    ...(o.token !== undefined ? { token: o.token } : {}),
+    ...(o.progress !== undefined ? { progress: o.progress } : {}),
+    ...(o.maxSpinUs !== undefined ? { maxSpinUs: o.maxSpinUs } : {}),
+  };
   let transport: LibfabricTransport;
   if (role === 'server') {
     transport = LibfabricTransport.listen({ ...common, port: o.port, localNodes: [SERVER], ...(o.bind !== undefined ? { host: o.bind } : {}) });
@@ -631,12 +648,13 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
   let buf: Region | undefined;
   try {
     const params = role === 'client' ? await askRun(transport, o, who) : await adoptRun(transport, o, who);
+    const cpu0 = process.cpuUsage();
     infinite = params.infinite === true;
     // A server traces when asked to (its own --trace) or when the client asks for its faults.
     cluster = Cluster.create({ nodes: 2, transport, ...(o.traceFile || params.trace ? { trace: true } : {}) });
     if ((params.faultModel ?? 'terminate') === 'stall') {
       const r = await runStall(role, params, provider, transport, cluster, ctl, o, who);
-      countRefusals(r, transport, cluster.system.node(me));
+      countRefusals(r, transport, cluster.system.node(me), cpu0);
       return r;
     }
     const ctx = cluster.openDevice(me, { defaultPolicy: params.policy });
@@ -787,7 +805,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       if (trace && o.traceFile) addPeerTrace(o.traceFile, trace);
     }
     o.traceFile?.addContexts([ctx], role === 'client' && params.trace ? 'client' : undefined);
-    countRefusals(r, transport, cluster.system.node(me));
+    countRefusals(r, transport, cluster.system.node(me), cpu0);
     return r;
 
     // Ping-pong of one size (both sides); rc_pingpong keeps `rxDepth` receives posted ahead,
@@ -1153,7 +1171,10 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
 }
 
 /** What this side refused of the other's (and of anyone's who reached its port), by reason. */
-function countRefusals(r: PeerResult, transport: LibfabricTransport, node: SimNode): void {
+function countRefusals(r: PeerResult, transport: LibfabricTransport, node: SimNode, cpu0: NodeJS.CpuUsage): void {
+  const cpu = process.cpuUsage(cpu0);
+  r.cpuUs = cpu.user + cpu.system;
+  r.progress = transport.progressStats();
   const s = transport.stats();
   const answers = node.pldma.counters().answersRefused;
   r.refused = s.refused;

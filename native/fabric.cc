@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <signal.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -174,6 +175,18 @@ struct Conn {
   uv_timer_t* tick = nullptr;
   uv_idle_t* idle = nullptr;  // progress after an operation made outside DrainCq (see Kick)
   uv_prepare_t* settle = nullptr;  // one fi_trywait before the loop sleeps, after sends (see Settle)
+  // Progress (see Spin): how this connection waits for a reply it expects. mode 0 wait (sleep on
+  // the wait fd at once), 1 poll (poll the CQ up to maxSpinNs first), 2 adaptive (up to what the
+  // replies seen so far took, never past maxSpinNs). dueAtNs: when the oldest send that asks for
+  // an answer (a write packet: its ACK) went and nothing has come since; 0 when none is due.
+  int progressMode = 2;
+  uint64_t maxSpinNs = 0;
+  uint64_t dueAtNs = 0;
+  double replyEwmaNs = 0;  // replies' time after the send that asked for them (adaptive)
+  uint32_t sinceProbe = 0;
+  struct {
+    double spins = 0, hits = 0, spunNs = 0, replies = 0;
+  } waited;
   bool connected = false;
   bool closed = false;
   int draining = 0;  // DrainCq calls in progress on this connection
@@ -510,6 +523,61 @@ void Flush(Conn* c) {
   }
 }
 
+// A message came: if a reply was due, how long it took after its send teaches the adaptive bound.
+void Replied(Conn* c) {
+  if (!c->dueAtNs) return;
+  double took = static_cast<double>(NowNs() - c->dueAtNs);
+  c->dueAtNs = 0;
+  c->waited.replies++;
+  c->replyEwmaNs = c->replyEwmaNs ? c->replyEwmaNs + (took - c->replyEwmaNs) / 8 : took;
+}
+
+// How long to poll before sleeping, now: nothing when no reply is due (idle costs nothing);
+// adaptive: twice the replies' running mean, if that is within maxSpinNs; past it, sleeping
+// costs less than polling (the reply comes later than a wake-up costs), but every 16th time it
+// polls the whole bound, so that a peer grown faster is seen.
+uint64_t SpinBudget(Conn* c) {
+  if (!c->dueAtNs || c->progressMode == 0 || !c->maxSpinNs) return 0;
+  if (c->progressMode == 1) return c->maxSpinNs;
+  double want = c->replyEwmaNs ? 2 * c->replyEwmaNs : static_cast<double>(c->maxSpinNs);
+  if (want <= static_cast<double>(c->maxSpinNs)) return static_cast<uint64_t>(want);
+  if (++c->sinceProbe >= 16) {
+    c->sinceProbe = 0;
+    return c->maxSpinNs;
+  }
+  return 0;
+}
+
+void DrainCq(Conn* c);
+
+// Before the loop sleeps with a reply due: poll the CQ's wait fd (not sleeping) for at most the
+// budget, and no longer than the loop's next timer; what comes is drained at once. Not when the
+// loop would not sleep anyway (immediates, idle handles).
+void Spin(Conn* c, uv_loop_t* loop) {
+  uint64_t budget = SpinBudget(c);
+  if (!budget || !c->cqPoll) return;
+  int timeout = uv_backend_timeout(loop);
+  if (timeout == 0) return;
+  if (timeout > 0) budget = std::min<uint64_t>(budget, static_cast<uint64_t>(timeout) * 1'000'000);
+  int fd = -1;
+  if (fi_control(&c->cq->fid, FI_GETWAIT, &fd) < 0 || fd < 0) return;
+  uint64_t start = NowNs(), now = start;
+  c->waited.spins++;
+  bool hit = false;
+  while (now - start < budget && !c->closed) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
+      hit = true;
+      break;
+    }
+    now = NowNs();
+  }
+  c->waited.spunNs += static_cast<double>(NowNs() - start);
+  if (!hit || c->closed) return;
+  c->waited.hits++;
+  Guarded(c, [&] { DrainCq(c); });
+}
+
 void DrainCq(Conn* c) {
   Napi::Env env = c->onEvent.Env();
   struct Depth {
@@ -557,6 +625,7 @@ void DrainCq(Conn* c) {
       Ctx* x = static_cast<Ctx*>(e[i].op_context);
       if (x->op == Op::Recv) {
         Napi::HandleScope scope(env);
+        Replied(c);
         // A view of the slot, no copy: posted again once the handler has returned, unless it
         // held the slot (a closed connection freed `x` meanwhile).
         x->state = Slot::Handling;
@@ -901,18 +970,20 @@ void Kick(Conn* c) {
 // them (one progress pass, no loop turn) arms POLLOUT for what the socket did not take; only if
 // something is pending already does the idle drain.
 void Settle(Conn* c) {
-  if (c->draining || !c->settle) return;
+  if (!c->settle || (c->draining && !c->dueAtNs)) return;
   uv_prepare_start(c->settle, [](uv_prepare_t* h) {
     uv_prepare_stop(h);
     Conn* conn = static_cast<Conn*>(h->data);
     if (conn->closed) return;
     fid* f = &conn->cq->fid;
-    if (fi_trywait(conn->fabric, &f, 1) != FI_SUCCESS) Kick(conn);
+    if (fi_trywait(conn->fabric, &f, 1) != FI_SUCCESS) return Kick(conn);
+    Spin(conn, h->loop);
   });
 }
 
-// fabricSend(handle, bytes | [bytes, ...]): one message, the parts gathered in order into a
+// fabricSend(handle, bytes | [bytes, ...], due?): one message, the parts gathered in order into a
 // (reused) send buffer: the only copy; a send the provider cannot take now waits in a backlog.
+// `due`: the message asks for an answer (see Spin).
 Napi::Value Send(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Conn* c = Require(info, 0);
@@ -939,6 +1010,7 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
     e.Set("code", Napi::String::New(env, "ENOBUFS"));
     throw e;
   }
+  if (info.Length() > 2 && info[2].IsBoolean() && info[2].As<Napi::Boolean>().Value() && !c->dueAtNs) c->dueAtNs = NowNs();
   Ctx* s = TakeSend(c, total);
   c->pendingBytes += total;
   size_t at = 0;
@@ -1127,6 +1199,35 @@ void PostUpTo(Napi::Env env, Conn* c) {
 // JavaScript chose (see Conn). A connection: receives to keep posted (more are posted at once),
 // slots at most, bytes of unfinished sends at most (fabricSend throws ENOBUFS past it). A
 // listener: bare connections are shut down after bareMs, and the oldest past maxBare.
+// fabricProgress(handle, { mode?: 0 | 1 | 2, maxSpinUs? }?) -> { spins, hits, spunUs, replies,
+// replyUs }: set how the connection waits for a reply it expects (see Spin), and what it did.
+Napi::Value Progress(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Conn* c = Require(info, 0);
+  if (info.Length() > 1 && !info[1].IsUndefined()) {
+    if (!info[1].IsObject()) throw Napi::TypeError::New(env, "fabricProgress: options must be an object");
+    Napi::Object o = info[1].As<Napi::Object>();
+    Napi::Value mode = o.Get("mode"), spin = o.Get("maxSpinUs");
+    if (!mode.IsUndefined()) {
+      double m = mode.IsNumber() ? mode.As<Napi::Number>().DoubleValue() : -1;
+      if (m != 0 && m != 1 && m != 2) throw Napi::RangeError::New(env, "fabricProgress: mode must be 0 (wait), 1 (poll) or 2 (adaptive)");
+      c->progressMode = static_cast<int>(m);
+    }
+    if (!spin.IsUndefined()) {
+      double us = spin.IsNumber() ? spin.As<Napi::Number>().DoubleValue() : -1;
+      if (!(us >= 0 && us <= 1'000'000)) throw Napi::RangeError::New(env, "fabricProgress: maxSpinUs must be between 0 and 1000000");
+      c->maxSpinNs = static_cast<uint64_t>(us * 1000);
+    }
+  }
+  Napi::Object r = Napi::Object::New(env);
+  r.Set("spins", c->waited.spins);
+  r.Set("hits", c->waited.hits);
+  r.Set("spunUs", c->waited.spunNs / 1000);
+  r.Set("replies", c->waited.replies);
+  r.Set("replyUs", c->replyEwmaNs / 1000);
+  return r;
+}
+
 Napi::Value Limits(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Conn* c = Require(info, 0);
@@ -1185,6 +1286,7 @@ void InitFabric(Napi::Env env, Napi::Object exports) {
   exports.Set("fabricRma", Napi::Function::New(env, Rma));
   exports.Set("fabricClose", Napi::Function::New(env, Close));
   exports.Set("fabricLimits", Napi::Function::New(env, Limits));
+  exports.Set("fabricProgress", Napi::Function::New(env, Progress));
 }
 
 }  // namespace pfr

@@ -232,7 +232,8 @@ export interface Binding {
   ) => { handle: number; port: number };
   fabricConnect?: (provider: string, host: string, port: number, onEvent: FabricEventHandler) => number;
   /** One message: `bytes`, or the parts gathered in order (copied once, into a reused send buffer). */
-  fabricSend?: (handle: number, bytes: Uint8Array | Uint8Array[]) => void;
+  /** `due`: the message asks for an answer (a write's ACK): the connection may poll for it before sleeping (fabricProgress). */
+  fabricSend?: (handle: number, bytes: Uint8Array | Uint8Array[], due?: boolean) => void;
   /**
    * From the 'message' handler of receive slot `slot`: keep the slot (its bytes stay put, the
    * copy engine may read them by region id) until fabricRelease; another slot is posted in its
@@ -254,6 +255,16 @@ export interface Binding {
    * each told as 'refused'.
    */
   fabricLimits?: (handle: number, limits: { posted?: number; maxSlots?: number; maxPending?: number; bareMs?: number; maxBare?: number }) => void;
+  /**
+   * How a connection waits for an answer it expects (mode 0 wait: sleep on the wait fd at once;
+   * 1 poll: poll the CQ up to `maxSpinUs` before sleeping; 2 adaptive: up to twice what the
+   * answers seen took, never past `maxSpinUs`), and what it did: polls, polls that an answer
+   * ended, µs spent polling, answers timed, their running mean in µs.
+   */
+  fabricProgress?: (
+    handle: number,
+    options?: { mode?: 0 | 1 | 2; maxSpinUs?: number },
+  ) => { spins: number; hits: number; spunUs: number; replies: number; replyUs: number };
 
   /** hiredis (present only when the addon was built with libhiredis-dev: see redisBinding). Synchronous, with a timeout. */
   redisConnect?: (path: string, host: string, port: number, timeoutMs: number) => number;
@@ -381,6 +392,7 @@ export type FabricBinding = Required<
     | 'fabricRma'
     | 'fabricClose'
     | 'fabricLimits'
+    | 'fabricProgress'
   >
 >;
 

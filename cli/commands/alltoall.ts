@@ -72,6 +72,7 @@ export default defineProgram<Options>({
         { header: 'retransmitted', width: 13 },
         { header: 'bytes verified', width: 14 },
         { header: 'differ', width: 6 },
+        { header: 'CPU/xfer', width: 9 },
       ]);
       ranks.header();
       for (const x of r.ranks)
@@ -83,6 +84,7 @@ export default defineProgram<Options>({
           String(x.retransmitted),
           String(x.bytesVerified),
           String(x.mismatches),
+          x.transfers ? us(x.cpuUs / x.transfers) : '-',
         ]);
       const last = rows.at(-1);
       if (last?.iterations) print(`per transfer (${last.bytes} bytes, typical): ${us(last.typical / (r.size - 1))} usec`);

@@ -10,6 +10,7 @@ interface Options {
   np: number;
   timeout: number;
   rendezvous?: string;
+  pin: boolean;
 }
 
 function parseRanks(value: string): number {
@@ -34,12 +35,19 @@ export default defineProgram<Options>({
       .requiredOption('-n, --np <n>', 'processes (ranks)', parseRanks)
       .option('--timeout <seconds>', "the whole job's limit", parsePositiveInt, 600)
       .option('--rendezvous <host:port>', "rank 0's rendezvous (default: 127.0.0.1 and a free port)")
+      .option('--pin', "pin each rank to one CPU (rank modulo the CPUs allowed, as mpiexec's -bind-to core; needs util-linux's taskset)", false)
       .argument('<program...>', 'the program and its arguments (after -- or not)')
       .passThroughOptions();
   },
   async run(o) {
     const args = o.args ?? [];
-    const r = await launch({ np: o.np, args, timeoutMs: o.timeout * 1000, ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}) });
+    const r = await launch({
+      np: o.np,
+      args,
+      timeoutMs: o.timeout * 1000,
+      pin: o.pin,
+      ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}),
+    });
     if (r.failure !== undefined) {
       console.error(`run: the job failed: ${r.failure}`);
       const how = r.ranks.map((x) => `rank ${x.rank} ${x.signal ? `killed by ${x.signal}` : `exited ${String(x.code)}`}`);

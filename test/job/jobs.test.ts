@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { AlltoallResult } from '../../examples/alltoall.js';
+import { allowedCpus } from '../../cli/launcher.js';
 import { built, ci, freePort, start, waitFor } from '../fabric/spawn.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'pfr-job-'));
@@ -36,6 +37,9 @@ function checkJob(file: string, launcher: string): AlltoallResult {
     expect(x.faults.source, `rank ${x.rank}`).toBeGreaterThanOrEqual(ITERS);
     expect(x.faults.destination, `rank ${x.rank}`).toBeGreaterThanOrEqual(ITERS);
     expect(x.nacks, `rank ${x.rank}`).toBeGreaterThan(0);
+    // Its CPU in the timed iterations, per write it posted.
+    expect(x.transfers, `rank ${x.rank}`).toBe(ITERS * (RANKS - 1));
+    expect(x.cpuUs, `rank ${x.rank}`).toBeGreaterThan(0);
   }
   return r;
 }
@@ -43,16 +47,19 @@ function checkJob(file: string, launcher: string): AlltoallResult {
 const args = (json: string) => ['alltoall', '-n', String(ITERS), '-s', String(BLOCK), '--json', json];
 
 describe.skipIf(!built && !ci)('jobs of many processes (libfabric tcp)', () => {
-  it(`run -n ${RANKS}: the all-to-all on ODP buffers, output prefixed by rank`, async () => {
+  it(`run -n ${RANKS} --pin: the all-to-all on ODP buffers, output prefixed by rank, a CPU each`, async () => {
     const json = join(dir, 'run.json');
-    const e = await start(['run', '-n', String(RANKS), '--timeout', '120', '--', ...args(json)]).exit;
+    const e = await start(['run', '-n', String(RANKS), '--pin', '--timeout', '120', '--', ...args(json)]).exit;
     expect(e.stderr).toBe(`[0] results: ${json}\n`);
     expect(e.code).toBe(0);
     expect(e.stdout).toMatch(/^\[0\] job of 4 ranks connected all-to-all \(pagefault-rdma run, libfabric tcp\)$/m);
     expect(e.stdout).toMatch(/^\[0\] all-to-all: 4 ranks/m);
     // perftest's latency row of the size: #bytes, #iterations, then 7 columns of µs.
     expect(e.stdout).toMatch(new RegExp(`^\\[0\\]\\s+${BLOCK}\\s+${ITERS}(\\s+[\\d.]+){7}$`, 'm'));
-    checkJob(json, 'pagefault-rdma run');
+    const r = checkJob(json, 'pagefault-rdma run');
+    // --pin: rank k runs on the k-th allowed CPU (modulo their number), and on it alone.
+    const allowed = allowedCpus();
+    for (const x of r.ranks) expect(x.cpus, `rank ${x.rank}`).toBe(String(allowed[x.rank % allowed.length]));
   }, 120_000);
 
   it.skipIf(!hydra && !ci)(
