@@ -97,7 +97,7 @@ interface Ours {
   evictUsPerOp: number;
 }
 
-/** One of our programs as server and client processes; the client's --out_json results. */
+/** One of our programs as server and client processes; the client's --json results. */
 async function ours(program: string, size: number, iters: number, flags: string[], dir: string): Promise<Ours> {
   let sout = '';
   const server = spawn(process.execPath, [MAIN, program, '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -105,16 +105,20 @@ async function ours(program: string, size: number, iters: number, flags: string[
   try {
     const port = (await waitFor(() => sout, /port (\d+)/))[1]!;
     const json = join(dir, `${program}-${size}-${flags.join('')}.json`);
-    const args = [MAIN, program, '127.0.0.1', '-p', port, '-s', String(size), '-n', String(iters), '--out_json', json, ...flags];
+    const args = [MAIN, program, '127.0.0.1', '-p', port, '-s', String(size), '-n', String(iters), '--json', json, ...flags];
     const c = await run(process.execPath, args);
     if (c.code !== 0) throw new Error(`bench:fabric: ${program} ${flags.join(' ')} failed:\n${c.out}`);
     type Time = { faults: number; totalUs: number } | undefined;
-    const r = JSON.parse(readFileSync(json, 'utf8')) as {
-      row: Record<string, number>;
-      faultTime?: Time;
-      evictUs?: number;
-      peer?: { faultTime?: Time; evictUs?: number };
-    };
+    const r = (
+      JSON.parse(readFileSync(json, 'utf8')) as {
+        results: {
+          row: Record<string, number>;
+          faultTime?: Time;
+          evictUs?: number;
+          peer?: { faultTime?: Time; evictUs?: number };
+        };
+      }
+    ).results;
     const n = r.row.iterations || 1;
     const sides = [r.faultTime, r.peer?.faultTime];
     return {

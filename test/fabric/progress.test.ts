@@ -114,16 +114,22 @@ describe.skipIf(!built && !ci)('progress between two transports', () => {
       'poll',
       '--max-spin-us',
       '20000',
-      '--out_json',
+      '--json',
       json,
     ]);
     const [ce, se] = await Promise.all([client.exit, server.exit]);
     expect(ce.code, ce.stdout + ce.stderr).toBe(0);
     expect(se.code, se.stdout + se.stderr).toBe(0);
-    const out = JSON.parse(readFileSync(json, 'utf8')) as
-      | { progress: { mode: string; spins: number; hits: number; replies: number }; cpuUs: number; bytesVerified: number; mismatches: number }
-      | Array<never>;
-    const r = Array.isArray(out) ? out[0]! : out;
+    const r = (
+      JSON.parse(readFileSync(json, 'utf8')) as {
+        results: {
+          progress: { mode: string; spins: number; hits: number; replies: number };
+          cpuUs: number;
+          bytesVerified: number;
+          mismatches: number;
+        };
+      }
+    ).results;
     expect(r.mismatches).toBe(0);
     expect(r.bytesVerified).toBeGreaterThan(0);
     expect(r.progress.mode).toBe('poll');
