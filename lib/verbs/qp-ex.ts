@@ -6,7 +6,6 @@
 import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
 import { checkObject, known } from '../validate.js';
 import { Access, QpExSendOps, WrOpcode } from './constants.js';
-import type { Context } from './cluster.js';
 import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { MemoryRegion, ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
@@ -159,7 +158,13 @@ export class QueuePairEx extends QueuePair {
   #inline(bytes: Uint8Array): Sge {
     if (!this.#wqe) {
       const region = mapRegion(Math.ceil((8 * this.cap.maxSendWr) / PAGE_SIZE) * PAGE_SIZE);
-      const mr = (this.context as unknown as Context).regMr(this.pd, region, 0, region.size, Access.LOCAL_WRITE | Access.ON_DEMAND);
+      const mr = (this.context as unknown as { regMr: (...a: unknown[]) => MemoryRegion }).regMr(
+        this.pd,
+        region,
+        0,
+        region.size,
+        Access.LOCAL_WRITE | Access.ON_DEMAND,
+      );
       this.#wqe = { region, mr, next: 0 };
     }
     const w = this.#wqe;
