@@ -31,11 +31,13 @@ export interface Headline {
 
 /** A hardware preset: a cost model and a fault-handling behaviour, with its sources. */
 export interface HardwarePreset {
+  /** Its name (--hardware NAME). */
   readonly name: string;
   /** One line: the design. */
   readonly title: string;
   /** Where the figures come from (papers, code), cited. */
   readonly source: string;
+  /** How it handles a device page fault. */
   readonly faultMode: FaultMode;
   /** The QP fault model the engine runs for it ('terminate' or 'stall'). */
   readonly faultModel: 'terminate' | 'stall';
@@ -73,7 +75,9 @@ export interface RnrParams {
 const NAMES = ['exanest-pldma', 'smmuv3-stall', 'np-rdma', 'mlx5-odp', 'rxe-odp'] as const;
 /** Every preset's name, the default first. */
 export type HardwareName = (typeof NAMES)[number];
+/** Every preset's name, the default first. */
 export const HARDWARE_NAMES: readonly HardwareName[] = NAMES;
+/** The default preset: today's engine (ExaNeSt PLDMA, terminate mode). */
 export const DEFAULT_HARDWARE: HardwareName = 'exanest-pldma';
 
 const frozen = (over: Partial<CostModel>): Readonly<CostModel> => Object.freeze({ ...DEFAULT_COSTS, ...over });
