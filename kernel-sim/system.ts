@@ -59,6 +59,8 @@ export interface HardwareCounters {
   rnrNaks: number;
   rnrWaits: number;
   rnrWaitUs: number;
+  /** stall / inline presets on a terminate-mode QP: destination faults modelled as a wait in place (no NACK, no re-send cost). */
+  stalls: number;
 }
 
 function optionError(name: string, value: unknown, want: string): Error {
@@ -254,7 +256,7 @@ export class SimSystem {
   /** mlx5-odp: the responders' min_rnr_timer code. */
   readonly minRnrTimer: number;
   /** What the preset's fault handling did (modelled). */
-  readonly hardwareCounters: HardwareCounters = { rnrNaks: 0, rnrWaits: 0, rnrWaitUs: 0 };
+  readonly hardwareCounters: HardwareCounters = { rnrNaks: 0, rnrWaits: 0, rnrWaitUs: 0, stalls: 0 };
   /** The transport between nodes. */
   readonly fabric: Transport;
   /** Every model event goes through this tracer. */
@@ -279,18 +281,35 @@ export class SimSystem {
     for (let i = 0; i < n; i++) this.nodes.push(new SimNode(i, this, options));
   }
 
-  /** The preset's hook in the fault path (rnr-nak: the requester retries by the RNR timer). */
+  /**
+   * The preset's hook in the fault path, consulted when a destination fault of a terminate-mode
+   * QP is answered (none for exanest-pldma: the engine's own NACK timing, unchanged).
+   * rnr-nak: the requester retries by the RNR timer. stall / inline: the access is modelled as
+   * waiting in place and resuming when the fault is served (no NACK round trip); the real stall
+   * path (faultModel 'stall' with a userfaultfd) needs no hook.
+   */
   get faultHook(): FaultHook | undefined {
-    if (this.hardware.faultMode !== 'rnr-nak') return undefined;
-    const timerUs = RNR_TIMER_US[this.minRnrTimer]!;
+    const mode = this.hardware.faultMode;
+    if (mode === 'terminate-nack') return undefined;
     const c = this.hardwareCounters;
+    if (mode === 'rnr-nak') {
+      const timerUs = RNR_TIMER_US[this.minRnrTimer]!;
+      return {
+        receiveFault: (nakAtUs, readyAtUs, linkUs) => {
+          const r = rnrRetry(nakAtUs, readyAtUs, linkUs, timerUs);
+          c.rnrNaks++;
+          c.rnrWaits += r.waits;
+          c.rnrWaitUs += r.atUs - nakAtUs;
+          return r.atUs;
+        },
+      };
+    }
+    const resumeUs = this.costs.resumeUs;
     return {
       receiveFault: (nakAtUs, readyAtUs, linkUs) => {
-        const r = rnrRetry(nakAtUs, readyAtUs, linkUs, timerUs);
-        c.rnrNaks++;
-        c.rnrWaits += r.waits;
-        c.rnrWaitUs += r.atUs - nakAtUs;
-        return r.atUs;
+        c.stalls++;
+        void nakAtUs;
+        return readyAtUs + resumeUs - linkUs;
       },
     };
   }

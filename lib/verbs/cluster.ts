@@ -193,9 +193,7 @@ export class Cluster {
     this.system = new SimSystem(sys);
     this.#defaultPolicy = defaultPolicy ?? 'touch-ahead';
     // Each device keeps its own tables and allocators: nothing a node hands out is another's.
-    this.#devices = this.system.nodes.map(
-      (n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, n.tables), this.system.hardware.faultModel),
-    );
+    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, n.tables)));
   }
 
   /** Create `nodes` simulated nodes (default 2) wired by the fabric. Every option is checked first. */

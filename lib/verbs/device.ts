@@ -22,12 +22,9 @@ export class Device {
   readonly sim: SimNode;
   readonly costs: CostModel;
   readonly tables: DeviceTables<KeyedMr, Endpoint>;
-  /** The fault model of a QP that names none: the hardware preset's (Cluster.create's hardware). */
-  readonly faultModel: 'terminate' | 'stall';
 
-  constructor(sim: SimNode, costs: CostModel, tables: DeviceTables<KeyedMr, Endpoint>, faultModel: 'terminate' | 'stall' = 'terminate') {
+  constructor(sim: SimNode, costs: CostModel, tables: DeviceTables<KeyedMr, Endpoint>) {
     this.node = sim.id;
-    this.faultModel = faultModel;
     this.sim = sim;
     this.costs = costs;
     this.tables = tables;

@@ -237,7 +237,7 @@ export class QueuePair {
       if (srq.pd !== pd) throw verbsError('ibv_create_qp', 'EINVAL', "the SRQ belongs to another protection domain than the QP's");
     }
     this.srq = srq;
-    const faultModel = init.faultModel ?? pd.device.faultModel;
+    const faultModel = init.faultModel ?? 'terminate';
     if (faultModel !== 'terminate' && faultModel !== 'stall')
       throw invalidArg(`createQp: faultModel must be 'terminate' or 'stall', got ${String(init.faultModel)}`);
     // One SMMU stream per PD: its model is the one of the PD's QPs. They all share it, so the

@@ -162,3 +162,22 @@ describe('mlx5-odp: the receive-side fault is an RNR NAK, the retry goes by min_
     expect(one.added).toBeLessThan(twelve.added);
   });
 });
+
+describe('stall and inline presets on a terminate-mode QP (verbs without a userfaultfd): a wait in place', () => {
+  test('smmuv3-stall: one page with a destination fault models within 10 % of the real stall path (36 µs), counted as a stall', async () => {
+    const r = await run('smmuv3-stall', 1, { fault: true });
+    expect(r.sys.hardwareCounters.stalls).toBe(1);
+    console.log(`[presets] smmuv3-stall on a terminate QP: ${r.c.model.us.toFixed(3)} µs (stall path 36.008)`);
+    near(r.c.model.us, 36.008);
+  });
+
+  test("rxe-odp: one page with a destination fault adds this machine's populate, within 10 %", async () => {
+    const populate = hardwarePreset('rxe-odp').headlines[0]!.value;
+    const clean = await run('rxe-odp', 1, { fault: false });
+    const r = await run('rxe-odp', 1, { fault: true });
+    expect(r.sys.hardwareCounters.stalls).toBe(1);
+    // The re-sent block's copy is paid again on this path: one page at the copy bandwidth.
+    const recopy = 4096 / r.sys.costs.linkBytesPerUs;
+    near(r.c.model.us - clean.c.model.us - recopy, populate);
+  });
+});
