@@ -63,6 +63,19 @@ export const BENCH_NO_TRACE =
   'a benchmark runs its transfers at full speed, and tracing every event would slow what it measures; ' +
   'trace the same transfers with odp-vs-pinned, pingpong or destination-fault --trace';
 
+/** `spec` with its title naming the hardware preset its modelled figures are of. */
+export function namePreset(spec: PlotSpec, hardware: string): PlotSpec {
+  const note = `hardware preset: ${hardware}`;
+  const t = (spec as { title?: unknown }).title;
+  if (typeof t === 'object' && t !== null && !Array.isArray(t)) {
+    const o = t as { text?: unknown; subtitle?: unknown };
+    const subtitle =
+      o.subtitle === undefined ? note : Array.isArray(o.subtitle) ? [...(o.subtitle as string[]), note] : [String(o.subtitle as string), note];
+    return { ...spec, title: { ...o, subtitle } } as PlotSpec;
+  }
+  return { ...spec, title: { text: (t as string | string[] | undefined) ?? '', subtitle: note } } as PlotSpec;
+}
+
 /** Declare a program: `export default defineProgram({ name, summary, options, run })`. */
 export function defineProgram<O extends object>(program: Program<O>): Program<O> {
   return program;
@@ -128,7 +141,7 @@ export function addProgram(cli: Command, program: Program<never>): void {
       if (dropped) console.error(`trace: ${dropped}`);
     }
     if (opts.plot && outcome.plot) {
-      await writePlot(opts.plot, outcome.plot);
+      await writePlot(opts.plot, program.engine === false ? outcome.plot : namePreset(outcome.plot, defaultHardware()));
       console.error(`plot: ${opts.plot}`);
     }
   });
