@@ -46,6 +46,9 @@ describe('compare-hardware', () => {
       expect(Date.now() - t).toBeLessThan(60_000);
       for (const p of ['exanest-pldma', 'smmuv3-stall', 'np-rdma', 'mlx5-odp', 'rxe-odp']) expect(r.stdout).toContain(p);
       expect(r.stdout).toContain('modelled');
+      // Every workload under every preset, app halo included.
+      for (const w of ['pingpong', 'write-1m', 'halo']) expect(r.stdout.split('\n').filter((l) => l.startsWith(`${w} `))).toHaveLength(5);
+      expect(r.stdout).toMatch(/^halo +mlx5-odp +rnr-nak +[\d.]+ +0\+\d+ +\d+ +[1-9]\d* +0$/m);
       expect(r.stdout.split('\n').filter((l) => l.length > 100)).toEqual([]);
     });
 
