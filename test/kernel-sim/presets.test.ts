@@ -1,6 +1,7 @@
 // Hardware presets (issue 41): each preset's headline figure reproduced by the engine within
 // ±10 % (modelled time), the default preset exactly today's engine, unknown names refused, and
 // mlx5-odp's RNR NAK timing (the requester retries by min_rnr_timer, 0 = 655.36 ms).
+import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { DmaStatus, type DmaCompletion, type SystemOptions } from '../../kernel-sim/index.js';
 import { DEFAULT_COSTS } from '../../kernel-sim/cost-model/index.js';
@@ -179,5 +180,27 @@ describe('stall and inline presets on a terminate-mode QP (verbs without a userf
     // The re-sent block's copy is paid again on this path: one page at the copy bandwidth.
     const recopy = 4096 / r.sys.costs.linkBytesPerUs;
     near(r.c.model.us - clean.c.model.us - recopy, populate);
+  });
+});
+
+describe('rnrRetry (property)', () => {
+  test('the good retry is the first timer period whose retry arrives after the fault is served, and at least one wait', () => {
+    fc.assert(
+      fc.property(
+        fc.double({ min: 0, max: 1e6, noNaN: true }),
+        fc.double({ min: 0, max: 1e6, noNaN: true }),
+        fc.double({ min: 0, max: 10, noNaN: true }),
+        fc.constantFrom(...RNR_TIMER_US),
+        (nak, serve, link, timer) => {
+          const r = rnrRetry(nak, nak + serve, link, timer);
+          expect(r.waits).toBeGreaterThanOrEqual(1);
+          expect(r.atUs).toBeCloseTo(nak + r.waits * timer, 6);
+          // The retry arrives after the fault was served (within rounding) ...
+          expect(r.atUs + link).toBeGreaterThanOrEqual(nak + serve - 1e-6 * Math.max(1, serve));
+          // ... and one wait fewer would not have (unless one wait is the minimum).
+          if (r.waits > 1) expect(nak + (r.waits - 1) * timer + link).toBeLessThan(nak + serve + 1e-6 * Math.max(1, serve));
+        },
+      ),
+    );
   });
 });
