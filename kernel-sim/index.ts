@@ -107,7 +107,7 @@ export {
   type RcRecvWqe,
   type RcRespState,
   type RcSrq,
-} from './pldma/rc.js';
+} from './rc/tables.js';
 export {
   DmaStatus,
   type DmaCompletion,

@@ -17,10 +17,10 @@ import { EvtId } from '../smmu/records.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
 import type { Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu.js';
 import { statusForFault } from './completer.js';
-import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from './copy-engine.js';
+import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
 import type { Faults, HeldAnswer } from './faults.js';
-import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './rc.js';
-import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from './types.js';
+import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './tables.js';
+import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from '../pldma/types.js';
 
 /** @internal What one node's responder needs of its node. */
 export interface ResponderDeps {

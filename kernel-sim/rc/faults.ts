@@ -13,7 +13,7 @@ import { isResponse, type WritePacket } from '../fabric/packets.js';
 import type { ResolveMethod } from '../netlink/messages.js';
 import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
 import type { Translation } from '../smmu/smmu.js';
-import { DmaStatus, type EngineState, type FaultInfo, type Side, traceTransfer, type Transfer } from './types.js';
+import { DmaStatus, type EngineState, type FaultInfo, type Side, traceTransfer, type Transfer } from '../pldma/types.js';
 
 type Fault = Extract<Translation, { ok: false }>;
 

@@ -7,7 +7,7 @@
 // verbs whether a packet may land.
 import { RcOp } from '../fabric/packets.js';
 import type { MemoryLike } from '../memory.js';
-import type { FaultCounts } from './types.js';
+import type { FaultCounts } from '../pldma/types.js';
 
 export { RcOp };
 

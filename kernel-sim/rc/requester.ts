@@ -28,7 +28,7 @@ import {
   type Transfer,
   walkCost,
   walkedCost,
-} from './types.js';
+} from '../pldma/types.js';
 
 /** The end of the 64-bit address space. */
 const SPACE = 1n << 64n;

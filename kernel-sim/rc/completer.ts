@@ -8,7 +8,7 @@ import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '.
 import { EvtId } from '../smmu/records.js';
 import type { Access, Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
-import { rnrTimerMs } from './rc.js';
+import { rnrTimerMs } from './tables.js';
 import {
   type Awaited,
   type DmaCompletion,
@@ -22,7 +22,7 @@ import {
   traceTransfer,
   type Transfer,
   walkCost,
-} from './types.js';
+} from '../pldma/types.js';
 
 const STATUS_FOR: Partial<Record<EvtId, { read: DmaStatus; write: DmaStatus }>> = {
   [EvtId.F_ADDR_SIZE]: { read: DmaStatus.SRC_ADDR_ERR, write: DmaStatus.DST_ADDR_ERR },

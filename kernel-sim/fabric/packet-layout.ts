@@ -1,31 +1,34 @@
-// The byte layout of everything that crosses from one node's process to another's, in one
-// place (as rxe_hdr.h is for rdma_rxe): the frame header, the engine's write and ACK packets,
-// the verbs' request and response headers, and the transport's own hello, keepalive,
-// exchange and chunk frames. Every frame starts with an opcode byte and a flags byte; the
-// fields that follow are fixed by the opcode and the flags, big-endian as on an IB wire.
-// Decoding trusts nothing: every length, count, enum and number is checked against its
-// range before anything is built from it, an unknown opcode or flag is refused, and a frame
-// that ends early or goes on after its last field is refused, each with a WireError that
-// names the field. `checkPacket` applies the same field checks to a packet object, so the
-// in-process fabric hands over packets that obey the layout's ranges too.
+// The byte layout of the engine's packets, in one place (as rxe_hdr.h is for rdma_rxe): the
+// write packet (BTH-like header, RETH, ImmDt, XRCETH, DETH, the verbs' SGEs, then the payload)
+// and the ACK packet (AETH-like verdicts). Every frame starts with an opcode byte and a flags
+// byte; the fields that follow are fixed by the opcode and the flags, big-endian as on an IB
+// wire. An unknown flag is refused. `checkPacket` applies the same field checks to a packet
+// object, so the in-process fabric hands over packets that obey the layout's ranges too.
 import { AckResp, type AckPacket, type Packet, RcOp, type Verdict, type WritePacket } from './packets.js';
 import type { MemoryLike } from '../memory.js';
+import {
+  addr,
+  bad,
+  bool,
+  finite,
+  flags,
+  frameWriter,
+  int,
+  naming,
+  node,
+  Op,
+  type Reader,
+  size,
+  SPACE,
+  text,
+  times,
+  u32,
+  U64,
+  WIRE_MAX_BLOCKS,
+  WireError,
+  type Writer,
+} from './wire-codec.js';
 
-/** Frame opcodes (the first byte of every frame). */
-export enum Op {
-  HELLO = 0x01,
-  PING = 0x02,
-  EXCHANGE = 0x03,
-  CHUNK = 0x04,
-  BATCH = 0x05,
-  WRITE = 0x10,
-  ACK = 0x11,
-}
-
-/** Node ids a frame may name (LibfabricOptions.localNodes' range). */
-export const MAX_NODES = 1024;
-/** Blocks one write packet may carry (the engine's MAX_RUN_BLOCKS must not exceed it; a test checks). */
-export const WIRE_MAX_BLOCKS = 1024;
 /** Block sizes: a multiple of the page size up to 1 GiB (SystemOptions.blockSize's range). */
 const MIN_BLOCK = 4096;
 const MAX_BLOCK = 1 << 30;
@@ -42,13 +45,7 @@ const UD_MAX_BYTES = 4096;
 /** Scatter/gather entries one verbs header may carry (the QPs' max_sge). */
 const MAX_SGE = 32;
 /** Bytes of a reason string, of an exchange string, and the exchange value's shape limits. */
-const MAX_REASON = 1024;
-const MAX_STRING = 1 << 16;
-const MAX_ITEMS = 4096;
-const MAX_KEYS = 256;
-const MAX_DEPTH = 8;
-/** The largest frame a peer may announce in chunks: a run of MAX blocks of 1 MiB plus its headers. */
-export const MAX_FRAME_BYTES = WIRE_MAX_BLOCKS * (1 << 20) + (1 << 20);
+export const MAX_REASON = 1024;
 /** The highest AckResp and WcStatus (ibv_wc_status' TM_RNDV_INCOMPLETE) a frame may carry. */
 const MAX_ACK_RESP = AckResp.ANSWER_ERR;
 /** An ACK's resp: one AckResp names (5 was the separate RESOLVED answer, gone). */
@@ -56,68 +53,6 @@ function ackResp(field: string, v: unknown): AckResp {
   int(field, v, 0, MAX_ACK_RESP);
   if (AckResp[v as AckResp] === undefined) bad(field, 'an AckResp', v);
   return v as AckResp;
-}
-const U64 = (1n << 64n) - 1n;
-const SPACE = 1n << 64n;
-
-/** A frame or packet that breaks the layout: `code` ERR_WIRE_MALFORMED, the message names the field. */
-export class WireError extends Error {
-  readonly code = 'ERR_WIRE_MALFORMED';
-  constructor(message: string) {
-    super(message);
-    this.name = 'WireError';
-  }
-}
-
-/** The verdict whose fields are being checked (-1: none): named in an error only, no string built per check. */
-let verdictAt = -1;
-
-function bad(field: string, want: string, got: unknown): never {
-  const shown = typeof got === 'bigint' ? `${got}n` : typeof got === 'number' || typeof got === 'boolean' ? String(got) : typeof got;
-  const name = verdictAt < 0 ? field : `verdicts[${verdictAt}].${field}`;
-  verdictAt = -1;
-  throw new WireError(`${name} must be ${want}, got ${shown}`);
-}
-
-// ---- field checks, shared by the decoder and checkPacket ----
-
-function int(field: string, v: unknown, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) bad(field, `an integer in ${min}..${max}`, v);
-  return v;
-}
-const u32 = (field: string, v: unknown) => int(field, v, 0, 0xffffffff);
-const node = (field: string, v: unknown) => int(field, v, 0, MAX_NODES - 1);
-/** A non-negative count of bytes or pages carried as a double (up to 2^53). */
-const size = (field: string, v: unknown) => int(field, v, 0, Number.MAX_SAFE_INTEGER);
-
-function finite(field: string, v: unknown): number {
-  if (typeof v !== 'number' || !Number.isFinite(v)) bad(field, 'a finite number', v);
-  return v;
-}
-
-function addr(field: string, v: unknown): bigint {
-  if (typeof v !== 'bigint' || v < 0n || v > U64) bad(field, 'a bigint in 0..2^64-1', v);
-  return v;
-}
-
-function bool(field: string, v: unknown): boolean {
-  if (typeof v !== 'boolean') bad(field, 'a boolean', v);
-  return v;
-}
-
-/**
- * Per-block modelled times: their count always; each value's finiteness where they come off
- * the wire (`each`): in one process they are the engine's own sums, and a time moves no byte.
- */
-function times(field: string, v: unknown, count: number, each: boolean): Float64Array {
-  if (!(v instanceof Float64Array) || v.length !== count) bad(field, `a Float64Array of ${count} modelled times`, v);
-  if (each) for (let i = 0; i < count; i++) if (!Number.isFinite(v[i]!)) bad(`${field}[${i}]`, 'a finite number', v[i]);
-  return v;
-}
-
-function text(field: string, v: unknown, max: number): string {
-  if (typeof v !== 'string' || v.length > max) bad(field, `a string of at most ${max} characters`, v);
-  return v;
 }
 
 /** The header every engine packet has: where it goes, the transfer and block, the span. */
@@ -226,7 +161,7 @@ function checkWrite(p: WritePacket, each = false): void {
 }
 
 function checkVerdict(i: number, v: Verdict, each: boolean): void {
-  verdictAt = i;
+  naming(i);
   u32('seq', v.seq);
   const count = int('count', v.count, 1, WIRE_MAX_BLOCKS);
   ackResp('resp', v.resp);
@@ -256,7 +191,7 @@ function checkVerdict(i: number, v: Verdict, each: boolean): void {
     int('answer.status', v.answer.status, 1, 15);
     if (v.answer.side !== 'source' && v.answer.side !== 'destination') bad('answer.side', "'source' or 'destination'", v.answer.side);
   }
-  verdictAt = -1;
+  naming(-1);
 }
 
 function checkAck(p: AckPacket, each = false): void {
@@ -299,141 +234,6 @@ export function checkPacket(p: Packet): void {
   }
 }
 
-// ---- encoding ----
-
-// A frame is written in a buffer kept (and grown) across frames: the scratch one, copied out at
-// the frame's exact size (one allocation per frame, none while writing: a fresh buffer and view
-// per frame were most of an ACK's encoding time), or an Outbox's, where it stays until sent.
-class Writer {
-  at = 0;
-  buf: Uint8Array;
-  view: DataView;
-
-  constructor(size: number) {
-    this.buf = new Uint8Array(size);
-    this.view = new DataView(this.buf.buffer);
-  }
-
-  #room(n: number): DataView {
-    if (this.at + n > this.buf.length) {
-      const next = new Uint8Array(Math.max(this.buf.length * 2, this.at + n));
-      next.set(this.buf.subarray(0, this.at));
-      this.buf = next;
-      this.view = new DataView(next.buffer);
-    }
-    return this.view;
-  }
-  u8(v: number): void {
-    this.#room(1).setUint8(this.at, v);
-    this.at += 1;
-  }
-  u16(v: number): void {
-    this.#room(2).setUint16(this.at, v);
-    this.at += 2;
-  }
-  u32(v: number): void {
-    this.#room(4).setUint32(this.at, v);
-    this.at += 4;
-  }
-  u64(v: bigint): void {
-    this.#room(8).setBigUint64(this.at, v);
-    this.at += 8;
-  }
-  f64(v: number): void {
-    this.#room(8).setFloat64(this.at, v);
-    this.at += 8;
-  }
-  f64s(v: Float64Array): void {
-    const d = this.#room(8 * v.length);
-    for (let i = 0; i < v.length; i++) d.setFloat64(this.at + 8 * i, v[i]!);
-    this.at += 8 * v.length;
-  }
-  bytes(v: Uint8Array): void {
-    this.#room(v.length);
-    this.buf.set(v, this.at);
-    this.at += v.length;
-  }
-  /** A UTF-8 string with its byte length first (u32). */
-  str(v: string): void {
-    const b = Buffer.from(v, 'utf8');
-    this.u32(b.length);
-    this.bytes(b);
-  }
-  done(): Uint8Array {
-    return this.buf.slice(0, this.at);
-  }
-}
-
-const scratch = new Writer(16 << 10);
-
-/** The scratch writer, emptied: one frame at a time. */
-function frameWriter(): Writer {
-  scratch.at = 0;
-  return scratch;
-}
-
-class Reader {
-  #b: Uint8Array;
-  #view: DataView;
-  at = 0;
-
-  constructor(b: Uint8Array) {
-    this.#b = b;
-    this.#view = new DataView(b.buffer, b.byteOffset, b.byteLength);
-  }
-  #need(n: number, field: string): number {
-    if (this.at + n > this.#b.length) throw new WireError(`the frame ends inside ${field} (${this.#b.length} bytes)`);
-    const at = this.at;
-    this.at += n;
-    return at;
-  }
-  u8(field: string): number {
-    return this.#view.getUint8(this.#need(1, field));
-  }
-  u16(field: string): number {
-    return this.#view.getUint16(this.#need(2, field));
-  }
-  u32(field: string): number {
-    return this.#view.getUint32(this.#need(4, field));
-  }
-  u64(field: string): bigint {
-    return this.#view.getBigUint64(this.#need(8, field));
-  }
-  f64(field: string): number {
-    return this.#view.getFloat64(this.#need(8, field));
-  }
-  f64s(field: string, n: number): Float64Array {
-    const at = this.#need(8 * n, field);
-    const out = new Float64Array(n);
-    for (let i = 0; i < n; i++) out[i] = this.#view.getFloat64(at + 8 * i);
-    return out;
-  }
-  bytes(field: string, n: number): Uint8Array {
-    const at = this.#need(n, field);
-    return this.#b.subarray(at, at + n);
-  }
-  str(field: string, max: number): string {
-    const n = this.u32(`${field} length`);
-    if (n > max) bad(`${field} length`, `at most ${max} bytes`, n);
-    const b = this.bytes(field, n);
-    const s = Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('utf8');
-    return s;
-  }
-  rest(): Uint8Array {
-    return this.bytes('the rest', this.#b.length - this.at);
-  }
-  end(): void {
-    if (this.at !== this.#b.length) throw new WireError(`${this.#b.length - this.at} bytes after the last field of the frame`);
-  }
-}
-
-/** Flags must name only the bits the opcode defines. */
-function flags(r: Reader, known: number, what: string): number {
-  const f = r.u8('flags');
-  if (f & ~known) throw new WireError(`${what}: unknown flag bits 0x${(f & ~known).toString(16)}`);
-  return f;
-}
-
 const W_STALL = 1;
 const W_KEY = 2;
 const W_QPN = 4;
@@ -456,7 +256,8 @@ export function encodePacket(p: Packet, bytes?: Uint8Array): Uint8Array {
 }
 
 // Writes every field of `p`; returns the payload that ends the frame (empty for an ACK).
-function writePacket(w: Writer, p: Packet, bytes?: Uint8Array): Uint8Array {
+/** @internal */
+export function writePacket(w: Writer, p: Packet, bytes?: Uint8Array): Uint8Array {
   checkPacket(p);
   if (p.type === 'write') {
     const f =
@@ -625,7 +426,8 @@ const NO_TIMES = new Float64Array(0);
 
 // The header fields are read straight into each packet's one object literal, in wire order (no
 // header object spread into it: a copy per packet).
-function readWrite(r: Reader): DecodedWrite {
+/** @internal */
+export function readWrite(r: Reader): DecodedWrite {
   const f = flags(r, W_ALL, 'write');
   const src = r.u16('src');
   const dst = r.u16('dst');
@@ -738,7 +540,8 @@ function readVerdict(r: Reader, i: number): Verdict {
   return v;
 }
 
-function readAck(r: Reader): AckPacket {
+/** @internal */
+export function readAck(r: Reader): AckPacket {
   const f = flags(r, 6, 'ack');
   const p: AckPacket = {
     type: 'ack',
@@ -771,340 +574,6 @@ function readSges(r: Reader, field: string): Array<{ addr: bigint; length: numbe
   for (let i = 0; i < n; i++)
     out.push({ addr: r.u64(`${field}[${i}].addr`), length: r.u32(`${field}[${i}].length`), lkey: r.u32(`${field}[${i}].lkey`) });
   return out;
-}
-
-// ---- the transport's own frames ----
-
-/** What one frame says, decoded and checked. */
-export type Frame =
-  | { op: Op.HELLO; nodes: number[]; token?: Uint8Array }
-  | { op: Op.PING }
-  | { op: Op.EXCHANGE; body: unknown }
-  | { op: Op.CHUNK; total: number; offset: number; data: Uint8Array }
-  | { op: Op.BATCH; frames: Uint8Array[] }
-  | { op: Op.WRITE; packet: DecodedWrite; bytes: Uint8Array }
-  | { op: Op.ACK; packet: AckPacket };
-
-/** Decode one frame; throws a WireError for anything that breaks the layout. */
-export function decodeFrame(frame: Uint8Array): Frame {
-  const r = new Reader(frame);
-  const op = r.u8('opcode') as Op;
-  switch (op) {
-    case Op.WRITE: {
-      const packet = readWrite(r);
-      // A view of the payload inside the frame: as many bytes as the checked header says it carries.
-      const bytes = r.bytes('payload', carriedBytes(packet as WritePacket));
-      r.end();
-      return { op, packet, bytes };
-    }
-    case Op.ACK:
-      return { op, packet: readAck(r) };
-    case Op.HELLO: {
-      const f = flags(r, HELLO_TOKEN, 'hello');
-      const n = r.u16('nodes count');
-      int('nodes count', n, 1, MAX_NODES);
-      const nodes: number[] = [];
-      for (let i = 0; i < n; i++) nodes.push(node(`nodes[${i}]`, r.u16(`nodes[${i}]`)));
-      const token = f & HELLO_TOKEN ? helloToken(r) : undefined;
-      r.end();
-      if (new Set(nodes).size !== n) throw new WireError('hello: a node is named twice');
-      return token ? { op, nodes, token } : { op, nodes };
-    }
-    case Op.PING:
-      flags(r, 0, 'ping');
-      r.end();
-      return { op };
-    case Op.EXCHANGE: {
-      flags(r, 0, 'exchange');
-      const body = readValue(r, 0);
-      r.end();
-      return { op, body };
-    }
-    case Op.CHUNK: {
-      flags(r, 0, 'chunk');
-      const total = r.u32('chunk total');
-      const offset = r.u32('chunk offset');
-      int('chunk total', total, 1, MAX_FRAME_BYTES);
-      const data = r.rest();
-      if (data.length === 0 || offset + data.length > total)
-        bad('chunk offset + length', `within the announced ${total} bytes`, offset + data.length);
-      return { op, total, offset, data };
-    }
-    case Op.BATCH: {
-      flags(r, 0, 'batch');
-      const n = r.u16('batch count');
-      int('batch count', n, 2, MAX_BATCH_FRAMES);
-      const frames: Uint8Array[] = [];
-      for (let i = 0; i < n; i++) {
-        const len = r.u32(`batch[${i}] length`);
-        // The smallest frame is an opcode and a flags byte; what each says is checked when it is decoded.
-        if (len < 2) bad(`batch[${i}] length`, 'at least 2', len);
-        frames.push(r.bytes(`batch[${i}]`, len));
-      }
-      r.end();
-      return { op, frames };
-    }
-    default:
-      throw new WireError(`unknown opcode 0x${(op as number).toString(16).padStart(2, '0')}`);
-  }
-}
-
-/** The hello's flag: the sender's token follows the nodes (a length byte, then its bytes). */
-const HELLO_TOKEN = 1;
-/** Bytes of a hello's token. */
-export const MAX_TOKEN_BYTES = 255;
-
-function helloToken(r: Reader): Uint8Array {
-  const n = r.u8('token length');
-  int('token length', n, 1, MAX_TOKEN_BYTES);
-  return r.bytes('token', n);
-}
-
-/** A hello: the nodes the sender hosts, and its token if it has one (LibfabricOptions.token). */
-export function encodeHello(nodes: readonly number[], token?: Uint8Array): Uint8Array {
-  int('nodes count', nodes.length, 1, MAX_NODES);
-  if (token) int('token length', token.length, 1, MAX_TOKEN_BYTES);
-  const w = frameWriter();
-  w.u8(Op.HELLO);
-  w.u8(token ? HELLO_TOKEN : 0);
-  w.u16(nodes.length);
-  nodes.forEach((n, i) => w.u16(node(`nodes[${i}]`, n)));
-  if (token) {
-    w.u8(token.length);
-    w.bytes(token);
-  }
-  return w.done();
-}
-
-const PING = Uint8Array.of(Op.PING, 0);
-export function encodePing(): Uint8Array {
-  return PING;
-}
-
-/** A slice of a frame too large for one message: `total` bytes, this one at `offset`. */
-export function encodeChunk(total: number, offset: number, data: Uint8Array): Uint8Array {
-  const w = frameWriter();
-  w.u8(Op.CHUNK);
-  w.u8(0);
-  w.u32(total);
-  w.u32(offset);
-  w.bytes(data);
-  return w.done();
-}
-
-/** Bytes a chunk frame adds to its slice. */
-export const CHUNK_HEADER_BYTES = 10;
-
-/** Frames one batch may carry. */
-export const MAX_BATCH_FRAMES = 0xffff;
-/** Bytes a batch adds: its opcode, flags and count, then each frame's length. */
-export const BATCH_HEADER_BYTES = 4;
-export const BATCH_ENTRY_BYTES = 4;
-
-/**
- * Several frames as one transport message (what one turn of the event loop had ready for a
- * connection): opcode, flags, u16 count (2..MAX_BATCH_FRAMES), then each frame as a u32
- * length and its bytes. Each frame is decoded and checked on its own on arrival. `frames`
- * are each frame's parts (encodePacketParts); returns the batch's parts in order, the
- * frames' own parts not copied.
- */
-export function encodeBatch(frames: ReadonlyArray<readonly Uint8Array[]>): Uint8Array[] {
-  int('batch count', frames.length, 2, MAX_BATCH_FRAMES);
-  const head = new Uint8Array(BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES * frames.length);
-  const view = new DataView(head.buffer);
-  head[0] = Op.BATCH;
-  view.setUint16(2, frames.length);
-  const out: Uint8Array[] = [];
-  let at = BATCH_HEADER_BYTES;
-  for (const parts of frames) {
-    let len = 0;
-    for (const p of parts) len += p.length;
-    view.setUint32(at, len);
-    // Each length goes just before its frame: a view of the one header allocation.
-    out.push(head.subarray(at === BATCH_HEADER_BYTES ? 0 : at, at + BATCH_ENTRY_BYTES), ...parts);
-    at += BATCH_ENTRY_BYTES;
-  }
-  return out;
-}
-
-/**
- * The frames one connection has ready, written straight into one buffer in the batch layout
- * (encodeBatch's) as they come: no copy of a frame, no array of parts. `take` gives the message,
- * the batch's header written last, or a lone frame without it.
- */
-export class Outbox {
-  #w = new Writer(64 << 10);
-  #count = 0;
-  #last = 0; // where the last frame's length starts
-
-  constructor() {
-    this.#w.at = BATCH_HEADER_BYTES;
-  }
-
-  /** Frames in the box. */
-  get frames(): number {
-    return this.#count;
-  }
-
-  /** Bytes of the message so far (its batch header and frame lengths included, an external payload not). */
-  get bytes(): number {
-    return this.#w.at;
-  }
-
-  /**
-   * Append a packet's frame; a write's `payload` (see encodePacket) is copied in, or, if
-   * `external`, only counted: it must go as the message's last part, right after `take`.
-   * Nothing is appended if the packet breaks the layout (the WireError is thrown).
-   */
-  packet(p: Packet, payload?: Uint8Array, external = false): void {
-    const w = this.#w;
-    const start = w.at;
-    this.#last = start;
-    w.u32(0);
-    try {
-      const bytes = writePacket(w, p, payload);
-      if (!external && bytes.length) w.bytes(bytes);
-      w.view.setUint32(start, w.at - start - BATCH_ENTRY_BYTES + (external ? bytes.length : 0));
-    } catch (e) {
-      w.at = start;
-      throw e;
-    }
-    this.#count++;
-  }
-
-  /** Append an encoded frame (a hello, ping, exchange). */
-  frame(frame: Uint8Array): void {
-    this.#last = this.#w.at;
-    this.#w.u32(frame.length);
-    this.#w.bytes(frame);
-    this.#count++;
-  }
-
-  /** Take the last frame out again (a copy of its bytes; an external payload is not among them). */
-  popLast(): Uint8Array {
-    const w = this.#w;
-    const frame = w.buf.slice(this.#last + BATCH_ENTRY_BYTES, w.at);
-    w.at = this.#last;
-    this.#count--;
-    return frame;
-  }
-
-  /** The message (a view, valid until the next append) and an empty box. */
-  take(): Uint8Array {
-    const w = this.#w;
-    const n = this.#count;
-    const end = w.at;
-    this.#count = 0;
-    w.at = BATCH_HEADER_BYTES;
-    if (n === 1) return w.buf.subarray(BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES, end);
-    int('batch count', n, 2, MAX_BATCH_FRAMES);
-    w.buf[0] = Op.BATCH;
-    w.buf[1] = 0;
-    w.view.setUint16(2, n);
-    return w.buf.subarray(0, end);
-  }
-}
-
-// An exchange carries a small value the two programs swap (parameters, QP numbers, addresses
-// and keys, counters): null, booleans, finite numbers, bigints of 64 bits, strings, arrays and
-// plain objects, each tagged, bounded in size and nesting. Nothing else can be expressed.
-const enum Tag {
-  NULL = 0,
-  UNDEFINED = 1,
-  FALSE = 2,
-  TRUE = 3,
-  NUMBER = 4,
-  BIGINT = 5,
-  NEG_BIGINT = 6,
-  STRING = 7,
-  ARRAY = 8,
-  OBJECT = 9,
-}
-
-export function encodeExchange(body: unknown): Uint8Array {
-  const w = frameWriter();
-  w.u8(Op.EXCHANGE);
-  w.u8(0);
-  writeValue(w, body, 0, 'body');
-  return w.done();
-}
-
-function writeValue(w: Writer, v: unknown, depth: number, path: string): void {
-  if (depth > MAX_DEPTH) throw new WireError(`${path}: nested deeper than ${MAX_DEPTH}`);
-  if (v === null) w.u8(Tag.NULL);
-  else if (v === undefined) w.u8(Tag.UNDEFINED);
-  else if (typeof v === 'boolean') w.u8(v ? Tag.TRUE : Tag.FALSE);
-  else if (typeof v === 'number') {
-    w.u8(Tag.NUMBER);
-    w.f64(finite(path, v));
-  } else if (typeof v === 'bigint') {
-    const m = v < 0n ? -v : v;
-    if (m > U64) bad(path, 'a bigint within ±(2^64-1)', v);
-    w.u8(v < 0n ? Tag.NEG_BIGINT : Tag.BIGINT);
-    w.u64(m);
-  } else if (typeof v === 'string') {
-    // Bytes, as the decoder counts them: a string of multi-byte characters may not pass here and be refused there.
-    if (Buffer.byteLength(v, 'utf8') > MAX_STRING) bad(path, `a string of at most ${MAX_STRING} UTF-8 bytes`, v);
-    w.u8(Tag.STRING);
-    w.str(v);
-  } else if (Array.isArray(v)) {
-    if (v.length > MAX_ITEMS) bad(path, `an array of at most ${MAX_ITEMS} items`, v);
-    w.u8(Tag.ARRAY);
-    w.u32(v.length);
-    v.forEach((x, i) => writeValue(w, x, depth + 1, `${path}[${i}]`));
-  } else if (typeof v === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(v) as object | null)) {
-    const entries = Object.entries(v as Record<string, unknown>);
-    if (entries.length > MAX_KEYS) bad(path, `an object of at most ${MAX_KEYS} keys`, v);
-    w.u8(Tag.OBJECT);
-    w.u32(entries.length);
-    for (const [k, x] of entries) {
-      w.str(text(`${path} key`, k, MAX_REASON));
-      writeValue(w, x, depth + 1, `${path}.${k}`);
-    }
-  } else bad(path, 'null, a boolean, number, bigint, string, array or plain object', v);
-}
-
-function readValue(r: Reader, depth: number): unknown {
-  if (depth > MAX_DEPTH) throw new WireError(`exchange body nested deeper than ${MAX_DEPTH}`);
-  const tag = r.u8('value tag') as Tag;
-  switch (tag) {
-    case Tag.NULL:
-      return null;
-    case Tag.UNDEFINED:
-      return undefined;
-    case Tag.FALSE:
-      return false;
-    case Tag.TRUE:
-      return true;
-    case Tag.NUMBER:
-      return finite('number', r.f64('number'));
-    case Tag.BIGINT:
-      return r.u64('bigint');
-    case Tag.NEG_BIGINT:
-      return -r.u64('bigint');
-    case Tag.STRING:
-      return r.str('string', MAX_STRING);
-    case Tag.ARRAY: {
-      const n = r.u32('array length');
-      int('array length', n, 0, MAX_ITEMS);
-      const out: unknown[] = [];
-      for (let i = 0; i < n; i++) out.push(readValue(r, depth + 1));
-      return out;
-    }
-    case Tag.OBJECT: {
-      const n = r.u32('object keys');
-      int('object keys', n, 0, MAX_KEYS);
-      // No prototype to reach through a key such as "__proto__".
-      const out = Object.create(null) as Record<string, unknown>;
-      for (let i = 0; i < n; i++) {
-        const k = r.str('key', MAX_REASON);
-        out[k] = readValue(r, depth + 1);
-      }
-      return out;
-    }
-    default:
-      throw new WireError(`unknown value tag ${tag as number}`);
-  }
 }
 
 /** The decoded write, its payload now at `offset` of `memory` (a staging mapping, or the receive slot it arrived in). */
