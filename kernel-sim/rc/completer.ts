@@ -5,8 +5,7 @@
 // answers), and completes the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
-import { EvtId } from '../smmu/records.js';
-import type { Access, Translation } from '../smmu/smmu.js';
+import type { Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
 import { rnrTimerMs } from './tables.js';
 import {
@@ -24,12 +23,6 @@ import {
   walkCost,
 } from '../pldma/types.js';
 
-const STATUS_FOR: Partial<Record<EvtId, { read: DmaStatus; write: DmaStatus }>> = {
-  [EvtId.F_ADDR_SIZE]: { read: DmaStatus.SRC_ADDR_ERR, write: DmaStatus.DST_ADDR_ERR },
-  [EvtId.F_PERMISSION]: { read: DmaStatus.SRC_PERM_ERR, write: DmaStatus.DST_PERM_ERR },
-  [EvtId.C_BAD_STREAMID]: { read: DmaStatus.PD_ERR, write: DmaStatus.PD_ERR },
-};
-
 /** The status a destination's error ACK stands for. */
 const STATUS_OF_RESP: Partial<Record<AckResp, DmaStatus>> = {
   [AckResp.PD_ERR]: DmaStatus.PD_ERR,
@@ -40,11 +33,6 @@ const STATUS_OF_RESP: Partial<Record<AckResp, DmaStatus>> = {
   [AckResp.OP_ERR]: DmaStatus.REM_OP,
   [AckResp.FLUSHED]: DmaStatus.FLUSHED,
 };
-
-/** The status a fault that cannot be resolved ends a transfer with. */
-export function statusForFault(id: EvtId, access: Access): DmaStatus {
-  return STATUS_FOR[id]?.[access] ?? (access === 'read' ? DmaStatus.SRC_ADDR_ERR : DmaStatus.DST_ADDR_ERR);
-}
 
 export class Completer {
   #s: EngineState;
@@ -360,8 +348,7 @@ export class Completer {
       case AckResp.SOURCE_FAULT: {
         // The page was there when translated and gone when the payload was read.
         const addr = run.region.address + BigInt(v.faultOffset ?? run.offset + j0 * s.blockSize);
-        const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr, recoverable: true, reason: 'source page evicted before the copy' };
-        s.smmu.iotlb.invalidateRange(addr, run.region.pageSize, run.region.pageSize);
+        const tr = this.#faults.evicted(addr, run.region.pageSize, 'source page evicted before the copy');
         this.blockFault(t, seq, run.sid, tr, this.#issueAt + c.scheduleUs, run.issuedUs[j0]!, run.issuedMs);
         return;
       }
@@ -425,8 +412,7 @@ export class Completer {
   /** A source-side fault of block `seq`: an error if it cannot be resolved, else the fault unit parks the transfer. */
   blockFault(t: Transfer, seq: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number, issuedUs: number, issuedMs: number): void {
     if (tr.recoverable) return this.#faults.source(t, seq, sid, tr, at, issuedUs, issuedMs);
-    this.#s.smmu.recordFault(sid, tr, 'read');
-    this.fail(t, true, statusForFault(tr.id, 'read'), tr.reason, at, 'source');
+    this.fail(t, true, this.#faults.refused(sid, tr, 'read'), tr.reason, at, 'source');
   }
 
   /** Blocks [seq, seq+count) landed; the last of them acked at `ackAt` (modelled). */

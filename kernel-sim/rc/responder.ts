@@ -10,13 +10,11 @@
 // is placed the same way as a write, and what landed goes to this node's completer instead of
 // an ACK. Everything it knows comes from the packet; everything it says goes back as a packet.
 import type { CostModel } from '../cost-model/index.js';
-import { binding, type RawMapping } from '../../native/index.js';
 import { AckResp, type AckPacket, isResponse, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
-import { EvtId } from '../smmu/records.js';
-import { type MemoryLike, rawMemory } from '../memory.js';
+import type { MemoryLike } from '../memory.js';
 import type { Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu.js';
-import { statusForFault } from './completer.js';
+import { AtomicUnit } from './atomic.js';
 import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
 import type { Faults, HeldAnswer } from './faults.js';
 import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './tables.js';
@@ -44,28 +42,6 @@ export interface ResponderDeps {
 /** Records a destination fault and waits for its answer (a NACK carries it). */
 type HoldNack = () => Promise<HeldAnswer | undefined>;
 
-/** A page of the atomic unit's register: 512 words, where atomics' original values are read and their responses sent from. */
-interface AtomicRegister {
-  raw: RawMapping;
-  memory: MemoryLike;
-  /** The streams it is mapped in (a response's source is translated there). */
-  mapped: WeakSet<StreamContext>;
-}
-
-/** An atomic this node executed, kept for a duplicate request (rxe's responder resources): its PSN and the word of the register holding its original value. */
-interface Replayed {
-  psn: number;
-  slot: number;
-}
-
-/**
- * Atomics each QP keeps for replay. A requester has one atomic outstanding per QP (the verbs
- * run a READ or an atomic alone), so a word of the register is reused only after the response
- * it holds has landed.
- */
-const ATOMIC_REPLAY = 4;
-/** Words of one register page; word 0 of the first page is the unit's own (the new value). */
-const SLOTS_PER_PAGE = 512;
 /** Base page and huge page sizes (an IOTLB entry is keyed at its page's base). */
 const PAGE = 4096;
 const HUGE_PAGE = 2n * 1024n * 1024n;
@@ -126,14 +102,12 @@ export class Responder {
   jobs = 0;
   /** Keyed by source node × 2^20 + channel: bounded by the fabric's nodes and channels. */
   #lanes = new Map<number, Lane>();
-  /** One atomic at a time on this node (the atomic unit), its register, its free words and its replay per QP. */
-  #atomics: Promise<unknown> = Promise.resolve();
-  #register: AtomicRegister[] = [];
-  #freeSlots: number[] = [];
-  #replay = new Map<number, Replayed[]>();
+  /** The node's atomic unit (atomic.ts): one atomic at a time, its register and replay. */
+  #atomics: AtomicUnit;
 
   constructor(deps: ResponderDeps) {
     this.#d = deps;
+    this.#atomics = new AtomicUnit(deps.smmu, deps.engine);
   }
 
   /**
@@ -467,9 +441,10 @@ export class Responder {
     if (!sink || sink.length !== 8 || p.sinks!.length !== 1)
       return { verdict: this.#nak(p, AckResp.INV_REQ, 'an atomic answers into one 8-byte sink') };
     if (a.duplicate) {
-      const r = this.#replay.get(a.qp.qpNum)?.find((e) => e.psn === p.psn);
-      if (!r) return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} keeps no atomic of PSN ${String(p.psn)} to answer again`) };
-      this.#failed(p, [this.#d.post(this.#answerDesc(p, a, this.#slotAt(dest.ctx, r.slot).address, sink))]);
+      const from = this.#atomics.replayed(a.qp.qpNum, p.psn!, dest.ctx);
+      if (from === undefined)
+        return { verdict: this.#nak(p, AckResp.DROPPED, `QP ${a.qp.qpNum} keeps no atomic of PSN ${String(p.psn)} to answer again`) };
+      this.#failed(p, [this.#d.post(this.#answerDesc(p, a, from, sink))]);
       return undefined;
     }
     let faults = 0;
@@ -486,10 +461,7 @@ export class Responder {
       }
       faults = 1;
     }
-    const run = () => this.#atomic(p, dest, faults);
-    const out = this.#atomics.then(run, run);
-    this.#atomics = out.catch(() => undefined);
-    return out;
+    return this.#atomics.serial(() => this.#atomic(p, dest, faults));
   }
 
   // An atomic on the 8-byte word at p.va, in the atomic unit: the word's original value read
@@ -498,7 +470,7 @@ export class Responder {
   // cannot place it, and the replay answers). A page gone since it was translated is the fault
   // NACK (the requester asks again).
   async #atomic(p: WritePacket, dest: Placed & { rc: RcAdmitted }, faults: number): Promise<{ verdict: Verdict; fault?: HoldNack } | undefined> {
-    const { smmu, engine } = this.#d;
+    const { smmu } = this.#d;
     const a = dest.rc;
     // The QP went away while the atomic waited for the unit: nothing is read or written.
     if (!stillAdmitted(this.#d.tables, a, p.key))
@@ -506,88 +478,28 @@ export class Responder {
     const tr = smmu.translate(dest.ctx.sid, p.va, 8, 'write');
     if (!tr.ok) return this.#fault(p, 0, dest.ctx.sid, tr, p.va);
     const tag = nodeTag(this.#d.node, { qp: a.qp.qpNum, ...(p.key !== undefined ? { key: p.key } : {}) });
-    const slot = this.#takeSlot();
-    const old = this.#slotAt(dest.ctx, slot);
-    const read = await engine.copy(tr.region, tr.offset, old.page.memory, old.offset, 8, CopyFlag.CheckSource, tag);
-    if (read.status !== CopyStatus.Ok) {
-      this.#freeSlots.push(slot);
-      if (read.status === CopyStatus.SourceFault) {
-        const evicted: Translation = {
-          ok: false,
-          id: EvtId.F_TRANSLATION,
-          addr: p.va,
-          recoverable: true,
-          reason: "the atomic's word was evicted before it was read",
-        };
-        smmu.iotlb.invalidateRange(p.va, tr.region.pageSize, tr.region.pageSize);
-        return this.#fault(p, 0, dest.ctx.sid, evicted as Extract<Translation, { ok: false }>, p.va);
-      }
-      return { verdict: this.#nak(p, AckResp.OP_ERR, 'the atomic unit could not read the word') };
+    const done = await this.#atomics.execute(tr.region, tr.offset, p.atomic!, dest.ctx, tag, a.qp.qpNum, p.psn!);
+    if (done.status === 'source-fault') {
+      const evicted = this.#d.faults.evicted(p.va, tr.region.pageSize, "the atomic's word was evicted before it was read");
+      return this.#fault(p, 0, dest.ctx.sid, evicted, p.va);
     }
-    const orig = new DataView(old.page.raw.buffer).getBigUint64(old.offset, true);
-    const at = p.atomic!;
-    const next = at.fetchAdd ? BigInt.asUintN(64, orig + at.compareAdd) : orig === at.compareAdd ? at.swap : undefined;
-    if (next !== undefined) {
-      // The unit's own word (word 0 of its first page) holds the new value for the copy.
-      const unit = this.#register[0]!;
-      new DataView(unit.raw.buffer).setBigUint64(0, next, true);
-      const wrote = await engine.copy(unit.memory, 0, tr.region, tr.offset, 8, CopyFlag.CheckDest, tag);
-      if (wrote.status !== CopyStatus.Ok) {
-        this.#freeSlots.push(slot);
-        return { verdict: this.#nak(p, AckResp.OP_ERR, "the atomic's word went away before its new value was written") };
-      }
-    }
-    this.#remember(a.qp.qpNum, p.psn!, slot);
-    const d = this.#answerDesc(p, a, old.address, p.sinks![0]!);
+    if (done.status === 'read-failed') return { verdict: this.#nak(p, AckResp.OP_ERR, 'the atomic unit could not read the word') };
+    if (done.status === 'write-failed')
+      return { verdict: this.#nak(p, AckResp.OP_ERR, "the atomic's word went away before its new value was written") };
+    const d = this.#answerDesc(p, a, done.address, p.sinks![0]!);
     if (faults) d.srcFaults = faults;
     this.#failed(p, [this.#d.post(d)]);
     return undefined;
   }
 
-  // A free word of the unit's register (a page more when none is left).
-  #takeSlot(): number {
-    if (this.#freeSlots.length === 0) {
-      const raw = binding.mapRegion(SLOTS_PER_PAGE * 8, false, false, false);
-      new Uint8Array(raw.buffer).fill(0);
-      // Its bytes are read by a transport between processes too (it looks for `buffer`).
-      this.#register.push({ raw, memory: rawMemory(raw), mapped: new WeakSet() });
-      const base = (this.#register.length - 1) * SLOTS_PER_PAGE;
-      for (let i = SLOTS_PER_PAGE - 1; i >= (base === 0 ? 1 : 0); i--) this.#freeSlots.push(base + i);
-    }
-    return this.#freeSlots.pop()!;
-  }
-
-  // Word `slot` of the register: its page (mapped in `ctx`'s stream, where a response's source is translated) and address.
-  #slotAt(ctx: StreamContext, slot: number): { page: AtomicRegister; offset: number; address: bigint } {
-    const page = this.#register[Math.floor(slot / SLOTS_PER_PAGE)]!;
-    if (!page.mapped.has(ctx)) {
-      this.#d.smmu.map(ctx.sid, page.memory, { read: true, write: true });
-      page.mapped.add(ctx);
-    }
-    const offset = (slot % SLOTS_PER_PAGE) * 8;
-    return { page, offset, address: page.memory.address + BigInt(offset) };
-  }
-
-  // An atomic executed for QP `qp`: kept for a duplicate, the QP's oldest one's word freed.
-  #remember(qp: number, psn: number, slot: number): void {
-    let list = this.#replay.get(qp);
-    if (!list) this.#replay.set(qp, (list = []));
-    list.push({ psn, slot });
-    if (list.length > ATOMIC_REPLAY) this.#freeSlots.push(list.shift()!.slot);
-  }
-
   /** QP `qp` of this node was destroyed (its responses' copies fenced): its replay goes. */
   forget(qp: number): void {
-    for (const r of this.#replay.get(qp) ?? []) this.#freeSlots.push(r.slot);
-    this.#replay.delete(qp);
+    this.#atomics.forget(qp);
   }
 
   /** The atomic register goes with the engine. */
   close(): void {
-    for (const r of this.#register) binding.closeRegion(r.raw.id, r.raw.buffer);
-    this.#register = [];
-    this.#freeSlots = [];
-    this.#replay.clear();
+    this.#atomics.close();
   }
 
   // A SEND's run over several receive buffers: each span translated whole (a fault stops the
@@ -647,9 +559,8 @@ export class Responder {
       const at = p.arrivals[i]! + walkUs;
       return { verdict: { seq, count: 1, resp: AckResp.FAULT, walkUs }, fault: () => this.#d.faults.destination(p, i, sid, fault, at, base, nack) };
     }
-    this.#d.smmu.recordFault(sid, fault, 'write');
     // F_PERMISSION or F_ADDR_SIZE: the stream was found above, in this same turn.
-    const resp = statusForFault(fault.id, 'write') === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : AckResp.ADDR_ERR;
+    const resp = this.#d.faults.refused(sid, fault, 'write') === DmaStatus.DST_PERM_ERR ? AckResp.ACCESS_ERR : AckResp.ADDR_ERR;
     return { verdict: { seq, count: 1, resp, walkUs, reason: fault.reason } };
   }
 
@@ -832,7 +743,6 @@ export class Responder {
     window: StallWindow | undefined,
     r: CopyResult | undefined,
   ): boolean {
-    const { smmu } = this.#d;
     const bs = p.blockSize;
     const piece = g.byteAt !== undefined;
     const status = r ? r.status : (-1 as CopyStatus);
@@ -864,14 +774,7 @@ export class Responder {
       case CopyStatus.DestFault: {
         const region = g.region;
         const addr = region.address + BigInt(faultOffset);
-        const evicted: Translation = {
-          ok: false,
-          id: EvtId.F_TRANSLATION,
-          addr,
-          recoverable: true,
-          reason: 'destination page evicted before the write',
-        };
-        smmu.iotlb.invalidateRange(addr, region.pageSize, region.pageSize);
+        const evicted = this.#d.faults.evicted(addr, region.pageSize, 'destination page evicted before the write');
         faults.push(() => this.#d.faults.destination(p, g.at + k, sid, evicted, p.arrivals[g.at + k]!, dest.spans[0]!.va));
         verdicts.push({ seq: stopSeq, count: 1, resp: AckResp.FAULT, walkUs, late: true, stalls });
         break;
