@@ -17,7 +17,20 @@ import type { Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu
 import { AtomicUnit } from './atomic.js';
 import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
 import type { Faults, HeldAnswer } from './faults.js';
-import { admitRc, GRH_BYTES, takesReceives, type RcAdmitted, type RcReceived, type RcRefusal, type RcTables, stillAdmitted } from './tables.js';
+import {
+  RcAccess,
+  type RcAdmitted,
+  type RcMessage,
+  type RcMr,
+  type RcOdp,
+  type RcPacket,
+  type RcPlace,
+  type RcQp,
+  type RcReceived,
+  type RcRecvWqe,
+  type RcRefusal,
+  type RcTables,
+} from './tables.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from '../pldma/types.js';
 
 /** @internal What one node's responder needs of its node. */
@@ -90,6 +103,384 @@ interface Lane {
   waiting: Array<() => void>;
   /** The transfer and block a write stopped at: that transfer's later writes are returned until it comes again. */
   stop: { tid: number; seq: number } | undefined;
+}
+
+// ---- the checks (rxe_resp's chain, in its order) ----
+//
+// A packet that names a QP goes through the checks once, on its own node, against its own
+// tables: the QP and its connection (rxe_rcv's header check), then the PSN, the opcode against
+// the QP (and an XRC target's SRQ), the rkey, and the resources (a receive WQE). Each step is a
+// small function that returns the next one, or the refusal that ends the chain; the last one
+// admits the packet (a message starts, epsn moving on, only then). The rkey is checked before
+// the resource, where rxe checks it after: a receive taken off a shared queue is taken for
+// good, so it is taken only for a packet that will land.
+
+/** How far back (PSNs) a READ or an atomic request counts as a duplicate of one already taken. */
+const DUPLICATE_WINDOW = 1 << 23;
+
+/** Bytes at the head of a UD receive buffer kept for the GRH (never written here: no GRH is carried). */
+export const GRH_BYTES = 40;
+
+/** What the checks know of a packet so far. */
+interface Check {
+  t: RcTables;
+  p: RcPacket;
+  qp: RcQp;
+  /** Where the packet's bytes sit in its message, the message's bytes, and whether it ends it. */
+  off: number;
+  total: number;
+  last: boolean;
+  /** The message it starts or continues. */
+  msg: RcMessage | undefined;
+  continues: boolean;
+  duplicate: boolean;
+  /** Where its receive comes from when it is not rq's head (an SRQ, an XRC SRQ). */
+  take: (() => RcRecvWqe | undefined) | undefined;
+  /** Where its bytes land, once known (a SEND's receive buffers). */
+  spans: RcPlace['spans'] | undefined;
+}
+
+/** A step of the chain: the next step, the packet admitted, or why it is refused. */
+type Step = (c: Check) => Step | RcAdmitted | RcRefusal;
+
+/**
+ * Admit an RC packet at this node: rxe_resp's chain of checks (see above). UD datagrams have
+ * a chain of their own (admitUd).
+ */
+export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  if (p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM) return admitUd(t, p);
+  const qp = t.qps.get(p.qpn);
+  if (!qp || !qp.receiving || qp.pd.closed) return { nak: 'qp', reason: `no QP ${p.qpn} accepting packets on this node` };
+  const { off, total } = spanOf(p);
+  const c: Check = {
+    t,
+    p,
+    qp,
+    off,
+    total,
+    last: off + p.length === total,
+    msg: undefined,
+    continues: false,
+    duplicate: false,
+    take: undefined,
+    spans: undefined,
+  };
+  let step: Step | RcAdmitted | RcRefusal = checkConnection;
+  while (typeof step === 'function') step = step(c);
+  return step;
+}
+
+/** rxe_rcv's check: the packet comes from the connected QP (its node as the transport proved it, and its QP). */
+function checkConnection(c: Check): Step | RcRefusal {
+  const { p, qp } = c;
+  if (p.src !== qp.destNode || p.srcQpn !== qp.destQpNum)
+    return { nak: 'qp', reason: `QP ${p.qpn} is connected to QP ${qp.destQpNum} of node ${qp.destNode}, not QP ${p.srcQpn} of node ${p.src}` };
+  // A READ response or an atomic's belongs to this QP's own outstanding request, not to a
+  // message its responder receives: no PSN of the receive side.
+  return isResponse(p.opcode) ? checkResponse : checkPsn;
+}
+
+/** A response to this QP's own request: its bytes land only in a sink it expects, under LOCAL_WRITE. */
+function checkResponse(c: Check): RcAdmitted | RcRefusal {
+  const { t, p, qp } = c;
+  if (p.length > 0 && (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length)))
+    return { nak: 'access', reason: `QP ${p.qpn} expects no response bytes at ${hex(Number(p.va))} under key ${hex(p.key ?? 0)}` };
+  c.msg = newMessage(p);
+  return admitted(c);
+}
+
+/** rxe's check_psn: the message in progress goes on, the next one starts, or a READ or an atomic is asked again. */
+function checkPsn(c: Check): Step | RcRefusal {
+  const { p, qp } = c;
+  const r = qp.resp;
+  if (r.msg !== undefined && r.msg.psn === p.psn) {
+    c.msg = r.msg;
+    c.continues = true;
+    return checkOpValid;
+  }
+  const behind = (r.epsn - (p.psn ?? r.epsn)) & 0xffffff;
+  if ((p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC) && behind > 0 && behind <= DUPLICATE_WINDOW) {
+    c.duplicate = true;
+    c.msg = newMessage(p);
+    return checkOpValid;
+  }
+  if (p.psn !== r.epsn || c.off !== 0)
+    return { nak: 'psn', reason: `QP ${p.qpn} expects PSN ${r.epsn} to start a message, got PSN ${String(p.psn)} at byte ${c.off}` };
+  c.msg = newMessage(p);
+  return checkOpValid;
+}
+
+/** rxe's check_op_valid: the QP accepts the operation (qp_access_flags), its operands are well formed; an XRC target's SRQ. */
+function checkOpValid(c: Check): Step | RcRefusal {
+  const refused = opRefusal(c.p, c.qp);
+  if (refused) return refused;
+  return checkXrc;
+}
+
+/** XRC: a target QP takes requests of its XRC send QP only, each naming an XRC SRQ of its domain. */
+function checkXrc(c: Check): Step | RcRefusal {
+  const { p, qp } = c;
+  c.take = qp.take ? () => qp.take!() : undefined;
+  if (!qp.xrcSrq && p.srqn === undefined) return checkRkey;
+  const srq = p.srqn === undefined ? undefined : qp.xrcSrq?.(p.srqn);
+  if (!srq)
+    return {
+      nak: 'inv-req',
+      reason: qp.xrcSrq
+        ? `XRC target QP ${p.qpn}'s domain has no XRC SRQ ${String(p.srqn)}`
+        : `QP ${p.qpn} is no XRC target: the request names XRC SRQ ${String(p.srqn)}`,
+    };
+  c.take = () => srq.take();
+  return checkRkey;
+}
+
+/** The opcode against the QP's access flags, and its operands' alignment and size. */
+function opRefusal(p: RcPacket, qp: RcQp): RcRefusal | undefined {
+  const flags = qp.accessFlags;
+  switch (p.opcode) {
+    case RcOp.WRITE:
+    case RcOp.WRITE_IMM:
+      return flags & RcAccess.REMOTE_WRITE ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA WRITE (qp_access_flags)` };
+    case RcOp.SEND:
+    case RcOp.SEND_IMM:
+      return undefined;
+    case RcOp.READ_REQUEST:
+      return flags & RcAccess.REMOTE_READ ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA READ (qp_access_flags)` };
+    case RcOp.ATOMIC:
+      if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an atomic's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
+      return flags & RcAccess.REMOTE_ATOMIC ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept atomics (qp_access_flags)` };
+    case RcOp.ATOMIC_WRITE:
+      // rxe_resp: QP and MR need REMOTE_WRITE; the word is 8-byte aligned and the payload its 8 bytes.
+      if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an ATOMIC WRITE's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
+      if (spanOf(p).total !== 8) return { nak: 'inv-req', reason: `an ATOMIC WRITE carries 8 bytes, got ${spanOf(p).total}` };
+      if (!(flags & RcAccess.REMOTE_WRITE))
+        return { nak: 'access', reason: `QP ${p.qpn} does not accept ATOMIC WRITE (qp_access_flags lacks REMOTE_WRITE)` };
+      return undefined;
+    case RcOp.FLUSH: {
+      // rxe_resp's check_qp_attr_access and check_placement_type: the QP must allow each placement type asked for.
+      const type = p.flush?.type ?? 0;
+      const want = flushAccess(type);
+      const name = type & 1 && !(flags & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+      if (want === 0) return { nak: 'inv-req', reason: 'a FLUSH names no placement type' };
+      return (flags & want) === want ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept FLUSH with ${name} (qp_access_flags)` };
+    }
+    default:
+      return { nak: 'inv-req', reason: `opcode ${String(p.opcode)} is not an RC opcode this responder knows` };
+  }
+}
+
+/** The MR access a FLUSH's placement type bits ask for. */
+function flushAccess(type: number): number {
+  return (type & 1 ? RcAccess.FLUSH_GLOBAL : 0) | (type & 2 ? RcAccess.FLUSH_PERSISTENT : 0);
+}
+
+/** rxe's check_rkey (and check_length): a RETH-addressed packet's MR live, in the QP's PD, with the access, covering the span. */
+function checkRkey(c: Check): Step | RcRefusal {
+  const refused = rkeyRefusal(c.t, c.p, c.qp);
+  if (refused) return refused;
+  // A duplicate READ or atomic takes no resource: it is read again, or answered from the replay.
+  return c.duplicate ? admitted : checkResource;
+}
+
+/** The rkey check of each RETH-addressed opcode; undefined if it passes (or the opcode names no memory). */
+function rkeyRefusal(t: RcTables, p: RcPacket, qp: RcQp): RcRefusal | undefined {
+  const rkey = (n: number, access: number, want: string, rest = n): RcRefusal | undefined =>
+    p.key !== undefined && keyFor(t, qp, p.key, p.va, n, access, rest)
+      ? undefined
+      : { nak: 'access', reason: rkeyReason(t, qp, p.key, p.va, rest, want) };
+  switch (p.opcode) {
+    case RcOp.WRITE:
+    case RcOp.WRITE_IMM:
+      // A zero-length write names no memory (IB: its rkey is not checked). The rest of the
+      // message must fit too (RETH's DMA length): a write past its MR lands nothing.
+      return p.length === 0 ? undefined : rkey(p.length, RcAccess.REMOTE_WRITE, 'REMOTE_WRITE', spanOf(p).rest);
+    case RcOp.READ_REQUEST:
+      return (p.dmaLength ?? 0) === 0 ? undefined : rkey(p.dmaLength!, RcAccess.REMOTE_READ, 'REMOTE_READ');
+    case RcOp.ATOMIC:
+      return rkey(8, RcAccess.REMOTE_ATOMIC, 'REMOTE_ATOMIC');
+    case RcOp.ATOMIC_WRITE:
+      return rkey(8, RcAccess.REMOTE_WRITE, 'REMOTE_WRITE');
+    case RcOp.FLUSH:
+      return flushRkeyRefusal(t, p, qp);
+    default:
+      return undefined;
+  }
+}
+
+/** A FLUSH's rkey: the MR must allow each placement type; selectivity MR flushes the whole MR (only the key is checked), a range must lie inside it. */
+function flushRkeyRefusal(t: RcTables, p: RcPacket, qp: RcQp): RcRefusal | undefined {
+  const type = p.flush?.type ?? 0;
+  const want = flushAccess(type);
+  const n = p.flush?.level === 1 ? 0 : (p.dmaLength ?? 0);
+  if (p.key !== undefined && keyFor(t, qp, p.key, p.va, n, want)) return undefined;
+  const mr = p.key === undefined ? undefined : t.mrs.get(p.key);
+  const lacks = mr && !mr.closed && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
+  const flag = mr && type & 1 && !(mr.access & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+  return { nak: 'access', reason: lacks ? `rkey ${hex(p.key!)}'s MR was registered without ${flag}` : rkeyReason(t, qp, p.key, p.va, n, flag) };
+}
+
+/**
+ * rxe's check_resource: a SEND's first packet takes the receive at the head of rq (RNR NAK if
+ * there is none; its buffers are checked: not in an MR of the QP's PD is REM_OP_ERR, too short
+ * REM_INV_REQ_ERR, the receive completing in error and the QP going to ERR); a WRITE with
+ * immediate's last packet needs one too.
+ */
+function checkResource(c: Check): Step | RcRefusal {
+  const { p, qp, msg, take } = c;
+  if (p.opcode === RcOp.SEND || p.opcode === RcOp.SEND_IMM) return msg!.wqe ? scatterSendRun : takeReceive;
+  if (p.opcode === RcOp.WRITE_IMM && c.last) {
+    // From a shared queue the receive is taken now, held by the message like a SEND's.
+    if (take) msg!.wqe ??= take();
+    if (!(take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+  }
+  return admitted;
+}
+
+/** A SEND's first packet: the receive it lands in, its buffers checked for the whole message. */
+function takeReceive(c: Check): Step | RcRefusal {
+  const { t, p, qp, take } = c;
+  const wqe = take ? take() : qp.rq[0];
+  if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+  const s = scatterSend(t, qp, wqe, 0, 0, c.total);
+  if ('fail' in s) {
+    if (!take) qp.rq.shift();
+    qp.received(wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+    qp.toError();
+    return s.fail === 'prot'
+      ? { nak: 'op', reason: `a buffer of QP ${p.qpn}'s receive is in no MR of its PD with LOCAL_WRITE` }
+      : { nak: 'inv-req', reason: `a ${c.total}-byte SEND does not fit QP ${p.qpn}'s receive buffers` };
+  }
+  c.msg!.wqe = wqe;
+  return scatterSendRun;
+}
+
+/** A SEND's packet: the receive buffers' spans its bytes land in. */
+function scatterSendRun(c: Check): Step | RcRefusal {
+  const s = scatterSend(c.t, c.qp, c.msg!.wqe!, c.off, c.p.length, 0);
+  if ('fail' in s) return { nak: 'op', reason: `QP ${c.p.qpn}'s receive buffers went away mid-message` };
+  c.spans = s.spans;
+  return admitted;
+}
+
+/** The end of the chain: the packet admitted, a new message started (epsn moves on). */
+function admitted(c: Check): RcAdmitted {
+  const { p, qp, msg } = c;
+  const spans = c.spans ?? (p.length > 0 ? [{ va: p.va, length: p.length, key: p.key! }] : []);
+  if (c.duplicate) return { qp, msg: msg!, total: c.total, spans, last: c.last, duplicate: true };
+  if (!c.continues && !isResponse(p.opcode)) {
+    qp.resp.msg = msg;
+    qp.resp.epsn = (qp.resp.epsn + 1) & 0xffffff;
+  }
+  return { qp, msg: msg!, total: c.total, spans, last: c.last };
+}
+
+/** A message's record from its first packet. */
+function newMessage(p: RcPacket): RcMessage {
+  return { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
+}
+
+/** Whether `qp` takes each receive off its queue for good (an SRQ's, an XRC SRQ's, a UD QP's): the message holds it. */
+export function takesReceives(qp: RcQp): boolean {
+  return qp.take !== undefined || qp.xrcSrq !== undefined;
+}
+
+/**
+ * Admit a UD SEND (rxe_resp for a UD QP): a UD QP receiving, the Q_Key it holds, a receive
+ * WQE taken off its queue; the message lands after the receive's first GRH_BYTES. Anything
+ * else is dropped without a word to the sender, as IB's UD does: no QP, a wrong Q_Key (a
+ * Q_Key violation), no receive posted (no RNR on UD). A receive too short completes with
+ * LOC_LEN_ERR, one with a buffer in no MR with LOC_PROT_ERR (the QP going to ERR); the
+ * datagram is dropped then too.
+ */
+function admitUd(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
+  const qp = t.qps.get(p.qpn);
+  if (!qp || !qp.receiving || qp.pd.closed || qp.qkey === undefined) return { nak: 'drop', reason: `no UD QP ${p.qpn} receiving on this node` };
+  if (p.qkey !== qp.qkey) return { nak: 'drop', reason: `Q_Key 0x${(p.qkey ?? 0).toString(16)} does not match UD QP ${p.qpn}'s` };
+  const wqe = qp.take?.();
+  if (!wqe) return { nak: 'drop', reason: `UD QP ${p.qpn} has no receive posted` };
+  const op = p.opcode as RcOp.UD_SEND;
+  const s = scatterSend(t, qp, wqe, GRH_BYTES, p.length, GRH_BYTES + p.length);
+  if ('fail' in s) {
+    qp.received(wqe, { status: s.fail, op, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+    if (s.fail === 'prot') qp.toError();
+    return { nak: 'drop', reason: `UD QP ${p.qpn}'s receive ${s.fail === 'len' ? 'is too short' : 'has a buffer in no MR of its PD'}` };
+  }
+  const msg: RcMessage = { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
+  return { qp, msg, total: p.length, spans: s.spans, last: true };
+}
+
+/** Zero faults and times. */
+export function emptyRcOdp(): RcOdp {
+  return { faults: { source: 0, destination: 0 }, majorFaults: 0, retransmittedBlocks: 0, modelUs: 0, realUs: 0 };
+}
+
+/** Whether an admitted packet's key and QP still hold a turn later (a group copied after the first). */
+export function stillAdmitted(t: RcTables, a: RcAdmitted, key: number | undefined): boolean {
+  if (!a.qp.receiving || a.qp.pd.closed || t.qps.get(a.qp.qpNum) !== a.qp) return false;
+  if (key === undefined) return true;
+  const mr = t.mrs.get(key);
+  return mr !== undefined && !mr.closed && !mr.pd.closed;
+}
+
+const hex = (n: number) => `0x${n.toString(16)}`;
+
+/**
+ * The MR `key` names, if it is this QP's to use for `access` over [va, va+length) (and, when
+ * given, over the message's bytes from va on: RETH's DMA length), its span mapped.
+ */
+function keyFor(t: RcTables, qp: RcQp, key: number, va: bigint, length: number, access: number, rest = length): RcMr | undefined {
+  const mr = t.mrs.get(key);
+  if (!mr || mr.closed || mr.pd.closed || mr.pd.handle !== qp.pd.handle || (mr.access & access) !== access) return undefined;
+  if (rest > length && !mr.covers(va, rest)) return undefined;
+  return mr.place(va, length) ? mr : undefined;
+}
+
+/** Where a packet's bytes sit in its message, the message's bytes, and what of it is left from this packet on. */
+function spanOf(p: RcPacket): { off: number; total: number; rest: number } {
+  const off = (p.msgOffset ?? 0) + p.seq * p.blockSize;
+  const total = p.msgLength ?? off + p.lengthHint;
+  return { off, total, rest: total - off };
+}
+
+/** Why an rkey check failed, in words: the first thing wrong with the key. */
+function rkeyReason(t: RcTables, qp: RcQp, key: number | undefined, va: bigint, length: number, want: string): string {
+  if (key === undefined) return 'the packet names no rkey';
+  const mr = t.mrs.get(key);
+  if (!mr || mr.closed) return `rkey ${hex(key)} names no live MR on this node`;
+  if (mr.pd.handle !== qp.pd.handle) return `rkey ${hex(key)} belongs to another protection domain than QP ${qp.qpNum}'s`;
+  if (!(mr.access & RcAccess[want as keyof typeof RcAccess])) return `rkey ${hex(key)}'s MR was registered without ${want}`;
+  return `[0x${va.toString(16)}, +${length}) is not inside rkey ${hex(key)}'s MR`;
+}
+
+/**
+ * The receive buffers' spans for bytes [from, from+length) of a SEND's message: checked
+ * against this node's MRs (LOCAL_WRITE, the QP's PD). A 'prot' or 'len' refusal if the WQE
+ * cannot hold them.
+ */
+export function scatterSend(
+  t: RcTables,
+  qp: RcQp,
+  wqe: RcRecvWqe,
+  from: number,
+  length: number,
+  total: number,
+): { spans: RcPlace['spans'] } | { fail: 'prot' | 'len' } {
+  let room = 0;
+  for (const s of wqe.sgList) {
+    if (s.length > 0 && !keyFor(t, qp, s.lkey, s.addr, s.length, RcAccess.LOCAL_WRITE)) return { fail: 'prot' };
+    room += s.length;
+  }
+  if (total > room || from + length > room) return { fail: 'len' };
+  const spans: RcPlace['spans'] = [];
+  let at = 0;
+  for (const s of wqe.sgList) {
+    const lo = Math.max(from, at);
+    const hi = Math.min(from + length, at + s.length);
+    if (hi > lo) spans.push({ va: s.addr + BigInt(lo - at), length: hi - lo, key: s.lkey });
+    at += s.length;
+    if (at >= from + length) break;
+  }
+  return { spans };
 }
 
 /** @internal The responder of one node's PLDMA (see the top of this file). */
