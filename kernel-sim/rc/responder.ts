@@ -13,10 +13,10 @@ import type { CostModel } from '../cost-model/index.js';
 import { AckResp, type AckPacket, isResponse, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Transport } from '../fabric/transport.js';
 import type { MemoryLike } from '../memory.js';
-import type { Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu.js';
+import type { RunSpans, Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu.js';
 import { AtomicUnit } from './atomic.js';
 import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
-import type { Faults, HeldAnswer } from './faults.js';
+import type { Fault, Faults, HeldAnswer } from './faults.js';
 import {
   RcAccess,
   type RcAdmitted,
@@ -81,6 +81,30 @@ interface Placed {
   spans: Array<{ va: bigint; length: number; key: number | undefined }>;
   /** An RC packet: its QP and message. */
   rc?: RcAdmitted;
+}
+
+/** A write's blocks translated: the pieces to copy, the blocks that translated, and the verdict of the block that stopped it. */
+interface Translated {
+  /** Blocks that carry bytes (up to a source fault the sender's transport found). */
+  carried: number;
+  groups: Group[];
+  written: number;
+  refused: Verdict | undefined;
+  refusedFault: HoldNack | undefined;
+}
+
+/** A write executed: its verdicts, the faults whose NACKs wait for their answers, and whether a copy stopped it. */
+interface Executed {
+  verdicts: Verdict[];
+  faults: HoldNack[];
+  stopped: boolean;
+}
+
+/** A packet refused before it lands: the error ACK's syndrome and why. */
+interface Refused {
+  refusal: AckResp;
+  reason: string;
+  rnrTimer?: number;
 }
 
 /** The ACK syndrome of each refusal of the RC checks. */
@@ -506,12 +530,10 @@ export class Responder {
    * that cannot be written (a fault, a refusal); the ones before it copied by one copy-engine
    * job per piece contiguous at both ends. One ACK answers them: a verdict for the blocks
    * written, one for the block that stopped the write, and the range it did not get to.
+   * Check (#place), execute (#translate, #execute), then acknowledge (#acknowledge).
    */
   async onWrite(p: WritePacket): Promise<void> {
-    const { smmu, costs: c } = this.#d;
-    const key = p.src * 2 ** 20 + p.channel;
-    let lane = this.#lanes.get(key);
-    if (!lane) this.#lanes.set(key, (lane = { open: 0, waiting: [], stop: undefined }));
+    const lane = this.#lane(p);
     // The answer of the write before this one in the lane, if it has not gone out: no promise
     // (nor a turn of the microtask queue) for a write that has nothing ahead of it.
     const before = lane.open++ > 0 ? new Promise<void>((resolve) => lane.waiting.push(resolve)) : undefined;
@@ -526,150 +548,180 @@ export class Responder {
     // The transfer goes on (that block again), or another one started on this channel.
     if (stop) lane.stop = undefined;
     this.#d.faults.sentAgain(p.src, p.tid, p.seq, 'destination', p.issuedUs[0]!, p.issuedMs);
-    const verdicts: Verdict[] = [];
-    // A fault is recorded when its answer is due to go out (after the writes before it in
-    // this lane), and the NACK waits for the fault library's answer, which it carries.
-    const faults: Array<HoldNack> = [];
-    const bs = p.blockSize;
+    // Where the packet lands, checked once, here, against this node's own tables and SMMU.
+    const dest = this.#place(p);
+    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC || p.opcode === RcOp.FLUSH))
+      return this.#onRequest(p, dest as Placed & { rc: RcAdmitted }, lane, before);
+    const run = this.#translate(p, dest);
+    // Where this write stops is known now, before any copy: the channel's next write of this
+    // transfer, already on its way, is returned instead of written.
+    if (run.refused || run.written < p.count) lane.stop = { tid: p.tid, seq: run.refused ? run.refused.seq : p.seq + run.written };
+    const out = await this.#execute(p, dest as Placed, run);
+    if (out.stopped) {
+      // A copy stopped at a block (a page went away under it): the same, found later.
+      const seq = out.verdicts[out.verdicts.length - 1]!.seq;
+      if (!lane.stop || lane.stop.tid !== p.tid || seq < lane.stop.seq) lane.stop = { tid: p.tid, seq };
+    }
+    const rc = 'rc' in dest ? dest.rc : undefined;
+    if (rc) rc.msg.faults += out.faults.length;
+    if (before) await before;
+    await this.#acknowledge(p, lane, rc, out);
+    this.#answered(lane);
+  }
+
+  // The lane of a write's source node and channel.
+  #lane(p: WritePacket): Lane {
+    const key = p.src * 2 ** 20 + p.channel;
+    let lane = this.#lanes.get(key);
+    if (!lane) this.#lanes.set(key, (lane = { open: 0, waiting: [], stop: undefined }));
+    return lane;
+  }
+
+  // A READ, an atomic or a FLUSH: carried out here, its response (READ_RESPONSE, ATOMIC_ACK)
+  // sent back on this node's engine; the response is the request's acknowledgement, so an ACK
+  // goes only for a FLUSH, a refusal, a fault NACK, or a response that could not be sent.
+  async #onRequest(p: WritePacket, dest: Placed & { rc: RcAdmitted }, lane: Lane, before: Promise<void> | undefined): Promise<void> {
+    const out: { verdict: Verdict; fault?: HoldNack } | undefined =
+      p.opcode === RcOp.READ_REQUEST ? this.#read(p, dest.rc) : p.opcode === RcOp.FLUSH ? this.#flush(p, dest) : await this.#queueAtomic(p, dest);
+    if (dest.rc.qp.resp.msg === dest.rc.msg && out?.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
+    if (out?.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
+    if (before) await before;
+    if (out) {
+      await this.#hold(out.verdict, out.fault);
+      this.#answer(p, [out.verdict], undefined);
+    } else this.#d.transport.placed?.(p);
+    this.#answered(lane);
+  }
+
+  // Execute, part one: where the write's blocks land, translated up to the first that cannot
+  // be written; the pieces to copy, and the verdict of the block that stopped it.
+  #translate(p: WritePacket, dest: Placed | Refused): Translated {
     // Blocks that carry bytes: a source page missing when another process's transport read
     // the payload ends the run there (answered SOURCE_FAULT after the blocks before it).
     const carried = p.sourceFault ? p.sourceFault.seq - p.seq : p.count;
-    const groups: Group[] = [];
-    let written = 0;
-    let refused: Verdict | undefined;
-    let refusedFault: HoldNack | undefined;
-    // Where the packet lands, checked once, here, against this node's own tables and SMMU.
-    const dest = this.#place(p);
-    const ctx = 'refusal' in dest ? undefined : dest.ctx;
-    if (!('refusal' in dest) && dest.rc && (p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC || p.opcode === RcOp.FLUSH)) {
-      // A READ or an atomic: carried out here, its response (READ_RESPONSE, ATOMIC_ACK) sent
-      // back on this node's engine; the response is the request's acknowledgement, so an ACK
-      // goes only for a FLUSH, a refusal, a fault NACK, or a response that could not be sent.
-      const out: { verdict: Verdict; fault?: HoldNack } | undefined =
-        p.opcode === RcOp.READ_REQUEST
-          ? this.#read(p, dest.rc)
-          : p.opcode === RcOp.FLUSH
-            ? this.#flush(p, dest)
-            : await this.#queueAtomic(p, dest as Placed & { rc: RcAdmitted });
-      if (dest.rc.qp.resp.msg === dest.rc.msg && out?.verdict.resp !== AckResp.FAULT) dest.rc.qp.resp.msg = undefined;
-      if (out?.verdict.resp === AckResp.FAULT) lane.stop = { tid: p.tid, seq: p.seq };
-      if (before) await before;
-      if (out) {
-        await this.#hold(out.verdict, out.fault);
-        this.#answer(p, [out.verdict], undefined);
-      } else this.#d.transport.placed?.(p);
-      this.#answered(lane);
-      return;
-    }
+    const run: Translated = { carried, groups: [], written: 0, refused: undefined, refusedFault: undefined };
     if ('refusal' in dest && dest.refusal === AckResp.OK) {
       // A UD datagram dropped: answered as taken, as UD has no NAK.
-      written = p.count;
+      run.written = p.count;
     } else if ('refusal' in dest) {
-      refused = { seq: p.seq, count: 1, resp: dest.refusal, walkUs: 0, reason: dest.reason };
-      if (dest.rnrTimer !== undefined) refused.rnrTimer = dest.rnrTimer;
+      run.refused = { seq: p.seq, count: 1, resp: dest.refusal, walkUs: 0, reason: dest.reason };
+      if (dest.rnrTimer !== undefined) run.refused.rnrTimer = dest.rnrTimer;
     } else if (dest.spans.length === 0) {
       // A zero-length message: nothing to translate or copy.
-      written = carried;
+      run.written = carried;
     } else if (dest.spans.length > 1) {
       // A SEND's run across receive buffers: translated span by span, a fault stopping it at
       // the block it falls in.
-      const r = this.#placeSpans(p, dest, carried, groups);
-      written = r.written;
-      refused = r.refused;
-      refusedFault = r.fault;
-    } else {
-      // Per run, not per block: the blocks' destinations translated in one call per region
-      // (one in all but at a region's end), with the same walks and IOTLB lookups as block
-      // by block. A stall-mode block is written alone, under its own stall window.
-      const base = dest.spans[0]!.va;
-      const stallMode = ctx!.faultModel === 'stall';
-      const want = stallMode ? Math.min(carried, 1) : carried;
-      const end = Math.min(p.length, want * bs);
-      while (written < want) {
-        const va = base + BigInt(written * bs);
-        let fault: Extract<Translation, { ok: false }> | undefined;
-        let got = 0;
-        if (stallMode) {
-          const tr = smmu.translate(ctx!.sid, va, end - written * bs, 'write');
-          if (tr.ok) {
-            groups.push({ at: written, count: 1, region: tr.region, offset: tr.offset, walks: [walkCost(c, tr)], va, length: end - written * bs });
-            got = 1;
-          } else fault = tr;
-        } else {
-          const batch = smmu.translateRun(ctx!.sid, va, end - written * bs, bs, 'write');
-          fault = batch.fault;
-          got = batch.blocks;
-          if (got) {
-            // A piece that continues the previous one (a run translated block by block at a
-            // region's end) joins it: one copy.
-            const prev = groups[groups.length - 1];
-            const joins = prev !== undefined && prev.region === batch.region && prev.offset + prev.count * bs === batch.offset;
-            const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [], va, length: 0 };
-            const spans = batch.spans;
-            for (let i = 0; i < spans.length; i += 2) {
-              const w = walkedCost(c, spans[i + 1]!);
-              for (let n = spans[i]!; n > 0; n--) g.walks.push(w);
-            }
-            g.count += got;
-            g.length = Math.min(end, (g.at + g.count) * bs) - g.at * bs;
-            if (!joins) groups.push(g);
-          }
-        }
-        written += got;
-        if (fault) {
-          const r = this.#fault(p, written, ctx!.sid, fault, base);
-          refused = r.verdict;
-          refusedFault = r.fault;
-          break;
-        }
+      const r = this.#placeSpans(p, dest, carried, run.groups);
+      run.written = r.written;
+      run.refused = r.refused;
+      run.refusedFault = r.fault;
+    } else this.#translateRun(p, dest.ctx, dest.spans[0]!.va, run);
+    return run;
+  }
+
+  // Per run, not per block: the blocks' destinations translated in one call per region (one in
+  // all but at a region's end), with the same walks and IOTLB lookups as block by block. A
+  // stall-mode block is written alone, under its own stall window.
+  #translateRun(p: WritePacket, ctx: StreamContext, base: bigint, run: Translated): void {
+    const { smmu, costs: c } = this.#d;
+    const bs = p.blockSize;
+    const groups = run.groups;
+    const stallMode = ctx.faultModel === 'stall';
+    const want = stallMode ? Math.min(run.carried, 1) : run.carried;
+    const end = Math.min(p.length, want * bs);
+    while (run.written < want) {
+      const written = run.written;
+      const va = base + BigInt(written * bs);
+      let fault: Fault | undefined;
+      let got = 0;
+      if (stallMode) {
+        const tr = smmu.translate(ctx.sid, va, end - written * bs, 'write');
+        if (tr.ok) {
+          groups.push({ at: written, count: 1, region: tr.region, offset: tr.offset, walks: [walkCost(c, tr)], va, length: end - written * bs });
+          got = 1;
+        } else fault = tr;
+      } else {
+        const batch = smmu.translateRun(ctx.sid, va, end - written * bs, bs, 'write');
+        fault = batch.fault;
+        got = batch.blocks;
+        if (got) this.#joinPiece(groups, batch, written, va, end, bs);
+      }
+      run.written += got;
+      if (fault) {
+        const r = this.#fault(p, run.written, ctx.sid, fault, base);
+        run.refused = r.verdict;
+        run.refusedFault = r.fault;
+        return;
       }
     }
-    // Where this write stops is known now, before any copy: the channel's next write of this
-    // transfer, already on its way, is returned instead of written.
-    if (refused || written < p.count) lane.stop = { tid: p.tid, seq: refused ? refused.seq : p.seq + written };
+  }
+
+  // The blocks one translateRun call gave: a piece of their own, or joined to the previous one
+  // where it continues it (a run translated block by block at a region's end): one copy.
+  #joinPiece(groups: Group[], batch: RunSpans, written: number, va: bigint, end: number, bs: number): void {
+    const c = this.#d.costs;
+    const prev = groups[groups.length - 1];
+    const joins = prev !== undefined && prev.region === batch.region && prev.offset + prev.count * bs === batch.offset;
+    const g = joins ? prev : { at: written, count: 0, region: batch.region!, offset: batch.offset, walks: [], va, length: 0 };
+    const spans = batch.spans;
+    for (let i = 0; i < spans.length; i += 2) {
+      const w = walkedCost(c, spans[i + 1]!);
+      for (let n = spans[i]!; n > 0; n--) g.walks.push(w);
+    }
+    g.count += batch.blocks;
+    g.length = Math.min(end, (g.at + g.count) * bs) - g.at * bs;
+    if (!joins) groups.push(g);
+  }
+
+  // Execute, part two: the pieces copied in order (a copy that stops ends it), and the write's
+  // verdicts: the blocks written, then the block that stopped it.
+  async #execute(p: WritePacket, dest: Placed, run: Translated): Promise<Executed> {
+    const verdicts: Verdict[] = [];
+    // A fault is recorded when its answer is due to go out (after the writes before it in
+    // this lane), and the NACK waits for the fault library's answer, which it carries.
+    const faults: HoldNack[] = [];
+    const { groups, written, refused } = run;
     let stopped = false;
     for (const g of groups) {
-      const w = this.#write(p, g, ctx!.sid, ctx!.faultModel === 'stall', verdicts, faults, dest as Placed);
+      const w = this.#write(p, g, dest.ctx.sid, dest.ctx.faultModel === 'stall', verdicts, faults, dest);
       if (!(w === true || (w !== false && (await w)))) {
         stopped = true;
         break;
       }
     }
+    if (stopped) return { verdicts, faults, stopped };
     // An empty message, or a SEND's run across receive buffers: one verdict for its blocks.
     const pieces = groups.length === 0 || groups[0]!.byteAt !== undefined;
-    if (!stopped && pieces && written > 0)
-      verdicts.push({ seq: p.seq, count: written, resp: AckResp.OK, walkUs: groups.length ? groups[0]!.walks[0]! : 0 });
-    if (!stopped && refused) {
+    if (pieces && written > 0) verdicts.push({ seq: p.seq, count: written, resp: AckResp.OK, walkUs: groups.length ? groups[0]!.walks[0]! : 0 });
+    if (refused) {
       verdicts.push(refused);
-      if (refusedFault) faults.push(refusedFault);
-    } else if (!stopped && p.sourceFault && written === carried) {
+      if (run.refusedFault) faults.push(run.refusedFault);
+    } else if (p.sourceFault && written === run.carried) {
       verdicts.push({ seq: p.sourceFault.seq, count: 1, resp: AckResp.SOURCE_FAULT, walkUs: 0, faultOffset: p.sourceFault.faultOffset });
     }
+    return { verdicts, faults, stopped };
+  }
+
+  // Acknowledge: the receive completes (every byte of its message in) before the ACK goes out;
+  // a fault's NACK waits for its answer. A write of this transfer before this one that stopped
+  // under its copy, after this one was translated, drops this one's answer (its bytes are
+  // written again after that block).
+  async #acknowledge(p: WritePacket, lane: Lane, rc: RcAdmitted | undefined, out: Executed): Promise<void> {
+    const { verdicts, faults } = out;
     const last = verdicts[verdicts.length - 1];
     const done = last ? last.seq + last.count - p.seq : 0;
-    if (stopped) {
-      // A copy stopped at a block (a page went away under it): the same, found later.
-      const seq = last!.seq;
-      if (!lane.stop || lane.stop.tid !== p.tid || seq < lane.stop.seq) lane.stop = { tid: p.tid, seq };
-    }
-    const rc = 'rc' in dest ? dest.rc : undefined;
-    if (rc) rc.msg.faults += faults.length;
-    if (before) await before;
-    // A write of this transfer before this one stopped under its copy, after this one was
-    // translated: this one's answer is dropped (its bytes are written again after that block).
     const early = lane.stop;
     if (early && early.tid === p.tid && early.seq < p.seq) {
       if (rc) this.#notReceived(rc);
       this.#reply(p, [], { seq: p.seq, count: p.count });
-    } else {
-      // Every byte of the message is in: its receive completes before the ACK goes out.
-      if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
-      else if (rc) this.#notReceived(rc);
-      // A write stops at its first fault: it is the last verdict.
-      for (const f of faults) await this.#hold(last!, f);
-      this.#reply(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
+      return;
     }
-    this.#answered(lane);
+    if (rc && rc.last && done === p.count && last?.resp === AckResp.OK) this.#received(p, rc);
+    else if (rc) this.#notReceived(rc);
+    // A write stops at its first fault: it is the last verdict.
+    for (const f of faults) await this.#hold(last!, f);
+    this.#reply(p, verdicts, done < p.count ? { seq: p.seq + done, count: p.count - done } : undefined);
   }
 
   // A write's answer went out: the next in its lane goes on.
@@ -683,7 +735,7 @@ export class Responder {
    * node's tables (rc.ts), translated in its QP's PD; the engine's own raw transfer (no QP)
    * in the PD the packet names, from a peer only while no verbs device drives this node.
    */
-  #place(p: WritePacket): Placed | { refusal: AckResp; reason: string; rnrTimer?: number } {
+  #place(p: WritePacket): Placed | Refused {
     const { smmu, tables, node } = this.#d;
     if (p.opcode === undefined || p.qpn === undefined) {
       // The engine's raw transfer: its key and QP, if any, only tag its copies (for fences).
