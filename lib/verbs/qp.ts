@@ -8,7 +8,7 @@
 // complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
-import { RcOp, type FaultModel, type RcQp } from '../../kernel-sim/index.js';
+import { RcOp, RcQueuePair, type FaultModel } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
@@ -199,7 +199,7 @@ export class QueuePair {
   #destroyed = false;
   #core: QpCore;
   /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
-  readonly rc: RcQp;
+  readonly rc: RcQueuePair;
   #requester: Requester;
   #completer: Completer;
 
@@ -315,29 +315,7 @@ export class QueuePair {
     };
     const core = this.#core;
     const completer = this.#completer;
-    this.rc = {
-      qpNum,
-      pd,
-      get receiving() {
-        const st = state();
-        return !destroyed() && (st === QpState.RTR || st === QpState.RTS || st === QpState.SQD);
-      },
-      get destNode() {
-        return attr.destNode;
-      },
-      get destQpNum() {
-        return attr.destQpNum;
-      },
-      get accessFlags() {
-        return attr.qpAccessFlags;
-      },
-      get minRnrTimer() {
-        return attr.minRnrTimer;
-      },
-      // A getter in the literal itself (a spread would copy its value once).
-      get qkey() {
-        return ud ? attr.qkey : undefined;
-      },
+    this.rc = new RcQueuePair(qpNum, pd, {
       rq: this.#rq,
       ...(srq ? { take: () => srq.take() } : {}),
       ...(xrcRecv
@@ -376,8 +354,8 @@ export class QueuePair {
           r.solicited,
         ),
       toError: () => this.#toError(),
-      resp: { epsn: 0, msg: undefined },
-    };
+    });
+    this.#publish();
     this.#requester = new Requester(this.#core);
     pd.users.add(this);
     srq?.users.add(this);
@@ -429,6 +407,15 @@ export class QueuePair {
 
   /** ibv_modify_qp: RESET → INIT → RTR → RTS, and → ERR / → RESET from anywhere. */
   modify(attr: QpAttr): void {
+    // An attribute set before a later one is refused stays set (as it did): published either way.
+    try {
+      this.#modify(attr);
+    } finally {
+      this.#publish();
+    }
+  }
+
+  #modify(attr: QpAttr): void {
     this.#checkAlive();
     checkObject('modify: attr', attr, QP_ATTR_KEYS);
     const to = attr.qpState;
@@ -468,8 +455,7 @@ export class QueuePair {
       if (attr.minRnrTimer !== undefined) this.#attr.minRnrTimer = checkInt('minRnrTimer', attr.minRnrTimer, 0, 31);
       if (attr.rqPsn !== undefined) this.#attr.rqPsn = checkInt('rqPsn', attr.rqPsn, 0, 0xff_ffff);
       // The responder expects the peer's first message at rq_psn.
-      this.rc.resp.epsn = this.#attr.rqPsn;
-      this.rc.resp.msg = undefined;
+      this.rc.expectPsn(this.#attr.rqPsn);
     }
     if (to === QpState.RTS) {
       if (attr.sqPsn !== undefined) this.#attr.sqPsn = checkInt('sqPsn', attr.sqPsn, 0, 0xff_ffff);
@@ -479,6 +465,7 @@ export class QueuePair {
       if (attr.rnrRetry !== undefined) this.#attr.rnrRetry = checkInt('rnrRetry', attr.rnrRetry, 0, 7);
     }
     this.#state = to;
+    this.#publish();
     if (to === QpState.RTS) this.#requester.kick();
   }
 
@@ -529,6 +516,7 @@ export class QueuePair {
     if (this.#destroyed) return;
     this.#toError();
     this.#destroyed = true;
+    this.#publish();
     // Work in flight and queued behind it (left to the running loop by #toError) is flushed
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
     for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
@@ -555,6 +543,7 @@ export class QueuePair {
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
+    this.#publish();
     // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
     // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
     const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
@@ -565,6 +554,21 @@ export class QueuePair {
     this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)
       for (const wr of this.#sq.splice(0)) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+  }
+
+  // What the transport reads of this QP, written to it at each change (ibv_modify_qp's
+  // attributes reaching the device): it never reads them back from here.
+  #publish(): void {
+    const a = this.#attr;
+    const st = this.#state;
+    this.rc.modify({
+      receiving: !this.#destroyed && (st === QpState.RTR || st === QpState.RTS || st === QpState.SQD),
+      destNode: a.destNode,
+      destQpNum: a.destQpNum,
+      accessFlags: a.qpAccessFlags,
+      minRnrTimer: a.minRnrTimer,
+      qkey: this.qpType === QpType.UD ? a.qkey : undefined,
+    });
   }
 
   #checkAlive(): void {
