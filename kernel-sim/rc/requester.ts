@@ -24,6 +24,7 @@ import {
   MAX_RUN_BLOCKS,
   NO_MEMORY,
   type PayloadView,
+  type SentRun,
   requestKey,
   RUNS_IN_FLIGHT,
   traceTransfer,
@@ -245,7 +246,8 @@ export class Requester implements Schedulable {
     const payload: PayloadView = isResponse(d.opcode)
       ? this.#answerPayload(t, region, batch.offset)
       : { region, offset: batch.offset, revoked: false };
-    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload });
+    const sent: SentRun = { seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload };
+    t.runs.push(sent);
     t.plan.cursor = plan.cursor;
     t.plan.engine = plan.engineFree;
     t.plan.link = plan.linkFree;
@@ -259,7 +261,7 @@ export class Requester implements Schedulable {
       t.held = { seq: first + k, sid: src.sid, tr, cost: c.scheduleUs + walkCost(c, tr) + c.blockUs, issuedUs: at, issuedMs: heldMs };
     }
     this.#completer.outstanding++;
-    this.#send(t, first, k, bytes, payload, issued, arrivals, issuedMs, window !== undefined);
+    this.#send(t, sent, bytes, arrivals);
     // A response's run is done once sent (on the next microtask: not inside the scheduler's pass).
     if (isResponse(d.opcode)) queueMicrotask(() => this.#completer.answerSent(t));
   }
@@ -314,18 +316,11 @@ export class Requester implements Schedulable {
     };
   }
 
-  // A run goes on the wire as one write packet, with the RC headers of its message.
-  #send(
-    t: Transfer,
-    first: number,
-    count: number,
-    bytes: number,
-    payload: PayloadView,
-    issuedUs: Float64Array,
-    arrivals: Float64Array,
-    issuedMs: number,
-    sourceStall: boolean,
-  ): void {
+  // A run (just pushed on the transfer's runs) goes on the wire as one write packet, with the
+  // RC headers of its message: `bytes` of payload, its blocks arriving at `arrivals`.
+  #send(t: Transfer, run: SentRun, bytes: number, arrivals: Float64Array): void {
+    const { seq: first, count, payload, issuedUs, issuedMs } = run;
+    const sourceStall = run.window !== undefined;
     const s = this.#s;
     const d = t.desc;
     const offset0 = first * s.blockSize;
@@ -446,7 +441,7 @@ export class Requester implements Schedulable {
     t.cursor = 1;
     ch.cursor = Math.max(ch.cursor, issueAt);
     this.#completer.outstanding++;
-    this.#send(t, 0, 1, 0, payload, issued, arrivals, issuedMs, false);
+    this.#send(t, t.runs[t.runs.length - 1]!, 0, arrivals);
   }
 
   // Blocks [first, first+count) go on the wire (issued at `issued`, per block or all at

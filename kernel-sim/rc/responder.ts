@@ -93,11 +93,18 @@ interface Translated {
   refusedFault: HoldNack | undefined;
 }
 
-/** A write executed: its verdicts, the faults whose NACKs wait for their answers, and whether a copy stopped it. */
+/** A write being executed: the packet, where it lands, its verdicts, the faults whose NACKs wait for their answers, and whether a copy stopped it. */
 interface Executed {
+  p: WritePacket;
+  dest: Placed;
   verdicts: Verdict[];
   faults: HoldNack[];
   stopped: boolean;
+}
+
+/** Where a group's bytes start in its packet's payload. */
+function sourceOffset(p: WritePacket, g: Group): number {
+  return p.payload.offset + (g.byteAt ?? g.at * p.blockSize);
 }
 
 /** A packet refused before it lands: the error ACK's syndrome and why. */
@@ -677,20 +684,19 @@ export class Responder {
   // Execute, part two: the pieces copied in order (a copy that stops ends it), and the write's
   // verdicts: the blocks written, then the block that stopped it.
   async #execute(p: WritePacket, dest: Placed, run: Translated): Promise<Executed> {
-    const verdicts: Verdict[] = [];
     // A fault is recorded when its answer is due to go out (after the writes before it in
     // this lane), and the NACK waits for the fault library's answer, which it carries.
-    const faults: HoldNack[] = [];
+    const w: Executed = { p, dest, verdicts: [], faults: [], stopped: false };
+    const { verdicts, faults } = w;
     const { groups, written, refused } = run;
-    let stopped = false;
     for (const g of groups) {
-      const w = this.#write(p, g, dest.ctx.sid, dest.ctx.faultModel === 'stall', verdicts, faults, dest);
-      if (!(w === true || (w !== false && (await w)))) {
-        stopped = true;
+      const done = this.#write(w, g);
+      if (!(done === true || (done !== false && (await done)))) {
+        w.stopped = true;
         break;
       }
     }
-    if (stopped) return { verdicts, faults, stopped };
+    if (w.stopped) return w;
     // An empty message, or a SEND's run across receive buffers: one verdict for its blocks.
     const pieces = groups.length === 0 || groups[0]!.byteAt !== undefined;
     if (pieces && written > 0) verdicts.push({ seq: p.seq, count: written, resp: AckResp.OK, walkUs: groups.length ? groups[0]!.walks[0]! : 0 });
@@ -700,7 +706,7 @@ export class Responder {
     } else if (p.sourceFault && written === run.carried) {
       verdicts.push({ seq: p.sourceFault.seq, count: 1, resp: AckResp.SOURCE_FAULT, walkUs: 0, faultOffset: p.sourceFault.faultOffset });
     }
-    return { verdicts, faults, stopped };
+    return w;
   }
 
   // Acknowledge: the receive completes (every byte of its message in) before the ACK goes out;
@@ -1085,19 +1091,13 @@ export class Responder {
   // blocks it settles. False if it stopped at one (the blocks after it are returned).
   // An inline copy that settles at once is answered here, without a promise; any other waits
   // for its copy-engine job.
-  #write(
-    p: WritePacket,
-    g: Group,
-    sid: number,
-    stall: boolean,
-    verdicts: Verdict[],
-    faults: Array<HoldNack>,
-    dest: Placed,
-  ): boolean | Promise<boolean> {
+  #write(w: Executed, g: Group): boolean | Promise<boolean> {
     const { smmu } = this.#d;
-    const bs = p.blockSize;
+    const { p, dest, verdicts } = w;
+    const sid = dest.ctx.sid;
+    const stall = dest.ctx.faultModel === 'stall';
     const seq = p.seq + g.at;
-    const srcOffset = p.payload.offset + (g.byteAt ?? g.at * bs);
+    const srcOffset = sourceOffset(p, g);
     const length = g.length;
     const va = g.va;
     const key = this.#spanKey(dest, g);
@@ -1135,57 +1135,39 @@ export class Responder {
       now = this.#d.engine.copyNow(p.payload.region, srcOffset, g.region, g.offset, length, flags);
     } catch {
       if (window) smmu.endStallWindow(window);
-      return this.#copied(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, undefined);
+      return this.#copied(w, g, window, undefined);
     }
-    if (now) return this.#copied(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, now);
+    if (now) return this.#copied(w, g, window, now);
     // A page of either side not present: a thread's job walks it (not inline again).
     if (now === null) flags &= ~CopyFlag.Inline;
-    return this.#job(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, key, flags);
+    return this.#job(w, g, window, key, flags);
   }
 
   // A group's copy-engine job, then its verdicts.
-  async #job(
-    p: WritePacket,
-    g: Group,
-    seq: number,
-    srcOffset: number,
-    sid: number,
-    verdicts: Verdict[],
-    faults: Array<HoldNack>,
-    dest: Placed,
-    window: StallWindow | undefined,
-    key: number | undefined,
-    flags: number,
-  ): Promise<boolean> {
+  async #job(w: Executed, g: Group, window: StallWindow | undefined, key: number | undefined, flags: number): Promise<boolean> {
+    const p = w.p;
     this.jobs++;
     let r: CopyResult | undefined;
     try {
       const tag: CopyTag = {};
       if (key !== undefined) tag.key = key;
       if (p.qpn !== undefined) tag.qp = p.qpn;
-      r = await this.#d.engine.copy(p.payload.region, srcOffset, g.region, g.offset, g.length, flags, nodeTag(this.#d.node, tag));
+      r = await this.#d.engine.copy(p.payload.region, sourceOffset(p, g), g.region, g.offset, g.length, flags, nodeTag(this.#d.node, tag));
     } catch {
       r = undefined;
     } finally {
       this.jobs--;
       if (window) this.#d.smmu.endStallWindow(window);
     }
-    return this.#copied(p, g, seq, srcOffset, sid, verdicts, faults, dest, window, r);
+    return this.#copied(w, g, window, r);
   }
 
   // The verdicts of a group whose copy ended with `r` (undefined: the engine refused it).
-  #copied(
-    p: WritePacket,
-    g: Group,
-    seq: number,
-    srcOffset: number,
-    sid: number,
-    verdicts: Verdict[],
-    faults: Array<HoldNack>,
-    dest: Placed,
-    window: StallWindow | undefined,
-    r: CopyResult | undefined,
-  ): boolean {
+  #copied(w: Executed, g: Group, window: StallWindow | undefined, r: CopyResult | undefined): boolean {
+    const { p, dest, verdicts, faults } = w;
+    const sid = dest.ctx.sid;
+    const seq = p.seq + g.at;
+    const srcOffset = sourceOffset(p, g);
     const bs = p.blockSize;
     const piece = g.byteAt !== undefined;
     const status = r ? r.status : (-1 as CopyStatus);
