@@ -3,12 +3,14 @@
 // access flags, its RNR timer, a UD QP's Q_Key), written by its owner at each modify (as
 // ibv_modify_qp reaches rxe_qp_from_attr), never read back from the owner; its receive queue;
 // and the responder's own state (the PSN it expects, the message in progress).
+import { QpState } from '../device/ib.js';
 import type { RcPd, RcQp, RcReceived, RcRecvWqe, RcRespState, RcSrq } from './tables.js';
 
 /** The attributes of a QP the transport reads, as its owner sets them (rxe_qp_from_attr). */
 export interface RcQpAttrs {
-  /** In RTR, RTS or SQD and not destroyed: it accepts packets. */
-  receiving: boolean;
+  /** The QP's state (ibv_qp_state), and whether it was destroyed. */
+  state: QpState;
+  destroyed: boolean;
   /** The node of the connected QP, and its number. */
   destNode: number;
   destQpNum: number;
@@ -37,7 +39,8 @@ export class RcQueuePair implements RcQp {
   readonly qpNum: number;
   readonly pd: RcPd;
   readonly rq: RcRecvWqe[];
-  receiving = false;
+  state = QpState.RESET;
+  destroyed = false;
   destNode = -1;
   destQpNum = -1;
   accessFlags = 0;
@@ -65,12 +68,19 @@ export class RcQueuePair implements RcQp {
 
   /** The owner's modify (or its ERR, its destruction): the attributes the transport reads from now on. */
   modify(a: RcQpAttrs): void {
-    this.receiving = a.receiving;
+    this.state = a.state;
+    this.destroyed = a.destroyed;
     this.destNode = a.destNode;
     this.destQpNum = a.destQpNum;
     this.accessFlags = a.accessFlags;
     this.minRnrTimer = a.minRnrTimer;
     this.qkey = a.qkey;
+  }
+
+  /** In RTR, RTS or SQD and not destroyed: it accepts packets. */
+  get receiving(): boolean {
+    const st = this.state;
+    return !this.destroyed && (st === QpState.RTR || st === QpState.RTS || st === QpState.SQD);
   }
 
   /** RTR: the peer's first message is expected at `rqPsn`; nothing is in progress. */

@@ -14,11 +14,11 @@ import { AckResp, type AckPacket, isResponse, RcOp, type Verdict, type WritePack
 import type { Transport } from '../fabric/transport.js';
 import type { MemoryLike } from '../memory.js';
 import type { RunSpans, Smmu, StallWindow, StreamContext, Translation } from '../smmu/smmu.js';
+import { Access } from '../device/ib.js';
 import { AtomicUnit } from './atomic.js';
 import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
 import type { Fault, Faults, HeldAnswer } from './faults.js';
 import {
-  RcAccess,
   type RcAdmitted,
   type RcMessage,
   type RcMr,
@@ -214,7 +214,7 @@ function checkConnection(c: Check): Step | RcRefusal {
 /** A response to this QP's own request: its bytes land only in a sink it expects, under LOCAL_WRITE. */
 function checkResponse(c: Check): RcAdmitted | RcRefusal {
   const { t, p, qp } = c;
-  if (p.length > 0 && (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, RcAccess.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length)))
+  if (p.length > 0 && (p.key === undefined || !keyFor(t, qp, p.key, p.va, p.length, Access.LOCAL_WRITE) || !qp.expects(p.key, p.va, p.length)))
     return { nak: 'access', reason: `QP ${p.qpn} expects no response bytes at ${hex(Number(p.va))} under key ${hex(p.key ?? 0)}` };
   c.msg = newMessage(p);
   return admitted(c);
@@ -271,27 +271,27 @@ function opRefusal(p: RcPacket, qp: RcQp): RcRefusal | undefined {
   switch (p.opcode) {
     case RcOp.WRITE:
     case RcOp.WRITE_IMM:
-      return flags & RcAccess.REMOTE_WRITE ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA WRITE (qp_access_flags)` };
+      return flags & Access.REMOTE_WRITE ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA WRITE (qp_access_flags)` };
     case RcOp.SEND:
     case RcOp.SEND_IMM:
       return undefined;
     case RcOp.READ_REQUEST:
-      return flags & RcAccess.REMOTE_READ ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA READ (qp_access_flags)` };
+      return flags & Access.REMOTE_READ ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept RDMA READ (qp_access_flags)` };
     case RcOp.ATOMIC:
       if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an atomic's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
-      return flags & RcAccess.REMOTE_ATOMIC ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept atomics (qp_access_flags)` };
+      return flags & Access.REMOTE_ATOMIC ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept atomics (qp_access_flags)` };
     case RcOp.ATOMIC_WRITE:
       // rxe_resp: QP and MR need REMOTE_WRITE; the word is 8-byte aligned and the payload its 8 bytes.
       if (p.va % 8n !== 0n) return { nak: 'inv-req', reason: `an ATOMIC WRITE's address must be 8-byte aligned, got 0x${p.va.toString(16)}` };
       if (spanOf(p).total !== 8) return { nak: 'inv-req', reason: `an ATOMIC WRITE carries 8 bytes, got ${spanOf(p).total}` };
-      if (!(flags & RcAccess.REMOTE_WRITE))
+      if (!(flags & Access.REMOTE_WRITE))
         return { nak: 'access', reason: `QP ${p.qpn} does not accept ATOMIC WRITE (qp_access_flags lacks REMOTE_WRITE)` };
       return undefined;
     case RcOp.FLUSH: {
       // rxe_resp's check_qp_attr_access and check_placement_type: the QP must allow each placement type asked for.
       const type = p.flush?.type ?? 0;
       const want = flushAccess(type);
-      const name = type & 1 && !(flags & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+      const name = type & 1 && !(flags & Access.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
       if (want === 0) return { nak: 'inv-req', reason: 'a FLUSH names no placement type' };
       return (flags & want) === want ? undefined : { nak: 'access', reason: `QP ${p.qpn} does not accept FLUSH with ${name} (qp_access_flags)` };
     }
@@ -302,7 +302,7 @@ function opRefusal(p: RcPacket, qp: RcQp): RcRefusal | undefined {
 
 /** The MR access a FLUSH's placement type bits ask for. */
 function flushAccess(type: number): number {
-  return (type & 1 ? RcAccess.FLUSH_GLOBAL : 0) | (type & 2 ? RcAccess.FLUSH_PERSISTENT : 0);
+  return (type & 1 ? Access.FLUSH_GLOBAL : 0) | (type & 2 ? Access.FLUSH_PERSISTENT : 0);
 }
 
 /** rxe's check_rkey (and check_length): a RETH-addressed packet's MR live, in the QP's PD, with the access, covering the span. */
@@ -324,13 +324,13 @@ function rkeyRefusal(t: RcTables, p: RcPacket, qp: RcQp): RcRefusal | undefined 
     case RcOp.WRITE_IMM:
       // A zero-length write names no memory (IB: its rkey is not checked). The rest of the
       // message must fit too (RETH's DMA length): a write past its MR lands nothing.
-      return p.length === 0 ? undefined : rkey(p.length, RcAccess.REMOTE_WRITE, 'REMOTE_WRITE', spanOf(p).rest);
+      return p.length === 0 ? undefined : rkey(p.length, Access.REMOTE_WRITE, 'REMOTE_WRITE', spanOf(p).rest);
     case RcOp.READ_REQUEST:
-      return (p.dmaLength ?? 0) === 0 ? undefined : rkey(p.dmaLength!, RcAccess.REMOTE_READ, 'REMOTE_READ');
+      return (p.dmaLength ?? 0) === 0 ? undefined : rkey(p.dmaLength!, Access.REMOTE_READ, 'REMOTE_READ');
     case RcOp.ATOMIC:
-      return rkey(8, RcAccess.REMOTE_ATOMIC, 'REMOTE_ATOMIC');
+      return rkey(8, Access.REMOTE_ATOMIC, 'REMOTE_ATOMIC');
     case RcOp.ATOMIC_WRITE:
-      return rkey(8, RcAccess.REMOTE_WRITE, 'REMOTE_WRITE');
+      return rkey(8, Access.REMOTE_WRITE, 'REMOTE_WRITE');
     case RcOp.FLUSH:
       return flushRkeyRefusal(t, p, qp);
     default:
@@ -346,7 +346,7 @@ function flushRkeyRefusal(t: RcTables, p: RcPacket, qp: RcQp): RcRefusal | undef
   if (p.key !== undefined && keyFor(t, qp, p.key, p.va, n, want)) return undefined;
   const mr = p.key === undefined ? undefined : t.mrs.get(p.key);
   const lacks = mr && !mr.closed && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
-  const flag = mr && type & 1 && !(mr.access & RcAccess.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
+  const flag = mr && type & 1 && !(mr.access & Access.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
   return { nak: 'access', reason: lacks ? `rkey ${hex(p.key!)}'s MR was registered without ${flag}` : rkeyReason(t, qp, p.key, p.va, n, flag) };
 }
 
@@ -479,7 +479,7 @@ function rkeyReason(t: RcTables, qp: RcQp, key: number | undefined, va: bigint, 
   const mr = t.mrs.get(key);
   if (!mr || mr.closed) return `rkey ${hex(key)} names no live MR on this node`;
   if (mr.pd.handle !== qp.pd.handle) return `rkey ${hex(key)} belongs to another protection domain than QP ${qp.qpNum}'s`;
-  if (!(mr.access & RcAccess[want as keyof typeof RcAccess])) return `rkey ${hex(key)}'s MR was registered without ${want}`;
+  if (!(mr.access & Access[want as keyof typeof Access])) return `rkey ${hex(key)}'s MR was registered without ${want}`;
   return `[0x${va.toString(16)}, +${length}) is not inside rkey ${hex(key)}'s MR`;
 }
 
@@ -498,7 +498,7 @@ export function scatterSend(
 ): { spans: RcPlace['spans'] } | { fail: 'prot' | 'len' } {
   let room = 0;
   for (const s of wqe.sgList) {
-    if (s.length > 0 && !keyFor(t, qp, s.lkey, s.addr, s.length, RcAccess.LOCAL_WRITE)) return { fail: 'prot' };
+    if (s.length > 0 && !keyFor(t, qp, s.lkey, s.addr, s.length, Access.LOCAL_WRITE)) return { fail: 'prot' };
     room += s.length;
   }
   if (total > room || from + length > room) return { fail: 'len' };

@@ -24,9 +24,6 @@ export interface RcPlaceAt {
   offset: number;
 }
 
-/** ibv_access_flags bits the responder checks (libibverbs values). */
-export const RcAccess = { LOCAL_WRITE: 1, REMOTE_WRITE: 2, REMOTE_READ: 4, REMOTE_ATOMIC: 8, FLUSH_GLOBAL: 256, FLUSH_PERSISTENT: 512 } as const;
-
 /** An MR as its node's responder reads it. */
 export interface RcMr {
   /** True once deregistered. */

@@ -518,9 +518,9 @@ export class QueuePair {
   // attributes reaching the device): it never reads them back from here.
   #publish(): void {
     const a = this.#attr;
-    const st = this.#state;
     this.rc.modify({
-      receiving: !this.#destroyed && (st === QpState.RTR || st === QpState.RTS || st === QpState.SQD),
+      state: this.#state,
+      destroyed: this.#destroyed,
       destNode: a.destNode,
       destQpNum: a.destQpNum,
       accessFlags: a.qpAccessFlags,
