@@ -85,64 +85,8 @@ function checkWrite(p: WritePacket, each = false): void {
   bool('sourceStall', p.sourceStall);
   if (p.key !== undefined) u32('key', p.key);
   if (p.qpn !== undefined) int('qpn', p.qpn, 0, 0xffffff);
-  if (p.opcode !== undefined) {
-    // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
-    int('opcode', p.opcode, RcOp.WRITE, RcOp.ATOMIC_ACK);
-    if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
-    int('srcQpn', p.srcQpn, 0, 0xffffff);
-    int('psn', p.psn, 0, 0xffffff);
-    if (p.immData !== undefined) u32('immData', p.immData);
-    if (p.solicited !== undefined) {
-      bool('solicited', p.solicited);
-      if (p.solicited && !RECEIVE_OPS.has(p.opcode)) bad('solicited', 'only on an operation that takes a receive', p.opcode);
-    }
-    if (p.srcFaults !== undefined) u32('srcFaults', p.srcFaults);
-    if ((p.msgOffset === undefined) !== (p.msgLength === undefined)) bad('msgOffset', 'given with msgLength', p.msgOffset);
-    if (p.msgOffset !== undefined) {
-      const total = size('msgLength', p.msgLength);
-      if (size('msgOffset', p.msgOffset) + p.seq * bs + p.length > total)
-        bad('msgOffset + seq × blockSize + length', `at most msgLength (${total})`, p.msgOffset);
-    }
-    const request = p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC;
-    if (request) {
-      // A request carries no payload: RETH / AtomicETH and where the answer lands.
-      if (p.length !== 0) bad('length', `0 in a ${RcOp[p.opcode]} request`, p.length);
-      checkSges('sinks', p.sinks);
-      if (p.opcode === RcOp.READ_REQUEST) int('dmaLength', p.dmaLength, 0, 2 ** 31);
-      else {
-        if (p.atomic === undefined) bad('atomic', 'present in an ATOMIC request', undefined);
-        bool('atomic.fetchAdd', p.atomic.fetchAdd);
-        addr('atomic.compareAdd', p.atomic.compareAdd);
-        addr('atomic.swap', p.atomic.swap);
-      }
-    } else if (p.opcode === RcOp.FLUSH) {
-      // FLUSH: RETH's range and FETH; no payload, no answer but the ACK.
-      if (p.length !== 0) bad('length', '0 in a FLUSH request', p.length);
-      int('dmaLength', p.dmaLength, 0, 2 ** 31);
-      if (p.flush === undefined) bad('flush', 'present in a FLUSH request', undefined);
-      int('flush.type', p.flush.type, 1, 3);
-      int('flush.level', p.flush.level, 0, 1);
-      if (p.sinks !== undefined || p.atomic !== undefined) bad('opcode', 'READ_REQUEST or ATOMIC with sinks or atomic', p.opcode);
-    } else if (p.sinks !== undefined || p.dmaLength !== undefined || p.atomic !== undefined) {
-      bad('opcode', 'READ_REQUEST or ATOMIC with sinks, dmaLength or atomic', p.opcode);
-    }
-    if (p.opcode !== RcOp.FLUSH && p.flush !== undefined) bad('opcode', 'FLUSH with flush', p.opcode);
-    // UD SEND: DETH's Q_Key, and the whole message in one block of at most the largest MTU.
-    const ud = p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM;
-    if (ud) {
-      u32('qkey', p.qkey);
-      if (count !== 1 || p.seq !== 0 || p.length > UD_MAX_BYTES || p.msgOffset !== undefined)
-        bad('length', `a UD message of at most ${UD_MAX_BYTES} bytes in one block`, p.length);
-    } else if (p.qkey !== undefined) bad('opcode', 'UD_SEND or UD_SEND_IMM with qkey', p.opcode);
-    // XRCETH: an XRC send QP's request names the target's XRC SRQ (never an answer, never UD).
-    if (p.srqn !== undefined) {
-      int('srqn', p.srqn, 0, 0xffffff);
-      if (ud || p.opcode === RcOp.READ_RESPONSE || p.opcode === RcOp.ATOMIC_ACK) bad('opcode', 'an RC request with srqn', p.opcode);
-    }
-    // ATOMIC WRITE: the 8 new bytes of one word; ATOMIC ACKNOWLEDGE: AtomicAckETH, the word's 8 old bytes; one block each.
-    if ((p.opcode === RcOp.ATOMIC_WRITE || p.opcode === RcOp.ATOMIC_ACK) && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
-      bad('length', `8 in an ${RcOp[p.opcode]}, one block`, p.length);
-  } else if (
+  if (p.opcode !== undefined) checkRcHeaders(p as WritePacket & { opcode: RcOp }, count, bs);
+  else if (
     p.srcQpn !== undefined ||
     p.psn !== undefined ||
     p.immData !== undefined ||
@@ -158,6 +102,67 @@ function checkWrite(p: WritePacket, each = false): void {
     int('sourceFault.seq', p.sourceFault.seq, p.seq, p.seq + count - 1);
     size('sourceFault.faultOffset', p.sourceFault.faultOffset);
   }
+}
+
+// An RC packet's headers: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place
+// in its message, and each opcode's own (RETH, AtomicETH, FETH, DETH, XRCETH).
+function checkRcHeaders(p: WritePacket & { opcode: RcOp }, count: number, bs: number): void {
+  // An RC packet: BTH (opcode, destination QP, PSN), the sending QP, ImmDt, its place in its message.
+  int('opcode', p.opcode, RcOp.WRITE, RcOp.ATOMIC_ACK);
+  if (p.qpn === undefined) bad('qpn', 'present in an RC packet', undefined);
+  int('srcQpn', p.srcQpn, 0, 0xffffff);
+  int('psn', p.psn, 0, 0xffffff);
+  if (p.immData !== undefined) u32('immData', p.immData);
+  if (p.solicited !== undefined) {
+    bool('solicited', p.solicited);
+    if (p.solicited && !RECEIVE_OPS.has(p.opcode)) bad('solicited', 'only on an operation that takes a receive', p.opcode);
+  }
+  if (p.srcFaults !== undefined) u32('srcFaults', p.srcFaults);
+  if ((p.msgOffset === undefined) !== (p.msgLength === undefined)) bad('msgOffset', 'given with msgLength', p.msgOffset);
+  if (p.msgOffset !== undefined) {
+    const total = size('msgLength', p.msgLength);
+    if (size('msgOffset', p.msgOffset) + p.seq * bs + p.length > total)
+      bad('msgOffset + seq × blockSize + length', `at most msgLength (${total})`, p.msgOffset);
+  }
+  const request = p.opcode === RcOp.READ_REQUEST || p.opcode === RcOp.ATOMIC;
+  if (request) {
+    // A request carries no payload: RETH / AtomicETH and where the answer lands.
+    if (p.length !== 0) bad('length', `0 in a ${RcOp[p.opcode]} request`, p.length);
+    checkSges('sinks', p.sinks);
+    if (p.opcode === RcOp.READ_REQUEST) int('dmaLength', p.dmaLength, 0, 2 ** 31);
+    else {
+      if (p.atomic === undefined) bad('atomic', 'present in an ATOMIC request', undefined);
+      bool('atomic.fetchAdd', p.atomic.fetchAdd);
+      addr('atomic.compareAdd', p.atomic.compareAdd);
+      addr('atomic.swap', p.atomic.swap);
+    }
+  } else if (p.opcode === RcOp.FLUSH) {
+    // FLUSH: RETH's range and FETH; no payload, no answer but the ACK.
+    if (p.length !== 0) bad('length', '0 in a FLUSH request', p.length);
+    int('dmaLength', p.dmaLength, 0, 2 ** 31);
+    if (p.flush === undefined) bad('flush', 'present in a FLUSH request', undefined);
+    int('flush.type', p.flush.type, 1, 3);
+    int('flush.level', p.flush.level, 0, 1);
+    if (p.sinks !== undefined || p.atomic !== undefined) bad('opcode', 'READ_REQUEST or ATOMIC with sinks or atomic', p.opcode);
+  } else if (p.sinks !== undefined || p.dmaLength !== undefined || p.atomic !== undefined) {
+    bad('opcode', 'READ_REQUEST or ATOMIC with sinks, dmaLength or atomic', p.opcode);
+  }
+  if (p.opcode !== RcOp.FLUSH && p.flush !== undefined) bad('opcode', 'FLUSH with flush', p.opcode);
+  // UD SEND: DETH's Q_Key, and the whole message in one block of at most the largest MTU.
+  const ud = p.opcode === RcOp.UD_SEND || p.opcode === RcOp.UD_SEND_IMM;
+  if (ud) {
+    u32('qkey', p.qkey);
+    if (count !== 1 || p.seq !== 0 || p.length > UD_MAX_BYTES || p.msgOffset !== undefined)
+      bad('length', `a UD message of at most ${UD_MAX_BYTES} bytes in one block`, p.length);
+  } else if (p.qkey !== undefined) bad('opcode', 'UD_SEND or UD_SEND_IMM with qkey', p.opcode);
+  // XRCETH: an XRC send QP's request names the target's XRC SRQ (never an answer, never UD).
+  if (p.srqn !== undefined) {
+    int('srqn', p.srqn, 0, 0xffffff);
+    if (ud || p.opcode === RcOp.READ_RESPONSE || p.opcode === RcOp.ATOMIC_ACK) bad('opcode', 'an RC request with srqn', p.opcode);
+  }
+  // ATOMIC WRITE: the 8 new bytes of one word; ATOMIC ACKNOWLEDGE: AtomicAckETH, the word's 8 old bytes; one block each.
+  if ((p.opcode === RcOp.ATOMIC_WRITE || p.opcode === RcOp.ATOMIC_ACK) && (p.length !== 8 || p.seq !== 0 || p.msgOffset !== undefined))
+    bad('length', `8 in an ${RcOp[p.opcode]}, one block`, p.length);
 }
 
 function checkVerdict(i: number, v: Verdict, each: boolean): void {
