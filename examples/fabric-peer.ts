@@ -397,7 +397,7 @@ interface Done {
 }
 
 // A trace crosses as JSON text in pieces: an exchange carries at most 4096 items and 64 KiB a
-// string (kernel-sim/fabric/headers.ts), and a server's trace has tens of thousands of events.
+// string (kernel-sim/fabric/exchange-codec.ts), and a server's trace has tens of thousands of events.
 const TRACE_PIECE = 16_000; // characters: at most 48 KB of UTF-8
 const TRACE_PIECES = 4096;
 

@@ -120,7 +120,8 @@ export {
   type RcRecvWqe,
   type RcRespState,
   type RcSrq,
-} from './pldma/rc.js';
+} from './rc/tables.js';
+export { RcQueuePair, type RcQpAttrs, type RcQpOwner } from './rc/qp.js';
 export {
   DmaStatus,
   type DmaCompletion,

@@ -10,7 +10,7 @@ import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
 import { CopyEngine, type CopyTag, nodeTag } from './pldma/copy-engine.js';
 import { Pldma } from './pldma/pldma.js';
 import type { DmaCompletion, DmaDescriptor, FaultHook } from './pldma/types.js';
-import { RcTables } from './pldma/rc.js';
+import { RcTables } from './rc/tables.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
 import { releaseForeignFault, Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
 import { Tracer } from './trace.js';

@@ -16,12 +16,12 @@ import type { Transport } from '../fabric/transport.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
-import { Completer } from './completer.js';
+import { Completer } from '../rc/completer.js';
 import type { CopyEngine, CopyTag } from './copy-engine.js';
-import { Faults, type PageResponse, type SentAgain } from './faults.js';
-import { Requester } from './requester.js';
-import { RcTables } from './rc.js';
-import { Responder } from './responder.js';
+import { Faults, type PageResponse, type SentAgain } from '../rc/faults.js';
+import { Requester } from '../rc/requester.js';
+import { RcTables } from '../rc/tables.js';
+import { Responder } from '../rc/responder.js';
 import {
   DmaStatus,
   type DmaCompletion,

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport } from '../../kernel-sim/index.js';
-import { encodeHello } from '../../kernel-sim/fabric/headers.js';
+import { encodeHello } from '../../kernel-sim/fabric/framing.js';
 import { libfabricHeader, Raw } from './raw.js';
 import { built, ci, start, waitFor } from './spawn.js';
 

@@ -3,7 +3,7 @@
 // write), including an event the table does not name.
 import { describe, expect, test } from 'vitest';
 import { DmaStatus, EvtId } from '../../kernel-sim/index.js';
-import { statusForFault } from '../../kernel-sim/pldma/completer.js';
+import { statusForFault } from '../../kernel-sim/rc/faults.js';
 
 describe('statusForFault', () => {
   test('each unrecoverable event has a status per side', () => {

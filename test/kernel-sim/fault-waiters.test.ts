@@ -2,7 +2,7 @@
 // are answered together by the one answer, and an answer nobody recorded (a stall-mode
 // fault, or one answered twice) still speaks for the fault it carries.
 import { describe, expect, test } from 'vitest';
-import { Faults } from '../../kernel-sim/pldma/faults.js';
+import { Faults } from '../../kernel-sim/rc/faults.js';
 import type { EngineState, FaultInfo } from '../../kernel-sim/pldma/types.js';
 import { Tracer } from '../../kernel-sim/trace.js';
 

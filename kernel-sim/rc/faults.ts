@@ -12,10 +12,23 @@ import { realNowUs } from '../cost-model/index.js';
 import { isResponse, type WritePacket } from '../fabric/packets.js';
 import type { ResolveMethod } from '../netlink/messages.js';
 import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
-import type { Translation } from '../smmu/smmu.js';
-import { DmaStatus, type EngineState, type FaultInfo, type Side, traceTransfer, type Transfer } from './types.js';
+import { EvtId } from '../smmu/records.js';
+import type { Access, Translation } from '../smmu/smmu.js';
+import { DmaStatus, type EngineState, type FaultInfo, type Side, traceTransfer, type Transfer } from '../pldma/types.js';
 
-type Fault = Extract<Translation, { ok: false }>;
+/** A translation that failed: what a fault is. */
+export type Fault = Extract<Translation, { ok: false }>;
+
+const STATUS_FOR: Partial<Record<EvtId, { read: DmaStatus; write: DmaStatus }>> = {
+  [EvtId.F_ADDR_SIZE]: { read: DmaStatus.SRC_ADDR_ERR, write: DmaStatus.DST_ADDR_ERR },
+  [EvtId.F_PERMISSION]: { read: DmaStatus.SRC_PERM_ERR, write: DmaStatus.DST_PERM_ERR },
+  [EvtId.C_BAD_STREAMID]: { read: DmaStatus.PD_ERR, write: DmaStatus.PD_ERR },
+};
+
+/** The status a fault that cannot be resolved ends a transfer with. */
+export function statusForFault(id: EvtId, access: Access): DmaStatus {
+  return STATUS_FOR[id]?.[access] ?? (access === 'read' ? DmaStatus.SRC_ADDR_ERR : DmaStatus.DST_ADDR_ERR);
+}
 
 /** What the fault library answered for a fault, as the driver hands it on (iommu_page_response and the library's report). */
 export interface PageResponse {
@@ -77,6 +90,25 @@ export class Faults {
   constructor(state: EngineState, end: EndTransfer) {
     this.#s = state;
     this.#end = end;
+  }
+
+  /**
+   * A page that translated and was gone when the copy engine reached it (the copy's own
+   * fault): its IOTLB entries dropped, and the fault it is, F_TRANSLATION and recoverable.
+   * The one place such a translation is built, for either side.
+   */
+  evicted(addr: bigint, pageSize: number, reason: string): Fault {
+    this.#s.smmu.iotlb.invalidateRange(addr, pageSize, pageSize);
+    return { ok: false, id: EvtId.F_TRANSLATION, addr, recoverable: true, reason };
+  }
+
+  /**
+   * A fault no answer can resolve (F_PERMISSION, F_ADDR_SIZE, no stream): recorded in the
+   * SMMU's event queue, and the status the transfer ends with.
+   */
+  refused(sid: number, tr: Fault, access: Access): DmaStatus {
+    this.#s.smmu.recordFault(sid, tr, access);
+    return statusForFault(tr.id, access);
   }
 
   /** The context of a fault of this node's `side` (the one builder of FaultInfo). */

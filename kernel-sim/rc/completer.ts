@@ -5,10 +5,9 @@
 // answers), and completes the transfer with a status that says which side failed and why.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
-import { EvtId } from '../smmu/records.js';
-import type { Access, Translation } from '../smmu/smmu.js';
+import type { Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
-import { rnrTimerMs } from './rc.js';
+import { rnrTimerMs } from './tables.js';
 import {
   type Awaited,
   type DmaCompletion,
@@ -22,13 +21,7 @@ import {
   traceTransfer,
   type Transfer,
   walkCost,
-} from './types.js';
-
-const STATUS_FOR: Partial<Record<EvtId, { read: DmaStatus; write: DmaStatus }>> = {
-  [EvtId.F_ADDR_SIZE]: { read: DmaStatus.SRC_ADDR_ERR, write: DmaStatus.DST_ADDR_ERR },
-  [EvtId.F_PERMISSION]: { read: DmaStatus.SRC_PERM_ERR, write: DmaStatus.DST_PERM_ERR },
-  [EvtId.C_BAD_STREAMID]: { read: DmaStatus.PD_ERR, write: DmaStatus.PD_ERR },
-};
+} from '../pldma/types.js';
 
 /** The status a destination's error ACK stands for. */
 const STATUS_OF_RESP: Partial<Record<AckResp, DmaStatus>> = {
@@ -40,11 +33,6 @@ const STATUS_OF_RESP: Partial<Record<AckResp, DmaStatus>> = {
   [AckResp.OP_ERR]: DmaStatus.REM_OP,
   [AckResp.FLUSHED]: DmaStatus.FLUSHED,
 };
-
-/** The status a fault that cannot be resolved ends a transfer with. */
-export function statusForFault(id: EvtId, access: Access): DmaStatus {
-  return STATUS_FOR[id]?.[access] ?? (access === 'read' ? DmaStatus.SRC_ADDR_ERR : DmaStatus.DST_ADDR_ERR);
-}
 
 export class Completer {
   #s: EngineState;
@@ -264,105 +252,100 @@ export class Completer {
   }
 
   // An answer for blocks of a run: the ones written (reserved and acked in one loop), or
-  // the one that was not.
+  // the one that was not (rxe_comp's check_ack: an ACK, a NAK and its syndrome).
   #verdict(t: Transfer, run: SentRun, v: Verdict): void {
+    if (v.resp === AckResp.OK && !run.window?.aborted) return this.#acked(t, run, v);
+    const j0 = v.seq - run.seq;
+    const arrive = this.#reserve(t, run, j0, v.stalls ?? 0);
+    if (run.window?.aborted || v.resp === AckResp.ABORTED) {
+      const which = run.window?.aborted ? 'source read' : 'destination write';
+      const side: Side = run.window?.aborted ? 'source' : 'destination';
+      this.fail(t, true, DmaStatus.ABORTED, `a stalled ${which} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`, arrive + this.#delay, side);
+      return;
+    }
+    this.#nak(t, run, v, arrive);
+  }
+
+  // Blocks written: their modelled times reserved block by block, the transfer acked up to them.
+  #acked(t: Transfer, run: SentRun, v: Verdict): void {
+    const s = this.#s;
+    const { end, firstAck } = !v.stalls && !run.window?.stalls ? this.#reserveRun(t, run, v) : this.#reserveStalled(t, run, v);
+    // A retransmitted block's copy closes its fault in the trace: which thread copied it.
+    const own = t.own.size ? t.own.get(v.seq) : undefined;
+    if (own && own.attempts > 1) {
+      const detail = { seq: v.seq, attempt: own.attempts, srcNode: s.node, thread: v.copyThread, copyNs: v.copyNs };
+      traceTransfer(s.tracer, 'ack', s.node, t.tid, t.desc.channel, { modelUs: firstAck, detail });
+    }
+    this.ack(t, v.seq, v.count, end);
+  }
+
+  // No stalls (every write but a stall-mode one): #reserve's arithmetic, block by block, with
+  // its lookups made once per verdict (a run is up to MAX_RUN_BLOCKS blocks).
+  #reserveRun(t: Transfer, run: SentRun, v: Verdict): { end: number; firstAck: number } {
     const s = this.#s;
     const c = s.costs;
     const j0 = v.seq - run.seq;
-    if (v.resp === AckResp.OK && !run.window?.aborted) {
-      let end = t.modelEnd;
-      let firstAck = 0;
-      if (!v.stalls && !run.window?.stalls) {
-        // No stalls (every write but a stall-mode one): #reserve's arithmetic, block by block,
-        // with its lookups made once per verdict (a run is up to MAX_RUN_BLOCKS blocks).
-        const ch = s.chans.get(t.desc.channel)!;
-        const ready = t.modelReady;
-        const { node, engineRes, transport, blockSize: bs } = s;
-        const { dstNode, length } = t.desc;
-        const costs = run.costs;
-        const walks = v.walks;
-        let issueAt = this.#issueAt;
-        for (let j = j0; j < j0 + v.count; j++) {
-          issueAt = Math.max(ch.cursor, ready);
-          const engineDone = engineRes.reserve(issueAt, costs[j]!);
-          ch.cursor = engineDone;
-          const arrive = transport.transmit(node, dstNode, Math.min(bs, length - (run.seq + j) * bs), engineDone);
-          const ackAt = arrive + (walks ? walks[j - j0]! : v.walkUs) + c.linkLatencyUs;
-          if (j === j0) firstAck = ackAt;
-          if (ackAt > end) end = ackAt;
-        }
-        this.#issueAt = issueAt;
-        this.#delay = 0;
-      } else {
-        for (let j = j0; j < j0 + v.count; j++) {
-          // A stall-mode write is one block: its stalls are that block's.
-          const arrive = this.#reserve(t, run, j, j === j0 ? (v.stalls ?? 0) : 0);
-          const ackAt = arrive + (v.walks ? v.walks[j - j0]! : v.walkUs) + this.#delay + c.linkLatencyUs;
-          if (j === j0) firstAck = ackAt;
-          if (ackAt > end) end = ackAt;
-        }
-      }
-      // A retransmitted block's copy closes its fault in the trace: which thread copied it.
-      const own = t.own.size ? t.own.get(v.seq) : undefined;
-      if (own && own.attempts > 1) {
-        const detail = { seq: v.seq, attempt: own.attempts, srcNode: s.node, thread: v.copyThread, copyNs: v.copyNs };
-        traceTransfer(s.tracer, 'ack', s.node, t.tid, t.desc.channel, { modelUs: firstAck, detail });
-      }
-      this.ack(t, v.seq, v.count, end);
-      return;
+    let end = t.modelEnd;
+    let firstAck = 0;
+    const ch = s.chans.get(t.desc.channel)!;
+    const ready = t.modelReady;
+    const { node, engineRes, transport, blockSize: bs } = s;
+    const { dstNode, length } = t.desc;
+    const costs = run.costs;
+    const walks = v.walks;
+    let issueAt = this.#issueAt;
+    for (let j = j0; j < j0 + v.count; j++) {
+      issueAt = Math.max(ch.cursor, ready);
+      const engineDone = engineRes.reserve(issueAt, costs[j]!);
+      ch.cursor = engineDone;
+      const arrive = transport.transmit(node, dstNode, Math.min(bs, length - (run.seq + j) * bs), engineDone);
+      const ackAt = arrive + (walks ? walks[j - j0]! : v.walkUs) + c.linkLatencyUs;
+      if (j === j0) firstAck = ackAt;
+      if (ackAt > end) end = ackAt;
     }
-    const seq = v.seq;
-    const arrive = this.#reserve(t, run, j0, v.stalls ?? 0);
-    const delay = this.#delay;
-    if (run.window?.aborted || v.resp === AckResp.ABORTED) {
-      const which = run.window?.aborted ? 'source read' : 'destination write';
-      this.fail(
-        t,
-        true,
-        DmaStatus.ABORTED,
-        `a stalled ${which} was aborted (CMD_RESUME ABORT/TERM or CMD_STALL_TERM)`,
-        arrive + delay,
-        run.window?.aborted ? 'source' : 'destination',
-      );
-      return;
+    this.#issueAt = issueAt;
+    this.#delay = 0;
+    return { end, firstAck };
+  }
+
+  // A stall-mode write is one block: its stalls are that block's.
+  #reserveStalled(t: Transfer, run: SentRun, v: Verdict): { end: number; firstAck: number } {
+    const c = this.#s.costs;
+    const j0 = v.seq - run.seq;
+    let end = t.modelEnd;
+    let firstAck = 0;
+    for (let j = j0; j < j0 + v.count; j++) {
+      const arrive = this.#reserve(t, run, j, j === j0 ? (v.stalls ?? 0) : 0);
+      const ackAt = arrive + (v.walks ? v.walks[j - j0]! : v.walkUs) + this.#delay + c.linkLatencyUs;
+      if (j === j0) firstAck = ackAt;
+      if (ackAt > end) end = ackAt;
     }
+    return { end, firstAck };
+  }
+
+  // A NAK (or an error ACK) for block v.seq, reserved to arrive at `arrive`: its syndrome says
+  // what comes next: a fault parked, an RNR wait, a source fault, or the transfer's end.
+  #nak(t: Transfer, run: SentRun, v: Verdict, arrive: number): void {
+    const s = this.#s;
+    const c = s.costs;
     switch (v.resp) {
       case AckResp.FAULT:
-      case AckResp.UNRESOLVED: {
-        const at = v.late ? arrive + c.linkLatencyUs : arrive + v.walkUs + c.linkLatencyUs;
-        // An atomic's word is the source of its answer (read first): its fault counts there.
-        const side: Side = t.desc.opcode === RcOp.ATOMIC ? 'source' : 'destination';
-        t.nacks++;
-        t.faults[side]++;
-        // The fault began when the destination found it, the time it held its NACK ago.
-        t.faultStarted.push(realNowUs() - (v.resolved?.heldUs ?? 0));
-        s.counters.nacksReceived++;
-        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
-        if (v.resp === AckResp.UNRESOLVED) {
-          const reason = `node ${t.desc.dstNode}'s fault library could not resolve the ${side === 'source' ? "atomic's word" : 'destination'} fault`;
-          this.fail(t, true, DmaStatus.FAULT_UNRESOLVED, reason, at, side);
-          return;
-        }
-        // The NACK carries the fault library's answer (or says none came in time): the block
-        // is parked, counted against its retry limit, and goes again when the answer says.
-        this.#faults.park(t, seq, at, side);
-        this.#nacked = { seq, resolved: v.resolved };
-        return;
-      }
+      case AckResp.UNRESOLVED:
+        return this.#faultNak(t, v, v.late ? arrive + c.linkLatencyUs : arrive + v.walkUs + c.linkLatencyUs);
       case AckResp.RNR: {
         const at = arrive + c.linkLatencyUs;
         t.nacks++;
         s.counters.nacksReceived++;
-        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq, rnr: true } });
-        this.#faults.rnr(t, seq, at, rnrTimerMs(v.rnrTimer ?? 0));
+        traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq: v.seq, rnr: true } });
+        this.#faults.rnr(t, v.seq, at, rnrTimerMs(v.rnrTimer ?? 0));
         return;
       }
       case AckResp.SOURCE_FAULT: {
         // The page was there when translated and gone when the payload was read.
+        const j0 = v.seq - run.seq;
         const addr = run.region.address + BigInt(v.faultOffset ?? run.offset + j0 * s.blockSize);
-        const tr: Translation = { ok: false, id: EvtId.F_TRANSLATION, addr, recoverable: true, reason: 'source page evicted before the copy' };
-        s.smmu.iotlb.invalidateRange(addr, run.region.pageSize, run.region.pageSize);
-        this.blockFault(t, seq, run.sid, tr, this.#issueAt + c.scheduleUs, run.issuedUs[j0]!, run.issuedMs);
+        const tr = this.#faults.evicted(addr, run.region.pageSize, 'source page evicted before the copy');
+        this.blockFault(t, v.seq, run.sid, tr, this.#issueAt + c.scheduleUs, run.issuedUs[j0]!, run.issuedMs);
         return;
       }
       case AckResp.FLUSHED:
@@ -373,16 +356,35 @@ export class Completer {
         this.#answered(t, v);
         this.fail(t, true, v.answer!.status as DmaStatus, v.reason ?? `the answer ended ${DmaStatus[v.answer!.status]}`, arrive, v.answer!.side);
         return;
-      default:
-        this.fail(
-          t,
-          true,
-          STATUS_OF_RESP[v.resp] ?? DmaStatus.DST_ADDR_ERR,
-          v.reason ?? `destination answered ${AckResp[v.resp]}`,
-          arrive + v.walkUs + c.linkLatencyUs,
-          'destination',
-        );
+      default: {
+        const status = STATUS_OF_RESP[v.resp] ?? DmaStatus.DST_ADDR_ERR;
+        this.fail(t, true, status, v.reason ?? `destination answered ${AckResp[v.resp]}`, arrive + v.walkUs + c.linkLatencyUs, 'destination');
+      }
     }
+  }
+
+  // A fault NACK (at `at`, modelled): counted, and the block parked until the answer it carries
+  // says go (or the transfer ends if the fault library could not resolve it).
+  #faultNak(t: Transfer, v: Verdict, at: number): void {
+    const s = this.#s;
+    const seq = v.seq;
+    // An atomic's word is the source of its answer (read first): its fault counts there.
+    const side: Side = t.desc.opcode === RcOp.ATOMIC ? 'source' : 'destination';
+    t.nacks++;
+    t.faults[side]++;
+    // The fault began when the destination found it, the time it held its NACK ago.
+    t.faultStarted.push(realNowUs() - (v.resolved?.heldUs ?? 0));
+    s.counters.nacksReceived++;
+    traceTransfer(s.tracer, 'nack', s.node, t.tid, t.desc.channel, { side: 'destination', modelUs: at, detail: { seq } });
+    if (v.resp === AckResp.UNRESOLVED) {
+      const reason = `node ${t.desc.dstNode}'s fault library could not resolve the ${side === 'source' ? "atomic's word" : 'destination'} fault`;
+      this.fail(t, true, DmaStatus.FAULT_UNRESOLVED, reason, at, side);
+      return;
+    }
+    // The NACK carries the fault library's answer (or says none came in time): the block
+    // is parked, counted against its retry limit, and goes again when the answer says.
+    this.#faults.park(t, seq, at, side);
+    this.#nacked = { seq, resolved: v.resolved };
   }
 
   // A READ's or an atomic's response that could not be sent: what it took is this transfer's too.
@@ -425,8 +427,7 @@ export class Completer {
   /** A source-side fault of block `seq`: an error if it cannot be resolved, else the fault unit parks the transfer. */
   blockFault(t: Transfer, seq: number, sid: number, tr: Extract<Translation, { ok: false }>, at: number, issuedUs: number, issuedMs: number): void {
     if (tr.recoverable) return this.#faults.source(t, seq, sid, tr, at, issuedUs, issuedMs);
-    this.#s.smmu.recordFault(sid, tr, 'read');
-    this.fail(t, true, statusForFault(tr.id, 'read'), tr.reason, at, 'source');
+    this.fail(t, true, this.#faults.refused(sid, tr, 'read'), tr.reason, at, 'source');
   }
 
   /** Blocks [seq, seq+count) landed; the last of them acked at `ackAt` (modelled). */

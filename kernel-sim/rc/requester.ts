@@ -12,9 +12,11 @@ import { realNowUs } from '../cost-model/index.js';
 import { hasRemoteRange, isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer } from './completer.js';
-import type { Faults } from './faults.js';
+import type { Fault, Faults } from './faults.js';
+import type { RunSpans, StallWindow, StreamContext } from '../smmu/smmu.js';
 import type { MemoryLike } from '../memory.js';
 import {
+  type Channel,
   type DmaCompletion,
   type DmaDescriptor,
   DmaStatus,
@@ -22,16 +24,29 @@ import {
   MAX_RUN_BLOCKS,
   NO_MEMORY,
   type PayloadView,
+  type SentRun,
   requestKey,
   RUNS_IN_FLIGHT,
   traceTransfer,
   type Transfer,
   walkCost,
   walkedCost,
-} from './types.js';
+} from '../pldma/types.js';
 
 /** The end of the 64-bit address space. */
 const SPACE = 1n << 64n;
+
+/** A run's modelled plan: per block its engine cost, issue and arrival times; the bytes; where the channel, engine and link are free after it; when the next block would issue. */
+interface RunPlan {
+  costs: Float64Array;
+  issued: Float64Array;
+  arrivals: Float64Array;
+  bytes: number;
+  cursor: number;
+  engineFree: number;
+  linkFree: number;
+  nextAt: number;
+}
 
 export class Requester implements Schedulable {
   readonly capacity: number;
@@ -132,7 +147,6 @@ export class Requester implements Schedulable {
    */
   issue(channel: number): void {
     const s = this.#s;
-    const c = s.costs;
     const ch = s.chans.get(channel)!;
     const t = ch.queue[0]!;
     const d = t.desc;
@@ -140,11 +154,7 @@ export class Requester implements Schedulable {
     const src = s.smmu.streamForPd(d.pd);
     const first = t.cursor;
     const pipelined = t.runs.length > 0;
-    let cursor = pipelined ? t.plan.cursor : ch.cursor;
-    let engineFree = pipelined ? Math.max(s.engineRes.freeAt, t.plan.engine) : s.engineRes.freeAt;
-    let linkFree = s.transport.linkFreeAt(s.node, d.dstNode);
-    if (pipelined) linkFree = Math.max(linkFree, t.plan.link);
-    const issueAt = Math.max(cursor, t.modelReady);
+    const issueAt = Math.max(pipelined ? t.plan.cursor : ch.cursor, t.modelReady);
     if (!src) {
       // The posting process's protection domain went away mid-transfer: flush, do not send.
       this.#start(t, first, 1, issueAt);
@@ -156,22 +166,41 @@ export class Requester implements Schedulable {
     const n = src.faultModel === 'stall' ? 1 : Math.min(t.runLimit, t.blocks - first);
     const offset0 = first * bs;
     const batch = s.smmu.translateRun(src.sid, d.srcVa + BigInt(offset0), Math.min(n * bs, d.length - offset0), bs, 'read');
-    const k = batch.blocks;
-    if (k === 0) {
-      // The run's first block faults at the source.
-      const tr = batch.fault!;
-      const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
-      const issuedMs = this.#start(t, first, 1, issueAt);
-      t.cursor = first + 1;
-      if (pipelined) {
-        t.held = { seq: first, sid: src.sid, tr, cost, issuedUs: issueAt, issuedMs };
-        return;
-      }
-      ch.cursor = s.engineRes.reserve(issueAt, cost);
-      this.#completer.blockFault(t, first, src.sid, tr, issueAt + c.scheduleUs + walkCost(c, tr), issueAt, issuedMs);
+    // The run's first block faults at the source.
+    if (batch.blocks === 0) return this.#firstFault(t, ch, src.sid, batch.fault!, issueAt, pipelined);
+    const plan = this.#plan(t, ch, batch, issueAt, pipelined);
+    this.#sendRun(t, src, batch, plan, n);
+  }
+
+  // The source of the run's first block faults: nothing goes on the wire. Behind runs in flight
+  // the fault is held until they land; else it is the fault unit's now.
+  #firstFault(t: Transfer, ch: Channel, sid: number, tr: Fault, issueAt: number, pipelined: boolean): void {
+    const c = this.#s.costs;
+    const first = t.cursor;
+    const cost = c.scheduleUs + walkCost(c, tr) + c.blockUs;
+    const issuedMs = this.#start(t, first, 1, issueAt);
+    t.cursor = first + 1;
+    if (pipelined) {
+      t.held = { seq: first, sid, tr, cost, issuedUs: issueAt, issuedMs };
       return;
     }
-    // The plan, block by block in one numeric loop (no object per block): engine, then link.
+    ch.cursor = this.#s.engineRes.reserve(issueAt, cost);
+    this.#completer.blockFault(t, first, sid, tr, issueAt + c.scheduleUs + walkCost(c, tr), issueAt, issuedMs);
+  }
+
+  // The plan, block by block in one numeric loop (no object per block): engine, then link,
+  // from where the runs already on the wire end.
+  #plan(t: Transfer, ch: Channel, batch: RunSpans, issueAt: number, pipelined: boolean): RunPlan {
+    const s = this.#s;
+    const c = s.costs;
+    const d = t.desc;
+    const bs = s.blockSize;
+    const first = t.cursor;
+    const k = batch.blocks;
+    let cursor = pipelined ? t.plan.cursor : ch.cursor;
+    let engineFree = pipelined ? Math.max(s.engineRes.freeAt, t.plan.engine) : s.engineRes.freeAt;
+    let linkFree = s.transport.linkFreeAt(s.node, d.dstNode);
+    if (pipelined) linkFree = Math.max(linkFree, t.plan.link);
     const costs = new Float64Array(k);
     const issued = new Float64Array(k);
     const arrivals = new Float64Array(k);
@@ -196,51 +225,74 @@ export class Requester implements Schedulable {
         at = Math.max(cursor, ready);
       }
     }
+    return { costs, issued, arrivals, bytes, cursor, engineFree, linkFree, nextAt: at };
+  }
+
+  // The planned run on the wire as one write packet: its stall window (stall-mode memory), its
+  // payload, its record among the transfer's runs; the block after it held if it faulted.
+  #sendRun(t: Transfer, src: StreamContext, batch: RunSpans, plan: RunPlan, n: number): void {
+    const s = this.#s;
+    const c = s.costs;
+    const d = t.desc;
+    const first = t.cursor;
+    const k = batch.blocks;
+    const { costs, issued, arrivals, bytes } = plan;
     const region = batch.region!;
     const issuedMs = this.#start(t, first, k, issued);
-    // Stall-mode source memory: the payload's read may stall (a genuine userfaultfd fault of
-    // the copy thread) until this node's SMMU resumes it; the window lasts until the answer.
     const window =
       src.faultModel === 'stall'
-        ? s.smmu.beginStallWindow({
-            sid: src.sid,
-            region,
-            offset: batch.offset,
-            length: bytes,
-            access: 'read',
-            tag: this.#faults.info('source', {
-              sid: src.sid,
-              srcNode: s.node,
-              tid: t.tid,
-              channel: d.channel,
-              seq: first,
-              va: d.srcVa + BigInt(offset0),
-              lengthHint: Math.max(0, d.length - offset0),
-              modelUs: cursor,
-              issuedUs: issued[0]!,
-              issuedMs,
-            }),
-          })
+        ? this.#stallWindow(t, src.sid, { region, offset: batch.offset, length: bytes }, plan.cursor, issued[0]!, issuedMs)
         : undefined;
     const payload: PayloadView = isResponse(d.opcode)
       ? this.#answerPayload(t, region, batch.offset)
       : { region, offset: batch.offset, revoked: false };
-    t.runs.push({ seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload });
-    t.plan.cursor = cursor;
-    t.plan.engine = engineFree;
-    t.plan.link = linkFree;
+    const sent: SentRun = { seq: first, count: k, costs, issuedUs: issued, issuedMs, sid: src.sid, region, offset: batch.offset, window, payload };
+    t.runs.push(sent);
+    t.plan.cursor = plan.cursor;
+    t.plan.engine = plan.engineFree;
+    t.plan.link = plan.linkFree;
     t.cursor = first + k;
     if (batch.fault && k < n) {
       // The block after the run faults at the source: it counts only if the runs before it land whole.
       const tr = batch.fault;
+      const at = plan.nextAt;
       const heldMs = this.#start(t, first + k, 1, at);
       t.cursor++;
       t.held = { seq: first + k, sid: src.sid, tr, cost: c.scheduleUs + walkCost(c, tr) + c.blockUs, issuedUs: at, issuedMs: heldMs };
     }
     this.#completer.outstanding++;
-    this.#send(t, first, k, bytes, payload, issued, arrivals, issuedMs, window !== undefined);
+    this.#send(t, sent, bytes, arrivals);
     // A response's run is done once sent (on the next microtask: not inside the scheduler's pass).
     if (isResponse(d.opcode)) queueMicrotask(() => this.#completer.answerSent(t));
+  }
+
+  // Stall-mode source memory: the payload's read may stall (a genuine userfaultfd fault of the
+  // copy thread) until this node's SMMU resumes it; the window lasts until the answer.
+  #stallWindow(
+    t: Transfer,
+    sid: number,
+    at: { region: MemoryLike; offset: number; length: number },
+    modelUs: number,
+    issuedUs: number,
+    issuedMs: number,
+  ): StallWindow {
+    const s = this.#s;
+    const d = t.desc;
+    const first = t.cursor;
+    const offset0 = first * s.blockSize;
+    const tag = this.#faults.info('source', {
+      sid,
+      srcNode: s.node,
+      tid: t.tid,
+      channel: d.channel,
+      seq: first,
+      va: d.srcVa + BigInt(offset0),
+      lengthHint: Math.max(0, d.length - offset0),
+      modelUs,
+      issuedUs,
+      issuedMs,
+    });
+    return s.smmu.beginStallWindow({ sid, region: at.region, offset: at.offset, length: at.length, access: 'read', tag });
   }
 
   // A response's payload: its runs are done when sent, so its QP's destruction revokes it
@@ -264,18 +316,11 @@ export class Requester implements Schedulable {
     };
   }
 
-  // A run goes on the wire as one write packet, with the RC headers of its message.
-  #send(
-    t: Transfer,
-    first: number,
-    count: number,
-    bytes: number,
-    payload: PayloadView,
-    issuedUs: Float64Array,
-    arrivals: Float64Array,
-    issuedMs: number,
-    sourceStall: boolean,
-  ): void {
+  // A run (just pushed on the transfer's runs) goes on the wire as one write packet, with the
+  // RC headers of its message: `bytes` of payload, its blocks arriving at `arrivals`.
+  #send(t: Transfer, run: SentRun, bytes: number, arrivals: Float64Array): void {
+    const { seq: first, count, payload, issuedUs, issuedMs } = run;
+    const sourceStall = run.window !== undefined;
     const s = this.#s;
     const d = t.desc;
     const offset0 = first * s.blockSize;
@@ -396,7 +441,7 @@ export class Requester implements Schedulable {
     t.cursor = 1;
     ch.cursor = Math.max(ch.cursor, issueAt);
     this.#completer.outstanding++;
-    this.#send(t, 0, 1, 0, payload, issued, arrivals, issuedMs, false);
+    this.#send(t, t.runs[t.runs.length - 1]!, 0, arrivals);
   }
 
   // Blocks [first, first+count) go on the wire (issued at `issued`, per block or all at
