@@ -262,6 +262,8 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
   explained: Record<string, number>;
   loadavg: { start: number[]; rounds: number[][] };
   fiPingpong: boolean;
+  /** Runs that failed and were taken once more. */
+  retried: Array<{ round: number; what: string; why: string }>;
 }> {
   const dir = mkdtempSync(join(tmpdir(), 'pfr-bench-fabric-'));
   const rounds = o.rounds ?? 3;
@@ -355,11 +357,20 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     // Interleaved rounds (the machine is shared and noisy): every case once per round, medians.
     const samples = cases.map(() => [] as number[]);
     const roundLoads: number[][] = [];
+    const retried: Array<{ round: number; what: string; why: string }> = [];
     const bar = progress(rounds * cases.length, 'bench-fabric');
     try {
       for (let r = 0; r < rounds; r++) {
         for (const [i, c] of cases.entries()) {
-          samples[i]!.push(await c.take());
+          samples[i]!.push(
+            await c.take().catch((e: unknown) => {
+              // A run that failed (on a loaded machine an 8-rank job's connections can time
+              // out) is taken once more, and said: the retries are in the output and the JSON.
+              const why = (e instanceof Error ? e.message : String(e)).split('\n').find((l) => /fail|cannot|timed out/.test(l)) ?? String(e);
+              retried.push({ round: r + 1, what: c.what, why: why.trim() });
+              return c.take();
+            }),
+          );
           bar.tick(i + 1 < cases.length ? `round ${r + 1}/${rounds}: ${cases[i + 1]!.what}` : `round ${r + 1}/${rounds} done`);
         }
         roundLoads.push(loadavg());
@@ -439,6 +450,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     line(
       `load average with these figures: ${loads()} on ${cpus().length} CPUs (after each round: ${roundLoads.map((l) => l[0]!.toFixed(2)).join(', ')})`,
     );
+    for (const t of retried) line(`retried once: round ${t.round}, ${t.what}: ${t.why}`);
     const x = (v: number) => `${v.toFixed(2)}x`;
     const modes = (key: string) =>
       ['', '_poll', '_wait']
@@ -486,11 +498,11 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       const file = o.json ?? defaultFabricJson();
       writeFileSync(
         file,
-        JSON.stringify({ machine: machineInfo(ROOT), loadavg: load, options: o, fiPingpong: fi, rows, ratios, explained }, null, 2) + '\n',
+        JSON.stringify({ machine: machineInfo(ROOT), loadavg: load, options: o, fiPingpong: fi, retried, rows, ratios, explained }, null, 2) + '\n',
       );
       console.error(`results: ${file}`);
     }
-    return { rows, ratios, explained, loadavg: load, fiPingpong: fi };
+    return { rows, ratios, explained, loadavg: load, fiPingpong: fi, retried };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
