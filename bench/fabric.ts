@@ -181,6 +181,7 @@ async function stop(c: ChildProcess): Promise<void> {
 }
 
 function median(xs: number[]): number {
+  if (xs.length === 0) return NaN;
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
@@ -250,6 +251,9 @@ function oursCase(c: Omit<Case, 'take' | 'faults' | 'cpu'>, run: () => Promise<O
     },
   };
 }
+
+/** A faulting row none of whose rounds gave a figure. */
+const NO_FAULTS = { perOp: NaN, usPerOp: NaN, evictUsPerOp: NaN };
 
 const loads = () =>
   loadavg()
@@ -362,15 +366,21 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     try {
       for (let r = 0; r < rounds; r++) {
         for (const [i, c] of cases.entries()) {
-          samples[i]!.push(
-            await c.take().catch((e: unknown) => {
-              // A run that failed (on a loaded machine an 8-rank job's connections can time
-              // out) is taken once more, and said: the retries are in the output and the JSON.
-              const why = (e instanceof Error ? e.message : String(e)).split('\n').find((l) => /fail|cannot|timed out/.test(l)) ?? String(e);
-              retried.push({ round: r + 1, what: c.what, why: why.trim() });
-              return c.take();
-            }),
-          );
+          // A run that fails (on a loaded machine an 8-rank job's connections can time out) is
+          // taken once more; failing again, the round has no figure for it. Both are said, in
+          // the output and the JSON: a row's figure is the median of the rounds it has.
+          const why = (e: unknown) =>
+            ((e instanceof Error ? e.message : String(e)).split('\n').find((l) => /fail|cannot|timed out|went away/.test(l)) ?? String(e)).trim();
+          try {
+            samples[i]!.push(await c.take());
+          } catch (e) {
+            try {
+              samples[i]!.push(await c.take());
+              retried.push({ round: r + 1, what: c.what, why: why(e) });
+            } catch (e2) {
+              retried.push({ round: r + 1, what: c.what, why: `${why(e)}; again: ${why(e2)}; no figure this round` });
+            }
+          }
           bar.tick(i + 1 < cases.length ? `round ${r + 1}/${rounds}: ${cases[i + 1]!.what}` : `round ${r + 1}/${rounds} done`);
         }
         roundLoads.push(loadavg());
@@ -420,9 +430,12 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     }
     // Faults at both ends: is the extra time what the faults themselves took (their count times
     // each one's measured time), or the path's? A send-lat round trip is two messages (one way: half).
-    const latF = { extra: at('engineLatFaults').latencyUs! - at('engineLat').latencyUs!, faults: at('engineLatFaults').faults! };
+    const latF = { extra: at('engineLatFaults').latencyUs! - at('engineLat').latencyUs!, faults: at('engineLatFaults').faults ?? NO_FAULTS };
     const perWrite = (mbPerSec: number) => o.large / mbPerSec;
-    const bwF = { extra: perWrite(at('engineBwFaults').mbPerSec!) - perWrite(at('engineBw').mbPerSec!), faults: at('engineBwFaults').faults! };
+    const bwF = {
+      extra: perWrite(at('engineBwFaults').mbPerSec!) - perWrite(at('engineBw').mbPerSec!),
+      faults: at('engineBwFaults').faults ?? NO_FAULTS,
+    };
     const explained = {
       latencyExtraUs: latF.extra,
       latencyFaultUs: latF.faults.usPerOp / 2,
@@ -450,13 +463,13 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     line(
       `load average with these figures: ${loads()} on ${cpus().length} CPUs (after each round: ${roundLoads.map((l) => l[0]!.toFixed(2)).join(', ')})`,
     );
-    for (const t of retried) line(`retried once: round ${t.round}, ${t.what}: ${t.why}`);
+    for (const t of retried) line(`retried: round ${t.round}, ${t.what}: ${t.why}`);
     const x = (v: number) => `${v.toFixed(2)}x`;
     const modes = (key: string) =>
       ['', '_poll', '_wait']
         .map(
           (m) =>
-            `${m ? m.slice(1) : 'adaptive'} ${at(key + m).latencyUs!.toFixed(1)} us (CPU ${at(key + m).cpuUsPerOp!.client.toFixed(0)}+${at(key + m).cpuUsPerOp!.server.toFixed(0)} us)`,
+            `${m ? m.slice(1) : 'adaptive'} ${at(key + m).latencyUs!.toFixed(1)} us (CPU ${(at(key + m).cpuUsPerOp?.client ?? NaN).toFixed(0)}+${(at(key + m).cpuUsPerOp?.server ?? NaN).toFixed(0)} us)`,
         )
         .join(', ');
     print(`progress modes, one way: RMA ${modes('stallLat')}; engine ${modes('engineLat')}`);
