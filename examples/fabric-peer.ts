@@ -243,7 +243,7 @@ export interface PeerResult {
   /** -b: the other side's runs, as it reported them at the end. */
   peerRuns?: SizeRun[];
   /** The server's own counters, as it reported them at the end (client only). */
-  peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport; faultTime?: FaultTime; evictUs?: number };
+  peer?: { bytesVerified: number; mismatches: number; nacks: number; stall?: StallReport; faultTime?: FaultTime; evictUs?: number; cpuUs?: number };
   /** Stall mode, server side: which thread blocked in the faults and who resolved them. */
   stall?: StallReport;
   /** Frames and connections the transport refused (malformed, before a hello, a node not the connection's, past a limit). */
@@ -515,6 +515,8 @@ interface Report {
   nacks: number;
   faultTime: FaultTime;
   evictUs?: number;
+  /** CPU the reporting process used from the handshake to its report (every thread), µs. */
+  cpuUs?: number;
   stall?: StallReport;
   trace?: string[];
 }
@@ -525,10 +527,11 @@ const REPORT: Check<Report> = record<Report>(
     nacks: COUNT,
     faultTime: FAULT_TIME,
     evictUs: finite(),
+    cpuUs: finite(),
     stall: STALL_REPORT,
     trace: list(text(TRACE_PIECE), 0, TRACE_PIECES),
   },
-  ['evictUs', 'stall', 'trace'],
+  ['evictUs', 'cpuUs', 'stall', 'trace'],
 );
 
 /**
@@ -653,7 +656,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     // A server traces when asked to (its own --trace) or when the client asks for its faults.
     cluster = Cluster.create({ nodes: 2, transport, ...(o.traceFile || params.trace ? { trace: true } : {}) });
     if ((params.faultModel ?? 'terminate') === 'stall') {
-      const r = await runStall(role, params, provider, transport, cluster, ctl, o, who);
+      const r = await runStall(role, params, provider, transport, cluster, ctl, o, who, cpu0);
       countRefusals(r, transport, cluster.system.node(me), cpu0);
       return r;
     }
@@ -792,6 +795,7 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       nacks: r.nacks,
       faultTime: r.faultTime,
       evictUs: r.evictUs,
+      cpuUs: cpuSince(cpu0),
       ...(traced ? { trace: traced } : {}),
     };
     const heard = r.lost
@@ -1170,10 +1174,15 @@ function emptyResult(role: PeerResult['role'], params: RunParams, provider: Libf
   };
 }
 
+/** CPU (user + system, every thread) this process used since `cpu0`, µs. */
+function cpuSince(cpu0: NodeJS.CpuUsage): number {
+  const cpu = process.cpuUsage(cpu0);
+  return cpu.user + cpu.system;
+}
+
 /** What this side refused of the other's (and of anyone's who reached its port), by reason. */
 function countRefusals(r: PeerResult, transport: LibfabricTransport, node: SimNode, cpu0: NodeJS.CpuUsage): void {
-  const cpu = process.cpuUsage(cpu0);
-  r.cpuUs = cpu.user + cpu.system;
+  r.cpuUs = cpuSince(cpu0);
   r.progress = transport.progressStats();
   const s = transport.stats();
   const answers = node.pldma.counters().answersRefused;
@@ -1227,6 +1236,7 @@ async function runStall(
   ctl: RunControl,
   o: PeerOptions,
   who: string,
+  cpu0: NodeJS.CpuUsage,
 ): Promise<PeerResult> {
   if (params.op !== 'write' && params.op !== 'read')
     throw Object.assign(new Error(`stall mode carries RDMA WRITE and READ only (write-bw, write-lat, read-bw), not ${params.op}`), {
@@ -1309,6 +1319,7 @@ async function runStall(
           nacks: 0,
           stall: r.stall,
           faultTime: r.faultTime,
+          cpuUs: cpuSince(cpu0),
           ...(traced ? { trace: traced } : {}),
         };
         const closing = await transport.exchange(report, 30_000).catch(() => undefined);
