@@ -9,8 +9,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { line, print, target } from '../examples/support/format.js';
-import { progress } from '../examples/support/progress.js';
+import { line, print, target } from '../cli/programs/support/format.js';
+import { progress } from '../cli/programs/support/progress.js';
 import { defaultResults, machineInfo } from './faults.js';
 
 export interface FabricBenchOptions {

@@ -25,8 +25,8 @@ import {
   encodeEvent,
   type DriverFault,
   type TraceEvent,
-} from '../kernel-sim/index.js';
-import { Access, mapRegion, PAGE_SIZE, SendFlags, WrOpcode, type ChromeTraceEvent, type PolicyName, type ResolvedFault } from '../lib/index.js';
+} from '../../kernel-sim/index.js';
+import { Access, mapRegion, PAGE_SIZE, SendFlags, WrOpcode, type ChromeTraceEvent, type PolicyName, type ResolvedFault } from '../../lib/index.js';
 import { MEASURED_LABEL, MODEL_LABEL, print, us } from './support/format.js';
 import type { TraceFile } from './support/trace-file.js';
 import { connectedPair } from './support/pair.js';

@@ -3,8 +3,8 @@
 // above a progress bar that may be drawn (progress.ts), perftest-style latency columns, sizes written and read the way
 // perftest and dd take them (4K, 64M).
 import { InvalidArgumentError } from 'commander';
-import { MODEL_LABEL } from '../../kernel-sim/index.js';
-import type { LatencyStats } from '../../lib/index.js';
+import { MODEL_LABEL } from '../../../kernel-sim/index.js';
+import type { LatencyStats } from '../../../lib/index.js';
 import { writeAbove } from './progress.js';
 
 export { MODEL_LABEL };

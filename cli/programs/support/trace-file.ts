@@ -5,8 +5,8 @@
 // counted in the file's metadata and said on stderr; the programs trace a sample of their
 // transfers (sample()), so that the file stays one Perfetto opens.
 import { writeFileSync } from 'node:fs';
-import { MODEL_LABEL } from '../../kernel-sim/index.js';
-import { DEFAULT_TRACE_EVENTS, type ChromeTraceEvent, type Context } from '../../lib/index.js';
+import { MODEL_LABEL } from '../../../kernel-sim/index.js';
+import { DEFAULT_TRACE_EVENTS, type ChromeTraceEvent, type Context } from '../../../lib/index.js';
 
 export class TraceFile {
   readonly events: ChromeTraceEvent[] = [];

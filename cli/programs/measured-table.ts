@@ -6,8 +6,8 @@
 // overhead, one fault round trip and how much writes of a size vary. Where a measured order
 // differs from the modelled one, those figures of that run say why.
 import { loadavg } from 'node:os';
-import { DEFAULT_COSTS } from '../kernel-sim/index.js';
-import { mapRegion, median, PAGE_SIZE, type PolicyName } from '../lib/index.js';
+import { DEFAULT_COSTS } from '../../kernel-sim/index.js';
+import { mapRegion, median, PAGE_SIZE, type PolicyName } from '../../lib/index.js';
 import { odpVsPinned, SMALL_SIZE, type OdpRow } from './odp-vs-pinned.js';
 import { allSizes, print, sizeName, Table, us } from './support/format.js';
 import type { TraceFile } from './support/trace-file.js';

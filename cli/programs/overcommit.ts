@@ -11,8 +11,8 @@ import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { totalmem, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Access, HUGE_PAGE_SIZE, mapRegion, PAGE_SIZE, SendFlags, SIZE_MAX, WrOpcode, type MemoryRegion, type Region } from '../lib/index.js';
-import { binding } from '../native/index.js';
+import { Access, HUGE_PAGE_SIZE, mapRegion, PAGE_SIZE, SendFlags, SIZE_MAX, WrOpcode, type MemoryRegion, type Region } from '../../lib/index.js';
+import { binding } from '../../native/index.js';
 import { print, sizeName } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import { residentSetBytes } from './support/smaps.js';
@@ -255,7 +255,7 @@ function pinnedSide(requested: number): SideResult {
  */
 async function pinnedInChild(ratio: number, memlockKiB: number): Promise<SideResult> {
   // From the sources (tests), the CLI to run is the built one.
-  const main = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../dist/cli/main.js' : '../cli/main.js', import.meta.url));
+  const main = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../../dist/cli/main.js' : '../main.js', import.meta.url));
   const dir = mkdtempSync(join(tmpdir(), 'pagefault-rdma-overcommit-'));
   const file = join(dir, 'pinned.json');
   const node = [process.execPath, main, 'overcommit', '--side', 'pinned', '--ratio', String(ratio), '--json', file];

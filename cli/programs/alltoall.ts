@@ -20,8 +20,8 @@ import {
   type QueuePair,
   type Region,
   type WorkCompletion,
-} from '../lib/index.js';
-import { Job, type Launcher } from '../lib/index.js';
+} from '../../lib/index.js';
+import { Job, type Launcher } from '../../lib/index.js';
 import { connect, newPsn, PEER_TIMEOUT_MS, type Endpoint } from './fabric-peer.js';
 
 export interface AlltoallOptions {

@@ -2,8 +2,8 @@
 // faults first, then a fault-aware RDMA write into evicted memory step by step, a compact
 // ODP-vs-pinning table and a short ping-pong; each part is one of the programs, run with small
 // settings.
-import { DEFAULT_COSTS, MODEL_LABEL } from '../kernel-sim/index.js';
-import { PAGE_SIZE } from '../lib/index.js';
+import { DEFAULT_COSTS, MODEL_LABEL } from '../../kernel-sim/index.js';
+import { PAGE_SIZE } from '../../lib/index.js';
 import { destinationFault, type DestinationFaultResult } from './destination-fault.js';
 import { firstFaults, type FirstFaultsResult } from './first-faults.js';
 import { odpVsPinned, type OdpRow } from './odp-vs-pinned.js';

@@ -20,7 +20,7 @@ import {
   type Sge,
   type WorkCompletion,
   type LatencyStats,
-} from '../lib/index.js';
+} from '../../lib/index.js';
 import { LATENCY_COLUMNS, latencyCells, MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import { PLOT_CONFIG, type PlotSpec } from './support/plot.js';

@@ -4,7 +4,7 @@
 // DM-Handler fetches each missing page from the store while the application's thread waits,
 // and the eviction worker keeps the resident pages between the watermarks. A live summary
 // line shows faults, pages fetched, evicted, written back and resident.
-import { PAGE_SIZE, RemotePager, type RemotePagingStats, type RemotePagerOptions } from '../lib/index.js';
+import { PAGE_SIZE, RemotePager, type RemotePagingStats, type RemotePagerOptions } from '../../lib/index.js';
 import { print, sizeName } from './support/format.js';
 import { liveLine } from './support/progress.js';
 import { startRedis, type RedisServer } from './support/redis-server.js';

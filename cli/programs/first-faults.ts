@@ -2,7 +2,7 @@
 // missing fault that the kernel hands to this TypeScript handler, which fills it in. Then
 // the main JS thread reads an evicted page itself: that fault cannot wait for a handler
 // running on the very same thread, so native code resolves it at once (docs/threads.md).
-import { mapRegion, Userfaultfd, touch, PAGE_SIZE, type ChromeTraceEvent, type UffdStats } from '../lib/index.js';
+import { mapRegion, Userfaultfd, touch, PAGE_SIZE, type ChromeTraceEvent, type UffdStats } from '../../lib/index.js';
 import { print } from './support/format.js';
 import type { TraceFile } from './support/trace-file.js';
 

@@ -18,8 +18,8 @@ import {
   WrOpcode,
   type MemoryRegion,
   type Region,
-} from '../lib/index.js';
-import type { MoveReport } from '../kernel-sim/index.js';
+} from '../../lib/index.js';
+import type { MoveReport } from '../../kernel-sim/index.js';
 import { print, sizeName } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import { liveLine } from './support/progress.js';

@@ -26,7 +26,7 @@
 // serving the fault is never the one blocked. An evicted anonymous page comes back zero-filled:
 // a read after --evict reads zeros, and is checked against them.
 import { randomInt } from 'node:crypto';
-import type { FaultModel, SimNode } from '../kernel-sim/index.js';
+import type { FaultModel, SimNode } from '../../kernel-sim/index.js';
 import {
   Access,
   AdviseMrAdvice,
@@ -59,8 +59,8 @@ import {
   type SendWr,
   type WorkCompletion,
   Userfaultfd,
-} from '../lib/index.js';
-import { MAX_MSG } from '../lib/verbs/requester.js';
+} from '../../lib/index.js';
+import { MAX_MSG } from '../../lib/verbs/requester.js';
 import { big, bool, checkBody, finite, gidText, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
 import type { TraceFile } from './support/trace-file.js';
 

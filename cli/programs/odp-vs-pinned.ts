@@ -27,7 +27,7 @@ import {
   type MemoryRegion,
   type PolicyName,
   type Region,
-} from '../lib/index.js';
+} from '../../lib/index.js';
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';

@@ -25,7 +25,7 @@ export interface MemoryServerProcess {
 // The built CLI: beside this file in dist/, or dist/ of the package when run from the sources.
 function mainScript(): string {
   const here = dirname(fileURLToPath(import.meta.url));
-  for (const p of [join(here, '..', '..', 'cli', 'main.js'), join(here, '..', '..', 'dist', 'cli', 'main.js')]) if (existsSync(p)) return p;
+  for (const p of [join(here, '..', '..', 'main.js'), join(here, '..', '..', '..', 'dist', 'cli', 'main.js')]) if (existsSync(p)) return p;
   throw new Error('the memory server needs the built CLI (dist/cli/main.js): run "npm run build:ts"');
 }
 

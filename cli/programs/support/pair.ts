@@ -8,7 +8,7 @@ import {
   type Context,
   type ProtectionDomain,
   type QueuePair,
-} from '../../lib/index.js';
+} from '../../../lib/index.js';
 
 export interface Pair {
   cluster: Cluster;
