@@ -40,6 +40,7 @@ export default defineProgram<Options>({
     'pages live in a namespace of its own. Listens on a Unix socket (made 0600) or on a loopback TCP port, until SIGINT ' +
     'or SIGTERM; then prints what it served. Pages live in this process: a restarted server holds none (their pagers ' +
     'then fail those accesses with ERR_PFR_PAGE_LOST, never zeros).',
+  engine: false,
   noTrace: 'the memory server serves pages, it takes no faults',
   options(cmd) {
     cmd

@@ -267,7 +267,11 @@ export class Faults {
       modelUs,
       detail: { seq: info.seq, srcNode: info.srcNode },
     });
-    this.#release(info, { ok, atUs: s.transport.transmit(s.node, info.srcNode, 0, modelUs), fetched });
+    let atUs = s.transport.transmit(s.node, info.srcNode, 0, modelUs);
+    // A preset whose responder NAKs a receive fault at once (RNR NAK): the requester's retry
+    // goes by its own timer, not by the answer (FaultHook, kernel-sim/cost-model/presets.ts).
+    if (ok && s.faultHook) atUs = s.faultHook.receiveFault(info.modelUs + s.costs.linkLatencyUs, modelUs, s.costs.linkLatencyUs);
+    this.#release(info, { ok, atUs, fetched });
   }
 
   /**

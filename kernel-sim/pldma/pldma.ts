@@ -27,6 +27,7 @@ import {
   type DmaCompletion,
   type DmaDescriptor,
   type EngineState,
+  type FaultHook,
   type FaultInfo,
   type PldmaCounters,
   type PldmaOptions,
@@ -61,6 +62,8 @@ export class Pldma {
       smmu: Smmu;
       transport: Transport;
       costs: CostModel;
+      /** A hardware preset's hook in the fault path (types.ts FaultHook). */
+      faultHook?: FaultHook;
       /** This node's copy engine (its responder's copy threads). */
       engine: CopyEngine;
       tracer: Tracer;
@@ -113,6 +116,7 @@ export class Pldma {
       answers: new Map(),
       counters,
       closed: false,
+      ...(deps.faultHook ? { faultHook: deps.faultHook } : {}),
     };
     this.#s = state as EngineState;
     // The fault unit ends a transfer through the completer (a retry limit, an unresolved fault).

@@ -6,7 +6,7 @@
 // transfers (sample()), so that the file stays one Perfetto opens.
 import { writeFileSync } from 'node:fs';
 import { MODEL_LABEL } from '../../../kernel-sim/index.js';
-import { DEFAULT_TRACE_EVENTS, type ChromeTraceEvent, type Context } from '../../../lib/index.js';
+import { DEFAULT_TRACE_EVENTS, defaultHardware, type ChromeTraceEvent, type Context } from '../../../lib/index.js';
 
 export class TraceFile {
   readonly events: ChromeTraceEvent[] = [];
@@ -73,6 +73,8 @@ export class TraceFile {
     const otherData: Record<string, string> = {
       producer: 'pagefault-rdma',
       model: MODEL_LABEL,
+      // The hardware preset the modelled times are of (--hardware; pagefault-rdma hardware).
+      hardware: defaultHardware(),
       eventsKeptPerProcess: String(this.limit),
       droppedEvents: String(this.dropped),
     };
