@@ -12,9 +12,9 @@ import {
   type SimSystem,
   type TraceEvent,
   type WritePacket,
-} from '../../kernel-sim/index.js';
-import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from './helpers.js';
+} from '../../../kernel-sim/index.js';
+import { MAX_RUN_BLOCKS } from '../../../kernel-sim/pldma/types.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from '../helpers.js';
 
 const env = useEnv();
 const c = DEFAULT_COSTS;

@@ -4,10 +4,18 @@
 // protection domain gone mid-transfer, and the work a node counts in flight. Watched on the
 // fabric's own packets, the trace and memory.
 import { describe, expect, test } from 'vitest';
-import type { Region } from '../../lib/index.js';
-import { type AckPacket, DEFAULT_COSTS, DmaStatus, type Packet, type SimSystem, type TraceEvent, type WritePacket } from '../../kernel-sim/index.js';
-import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
+import type { Region } from '../../../lib/index.js';
+import {
+  type AckPacket,
+  DEFAULT_COSTS,
+  DmaStatus,
+  type Packet,
+  type SimSystem,
+  type TraceEvent,
+  type WritePacket,
+} from '../../../kernel-sim/index.js';
+import { MAX_RUN_BLOCKS } from '../../../kernel-sim/pldma/types.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, until, useEnv, within, zeroNoWake } from '../helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;

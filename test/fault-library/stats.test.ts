@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import { IommuPageResponseCode } from '../../kernel-sim/index.js';
 import { SendFlags, Userfaultfd, WcStatus, WrOpcode, type ResolvedFault } from '../../lib/index.js';
-import { closeAll, createPlayers, next, P, pollOk, track } from './helpers.js';
+import { closeAll, createPlayers, next, P, pollOk, track } from '../verbs/helpers.js';
 
 afterEach(closeAll);
 

@@ -16,9 +16,9 @@ import {
   type DmaCompletion,
   type ResolveMethod,
   type TraceEvent,
-} from '../../kernel-sim/index.js';
-import { realNowUs } from '../../kernel-sim/cost-model/index.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, sleep, stallRig, useEnv, within, zeroNoWake, type Policy } from './helpers.js';
+} from '../../../kernel-sim/index.js';
+import { realNowUs } from '../../../kernel-sim/cost-model/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, sleep, stallRig, useEnv, within, zeroNoWake, type Policy } from '../helpers.js';
 
 const env = useEnv();
 

@@ -4,8 +4,8 @@
 // Reading an evicted anonymous page gives zeros, so a walk that skips the job's last page,
 // or skips one-page jobs, copies zeros silently instead of faulting.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus } from '../../kernel-sim/index.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+import { DmaStatus } from '../../../kernel-sim/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from '../helpers.js';
 
 const env = useEnv();
 

@@ -26,7 +26,7 @@ import {
   ResumeResp,
   toPageRequest,
   type SmmuEventRecord,
-} from '../../kernel-sim/index.js';
+} from '../../../kernel-sim/index.js';
 
 const base: SmmuEventRecord = {
   id: EvtId.F_TRANSLATION,

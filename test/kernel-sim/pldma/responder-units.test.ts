@@ -16,12 +16,12 @@ import {
   type SimSystem,
   type TraceEvent,
   type WritePacket,
-} from '../../kernel-sim/index.js';
-import { INLINE_COPY_MAX } from '../../kernel-sim/pldma/copy-engine.js';
-import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
-import type { Region } from '../../lib/index.js';
-import { binding } from '../../native/index.js';
-import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from './helpers.js';
+} from '../../../kernel-sim/index.js';
+import { INLINE_COPY_MAX } from '../../../kernel-sim/pldma/copy-engine.js';
+import { MAX_RUN_BLOCKS } from '../../../kernel-sim/pldma/types.js';
+import type { Region } from '../../../lib/index.js';
+import { binding } from '../../../native/index.js';
+import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from '../helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;

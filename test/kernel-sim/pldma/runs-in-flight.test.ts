@@ -4,9 +4,9 @@
 // unanswered, as an RC responder drops packets after a NAK. Observed on the real fabric's
 // packets (a tap on the transport) and on real memory.
 import { describe, expect, test } from 'vitest';
-import { type AckPacket, DmaStatus, type Packet, type SimSystem, type WritePacket } from '../../kernel-sim/index.js';
-import { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from '../../kernel-sim/pldma/types.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+import { type AckPacket, DmaStatus, type Packet, type SimSystem, type WritePacket } from '../../../kernel-sim/index.js';
+import { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from '../../../kernel-sim/pldma/types.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from '../helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;

@@ -3,7 +3,7 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import { MODEL_LABEL } from '../../kernel-sim/index.js';
 import { Cluster, Histogram, Prefetcher, SendFlags, WrOpcode, type ChromeTraceEvent, type TraceOption } from '../../lib/index.js';
-import { closeAll, createPlayers, P, pollOk } from './helpers.js';
+import { closeAll, createPlayers, P, pollOk } from '../verbs/helpers.js';
 import { traceFormatErrors } from '../trace-format.js';
 
 afterEach(closeAll);

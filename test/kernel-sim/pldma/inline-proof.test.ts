@@ -6,12 +6,12 @@
 import { Worker } from 'node:worker_threads';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { CopyEngine, CopyFlag, CopyStatus } from '../../kernel-sim/index.js';
-import { binding } from '../../native/index.js';
-import { ROOT, requireDist } from '../child.js';
-import { bytesOf, fill, P, sleep, useEnv, within } from './helpers.js';
-import { closeAll, createPlayers, pollOk } from '../verbs/helpers.js';
-import { SendFlags, WrOpcode } from '../../lib/index.js';
+import { CopyEngine, CopyFlag, CopyStatus } from '../../../kernel-sim/index.js';
+import { binding } from '../../../native/index.js';
+import { ROOT, requireDist } from '../../child.js';
+import { bytesOf, fill, P, sleep, useEnv, within } from '../helpers.js';
+import { closeAll, createPlayers, pollOk } from '../../verbs/helpers.js';
+import { SendFlags, WrOpcode } from '../../../lib/index.js';
 
 const env = useEnv();
 afterEach(closeAll);

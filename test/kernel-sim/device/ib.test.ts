@@ -4,10 +4,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { expect, test } from 'vitest';
-import * as ib from '../../kernel-sim/device/ib.js';
-import * as qpState from '../../kernel-sim/device/qp-state.js';
-import * as lib from '../../lib/index.js';
-import { ROOT } from '../child.js';
+import * as ib from '../../../kernel-sim/device/ib.js';
+import * as qpState from '../../../kernel-sim/device/qp-state.js';
+import * as lib from '../../../lib/index.js';
+import { ROOT } from '../../child.js';
 
 const ENUMS = [
   'Access',

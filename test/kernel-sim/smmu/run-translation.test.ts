@@ -3,10 +3,10 @@
 // counter (translations, walks, pages walked, IOTLB hits and misses) are those of translate()
 // block by block, on the same real memory.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus, Smmu } from '../../kernel-sim/index.js';
-import { HUGE_PAGE_SIZE as HUGE } from '../../lib/index.js';
-import { binding } from '../../native/index.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from './helpers.js';
+import { DmaStatus, Smmu } from '../../../kernel-sim/index.js';
+import { HUGE_PAGE_SIZE as HUGE } from '../../../lib/index.js';
+import { binding } from '../../../native/index.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from '../helpers.js';
 
 const env = useEnv();
 const B = 2 * P; // a block of two pages

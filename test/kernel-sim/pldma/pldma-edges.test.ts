@@ -11,10 +11,10 @@ import {
   DmaStatus,
   IommuPageResponseCode,
   type TraceEvent,
-} from '../../kernel-sim/index.js';
-import { INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../kernel-sim/pldma/copy-engine.js';
-import { binding } from '../../native/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
+} from '../../../kernel-sim/index.js';
+import { INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../../kernel-sim/pldma/copy-engine.js';
+import { binding } from '../../../native/index.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from '../helpers.js';
 
 const env = useEnv();
 const c = DEFAULT_COSTS;

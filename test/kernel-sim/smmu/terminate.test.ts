@@ -4,7 +4,14 @@
 // NACK when the fault was at the destination). Every count checked here is implied by the
 // real residency of the pages before the transfer.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus, type DriverFault, IommuPageResponseCode, IOMMU_FAULT_PERM_READ, IOMMU_FAULT_PERM_WRITE, EvtId } from '../../kernel-sim/index.js';
+import {
+  DmaStatus,
+  type DriverFault,
+  IommuPageResponseCode,
+  IOMMU_FAULT_PERM_READ,
+  IOMMU_FAULT_PERM_WRITE,
+  EvtId,
+} from '../../../kernel-sim/index.js';
 import {
   answerFault,
   bytesOf,
@@ -22,7 +29,7 @@ import {
   useEnv,
   within,
   type Policy,
-} from './helpers.js';
+} from '../helpers.js';
 
 const env = useEnv();
 

@@ -2,9 +2,9 @@
 // are answered together by the one answer, and an answer nobody recorded (a stall-mode
 // fault, or one answered twice) still speaks for the fault it carries.
 import { describe, expect, test } from 'vitest';
-import { Faults } from '../../kernel-sim/pldma/faults.js';
-import type { EngineState, FaultInfo } from '../../kernel-sim/pldma/types.js';
-import { Tracer } from '../../kernel-sim/trace.js';
+import { Faults } from '../../../kernel-sim/pldma/faults.js';
+import type { EngineState, FaultInfo } from '../../../kernel-sim/pldma/types.js';
+import { Tracer } from '../../../kernel-sim/trace.js';
 
 /** A fault unit whose waiters alone are used: nothing is traced, no transfer is ended. */
 const unit = () => new Faults({ node: 0, tracer: new Tracer() } as unknown as EngineState, () => undefined);

@@ -3,10 +3,10 @@
 // mlx5-odp's RNR NAK timing (the requester retries by min_rnr_timer, 0 = 655.36 ms).
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { DmaStatus, type DmaCompletion, type SystemOptions } from '../../kernel-sim/index.js';
-import { DEFAULT_COSTS } from '../../kernel-sim/cost-model/index.js';
-import { ackTimeoutUs, hardwarePreset, hardwarePresets, HARDWARE_NAMES, RNR_TIMER_US, rnrRetry } from '../../kernel-sim/cost-model/presets.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake, type Policy } from './helpers.js';
+import { DmaStatus, type DmaCompletion, type SystemOptions } from '../../../kernel-sim/index.js';
+import { DEFAULT_COSTS } from '../../../kernel-sim/cost-model/index.js';
+import { ackTimeoutUs, hardwarePreset, hardwarePresets, HARDWARE_NAMES, RNR_TIMER_US, rnrRetry } from '../../../kernel-sim/cost-model/presets.js';
+import { bytesOf, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake, type Policy } from '../helpers.js';
 
 const env = useEnv();
 

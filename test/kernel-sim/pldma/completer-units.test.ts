@@ -2,8 +2,8 @@
 // transfer ends with for each SMMU event, at the source (a read) and at the destination (a
 // write), including an event the table does not name.
 import { describe, expect, test } from 'vitest';
-import { DmaStatus, EvtId } from '../../kernel-sim/index.js';
-import { statusForFault } from '../../kernel-sim/pldma/completer.js';
+import { DmaStatus, EvtId } from '../../../kernel-sim/index.js';
+import { statusForFault } from '../../../kernel-sim/pldma/completer.js';
 
 describe('statusForFault', () => {
   test('each unrecoverable event has a status per side', () => {

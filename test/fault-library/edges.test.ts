@@ -4,7 +4,7 @@
 // modelled length of each phase of a fault.
 import { afterEach, describe, expect, test } from 'vitest';
 import { SendFlags, WrOpcode, type ResolvedFault } from '../../lib/index.js';
-import { closeAll, createPlayers, P, pollOk, region, thrown, type Players } from './helpers.js';
+import { closeAll, createPlayers, P, pollOk, region, thrown, type Players } from '../verbs/helpers.js';
 
 afterEach(closeAll);
 

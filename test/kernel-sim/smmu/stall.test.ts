@@ -12,8 +12,8 @@ import {
   type DriverFault,
   IommuPageResponseCode,
   type SimSystem,
-} from '../../kernel-sim/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from './helpers.js';
+} from '../../../kernel-sim/index.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from '../helpers.js';
 
 const env = useEnv();
 

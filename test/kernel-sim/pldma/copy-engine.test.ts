@@ -4,10 +4,10 @@
 // tags, and what a closed engine answers. A copy thread is held in a genuine userfaultfd
 // fault where a test needs jobs to stay queued behind it.
 import { describe, expect, test } from 'vitest';
-import { CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag } from '../../kernel-sim/index.js';
-import { INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../kernel-sim/pldma/copy-engine.js';
-import { binding } from '../../native/index.js';
-import { bytesOf, fill, holdCopyThread, P, useEnv, within } from './helpers.js';
+import { CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag } from '../../../kernel-sim/index.js';
+import { INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../../kernel-sim/pldma/copy-engine.js';
+import { binding } from '../../../native/index.js';
+import { bytesOf, fill, holdCopyThread, P, useEnv, within } from '../helpers.js';
 
 const env = useEnv();
 const CHECKS = CopyFlag.CheckSource | CopyFlag.CheckDest;
