@@ -2,39 +2,14 @@
 // engine's own contract, partial last blocks, the modelled clock across transfers, closing,
 // validation messages, counters, and the modelled time of each step as the trace shows it.
 import { describe, expect, test } from 'vitest';
-import {
-  CopyEngine,
-  CopyFlag,
-  type CopyResult,
-  CopyStatus,
-  DEFAULT_COSTS,
-  DmaStatus,
-  IommuPageResponseCode,
-  type TraceEvent,
-} from '../../../kernel-sim/index.js';
+import { CopyEngine, CopyFlag, type CopyResult, CopyStatus, DEFAULT_COSTS, DmaStatus, IommuPageResponseCode } from '../../../kernel-sim/index.js';
 import { INLINE_COPY_MAX, INLINE_SAME_TURN } from '../../../kernel-sim/pldma/copy-engine.js';
 import { binding } from '../../../native/index.js';
-import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, sleep, stallRig, until, useEnv, within, zeroNoWake } from '../helpers.js';
+import { bytesOf, deferred, FaultLibrary, fill, P, post, sleep, stallRig, until, useEnv, within, zeroNoWake } from '../helpers.js';
+import { twoNode } from '../../fixtures/two-node.js';
 
 const env = useEnv();
 const c = DEFAULT_COSTS;
-
-/** Two nodes, src (filled) on node 0, dst on node 1; every trace event kept. */
-function rig(pages: number, o: { dstResident?: boolean; blockSize?: number; faultTimeoutMs?: number } = {}) {
-  const opts: Parameters<typeof env.system>[0] = { nodes: 2 };
-  if (o.blockSize) opts.blockSize = o.blockSize;
-  if (o.faultTimeoutMs) opts.faultTimeoutMs = o.faultTimeoutMs;
-  const sys = env.system(opts);
-  const events: TraceEvent[] = [];
-  sys.tracer.on((e) => events.push(e));
-  const src = env.region(pages * P);
-  const dst = env.region(pages * P);
-  const data = fill(src, 0x21);
-  if (o.dstResident) dst.populate();
-  const a = proc(sys.node(0), 100, 7, [src]);
-  const b = proc(sys.node(1), 200, 7, [dst]);
-  return { sys, src, dst, data, a, b, events };
-}
 
 describe('the copy engine', () => {
   test('a completion names the copy thread that did it and the real time it took', async () => {
@@ -118,7 +93,7 @@ describe('the copy engine', () => {
 
 describe('blocks and the modelled clock', () => {
   test('a partial last block copies only its own bytes', async () => {
-    const { sys, src, dst, data } = rig(2, { dstResident: true });
+    const { sys, src, dst, data } = twoNode(env, { pages: 2, fill: 0x21, trace: true, dstResident: true });
     new Uint8Array(dst.buffer).fill(0xee);
     const cpl = await within('transfer', post(sys.node(0), src, dst, { length: P + 100 }));
     expect(cpl.status).toBe(DmaStatus.SUCCESS);
@@ -129,7 +104,7 @@ describe('blocks and the modelled clock', () => {
   });
 
   test('two identical transfers one after the other: the same modelled duration, the second starting after the first ends', async () => {
-    const { sys, src, dst } = rig(4, { dstResident: true });
+    const { sys, src, dst } = twoNode(env, { pages: 4, fill: 0x21, trace: true, dstResident: true });
     const first = await within('first', post(sys.node(0), src, dst));
     // The first one warmed the IOTLBs: compare the second and third, which both hit.
     const second = await within('second', post(sys.node(0), src, dst));
@@ -142,7 +117,7 @@ describe('blocks and the modelled clock', () => {
   });
 
   test('one block of 4 pages, fault-free, models exactly: walks of 4 pages at both ends, the payload, two link latencies', async () => {
-    const { sys, src, dst } = rig(4, { dstResident: true, blockSize: 4 * P });
+    const { sys, src, dst } = twoNode(env, { pages: 4, fill: 0x21, trace: true, dstResident: true, blockSize: 4 * P });
     const cpl = await within('transfer', post(sys.node(0), src, dst));
     expect(cpl.blocks).toBe(1);
     const expected =
@@ -152,7 +127,7 @@ describe('blocks and the modelled clock', () => {
 
   test('the engine never counts less than 0 jobs in flight, and is idle after', async () => {
     // Larger than is copied inline: the copy is a thread's job, seen in flight.
-    const { sys, src, dst } = rig(INLINE_COPY_MAX / P + 1, { dstResident: true });
+    const { sys, src, dst } = twoNode(env, { pages: INLINE_COPY_MAX / P + 1, fill: 0x21, trace: true, dstResident: true });
     const seen: number[] = [];
     const pc = post(sys.node(0), src, dst);
     let done = false;
@@ -170,7 +145,7 @@ describe('blocks and the modelled clock', () => {
 
 describe('faults, in modelled time and counters', () => {
   test('a source fault: detected one schedule and one walk after the post, resolved without waiting for the timeout, counted', async () => {
-    const { sys, src, dst, data, a, events } = rig(4, { dstResident: true, faultTimeoutMs: 60_000 });
+    const { sys, src, dst, data, a, events } = twoNode(env, { pages: 4, fill: 0x21, trace: true, dstResident: true, faultTimeoutMs: 60_000 });
     src.evict(2 * P, P);
     const lib = env.track(
       new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
@@ -199,7 +174,7 @@ describe('faults, in modelled time and counters', () => {
   });
 
   test('a destination NACK is traced with its block, and a transfer that ends on one ends when that NACK arrives', async () => {
-    const { sys, src, dst, b, events } = rig(2);
+    const { sys, src, dst, b, events } = twoNode(env, { pages: 2, fill: 0x21, trace: true });
     env.track(new FaultLibrary(b.socket, { regions: [dst], silent: true }));
     const cpl = await within('transfer', post(sys.node(0), src, dst, { retryLimit: 0 }));
     expect(cpl.status).toBe(DmaStatus.RETRY_EXCEEDED);
@@ -214,7 +189,7 @@ describe('faults, in modelled time and counters', () => {
   });
 
   test('a block that faults at both ends: each side has its own retry count (the NACK limit does not count the source fault)', async () => {
-    const { sys, src, dst, data, a, b } = rig(1);
+    const { sys, src, dst, data, a, b } = twoNode(env, { pages: 1, fill: 0x21, trace: true });
     src.evict();
     env.track(
       new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
@@ -227,7 +202,7 @@ describe('faults, in modelled time and counters', () => {
   });
 
   test('a write refused by the destination (no region there) ends when the error ACK is back', async () => {
-    const { sys, src, dst } = rig(1, { dstResident: true });
+    const { sys, src, dst } = twoNode(env, { pages: 1, fill: 0x21, trace: true, dstResident: true });
     const cpl = await within('transfer', post(sys.node(0), src, dst, { dstVa: dst.address + BigInt(64 * P) }));
     expect(cpl.status).toBe(DmaStatus.DST_ADDR_ERR);
     const expected = c.doorbellUs + c.scheduleUs + c.walkUs + c.blockUs + P / c.linkBytesPerUs + c.linkLatencyUs + c.walkUs + c.linkLatencyUs;
@@ -238,7 +213,7 @@ describe('faults, in modelled time and counters', () => {
     ['source', /could not resolve the source fault at 0x/],
     ['destination', /node 1's fault library could not resolve the destination fault/],
   ] as const)('the %s fault library answers that it cannot resolve: FAULT_UNRESOLVED with a reason naming it', async (side, reason) => {
-    const { sys, src, dst, a, b } = rig(2, { dstResident: side === 'source' });
+    const { sys, src, dst, a, b } = twoNode(env, { pages: 2, fill: 0x21, trace: true, dstResident: side === 'source' });
     if (side === 'source') src.evict();
     env.track(
       new FaultLibrary(side === 'source' ? a.socket : b.socket, {
@@ -255,7 +230,7 @@ describe('faults, in modelled time and counters', () => {
 
 describe('closing and validation', () => {
   test('closing the engine flushes a transfer parked on a fault, idempotently; a post after it is FLUSHED', async () => {
-    const { sys, src, dst, b } = rig(2);
+    const { sys, src, dst, b } = twoNode(env, { pages: 2, fill: 0x21, trace: true });
     const hold = deferred();
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], hold: () => hold.promise }));
     const pc = post(sys.node(0), src, dst);
@@ -272,7 +247,7 @@ describe('closing and validation', () => {
   });
 
   test('the copy engine closed under a transfer: FLUSHED, saying so, only acked bytes counted', async () => {
-    const { sys, src, dst } = rig(256, { dstResident: true });
+    const { sys, src, dst } = twoNode(env, { pages: 256, fill: 0x21, trace: true, dstResident: true });
     // Close it as the engine issues its first block, before that block's copy is submitted.
     let closed = false;
     sys.tracer.on((e) => {
@@ -288,7 +263,7 @@ describe('closing and validation', () => {
   });
 
   test('validation reasons name what is wrong and the valid range', async () => {
-    const { sys, src, dst } = rig(1, { dstResident: true });
+    const { sys, src, dst } = twoNode(env, { pages: 1, fill: 0x21, trace: true, dstResident: true });
     const bad = await within('bad channel', post(sys.node(0), src, dst, { channel: 1024 }));
     expect(bad).toMatchObject({ status: DmaStatus.BAD_CHANNEL, reason: 'channel 1024 is not in 0..1023' });
     // Address 0 passes validation (it is a non-negative bigint) and is refused by the SMMU.

@@ -30,20 +30,9 @@ import {
   within,
   type Policy,
 } from '../helpers.js';
+import { twoNode } from '../../fixtures/two-node.js';
 
 const env = useEnv();
-
-/** Two nodes; src on node 0 (filled), dst on node 1 (untouched unless `dstResident`). */
-function rig(opts: { pages: number; blockSize?: number; dstResident?: boolean }) {
-  const sys = env.system(opts.blockSize ? { nodes: 2, blockSize: opts.blockSize } : { nodes: 2 });
-  const src = env.region(opts.pages * P);
-  const dst = env.region(opts.pages * P);
-  const data = fill(src, 1);
-  if (opts.dstResident) dst.populate();
-  const a = proc(sys.node(0), 100, 7, [src]);
-  const b = proc(sys.node(1), 200, 7, [dst]);
-  return { sys, src, dst, data, a, b };
-}
 
 describe('destination faults', () => {
   test.each<[Policy, number]>([
@@ -51,7 +40,7 @@ describe('destination faults', () => {
     ['ahead', 1],
   ])('non-resident destination, %s resolution: right bytes, %i fault(s), as many notifications and retransmissions', async (policy, expected) => {
     const pages = 8;
-    const { sys, src, dst, data, b } = rig({ pages });
+    const { sys, src, dst, data, b } = twoNode(env, { pages });
     expect(dst.residentPages()).toBe(0);
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], policy }));
     const c = await within('transfer', post(sys.node(0), src, dst));
@@ -107,7 +96,7 @@ describe('destination faults', () => {
   });
 
   test('fault-free transfer into a resident destination: no fault, no notification, no retransmission', async () => {
-    const { sys, src, dst, data, b } = rig({ pages: 8, dstResident: true });
+    const { sys, src, dst, data, b } = twoNode(env, { pages: 8, dstResident: true });
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
     const c = await within('transfer', post(sys.node(0), src, dst));
     expect(c.status).toBe(DmaStatus.SUCCESS);
@@ -123,7 +112,7 @@ describe('destination faults', () => {
     ['ahead', 1],
   ])('every other destination page evicted, %s: faults only at the evicted pages (%i)', async (policy, expected) => {
     const pages = 8;
-    const { sys, src, dst, data, b } = rig({ pages, dstResident: true });
+    const { sys, src, dst, data, b } = twoNode(env, { pages, dstResident: true });
     new Uint8Array(dst.buffer).fill(0xee);
     for (let i = 1; i < pages; i += 2) dst.evict(i * P, P);
     expect(residentPages(dst)).toEqual([0, 2, 4, 6]);
@@ -145,7 +134,7 @@ describe('destination faults', () => {
     ['touch', true, 8],
   ])('block of 4 pages, %s, every other page evicted %s: %i faults, one per non-resident page', async (policy, partial, expected) => {
     const pages = 16;
-    const { sys, src, dst, data, b } = rig({ pages, blockSize: 4 * P, dstResident: partial });
+    const { sys, src, dst, data, b } = twoNode(env, { pages, blockSize: 4 * P, dstResident: partial });
     if (partial) for (let i = 1; i < pages; i += 2) dst.evict(i * P, P);
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst], policy }));
     const c = await within('transfer', post(sys.node(0), src, dst));
@@ -292,7 +281,7 @@ describe('source faults', () => {
 describe('eviction invalidates cached translations', () => {
   test('evict() between two transfers: the IOTLB is invalidated and the next transfer faults again', async () => {
     const pages = 4;
-    const { sys, src, dst, b } = rig({ pages });
+    const { sys, src, dst, b } = twoNode(env, { pages });
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
     const smmu = sys.node(1).smmu;
 
@@ -325,7 +314,7 @@ describe('eviction invalidates cached translations', () => {
 
   test('evicting part of the source invalidates only those pages on the source SMMU', async () => {
     const pages = 4;
-    const { sys, src, dst, data, a } = rig({ pages, dstResident: true });
+    const { sys, src, dst, data, a } = twoNode(env, { pages, dstResident: true });
     const lib = env.track(
       new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
     );
@@ -343,7 +332,7 @@ describe('eviction invalidates cached translations', () => {
 
   test("a stale IOTLB entry (no MMU notifier) is caught by the copy thread's walk: a fault, not zeros", async () => {
     const pages = 4;
-    const { sys, src, dst, data, b } = rig({ pages, dstResident: true });
+    const { sys, src, dst, data, b } = twoNode(env, { pages, dstResident: true });
     const lib = env.track(new FaultLibrary(b.socket, { regions: [dst] }));
     const smmu = sys.node(1).smmu;
     const c1 = await within('first transfer', post(sys.node(0), src, dst));
@@ -497,7 +486,7 @@ describe('channels and processes', () => {
   });
 
   test('the write-fault record says RnW = 0 and the page request asks for WRITE', async () => {
-    const { sys, src, dst, b } = rig({ pages: 1 });
+    const { sys, src, dst, b } = twoNode(env, { pages: 1 });
     env.track(new FaultLibrary(b.socket, { regions: [dst] }));
     const seen: DriverFault[] = [];
     sys.node(1).driver.onFault((f) => seen.push(f));
@@ -543,7 +532,7 @@ describe('minor faults (shared memory)', () => {
 
 describe('watching the path', () => {
   test('netlink monitor sees each notification and answer; the trace has one irq per record', async () => {
-    const { sys, src, dst, b } = rig({ pages: 3 });
+    const { sys, src, dst, b } = twoNode(env, { pages: 3 });
     const seen: string[] = [];
     const stop = sys.node(1).netlink.monitor((m, to) => seen.push(`${to === undefined ? 'from' : 'to'} ${m.portId || to} cmd ${m.cmd}`));
     const kinds: string[] = [];
