@@ -12,8 +12,8 @@ import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { line, print, target } from '../examples/support/format.js';
-import { progress } from '../examples/support/progress.js';
+import { line, print, target } from '../cli/programs/support/format.js';
+import { progress } from '../cli/programs/support/progress.js';
 import { machineInfo } from './faults.js';
 
 export interface FabricBenchOptions {

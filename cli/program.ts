@@ -5,9 +5,9 @@
 import { accessSync, constants, statSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { writePlot, type PlotSpec } from '../examples/support/plot.js';
-import { TraceFile } from '../examples/support/trace-file.js';
-import { parsePositiveInt } from '../examples/support/format.js';
+import { writePlot, type PlotSpec } from './programs/support/plot.js';
+import { TraceFile } from './programs/support/trace-file.js';
+import { parsePositiveInt } from './programs/support/format.js';
 import { DEFAULT_TRACE_EVENTS, HARDWARE_NAMES, defaultHardware, setDefaultHardware } from '../lib/index.js';
 
 /** The options every program takes. */

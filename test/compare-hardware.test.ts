@@ -3,7 +3,7 @@
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, test } from 'vitest';
-import { compareHardware } from '../examples/compare-hardware.js';
+import { compareHardware } from '../cli/programs/compare-hardware.js';
 import { requireDist, ROOT } from './child.js';
 
 describe('compare-hardware', () => {

@@ -2,7 +2,7 @@
 // knee where the timer passes the fault's service time; the timeout path (Fukuoka et al.) costs
 // three to four orders of magnitude over a common-case fault at large QP timeouts.
 import { describe, expect, test } from 'vitest';
-import { odpPitfalls, pitfallsReport } from '../examples/odp-pitfalls.js';
+import { odpPitfalls, pitfallsReport } from '../cli/programs/odp-pitfalls.js';
 import { RNR_TIMER_US } from '../lib/index.js';
 
 describe('odp-pitfalls', () => {

@@ -1,8 +1,8 @@
 // `pagefault-rdma compare-hardware`: one workload under every hardware preset, interleaved.
-import { compareHardware, comparePlot, compareTable, WORKLOADS, type Workload } from '../../examples/compare-hardware.js';
-import { heading, MODEL_LABEL, parsePositiveInt } from '../../examples/support/format.js';
+import { compareHardware, comparePlot, compareTable, WORKLOADS, type Workload } from '../programs/compare-hardware.js';
+import { heading, MODEL_LABEL, parsePositiveInt } from '../programs/support/format.js';
 import { HARDWARE_NAMES, hardwarePreset, setDefaultHardware } from '../../lib/index.js';
-import type { CompareRow } from '../../examples/compare-hardware.js';
+import type { CompareRow } from '../programs/compare-hardware.js';
 import { halo } from '../apps/halo.js';
 import { localWorlds } from '../apps/world.js';
 

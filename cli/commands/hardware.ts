@@ -1,6 +1,6 @@
 // `pagefault-rdma hardware`: the hardware presets (a cost model and a fault-handling behaviour
 // each), with their sources and the headline figures their calibration tests reproduce.
-import { MODEL_LABEL } from '../../examples/support/format.js';
+import { MODEL_LABEL } from '../programs/support/format.js';
 import { hardwarePresets } from '../../lib/index.js';
 import { defineProgram } from '../program.js';
 

@@ -2,7 +2,7 @@
 // pages (their pagers' `store: { server: { socket } }`) on a Unix socket or loopback TCP,
 // until SIGINT or SIGTERM; it prints what it served when it stops.
 import { InvalidArgumentError } from 'commander';
-import { parseSize, print } from '../../examples/support/format.js';
+import { parseSize, print } from '../programs/support/format.js';
 import { MemoryServer, type MemoryServerStats } from '../../lib/index.js';
 import { defineProgram } from '../program.js';
 

@@ -1,6 +1,6 @@
 // `pagefault-rdma odp-pitfalls`: ODP's pitfalls under the mlx5-odp preset, explained.
-import { odpPitfalls, pitfallsPlot, pitfallsReport } from '../../examples/odp-pitfalls.js';
-import { heading, parsePositiveInt } from '../../examples/support/format.js';
+import { odpPitfalls, pitfallsPlot, pitfallsReport } from '../programs/odp-pitfalls.js';
+import { heading, parsePositiveInt } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {

@@ -2,7 +2,7 @@
 // the way `mpiexec -n N` starts one, for a user without MPI.
 import { InvalidArgumentError } from 'commander';
 import { MAX_JOB_SIZE } from '../../lib/job/rendezvous.js';
-import { parsePositiveInt } from '../../examples/support/format.js';
+import { parsePositiveInt } from '../programs/support/format.js';
 import { launch } from '../launcher.js';
 import { defineProgram } from '../program.js';
 
