@@ -131,18 +131,22 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
     print('Times are medians, from ibv_reg_mr of both buffers to the completion (registration included); the policies take turns write by write.');
     print(`  t_model: ${MODEL_LABEL}`);
     print(`  t_real:  ${MEASURED_LABEL}`);
-    const table = new Table([
-      { header: '#bytes', width: 8 },
-      { header: 'policy', width: 11, left: true },
-      { header: '#iter' },
-      { header: 'faults src/dst', width: 9 },
-      { header: 'pages made resident', width: 8 },
-      { header: 'retx blocks', width: 6 },
-      { header: 't_model [usec]', width: 9 },
-      { header: 't_real [usec]', width: 9 },
-      { header: 'model ×pin', width: 6 },
-      { header: 'real ×pin', width: 6 },
-    ]);
+    // Fits 80 columns with times up to 999999.99 µs (one more digit pushes the row's last cells).
+    const table = new Table(
+      [
+        { header: '#bytes', width: 7 },
+        { header: 'policy', width: 11, left: true },
+        { header: '#iter' },
+        { header: 'faults src/dst', width: 7 },
+        { header: 'paged in', width: 5 },
+        { header: 'retx blocks', width: 6 },
+        { header: 't_model [usec]', width: 9 },
+        { header: 't_real [usec]', width: 9 },
+        { header: 'model ×pin', width: 5 },
+        { header: 'real ×pin', width: 5 },
+      ],
+      { gap: 1 },
+    );
     const warm = await warmUp(pair, sizes[0]!, policies, evict);
     print(
       `Warm-up (unrecorded): ${warm.writes} writes of ${sizeName(sizes[0]!)}, until the median write stopped falling ` +

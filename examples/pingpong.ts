@@ -69,13 +69,11 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
   const runs: Run[] = [];
   const bar = progress(sizes.length * (baseline ? 2 : 1) * iters, 'pingpong');
   try {
-    // #iterations is said above the table: perftest's other columns fit 100 columns then.
-    const table = new Table([
-      { header: '#bytes', width: 7 },
-      ...LATENCY_COLUMNS,
-      { header: 'time', width: 5, left: true },
-      { header: 'buffers', width: 8, left: true },
-    ]);
+    // #iterations is said above the table: perftest's other columns fit 80 columns then.
+    const table = new Table(
+      [{ header: '#bytes', width: 6 }, ...LATENCY_COLUMNS, { header: 'time', width: 5, left: true }, { header: 'buffers', width: 8, left: true }],
+      { gap: 1 },
+    );
     for (const [k, size] of sizes.entries()) {
       const pair = connectedPair({ trace: options.trace?.option ?? false });
       const { ctx, pd, qp } = pair;

@@ -61,19 +61,23 @@ export default defineProgram<Options>({
         `all-to-all: ${r.size} ranks (${r.launcher}), each writing to each other rank; buffers ${o.evict ? 'evicted before every iteration' : 'resident'}`,
       );
       print("an iteration's time: its slowest rank's writes, from posting the first to the last completion");
-      const t = new Table([{ header: '#bytes', width: 8 }, { header: '#iterations', width: 11 }, ...LATENCY_COLUMNS]);
+      // Both tables fit 76 columns: 80 with run's `[rank] ` prefix.
+      const t = new Table([{ header: '#bytes', width: 6 }, { header: '#iters', width: 6 }, ...LATENCY_COLUMNS], { gap: 1 });
       t.header();
       for (const row of rows) t.row([String(row.bytes), String(row.iterations), ...latencyCells(row)]);
-      const ranks = new Table([
-        { header: 'rank', width: 4 },
-        { header: 'faults src', width: 10 },
-        { header: 'faults dst', width: 10 },
-        { header: 'NACKs', width: 6 },
-        { header: 'retransmitted', width: 13 },
-        { header: 'bytes verified', width: 14 },
-        { header: 'differ', width: 6 },
-        { header: 'CPU/xfer', width: 9 },
-      ]);
+      const ranks = new Table(
+        [
+          { header: 'rank', width: 4 },
+          { header: 'faults src', width: 6 },
+          { header: 'faults dst', width: 6 },
+          { header: 'NACKs', width: 6 },
+          { header: 'retx blocks', width: 6 },
+          { header: 'bytes verified', width: 8 },
+          { header: 'differ', width: 6 },
+          { header: 'CPU/xfer', width: 9 },
+        ],
+        { gap: 1 },
+      );
       ranks.header();
       for (const x of r.ranks)
         ranks.row([
