@@ -3,15 +3,17 @@
 // small-message latency (one way) and large-message bandwidth, resident and with faults, in
 // stall mode (RMA writes) and terminate mode (engine packets), and the all-to-all program at 2
 // and 8 ranks (run -n N) for the same bytes per rank pair; interleaved rounds, medians.
-// Every side is a real process; the JSON goes to bench/results/fabric.json.
-import { spawn, type ChildProcess } from 'node:child_process';
+// Every side is a real process; the JSON goes to bench-fabric.json in the working directory.
+import type { ChildProcess, ChildProcessByStdio } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { line, print, target } from '../examples/support/format.js';
 import { progress } from '../examples/support/progress.js';
 import { defaultResults, machineInfo } from './faults.js';
+import { ownFolder, spawnOwned } from './interrupt.js';
 
 export interface FabricBenchOptions {
   small: number;
@@ -19,7 +21,7 @@ export interface FabricBenchOptions {
   iters: number;
   /** Interleaved rounds whose medians are reported (default 3). */
   rounds?: number;
-  /** Where the JSON goes (default bench/results/fabric.json); false: not written. */
+  /** Where the JSON goes (default bench-fabric.json in the working directory); false: not written. */
   json?: string | false;
 }
 
@@ -44,7 +46,7 @@ const MAIN = join(ROOT, 'dist/cli/main.js');
 
 function run(cmd: string, args: string[], timeoutMs = 300_000): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve, reject) => {
-    const c = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawnOwned(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] }) as ChildProcessByStdio<null, Readable, Readable>;
     let out = '';
     c.stdout.on('data', (d: Buffer) => (out += d.toString()));
     c.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -100,7 +102,11 @@ interface Ours {
 /** One of our programs as server and client processes; the client's --json results. */
 async function ours(program: string, size: number, iters: number, flags: string[], dir: string): Promise<Ours> {
   let sout = '';
-  const server = spawn(process.execPath, [MAIN, program, '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const server = spawnOwned(process.execPath, [MAIN, program, '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] }) as ChildProcessByStdio<
+    null,
+    Readable,
+    Readable
+  >;
   server.stdout.on('data', (d: Buffer) => (sout += d.toString()));
   try {
     const port = (await waitFor(() => sout, /port (\d+)/))[1]!;
@@ -195,6 +201,7 @@ export async function benchFabric(
   o: FabricBenchOptions,
 ): Promise<{ rows: Row[]; ratios: Record<string, number>; explained: Record<string, number> }> {
   const dir = mkdtempSync(join(tmpdir(), 'pfr-bench-fabric-'));
+  const owned = ownFolder(dir);
   const rounds = o.rounds ?? 3;
   const bwIters = Math.max(10, Math.floor(o.iters / 10));
   try {
@@ -261,13 +268,28 @@ export async function benchFabric(
     ];
     // Interleaved rounds (the machine is shared and noisy): every case once per round, medians.
     const samples = cases.map(() => [] as number[]);
+    // The run time is not known before a round is measured (it depends on the machine and its
+    // load): said up front as what it is made of, then after each round what is left.
+    print(
+      `${rounds} rounds of ${cases.length} runs (${cases.length - 2} of them two processes of this program, two run jobs, ` +
+        `two fi_pingpong pairs), each a few seconds on a quiet machine: minutes in all; the time left is printed after each round.`,
+    );
+    const live = process.stderr.isTTY === true;
     const bar = progress(rounds * cases.length, 'bench-fabric');
+    const started = performance.now();
     try {
-      for (let r = 0; r < rounds; r++)
+      for (let r = 0; r < rounds; r++) {
         for (const [i, c] of cases.entries()) {
-          samples[i]!.push(await c.take());
+          const v = await c.take();
+          samples[i]!.push(v);
+          // No bar in a log or a pipe: a line per run as it finishes instead.
+          if (!live) line(`round ${r + 1}/${rounds}: ${c.what}, ${c.size} B: ${v.toFixed(2)} ${c.kind === 'latency' ? 'us one way' : 'MB/sec'}`);
           bar.tick(i + 1 < cases.length ? `round ${r + 1}/${rounds}: ${cases[i + 1]!.what}` : `round ${r + 1}/${rounds} done`);
         }
+        const s = (performance.now() - started) / 1000;
+        if (r + 1 < rounds)
+          line(`round ${r + 1} of ${rounds} done after ${s.toFixed(0)} s; about ${((s / (r + 1)) * (rounds - r - 1)).toFixed(0)} s left`);
+      }
     } finally {
       bar.stop();
     }
@@ -316,10 +338,11 @@ export async function benchFabric(
       bandwidthExtraVsFaultTime: bw.extra / bw.faults.usPerOp,
       bandwidthEvictUsPerWrite: bw.faults.evictUsPerOp,
     };
-    line(`${'what'.padEnd(42)} ${'bytes'.padStart(9)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)}   (median of ${rounds})`);
+    line(`The median of ${rounds} rounds:`);
+    line(`${'what'.padEnd(43)} ${'bytes'.padStart(8)} ${'usec 1-way'.padStart(10)} ${'MB/sec'.padStart(9)}`);
     for (const r of rows)
       line(
-        `${r.what.padEnd(42)} ${String(r.size).padStart(9)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(15)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(10)}`,
+        `${r.what.padEnd(43)} ${String(r.size).padStart(8)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(10)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(9)}`,
       );
     const x = (v: number) => `${v.toFixed(2)}x`;
     print(
@@ -359,5 +382,6 @@ export async function benchFabric(
     return { rows, ratios, explained };
   } finally {
     rmSync(dir, { recursive: true, force: true });
+    owned.forget();
   }
 }
