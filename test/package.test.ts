@@ -74,6 +74,27 @@ describe('npm pack', () => {
     expect(pkg).toHaveProperty('engines.node');
   });
 
+  test('its source maps carry the sources they name (inlined), so a stack or a debugger shows the TypeScript', () => {
+    const out = join(dir, 'unpacked');
+    mkdirSync(out, { recursive: true });
+    run('tar', ['xzf', tarball, '-C', out], dir);
+    const maps: string[] = [];
+    const walk = (d: string): void => {
+      for (const e of readdirSync(d, { withFileTypes: true })) {
+        if (e.isDirectory()) walk(join(d, e.name));
+        else if (e.name.endsWith('.js.map')) maps.push(join(d, e.name));
+      }
+    };
+    walk(join(out, 'package/dist'));
+    expect(maps).toContain(join(out, 'package/dist/lib/index.js.map'));
+    for (const m of maps) {
+      const map = JSON.parse(readFileSync(m, 'utf8')) as { sources: string[]; sourcesContent?: Array<string | null> };
+      expect(map.sources.length, m).toBeGreaterThan(0);
+      expect(map.sourcesContent?.length, m).toBe(map.sources.length);
+      for (const c of map.sourcesContent!) expect(typeof c === 'string' && c.length > 0, m).toBe(true);
+    }
+  });
+
   test('installs into a fresh project without a compiler on PATH and takes real faults', () => {
     // PATH with node, npm and a shell only: no g++, cc, make or python3.
     const bin = join(dir, 'bin');
