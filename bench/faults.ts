@@ -738,7 +738,8 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
     const out = resolve(opts.json ?? defaultResults(root));
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
-    print(`\nJSON: ${relative(process.cwd(), out) || out}`);
+    const rel = relative(process.cwd(), out);
+    print(`\nJSON: ${rel && !rel.startsWith('..') ? rel : out}`); // where the user is, or the whole path
   }
   return doc;
 }

@@ -31,7 +31,7 @@ import {
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';
-import { PLOT_CONFIG, SIZE_LABEL_EXPR } from './support/plot.js';
+import { DASH_LEGEND, PLOT_CONFIG, SHAPES, SIZE_LABEL_EXPR } from './support/plot.js';
 import { progress } from './support/progress.js';
 import type { TraceFile } from './support/trace-file.js';
 
@@ -249,16 +249,18 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
               ],
             },
             legend: {
-              symbolType: 'stroke',
-              symbolStrokeColor: '#444',
-              symbolStrokeWidth: 2,
+              ...DASH_LEGEND,
               labelExpr: "datum.label === 'measured' ? 'measured (solid)' : 'modelled (dashed)'",
             },
           },
           detail: [{ field: 'policy' }, { field: 'time' }],
         },
       },
-      { mark: { type: 'point', filled: true } },
+      // A shape per policy as well as a colour: the legend shows both, read without colour too.
+      {
+        mark: { type: 'point', filled: true, size: 70 },
+        encoding: { shape: { field: 'policy', type: 'nominal', sort: [...TABLE_POLICIES], scale: { range: [...SHAPES] } } },
+      },
     ],
   };
 }

@@ -287,25 +287,31 @@ console.log(JSON.stringify({ disposable, faults, uffdByte, status: WcStatus[wc.s
   // A read-only install: the package folder bind-mounted read-only in a mount namespace.
   const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
   test.skipIf(!canUnshare)(
-    'the benchmark runs from a read-only install and writes its JSON to a temporary folder',
+    'the benchmark runs from a read-only install: its JSON where the user is, never in the package',
     () => {
       expect(app).not.toBe('');
       const installed = join(app, 'node_modules', 'pagefault-rdma');
       const results = join(dir, 'tmp');
       mkdirSync(results);
-      const bench = `node_modules/.bin/pagefault-rdma bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
-      const r = run(
-        'unshare',
-        ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`],
-        app,
-        { ...process.env, TMPDIR: results },
-      );
-      expect(r.stdout).toContain('JSON: ');
-      const doc = JSON.parse(readFileSync(join(results, 'pagefault-rdma-results', 'faults.json'), 'utf8')) as {
-        results: Array<{ pagesPerFault: number }>;
-      };
+      const bench = `"${join(app, 'node_modules/.bin/pagefault-rdma')}" bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
+      const readOnly = (cwd: string) =>
+        run(
+          'unshare',
+          ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`],
+          cwd,
+          { ...process.env, TMPDIR: results },
+        );
+      // From the user's project: bench-faults.json there.
+      expect(readOnly(app).stdout).toContain('JSON: bench-faults.json');
+      const doc = JSON.parse(readFileSync(join(app, 'bench-faults.json'), 'utf8')) as { results: Array<{ pagesPerFault: number }> };
       expect(doc.results.map((x) => x.pagesPerFault)).toEqual([1, 16]);
+      // From inside the installed package: a temporary folder, said.
+      const r = readOnly(installed);
+      const [tmp] = readdirSync(results).filter((f) => f.startsWith('pagefault-rdma-results-'));
+      expect(tmp).toBeDefined();
+      expect(r.stdout.replace(/\s+/g, '')).toContain(join(results, tmp!, 'bench-faults.json').replace(/\s+/g, ''));
       expect(existsSync(join(installed, 'bench', 'results'))).toBe(false);
+      expect(existsSync(join(installed, 'bench-faults.json'))).toBe(false);
     },
     120_000,
   );
