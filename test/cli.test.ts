@@ -193,6 +193,23 @@ describe('--trace on every program: the faults it takes, or a refusal that says 
     }
   });
 
+  test('run -n 2 -- alltoall --trace FILE: a valid trace per rank, named by rank, with its faults at both ends', () => {
+    const out = ok('run', '-n', '2', '--', 'alltoall', '-n', '3', '-s', '8K', '--trace', file('a2a.json'));
+    expect(out).toContain('all-to-all: 2 ranks');
+    expect(existsSync(file('a2a.json'))).toBe(false);
+    for (const rank of [0, 1]) {
+      const t = json<Trace>(`a2a.rank${rank}.json`);
+      expect(traceFormatErrors(t)).toEqual([]);
+      const names = t.traceEvents.filter((e) => e.ph === 'M' && e.name === 'process_name').map((e) => String(e.args?.['name']));
+      expect(
+        names.some((n) => n.startsWith(`rank ${rank}: `)),
+        names.join(', '),
+      ).toBe(true);
+      // The buffers were evicted before every iteration: this rank's fault library resolved faults.
+      expect(t.traceEvents.filter((e) => e.ph === 'X').length).toBeGreaterThan(0);
+    }
+  }, 120_000);
+
   test('a ring too small for the run: the dropped events are counted in the file and said on stderr, with the fix', () => {
     const r = cli('odp-vs-pinned', '-a', '--max-size', '8K', '-n', '1', '--policies', 'touch', '--trace', file('small.json'), '--trace-events', '20');
     expect(r.status).toBe(0);

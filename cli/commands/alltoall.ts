@@ -19,7 +19,6 @@ interface Options extends Omit<AlltoallOptions, 'blocks' | 'timeoutMs'> {
 export default defineProgram<Options>({
   name: 'alltoall',
   summary: "all-to-all RDMA WRITEs between the ranks of a job (run -n N, or mpiexec -n N), into every rank's evicted ODP buffer",
-  noTrace: 'the ranks of a job are separate processes: trace one pair with write-bw --trace',
   options(cmd) {
     cmd
       .option('-s, --size <bytes>', 'bytes each rank writes to each other rank per iteration (4096, 64K, 1M)', parseMessageSize, 64 * 1024)
@@ -34,8 +33,9 @@ export default defineProgram<Options>({
       .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'))
       .option('--timeout <seconds>', 'how long the ranks wait for each other (to arrive, at each barrier)', parsePositiveInt, 30);
   },
-  async run(o) {
+  async run(o, io) {
     const r = await runAlltoall({
+      ...(io.trace ? { trace: io.trace } : {}),
       blocks: o.all ? [...ALL_SIZES] : [o.size],
       iters: o.iters,
       policy: o.policy,
@@ -93,6 +93,13 @@ export default defineProgram<Options>({
       const last = rows.at(-1);
       if (last?.iterations) print(`per transfer (${last.bytes} bytes, typical): ${us(last.typical / (r.size - 1))} usec`);
     }
-    return { results: { ...r, rows }, writes: r.rank === 0 };
+    // --trace FILE: a file per rank, named by rank (FILE.rank0.json …), each its fault library's events.
+    return { results: { ...r, rows }, writes: r.rank === 0, traceFile: o.trace !== undefined ? rankFile(o.trace, r.rank) : undefined };
   },
 });
+
+/** FILE with the rank before its extension: trace.json -> trace.rank2.json. */
+export function rankFile(file: string, rank: number): string {
+  const m = /^(.*?)(\.[^./]*)?$/.exec(file)!;
+  return `${m[1]}.rank${rank}${m[2] ?? ''}`;
+}
