@@ -197,6 +197,10 @@ describe('--trace on every program: the faults it takes, or a refusal that says 
     const out = ok('run', '-n', '2', '--', 'alltoall', '-n', '3', '-s', '8K', '--trace', file('a2a.json'));
     expect(out).toContain('all-to-all: 2 ranks');
     expect(existsSync(file('a2a.json'))).toBe(false);
+    // run's own --trace goes to every rank: the same files.
+    ok('run', '-n', '2', '--trace', file('a2b.json'), '--', 'alltoall', '-n', '3', '-s', '8K');
+    expect(existsSync(file('a2b.json'))).toBe(false);
+    for (const rank of [0, 1]) expect(traceFormatErrors(json<Trace>(`a2b.rank${rank}.json`))).toEqual([]);
     for (const rank of [0, 1]) {
       const t = json<Trace>(`a2a.rank${rank}.json`);
       expect(traceFormatErrors(t)).toEqual([]);
