@@ -10,7 +10,7 @@
 // (g) wake-ups of an idle process holding a Cluster and a Userfaultfd, and the heap growth
 //     after faulting in 1 GiB with default options.
 // A program that prints real measurements (npm run bench:engine), never a test. JSON:
-// bench/results/engine.json (not tracked), or --json.
+// bench-engine.json in the working directory, or --json.
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -57,7 +57,7 @@ export interface BenchEngineOptions {
   idleSeconds: number;
   /** (g) bytes faulted in for the heap figure. */
   heapBytes: number;
-  /** Where the JSON goes (default bench/results/engine.json); false: not written. */
+  /** Where the JSON goes (default bench-engine.json in the working directory); false: not written. */
   json?: string | false;
 }
 

@@ -6,15 +6,18 @@
 // (their --json results' cpuUs), and the all-to-all program at 2 and 8 ranks (run -n N), with
 // and without a CPU per rank (--pin), for the same bytes per rank pair; interleaved rounds,
 // medians, the load average of each round. Every side is a real process; the JSON goes where
-// the user is (./bench-fabric.json, or --json FILE), never into the package.
-import { spawn, type ChildProcess } from 'node:child_process';
+// the user is (./bench-fabric.json, or --json FILE), never into the package. A signal kills
+// every child's process group and removes the temp folder.
+import type { ChildProcess, ChildProcessByStdio } from 'node:child_process';
 import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { line, print, target } from '../cli/programs/support/format.js';
 import { progress } from '../cli/programs/support/progress.js';
 import { machineInfo } from './faults.js';
+import { ownFolder, spawnOwned } from './interrupt.js';
 
 export interface FabricBenchOptions {
   small: number;
@@ -72,7 +75,7 @@ const MAIN = join(ROOT, 'dist/cli/main.js');
 
 function run(cmd: string, args: string[], timeoutMs = 300_000): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve, reject) => {
-    const c = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawnOwned(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] }) as ChildProcessByStdio<null, Readable, Readable>;
     let out = '';
     c.stdout.on('data', (d: Buffer) => (out += d.toString()));
     c.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -130,7 +133,9 @@ interface Ours {
 /** One of our programs as server and client processes (the server with `serverFlags` too); the client's --json results. */
 async function ours(program: string, size: number, iters: number, flags: string[], dir: string, serverFlags: string[] = []): Promise<Ours> {
   let sout = '';
-  const server = spawn(process.execPath, [MAIN, program, '-p', '0', ...serverFlags], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const server = spawnOwned(process.execPath, [MAIN, program, '-p', '0', ...serverFlags], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }) as ChildProcessByStdio<null, Readable, Readable>;
   server.stdout.on('data', (d: Buffer) => (sout += d.toString()));
   try {
     const port = (await waitFor(() => sout, /port (\d+)/))[1]!;
@@ -270,6 +275,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
   retried: Array<{ round: number; what: string; why: string }>;
 }> {
   const dir = mkdtempSync(join(tmpdir(), 'pfr-bench-fabric-'));
+  const owned = ownFolder(dir);
   const rounds = o.rounds ?? 3;
   const bwIters = Math.max(10, Math.floor(o.iters / 10));
   const fi = installed('fi_pingpong');
@@ -304,10 +310,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     const half = (r: Ours) => r.row.typical! / 2;
     const typical = (r: Ours) => r.row.typical!;
     const progressRows = (['poll', 'wait'] as const).flatMap((mode) => [
-      lat(`stallLat_${mode}`, `write-lat --stall --progress ${mode} (RMA, rtt/2)`, 'write-lat', ['--stall', '--progress', mode], half, [
-        '--progress',
-        mode,
-      ]),
+      lat(`stallLat_${mode}`, `write-lat --stall --progress ${mode}`, 'write-lat', ['--stall', '--progress', mode], half, ['--progress', mode]),
       lat(`engineLat_${mode}`, `send-lat --progress ${mode} (engine)`, 'send-lat', ['--progress', mode], typical, ['--progress', mode]),
     ]);
     const cases: Case[] = [
@@ -329,9 +332,9 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
             },
           ]
         : []),
-      lat('stallLat', 'write-lat --stall resident (RMA, rtt/2)', 'write-lat', ['--stall'], half),
+      lat('stallLat', 'write-lat --stall resident (RMA)', 'write-lat', ['--stall'], half),
       bw('stallBw', 'write-bw --stall resident (RMA)', 'write-bw', ['--stall']),
-      bw('stallBwEvict', 'write-bw --stall faults at the server (RMA)', 'write-bw', ['--stall', '--evict']),
+      bw('stallBwEvict', 'write-bw --stall, server faults (RMA)', 'write-bw', ['--stall', '--evict']),
       lat('engineLat', 'send-lat resident (engine)', 'send-lat', [], typical),
       lat('engineLatFaults', 'send-lat faults at both ends (engine)', 'send-lat', ['--evict'], typical, [], true),
       bw('engineBw', 'write-bw resident (engine)', 'write-bw', []),
@@ -345,7 +348,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
           const cpu: CpuPerOp[] = [];
           return {
             key: `alltoall${ranks}${pin ? 'Pin' : ''}`,
-            what: `alltoall ${ranks} ranks${pin ? ' --pin' : ''}, per transfer (engine)`,
+            what: `alltoall ${ranks} ranks${pin ? ' --pin' : ''}, per transfer`,
             size: ALLTOALL_BYTES,
             kind: 'latency',
             cpu,
@@ -362,7 +365,15 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     const samples = cases.map(() => [] as number[]);
     const roundLoads: number[][] = [];
     const retried: Array<{ round: number; what: string; why: string }> = [];
+    // The run time is not known before a round is measured (it depends on the machine and its
+    // load): said up front as what it is made of, then after each round what is left.
+    print(
+      `${rounds} rounds of ${cases.length} runs (pairs of this program's processes, run jobs and, when installed, ` +
+        `fi_pingpong pairs), each a few seconds on a quiet machine: minutes in all; the time left is printed after each round.`,
+    );
+    const live = process.stderr.isTTY === true;
     const bar = progress(rounds * cases.length, 'bench-fabric');
+    const started = performance.now();
     try {
       for (let r = 0; r < rounds; r++) {
         for (const [i, c] of cases.entries()) {
@@ -372,7 +383,10 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
           const why = (e: unknown) =>
             ((e instanceof Error ? e.message : String(e)).split('\n').find((l) => /fail|cannot|timed out|went away/.test(l)) ?? String(e)).trim();
           try {
-            samples[i]!.push(await c.take());
+            const v = await c.take();
+            samples[i]!.push(v);
+            // No bar in a log or a pipe: a line per run as it finishes instead.
+            if (!live) line(`round ${r + 1}/${rounds}: ${c.what}, ${c.size} B: ${v.toFixed(2)} ${c.kind === 'latency' ? 'us one way' : 'MB/sec'}`);
           } catch (e) {
             try {
               samples[i]!.push(await c.take());
@@ -384,6 +398,9 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
           bar.tick(i + 1 < cases.length ? `round ${r + 1}/${rounds}: ${cases[i + 1]!.what}` : `round ${r + 1}/${rounds} done`);
         }
         roundLoads.push(loadavg());
+        const s = (performance.now() - started) / 1000;
+        if (r + 1 < rounds)
+          line(`round ${r + 1} of ${rounds} done after ${s.toFixed(0)} s; about ${((s / (r + 1)) * (rounds - r - 1)).toFixed(0)} s left`);
       }
     } finally {
       bar.stop();
@@ -448,14 +465,16 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       bandwidthExtraVsFaultTime: bwF.extra / bwF.faults.usPerOp,
       bandwidthEvictUsPerWrite: bwF.faults.evictUsPerOp,
     };
+    line(`The median of ${rounds} rounds (write-lat --stall: rtt/2; RMA: the provider moves the bytes;`);
+    line('engine: modelled packets; CPU: microseconds each process spent per iteration):');
     line(
-      `${'what'.padEnd(50)} ${'bytes'.padStart(8)} ${'one way [usec]'.padStart(15)} ${'MB/sec'.padStart(10)} ${'CPU/iter client'.padStart(16)} ${'server [usec]'.padStart(14)}   (median of ${rounds})`,
+      `${'what'.padEnd(37)} ${'bytes'.padStart(7)} ${'us 1-way'.padStart(8)} ${'MB/sec'.padStart(8)} ${'CPU cli'.padStart(7)} ${'CPU srv'.padStart(7)}`,
     );
     const cpuCell = (r: Row, side: keyof CpuPerOp) =>
       r.cpuUsPerOp && (side === 'client' || !r.what.startsWith('alltoall')) ? r.cpuUsPerOp[side].toFixed(1) : '';
     for (const r of rows)
       line(
-        `${r.what.padEnd(50)} ${String(r.size).padStart(8)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(15)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(10)} ${cpuCell(r, 'client').padStart(16)} ${cpuCell(r, 'server').padStart(14)}`,
+        `${r.what.padEnd(37)} ${String(r.size).padStart(7)} ${(r.latencyUs?.toFixed(2) ?? '').padStart(8)} ${(r.mbPerSec?.toFixed(2) ?? '').padStart(8)} ${cpuCell(r, 'client').padStart(7)} ${cpuCell(r, 'server').padStart(7)}`,
       );
     line(
       "CPU/iter: user + system CPU of each process (every thread) from the handshake to the end over the iterations (setup included: amortised over -n) per iteration (send-lat: a round trip, write-lat: a write and its completion, write-bw: a write); all-to-all: the median rank's per transfer, in its iterations",
@@ -518,5 +537,6 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
     return { rows, ratios, explained, loadavg: load, fiPingpong: fi, retried };
   } finally {
     rmSync(dir, { recursive: true, force: true });
+    owned.forget();
   }
 }

@@ -18,18 +18,19 @@
 //
 // It is a program that prints real measurements (pagefault-rdma bench-faults, npm run
 // bench:faults), never a test. It runs from a checkout or an installed package alike: the C
-// handler is compiled into a temporary folder, and the JSON goes to bench/results/ (not
-// tracked) when the package folder is writable, else to a temporary folder, or to --json.
+// handler is compiled into a temporary folder, and the JSON goes to --json, else to
+// bench-faults.json in the working directory (a temporary folder inside the installed package).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join, relative, resolve } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from 'commander';
 import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent, type Region } from '../lib/index.js';
 import { print, Table } from '../cli/programs/support/format.js';
 import { progress, type Progress } from '../cli/programs/support/progress.js';
 import type { TraceFile } from '../cli/programs/support/trace-file.js';
+import { ownFolder } from './interrupt.js';
 
 /** Byte both handlers place in every page: the faulting thread's checksum proves where pages came from. */
 const FILL = 0xa7;
@@ -113,7 +114,7 @@ export interface BenchFaultsOptions {
   placements: Placement[];
   relay: boolean;
   breakdown: boolean;
-  /** Where the JSON goes (default: bench/results/faults.json, or a temporary folder); false: not written. */
+  /** Where the JSON goes (default: bench-faults.json in the working directory, or a temporary folder); false: not written. */
   json?: string | false;
   trace?: TraceFile;
 }
@@ -168,18 +169,28 @@ export function compileC(root: string, outDir: string, name: string, libs: strin
   return binary;
 }
 
-/** bench/results/FILE of the package when it can be written (a checkout), else a temporary folder. */
+/** Where a benchmark's JSON goes without --json: bench-FILE in the working directory, else a temporary folder. */
 export function defaultResults(root: string, file = 'faults.json'): string {
-  const dir = join(root, 'bench', 'results');
-  try {
-    mkdirSync(dir, { recursive: true });
-    accessSync(dir, constants.W_OK);
-    return join(dir, file);
-  } catch {
-    const tmp = join(os.tmpdir(), 'pagefault-rdma-results');
-    mkdirSync(tmp, { recursive: true });
-    return join(tmp, file);
+  // Where the user is (the working directory), never into the installed package or the
+  // checkout's tracked files: bench-faults.json in the working directory, or, when that is
+  // inside the installed package or not writable, a temporary folder (the path is printed).
+  const name = `bench-${file}`;
+  const cwd = process.cwd();
+  const inPackage = root.split(sep).includes('node_modules') && (cwd === root || cwd.startsWith(root + sep));
+  if (!inPackage && !tracked(cwd, name)) {
+    try {
+      accessSync(cwd, constants.W_OK);
+      return join(cwd, name);
+    } catch {
+      // not writable: a temporary folder below
+    }
   }
+  return join(mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-results-')), name);
+}
+
+/** Whether `name` in `dir` is a file git tracks (writing it would change the user's checkout). */
+function tracked(dir: string, name: string): boolean {
+  return spawnSync('git', ['-C', dir, 'ls-files', '--error-unmatch', name], { stdio: 'ignore' }).status === 0;
 }
 
 function allowedCpus(): string {
@@ -486,6 +497,15 @@ function git(root: string, ...args: string[]): string {
   return spawnSync('git', ['-C', root, ...args], { encoding: 'utf8' }).stdout?.trim() ?? '';
 }
 
+/** The version in the package.json at `root` ('unknown' when it cannot be read). */
+export function packageVersion(root: string): string {
+  try {
+    return (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version?: string }).version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
 export function machineInfo(root: string): Record<string, unknown> {
   const cpus = os.cpus();
   return {
@@ -495,7 +515,8 @@ export function machineInfo(root: string): Record<string, unknown> {
     kernel: os.release(),
     node: process.version,
     cc: spawnSync('cc', ['--version'], { encoding: 'utf8' }).stdout?.split('\n')[0] ?? 'unknown',
-    // The library under test: the commit and whether its sources differ from it.
+    // The library under test: its package version, the commit and whether its sources differ from it.
+    version: packageVersion(root),
     commit: git(root, 'rev-parse', '--short', 'HEAD') || 'unknown',
     libraryModified: git(root, 'status', '--porcelain', '--', 'native', 'lib') !== '',
     date: new Date().toISOString(),
@@ -631,11 +652,13 @@ async function traceRounds(opts: Options, run: RunFn, trace: TraceFile): Promise
 export async function benchFaults(opts: Options): Promise<Record<string, unknown>> {
   const root = packageRoot();
   const buildDir = mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-bench-'));
+  const owned = ownFolder(buildDir); // removed on SIGINT / SIGTERM too
   try {
     const binary = compileC(root, buildDir, 'uffd-handler');
     return await benchWith(opts, root, binary);
   } finally {
     rmSync(buildDir, { recursive: true, force: true });
+    owned.forget();
   }
 }
 
@@ -648,7 +671,7 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
 
   print('userfaultfd fault round trip, TypeScript handler vs C handler: real measurements on this machine, now');
   print(
-    `${machine['cpus']} x ${machine['cpuModel']}, Linux ${machine['kernel']}, Node ${machine['node']}, library ${machine['commit']}` +
+    `${machine['cpus']} x ${machine['cpuModel']}, Linux ${machine['kernel']}, Node ${machine['node']}, pagefault-rdma ${String(machine['version'])}${machine['commit'] === 'unknown' ? '' : ` (${String(machine['commit'])})`}` +
       `${machine['libraryModified'] ? ' + uncommitted changes' : ''}; ${opts.pages} pages (${(opts.pages * PAGE_SIZE) / 2 ** 20} MiB) ` +
       `per round, ${opts.rounds} rounds per handler after a warm-up round, interleaved.`,
   );
@@ -715,7 +738,8 @@ async function benchWith(opts: Options, root: string, binary: string): Promise<R
     const out = resolve(opts.json ?? defaultResults(root));
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, JSON.stringify(doc, null, 2) + '\n');
-    print(`\nJSON: ${relative(process.cwd(), out) || out}`);
+    const rel = relative(process.cwd(), out);
+    print(`\nJSON: ${rel && !rel.startsWith('..') ? rel : out}`); // where the user is, or the whole path
   }
   return doc;
 }

@@ -6,7 +6,7 @@
 // on a sequential and on a random scan, each against the same scan without prefetch; and the
 // throughput of 4 faulting threads against 1, on one server and on the cluster.
 // Every access is made by a native thread (the toucher; the C program's main thread) and
-// timed around that one access. JSON: bench/results/remote.json (not tracked), or --json.
+// timed around that one access. JSON: bench-remote.json in the working directory, or --json.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -18,12 +18,13 @@ import { startRedis } from '../cli/programs/support/redis-server.js';
 import { startMemoryServer } from '../cli/programs/support/memory-server.js';
 import { clusterUnavailable, startRedisCluster, type RedisCluster } from '../cli/programs/support/redis-cluster.js';
 import { compileC, defaultResults, machineInfo, packageRoot } from './faults.js';
+import { ownFolder } from './interrupt.js';
 
 export interface BenchRemoteOptions {
   pages: number;
   rounds: number;
   prefetch: number;
-  /** Where the JSON goes (default bench/results/remote.json or a temporary folder); false: not written. */
+  /** Where the JSON goes (default bench-remote.json in the working directory, or a temporary folder); false: not written. */
   json?: string | false;
 }
 
@@ -78,6 +79,7 @@ async function throughput(p: RemotePager, threads: number): Promise<number> {
 export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<string, unknown>> {
   const root = packageRoot();
   const build = mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-bench-'));
+  const owned = ownFolder(build); // removed on SIGINT / SIGTERM too
   const redis = await startRedis();
   const server = await startMemoryServer();
   const noCluster = clusterUnavailable();
@@ -247,5 +249,6 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
     await cluster?.dispose();
     await single?.dispose();
     rmSync(build, { recursive: true, force: true });
+    owned.forget();
   }
 }

@@ -33,7 +33,7 @@ import {
   type RunParams,
   type SizeRun,
 } from './programs/fabric-peer.js';
-import { latencyCells, parsePositiveInt, parseSize, print, Table } from './programs/support/format.js';
+import { columns, latencyCells, parsePositiveInt, parseSize, print, Table, wrapped } from './programs/support/format.js';
 import type { TraceFile } from './programs/support/trace-file.js';
 import { hostGids } from '../kernel-sim/device/attributes.js';
 import { defineProgram, type CommonOptions, type Program, type RunOutcome } from './program.js';
@@ -268,14 +268,15 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       parseSize,
       DEFAULT_SERVER_LIMITS.maxMemory,
     )
-    .addHelpText(
-      'after',
-      `\nThe server serves one client. It rejects every other connection request once that client is connected, and ` +
-        `until then lets at most ${DEFAULT_TRANSPORT_LIMITS.maxWaiting} connections wait for their hello (limits.maxWaiting), each for ` +
-        `${DEFAULT_TRANSPORT_LIMITS.helloTimeoutMs} ms (limits.helloTimeoutMs), TCP connections that send nothing too. A peer may send frames of ` +
-        `${DEFAULT_TRANSPORT_LIMITS.maxFrameBytes >> 20} MiB at most in chunks (limits.maxFrameBytes), make it hold ${DEFAULT_TRANSPORT_LIMITS.maxHeldBytes >> 20} MiB ` +
-        `(limits.maxHeldBytes) and leave ${DEFAULT_TRANSPORT_LIMITS.maxUnsentBytes >> 20} MiB unread (limits.maxUnsentBytes); past a limit its connection is cut, the limit named. ` +
-        `A client asking for more than --max-msg, --max-qps or --max-memory is refused, and so is one running another program.`,
+    .addHelpText('after', () =>
+      wrapped(
+        `\nThe server serves one client. It rejects every other connection request once that client is connected, and ` +
+          `until then lets at most ${DEFAULT_TRANSPORT_LIMITS.maxWaiting} connections wait for their hello (limits.maxWaiting), each for ` +
+          `${DEFAULT_TRANSPORT_LIMITS.helloTimeoutMs} ms (limits.helloTimeoutMs), TCP connections that send nothing too. A peer may send frames of ` +
+          `${DEFAULT_TRANSPORT_LIMITS.maxFrameBytes >> 20} MiB at most in chunks (limits.maxFrameBytes), make it hold ${DEFAULT_TRANSPORT_LIMITS.maxHeldBytes >> 20} MiB ` +
+          `(limits.maxHeldBytes) and leave ${DEFAULT_TRANSPORT_LIMITS.maxUnsentBytes >> 20} MiB unread (limits.maxUnsentBytes); past a limit its connection is cut, the limit named. ` +
+          `A client asking for more than --max-msg, --max-qps or --max-memory is refused, and so is one running another program.`,
+      ),
     );
   // perftest's defaults: 65536 bytes for the bandwidth programs, 2 for the latency ones; ibv_rc_pingpong's 4096.
   const size = kind === 'bw' ? 65536 : kind === 'lat' ? 2 : 4096;
@@ -417,6 +418,15 @@ function describe(e: Endpoint): string {
   return `LID ${hex(e.node, 4)}, QPN ${hex(e.qpn, 6)}, PSN ${hex(e.psn, 6)}, GID ${e.gid ?? '::'}`;
 }
 
+/** An rc_pingpong address line; one that does not fit (a long IPv6 GID) has its GID on the next line, aligned. */
+function addressLine(label: string, e: Endpoint): void {
+  const text = `${label}${describe(e)}`;
+  if (text.length <= columns()) return print(text);
+  const cut = text.lastIndexOf(', GID ');
+  print(text.slice(0, cut + 1));
+  print(`${' '.repeat(label.length)}${text.slice(cut + 2)}`);
+}
+
 /**
  * The run parameters a server's own command line set: perftest and rc_pingpong are started
  * with the same options on both sides, so a client asking for another value of one is refused,
@@ -484,10 +494,18 @@ function perftestHeader(kind: 'bw' | 'lat', o: FabricOptions, local: Endpoint[],
   for (const [k, v] of rows) print(` ${k.padEnd(16)}: ${v}`);
   print(RULE);
   const line = (e: Endpoint) => `LID ${hex(e.node, 4)} QPN ${hex(e.qpn, 4)} PSN ${hex(e.psn, 6)} RKey ${hex(e.rkey, 6)} VAddr ${hex(e.addr, 12)}`;
+  // perftest's line is 86 columns: one that does not fit goes on with RKey on the next line, aligned.
+  const address = (label: string, e: Endpoint) => {
+    const text = `${label}${line(e)}`;
+    const cut = text.indexOf(' RKey ');
+    if (text.length <= columns() || cut < 0) return print(text);
+    print(text.slice(0, cut));
+    print(`${' '.repeat(label.length)}${text.slice(cut + 1)}`);
+  };
   local.forEach((e, k) => {
-    print(` local address: ${line(e)}`);
+    address(' local address: ', e);
     if (e.gid !== undefined) print(` GID: ${e.gid}`);
-    print(` remote address: ${line(remote[k]!)}`);
+    address(' remote address: ', remote[k]!);
     if (remote[k]!.gid !== undefined) print(` GID: ${remote[k]!.gid}`);
   });
   print(RULE);
@@ -510,7 +528,11 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
   // --run_infinitely: Ctrl-C stops the run (WRs in flight complete), both sides say done, exit 0.
   const txDepth = kind !== 'pingpong' ? (o.txDepth ?? (kind === 'bw' && !o.stall ? 128 : 1)) : 1;
   const stop = new AbortController();
-  const onSigint = () => stop.abort();
+  const onSigint = () => {
+    // The terminal echoed ^C where the cursor was: clear that line, so what follows starts clean.
+    if (process.stdout.isTTY === true) process.stdout.write('\r\x1b[K');
+    stop.abort();
+  };
   let table: Table | undefined;
   try {
     const r = await runPeer({
@@ -556,7 +578,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
         // The hint names only options this program takes (atomic-lat has no -s).
         const hint = op === 'atomic' ? '[-n ITERS --evict]' : '[-s SIZE -n ITERS --evict]';
         print(
-          `waiting for a client on ${o.bind} port ${port} (libfabric ${o.provider}); start the other side with:\n  ${self} ${o.bind === '0.0.0.0' ? hostname() : o.bind} -p ${port} ${hint}`,
+          `waiting for a client on ${o.bind} port ${port} (libfabric ${o.provider});\nstart the other side with:\n  ${self} ${o.bind === '0.0.0.0' ? hostname() : o.bind} -p ${port} ${hint}`,
         );
       },
       onConnected: (local, remote, p) => {
@@ -565,8 +587,8 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
         // and a listener added after it puts Node's back.
         if (o.run_infinitely) process.once('SIGINT', onSigint);
         if (kind === 'pingpong') {
-          print(`  local address:  ${describe(local[0]!)}`);
-          print(`  remote address: ${describe(remote[0]!)}`);
+          addressLine('  local address:  ', local[0]!);
+          addressLine('  remote address: ', remote[0]!);
           const odp = p.implicitOdp ? 'implicit ODP' : p.odp ? 'ODP' : 'pinned';
           print(
             `  MTU ${p.mtu ?? 1024}, ${odp}${p.prefetch ? ', prefetched' : ''}, rx depth ${p.rxDepth ?? DEFAULT_RX_DEPTH}${p.events ? ', sleeping on CQ events' : ''}`,

@@ -8,6 +8,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { columns } from '../examples/support/format.js';
 
 /** What a launch is told to do. */
 export interface LaunchOptions {
@@ -95,7 +96,14 @@ export async function launch(o: LaunchOptions): Promise<LaunchResult> {
     if (o.pin) argv.unshift('taskset', '-c', String(cpus[rank % cpus.length]));
     const child = spawn(argv[0]!, argv.slice(1), {
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, PFR_RANK: String(rank), PFR_SIZE: String(o.np), PFR_RENDEZVOUS: rendezvous },
+      // A rank's lines fit the screen with their `[rank] ` prefix: the rank wraps to what is left (COLUMNS).
+      env: {
+        ...process.env,
+        PFR_RANK: String(rank),
+        PFR_SIZE: String(o.np),
+        PFR_RENDEZVOUS: rendezvous,
+        COLUMNS: String(Math.max(40, columns() - `[${rank}] `.length)),
+      },
     });
     children.push(child);
     for (const [from, to] of [

@@ -3,6 +3,7 @@
 // default-exports defineProgram({...})), so adding a program is adding one file.
 import { readdirSync, readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { wrapped } from '../examples/support/format.js';
 import { addProgram, type Program } from './program.js';
 
 // A reader that goes away early (`| head`) ends the program quietly, as cat or ls do.
@@ -19,7 +20,6 @@ const cli = new Command('pagefault-rdma')
   .version(pkg.version)
   .showHelpAfterError("(pagefault-rdma --help lists the commands; pagefault-rdma COMMAND --help, a command's options)")
   .configureHelp({
-    helpWidth: 100,
     // Defaults as they are typed (64K, touch-ahead), not as JSON; none for a flag that is off; none
     // where the description says it already.
     optionDescription(option) {
@@ -32,7 +32,7 @@ const cli = new Command('pagefault-rdma')
       return extra.length ? `${option.description} (${extra.join('; ')})` : option.description;
     },
   })
-  .addHelpText('after', '\nSizes are written as perftest takes them: 4096, 64K, 16M. Each command has --help.');
+  .addHelpText('after', () => wrapped('\nSizes are written as perftest takes them: 4096, 64K, 16M. Each command has --help.'));
 
 const dir = new URL('./commands/', import.meta.url);
 const all = readdirSync(dir)

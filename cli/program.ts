@@ -37,6 +37,8 @@ export interface RunOutcome {
   plot?: PlotSpec;
   /** False: this process writes no --json (a job's rank other than 0: rank 0 writes the whole job's). */
   writes?: boolean;
+  /** Where this process writes its --trace, when not the file given (a job's rank: one named by rank). */
+  traceFile?: string | undefined;
 }
 
 export interface Program<O extends object = Record<string, unknown>> {
@@ -135,8 +137,9 @@ export function addProgram(cli: Command, program: Program<never>): void {
       console.error(`results: ${opts.json}`);
     }
     if (io.trace && opts.trace) {
-      io.trace.write(opts.trace);
-      console.error(`trace: ${opts.trace} (${io.trace.events.length} events; open it in https://ui.perfetto.dev)`);
+      const file = outcome.traceFile ?? opts.trace;
+      io.trace.write(file);
+      console.error(`trace: ${file} (${io.trace.events.length} events; open it in https://ui.perfetto.dev)`);
       const dropped = io.trace.droppedNote;
       if (dropped) console.error(`trace: ${dropped}`);
     }

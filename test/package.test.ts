@@ -74,6 +74,27 @@ describe('npm pack', () => {
     expect(pkg).toHaveProperty('engines.node');
   });
 
+  test('its source maps carry the sources they name (inlined), so a stack or a debugger shows the TypeScript', () => {
+    const out = join(dir, 'unpacked');
+    mkdirSync(out, { recursive: true });
+    run('tar', ['xzf', tarball, '-C', out], dir);
+    const maps: string[] = [];
+    const walk = (d: string): void => {
+      for (const e of readdirSync(d, { withFileTypes: true })) {
+        if (e.isDirectory()) walk(join(d, e.name));
+        else if (e.name.endsWith('.js.map')) maps.push(join(d, e.name));
+      }
+    };
+    walk(join(out, 'package/dist'));
+    expect(maps).toContain(join(out, 'package/dist/lib/index.js.map'));
+    for (const m of maps) {
+      const map = JSON.parse(readFileSync(m, 'utf8')) as { sources: string[]; sourcesContent?: Array<string | null> };
+      expect(map.sources.length, m).toBeGreaterThan(0);
+      expect(map.sourcesContent?.length, m).toBe(map.sources.length);
+      for (const c of map.sourcesContent!) expect(typeof c === 'string' && c.length > 0, m).toBe(true);
+    }
+  });
+
   test('installs into a fresh project without a compiler on PATH and takes real faults', () => {
     // PATH with node, npm and a shell only: no g++, cc, make or python3.
     const bin = join(dir, 'bin');
@@ -266,25 +287,31 @@ console.log(JSON.stringify({ disposable, faults, uffdByte, status: WcStatus[wc.s
   // A read-only install: the package folder bind-mounted read-only in a mount namespace.
   const canUnshare = spawnSync('unshare', ['-m', 'true']).status === 0;
   test.skipIf(!canUnshare)(
-    'the benchmark runs from a read-only install and writes its JSON to a temporary folder',
+    'the benchmark runs from a read-only install: its JSON where the user is, never in the package',
     () => {
       expect(app).not.toBe('');
       const installed = join(app, 'node_modules', 'pagefault-rdma');
       const results = join(dir, 'tmp');
       mkdirSync(results);
-      const bench = `node_modules/.bin/pagefault-rdma bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
-      const r = run(
-        'unshare',
-        ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`],
-        app,
-        { ...process.env, TMPDIR: results },
-      );
-      expect(r.stdout).toContain('JSON: ');
-      const doc = JSON.parse(readFileSync(join(results, 'pagefault-rdma-results', 'faults.json'), 'utf8')) as {
-        results: Array<{ pagesPerFault: number }>;
-      };
+      const bench = `"${join(app, 'node_modules/.bin/pagefault-rdma')}" bench-faults --pages 64 --rounds 1 --placements free --pages-per-fault 1,16 --no-relay`;
+      const readOnly = (cwd: string) =>
+        run(
+          'unshare',
+          ['-m', 'sh', '-c', `mount --bind -o ro "${installed}" "${installed}" && touch "${installed}/probe" 2>/dev/null && exit 9; exec ${bench}`],
+          cwd,
+          { ...process.env, TMPDIR: results },
+        );
+      // From the user's project: bench-faults.json there.
+      expect(readOnly(app).stdout).toContain('JSON: bench-faults.json');
+      const doc = JSON.parse(readFileSync(join(app, 'bench-faults.json'), 'utf8')) as { results: Array<{ pagesPerFault: number }> };
       expect(doc.results.map((x) => x.pagesPerFault)).toEqual([1, 16]);
+      // From inside the installed package: a temporary folder, said.
+      const r = readOnly(installed);
+      const [tmp] = readdirSync(results).filter((f) => f.startsWith('pagefault-rdma-results-'));
+      expect(tmp).toBeDefined();
+      expect(r.stdout.replace(/\s+/g, '')).toContain(join(results, tmp!, 'bench-faults.json').replace(/\s+/g, ''));
       expect(existsSync(join(installed, 'bench', 'results'))).toBe(false);
+      expect(existsSync(join(installed, 'bench-faults.json'))).toBe(false);
     },
     120_000,
   );

@@ -2,6 +2,7 @@
 // sizes written 4K / 64K / 1M, a few sizes in numeric order, an axis that reaches the
 // completion) and the SVG vega renders from them (the labels really drawn).
 import { describe, expect, test } from 'vitest';
+import { verdictPlot } from '../cli/apps/runner.js';
 import { timelinePlot } from '../cli/commands/destination-fault.js';
 import type { TimelineSlice } from '../cli/programs/destination-fault.js';
 import { odpVsPinnedPlot, type OdpRow } from '../cli/programs/odp-vs-pinned.js';
@@ -96,5 +97,80 @@ describe('destination-fault --plot', () => {
     const drawn = texts(await renderSvg(timelinePlot(slices, 119)));
     expect(drawn).toContain('completion 119.0 µs');
     expect(drawn.some((t) => /thread \d+/.test(t))).toBe(false);
+  });
+});
+
+describe('plots read without colour, each on a scale that fits', () => {
+  const OKABE = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#000000', '#F0E442'];
+  const sizes = [4096, 65536, 1048576];
+  const rows: OdpRow[] = sizes.flatMap((size) =>
+    (['pin', 'touch', 'touch-ahead', 'prefetch'] as const).map((policy) => ({ size, policy, iters: 1, modelUs: size / 100, realUs: size / 50 })),
+  );
+  type Spec = { config: { range: { category: string[] } }; encoding: Enc; layer: Array<{ encoding?: Enc; mark: unknown }> };
+
+  test('odp-vs-pinned: the Okabe-Ito palette, a shape per policy, long dash glyphs; vega draws the shapes', async () => {
+    const spec = odpVsPinnedPlot(rows) as unknown as Spec;
+    expect(spec.config.range.category).toEqual(OKABE);
+    const points = spec.layer.find((l) => l.encoding?.['shape'])!;
+    expect(points.encoding!['shape']).toMatchObject({
+      field: 'policy',
+      scale: { range: expect.arrayContaining(['circle', 'square', 'triangle-up', 'diamond']) },
+    });
+    expect(spec.layer[0]!.encoding!['strokeDash']!.legend).toMatchObject({ symbolType: 'stroke', symbolSize: 900 });
+    const svg = await renderSvg(odpVsPinnedPlot(rows));
+    // Four policies, four different symbol paths in the legend (shapes, not only colours).
+    const glyphs = new Set([...svg.matchAll(/role-legend-symbol[^>]*><path [^>]*d="([^"]+)"/g)].map((m) => m[1]!));
+    expect(glyphs.size).toBeGreaterThanOrEqual(4);
+    for (const c of OKABE.slice(0, 4)) expect(svg.toLowerCase()).toContain(c.toLowerCase());
+  });
+
+  test('pingpong: the x axis spans the data (no decade past it), its title with its unit; sizes by shape too', () => {
+    const run = (size: number, us: number[]): Run => ({
+      size,
+      iters: us.length,
+      evict: true,
+      modelUs: us,
+      realUs: us,
+      seconds: 1,
+      faults: { source: 0, destination: 0 },
+      pagesMadeResident: 0,
+      retransmitted: 0,
+      nacks: 0,
+      errors: 0,
+    });
+    const us = Array.from({ length: 20 }, (_, i) => 120 + i * 10); // 120 … 310 µs
+    const spec = pingPongPlot([
+      run(4096, us),
+      run(
+        65536,
+        us.map((u) => u * 3),
+      ),
+    ]) as unknown as Spec;
+    expect(spec.encoding['x']!.scale).toMatchObject({ type: 'log', domain: [120, 930], nice: false });
+    expect((spec.encoding['x'] as { title?: string }).title).toMatch(/\[µs\]/);
+    expect(spec.config.range.category).toEqual(OKABE);
+    const points = spec.layer.find((l) => l.encoding?.['shape'])!;
+    expect(points.encoding!['shape']).toMatchObject({ field: 'size' });
+  });
+
+  test("app's verdict: the ratio on a log scale spanning the runs and 1, medians as ticks", () => {
+    const spec = verdictPlot({
+      app: 'halo',
+      ranks: 2,
+      where: 'nodes in one process',
+      steps: 3,
+      evictEachStep: false,
+      trials: [],
+      verified: true,
+      verdicts: [
+        { policy: 'touch-ahead', ratios: [1.02, 0.98], slowdown: 1 },
+        { policy: 'remote', ratios: [14, 15], slowdown: 14.5 },
+      ] as unknown as Parameters<typeof verdictPlot>[0]['verdicts'],
+    }) as unknown as { layer: Array<{ mark: { type: string }; encoding: Enc }> };
+    const y = spec.layer[0]!.encoding['y'] as { scale: { type: string; domain: [number, number] } };
+    expect(y.scale.type).toBe('log');
+    expect(y.scale.domain[0]).toBeLessThan(0.98);
+    expect(y.scale.domain[1]).toBeGreaterThan(15);
+    expect(spec.layer[0]!.mark.type).toBe('tick');
   });
 });

@@ -4,8 +4,10 @@
 // milestones stay on the screen, and the terminal is left as it was found (cursor shown,
 // autowrap on), after a normal end and after Ctrl-C.
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireDist, ROOT } from './child.js';
 import { render, type Screen } from './terminal.js';
 
@@ -13,7 +15,12 @@ const MAIN = join(ROOT, 'dist/cli/main.js');
 const COLS = 100;
 const HIDE = '\x1b[?25l';
 
-beforeAll(() => requireDist());
+let dir80: string;
+beforeAll(() => {
+  requireDist();
+  dir80 = mkdtempSync(join(tmpdir(), 'pagefault-rdma-terminal-'));
+});
+afterAll(() => rmSync(dir80, { recursive: true, force: true }));
 
 // `pagefault-rdma ARGS` on a terminal of COLS columns; `interruptAfter`: seconds until SIGINT.
 function onTerminal(args: string[], interruptAfter?: number, cols = COLS): { raw: string; screen: Screen; status: number | null } {
@@ -46,7 +53,7 @@ describe('a program on a terminal', () => {
     // Four rows (model and real, evicted and resident), each whole: size, seven numbers, time base, buffers.
     const rows = lines.filter((l) => /^ +4096 /.test(l));
     expect(rows).toHaveLength(4);
-    for (const row of rows) expect(row).toMatch(/^ +4096( +\d+\.\d\d){7} +(model|real) +(evicted|resident)$/);
+    for (const row of rows) expect(row).toMatch(/^ +4096( +\d+(\.\d\d?)?){7} +(model|real) +(evicted|resident)$/);
     // The closing notes come after the rows, none over the header.
     const last = lines.indexOf(rows[3]!);
     expect(lines.findIndex((l) => l.includes('retransmitted blocks'))).toBeGreaterThan(last);
@@ -90,5 +97,62 @@ describe('a program on a terminal', () => {
     expect(screen.lines.filter((l) => /^pass [12] +faults \d+/.test(l))).toHaveLength(2);
     expect(screen.lines.filter((l) => l.startsWith('…'))).toEqual([]); // the live line is gone
     expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+  }, 120_000);
+});
+
+// Every screen a user sees fits 80 columns: what the program writes (not what the terminal
+// wrapped for it) on a terminal of 80 columns, and the same program's lines into a pipe.
+describe('80 columns', () => {
+  /** The lines as written, not as the terminal wrapped them: the bytes rendered on a screen too wide to wrap. */
+  const written = (raw: string) => render(raw, 1000).lines;
+  const RUNS: string[][] = [
+    ['--help'],
+    ['write-bw', '--help'],
+    ['rc-pingpong', '--help'],
+    ['demo'],
+    ['odp-vs-pinned', '-a', '--max-size', '16K', '-n', '1'],
+    ['pingpong', '-s', '4K', '-n', '100'],
+    ['measured-table', '--max-size', '16K', '--iters', '1'],
+    ['app', 'kv', '-s', '16', '--steps', '3', '--runs', '1', '--policies', 'pin,remote', '--no-warm-up'],
+    ['run', '-n', '2', '--', 'alltoall', '-n', '5', '-s', '4K'],
+  ];
+
+  test.each(RUNS)(
+    '%s … on a terminal of 80 columns and into a pipe: no line over 80',
+    (...args) => {
+      const { raw, status } = onTerminal(args, undefined, 80);
+      expect(status).toBe(0);
+      expect(written(raw).filter((l) => [...l].length > 80)).toEqual([]);
+      const piped = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 120_000 });
+      expect(piped.status).toBe(0);
+      const lines = piped.stdout.split('\n');
+      expect(lines.length).toBeGreaterThan(3);
+      expect(lines.filter((l) => [...l].length > 80)).toEqual([]);
+    },
+    120_000,
+  );
+
+  test("rc-pingpong and write-bw: the address lines fit, as ibv_rc_pingpong's and perftest's, on both sides", () => {
+    for (const [program, extra] of [
+      ['rc-pingpong', ['-n', '50', '-g', '0']],
+      ['write-bw', ['-n', '50', '-x', '0']],
+    ] as const) {
+      // The server's lines into a file, the client on the terminal, in one shell under the pty.
+      const log = join(dir80, `${program}.server`);
+      const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+      const node = (a: readonly string[]) => [process.execPath, MAIN, ...a].map(q).join(' ');
+      const shell =
+        `${node([program, '-p', '0', ...extra])} > ${q(log)} 2>&1 & ` +
+        `for i in $(seq 100); do p=$(grep -o 'port [0-9]*' ${q(log)} | head -1 | cut -d' ' -f2); [ -n "$p" ] && break; sleep 0.1; done; ` +
+        `${node([program, '127.0.0.1', ...extra])} -p $p; wait`;
+      const r = spawnSync('script', ['-qec', `stty cols 80 rows 50; ${shell}`, '/dev/null'], { encoding: 'utf8', timeout: 120_000 });
+      expect(r.status).toBe(0);
+      const client = written(r.stdout);
+      expect(client.some((l) => /local address: +LID/.test(l))).toBe(true);
+      expect(client.filter((l) => [...l].length > 80)).toEqual([]);
+      const server = readFileSync(log, 'utf8').split('\n');
+      expect(server.some((l) => /remote address: +LID/.test(l))).toBe(true);
+      expect(server.filter((l) => [...l].length > 80)).toEqual([]);
+    }
   }, 120_000);
 });

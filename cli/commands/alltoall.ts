@@ -19,7 +19,6 @@ interface Options extends Omit<AlltoallOptions, 'blocks' | 'timeoutMs'> {
 export default defineProgram<Options>({
   name: 'alltoall',
   summary: "all-to-all RDMA WRITEs between the ranks of a job (run -n N, or mpiexec -n N), into every rank's evicted ODP buffer",
-  noTrace: 'the ranks of a job are separate processes: trace one pair with write-bw --trace',
   options(cmd) {
     cmd
       .option('-s, --size <bytes>', 'bytes each rank writes to each other rank per iteration (4096, 64K, 1M)', parseMessageSize, 64 * 1024)
@@ -34,8 +33,9 @@ export default defineProgram<Options>({
       .addOption(new Option('--provider <name>', 'libfabric provider').choices([...LIBFABRIC_PROVIDERS]).default('tcp'))
       .option('--timeout <seconds>', 'how long the ranks wait for each other (to arrive, at each barrier)', parsePositiveInt, 30);
   },
-  async run(o) {
+  async run(o, io) {
     const r = await runAlltoall({
+      ...(io.trace ? { trace: io.trace } : {}),
       blocks: o.all ? [...ALL_SIZES] : [o.size],
       iters: o.iters,
       policy: o.policy,
@@ -61,19 +61,23 @@ export default defineProgram<Options>({
         `all-to-all: ${r.size} ranks (${r.launcher}), each writing to each other rank; buffers ${o.evict ? 'evicted before every iteration' : 'resident'}`,
       );
       print("an iteration's time: its slowest rank's writes, from posting the first to the last completion");
-      const t = new Table([{ header: '#bytes', width: 8 }, { header: '#iterations', width: 11 }, ...LATENCY_COLUMNS]);
+      // Both tables fit 76 columns: 80 with run's `[rank] ` prefix.
+      const t = new Table([{ header: '#bytes', width: 6 }, { header: '#iters', width: 6 }, ...LATENCY_COLUMNS], { gap: 1 });
       t.header();
       for (const row of rows) t.row([String(row.bytes), String(row.iterations), ...latencyCells(row)]);
-      const ranks = new Table([
-        { header: 'rank', width: 4 },
-        { header: 'faults src', width: 10 },
-        { header: 'faults dst', width: 10 },
-        { header: 'NACKs', width: 6 },
-        { header: 'retransmitted', width: 13 },
-        { header: 'bytes verified', width: 14 },
-        { header: 'differ', width: 6 },
-        { header: 'CPU/xfer', width: 9 },
-      ]);
+      const ranks = new Table(
+        [
+          { header: 'rank', width: 4 },
+          { header: 'faults src', width: 6 },
+          { header: 'faults dst', width: 6 },
+          { header: 'NACKs', width: 6 },
+          { header: 'retx blocks', width: 6 },
+          { header: 'bytes verified', width: 8 },
+          { header: 'differ', width: 6 },
+          { header: 'CPU/xfer', width: 9 },
+        ],
+        { gap: 1 },
+      );
       ranks.header();
       for (const x of r.ranks)
         ranks.row([
@@ -89,6 +93,13 @@ export default defineProgram<Options>({
       const last = rows.at(-1);
       if (last?.iterations) print(`per transfer (${last.bytes} bytes, typical): ${us(last.typical / (r.size - 1))} usec`);
     }
-    return { results: { ...r, rows }, writes: r.rank === 0 };
+    // --trace FILE: a file per rank, named by rank (FILE.rank0.json …), each its fault library's events.
+    return { results: { ...r, rows }, writes: r.rank === 0, traceFile: o.trace !== undefined ? rankFile(o.trace, r.rank) : undefined };
   },
 });
+
+/** FILE with the rank before its extension: trace.json -> trace.rank2.json. */
+export function rankFile(file: string, rank: number): string {
+  const m = /^(.*?)(\.[^./]*)?$/.exec(file)!;
+  return `${m[1]}.rank${rank}${m[2] ?? ''}`;
+}

@@ -24,7 +24,7 @@ export default defineProgram<Options>({
     'RDMA_WRITEs vs memcpy, (b) small-write rate vs a MessageChannel, (c) SEND ping-pong vs a MessageChannel ping-pong, ' +
     '(d) a one-page write into an evicted page real vs modelled, (e) µs per faulting page small vs large, (f) all-to-all ' +
     'per-transfer time few vs many nodes, (g) idle wake-ups and the heap after faulting in 1 GiB. Writes its JSON to ' +
-    'bench/results/engine.json in a checkout (not tracked), else to a temporary folder, or to --json FILE.',
+    '--json FILE, else to bench-engine.json in the working directory (a temporary folder inside the installed package).',
   noTrace: BENCH_NO_TRACE,
   options(cmd) {
     cmd

@@ -12,8 +12,8 @@ export default defineProgram<Options>({
   summary: 'benchmark: the userfaultfd fault round trip, TypeScript handler against a C handler (needs cc)',
   description:
     'The userfaultfd fault round trip through the TypeScript handler against a C handler doing the same work, ' +
-    'side by side. Writes its JSON to bench/results/faults.json in a checkout (not tracked), else to a temporary ' +
-    'folder, or to --json FILE. Needs a C compiler (cc) and taskset.',
+    'side by side. Writes its JSON to --json FILE, else to bench-faults.json in the working directory (a temporary ' +
+    'folder inside the installed package), and says where. Needs a C compiler (cc) and taskset.',
   options(cmd) {
     cmd
       .option('--pages <n>', 'pages per round (4 KiB each)', parsePositiveInt, 16384)

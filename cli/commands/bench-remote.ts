@@ -18,8 +18,8 @@ export default defineProgram<Options>({
     'The major fault of remote paging (fault -> Redis GET -> UFFDIO_COPY) through the TypeScript DM-Handler against a C ' +
     "program doing the same with hiredis on the same server, the embedded store, the project's own memory server (pagefault-rdma memory-server, started for the run), one server and a 3-master Redis Cluster on " +
     'loopback TCP (and 4 faulting threads against 1), and a sequential and a random scan with and without adaptive prefetch ' +
-    '(accuracy and coverage); side by side, interleaved. JSON to bench/results/remote.json (not tracked), a temporary folder, ' +
-    "or --json. Needs Debian's redis-server (with redis-cli for the cluster) and libhiredis-dev, and a C compiler.",
+    '(accuracy and coverage); side by side, interleaved. JSON to --json FILE, else bench-remote.json in the ' +
+    "working directory (a temporary folder inside the installed package). Needs Debian's redis-server (with redis-cli for the cluster) and libhiredis-dev, and a C compiler.",
   noTrace:
     "remote paging's faults are served by the DM-Handler (userfaultfd, in its own thread), not by a fault library, and it keeps " +
     'no per-fault trace; the benchmark prints its latency percentiles',

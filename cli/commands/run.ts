@@ -25,9 +25,9 @@ export default defineProgram<Options>({
   description:
     "Start N copies of `pagefault-rdma PROGRAM ARGS`, each told its rank, the job size and rank 0's rendezvous " +
     '(PFR_RANK, PFR_SIZE, PFR_RENDEZVOUS); their output is prefixed by rank. One rank failing, Ctrl-C or the timeout ' +
-    'stops the others; the exit status is non-zero then. Example: run -n 4 -- alltoall -s 64K',
+    'stops the others; the exit status is non-zero then. --trace FILE goes to every rank (alltoall: FILE.rankN.json). ' +
+    'Example: run -n 4 -- alltoall -s 64K',
   engine: false,
-  noTrace: 'the launcher moves no data: give --trace to a program of two processes (write-bw --trace)',
   options(cmd) {
     // The program's options are its own, not run's: run -n 4 alltoall -n 20 works too (commander
     // allows that only with the top level's options before the program's name, all it has).
@@ -40,8 +40,15 @@ export default defineProgram<Options>({
       .argument('<program...>', 'the program and its arguments (after -- or not)')
       .passThroughOptions();
   },
-  async run(o) {
-    const args = o.args ?? [];
+  async run(o, io) {
+    // run --trace FILE: the launcher moves no data; each rank's program gets --trace FILE (alltoall
+    // writes FILE.rankN.json) and run writes no file of its own.
+    const forward =
+      o.trace !== undefined && !(o.args ?? []).includes('--trace')
+        ? ['--trace', o.trace, ...(o.given?.includes('traceEvents') ? ['--trace-events', String(o.traceEvents)] : [])]
+        : [];
+    io.trace = undefined;
+    const args = [...(o.args ?? []), ...forward];
     const r = await launch({
       np: o.np,
       args,

@@ -15,6 +15,7 @@ import {
   WcStatus,
   WrOpcode,
   type CompletionQueue,
+  type Context,
   type LibfabricProvider,
   type PolicyName,
   type QueuePair,
@@ -22,9 +23,12 @@ import {
   type WorkCompletion,
 } from '../../lib/index.js';
 import { Job, type Launcher } from '../../lib/index.js';
+import type { TraceFile } from './support/trace-file.js';
 import { connect, newPsn, PEER_TIMEOUT_MS, type Endpoint } from './fabric-peer.js';
 
 export interface AlltoallOptions {
+  /** --trace: this rank's fault library's events go to it (the program writes a file per rank). */
+  trace?: TraceFile;
   /** Bytes each rank writes to each other rank per iteration, one run of `iters` per size, in order. */
   blocks: number[];
   iters: number;
@@ -159,13 +163,15 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
   });
   const { rank, size } = job;
   let cluster: Cluster | undefined;
+  let opened: Context | undefined;
   let region: Region | undefined;
   // A lost rank ends every wait with the job's reason (not the wait's own).
   const why = (e: unknown): Error => (job.signal.aborted ? (job.signal.reason as Error) : (e as Error));
   try {
     if (size < 2) throw Object.assign(new Error('an all-to-all needs at least 2 ranks (run -n 2 or more)'), { code: 'ERR_INVALID_ARG_VALUE' });
-    cluster = Cluster.create({ nodes: size, transport: job.transport, defaultPolicy: o.policy });
+    cluster = Cluster.create({ nodes: size, transport: job.transport, defaultPolicy: o.policy, ...(o.trace ? { trace: o.trace.option } : {}) });
     const ctx = cluster.openDevice(rank);
+    opened = ctx;
     const pd = ctx.allocPd();
     const cq: CompletionQueue = ctx.createCq(2 * size + 16);
     const peers = [...Array(size).keys()].filter((p) => p !== rank);
@@ -251,6 +257,8 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
     if (!job.signal.aborted) job.abort((e as Error).message);
     throw why(e);
   } finally {
+    // This rank's fault library's events (its faults as source and destination), before the cluster goes.
+    if (opened && o.trace) o.trace.addContexts([opened], `rank ${rank}`);
     cluster?.close();
     await job.close();
     region?.close();

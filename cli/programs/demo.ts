@@ -19,7 +19,7 @@ export interface DemoResult {
   seconds: number;
 }
 
-// A paragraph, wrapped to 100 columns.
+// A paragraph, wrapped to the terminal (80 columns when not a terminal).
 const say = (...lines: string[]) => {
   print(lines.join(' '), 0);
   print();
@@ -27,10 +27,12 @@ const say = (...lines: string[]) => {
 
 export async function demo(options: { trace?: TraceFile } = {}): Promise<DemoResult> {
   const start = performance.now();
-  print('pagefault-rdma: RDMA-style transfers on memory that is not pinned, faulting for real.');
-  print('Every page fault below is genuine (userfaultfd, mmap, MADV_DONTNEED; the kernel says the page is missing).');
-  print(`Two kinds of time are printed: "model" is ${MODEL_LABEL};`);
-  print(`"real" is ${MEASURED_LABEL}, the software path in this one process.`);
+  // One paragraph each, wrapped where the screen ends (never at a break of the source's).
+  say(
+    'pagefault-rdma: RDMA-style transfers on memory that is not pinned, faulting for real.',
+    'Every page fault below is genuine (userfaultfd, mmap, MADV_DONTNEED; the kernel says the page is missing).',
+  );
+  say(`Two kinds of time are printed: "model" is ${MODEL_LABEL};`, `"real" is ${MEASURED_LABEL}, the software path in this one process.`);
 
   heading('1. Genuine page faults, handled in TypeScript');
   say(
@@ -62,15 +64,13 @@ export async function demo(options: { trace?: TraceFile } = {}): Promise<DemoRes
   if (pin && ahead && touch1) {
     // The pinned row without its registration is the fault-free transfer.
     const faultFree = pin.modelUs! - (2 ** 20 / PAGE_SIZE) * DEFAULT_COSTS.pinPageUs;
-    print(
-      [
-        '',
-        `Reading it (modelled): at 1 MiB, touch-ahead took ${ahead.faults!.destination} fault and ${(ahead.modelUs! / faultFree).toFixed(2)}× the fault-free transfer`,
-        `(the published figure is 2.6×), ${(ahead.modelUs! / pin.modelUs!).toFixed(2)}× pinning with its registration; touch took ${touch1.faults!.destination} faults, ` +
-          `${(touch1.modelUs! / pin.modelUs!).toFixed(1)}× pinning.`,
-        'The measured column is this process (a JavaScript model of the engine moving 4 KiB blocks through native threads,',
-        'real faults, real copies) and varies from run to run.',
-      ].join('\n'),
+    print();
+    say(
+      `Reading it (modelled): at 1 MiB, touch-ahead took ${ahead.faults!.destination} fault and ${(ahead.modelUs! / faultFree).toFixed(2)}× the fault-free transfer`,
+      `(the published figure is 2.6×), ${(ahead.modelUs! / pin.modelUs!).toFixed(2)}× pinning with its registration; touch took ${touch1.faults!.destination} faults, ` +
+        `${(touch1.modelUs! / pin.modelUs!).toFixed(1)}× pinning.`,
+      'The measured column is this process (a JavaScript model of the engine moving 4 KiB blocks through native threads,',
+      'real faults, real copies) and varies from run to run.',
     );
   }
 
@@ -83,15 +83,15 @@ export async function demo(options: { trace?: TraceFile } = {}): Promise<DemoRes
 
   heading('Where next');
   for (const line of [
-    'npx pagefault-rdma faults              genuine userfaultfd faults, handled in TypeScript',
-    'npx pagefault-rdma destination-fault   one faulting write, every step (-s 64K, --policy, --plot)',
-    'npx pagefault-rdma odp-vs-pinned       the policy table (--max-size 64M, -a, --iters, --plot)',
-    'npx pagefault-rdma pingpong            RC ping-pong on ODP memory (-s 64K, -n, --policy, --plot)',
-    'npx pagefault-rdma bench-faults        the TypeScript fault round trip against a C handler',
+    'npx pagefault-rdma faults             genuine userfaultfd faults, in TypeScript',
+    'npx pagefault-rdma destination-fault  one faulting write, every step (-s 64K)',
+    'npx pagefault-rdma odp-vs-pinned      the policy table (--max-size 64M, -a)',
+    'npx pagefault-rdma pingpong           RC ping-pong on ODP memory (-s 64K, -n)',
+    'npx pagefault-rdma bench-faults       the TypeScript fault path against C',
     'Every program takes --help and --json FILE; those with a fault library take --trace FILE.json (Perfetto).',
     'README.md for the API; docs/threads.md for which thread touches what.',
   ])
-    print(line);
+    print(line, /^npx \S+ \S+ +/.exec(line)?.[0].length); // a command's text goes on under the text, not under the command
   const seconds = (performance.now() - start) / 1000;
   print(`(demo run time ${seconds.toFixed(1)} s)`);
   return { firstFaults: first, destinationFault: dest, odpVsPinned: rows, pingPong: runs, seconds };

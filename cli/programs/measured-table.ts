@@ -239,16 +239,19 @@ function breakdown(run: RunResult): void {
     `Where the time goes (medians µs; this run: engine per write ${us(m.engineWriteUs)}, one fault round trip ${us(m.faultTripUs)}, ` +
       `populate ${us(m.populateUsPerPage)} µs/page, mlock ${us(m.mlockUsPerPage)} µs/page, copy ${m.copyGBps.toFixed(2)} GB/s):`,
   );
-  const table = new Table([
-    { header: '#bytes', width: 8 },
-    { header: 'policy', width: 11, left: true },
-    { header: 't_real [usec]', width: 9 },
-    { header: 'ibv_reg_mr ×2', width: 8 },
-    { header: 'fault path', width: 8 },
-    { header: 'engine & copy', width: 8 },
-    { header: 'spread [usec]', width: 8 },
-    { header: 'GC hits', width: 5 },
-  ]);
+  const table = new Table(
+    [
+      { header: '#bytes', width: 8 },
+      { header: 'policy', width: 11, left: true },
+      { header: 't_real [usec]', width: 9 },
+      { header: 'ibv_reg_mr ×2', width: 8 },
+      { header: 'fault path', width: 8 },
+      { header: 'engine & copy', width: 8 },
+      { header: 'spread [usec]', width: 8 },
+      { header: 'GC hits', width: 5 },
+    ],
+    { gap: 1 },
+  );
   table.header();
   for (const r of run.rows) {
     if (r.size > SMALL_SIZE || r.error) continue;

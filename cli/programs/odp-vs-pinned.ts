@@ -31,7 +31,7 @@ import {
 import { MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
 import type { PlotSpec } from './support/plot.js';
-import { PLOT_CONFIG, SIZE_LABEL_EXPR } from './support/plot.js';
+import { DASH_LEGEND, PLOT_CONFIG, SHAPES, SIZE_LABEL_EXPR } from './support/plot.js';
 import { progress } from './support/progress.js';
 import type { TraceFile } from './support/trace-file.js';
 
@@ -131,18 +131,22 @@ export async function odpVsPinned(options: OdpVsPinnedOptions = {}): Promise<Odp
     print('Times are medians, from ibv_reg_mr of both buffers to the completion (registration included); the policies take turns write by write.');
     print(`  t_model: ${MODEL_LABEL}`);
     print(`  t_real:  ${MEASURED_LABEL}`);
-    const table = new Table([
-      { header: '#bytes', width: 8 },
-      { header: 'policy', width: 11, left: true },
-      { header: '#iter' },
-      { header: 'faults src/dst', width: 9 },
-      { header: 'pages made resident', width: 8 },
-      { header: 'retx blocks', width: 6 },
-      { header: 't_model [usec]', width: 9 },
-      { header: 't_real [usec]', width: 9 },
-      { header: 'model ×pin', width: 6 },
-      { header: 'real ×pin', width: 6 },
-    ]);
+    // Fits 80 columns with times up to 999999.99 µs (one more digit pushes the row's last cells).
+    const table = new Table(
+      [
+        { header: '#bytes', width: 7 },
+        { header: 'policy', width: 11, left: true },
+        { header: '#iter' },
+        { header: 'faults src/dst', width: 7 },
+        { header: 'paged in', width: 5 },
+        { header: 'retx blocks', width: 6 },
+        { header: 't_model [usec]', width: 9 },
+        { header: 't_real [usec]', width: 9 },
+        { header: 'model ×pin', width: 5 },
+        { header: 'real ×pin', width: 5 },
+      ],
+      { gap: 1 },
+    );
     const warm = await warmUp(pair, sizes[0]!, policies, evict);
     print(
       `Warm-up (unrecorded): ${warm.writes} writes of ${sizeName(sizes[0]!)}, until the median write stopped falling ` +
@@ -245,16 +249,18 @@ export function odpVsPinnedPlot(rows: readonly OdpRow[]): PlotSpec {
               ],
             },
             legend: {
-              symbolType: 'stroke',
-              symbolStrokeColor: '#444',
-              symbolStrokeWidth: 2,
+              ...DASH_LEGEND,
               labelExpr: "datum.label === 'measured' ? 'measured (solid)' : 'modelled (dashed)'",
             },
           },
           detail: [{ field: 'policy' }, { field: 'time' }],
         },
       },
-      { mark: { type: 'point', filled: true } },
+      // A shape per policy as well as a colour: the legend shows both, read without colour too.
+      {
+        mark: { type: 'point', filled: true, size: 70 },
+        encoding: { shape: { field: 'policy', type: 'nominal', sort: [...TABLE_POLICIES], scale: { range: [...SHAPES] } } },
+      },
     ],
   };
 }

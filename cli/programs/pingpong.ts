@@ -23,7 +23,7 @@ import {
 } from '../../lib/index.js';
 import { LATENCY_COLUMNS, latencyCells, MEASURED_LABEL, MODEL_LABEL, print, sizeName, Table, us } from './support/format.js';
 import { connectedPair, type Pair } from './support/pair.js';
-import { PLOT_CONFIG, type PlotSpec } from './support/plot.js';
+import { DASH_LEGEND, PLOT_CONFIG, SHAPES, type PlotSpec } from './support/plot.js';
 import { progress, type Progress } from './support/progress.js';
 import type { TraceFile } from './support/trace-file.js';
 
@@ -69,13 +69,11 @@ export async function pingPong(options: PingPongOptions = {}): Promise<Run[]> {
   const runs: Run[] = [];
   const bar = progress(sizes.length * (baseline ? 2 : 1) * iters, 'pingpong');
   try {
-    // #iterations is said above the table: perftest's other columns fit 100 columns then.
-    const table = new Table([
-      { header: '#bytes', width: 7 },
-      ...LATENCY_COLUMNS,
-      { header: 'time', width: 5, left: true },
-      { header: 'buffers', width: 8, left: true },
-    ]);
+    // #iterations is said above the table: perftest's other columns fit 80 columns then.
+    const table = new Table(
+      [{ header: '#bytes', width: 6 }, ...LATENCY_COLUMNS, { header: 'time', width: 5, left: true }, { header: 'buffers', width: 8, left: true }],
+      { gap: 1 },
+    );
     for (const [k, size] of sizes.entries()) {
       const pair = connectedPair({ trace: options.trace?.option ?? false });
       const { ctx, pd, qp } = pair;
@@ -160,8 +158,13 @@ export function pingPongPlot(runs: readonly Run[]): PlotSpec {
     .flatMap((r) => {
       const sorted = [...r.realUs].sort((a, b) => a - b);
       const buffers = r.evict ? 'evicted before every message' : 'resident';
-      return sorted.map((us, i) => ({ size: sizeName(r.size), buffers, us, fraction: (i + 1) / sorted.length }));
+      // A point (shaped by size) at each tenth of the distribution: the sizes read apart without colour.
+      const tenth = Math.max(1, Math.floor(sorted.length / 10));
+      return sorted.map((us, i) => ({ size: sizeName(r.size), buffers, us, fraction: (i + 1) / sorted.length, marked: (i + 1) % tenth === 0 }));
     });
+  // The x axis spans the data, not the next power of ten past it.
+  const lo = Math.min(...values.map((v) => v.us).filter((v) => v > 0));
+  const hi = Math.max(...values.map((v) => v.us));
   const shown = picked.length < all.length ? `; ${picked.length} of ${all.length} sizes drawn (--json has every run)` : '';
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
@@ -173,25 +176,43 @@ export function pingPongPlot(runs: readonly Run[]): PlotSpec {
     width: 560,
     height: 320,
     data: { values },
-    mark: { type: 'line', interpolate: 'step-after' },
     encoding: {
-      x: { field: 'us', type: 'quantitative', scale: { type: 'log' }, title: 'one-way latency [µs]' },
+      x: {
+        field: 'us',
+        type: 'quantitative',
+        scale: { type: 'log', ...(values.length ? { domain: [lo, hi] } : {}), nice: false },
+        title: 'one-way latency [µs] (log scale)',
+      },
       y: { field: 'fraction', type: 'quantitative', title: 'fraction of round trips at or below', scale: { domain: [0, 1] } },
       color: { field: 'size', type: 'nominal', title: 'message size [bytes]', sort: picked.map(sizeName) },
-      strokeDash: {
-        field: 'buffers',
-        type: 'nominal',
-        title: 'buffers',
-        scale: {
-          domain: ['evicted before every message', 'resident'],
-          range: [
-            [1, 0],
-            [6, 4],
-          ],
-        },
-        legend: { symbolType: 'stroke', symbolStrokeColor: '#444', symbolStrokeWidth: 2 },
-      },
     },
+    layer: [
+      {
+        mark: { type: 'line', interpolate: 'step-after' },
+        encoding: {
+          strokeDash: {
+            field: 'buffers',
+            type: 'nominal',
+            title: 'buffers',
+            scale: {
+              domain: ['evicted before every message', 'resident'],
+              range: [
+                [1, 0],
+                [6, 4],
+              ],
+            },
+            legend: DASH_LEGEND,
+          },
+        },
+      },
+      {
+        transform: [{ filter: 'datum.marked' }],
+        mark: { type: 'point', filled: true, size: 50 },
+        encoding: {
+          shape: { field: 'size', type: 'nominal', title: 'message size [bytes]', sort: picked.map(sizeName), scale: { range: [...SHAPES] } },
+        },
+      },
+    ],
   };
 }
 

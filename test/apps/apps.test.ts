@@ -272,7 +272,7 @@ test('the verdict: ratios per run against pin, within the noise or not, and why;
     /^no faults after the first 2 steps; .*\(main thread \+0\.05 ms, .*the main thread's extra CPU \(0\.05 ms\) is most of the extra 0\.05 ms per step$/,
   );
   expect(prefetch!.cause).toMatch(/neither faults nor CPU account for the extra 0\.05 ms per step/);
-  // --plot: a point per policy and run, a bar per policy.
+  // --plot: a point per policy and run, a tick (a rect) at each policy's median, on a log scale.
   const svg = await renderSvg(
     verdictPlot({
       app: 'halo',

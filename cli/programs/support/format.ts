@@ -1,5 +1,5 @@
 // Output helpers shared by the programs: the one table printer (rows printed as they finish),
-// text wrapped to the terminal's width (100 columns when not a terminal), every line written
+// text wrapped to the terminal's width (80 columns when not a terminal), every line written
 // above a progress bar that may be drawn (progress.ts), perftest-style latency columns, sizes written and read the way
 // perftest and dd take them (4K, 64M).
 import { InvalidArgumentError } from 'commander';
@@ -11,11 +11,16 @@ export { MODEL_LABEL };
 export const MEASURED_LABEL = 'measured (real time on this machine)';
 
 /** Lines printed to a log or a pipe fit this many columns. */
-export const COLUMNS = 100;
+export const COLUMNS = 80;
 
-/** The width text is wrapped to: the terminal's, or COLUMNS when stdout is not a terminal. */
+/**
+ * The width text is wrapped to: the terminal's; when stdout is not a terminal, the environment's
+ * COLUMNS (a job's ranks get what their `[rank] ` prefix leaves), else 80.
+ */
 export function columns(): number {
-  return process.stdout.isTTY === true && process.stdout.columns > 0 ? process.stdout.columns : COLUMNS;
+  if (process.stdout.isTTY === true && process.stdout.columns > 0) return process.stdout.columns;
+  const env = Number(process.env.COLUMNS);
+  return Number.isSafeInteger(env) && env >= 20 && env <= 1000 ? env : COLUMNS;
 }
 
 /** Write one line to stdout (above the progress bar, when one is drawn). */
@@ -36,6 +41,15 @@ export function print(text = '', indent?: number): void {
       .map((l) => `${l}\n`)
       .join(''),
   );
+}
+
+/** `text` (several lines) wrapped to columns(), continuation lines not indented: for --help texts. */
+export function wrapped(text: string): string {
+  const width = columns();
+  return text
+    .split('\n')
+    .flatMap((l) => wrap(l, 0, width))
+    .join('\n');
 }
 
 /** `text` as lines of at most `width` columns, cut at spaces. */
@@ -68,7 +82,7 @@ export interface Column {
 /**
  * The one table printer. Widths are fixed up front so that each row can be printed the moment
  * it is measured; a cell wider than its column pushes the rest of that row only. A header
- * that does not fit 100 columns is split over two lines at its spaces.
+ * that does not fit its column is split over two lines at its spaces.
  */
 export class Table {
   readonly columns: Array<Required<Column>>;
@@ -118,19 +132,32 @@ function headerWidth(h: string): number {
   return i < 0 ? h.length : Math.max(i, h.length - i - 1);
 }
 
-/** perftest's latency columns (ib_send_lat, ib_write_lat), µs. */
+/**
+ * perftest's latency columns (ib_send_lat, ib_write_lat), µs: 7 wide (t_typical 9, its name), so
+ * that with gap 1 a table of them and two or three more columns fits 80 columns.
+ */
 export const LATENCY_COLUMNS: Column[] = [
-  { header: 't_min [usec]', width: 8 },
-  { header: 't_max [usec]', width: 8 },
+  { header: 't_min [usec]', width: 7 },
+  { header: 't_max [usec]', width: 7 },
   { header: 't_typical [usec]', width: 9 },
-  { header: 't_avg [usec]', width: 8 },
-  { header: 't_stdev [usec]', width: 8 },
-  { header: '99% [usec]', width: 8 },
-  { header: '99.9% [usec]', width: 8 },
+  { header: 't_avg [usec]', width: 7 },
+  { header: 't_stdev [usec]', width: 7 },
+  { header: '99% [usec]', width: 7 },
+  { header: '99.9% [usec]', width: 7 },
 ];
 
+/** The cells of LATENCY_COLUMNS: two decimals as perftest prints them, fewer where 7 columns need it (12345.7, 123457). */
 export function latencyCells(l: LatencyStats): string[] {
-  return [l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999].map((x) => us(x));
+  return [l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999].map((x) => usIn(x, 7));
+}
+
+/** µs in `width` characters: two decimals, or fewer when the number is too long for them. */
+export function usIn(x: number, width: number): string {
+  for (const d of [2, 1]) {
+    const s = x.toFixed(d);
+    if (s.length <= width) return s;
+  }
+  return x.toFixed(0);
 }
 
 /** µs with two decimals (perftest prints two). */
@@ -180,7 +207,7 @@ export function target(value: number, op: '<=' | '>=', goal: number, unit = ''):
   return `(target ${op} ${goal}${unit}: ${met ? 'met' : 'MISSED'})`;
 }
 
-/** A section heading, as wide as the terminal (at most 100 columns). */
+/** A section heading, as wide as the terminal (at most 80 columns). */
 export function heading(title: string): void {
   const fill = Math.min(columns(), COLUMNS) - 4 - title.length;
   line();
