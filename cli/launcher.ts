@@ -8,7 +8,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { columns } from '../examples/support/format.js';
+import { columns } from './programs/support/format.js';
 
 /** What a launch is told to do. */
 export interface LaunchOptions {

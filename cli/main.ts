@@ -3,7 +3,7 @@
 // default-exports defineProgram({...})), so adding a program is adding one file.
 import { readdirSync, readFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { wrapped } from '../examples/support/format.js';
+import { wrapped } from './programs/support/format.js';
 import { addProgram, type Program } from './program.js';
 
 // A reader that goes away early (`| head`) ends the program quietly, as cat or ls do.

@@ -121,7 +121,6 @@ export {
   type RcRespState,
   type RcSrq,
 } from './rc/tables.js';
-export { RcQueuePair, type RcQpAttrs, type RcQpOwner } from './rc/qp.js';
 export {
   DmaStatus,
   type DmaCompletion,

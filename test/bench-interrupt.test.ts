@@ -65,7 +65,7 @@ describe.skipIf(!hasFi)('bench-fabric interrupted', () => {
       expect(await until(() => marked(marker).length === 0, 5000), `left: ${marked(marker).join(' ')}`).toBe(true);
       expect(readdirSync(tmp)).toEqual([]); // no temporary folder, no JSON
       expect(err).not.toMatch(/\n\s+at /); // no stack
-      expect(out.replace(/\s+/g, ' ')).toMatch(/1 rounds of 12 runs .* the time left is printed after each round\./);
+      expect(out.replace(/\s+/g, ' ')).toMatch(/1 rounds of \d+ runs .* the time left is printed after each round\./);
     },
     120_000,
   );

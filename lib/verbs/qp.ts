@@ -8,7 +8,8 @@
 // complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
-import { RcOp, RcQueuePair, type FaultModel } from '../../kernel-sim/index.js';
+import { RcOp, type FaultModel } from '../../kernel-sim/index.js';
+import { RcQueuePair } from '../../kernel-sim/rc/qp.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
