@@ -97,7 +97,7 @@ export class SharedReceiveQueue {
     if (this.srqType === SrqType.XRC) {
       if (!(attr.xrcd instanceof XrcDomain)) throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs xrcd: an XrcDomain from openXrcd()');
       attr.xrcd.check('ibv_create_srq');
-      if (!attr.cq || typeof (attr.cq as { push?: unknown }).push !== 'function')
+      if (!attr.cq || typeof (attr.cq as { complete?: unknown }).complete !== 'function')
         throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs cq: the CQ its receives complete on');
       this.srqNum = attr.xrcd.srqNumbers.alloc('ibv_create_srq');
       attr.xrcd.srqs.set(this.srqNum, this);

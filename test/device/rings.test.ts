@@ -1,0 +1,61 @@
+// The in-process rings (kernel-sim/device/rings.ts, cq-ring.ts): entries at the ABI's offsets,
+// free-running indices that wrap, a CQ full at the depth asked for.
+import fc from 'fast-check';
+import { describe, expect, test } from 'vitest';
+import { cqe, QUEUE_DATA_OFFSET, QUEUE_MAGIC, QueueKind, queueBuf } from '../../kernel-sim/device/abi.js';
+import { CompletionRing } from '../../kernel-sim/device/cq-ring.js';
+
+describe('CompletionRing', () => {
+  test('the header carries the geometry; a CQE lands at struct pfr_cqe offsets, imm in network order', () => {
+    const r = new CompletionRing(5, 42);
+    const v = new DataView(r.buffer);
+    expect(v.getUint32(queueBuf.offset('magic'), true)).toBe(QUEUE_MAGIC);
+    expect(v.getUint16(queueBuf.offset('kind'), true)).toBe(QueueKind.CQ);
+    expect(v.getUint32(queueBuf.offset('num_elems'), true)).toBe(8);
+    expect(v.getUint32(queueBuf.offset('handle'), true)).toBe(42);
+    const odp = { faults: { source: 1, destination: 2 }, majorFaults: 3, retransmittedBlocks: 4, modelUs: 5.5, realUs: 6.25 };
+    expect(r.write(0x1234_5678_9abc_def0n, 0, 128, 64, 7, 9, 0x01020304, odp)).toBe(true);
+    const at = QUEUE_DATA_OFFSET;
+    expect(v.getBigUint64(at + cqe.offset('wc.wr_id'), true)).toBe(0x1234_5678_9abc_def0n);
+    expect(v.getUint32(at + cqe.offset('wc.opcode'), true)).toBe(128);
+    expect(v.getUint32(at + cqe.offset('wc.byte_len'), true)).toBe(64);
+    expect(v.getUint32(at + cqe.offset('wc.qp_num'), true)).toBe(7);
+    expect(v.getUint32(at + cqe.offset('wc.src_qp'), true)).toBe(9);
+    expect(v.getUint8(at + cqe.offset('wc.ex.imm_data'))).toBe(1); // big-endian: 0x01 first
+    expect(v.getUint32(at + cqe.offset('wc.wc_flags'), true)).toBe(2); // IBV_WC_WITH_IMM
+    expect(v.getFloat64(at + cqe.offset('odp.model_us'), true)).toBe(5.5);
+    expect(v.getUint32(queueBuf.offset('producer_index'), true)).toBe(1);
+  });
+
+  test('any interleaving of writes and reads: FIFO order, full at the depth, indices wrap past 2^32', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 40 }), fc.array(fc.boolean(), { maxLength: 300 }), fc.boolean(), (depth, ops, nearWrap) => {
+        const r = new CompletionRing(depth);
+        if (nearWrap) {
+          const idx = new Uint32Array(r.buffer, 0, QUEUE_DATA_OFFSET / 4);
+          idx[queueBuf.offset('producer_index') / 4] = 0xffff_fff0;
+          idx[queueBuf.offset('consumer_index') / 4] = 0xffff_fff0;
+        }
+        let next = 0n;
+        let expected = 0n;
+        let held = 0;
+        for (const write of ops) {
+          if (write) {
+            const ok = r.write(next, 0, 0, 0, 0, 0, undefined, undefined);
+            expect(ok).toBe(held < depth);
+            if (ok) {
+              next++;
+              held++;
+            }
+          } else if (held > 0) {
+            expect(r.view.getBigUint64(r.slot(r.consumer) + cqe.offset('wc.wr_id'), true)).toBe(expected++);
+            expect(Number.isNaN(r.view.getFloat64(r.slot(r.consumer) + cqe.offset('odp.model_us'), true))).toBe(true);
+            r.consumed();
+            held--;
+          }
+          expect(r.count).toBe(held);
+        }
+      }),
+    );
+  });
+});
