@@ -9,7 +9,8 @@ import { DeviceState, NO_HANDLE, Op, Refusal } from './abi.js';
 import { gidEntry, LIMITS, queryDevice, queryPort, type Gid } from './attributes.js';
 import { Body, refuse, ReplyWriter, type Request } from './messages.js';
 import { ObjectTable, type Cq, type DeviceObject, type Mr, type Qp, type QpAttrs, type SharedXrcd } from './objects.js';
-import { QpAttr, QpState, QpType, transitionError } from './qp-state.js';
+import { MtuType, QpState, QpType } from './ib.js';
+import { QpAttr, transitionError } from './qp-state.js';
 import { cqGeometry, recvGeometry, ringBytes, RingMemory, sendGeometry, type RingGeometry } from './rings.js';
 import { ProgramMemory, type FaultCounters } from './program-memory.js';
 import type { PeerCred } from './seqpacket.js';
@@ -567,7 +568,7 @@ function defaultAttrs(): QpAttrs {
     destQpNum: 0,
     accessFlags: 0,
     pkeyIndex: 0,
-    pathMtu: 5,
+    pathMtu: MtuType.MTU_4096,
     maxRdAtomic: 1,
     maxDestRdAtomic: 1,
     minRnrTimer: 12,
@@ -595,7 +596,7 @@ function applyAttrs(prev: QpAttrs, b: Body, mask: number, gidCount: number): QpA
   }
   if (mask & M.PKEY_INDEX) a.pkeyIndex = range('pkey_index', b.u16('pkey_index'), 0, 0);
   if (mask & M.PORT) a.portNum = range('port_num', b.u8('port_num'), 1, 1);
-  if (mask & M.PATH_MTU) a.pathMtu = range('path_mtu', b.u8('path_mtu'), 1, 5);
+  if (mask & M.PATH_MTU) a.pathMtu = range('path_mtu', b.u8('path_mtu'), MtuType.MTU_256, MtuType.MTU_4096);
   if (mask & M.MAX_QP_RD_ATOMIC) a.maxRdAtomic = range('max_rd_atomic', b.u8('max_rd_atomic'), 0, LIMITS.maxRdAtomic);
   if (mask & M.MAX_DEST_RD_ATOMIC) a.maxDestRdAtomic = range('max_dest_rd_atomic', b.u8('max_dest_rd_atomic'), 0, LIMITS.maxRdAtomic);
   if (mask & M.MIN_RNR_TIMER) a.minRnrTimer = range('min_rnr_timer', b.u8('min_rnr_timer'), 0, 31);

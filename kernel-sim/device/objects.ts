@@ -4,7 +4,7 @@
 // others use count their users: destroying one in use is EBUSY, as in uverbs.
 import { Refusal } from './abi.js';
 import { refuse } from './messages.js';
-import type { QpState, QpType } from './qp-state.js';
+import type { QpState, QpType } from './ib.js';
 import type { RingMemory } from './rings.js';
 
 /** What every object has: its handle, kind, users and how to let go of what it holds. */

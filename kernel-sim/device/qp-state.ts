@@ -2,50 +2,12 @@
 // IB spec (11.2.5) as the kernel's ib_modify_qp_is_ok keeps it, for the QP types the engine
 // has. A request outside it is EINVAL, as the kernel answers.
 
-/** enum ibv_qp_state */
-export enum QpState {
-  RESET = 0,
-  INIT = 1,
-  RTR = 2,
-  RTS = 3,
-  SQD = 4,
-  SQE = 5,
-  ERR = 6,
-}
+import { QpAttrMask, QpState, QpType } from './ib.js';
 
-/** enum ibv_qp_type (the ones the device offers) */
-export enum QpType {
-  RC = 2,
-  UD = 4,
-  XRC_SEND = 9,
-  XRC_RECV = 10,
-}
+export { QpState, QpType };
 
-/** enum ibv_qp_attr_mask */
-export const QpAttr = {
-  STATE: 1 << 0,
-  CUR_STATE: 1 << 1,
-  EN_SQD_ASYNC_NOTIFY: 1 << 2,
-  ACCESS_FLAGS: 1 << 3,
-  PKEY_INDEX: 1 << 4,
-  PORT: 1 << 5,
-  QKEY: 1 << 6,
-  AV: 1 << 7,
-  PATH_MTU: 1 << 8,
-  TIMEOUT: 1 << 9,
-  RETRY_CNT: 1 << 10,
-  RNR_RETRY: 1 << 11,
-  RQ_PSN: 1 << 12,
-  MAX_QP_RD_ATOMIC: 1 << 13,
-  ALT_PATH: 1 << 14,
-  MIN_RNR_TIMER: 1 << 15,
-  SQ_PSN: 1 << 16,
-  MAX_DEST_RD_ATOMIC: 1 << 17,
-  PATH_MIG_STATE: 1 << 18,
-  CAP: 1 << 19,
-  DEST_QPN: 1 << 20,
-  RATE_LIMIT: 1 << 25,
-} as const;
+/** enum ibv_qp_attr_mask, with the bit the device also knows (IBV_QP_RATE_LIMIT) */
+export const QpAttr = { ...QpAttrMask, RATE_LIMIT: 1 << 25 } as const;
 const A = QpAttr;
 
 interface Rule {
