@@ -61,6 +61,15 @@ export interface RcRecvWqe {
   sgList: RcSge[];
 }
 
+/** What the responder does with a receive queue (a RecvRing: the device's side of its ring). */
+export interface RcRecvQueue {
+  readonly length: number;
+  /** The next receive (the same object until it is consumed), or undefined. */
+  head(): RcRecvWqe | undefined;
+  /** Consume the head. */
+  shift(): RcRecvWqe | undefined;
+}
+
 /** A scatter/gather entry of a receive (struct ibv_sge). */
 export interface RcSge {
   /** Start address. */
@@ -119,8 +128,11 @@ export interface RcQp {
   readonly accessFlags: number;
   /** The RNR NAK timer code it answers with. */
   readonly minRnrTimer: number;
-  /** The receive queue: its head is taken by a SEND's first packet (kept there until the message completes). */
-  readonly rq: RcRecvWqe[];
+  /**
+   * The receive queue, a ring of receive WQEs (kernel-sim/device/recv-ring.ts): its head is
+   * taken by a SEND's first packet (kept there until the message completes).
+   */
+  readonly rq: RcRecvQueue;
   /**
    * Where receives come from when they are not `rq`'s head (a QP attached to a shared
    * receive queue): the next receive WQE taken off that queue for good, or undefined if it
@@ -304,7 +316,7 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   let spans: RcPlace['spans'];
   if (send) {
     if (!msg!.wqe) {
-      const wqe = take ? take() : qp.rq[0];
+      const wqe = take ? take() : qp.rq.head();
       if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
       const s = scatterSend(t, qp, wqe, 0, 0, total);
       if ('fail' in s) {
@@ -324,7 +336,7 @@ export function admitRc(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
     if (p.opcode === RcOp.WRITE_IMM && last) {
       // From a shared queue the receive is taken now, held by the message like a SEND's.
       if (take) msg!.wqe ??= take();
-      if (!(take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+      if (!(take ? msg!.wqe : qp.rq.head())) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
     }
     spans = spansOf();
   }

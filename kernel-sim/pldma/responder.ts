@@ -661,13 +661,13 @@ export class Responder {
     if (qp.resp.msg === msg) qp.resp.msg = undefined;
     // Only a SEND or a WRITE with immediate takes a receive: never a WRITE or an ATOMIC WRITE.
     if (!RECEIVING.has(p.opcode!)) return;
-    const wqe = msg.wqe ?? qp.rq[0];
+    const wqe = msg.wqe ?? qp.rq.head();
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
     // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for
     // a UD datagram (no message kept between packets) its QP flushes it when given back.
     const taken = takesReceives(qp);
     if (wqe && taken && !qp.receiving) this.#notReceived(a);
-    if (!wqe || (taken ? !qp.receiving : qp.rq[0] !== wqe)) return;
+    if (!wqe || (taken ? !qp.receiving : qp.rq.head() !== wqe)) return;
     if (!taken) qp.rq.shift();
     const total = a.total;
     const r: RcReceived = {

@@ -18,6 +18,7 @@ import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { CompletionQueue as Cq } from './cq.js';
 import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
 import { XrcDomain } from './xrc.js';
+import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
@@ -195,7 +196,8 @@ export class QueuePair {
   // Attributes the engine does not read, kept for ibv_query_qp.
   #pathAttr = { portNum: 1, pathMtu: QP_DEFAULTS.pathMtu as number, maxRdAtomic: 1, maxDestRdAtomic: 1 };
   #sq: SendWr[] = [];
-  #rq: RecvWr[] = [];
+  /** The receive queue's ring (the device's responder reads it). */
+  #rq: RecvRing<RecvWr>;
   #destroyed = false;
   #core: QpCore;
   /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
@@ -276,6 +278,7 @@ export class QueuePair {
       maxSendSge: capInt('maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
       maxRecvSge: capInt('maxRecvSge', cap.maxRecvSge ?? (noRq ? 0 : 4), noRq ? 0 : 1, 16),
     };
+    this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
     const attr = this.#attr;
     const state = () => this.#state;
     const destroyed = () => this.#destroyed;
@@ -516,12 +519,12 @@ export class QueuePair {
     if (this.#rq.length + list.length > this.cap.maxRecvWr)
       throw verbsError('ibv_post_recv', 'ENOMEM', `the receive queue holds at most ${this.cap.maxRecvWr} WRs`);
     list.forEach((wr, i) => checkRecvWr(wr, i, this.cap.maxRecvSge));
-    const copies = list.map((wr) => ({ wrId: wr.wrId, sgList: wr.sgList.map((s) => ({ ...s })) }));
     if (this.#state === QpState.ERR) {
-      for (const wr of copies) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+      for (const wr of list) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
       return;
     }
-    this.#rq.push(...copies);
+    // The provider's step: each checked WR written as a WQE into the ring (room checked above).
+    for (const wr of list) this.#rq.push(wr);
   }
 
   /** ibv_destroy_qp: outstanding work completes with WR_FLUSH_ERR; no byte lands for this QP afterwards. */
@@ -560,7 +563,7 @@ export class QueuePair {
     const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
     this.rc.resp.msg = undefined;
     if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+    for (const wr of this.#rq.drain()) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)

@@ -2,8 +2,9 @@
 // free-running indices that wrap, a CQ full at the depth asked for.
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { cqe, QUEUE_DATA_OFFSET, QUEUE_MAGIC, QueueKind, queueBuf } from '../../kernel-sim/device/abi.js';
+import { cqe, QUEUE_DATA_OFFSET, QUEUE_MAGIC, QueueKind, queueBuf, recvWqe, rxeSge } from '../../kernel-sim/device/abi.js';
 import { CompletionRing } from '../../kernel-sim/device/cq-ring.js';
+import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 
 describe('CompletionRing', () => {
   test('the header carries the geometry; a CQE lands at struct pfr_cqe offsets, imm in network order', () => {
@@ -54,6 +55,78 @@ describe('CompletionRing', () => {
             held--;
           }
           expect(r.count).toBe(held);
+        }
+      }),
+    );
+  });
+});
+
+describe('RecvRing', () => {
+  test('WQEs land at struct pfr_recv_wqe offsets; head is one object until consumed; given back goes first', () => {
+    const r = new RecvRing(3, 2);
+    expect(r.numElems).toBe(4);
+    expect(
+      r.push({
+        wrId: 7,
+        sgList: [
+          { addr: 0x1000n, length: 10, lkey: 5 },
+          { addr: 0x2000n, length: 20, lkey: 6 },
+        ],
+      }),
+    ).toBe(true);
+    const at = r.slot(0);
+    expect(r.view.getBigUint64(at + recvWqe.offset('wr_id'), true)).toBe(7n);
+    expect(r.view.getUint32(at + recvWqe.offset('dma.length'), true)).toBe(30);
+    expect(r.view.getUint32(at + recvWqe.offset('dma.num_sge'), true)).toBe(2);
+    expect(r.view.getBigUint64(at + recvWqe.size + rxeSge.size + rxeSge.offset('addr'), true)).toBe(0x2000n);
+    const h = r.head();
+    expect(h).toEqual({
+      wrId: 7n,
+      sgList: [
+        { addr: 0x1000n, length: 10, lkey: 5 },
+        { addr: 0x2000n, length: 20, lkey: 6 },
+      ],
+    });
+    expect(r.head()).toBe(h);
+    expect(r.shift()).toBe(h);
+    expect(r.length).toBe(0);
+    r.unshift(h!);
+    r.push({ wrId: 8, sgList: [] });
+    expect(r.drain().map((w) => w.wrId)).toEqual([7n, 8n]);
+    expect(
+      r.push({
+        wrId: 9,
+        sgList: [
+          { addr: 0n, length: 1, lkey: 1 },
+          { addr: 0n, length: 1, lkey: 1 },
+          { addr: 0n, length: 1, lkey: 1 },
+        ],
+      }),
+    ).toBe(r.maxSge >= 3);
+  });
+
+  test('any interleaving of posts, takes and give-backs keeps FIFO order, full at the slots', () => {
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom('push', 'shift', 'back'), { maxLength: 200 }), (ops) => {
+        const r = new RecvRing(8, 1);
+        const model: bigint[] = [];
+        let next = 0n;
+        let taken: ReturnType<typeof r.shift>;
+        for (const op of ops) {
+          if (op === 'push') {
+            const room = r.count < 8;
+            const ok = r.push({ wrId: next, sgList: [{ addr: next, length: 1, lkey: 1 }] });
+            expect(ok).toBe(room);
+            if (ok) model.push(next++);
+          } else if (op === 'shift') {
+            taken = r.shift();
+            expect(taken?.wrId).toBe(model.shift());
+          } else if (taken) {
+            r.unshift(taken);
+            model.unshift(taken.wrId as bigint);
+            taken = undefined;
+          }
+          expect(r.length).toBe(model.length);
         }
       }),
     );
