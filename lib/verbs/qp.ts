@@ -19,6 +19,7 @@ import { CompletionQueue as Cq } from './cq.js';
 import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
 import { XrcDomain } from './xrc.js';
 import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
+import { SendRing } from '../../kernel-sim/device/send-ring.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
@@ -195,7 +196,8 @@ export class QueuePair {
   };
   // Attributes the engine does not read, kept for ibv_query_qp.
   #pathAttr = { portNum: 1, pathMtu: QP_DEFAULTS.pathMtu as number, maxRdAtomic: 1, maxDestRdAtomic: 1 };
-  #sq: SendWr[] = [];
+  /** The send queue's ring (the device's requester reads it). */
+  #sq: SendRing<SendWr>;
   /** The receive queue's ring (the device's responder reads it). */
   #rq: RecvRing<RecvWr>;
   #destroyed = false;
@@ -279,6 +281,7 @@ export class QueuePair {
       maxRecvSge: capInt('maxRecvSge', cap.maxRecvSge ?? (noRq ? 0 : 4), noRq ? 0 : 1, 16),
     };
     this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
+    this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud, xrc: this.qpType === QpType.XRC_SEND });
     const attr = this.#attr;
     const state = () => this.#state;
     const destroyed = () => this.#destroyed;
@@ -504,7 +507,9 @@ export class QueuePair {
       checkSendWr(wr, i, this.cap.maxSendSge);
       checkTransportWr(wr, i, this);
     });
-    this.#sq.push(...list.map((wr) => ({ ...wr, sgList: wr.sgList.map((s) => ({ ...s })) })));
+    // The provider's step: each checked WR written as a WQE into the ring (room checked above),
+    // then the doorbell: the requester reads the ring.
+    for (const wr of list) this.#sq.push(wr);
     this.#requester.kick();
   }
 
@@ -534,7 +539,7 @@ export class QueuePair {
     this.#destroyed = true;
     // Work in flight and queued behind it (left to the running loop by #toError) is flushed
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
-    for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
+    for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.drain()])
       this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
     // Writes for it are refused from the next block on; what it posted (its writes and SEND
     // payloads as a requester, READ and atomic answers as a responder) ends, its runs on the
@@ -567,7 +572,7 @@ export class QueuePair {
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)
-      for (const wr of this.#sq.splice(0)) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+      for (const wr of this.#sq.drain()) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
   }
 
   #checkAlive(): void {

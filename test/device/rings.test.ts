@@ -2,9 +2,11 @@
 // free-running indices that wrap, a CQ full at the depth asked for.
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { cqe, QUEUE_DATA_OFFSET, QUEUE_MAGIC, QueueKind, queueBuf, recvWqe, rxeSge } from '../../kernel-sim/device/abi.js';
+import { cqe, QUEUE_DATA_OFFSET, QUEUE_MAGIC, QueueKind, queueBuf, recvWqe, rxeSge, sendWqe } from '../../kernel-sim/device/abi.js';
 import { CompletionRing } from '../../kernel-sim/device/cq-ring.js';
+import { WrOpcode } from '../../kernel-sim/device/ib.js';
 import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
+import { SendRing } from '../../kernel-sim/device/send-ring.js';
 
 describe('CompletionRing', () => {
   test('the header carries the geometry; a CQE lands at struct pfr_cqe offsets, imm in network order', () => {
@@ -130,5 +132,67 @@ describe('RecvRing', () => {
         }
       }),
     );
+  });
+});
+
+describe('SendRing', () => {
+  const ah = { name: 'an AH' };
+  const wrs = [
+    {
+      wrId: 1n,
+      opcode: WrOpcode.RDMA_WRITE_WITH_IMM,
+      sgList: [{ addr: 0x10n, length: 64, lkey: 3 }],
+      sendFlags: 2,
+      immData: 0xdeadbeef,
+      rdma: { remoteAddr: 0x2000n, rkey: 9 },
+    },
+    {
+      wrId: 2n,
+      opcode: WrOpcode.ATOMIC_CMP_AND_SWP,
+      sgList: [{ addr: 0x20n, length: 8, lkey: 3 }],
+      sendFlags: 0,
+      atomic: { remoteAddr: 0x3000n, rkey: 8, compareAdd: 5n, swap: 7n },
+    },
+    {
+      wrId: 3n,
+      opcode: WrOpcode.ATOMIC_FETCH_AND_ADD,
+      sgList: [{ addr: 0x20n, length: 8, lkey: 3 }],
+      sendFlags: 0,
+      atomic: { remoteAddr: 0x3000n, rkey: 8, compareAdd: 2n ** 64n - 1n },
+    },
+    { wrId: 4n, opcode: WrOpcode.FLUSH, sgList: [], sendFlags: 0, flush: { remoteAddr: 0x4000n, rkey: 7, length: 4096, type: 1, level: 0 } },
+    {
+      wrId: 5n,
+      opcode: WrOpcode.RDMA_READ,
+      sgList: [
+        { addr: 0x30n, length: 100, lkey: 4 },
+        { addr: 0x40n, length: 28, lkey: 4 },
+      ],
+      sendFlags: 2,
+      rdma: { remoteAddr: 0x5000n, rkey: 6 },
+    },
+  ];
+
+  test('every kind of WR comes back from its WQE as it was posted; fields at struct pfr_send_wqe offsets', () => {
+    const r = new SendRing(8, 2);
+    for (const wr of wrs) expect(r.push(wr)).toBe(true);
+    expect(r.view.getUint32(r.slot(0) + sendWqe.offset('wr.opcode'), true)).toBe(WrOpcode.RDMA_WRITE_WITH_IMM);
+    expect(r.view.getUint8(r.slot(0) + sendWqe.offset('wr.ex.imm_data'))).toBe(0xde);
+    expect(r.view.getBigUint64(r.slot(0) + sendWqe.offset('wr.wr.rdma.remote_addr'), true)).toBe(0x2000n);
+    expect(r.view.getUint32(r.slot(4) + sendWqe.offset('dma.length'), true)).toBe(128);
+    expect(r.drain()).toEqual(wrs);
+  });
+
+  test('UD: the AH is named by a handle and comes back as the same object; XRC: the SRQ number', () => {
+    const u = new SendRing(2, 1, { ud: true });
+    u.push({ wrId: 1, opcode: WrOpcode.SEND, sgList: [], ud: { ah, remoteQpn: 0x123, remoteQkey: 0x11 } });
+    expect(u.head()!.ud!.ah).toBe(ah);
+    expect(u.shift()!.ud).toMatchObject({ remoteQpn: 0x123, remoteQkey: 0x11 });
+    const x = new SendRing(2, 1, { xrc: true });
+    x.push({ wrId: 1, opcode: WrOpcode.SEND, sgList: [], xrc: { remoteSrqn: 0xabcdef } });
+    expect(x.shift()!.xrc).toEqual({ remoteSrqn: 0xabcdef });
+    expect(x.push({ wrId: 2, opcode: WrOpcode.SEND, sgList: [] })).toBe(true);
+    expect(x.push({ wrId: 3, opcode: WrOpcode.SEND, sgList: [] })).toBe(true);
+    expect(x.push({ wrId: 4, opcode: WrOpcode.SEND, sgList: [] })).toBe(false); // full
   });
 });
