@@ -36,8 +36,8 @@ import {
   type QueuePair,
   type Region,
 } from '../lib/index.js';
-import { print, sizeName, target } from '../examples/support/format.js';
-import { progress, type Progress } from '../examples/support/progress.js';
+import { print, sizeName, target } from '../cli/programs/support/format.js';
+import { progress, type Progress } from '../cli/programs/support/progress.js';
 import { defaultResults, machineInfo, packageRoot } from './faults.js';
 
 export const ENGINE_CASES = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'] as const;

@@ -27,9 +27,9 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from 'commander';
 import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type ChromeTraceEvent, type Region } from '../lib/index.js';
-import { print, Table } from '../examples/support/format.js';
-import { progress, type Progress } from '../examples/support/progress.js';
-import type { TraceFile } from '../examples/support/trace-file.js';
+import { print, Table } from '../cli/programs/support/format.js';
+import { progress, type Progress } from '../cli/programs/support/progress.js';
+import type { TraceFile } from '../cli/programs/support/trace-file.js';
 
 /** Byte both handlers place in every page: the faulting thread's checksum proves where pages came from. */
 const FILL = 0xa7;

@@ -12,11 +12,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { latencyStats, median, PAGE_SIZE, RemotePager, touch, type RemotePagerOptions } from '../lib/index.js';
-import { Table, print, target } from '../examples/support/format.js';
-import { progress } from '../examples/support/progress.js';
-import { startRedis } from '../examples/support/redis-server.js';
-import { startMemoryServer } from '../examples/support/memory-server.js';
-import { clusterUnavailable, startRedisCluster, type RedisCluster } from '../examples/support/redis-cluster.js';
+import { Table, print, target } from '../cli/programs/support/format.js';
+import { progress } from '../cli/programs/support/progress.js';
+import { startRedis } from '../cli/programs/support/redis-server.js';
+import { startMemoryServer } from '../cli/programs/support/memory-server.js';
+import { clusterUnavailable, startRedisCluster, type RedisCluster } from '../cli/programs/support/redis-cluster.js';
 import { compileC, defaultResults, machineInfo, packageRoot } from './faults.js';
 
 export interface BenchRemoteOptions {

@@ -1,7 +1,7 @@
 // The two-process programs over libfabric (rc-pingpong like rdma-core's ibv_rc_pingpong;
 // write-bw, write-lat, read-bw, send-lat, atomic-lat like perftest's): a server without HOST,
 // a client with it, one file per command in commands/ built from here. The work is
-// examples/fabric-peer.ts. The client decides the run's parameters; the server adopts them.
+// cli/programs/fabric-peer.ts. The client decides the run's parameters; the server adopts them.
 import { writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
@@ -32,9 +32,9 @@ import {
   type PeerResult,
   type RunParams,
   type SizeRun,
-} from '../examples/fabric-peer.js';
-import { latencyCells, parsePositiveInt, parseSize, print, Table } from '../examples/support/format.js';
-import type { TraceFile } from '../examples/support/trace-file.js';
+} from './programs/fabric-peer.js';
+import { latencyCells, parsePositiveInt, parseSize, print, Table } from './programs/support/format.js';
+import type { TraceFile } from './programs/support/trace-file.js';
 import { hostGids } from '../kernel-sim/device/attributes.js';
 import { defineProgram, type CommonOptions, type Program, type RunOutcome } from './program.js';
 import { MAX_RESTARTS, supervise, tellSupervisor, workerPort } from './supervise.js';

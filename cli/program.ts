@@ -5,15 +5,17 @@
 import { accessSync, constants, statSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { writePlot, type PlotSpec } from '../examples/support/plot.js';
-import { TraceFile } from '../examples/support/trace-file.js';
-import { parsePositiveInt } from '../examples/support/format.js';
-import { DEFAULT_TRACE_EVENTS } from '../lib/index.js';
+import { writePlot, type PlotSpec } from './programs/support/plot.js';
+import { TraceFile } from './programs/support/trace-file.js';
+import { parsePositiveInt } from './programs/support/format.js';
+import { DEFAULT_TRACE_EVENTS, HARDWARE_NAMES, defaultHardware, setDefaultHardware } from '../lib/index.js';
 
 /** The options every program takes. */
 export interface CommonOptions {
   json?: string;
   trace?: string;
+  /** --hardware NAME: the hardware preset every cluster of the run models (pagefault-rdma hardware lists them). */
+  hardware?: string;
   traceEvents?: number;
   plot?: string;
   /** The positional arguments (a program that declares some with cmd.argument, e.g. rc-pingpong's HOST). */
@@ -48,6 +50,8 @@ export interface Program<O extends object = Record<string, unknown>> {
   plot?: string;
   /** Why --trace is refused, for a program whose faults no fault library traces. */
   noTrace?: string;
+  /** False for a program that runs no engine (it takes no --hardware). */
+  engine?: false;
   /** Add the program's own options (and checks) to its command. */
   options?(cmd: Command): void;
   /** Run with the parsed options; print rows as they finish; return what --json and --plot take. */
@@ -58,6 +62,19 @@ export interface Program<O extends object = Record<string, unknown>> {
 export const BENCH_NO_TRACE =
   'a benchmark runs its transfers at full speed, and tracing every event would slow what it measures; ' +
   'trace the same transfers with odp-vs-pinned, pingpong or destination-fault --trace';
+
+/** `spec` with its title naming the hardware preset its modelled figures are of. */
+export function namePreset(spec: PlotSpec, hardware: string): PlotSpec {
+  const note = `hardware preset: ${hardware}`;
+  const t = (spec as { title?: unknown }).title;
+  if (typeof t === 'object' && t !== null && !Array.isArray(t)) {
+    const o = t as { text?: unknown; subtitle?: unknown };
+    const subtitle =
+      o.subtitle === undefined ? note : Array.isArray(o.subtitle) ? [...(o.subtitle as string[]), note] : [String(o.subtitle as string), note];
+    return { ...spec, title: { ...o, subtitle } } as PlotSpec;
+  }
+  return { ...spec, title: { text: (t as string | string[] | undefined) ?? '', subtitle: note } } as PlotSpec;
+}
 
 /** Declare a program: `export default defineProgram({ name, summary, options, run })`. */
 export function defineProgram<O extends object>(program: Program<O>): Program<O> {
@@ -75,10 +92,19 @@ export function addProgram(cli: Command, program: Program<never>): void {
   cmd.option('--json <file>', "write every figure and count of the run as JSON to FILE (this project's layout)");
   cmd.option('--trace <file>', 'write a Chrome trace-event JSON of every fault to FILE (open in Perfetto)');
   cmd.option('--trace-events <n>', 'with --trace: events each process keeps (the newest)', parsePositiveInt, DEFAULT_TRACE_EVENTS);
+  if (program.engine !== false)
+    cmd.option('--hardware <name>', `the hardware preset the engine models: ${HARDWARE_NAMES.join(', ')} (pagefault-rdma hardware lists them)`);
   if (program.plot) cmd.option('--plot <file>', `draw ${program.plot} to FILE as SVG`);
   // Output files are written at the end: a folder that cannot take them is refused up front.
   cmd.hook('preAction', (c) => {
     const opts = c.opts<CommonOptions>();
+    if (opts.hardware !== undefined) {
+      try {
+        setDefaultHardware(opts.hardware);
+      } catch (e) {
+        c.error(`error: --hardware: ${(e as Error).message}`, { code: 'ERR_INVALID_ARG_VALUE' });
+      }
+    }
     if (opts.trace !== undefined && program.noTrace) c.error(`error: --trace: ${program.noTrace}`, { code: 'ERR_PFR_OUTPUT' });
     for (const flag of ['json', 'trace', 'plot'] as const) {
       const file = opts[flag];
@@ -103,6 +129,7 @@ export function addProgram(cli: Command, program: Program<never>): void {
       const options = Object.fromEntries(
         Object.entries(opts).filter(([k]) => !['json', 'trace', 'traceEvents', 'plot', 'args', 'given'].includes(k)),
       );
+      if (program.engine !== false && options.hardware === undefined) options.hardware = defaultHardware();
       const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
       writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');
       console.error(`results: ${opts.json}`);
@@ -114,7 +141,7 @@ export function addProgram(cli: Command, program: Program<never>): void {
       if (dropped) console.error(`trace: ${dropped}`);
     }
     if (opts.plot && outcome.plot) {
-      await writePlot(opts.plot, outcome.plot);
+      await writePlot(opts.plot, program.engine === false ? outcome.plot : namePreset(outcome.plot, defaultHardware()));
       console.error(`plot: ${opts.plot}`);
     }
   });

@@ -3,6 +3,19 @@
 // internals (transfer state, run sizes, cost helpers, option checks) stay behind it; the library
 // and the tests import those from their own modules.
 export { DEFAULT_COSTS, MODEL_LABEL, costModel, type CostModel } from './cost-model/index.js';
+export {
+  DEFAULT_HARDWARE,
+  HARDWARE_NAMES,
+  RNR_TIMER_US,
+  ackTimeoutUs,
+  defaultHardware,
+  hardwarePreset,
+  hardwarePresets,
+  setDefaultHardware,
+  type FaultMode,
+  type HardwareName,
+  type HardwarePreset,
+} from './cost-model/presets.js';
 export type { MemoryLike, MemoryObserver, UffdFaultLike, UffdLike } from './memory.js';
 export { Tracer, type TraceEvent, type TraceKind, type TraceListener } from './trace.js';
 export {
@@ -107,7 +120,8 @@ export {
   type RcRecvWqe,
   type RcRespState,
   type RcSrq,
-} from './pldma/rc.js';
+} from './rc/tables.js';
+export { RcQueuePair, type RcQpAttrs, type RcQpOwner } from './rc/qp.js';
 export {
   DmaStatus,
   type DmaCompletion,

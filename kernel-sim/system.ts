@@ -2,14 +2,15 @@
 // fault-aware PLDMA and native copy engine (the device's threads that move the bytes), joined
 // by a fabric, sharing one modelled clock.
 import { costModel, type CostModel } from './cost-model/index.js';
+import { defaultHardware, hardwarePreset, RNR_TIMER_US, rnrRetry, type HardwarePreset } from './cost-model/presets.js';
 import { Fabric } from './fabric/fabric.js';
 import type { Transport } from './fabric/transport.js';
 import type { MemoryLike, UffdLike } from './memory.js';
 import { NetlinkFamily, type NetlinkSocket } from './netlink/netlink.js';
 import { CopyEngine, type CopyTag, nodeTag } from './pldma/copy-engine.js';
 import { Pldma } from './pldma/pldma.js';
-import type { DmaCompletion, DmaDescriptor } from './pldma/types.js';
-import { RcTables } from './pldma/rc.js';
+import type { DmaCompletion, DmaDescriptor, FaultHook } from './pldma/types.js';
+import { RcTables } from './rc/tables.js';
 import { SmmuDriver } from './smmu-driver/driver.js';
 import { releaseForeignFault, Smmu, type FaultModel, type StreamContext } from './smmu/smmu.js';
 import { Tracer } from './trace.js';
@@ -18,7 +19,13 @@ import { Tracer } from './trace.js';
 export interface SystemOptions {
   /** Simulated nodes (default 2). */
   nodes?: number;
-  /** Cost model overrides (see DEFAULT_COSTS). */
+  /**
+   * The hardware preset (cost model + fault handling, `pagefault-rdma hardware` lists them):
+   * a name, or `{ name, minRnrTimer }` (mlx5-odp: the responders' min_rnr_timer code 0..31,
+   * default 1). Default exanest-pldma (or the program's --hardware).
+   */
+  hardware?: string | HardwareConfig;
+  /** Cost model overrides, on top of the preset's costs (see DEFAULT_COSTS). */
   costs?: Partial<CostModel>;
   /** Virtual channels per engine (default 1024). */
   channels?: number;
@@ -38,6 +45,22 @@ export interface SystemOptions {
   iotlbEntries?: number;
   /** How nodes reach each other: the in-process Fabric by default, or a LibfabricTransport to nodes in other processes. */
   transport?: Transport;
+}
+
+/** A preset with its parameters. */
+export interface HardwareConfig {
+  name: string;
+  /** mlx5-odp: min_rnr_timer code 0..31 of every responder (IB spec encoding; 0 = 655.36 ms; default 1 = 10 µs). */
+  minRnrTimer?: number;
+}
+
+/** What a system's preset did (modelled): receive faults answered with RNR NAK, and the RNR waits they cost. */
+export interface HardwareCounters {
+  rnrNaks: number;
+  rnrWaits: number;
+  rnrWaitUs: number;
+  /** stall / inline presets on a terminate-mode QP: destination faults modelled as a wait in place (no NACK, no re-send cost). */
+  stalls: number;
 }
 
 function optionError(name: string, value: unknown, want: string): Error {
@@ -70,6 +93,15 @@ export function checkSystemOptions(o: SystemOptions): void {
   int('eventQueueDepth', 1, 1 << 20);
   int('netlinkQueue', 1, 1 << 20);
   int('iotlbEntries', 1, 1 << 24);
+  const h = o.hardware;
+  if (h !== undefined) {
+    const name = typeof h === 'object' && h !== null ? h.name : h;
+    hardwarePreset(name as string);
+    if (typeof h === 'object' && h !== null && h.minRnrTimer !== undefined) {
+      const m = h.minRnrTimer;
+      if (typeof m !== 'number' || !Number.isInteger(m) || m < 0 || m > 31) throw optionError('hardware.minRnrTimer', m, 'an integer in 0..31');
+    }
+  }
   const t = o.transport as Partial<Transport> | undefined;
   if (t !== undefined && (t === null || typeof t !== 'object' || typeof t.attach !== 'function' || typeof t.send !== 'function'))
     throw optionError('transport', t, 'a Transport (Fabric or LibfabricTransport)');
@@ -114,6 +146,7 @@ export class SimNode {
       smmu: this.smmu,
       transport: system.fabric,
       costs: system.costs,
+      ...(system.faultHook ? { faultHook: system.faultHook } : {}),
       engine: this.engine,
       tracer: system.tracer,
       clock: system.clock,
@@ -218,6 +251,12 @@ export class SimNode {
 export class SimSystem {
   /** The cost model in use. */
   readonly costs: CostModel;
+  /** The hardware preset in use (its name goes into traces and plots). */
+  readonly hardware: HardwarePreset;
+  /** mlx5-odp: the responders' min_rnr_timer code. */
+  readonly minRnrTimer: number;
+  /** What the preset's fault handling did (modelled). */
+  readonly hardwareCounters: HardwareCounters = { rnrNaks: 0, rnrWaits: 0, rnrWaitUs: 0, stalls: 0 };
   /** The transport between nodes. */
   readonly fabric: Transport;
   /** Every model event goes through this tracer. */
@@ -234,9 +273,45 @@ export class SimSystem {
   constructor(options: SystemOptions = {}) {
     checkSystemOptions(options);
     const n = options.nodes ?? 2;
-    this.costs = costModel(options.costs);
+    const h = options.hardware;
+    this.hardware = hardwarePreset(typeof h === 'object' ? h.name : (h ?? defaultHardware()));
+    this.minRnrTimer = (typeof h === 'object' ? h.minRnrTimer : undefined) ?? 1;
+    this.costs = costModel({ ...this.hardware.costs, ...options.costs });
     this.fabric = options.transport ?? new Fabric(this.costs);
     for (let i = 0; i < n; i++) this.nodes.push(new SimNode(i, this, options));
+  }
+
+  /**
+   * The preset's hook in the fault path, consulted when a destination fault of a terminate-mode
+   * QP is answered (none for exanest-pldma: the engine's own NACK timing, unchanged).
+   * rnr-nak: the requester retries by the RNR timer. stall / inline: the access is modelled as
+   * waiting in place and resuming when the fault is served (no NACK round trip); the real stall
+   * path (faultModel 'stall' with a userfaultfd) needs no hook.
+   */
+  get faultHook(): FaultHook | undefined {
+    const mode = this.hardware.faultMode;
+    if (mode === 'terminate-nack') return undefined;
+    const c = this.hardwareCounters;
+    if (mode === 'rnr-nak') {
+      const timerUs = RNR_TIMER_US[this.minRnrTimer]!;
+      return {
+        receiveFault: (nakAtUs, readyAtUs, linkUs) => {
+          const r = rnrRetry(nakAtUs, readyAtUs, linkUs, timerUs);
+          c.rnrNaks++;
+          c.rnrWaits += r.waits;
+          c.rnrWaitUs += r.atUs - nakAtUs;
+          return r.atUs;
+        },
+      };
+    }
+    const resumeUs = this.costs.resumeUs;
+    return {
+      receiveFault: (nakAtUs, readyAtUs, linkUs) => {
+        c.stalls++;
+        void nakAtUs;
+        return readyAtUs + resumeUs - linkUs;
+      },
+    };
   }
 
   /** Whether node `id` is hosted by this process (always, in process; see LibfabricTransport). */

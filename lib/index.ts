@@ -148,3 +148,16 @@ export {
   type TransportLimits,
   type TransportStats,
 } from '../kernel-sim/fabric/libfabric-transport.js';
+export {
+  DEFAULT_HARDWARE,
+  HARDWARE_NAMES,
+  RNR_TIMER_US,
+  ackTimeoutUs,
+  defaultHardware,
+  hardwarePreset,
+  hardwarePresets,
+  setDefaultHardware,
+  type FaultMode,
+  type HardwareName,
+  type HardwarePreset,
+} from '../kernel-sim/cost-model/presets.js';

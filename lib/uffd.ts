@@ -208,6 +208,13 @@ export interface MoveOptions extends ResolveOptions {
   allowSourceHoles?: boolean;
 }
 
+const RESOLVE_KEYS = known<ResolveOptions>({ wake: true });
+const COPY_KEYS = known<CopyOptions>({ wake: true, length: true, writeProtect: true });
+const CONTINUE_KEYS = known<ContinueOptions>({ wake: true, writeProtect: true });
+const MOVE_KEYS = known<MoveOptions>({ wake: true, allowSourceHoles: true });
+const SPAN_KEYS = known<{ offset?: number; length?: number }>({ offset: true, length: true });
+const DIRTY_PAGES_KEYS = known<DirtyPagesOptions>({ offset: true, length: true, rearm: true });
+
 /** The range `dirtyPages()` reads and clears. */
 export interface DirtyPagesOptions {
   /** Byte offset of the range (default 0). */
@@ -483,7 +490,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   /** Unregister a range (default: everything of the region registered here). Wakes blocked threads. */
   unregister(region: Region, options?: { offset?: number; length?: number }): void {
     this.#check();
-    const opts = checkObject('unregister: options', options);
+    const opts = checkObject('unregister: options', options, SPAN_KEYS);
     const s = region.span('unregister', opts.offset as number | undefined, opts.length as number | undefined, true);
     sys('unregister', RESOLVE_FIXES, () => binding.uffdUnregister(this.#handle, region.address + BigInt(s.offset), s.length));
     const list = (this.#regions.get(region.id) ?? []).filter((r) => r.offset + r.length <= s.offset || r.offset >= s.offset + s.length);
@@ -506,7 +513,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
    */
   copy(region: Region, offset: number, data: ArrayBufferView | ArrayBuffer, options?: CopyOptions): number {
     this.#check();
-    const opts = checkObject('copy: options', options);
+    const opts = checkObject('copy: options', options, COPY_KEYS);
     const bytes = data instanceof ArrayBuffer ? data.byteLength : ArrayBuffer.isView(data) ? data.byteLength : -1;
     if (bytes < 0) throw invalidArg('copy: data must be a Buffer, TypedArray, DataView or ArrayBuffer');
     const length = opts.length === undefined ? bytes : checkInt('copy: options.length', opts.length, 1);
@@ -525,7 +532,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   zeropage(region: Region, offset: number, length: number, options?: ResolveOptions): number {
     this.#check();
     const s = this.#registered('zeropage', region, offset, length);
-    const wake = checkBool('zeropage: options.wake', checkObject('zeropage: options', options).wake, true);
+    const wake = checkBool('zeropage: options.wake', checkObject('zeropage: options', options, RESOLVE_KEYS).wake, true);
     if (region.hugetlb) throw invalidArg('zeropage: hugetlbfs has no zero page (UFFDIO_ZEROPAGE is EINVAL there); resolve with copy() of zeros');
     return sys('zeropage', RESOLVE_FIXES, () => binding.uffdZeropage(this.#handle, region.address + BigInt(s.offset), s.length, !wake));
   }
@@ -537,7 +544,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   continue(region: Region, offset: number, length: number, options?: ContinueOptions): number {
     this.#check();
     const s = this.#registered('continue', region, offset, length);
-    const opts = checkObject('continue: options', options);
+    const opts = checkObject('continue: options', options, CONTINUE_KEYS);
     const wake = checkBool('continue: options.wake', opts.wake, true);
     const wp = checkBool('continue: options.writeProtect', opts.writeProtect, false);
     if (wp) {
@@ -571,7 +578,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
   poison(region: Region, offset: number, length: number, options?: ResolveOptions): number {
     this.#check();
     const s = this.#registered('poison', region, offset, length);
-    const wake = checkBool('poison: options.wake', checkObject('poison: options', options).wake, true);
+    const wake = checkBool('poison: options.wake', checkObject('poison: options', options, RESOLVE_KEYS).wake, true);
     if (!this.features.poison) throw new PfrError('ERR_PFR_UNSUPPORTED', 'poison: UFFDIO_POISON needs Linux 6.6 or newer');
     return sys('poison', RESOLVE_FIXES, () => binding.uffdPoison(this.#handle, region.address + BigInt(s.offset), s.length, !wake));
   }
@@ -587,7 +594,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     this.#check();
     const s = this.#registered('move', region, offset, length);
     const src = source.span('move: source', sourceOffset, s.length, true);
-    const opts = checkObject('move: options', options);
+    const opts = checkObject('move: options', options, MOVE_KEYS);
     const wake = checkBool('move: options.wake', opts.wake, true);
     const holes = checkBool('move: options.allowSourceHoles', opts.allowSourceHoles, false);
     if (!this.features.move) throw new PfrError('ERR_PFR_UNSUPPORTED', 'move: UFFDIO_MOVE needs Linux 6.8 or newer');
@@ -620,7 +627,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
    */
   dirtyPages(region: Region, options?: DirtyPagesOptions): number[] {
     this.#check();
-    const opts = checkObject('dirtyPages: options', options);
+    const opts = checkObject('dirtyPages: options', options, DIRTY_PAGES_KEYS);
     const s = this.#registered('dirtyPages', region, (opts.offset as number | undefined) ?? 0, (opts.length as number | undefined) ?? region.size);
     const rearm = checkBool('dirtyPages: options.rearm', opts.rearm, true);
     if (!this.features.writeProtectAsync) {
@@ -643,7 +650,7 @@ export class Userfaultfd extends EventEmitter<UserfaultfdEvents> implements Regi
     this.#check();
     const s = this.#registered('writeProtect', region, offset, length);
     checkBool('writeProtect: on', on, false);
-    const wake = checkBool('writeProtect: options.wake', checkObject('writeProtect: options', options).wake, true);
+    const wake = checkBool('writeProtect: options.wake', checkObject('writeProtect: options', options, RESOLVE_KEYS).wake, true);
     // The kernel says ENOENT both for an unregistered range and for one registered without WP.
     sys(
       'writeProtect',

@@ -6,8 +6,8 @@
 // structure, the residency and fault counts, and that the program judges and explains what it
 // measured, never which way the timings fall.
 import { describe, expect, it } from 'vitest';
-import { explain, judge, measuredTable, type Difference } from '../examples/measured-table.js';
-import { williams } from '../examples/odp-vs-pinned.js';
+import { explain, judge, measuredTable, type Difference } from '../cli/programs/measured-table.js';
+import { williams } from '../cli/programs/odp-vs-pinned.js';
 import { median, PAGE_SIZE } from '../lib/index.js';
 
 describe('pagefault-rdma measured-table', () => {

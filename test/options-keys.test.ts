@@ -54,3 +54,44 @@ test('mapRegion, Userfaultfd.open, register, touch and RemotePager.create refuse
     /unknown option 'residentLimt'/,
   );
 });
+
+test("Userfaultfd's per-call options refuse unknown keys before any ioctl: copy, move, zeropage, continue, poison, writeProtect, dirtyPages, unregister", () => {
+  const r = region(2 * 4096);
+  const staging = region(4096);
+  const u = Userfaultfd.open();
+  try {
+    u.register(r);
+    u.register(staging);
+    const page = new Uint8Array(4096).fill(7);
+    const cases: Array<[string, RegExp, () => unknown]> = [
+      [
+        'copy',
+        /copy: options: unknown option 'writeprotect' \(the options are wake, length, writeProtect\)/,
+        () => u.copy(r, 0, page, bad({ writeprotect: true })),
+      ],
+      ['copy', /unknown option 'dontWake'/, () => u.copy(r, 0, page, bad({ wake: false, dontWake: true }))],
+      [
+        'move',
+        /move: options: unknown option 'allowSrcHoles' \(the options are wake, allowSourceHoles\)/,
+        () => u.move(r, 0, staging, 0, 4096, bad({ allowSrcHoles: true })),
+      ],
+      ['zeropage', /zeropage: options: unknown option 'wakeup'/, () => u.zeropage(r, 0, 4096, bad({ wakeup: true }))],
+      ['continue', /continue: options: unknown option 'wp'/, () => u.continue(r, 0, 4096, bad({ wp: true }))],
+      ['poison', /poison: options: unknown option 'wakeup'/, () => u.poison(r, 0, 4096, bad({ wakeup: true }))],
+      ['writeProtect', /writeProtect: options: unknown option 'wakeup'/, () => u.writeProtect(r, 0, 4096, false, bad({ wakeup: true }))],
+      ['dirtyPages', /dirtyPages: options: unknown option 'reArm'/, () => u.dirtyPages(r, bad({ reArm: false }))],
+      ['unregister', /unregister: options: unknown option 'len'/, () => u.unregister(r, bad({ len: 4096 }))],
+    ];
+    for (const [what, message, fn] of cases) {
+      const e = thrown(fn);
+      expect(e.code, what).toBe('ERR_INVALID_ARG_VALUE');
+      expect(e.message, what).toMatch(message);
+    }
+    // Refused before the ioctl: nothing was placed, and the known keys still work.
+    expect(r.residentPages(0, 4096)).toBe(0);
+    expect(u.copy(r, 0, page, { wake: true, writeProtect: false, length: 4096 })).toBe(4096);
+    expect(new Uint8Array(r.buffer, 0, 4096).every((b) => b === 7)).toBe(true);
+  } finally {
+    u.close();
+  }
+});

@@ -4,7 +4,7 @@
 // registration with the library's error naming the limit.
 import { totalmem } from 'node:os';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { overcommit } from '../examples/overcommit.js';
+import { overcommit } from '../cli/programs/overcommit.js';
 import { requireDist } from './child.js';
 
 describe('pagefault-rdma overcommit', () => {

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FRAMES_HIDDEN, HUGE_PAGE_SIZE as H, mapRegion } from '../lib/index.js';
 import { Smmu } from '../kernel-sim/index.js';
-import { pinningMoves, type PinningMovesResult } from '../examples/pinning-moves.js';
+import { pinningMoves, type PinningMovesResult } from '../cli/programs/pinning-moves.js';
 import { report, requireDist, runFixture } from './child.js';
 import { closer, P, pattern } from './helpers.js';
 

@@ -3,10 +3,10 @@
 // completion) and the SVG vega renders from them (the labels really drawn).
 import { describe, expect, test } from 'vitest';
 import { timelinePlot } from '../cli/commands/destination-fault.js';
-import type { TimelineSlice } from '../examples/destination-fault.js';
-import { odpVsPinnedPlot, type OdpRow } from '../examples/odp-vs-pinned.js';
-import { pingPongPlot, PLOTTED_SIZES, type Run } from '../examples/pingpong.js';
-import { renderSvg } from '../examples/support/plot.js';
+import type { TimelineSlice } from '../cli/programs/destination-fault.js';
+import { odpVsPinnedPlot, type OdpRow } from '../cli/programs/odp-vs-pinned.js';
+import { pingPongPlot, PLOTTED_SIZES, type Run } from '../cli/programs/pingpong.js';
+import { renderSvg } from '../cli/programs/support/plot.js';
 
 type Enc = Record<string, { scale?: { domain?: unknown; range?: unknown }; axis?: { values?: unknown }; sort?: unknown; legend?: unknown }>;
 

@@ -4,7 +4,7 @@
 // takes 0.1–0.3 s to start here, so a rank's pagers are made once and reused by its later
 // trials, zeroed in between (a fresh buffer reads zeros, as kv's store relies on).
 import { PAGE_SIZE, RemotePager, type PfrError, type PolicyName } from '../../lib/index.js';
-import { TABLE_POLICIES } from '../../examples/odp-vs-pinned.js';
+import { TABLE_POLICIES } from '../programs/odp-vs-pinned.js';
 
 // Bytes zeroed between turns of the event loop: 64 pages, each a fetch at worst (~1 ms loaded).
 const ZERO_SLICE = 64 * PAGE_SIZE;

@@ -7,9 +7,9 @@
 // runs) and, from the trials' own figures, why not.
 import { median } from '../../lib/index.js';
 import type { AppPolicy } from './policy.js';
-import { williams } from '../../examples/odp-vs-pinned.js';
-import { print, Table, us } from '../../examples/support/format.js';
-import { PLOT_CONFIG, type PlotSpec } from '../../examples/support/plot.js';
+import { williams } from '../programs/odp-vs-pinned.js';
+import { print, Table, us } from '../programs/support/format.js';
+import { PLOT_CONFIG, type PlotSpec } from '../programs/support/plot.js';
 import { cpuSample, cpuSpent, FIRST_STEPS, type CpuSpent, type Kernel, type RankOutcome, type TrialOptions } from './kernel.js';
 import type { World } from './world.js';
 

@@ -18,7 +18,7 @@ import {
   type QueuePair,
   type Region,
 } from '../../lib/index.js';
-import { connect, newPsn, PEER_TIMEOUT_MS } from '../../examples/fabric-peer.js';
+import { connect, newPsn, PEER_TIMEOUT_MS } from '../programs/fabric-peer.js';
 import { REMOTE_ODP, type AppPolicy, type RemoteMemory } from './policy.js';
 
 /** One rank's view of the job. */

@@ -1,12 +1,12 @@
 // `pagefault-rdma alltoall`: every rank of a job RDMA-writes a block into every other rank's
-// ODP buffer (examples/alltoall.ts). One process of a job: start it with `pagefault-rdma run
+// ODP buffer (cli/programs/alltoall.ts). One process of a job: start it with `pagefault-rdma run
 // -n N -- alltoall` or `mpiexec -n N npx pagefault-rdma alltoall`. Rank 0 prints the job's
 // table and writes --json; a failure of any rank fails every rank.
 import { Option } from 'commander';
 import { DEFAULT_BIND, DEFAULT_RENDEZVOUS, LIBFABRIC_PROVIDERS, latencyStats, POLICIES } from '../../lib/index.js';
-import { runAlltoall, type AlltoallOptions } from '../../examples/alltoall.js';
-import { ALL_SIZES } from '../../examples/fabric-peer.js';
-import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, print, Table, us } from '../../examples/support/format.js';
+import { runAlltoall, type AlltoallOptions } from '../programs/alltoall.js';
+import { ALL_SIZES } from '../programs/fabric-peer.js';
+import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, print, Table, us } from '../programs/support/format.js';
 import { parseMessageSize } from '../fabric-programs.js';
 import { defineProgram } from '../program.js';
 

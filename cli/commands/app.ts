@@ -4,8 +4,8 @@
 // process each (then rank 0 prints and writes --json).
 import { InvalidArgumentError } from 'commander';
 import { launchInfo } from '../../lib/index.js';
-import { heading, parsePositiveInt } from '../../examples/support/format.js';
-import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
+import { heading, parsePositiveInt } from '../programs/support/format.js';
+import { startMemoryServer, type MemoryServerProcess } from '../programs/support/memory-server.js';
 import { APPS, type AppName } from '../apps/apps.js';
 import { APP_POLICIES, RemoteMemory, type AppPolicy } from '../apps/policy.js';
 import { runKernel, verdictPlot } from '../apps/runner.js';

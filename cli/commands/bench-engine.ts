@@ -2,7 +2,7 @@
 // machine without it, (a)–(g) of issue 9 and (h) of issue 38 side by side.
 import { InvalidArgumentError, Option } from 'commander';
 import { benchEngine, ENGINE_CASES, type BenchEngineOptions, type EngineCase } from '../../bench/engine.js';
-import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { BENCH_NO_TRACE, defineProgram } from '../program.js';
 
 type Options = Omit<BenchEngineOptions, 'json'>;

@@ -1,6 +1,6 @@
 // `pagefault-rdma bench-fabric` (npm run bench:fabric): the libfabric transport against fi_pingpong.
 import { benchFabric } from '../../bench/fabric.js';
-import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { BENCH_NO_TRACE, defineProgram } from '../program.js';
 
 interface Options {

@@ -2,7 +2,7 @@
 // against a C handler. Needs a C compiler (cc) and taskset (util-linux).
 import { Option } from 'commander';
 import { benchFaults, intList, placementList, type BenchFaultsOptions } from '../../bench/faults.js';
-import { heading, parsePositiveInt } from '../../examples/support/format.js';
+import { heading, parsePositiveInt } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 type Options = Omit<BenchFaultsOptions, 'trace' | 'json'>;

@@ -2,7 +2,7 @@
 // TypeScript DM-Handler against a C program with hiredis, over a Redis Cluster, and adaptive
 // prefetch on a sequential and a random scan. Needs redis-server, a C compiler and libhiredis-dev.
 import { benchRemote } from '../../bench/remote.js';
-import { heading, parsePositiveInt } from '../../examples/support/format.js';
+import { heading, parsePositiveInt } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {

@@ -1,6 +1,6 @@
 // `pagefault-rdma demo` (npm start): the guided tour.
-import { demo } from '../../examples/demo.js';
-import { runSummary } from '../../examples/pingpong.js';
+import { demo } from '../programs/demo.js';
+import { runSummary } from '../programs/pingpong.js';
 import { defineProgram } from '../program.js';
 
 export default defineProgram({

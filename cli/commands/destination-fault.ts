@@ -1,9 +1,9 @@
 // `pagefault-rdma destination-fault`: one RDMA write into evicted remote memory, every step.
 import { Option } from 'commander';
 import { PAGE_SIZE, POLICIES, type PolicyName } from '../../lib/index.js';
-import { destinationFault, type TimelineSlice } from '../../examples/destination-fault.js';
-import { heading, MODEL_LABEL, parsePositiveInt, parseSize } from '../../examples/support/format.js';
-import { PLOT_CONFIG, type PlotSpec } from '../../examples/support/plot.js';
+import { destinationFault, type TimelineSlice } from '../programs/destination-fault.js';
+import { heading, MODEL_LABEL, parsePositiveInt, parseSize } from '../programs/support/format.js';
+import { PLOT_CONFIG, type PlotSpec } from '../programs/support/plot.js';
 import { defineProgram } from '../program.js';
 
 export default defineProgram<{ size: number; pages?: number; policy: PolicyName; evictSource: boolean }>({

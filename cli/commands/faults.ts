@@ -1,7 +1,7 @@
 // `pagefault-rdma faults`: genuine userfaultfd faults handled in TypeScript.
 import { PAGE_SIZE } from '../../lib/index.js';
-import { firstFaults } from '../../examples/first-faults.js';
-import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { firstFaults } from '../programs/first-faults.js';
+import { heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 export default defineProgram<{ size: number; pages?: number }>({

@@ -6,6 +6,7 @@ import { defineProgram } from '../program.js';
 export default defineProgram({
   name: 'libdir',
   summary: "print the folder of the project's libibverbs.so.1 (for LD_LIBRARY_PATH)",
+  engine: false,
   noTrace: 'it prints a folder',
   async run() {
     const dir = verbsLibDir();

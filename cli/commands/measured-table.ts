@@ -1,6 +1,6 @@
 // `pagefault-rdma measured-table`: odp-vs-pinned's measured column, three times, against the thesis's orderings.
-import { measuredTable } from '../../examples/measured-table.js';
-import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { measuredTable } from '../programs/measured-table.js';
+import { heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { PAGE_SIZE } from '../../lib/index.js';
 import { defineProgram } from '../program.js';
 

@@ -2,7 +2,7 @@
 // pages (their pagers' `store: { server: { socket } }`) on a Unix socket or loopback TCP,
 // until SIGINT or SIGTERM; it prints what it served when it stops.
 import { InvalidArgumentError } from 'commander';
-import { parseSize, print } from '../../examples/support/format.js';
+import { parseSize, print } from '../programs/support/format.js';
 import { MemoryServer, type MemoryServerStats } from '../../lib/index.js';
 import { defineProgram } from '../program.js';
 
@@ -40,6 +40,7 @@ export default defineProgram<Options>({
     'pages live in a namespace of its own. Listens on a Unix socket (made 0600) or on a loopback TCP port, until SIGINT ' +
     'or SIGTERM; then prints what it served. Pages live in this process: a restarted server holds none (their pagers ' +
     'then fail those accesses with ERR_PFR_PAGE_LOST, never zeros).',
+  engine: false,
   noTrace: 'the memory server serves pages, it takes no faults',
   options(cmd) {
     cmd

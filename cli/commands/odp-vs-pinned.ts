@@ -1,8 +1,8 @@
 // `pagefault-rdma odp-vs-pinned`: one RDMA WRITE per size and policy, as one table.
 import { InvalidArgumentError, Option } from 'commander';
 import { PAGE_SIZE, type PolicyName } from '../../lib/index.js';
-import { odpVsPinned, odpVsPinnedPlot, TABLE_POLICIES, type OdpVsPinnedOptions } from '../../examples/odp-vs-pinned.js';
-import { allSizes, heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { odpVsPinned, odpVsPinnedPlot, TABLE_POLICIES, type OdpVsPinnedOptions } from '../programs/odp-vs-pinned.js';
+import { allSizes, heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {

@@ -1,7 +1,7 @@
 // `pagefault-rdma overcommit`: register several times the machine's RAM, ODP and pinned.
 import { InvalidArgumentError, Option } from 'commander';
-import { overcommit } from '../../examples/overcommit.js';
-import { heading, parsePositiveInt } from '../../examples/support/format.js';
+import { overcommit } from '../programs/overcommit.js';
+import { heading, parsePositiveInt } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {

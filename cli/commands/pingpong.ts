@@ -1,8 +1,8 @@
 // `pagefault-rdma pingpong`: RC ping-pong like ibv_rc_pingpong, on ODP buffers.
 import { Option } from 'commander';
 import { POLICIES, type PolicyName } from '../../lib/index.js';
-import { pingPong, pingPongPlot, runSummary } from '../../examples/pingpong.js';
-import { allSizes, heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { pingPong, pingPongPlot, runSummary } from '../programs/pingpong.js';
+import { allSizes, heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {

@@ -1,7 +1,7 @@
 // `pagefault-rdma pinning-moves`: a pinned buffer's frames move under MADV_COLLAPSE (and khugepaged).
 import { InvalidArgumentError } from 'commander';
-import { pinningMoves } from '../../examples/pinning-moves.js';
-import { heading, parseSize } from '../../examples/support/format.js';
+import { pinningMoves } from '../programs/pinning-moves.js';
+import { heading, parseSize } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {

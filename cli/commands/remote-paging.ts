@@ -1,8 +1,8 @@
 // `pagefault-rdma remote-paging` (npm run example:remote-paging): an application whose
 // working set exceeds its resident limit, served by EDM's DM-Handler from a page store.
 import { Option } from 'commander';
-import { remotePaging } from '../../examples/remote-paging.js';
-import { heading, parsePositiveInt, parseSize } from '../../examples/support/format.js';
+import { remotePaging } from '../programs/remote-paging.js';
+import { heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
 import { PAGE_SIZE } from '../../lib/index.js';
 import { defineProgram } from '../program.js';
 

@@ -2,7 +2,7 @@
 // the way `mpiexec -n N` starts one, for a user without MPI.
 import { InvalidArgumentError } from 'commander';
 import { MAX_JOB_SIZE } from '../../lib/job/rendezvous.js';
-import { parsePositiveInt } from '../../examples/support/format.js';
+import { parsePositiveInt } from '../programs/support/format.js';
 import { launch } from '../launcher.js';
 import { defineProgram } from '../program.js';
 
@@ -26,6 +26,7 @@ export default defineProgram<Options>({
     "Start N copies of `pagefault-rdma PROGRAM ARGS`, each told its rank, the job size and rank 0's rendezvous " +
     '(PFR_RANK, PFR_SIZE, PFR_RENDEZVOUS); their output is prefixed by rank. One rank failing, Ctrl-C or the timeout ' +
     'stops the others; the exit status is non-zero then. Example: run -n 4 -- alltoall -s 64K',
+  engine: false,
   noTrace: 'the launcher moves no data: give --trace to a program of two processes (write-bw --trace)',
   options(cmd) {
     // The program's options are its own, not run's: run -n 4 alltoall -n 20 works too (commander

@@ -49,7 +49,7 @@ export interface CostModel {
  * Calibrated defaults. Fault-free: a 64-byte transfer models to < 1 µs one way (the ExaNeSt
  * inter-node latency). One page with a destination fault: ≈ 38 µs. 1 MB all faulting with
  * Touch-Ahead: ≈ 2.6× fault-free. 4 MB pinned for the transfer: ≈ 1.46× the unpinned
- * transfer on resident memory. See test/kernel-sim/calibration.test.ts.
+ * transfer on resident memory. See test/kernel-sim/cost-model/calibration.test.ts.
  */
 export const DEFAULT_COSTS: Readonly<CostModel> = Object.freeze({
   doorbellUs: 0.1,

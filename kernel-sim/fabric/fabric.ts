@@ -1,11 +1,11 @@
 // The fabric: nodes joined by links with latency and bandwidth (modelled time), the
 // in-process Transport. Delivery is real (the destination node's handler runs on a later
 // turn) and the arrival time is modelled. Packets stay objects here, but each is checked
-// against the wire layout's ranges (headers.ts checkPacket) before it is handed over, as a
+// against the wire layout's ranges (packet-layout.ts checkPacket) before it is handed over, as a
 // frame from another process is when it is decoded: one protocol, one set of checks (about
 // 50 ns a packet).
 import { type CostModel, ModelResource } from '../cost-model/index.js';
-import { checkPacket } from './headers.js';
+import { checkPacket } from './packet-layout.js';
 import type { Packet } from './packets.js';
 import type { Transport } from './transport.js';
 

@@ -1,7 +1,7 @@
 // The Transport between processes and hosts, over libfabric (provider tcp by default, shm
 // on one host, verbs on an RDMA NIC): a server listens on a port, a client connects to
 // HOST:PORT through libfabric's connection manager (FI_EP_MSG), and the two sides tell
-// each other which nodes they host (the hello). Frames are bytes laid out by headers.ts and
+// each other which nodes they host (the hello). Frames are bytes laid out by packet-layout.ts and framing.ts and
 // checked field by field on arrival; a write packet carries its run's bytes, which stay in
 // the native receive slot they arrived in (held until the write's answer goes out) where the
 // destination's copy engine reads them, as a NIC's receive buffer: no staging copy (a chunked
@@ -11,7 +11,7 @@
 // that stays silent past the peer timeout without one; each refusal is counted (stats())
 // and the connection's frame dropped, never thrown.
 // Delivery waits on the CQ's wait fd from the event loop (native/fabric.cc). The frames one
-// turn of the event loop has ready for a connection go as one message (a batch, headers.ts),
+// turn of the event loop has ready for a connection go as one message (a batch, framing.ts),
 // each decoded and checked on its own on arrival. Timing stays modelled, as in Fabric.
 // Stall mode adds a second connection for libfabric RMA writes straight into the target's
 // memory (openRmaTarget / connectRma / rmaWrite): the target progresses it on a native thread
@@ -22,24 +22,21 @@ import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBin
 import { costModel, type CostModel } from '../cost-model/index.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
 import { Fabric } from './fabric.js';
+import { encodeExchange } from './exchange-codec.js';
 import {
   BATCH_ENTRY_BYTES,
   BATCH_HEADER_BYTES,
   CHUNK_HEADER_BYTES,
   MAX_BATCH_FRAMES,
-  MAX_FRAME_BYTES,
   MAX_TOKEN_BYTES,
-  Op,
   decodeFrame,
   encodeChunk,
-  encodeExchange,
   encodeHello,
   Outbox,
-  carriedBytes,
   encodePing,
-  place,
-  type DecodedWrite,
-} from './headers.js';
+} from './framing.js';
+import { carriedBytes, place, type DecodedWrite } from './packet-layout.js';
+import { MAX_FRAME_BYTES, Op } from './wire-codec.js';
 import { AckResp, type Packet, type WritePacket } from './packets.js';
 import type { Transport } from './transport.js';
 
@@ -674,7 +671,7 @@ export class LibfabricTransport implements Transport {
 
   /**
    * Send `body` to the peer (it comes out of the peer's exchange or receive), without waiting:
-   * null, booleans, numbers, bigints, strings, arrays and plain objects (headers.ts says how
+   * null, booleans, numbers, bigints, strings, arrays and plain objects (exchange-codec.ts says how
    * many and how deep). The peer is the first connection whose hello was accepted.
    */
   post(body: unknown): void {

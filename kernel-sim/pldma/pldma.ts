@@ -16,17 +16,18 @@ import type { Transport } from '../fabric/transport.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import type { Smmu } from '../smmu/smmu.js';
 import type { Tracer } from '../trace.js';
-import { Completer } from './completer.js';
+import { Completer } from '../rc/completer.js';
 import type { CopyEngine, CopyTag } from './copy-engine.js';
-import { Faults, type PageResponse, type SentAgain } from './faults.js';
-import { Requester } from './requester.js';
-import { RcTables } from './rc.js';
-import { Responder } from './responder.js';
+import { Faults, type PageResponse, type SentAgain } from '../rc/faults.js';
+import { Requester } from '../rc/requester.js';
+import { RcTables } from '../rc/tables.js';
+import { Responder } from '../rc/responder.js';
 import {
   DmaStatus,
   type DmaCompletion,
   type DmaDescriptor,
   type EngineState,
+  type FaultHook,
   type FaultInfo,
   type PldmaCounters,
   type PldmaOptions,
@@ -61,6 +62,8 @@ export class Pldma {
       smmu: Smmu;
       transport: Transport;
       costs: CostModel;
+      /** A hardware preset's hook in the fault path (types.ts FaultHook). */
+      faultHook?: FaultHook;
       /** This node's copy engine (its responder's copy threads). */
       engine: CopyEngine;
       tracer: Tracer;
@@ -113,6 +116,7 @@ export class Pldma {
       answers: new Map(),
       counters,
       closed: false,
+      ...(deps.faultHook ? { faultHook: deps.faultHook } : {}),
     };
     this.#s = state as EngineState;
     // The fault unit ends a transfer through the completer (a retry limit, an unresolved fault).

@@ -476,6 +476,8 @@ export interface EngineState {
   /** Per QP of this node, what revokes the responses it sent. */
   readonly answers: Map<number, AnswerToken>;
   readonly counters: PldmaCounters;
+  /** A hardware preset's say in the fault path (none: the PLDMA's own terminate/NACK timing). */
+  readonly faultHook?: FaultHook;
   scheduler: Scheduler;
   closed: boolean;
 }
@@ -509,4 +511,13 @@ export function traceTransfer(
   if (e.side) ev.side = e.side;
   if (e.detail) ev.detail = e.detail;
   tracer.emit(ev);
+}
+
+/**
+ * The narrow hook a hardware preset has in the fault path: when a destination fault is
+ * answered, when (modelled) the source sends the block again. `nakAtUs`: when a NAK sent at the
+ * fault would reach the source; `readyAtUs`: when the fault was served at the destination.
+ */
+export interface FaultHook {
+  receiveFault(nakAtUs: number, readyAtUs: number, linkUs: number): number;
 }

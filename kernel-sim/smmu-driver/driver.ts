@@ -6,7 +6,7 @@
 import type { CostModel } from '../cost-model/index.js';
 import { decodeResolved, encodeFault, encodeResolvedAck, type NlAttrs, type ResolveMethod } from '../netlink/messages.js';
 import { NlCmd, type NetlinkFamily, type NetlinkSocket, type NlMessage } from '../netlink/netlink.js';
-import type { PageResponse, SentAgain } from '../pldma/faults.js';
+import type { PageResponse, SentAgain } from '../rc/faults.js';
 import type { FaultInfo } from '../pldma/types.js';
 import { CMD_RESUME, EvtId, eventName, ResumeResp, type SmmuEventRecord } from '../smmu/records.js';
 import type { Smmu } from '../smmu/smmu.js';

@@ -96,6 +96,41 @@ export interface RunOutcome {
   fault: number;
 }
 
+/** What accessRun knows of its run between its steps (see Iotlb.accessRun). */
+interface RunState {
+  sid: number;
+  base: number;
+  offset: number;
+  end: number;
+  blockSize: number;
+  g: number;
+  /** Blocks of the run. */
+  nb: number;
+  pages: RunPages;
+  spans: number[];
+  out: RunOutcome;
+  /** Granules of the run cached before it, ascending, and the next one to look at. */
+  cand: number[];
+  ci: number;
+  /** The first push still cached (or a later one). */
+  pf: number;
+  /** Entries before the run, not hit by it (the list's head part). */
+  untouched: number;
+  /** Entries cached, counting the pushes not materialized yet. */
+  size: number;
+  inserted: boolean;
+  /** The last granule of the block before, and its push when a hit on a slot (-1: a miss pushed last). */
+  prevL: number;
+  prevSeg: number;
+  /** The granules of the current block that hit. */
+  hitQ: number[];
+}
+
+// A run's block j: its first and last granules; the block granule q falls in.
+const firstOf = (st: RunState, j: number): number => Math.floor((st.offset + j * st.blockSize) / st.g);
+const lastOf = (st: RunState, j: number): number => Math.floor((Math.min(st.offset + (j + 1) * st.blockSize, st.end) - 1) / st.g);
+const blockOf = (st: RunState, q: number): number => Math.floor((q * st.g - st.offset) / st.blockSize);
+
 // Count `count` more blocks that walked `walked` pages each into spans' (count, walked) pairs.
 function span(count: number, walked: number, spans: number[]): void {
   if (count <= 0) return;
@@ -205,182 +240,220 @@ export class Iotlb {
    * walked) pairs, one per stretch of blocks that walked as many pages each (0: an IOTLB hit).
    */
   accessRun(sid: number, base: number, offset: number, length: number, blockSize: number, g: number, pages: RunPages, spans: number[]): RunOutcome {
-    const cap = this.capacity;
     const end = offset + length;
     const nb = Math.ceil(length / blockSize);
     const out: RunOutcome = { blocks: 0, walks: 0, pagesWalked: 0, fault: -1 };
     if (nb === 0) return out;
-    if ((nb === 1 || (offset % g === 0 && blockSize % g === 0)) && this.#hitAll(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g))) {
+    // Blocks that never share a granule: stretches of blocks with no cached granule and no
+    // absent one are appended whole, with no work per block.
+    const regular = nb === 1 || (offset % g === 0 && blockSize % g === 0);
+    if (regular && this.#hitAll(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g))) {
       // A run read again (a buffer written over and over): every granule hit, in order.
       span(nb, 0, spans);
       out.blocks = nb;
       return out;
     }
-    const cand = this.#cachedIn(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g));
-    const pQ = this.#pQ;
-    const pN = this.#pN;
-    const pSlot = this.#pSlot;
-    pQ.length = pN.length = pSlot.length = 0;
-    let pf = 0; // first push still cached (or a later one)
-    let untouched = this.#slot.size; // entries before the run, not hit by it (the list's head part)
-    let size = untouched; // entries cached, counting the pushes not materialized yet
-    let inserted = false;
-
-    // Evict the x least recently used: untouched entries first, then the earliest pushes.
-    const evict = (x: number): void => {
-      for (; x > 0 && untouched > 0; x--, untouched--) this.#drop(this.#head);
-      while (x > 0) {
-        const n = pN[pf]!;
-        if (n === 0) pf++;
-        else if (pSlot[pf]! >= 0) {
-          this.#drop(pSlot[pf]!);
-          pN[pf++] = 0;
-          x--;
-        } else {
-          const t = Math.min(n, x);
-          pQ[pf]! += t;
-          pN[pf] = n - t;
-          x -= t;
-        }
-      }
+    this.#pQ.length = this.#pN.length = this.#pSlot.length = 0;
+    const st: RunState = {
+      sid,
+      base,
+      offset,
+      end,
+      blockSize,
+      g,
+      nb,
+      pages,
+      spans,
+      out,
+      cand: this.#cachedIn(sid, base, g, Math.floor(offset / g), Math.floor((end - 1) / g)),
+      ci: 0,
+      pf: 0,
+      untouched: this.#slot.size,
+      size: this.#slot.size,
+      inserted: false,
+      prevL: -1,
+      prevSeg: -1,
+      hitQ: [],
     };
-    // Granules [q, q+m) missed and were walked: insertMissedAt each, in order.
-    const pushMisses = (q: number, m: number): void => {
-      inserted = true;
-      if (cap === 0 || m === 0) return;
-      const free = cap - size;
-      if (m > free) {
-        const existing = size;
-        evict(Math.min(m - free, existing));
-        // More misses than the IOTLB holds: the stretch's own first ones were evicted by its last.
-        if (m - free > existing) [q, m] = [q + m - cap, cap];
-      }
-      size = Math.min(cap, size + m);
-      const last = pQ.length - 1;
-      if (last >= pf && pSlot[last]! < 0 && pN[last]! > 0 && pQ[last]! + pN[last]! === q) pN[last]! += m;
-      else {
-        pQ.push(q);
-        pN.push(m);
-        pSlot.push(-1);
-      }
-    };
-    // A hit on slot s (granule q): it moves to the end. Returns its push.
-    const pushHit = (q: number, s: number): number => {
-      this.#toTail(s);
-      pQ.push(q);
-      pN.push(1);
-      return pSlot.push(s) - 1;
-    };
-
-    // Whether the granule shared with the previous block is cached: the last push (a miss, or a
-    // hit whose slot may since have been evicted), or nothing (capacity 0).
-    let prevL = -1;
-    let prevSeg = -1; // its push, when a hit (a slot); -1 when a miss pushed last
-    let ci = 0;
-    const hitQ: number[] = [];
-    // Blocks that never share a granule: stretches of blocks with no cached granule and no
-    // absent one are appended whole, with no work per block.
-    const regular = nb === 1 || (offset % g === 0 && blockSize % g === 0);
-    const per = blockSize / g;
-    const firstOf = (j: number): number => Math.floor((offset + j * blockSize) / g);
-    const lastOf = (j: number): number => Math.floor((Math.min(offset + (j + 1) * blockSize, end) - 1) / g);
-    const blockOf = (q: number): number => Math.floor((q * g - offset) / blockSize);
-
     for (let j = 0; j < nb;) {
-      const f = firstOf(j);
       if (regular) {
-        while (ci < cand.length && cand[ci]! < f) ci++;
-        let jn = nb;
-        if (ci < cand.length) jn = Math.min(jn, blockOf(cand[ci]!));
-        const a = pages.absentFrom(f);
-        if (a >= 0) jn = Math.min(jn, blockOf(a));
+        const jn = this.#regularStretch(st, j);
         if (jn > j) {
-          const l = lastOf(jn - 1);
-          const full = jn === nb ? jn - 1 - j : jn - j;
-          span(full, per, spans);
-          if (jn === nb) span(1, l - firstOf(nb - 1) + 1, spans);
-          this.misses += l - f + 1;
-          out.walks += jn - j;
-          out.pagesWalked += l - f + 1;
-          pushMisses(f, l - f + 1);
-          prevL = l;
-          prevSeg = -1;
           j = jn;
           continue;
         }
       }
-      // One block: its lookups in order (hits move to the end at once), then its misses.
-      const l = lastOf(j);
-      hitQ.length = 0;
-      let lSeg = -1; // the push of granule l, if a hit on a slot
-      let q = f;
-      if (f === prevL) {
-        q = f + 1;
-        if (prevSeg < 0) {
-          // The previous block's last push: still at the end (a no-op move), unless nothing is cached.
-          if (cap > 0) hitQ.push(f);
-        } else {
-          const s = this.#slot.get(keyAt(sid, base + f * g));
-          if (s !== EMPTY) {
-            pN[prevSeg] = 0; // moves from there to the end
-            lSeg = pushHit(f, s);
-            hitQ.push(f);
-          }
-        }
-      }
-      while (ci < cand.length && cand[ci]! < q) ci++;
-      for (; ci < cand.length && cand[ci]! <= l; ci++) {
-        const c = cand[ci]!;
-        const s = this.#slot.get(keyAt(sid, base + c * g));
-        if (s === EMPTY) continue; // evicted earlier in the run
-        untouched--;
-        lSeg = pushHit(c, s);
-        hitQ.push(c);
-      }
-      const total = l - f + 1;
-      const missing = total - hitQ.length;
-      this.hits += hitQ.length;
-      this.misses += missing;
-      if (missing > 0) {
-        out.walks++;
-        out.pagesWalked += missing;
-        // The first missing granule that is not resident (a cached one is not walked).
-        let a: number;
-        for (let x = f; ;) {
-          a = pages.absentFrom(x);
-          if (a < 0 || a > l) {
-            a = -1;
-            break;
-          }
-          if (!hitQ.includes(a)) break;
-          x = a + 1;
-        }
-        const stop = a < 0 ? l + 1 : a;
-        let p = f;
-        for (const h of hitQ) {
-          if (h >= stop) break;
-          pushMisses(p, h - p);
-          p = h + 1;
-        }
-        if (stop > p) pushMisses(p, stop - p);
-        if (a >= 0) {
-          out.blocks = j;
-          out.fault = a;
-          break;
-        }
-      }
-      span(1, missing, spans);
-      prevL = l;
-      // l's push, if l hit on a slot (lSeg was set by a hit on l itself, the last of the block's hits).
-      prevSeg = hitQ[hitQ.length - 1] === l ? lSeg : -1;
+      if (!this.#oneBlock(st, j)) break;
       j++;
     }
     if (out.fault < 0) out.blocks = nb;
+    this.#materialize(st);
+    if (st.inserted && sid !== this.#lastSid) {
+      this.#sids.add(sid % SIDS);
+      this.#lastSid = sid;
+    }
+    return out;
+  }
 
-    // Make entries of the pushes still cached, in push order, after the untouched ones. The
-    // hits before the first miss kept are in place already (each moved to the end when hit).
+  // Evict the x least recently used: untouched entries first, then the earliest pushes.
+  #evict(st: RunState, x: number): void {
+    const pN = this.#pN;
+    const pSlot = this.#pSlot;
+    for (; x > 0 && st.untouched > 0; x--, st.untouched--) this.#drop(this.#head);
+    while (x > 0) {
+      const n = pN[st.pf]!;
+      if (n === 0) st.pf++;
+      else if (pSlot[st.pf]! >= 0) {
+        this.#drop(pSlot[st.pf]!);
+        pN[st.pf++] = 0;
+        x--;
+      } else {
+        const t = Math.min(n, x);
+        this.#pQ[st.pf]! += t;
+        pN[st.pf] = n - t;
+        x -= t;
+      }
+    }
+  }
+
+  // Granules [q, q+m) missed and were walked: insertMissedAt each, in order.
+  #pushMisses(st: RunState, q: number, m: number): void {
+    const cap = this.capacity;
+    const pQ = this.#pQ;
+    const pN = this.#pN;
+    const pSlot = this.#pSlot;
+    st.inserted = true;
+    if (cap === 0 || m === 0) return;
+    const free = cap - st.size;
+    if (m > free) {
+      const existing = st.size;
+      this.#evict(st, Math.min(m - free, existing));
+      // More misses than the IOTLB holds: the stretch's own first ones were evicted by its last.
+      if (m - free > existing) [q, m] = [q + m - cap, cap];
+    }
+    st.size = Math.min(cap, st.size + m);
+    const last = pQ.length - 1;
+    if (last >= st.pf && pSlot[last]! < 0 && pN[last]! > 0 && pQ[last]! + pN[last]! === q) pN[last]! += m;
+    else {
+      pQ.push(q);
+      pN.push(m);
+      pSlot.push(-1);
+    }
+  }
+
+  // A hit on slot s (granule q): it moves to the end. Returns its push.
+  #pushHit(q: number, s: number): number {
+    this.#toTail(s);
+    this.#pQ.push(q);
+    this.#pN.push(1);
+    return this.#pSlot.push(s) - 1;
+  }
+
+  // Blocks j.. of a regular run up to the next with a cached or absent granule: appended whole
+  // as one stretch of misses. Returns the block after the stretch (j if there is none).
+  #regularStretch(st: RunState, j: number): number {
+    const { cand, nb, out, spans } = st;
+    const f = firstOf(st, j);
+    while (st.ci < cand.length && cand[st.ci]! < f) st.ci++;
+    let jn = nb;
+    if (st.ci < cand.length) jn = Math.min(jn, blockOf(st, cand[st.ci]!));
+    const a = st.pages.absentFrom(f);
+    if (a >= 0) jn = Math.min(jn, blockOf(st, a));
+    if (jn <= j) return j;
+    const l = lastOf(st, jn - 1);
+    const full = jn === nb ? jn - 1 - j : jn - j;
+    span(full, st.blockSize / st.g, spans);
+    if (jn === nb) span(1, l - firstOf(st, nb - 1) + 1, spans);
+    this.misses += l - f + 1;
+    out.walks += jn - j;
+    out.pagesWalked += l - f + 1;
+    this.#pushMisses(st, f, l - f + 1);
+    st.prevL = l;
+    st.prevSeg = -1;
+    return jn;
+  }
+
+  // One block: its lookups in order (hits move to the end at once), then its misses. False if
+  // it faulted (the run ends there).
+  #oneBlock(st: RunState, j: number): boolean {
+    const { sid, base, g, cand, hitQ } = st;
+    const f = firstOf(st, j);
+    const l = lastOf(st, j);
+    hitQ.length = 0;
+    let lSeg = -1; // the push of granule l, if a hit on a slot
+    let q = f;
+    if (f === st.prevL) {
+      q = f + 1;
+      if (st.prevSeg < 0) {
+        // The previous block's last push: still at the end (a no-op move), unless nothing is cached.
+        if (this.capacity > 0) hitQ.push(f);
+      } else {
+        const s = this.#slot.get(keyAt(sid, base + f * g));
+        if (s !== EMPTY) {
+          this.#pN[st.prevSeg] = 0; // moves from there to the end
+          lSeg = this.#pushHit(f, s);
+          hitQ.push(f);
+        }
+      }
+    }
+    while (st.ci < cand.length && cand[st.ci]! < q) st.ci++;
+    for (; st.ci < cand.length && cand[st.ci]! <= l; st.ci++) {
+      const c = cand[st.ci]!;
+      const s = this.#slot.get(keyAt(sid, base + c * g));
+      if (s === EMPTY) continue; // evicted earlier in the run
+      st.untouched--;
+      lSeg = this.#pushHit(c, s);
+      hitQ.push(c);
+    }
+    const missing = l - f + 1 - hitQ.length;
+    this.hits += hitQ.length;
+    this.misses += missing;
+    if (missing > 0 && !this.#blockMisses(st, j, f, l, missing)) return false;
+    span(1, missing, st.spans);
+    st.prevL = l;
+    // l's push, if l hit on a slot (lSeg was set by a hit on l itself, the last of the block's hits).
+    st.prevSeg = hitQ[hitQ.length - 1] === l ? lSeg : -1;
+    return true;
+  }
+
+  // Block j's `missing` granules of [f, l] walked and pushed in order, up to the first that is
+  // not resident (a cached one is not walked). False if there is one: the run's fault.
+  #blockMisses(st: RunState, j: number, f: number, l: number, missing: number): boolean {
+    const { out, hitQ, pages } = st;
+    out.walks++;
+    out.pagesWalked += missing;
+    let a: number;
+    for (let x = f; ;) {
+      a = pages.absentFrom(x);
+      if (a < 0 || a > l) {
+        a = -1;
+        break;
+      }
+      if (!hitQ.includes(a)) break;
+      x = a + 1;
+    }
+    const stop = a < 0 ? l + 1 : a;
+    let p = f;
+    for (const h of hitQ) {
+      if (h >= stop) break;
+      this.#pushMisses(st, p, h - p);
+      p = h + 1;
+    }
+    if (stop > p) this.#pushMisses(st, p, stop - p);
+    if (a < 0) return true;
+    out.blocks = j;
+    out.fault = a;
+    return false;
+  }
+
+  // Make entries of the pushes still cached, in push order, after the untouched ones. The hits
+  // before the first miss kept are in place already (each moved to the end when hit).
+  #materialize(st: RunState): void {
+    const pQ = this.#pQ;
+    const pN = this.#pN;
+    const pSlot = this.#pSlot;
     let made = false;
-    for (let i = pf; i < pQ.length; i++) {
+    for (let i = st.pf; i < pQ.length; i++) {
       const n = pN[i]!;
       if (n === 0) continue;
       if (pSlot[i]! >= 0) {
@@ -389,19 +462,14 @@ export class Iotlb {
       }
       made = true;
       for (let q = pQ[i]!; q < pQ[i]! + n; q++) {
-        const k = keyAt(sid, base + q * g);
+        const k = keyAt(st.sid, st.base + q * st.g);
         const s = this.#alloc();
         this.#key[s] = k;
-        this.#frame[s] = pages.frame(q);
+        this.#frame[s] = st.pages.frame(q);
         this.#slot.set(k, s);
         this.#link(s);
       }
     }
-    if (inserted && sid !== this.#lastSid) {
-      this.#sids.add(sid % SIDS);
-      this.#lastSid = sid;
-    }
-    return out;
   }
 
   // If granules q0..q1 of this stream are all cached and lie in that order next to each other

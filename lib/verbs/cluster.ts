@@ -28,6 +28,7 @@ const CLUSTER_KEYS = known<ClusterOptions>({
   defaultPolicy: true,
   trace: true,
   nodes: true,
+  hardware: true,
   costs: true,
   channels: true,
   blockSize: true,

@@ -1,5 +1,5 @@
 // The verbs half of a QP's completer (rdma_rxe's rxe_comp): the ACKs and NAKs, their
-// retransmissions and the RNR timer are the engine's (kernel-sim/pldma/completer.ts); here
+// retransmissions and the RNR timer are the engine's (kernel-sim/rc/completer.ts); here
 // the outcome of a work request becomes its libibverbs status (statusOf) and the work
 // completion goes on the QP's own CQ. A CQ that overflows behaves as in libibverbs: the CQ
 // goes to error, IBV_EVENT_CQ_ERR is reported, and the QP moves to ERR; no completion

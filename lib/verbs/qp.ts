@@ -8,7 +8,7 @@
 // complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
-import { RcOp, type FaultModel, type RcQp } from '../../kernel-sim/index.js';
+import { RcOp, RcQueuePair, type FaultModel } from '../../kernel-sim/index.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
@@ -203,59 +203,20 @@ export class QueuePair {
   #destroyed = false;
   #core: QpCore;
   /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
-  readonly rc: RcQp;
+  readonly rc: RcQueuePair;
   #requester: Requester;
   #completer: Completer;
 
   /** @internal use Context.createQp */
   constructor(context: VerbsProcess, device: Device, pd: ProtectionDomain, qpNum: number, init: QpInitAttr, objects: ProcessObjects) {
     checkObject('createQp: init', init, QP_INIT_KEYS);
-    const type = init.qpType ?? init.type;
-    const named = typeof type === 'string' && ['RC', 'UD', 'XRC_SEND', 'XRC_RECV'].includes(type) ? QpType[type as keyof typeof QpType] : type;
-    if (named !== undefined && ![QpType.RC, QpType.UD, QpType.XRC_SEND, QpType.XRC_RECV].includes(named as QpType))
-      throw verbsError('ibv_create_qp', 'EOPNOTSUPP', `QP type ${String(type)}: RC, UD, XRC_SEND and XRC_RECV queue pairs are modelled (no UC)`);
-    this.qpType = (named as QpType | undefined) ?? QpType.RC;
-    const ud = this.qpType === QpType.UD;
-    const xrcRecv = this.qpType === QpType.XRC_RECV;
+    this.qpType = qpTypeOf(init);
     const xrcd = init.xrcd;
-    if (xrcRecv) {
-      if (!(xrcd instanceof XrcDomain)) throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC_RECV QP needs xrcd: an XrcDomain from openXrcd()');
-      xrcd.check('ibv_create_qp');
-    } else if (xrcd !== undefined) throw verbsError('ibv_create_qp', 'EINVAL', 'xrcd is for XRC_RECV QPs');
+    checkQpInit(this.qpType, init, pd);
     this.xrcd = xrcd;
-    // A UD SEND is one packet, one transfer of the engine: gathered from one SGE.
-    if (ud && (init.cap?.maxSendSge ?? 1) > 1)
-      throw verbsError('ibv_create_qp', 'EINVAL', 'a UD QP here sends from one SGE per WR: cap.maxSendSge must be 1');
-    // XRC QPs have no receive queue of their own, an XRC target no send queue either: a CQ
-    // they do not name is one nothing completes on.
-    const needs = xrcRecv ? [] : this.qpType === QpType.XRC_SEND ? ['sendCq'] : ['sendCq', 'recvCq'];
-    for (const k of needs) if (!init[k as 'sendCq']) throw invalidArg(`createQp: ${needs.join(' and ')} ${needs.length > 1 ? 'are' : 'is'} required`);
     const srq = init.srq;
-    if (srq !== undefined && this.qpType !== QpType.RC && !ud)
-      throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC QP takes no srq: XRC SRQs are named by each request');
-    if (srq?.srqType === SrqType.XRC)
-      throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC SRQ is named by XRC requests (wr.xrc.remoteSrqn), not attached to a QP');
-    if (srq !== undefined) {
-      if (!(srq instanceof SharedReceiveQueue)) throw verbsError('ibv_create_qp', 'EINVAL', 'srq must be a SharedReceiveQueue from createSrq()');
-      if (srq.destroyed) throw verbsError('ibv_create_qp', 'EINVAL', 'the SRQ was destroyed');
-      if (srq.pd !== pd) throw verbsError('ibv_create_qp', 'EINVAL', "the SRQ belongs to another protection domain than the QP's");
-    }
     this.srq = srq;
-    const faultModel = init.faultModel ?? 'terminate';
-    if (faultModel !== 'terminate' && faultModel !== 'stall')
-      throw invalidArg(`createQp: faultModel must be 'terminate' or 'stall', got ${String(init.faultModel)}`);
-    // One SMMU stream per PD: its model is the one of the PD's QPs. They all share it, so the
-    // first one found tells it (checking them all made createQp quadratic in the PD's QPs).
-    for (const u of pd.users) {
-      if (!(u instanceof QueuePair)) continue;
-      if (u.faultModel !== faultModel)
-        throw verbsError(
-          'ibv_create_qp',
-          'EINVAL',
-          `faultModel '${faultModel}' on a PD whose QPs are '${u.faultModel}' (one SMMU stream per PD): allocate another PD for it`,
-        );
-      break;
-    }
+    const faultModel = faultModelOf(init, pd);
     this.faultModel = faultModel;
     this.context = context;
     this.#device = device;
@@ -265,23 +226,9 @@ export class QueuePair {
     this.sendCq = init.sendCq ?? new Cq(1);
     this.recvCq = init.recvCq ?? new Cq(1);
     this.sqSigAll = init.sqSigAll ?? false;
-    const cap = init.cap ?? {};
-    // A QP without a receive queue of its own (an XRC initiator or target, a QP on an SRQ)
-    // takes 0 receive caps, as libibverbs does; a bad cap is EINVAL (ibv_create_qp's errno).
-    const noRq = this.qpType === QpType.XRC_SEND || xrcRecv || srq !== undefined;
-    const capInt = (name: keyof QpCap, v: number, min: number, max: number): number => {
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
-        throw verbsError('ibv_create_qp', 'EINVAL', `cap.${name} must be an integer in ${min}..${max}, got ${String(v)}`);
-      return v;
-    };
-    this.cap = {
-      maxSendWr: capInt('maxSendWr', cap.maxSendWr ?? 128, 1, 1 << 16),
-      maxRecvWr: capInt('maxRecvWr', cap.maxRecvWr ?? (noRq ? 0 : 128), noRq ? 0 : 1, 1 << 16),
-      maxSendSge: capInt('maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
-      maxRecvSge: capInt('maxRecvSge', cap.maxRecvSge ?? (noRq ? 0 : 4), noRq ? 0 : 1, 16),
-    };
+    this.cap = qpCaps(this.qpType, init);
     this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
-    this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud, xrc: this.qpType === QpType.XRC_SEND });
+    this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud: this.qpType === QpType.UD, xrc: this.qpType === QpType.XRC_SEND });
     const attr = this.#attr;
     const state = () => this.#state;
     const destroyed = () => this.#destroyed;
@@ -319,31 +266,27 @@ export class QueuePair {
       landings: new Set(),
       toError: () => this.#toError(),
     };
+    this.rc = this.#rcQueuePair();
+    this.#publish();
+    this.#requester = new Requester(this.#core);
+    pd.users.add(this);
+    srq?.users.add(this);
+    xrcd?.qps.add(this);
+    // The engine reads the model from the stream: the requester of the source's, the responder of the destination's.
+    pd.stream.faultModel = faultModel;
+  }
+
+  // What the node's transport keeps of this QP (rc/qp.ts), and what it hands back to it: the
+  // receives it takes (from rq, an SRQ, an XRC SRQ of its domain) or gives back, its completions.
+  #rcQueuePair(): RcQueuePair {
+    const { qpNum, pd, srq, xrcd } = this;
+    const ud = this.qpType === QpType.UD;
+    const xrcRecv = this.qpType === QpType.XRC_RECV;
+    const state = () => this.#state;
+    const destroyed = () => this.#destroyed;
     const core = this.#core;
     const completer = this.#completer;
-    this.rc = {
-      qpNum,
-      pd,
-      get receiving() {
-        const st = state();
-        return !destroyed() && (st === QpState.RTR || st === QpState.RTS || st === QpState.SQD);
-      },
-      get destNode() {
-        return attr.destNode;
-      },
-      get destQpNum() {
-        return attr.destQpNum;
-      },
-      get accessFlags() {
-        return attr.qpAccessFlags;
-      },
-      get minRnrTimer() {
-        return attr.minRnrTimer;
-      },
-      // A getter in the literal itself (a spread would copy its value once).
-      get qkey() {
-        return ud ? attr.qkey : undefined;
-      },
+    return new RcQueuePair(qpNum, pd, {
       rq: this.#rq,
       ...(srq ? { take: () => srq.take() } : {}),
       ...(xrcRecv
@@ -382,14 +325,7 @@ export class QueuePair {
           r.solicited,
         ),
       toError: () => this.#toError(),
-      resp: { epsn: 0, msg: undefined },
-    };
-    this.#requester = new Requester(this.#core);
-    pd.users.add(this);
-    srq?.users.add(this);
-    xrcd?.qps.add(this);
-    // The engine reads the model from the stream: the requester of the source's, the responder of the destination's.
-    pd.stream.faultModel = faultModel;
+    });
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -435,6 +371,15 @@ export class QueuePair {
 
   /** ibv_modify_qp: RESET → INIT → RTR → RTS, and → ERR / → RESET from anywhere. */
   modify(attr: QpAttr): void {
+    // An attribute set before a later one is refused stays set (as it did): published either way.
+    try {
+      this.#modify(attr);
+    } finally {
+      this.#publish();
+    }
+  }
+
+  #modify(attr: QpAttr): void {
     this.#checkAlive();
     checkObject('modify: attr', attr, QP_ATTR_KEYS);
     const to = attr.qpState;
@@ -474,8 +419,7 @@ export class QueuePair {
       if (attr.minRnrTimer !== undefined) this.#attr.minRnrTimer = checkInt('minRnrTimer', attr.minRnrTimer, 0, 31);
       if (attr.rqPsn !== undefined) this.#attr.rqPsn = checkInt('rqPsn', attr.rqPsn, 0, 0xff_ffff);
       // The responder expects the peer's first message at rq_psn.
-      this.rc.resp.epsn = this.#attr.rqPsn;
-      this.rc.resp.msg = undefined;
+      this.rc.expectPsn(this.#attr.rqPsn);
     }
     if (to === QpState.RTS) {
       if (attr.sqPsn !== undefined) this.#attr.sqPsn = checkInt('sqPsn', attr.sqPsn, 0, 0xff_ffff);
@@ -485,6 +429,7 @@ export class QueuePair {
       if (attr.rnrRetry !== undefined) this.#attr.rnrRetry = checkInt('rnrRetry', attr.rnrRetry, 0, 7);
     }
     this.#state = to;
+    this.#publish();
     if (to === QpState.RTS) this.#requester.kick();
   }
 
@@ -537,6 +482,7 @@ export class QueuePair {
     if (this.#destroyed) return;
     this.#toError();
     this.#destroyed = true;
+    this.#publish();
     // Work in flight and queued behind it (left to the running loop by #toError) is flushed
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
     for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.drain()])
@@ -563,6 +509,7 @@ export class QueuePair {
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
+    this.#publish();
     // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
     // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
     const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
@@ -575,9 +522,99 @@ export class QueuePair {
       for (const wr of this.#sq.drain()) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
   }
 
+  // What the transport reads of this QP, written to it at each change (ibv_modify_qp's
+  // attributes reaching the device): it never reads them back from here.
+  #publish(): void {
+    const a = this.#attr;
+    this.rc.modify({
+      state: this.#state,
+      destroyed: this.#destroyed,
+      destNode: a.destNode,
+      destQpNum: a.destQpNum,
+      accessFlags: a.qpAccessFlags,
+      minRnrTimer: a.minRnrTimer,
+      qkey: this.qpType === QpType.UD ? a.qkey : undefined,
+    });
+  }
+
   #checkAlive(): void {
     if (this.#destroyed) throw closedError('QueuePair');
   }
+}
+
+// The QP type createQp asked for (a QpType, or its name): RC when none.
+function qpTypeOf(init: QpInitAttr): QpType {
+  const type = init.qpType ?? init.type;
+  const named = typeof type === 'string' && ['RC', 'UD', 'XRC_SEND', 'XRC_RECV'].includes(type) ? QpType[type as keyof typeof QpType] : type;
+  if (named !== undefined && ![QpType.RC, QpType.UD, QpType.XRC_SEND, QpType.XRC_RECV].includes(named as QpType))
+    throw verbsError('ibv_create_qp', 'EOPNOTSUPP', `QP type ${String(type)}: RC, UD, XRC_SEND and XRC_RECV queue pairs are modelled (no UC)`);
+  return (named as QpType | undefined) ?? QpType.RC;
+}
+
+// createQp's objects for a QP of `qpType`: its XRC domain, its CQs, its SRQ (ibv_create_qp's EINVALs).
+function checkQpInit(qpType: QpType, init: QpInitAttr, pd: ProtectionDomain): void {
+  const ud = qpType === QpType.UD;
+  const xrcRecv = qpType === QpType.XRC_RECV;
+  const xrcd = init.xrcd;
+  if (xrcRecv) {
+    if (!(xrcd instanceof XrcDomain)) throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC_RECV QP needs xrcd: an XrcDomain from openXrcd()');
+    xrcd.check('ibv_create_qp');
+  } else if (xrcd !== undefined) throw verbsError('ibv_create_qp', 'EINVAL', 'xrcd is for XRC_RECV QPs');
+  // A UD SEND is one packet, one transfer of the engine: gathered from one SGE.
+  if (ud && (init.cap?.maxSendSge ?? 1) > 1)
+    throw verbsError('ibv_create_qp', 'EINVAL', 'a UD QP here sends from one SGE per WR: cap.maxSendSge must be 1');
+  // XRC QPs have no receive queue of their own, an XRC target no send queue either: a CQ
+  // they do not name is one nothing completes on.
+  const needs = xrcRecv ? [] : qpType === QpType.XRC_SEND ? ['sendCq'] : ['sendCq', 'recvCq'];
+  for (const k of needs) if (!init[k as 'sendCq']) throw invalidArg(`createQp: ${needs.join(' and ')} ${needs.length > 1 ? 'are' : 'is'} required`);
+  const srq = init.srq;
+  if (srq !== undefined && qpType !== QpType.RC && !ud)
+    throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC QP takes no srq: XRC SRQs are named by each request');
+  if (srq?.srqType === SrqType.XRC)
+    throw verbsError('ibv_create_qp', 'EINVAL', 'an XRC SRQ is named by XRC requests (wr.xrc.remoteSrqn), not attached to a QP');
+  if (srq !== undefined) {
+    if (!(srq instanceof SharedReceiveQueue)) throw verbsError('ibv_create_qp', 'EINVAL', 'srq must be a SharedReceiveQueue from createSrq()');
+    if (srq.destroyed) throw verbsError('ibv_create_qp', 'EINVAL', 'the SRQ was destroyed');
+    if (srq.pd !== pd) throw verbsError('ibv_create_qp', 'EINVAL', "the SRQ belongs to another protection domain than the QP's");
+  }
+}
+
+// The QP's fault model: one SMMU stream per PD, so the one of the PD's QPs. They all share it,
+// so the first one found tells it (checking them all made createQp quadratic in the PD's QPs).
+function faultModelOf(init: QpInitAttr, pd: ProtectionDomain): FaultModel {
+  const faultModel = init.faultModel ?? 'terminate';
+  if (faultModel !== 'terminate' && faultModel !== 'stall')
+    throw invalidArg(`createQp: faultModel must be 'terminate' or 'stall', got ${String(init.faultModel)}`);
+  for (const u of pd.users) {
+    if (!(u instanceof QueuePair)) continue;
+    if (u.faultModel !== faultModel)
+      throw verbsError(
+        'ibv_create_qp',
+        'EINVAL',
+        `faultModel '${faultModel}' on a PD whose QPs are '${u.faultModel}' (one SMMU stream per PD): allocate another PD for it`,
+      );
+    break;
+  }
+  return faultModel;
+}
+
+// The QP's caps. A QP without a receive queue of its own (an XRC initiator or target, a QP on
+// an SRQ) takes 0 receive caps, as libibverbs does; a bad cap is EINVAL (ibv_create_qp's errno).
+function qpCaps(qpType: QpType, init: QpInitAttr): QpCap {
+  const cap = init.cap ?? {};
+  const ud = qpType === QpType.UD;
+  const noRq = qpType === QpType.XRC_SEND || qpType === QpType.XRC_RECV || init.srq !== undefined;
+  const capInt = (name: keyof QpCap, v: number, min: number, max: number): number => {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
+      throw verbsError('ibv_create_qp', 'EINVAL', `cap.${name} must be an integer in ${min}..${max}, got ${String(v)}`);
+    return v;
+  };
+  return {
+    maxSendWr: capInt('maxSendWr', cap.maxSendWr ?? 128, 1, 1 << 16),
+    maxRecvWr: capInt('maxRecvWr', cap.maxRecvWr ?? (noRq ? 0 : 128), noRq ? 0 : 1, 1 << 16),
+    maxSendSge: capInt('maxSendSge', cap.maxSendSge ?? (ud ? 1 : 4), 1, 16),
+    maxRecvSge: capInt('maxRecvSge', cap.maxRecvSge ?? (noRq ? 0 : 4), noRq ? 0 : 1, 16),
+  };
 }
 
 /** Move two connected QPs (RC, or an XRC_SEND and its XRC_RECV) through INIT → RTR → RTS, each pointing at the other (rc_pingpong's defaults). */

@@ -6,7 +6,7 @@
 import { type DmaCompletion, type DmaDescriptor, RcOp } from '../../kernel-sim/index.js';
 import { QP_DEFAULTS, QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { done, fail, type Outcome, statusOf } from './completer.js';
-import { expectLanding, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
+import { expectLanding, type LocalSge, localSges, offsetOf, type QpCore, type SendWr } from './qp-core.js';
 
 export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
   [WrOpcode.RDMA_WRITE]: WcOpcode.RDMA_WRITE,
@@ -145,66 +145,19 @@ export class Requester {
     const landsHere = wr.opcode === WrOpcode.RDMA_READ || wr.opcode === WrOpcode.ATOMIC_CMP_AND_SWP || wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD;
     const local = localSges(q, wr.sgList, landsHere);
     if (!local) return fail(WcStatus.LOC_PROT_ERR);
-    const sinks = () => local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
-
     switch (wr.opcode) {
       case WrOpcode.RDMA_WRITE:
-      case WrOpcode.RDMA_WRITE_WITH_IMM: {
-        // RC packets straight away: the responder's engine checks the rkey on every packet
-        // and, for the immediate, takes a receive with the last one.
-        const { remoteAddr, rkey } = wr.rdma!;
-        const imm = wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM;
-        const results = await this.#move(
-          imm ? RcOp.WRITE_IMM : RcOp.WRITE,
-          local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(wr.sgList, i)), length: l.length, key: rkey })),
-          total,
-          imm ? (wr.immData ?? 0) : undefined,
-          solicited(wr),
-        );
-        return done(statusOf(results), total, results);
-      }
+      case WrOpcode.RDMA_WRITE_WITH_IMM:
+        return this.#write(wr, local, total);
       case WrOpcode.SEND:
-      case WrOpcode.SEND_WITH_IMM: {
+      case WrOpcode.SEND_WITH_IMM:
         if (q.qpType === QpType.UD) return this.#sendUd(wr, local[0], total);
-        // The receive WQE is taken where the first packet lands; its buffers say where the bytes go.
-        const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
-        const results = await this.#move(
-          imm ? RcOp.SEND_IMM : RcOp.SEND,
-          local.map((l) => ({ fromVa: l.addr, toVa: 0n, length: l.length })),
-          total,
-          imm ? (wr.immData ?? 0) : undefined,
-          solicited(wr),
-        );
-        return done(statusOf(results), total, results);
-      }
-      case WrOpcode.RDMA_READ: {
-        // One READ request packet (RETH: address, rkey, DMA length); the responder's node
-        // sends the bytes back as READ responses, which land here only in these sinks.
-        const { remoteAddr, rkey } = wr.rdma!;
-        const landed = expectLanding(q, sinks());
-        const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
-          dmaLength: total,
-          sinks: sinks(),
-          responseTimeout: this.#responseTimeout(),
-        }).finally(landed);
-        return done(statusOf(results), total, results);
-      }
+        return this.#send(wr, local, total);
+      case WrOpcode.RDMA_READ:
+        return this.#read(wr, local, total);
       case WrOpcode.ATOMIC_CMP_AND_SWP:
-      case WrOpcode.ATOMIC_FETCH_AND_ADD: {
-        const a = wr.atomic!;
-        if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
-        const landed = expectLanding(q, sinks());
-        const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
-          sinks: sinks(),
-          responseTimeout: this.#responseTimeout(),
-          atomic: {
-            fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD,
-            compareAdd: BigInt.asUintN(64, a.compareAdd),
-            swap: BigInt.asUintN(64, a.swap ?? 0n),
-          },
-        }).finally(landed);
-        return done(statusOf(results), 8, results);
-      }
+      case WrOpcode.ATOMIC_FETCH_AND_ADD:
+        return this.#atomic(wr, local);
       case WrOpcode.ATOMIC_WRITE: {
         // One packet carrying the word's 8 new bytes, read from the local SGE (it may fault here).
         if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
@@ -224,6 +177,64 @@ export class Requester {
       }
     }
     return fail(WcStatus.LOC_QP_OP_ERR);
+  }
+
+  // RC packets straight away: the responder's engine checks the rkey on every packet and, for
+  // the immediate, takes a receive with the last one.
+  async #write(wr: SendWr, local: LocalSge[], total: number): Promise<Outcome> {
+    const { remoteAddr, rkey } = wr.rdma!;
+    const imm = wr.opcode === WrOpcode.RDMA_WRITE_WITH_IMM;
+    const results = await this.#move(
+      imm ? RcOp.WRITE_IMM : RcOp.WRITE,
+      local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(wr.sgList, i)), length: l.length, key: rkey })),
+      total,
+      imm ? (wr.immData ?? 0) : undefined,
+      solicited(wr),
+    );
+    return done(statusOf(results), total, results);
+  }
+
+  // An RC SEND: the receive WQE is taken where the first packet lands; its buffers say where the bytes go.
+  async #send(wr: SendWr, local: LocalSge[], total: number): Promise<Outcome> {
+    const imm = wr.opcode === WrOpcode.SEND_WITH_IMM;
+    const results = await this.#move(
+      imm ? RcOp.SEND_IMM : RcOp.SEND,
+      local.map((l) => ({ fromVa: l.addr, toVa: 0n, length: l.length })),
+      total,
+      imm ? (wr.immData ?? 0) : undefined,
+      solicited(wr),
+    );
+    return done(statusOf(results), total, results);
+  }
+
+  // One READ request packet (RETH: address, rkey, DMA length); the responder's node sends the
+  // bytes back as READ responses, which land here only in these sinks.
+  async #read(wr: SendWr, local: LocalSge[], total: number): Promise<Outcome> {
+    const { remoteAddr, rkey } = wr.rdma!;
+    const landed = expectLanding(this.#qp, sinksOf(local));
+    const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
+      dmaLength: total,
+      sinks: sinksOf(local),
+      responseTimeout: this.#responseTimeout(),
+    }).finally(landed);
+    return done(statusOf(results), total, results);
+  }
+
+  // An atomic (AtomicETH): its original value lands in the one 8-byte local SGE.
+  async #atomic(wr: SendWr, local: LocalSge[]): Promise<Outcome> {
+    const a = wr.atomic!;
+    if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+    const landed = expectLanding(this.#qp, sinksOf(local));
+    const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
+      sinks: sinksOf(local),
+      responseTimeout: this.#responseTimeout(),
+      atomic: {
+        fetchAdd: wr.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD,
+        compareAdd: BigInt.asUintN(64, a.compareAdd),
+        swap: BigInt.asUintN(64, a.swap ?? 0n),
+      },
+    }).finally(landed);
+    return done(statusOf(results), 8, results);
   }
 
   // A UD SEND: one packet of at most the MTU to the AH's node and the WR's QP and Q_Key. Its
@@ -310,4 +321,9 @@ export class Requester {
     if (parts.length === 1) return post(parts[0]!).then((c) => [c]);
     return Promise.all(parts.map(post));
   }
+}
+
+// Where a READ's or an atomic's response may land: the WR's local SGEs, as sinks.
+function sinksOf(local: LocalSge[]): Array<{ addr: bigint; length: number; lkey: number }> {
+  return local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
 }

@@ -7,7 +7,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { WcStatus } from '../../lib/index.js';
-import { Op } from '../../kernel-sim/fabric/headers.js';
+import { Op } from '../../kernel-sim/fabric/wire-codec.js';
 import { realClient, startServer, type PortServer, type Report } from './port-server.js';
 import { mutate, record, replay, type Mutation } from './session.js';
 import { built, ci } from './spawn.js';

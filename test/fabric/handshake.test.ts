@@ -1,4 +1,4 @@
-// The programs' handshake (examples/fabric-peer.ts): the client names its program and run,
+// The programs' handshake (cli/programs/fabric-peer.ts): the client names its program and run,
 // the server answers. Another program, a run past the server's limits, a body of the wrong
 // shape or a peer without the token ends both sides (non-zero, the reason named, never a
 // TypeError); strangers on the port during a run are rejected and counted, the run goes on;
@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport } from '../../kernel-sim/index.js';
-import { encodeHello } from '../../kernel-sim/fabric/headers.js';
+import { encodeHello } from '../../kernel-sim/fabric/framing.js';
 import { libfabricHeader, Raw } from './raw.js';
 import { built, ci, start, waitFor } from './spawn.js';
 

@@ -1,23 +1,20 @@
-// The wire layout (kernel-sim/fabric/headers.ts): every packet type survives encode and
+// The wire layout (kernel-sim/fabric/wire-codec.ts, packet-layout.ts, framing.ts, exchange-codec.ts): every packet type survives encode and
 // decode field for field, and every malformed field, short or long frame, unknown opcode or
 // flag is refused with a WireError that names it, before anything is built from it.
 import { describe, expect, it } from 'vitest';
+import { encodeExchange } from '../../kernel-sim/fabric/exchange-codec.js';
 import {
-  checkPacket,
   decodeFrame,
   encodeBatch,
   encodeChunk,
-  encodeExchange,
   encodeHello,
-  encodePacket,
   Outbox,
   BATCH_ENTRY_BYTES,
   BATCH_HEADER_BYTES,
   encodePing,
-  Op,
-  WIRE_MAX_BLOCKS,
-  WireError,
-} from '../../kernel-sim/fabric/headers.js';
+} from '../../kernel-sim/fabric/framing.js';
+import { checkPacket, encodePacket } from '../../kernel-sim/fabric/packet-layout.js';
+import { Op, WIRE_MAX_BLOCKS, WireError } from '../../kernel-sim/fabric/wire-codec.js';
 import { AckResp, type AckPacket, RcOp, type WritePacket } from '../../kernel-sim/fabric/packets.js';
 import { MAX_RUN_BLOCKS } from '../../kernel-sim/pldma/types.js';
 import { costModel } from '../../kernel-sim/cost-model/index.js';

@@ -5,7 +5,9 @@
 // the crash is that process's alone and said so), and the real client is served after it.
 import { afterEach, describe, expect, it } from 'vitest';
 import { AckResp, LibfabricTransport, type AckPacket } from '../../kernel-sim/index.js';
-import { encodeChunk, encodeExchange, encodeHello, encodePacket } from '../../kernel-sim/fabric/headers.js';
+import { encodeExchange } from '../../kernel-sim/fabric/exchange-codec.js';
+import { encodeChunk, encodeHello } from '../../kernel-sim/fabric/framing.js';
+import { encodePacket } from '../../kernel-sim/fabric/packet-layout.js';
 import { WcStatus } from '../../lib/index.js';
 import { closeAll, track } from '../verbs/helpers.js';
 import { startServer, realClient, type PortServer, type Report } from './port-server.js';

@@ -7,8 +7,8 @@ import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LibfabricTransport, peerTimeoutMs } from '../../kernel-sim/index.js';
-import type { FaultTime, StallReport } from '../../examples/fabric-peer.js';
-import { Op } from '../../kernel-sim/fabric/headers.js';
+import type { FaultTime, StallReport } from '../../cli/programs/fabric-peer.js';
+import { Op } from '../../kernel-sim/fabric/wire-codec.js';
 import { Raw } from './raw.js';
 import { built, ci, freePort, start, waitFor } from './spawn.js';
 

@@ -5,7 +5,8 @@
 // the provider's own parser. What the server sends back is decoded with the wire layout, a
 // batch into its frames.
 import { connect, type Socket } from 'node:net';
-import { decodeFrame, Op, type Frame } from '../../kernel-sim/fabric/headers.js';
+import { decodeFrame, type Frame } from '../../kernel-sim/fabric/framing.js';
+import { Op } from '../../kernel-sim/fabric/wire-codec.js';
 
 export class Raw {
   readonly frames: Frame[] = [];

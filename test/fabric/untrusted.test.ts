@@ -7,7 +7,10 @@
 // client is served afterwards.
 import { afterEach, describe, expect, it } from 'vitest';
 import { AckResp, DmaStatus, LibfabricTransport, type AckPacket, type WritePacket } from '../../kernel-sim/index.js';
-import { encodeBatch, encodeChunk, encodeExchange, encodeHello, encodePacket, encodePing, Op } from '../../kernel-sim/fabric/headers.js';
+import { encodeExchange } from '../../kernel-sim/fabric/exchange-codec.js';
+import { encodeBatch, encodeChunk, encodeHello, encodePing } from '../../kernel-sim/fabric/framing.js';
+import { encodePacket } from '../../kernel-sim/fabric/packet-layout.js';
+import { Op } from '../../kernel-sim/fabric/wire-codec.js';
 import type { MemoryLike } from '../../kernel-sim/memory.js';
 import { binding } from '../../native/index.js';
 import { Access, Cluster, mapRegion, QpState, SendFlags, WcStatus, WrOpcode, type QueuePair, type Region } from '../../lib/index.js';

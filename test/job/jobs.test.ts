@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { AlltoallResult } from '../../examples/alltoall.js';
+import type { AlltoallResult } from '../../cli/programs/alltoall.js';
 import { allowedCpus } from '../../cli/launcher.js';
 import { built, ci, freePort, start, waitFor } from '../fabric/spawn.js';
 

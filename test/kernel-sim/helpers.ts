@@ -123,10 +123,15 @@ export function proc(node: SimNode, pid: number, pd: number, regions: Region[] =
 export function stallRig(
   env: Env,
   pages: number,
-  o: { stallSide?: 'source' | 'destination'; blockSize?: number; costs?: SystemOptions['costs'] } = {},
+  o: { stallSide?: 'source' | 'destination'; blockSize?: number; costs?: SystemOptions['costs']; hardware?: string } = {},
 ) {
   const stallSide = o.stallSide ?? 'destination';
-  const sys = env.system({ nodes: 2, ...(o.blockSize ? { blockSize: o.blockSize } : {}), ...(o.costs ? { costs: o.costs } : {}) });
+  const sys = env.system({
+    nodes: 2,
+    ...(o.blockSize ? { blockSize: o.blockSize } : {}),
+    ...(o.costs ? { costs: o.costs } : {}),
+    ...(o.hardware ? { hardware: o.hardware } : {}),
+  });
   const uffd = env.uffd();
   const src = env.region(pages * P);
   const dst = env.region(pages * P);

@@ -5,7 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError } from '../../lib/index.js';
-import { clusterUnavailable, startRedisCluster, type RedisCluster } from '../../examples/support/redis-cluster.js';
+import { clusterUnavailable, startRedisCluster, type RedisCluster } from '../../cli/programs/support/redis-cluster.js';
 import { until } from '../helpers.js';
 
 const missing = clusterUnavailable();

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
-import { startRedis, type RedisServer } from '../../examples/support/redis-server.js';
+import { startRedis, type RedisServer } from '../../cli/programs/support/redis-server.js';
 import { ROOT } from '../child.js';
 import { sleep, until } from '../helpers.js';
 

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { beforeAll, expect, it } from 'vitest';
 import { requireDist, ROOT } from '../child.js';
-import { startRedis } from '../../examples/support/redis-server.js';
+import { startRedis } from '../../cli/programs/support/redis-server.js';
 
 beforeAll(requireDist);
 

@@ -10,7 +10,7 @@ import { createConnection } from 'node:net';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
-import { startMemoryServer, type MemoryServerProcess } from '../../examples/support/memory-server.js';
+import { startMemoryServer, type MemoryServerProcess } from '../../cli/programs/support/memory-server.js';
 import {
   ABSENT,
   frame,

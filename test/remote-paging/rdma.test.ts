@@ -17,7 +17,7 @@ import {
   type CompletionQueue,
   type WorkCompletion,
 } from '../../lib/index.js';
-import { startRedis } from '../../examples/support/redis-server.js';
+import { startRedis } from '../../cli/programs/support/redis-server.js';
 import { until } from '../helpers.js';
 
 const ODP = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.ON_DEMAND;

@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
 import { until } from '../helpers.js';
 import { requireDist, ROOT } from '../child.js';
-import { startRedis, type RedisServer } from '../../examples/support/redis-server.js';
+import { startRedis, type RedisServer } from '../../cli/programs/support/redis-server.js';
 
 let redis: RedisServer;
 beforeAll(async () => {

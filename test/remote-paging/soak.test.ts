@@ -15,7 +15,7 @@ import {
   WrOpcode,
   type PfrError,
 } from '../../lib/index.js';
-import { startRedis, type RedisServer } from '../../examples/support/redis-server.js';
+import { startRedis, type RedisServer } from '../../cli/programs/support/redis-server.js';
 import { sleep, until } from '../helpers.js';
 
 let redis: RedisServer;

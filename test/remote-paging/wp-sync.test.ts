@@ -5,7 +5,7 @@
 // eviction with no error; the checksum taken at eviction must not be what saves it.
 import { afterEach, expect, it } from 'vitest';
 import { PageCategory, RemotePager, touch, type RemotePagerOptions } from '../../lib/index.js';
-import { startRedis } from '../../examples/support/redis-server.js';
+import { startRedis } from '../../cli/programs/support/redis-server.js';
 import { P } from '../helpers.js';
 
 const open: Array<{ close(): Promise<unknown> }> = [];

@@ -1,0 +1,122 @@
+// Remote paging: an application whose working set is larger than the memory it may keep.
+// It writes every page of a region four times (say) its resident limit, then reads and
+// updates random pages for a few passes, checking every byte against what it wrote. The
+// DM-Handler fetches each missing page from the store while the application's thread waits,
+// and the eviction worker keeps the resident pages between the watermarks. A live summary
+// line shows faults, pages fetched, evicted, written back and resident.
+import { PAGE_SIZE, RemotePager, type RemotePagingStats, type RemotePagerOptions } from '../../lib/index.js';
+import { print, sizeName } from './support/format.js';
+import { liveLine } from './support/progress.js';
+import { startRedis, type RedisServer } from './support/redis-server.js';
+import { startMemoryServer, type MemoryServerProcess } from './support/memory-server.js';
+
+export interface RemotePagingOptions {
+  size: number;
+  resident: number;
+  store: 'embedded' | 'redis' | 'server';
+  /** An existing server's Unix socket (store 'redis'); without it a redis-server is started and stopped here. */
+  redisSocket?: string;
+  /** An existing `pagefault-rdma memory-server`'s Unix socket (store 'server'); without it one is started and stopped here. */
+  serverSocket?: string;
+  prefetch: number;
+  passes: number;
+  /** Random page updates per pass. */
+  updates: number;
+}
+
+function summary(s: RemotePagingStats): string {
+  return (
+    `faults ${s.faults} (major ${s.majorFaults}) | fetched ${s.pagesFetched} (+${s.prefetched} ahead) | evicted ${s.evicted}: ` +
+    `written back ${s.writtenBack}, dropped clean ${s.droppedClean} | resident ${s.resident}`
+  );
+}
+
+export async function remotePaging(o: RemotePagingOptions): Promise<Record<string, unknown>> {
+  let redis: RedisServer | undefined;
+  let server: MemoryServerProcess | undefined;
+  let store: RemotePagerOptions['store'] = 'embedded';
+  if (o.store === 'redis') {
+    if (!o.redisSocket) redis = await startRedis();
+    store = { redis: { socket: o.redisSocket ?? redis!.socket, prefix: `pfr-example-${process.pid}` } };
+  } else if (o.store === 'server') {
+    if (!o.serverSocket) server = await startMemoryServer();
+    store = { server: { socket: o.serverSocket ?? server!.socket, prefix: `pfr-example-${process.pid}` } };
+  }
+  const pages = o.size / PAGE_SIZE;
+  const pager = await RemotePager.create({ size: o.size, residentLimit: o.resident, prefetch: o.prefetch, store });
+  const errors: string[] = [];
+  pager.on('error', (e) => errors.push(`${e.code}: ${e.message}`));
+  // Milestones are lines of the output; between them a live line (a terminal only) shows the counters.
+  const show = (what: string): void => print(`${what.padEnd(10)} ${summary(pager.stats())}`);
+  const live = liveLine();
+  const timer = process.stderr.isTTY === true ? setInterval(() => live.update(`…          ${summary(pager.stats())}`), 200) : undefined;
+  try {
+    print(
+      `A ${sizeName(o.size)} region (${pages} pages) that may keep ${sizeName(o.resident)} resident; store: ${o.store}` +
+        `${o.store === 'redis' ? (o.redisSocket ? ` at ${o.redisSocket}` : ' (a redis-server started for this run)') : ''}` +
+        `${o.store === 'server' ? (o.serverSocket ? ` at ${o.serverSocket}` : ' (a pagefault-rdma memory-server started for this run)') : ''}; ` +
+        `dirty tracking: ${pager.tracking}; prefetch ${o.prefetch} pages. Every access below is the main JS thread's own.`,
+    );
+    const mem = new Uint8Array(pager.region.buffer);
+    const shadow = new Uint8Array(pages); // the byte each page was last given
+    const t0 = performance.now();
+    // Work in slices so the summary line (a timer on this thread) gets its turn.
+    const slices = async (n: number, body: (i: number) => void): Promise<void> => {
+      for (let i = 0; i < n; i++) {
+        body(i);
+        if (i % 512 === 511) await new Promise((r) => setImmediate(r));
+      }
+    };
+    await slices(pages, (i) => {
+      shadow[i] = (i * 7 + 1) & 0xff;
+      mem.fill(shadow[i]!, i * PAGE_SIZE, (i + 1) * PAGE_SIZE);
+    });
+    show('written');
+    let seed = 7;
+    const rand = (n: number): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 8) % n;
+    let bad = 0;
+    for (let pass = 1; pass <= o.passes; pass++) {
+      await slices(o.updates, () => {
+        const i = rand(pages);
+        if (mem[i * PAGE_SIZE + rand(PAGE_SIZE)] !== shadow[i]) bad++;
+        shadow[i] = (shadow[i]! + 1) & 0xff;
+        mem.fill(shadow[i]!, i * PAGE_SIZE, (i + 1) * PAGE_SIZE);
+      });
+      show(`pass ${pass}`);
+    }
+    await slices(pages, (i) => {
+      if (mem[i * PAGE_SIZE] !== shadow[i] || mem[(i + 1) * PAGE_SIZE - 1] !== shadow[i]) bad++;
+    });
+    if (timer) clearInterval(timer);
+    live.stop();
+    const seconds = (performance.now() - t0) / 1000;
+    const stats = pager.stats();
+    const latency = await pager.latency();
+    print(`verified   ${summary(stats)}`);
+    print(
+      `Every page checked: ${bad === 0 ? 'all bytes are what the application wrote' : `${bad} pages WRONG`}. ` +
+        `${seconds.toFixed(2)} s; major fault median ${latency.major.p50Us.toFixed(1)} µs, p99 ${latency.major.p99Us.toFixed(1)} µs ` +
+        `(receipt to resolution, in the DM-Handler's thread).`,
+    );
+    for (const e of errors) print(`error: ${e}`);
+    return {
+      size: o.size,
+      resident: o.resident,
+      store: o.store,
+      tracking: pager.tracking,
+      prefetch: o.prefetch,
+      passes: o.passes,
+      badPages: bad,
+      seconds,
+      stats,
+      latency,
+      errors,
+    };
+  } finally {
+    if (timer) clearInterval(timer);
+    live.stop();
+    await pager.close();
+    await redis?.dispose();
+    await server?.dispose();
+  }
+}

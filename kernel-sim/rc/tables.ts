@@ -1,0 +1,263 @@
+// What one node's RC transport knows of its own QPs and MRs (rdma_rxe's rxe_pool objects as
+// rxe_resp reads them): the tables the verbs layer keeps its objects in, and what the
+// responder's checks (responder.ts) and answers say. The engine only reads them: it never asks
+// the verbs whether a packet may land.
+import { RcOp } from '../fabric/packets.js';
+import type { MemoryLike } from '../memory.js';
+import type { FaultCounts } from '../pldma/types.js';
+
+export { RcOp };
+
+/** A protection domain as the tables see it: its handle (its SMMU stream's PD) and whether it is gone. */
+export interface RcPd {
+  /** The PD's handle. */
+  readonly handle: number;
+  /** True once the PD was deallocated. */
+  readonly closed: boolean;
+}
+
+/** Where a range of an MR lies: a region of the process's memory and the offset in it. */
+export interface RcPlaceAt {
+  /** The region. */
+  region: MemoryLike;
+  /** Byte offset of the range in it. */
+  offset: number;
+}
+
+/** An MR as its node's responder reads it. */
+export interface RcMr {
+  /** True once deregistered. */
+  readonly closed: boolean;
+  /** ibv_access_flags. */
+  readonly access: number;
+  /** The MR's protection domain (its handle is its SMMU stream's PD). */
+  readonly pd: RcPd;
+  /**
+   * Where [addr, addr+length) lies, its region mapped in the PD's stream (ODP: the engine
+   * faults on its pages); undefined if the range is not all inside the MR.
+   */
+  place(addr: bigint, length: number): RcPlaceAt | undefined;
+  /** Whether [addr, addr+length) lies inside the MR (nothing mapped or touched). */
+  covers(addr: bigint, length: number): boolean;
+}
+
+/** A shared receive queue as the responder takes receives from it (an XRC target's, by number). */
+export interface RcSrq {
+  /** The next receive WQE, taken off the queue for good; undefined if it is empty (an RNR NAK). */
+  take(): RcRecvWqe | undefined;
+}
+
+/** A receive work request as the responder takes it. */
+export interface RcRecvWqe {
+  /** The WR's id, for its completion. */
+  wrId: bigint | number;
+  /** The buffers an incoming SEND is scattered into, in order. */
+  sgList: RcSge[];
+}
+
+/** What the responder does with a receive queue (a RecvRing: the device's side of its ring). */
+export interface RcRecvQueue {
+  readonly length: number;
+  /** The next receive (the same object until it is consumed), or undefined. */
+  head(): RcRecvWqe | undefined;
+  /** Consume the head. */
+  shift(): RcRecvWqe | undefined;
+}
+
+/** A scatter/gather entry of a receive (struct ibv_sge). */
+export interface RcSge {
+  /** Start address. */
+  addr: bigint;
+  /** Bytes. */
+  length: number;
+  /** The lkey of the MR that holds it. */
+  lkey: number;
+}
+
+/** How a receive ended, as the responder reports it to its QP (which completes it on its CQ). */
+export interface RcReceived {
+  /** 'ok'; 'prot': a buffer is in no MR of the QP's PD with LOCAL_WRITE; 'len': the message is longer than the buffers. */
+  status: 'ok' | 'prot' | 'len';
+  /** Which operation consumed it. */
+  op: RcOp.SEND | RcOp.SEND_IMM | RcOp.WRITE_IMM | RcOp.UD_SEND | RcOp.UD_SEND_IMM;
+  /** Bytes of the message. */
+  byteLen: number;
+  /** The immediate data of a SEND_WITH_IMM or WRITE_WITH_IMM. */
+  immData?: number;
+  /** The sender asked for a solicited event (BTH SE). */
+  solicited?: boolean;
+  /** The QP number of the sender. */
+  srcQpn: number;
+  /** What the message took at this end (and the source's faults, as the last packet reported them). */
+  odp: RcOdp;
+}
+
+/** The faults and times of a message, as one end saw them. */
+export interface RcOdp {
+  /** Faults by side. */
+  faults: FaultCounts;
+  /** Pages a page store supplied (remote paging's major faults). */
+  majorFaults: number;
+  /** Blocks sent again after a fault. */
+  retransmittedBlocks: number;
+  /** Modelled µs, first packet issued to last landed. */
+  modelUs: number;
+  /** Measured µs, the same span. */
+  realUs: number;
+}
+
+/** A QP as its node's responder reads it. */
+export interface RcQp {
+  /** The QP's number. */
+  readonly qpNum: number;
+  /** The QP's protection domain: the MRs it may use, the stream that translates its bytes. */
+  readonly pd: RcPd;
+  /** In RTR, RTS or SQD and not destroyed: it accepts packets. */
+  readonly receiving: boolean;
+  /** The node of the connected QP: the only one whose packets it accepts. */
+  readonly destNode: number;
+  /** The connected QP's number. */
+  readonly destQpNum: number;
+  /** qp_access_flags: the remote operations it accepts. */
+  readonly accessFlags: number;
+  /** The RNR NAK timer code it answers with. */
+  readonly minRnrTimer: number;
+  /**
+   * The receive queue, a ring of receive WQEs (kernel-sim/device/recv-ring.ts): its head is
+   * taken by a SEND's first packet (kept there until the message completes).
+   */
+  readonly rq: RcRecvQueue;
+  /**
+   * Where receives come from when they are not `rq`'s head (a QP attached to a shared
+   * receive queue): the next receive WQE taken off that queue for good, or undefined if it
+   * is empty (an RNR NAK). The message holds it until it completes (or the QP's ERR flushes it).
+   */
+  take?(): RcRecvWqe | undefined;
+  /** A UD QP's Q_Key (absent for an RC QP): it takes UD SENDs from any QP that names it. */
+  readonly qkey?: number;
+  /** UD: give back a receive `take` returned whose datagram did not land (a fault: it comes again). */
+  giveBack?(wqe: RcRecvWqe): void;
+  /**
+   * An XRC target QP (XRC_RECV): the XRC SRQ of its XRC domain numbered `srqn` (the packet's
+   * XRCETH), which its messages take their receives from; undefined if the domain has none.
+   */
+  xrcSrq?(srqn: number): RcSrq | undefined;
+  /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
+  expects(lkey: number, va: bigint, length: number): boolean;
+  /** A receive ended (its WQE has left `rq`). */
+  received(wqe: RcRecvWqe, r: RcReceived): void;
+  /** A receive failed at this end (a bad buffer, too short): the QP goes to ERR. */
+  toError(): void;
+  /** The responder's own state of this QP (rxe's qp->resp): the PSN it expects, the message in progress. */
+  readonly resp: RcRespState;
+}
+
+/** What a QP's responder keeps between packets (set up by the QP at RTR, cleared at RESET). */
+export interface RcRespState {
+  /** The PSN of the next message (rq_psn at RTR; 24 bits). */
+  epsn: number;
+  /** The message in progress: its PSN, the sender's transfer, the receive WQE it took, what it cost here. */
+  msg: RcMessage | undefined;
+}
+
+/** A message this QP is receiving. */
+export interface RcMessage {
+  psn: number;
+  tid: number;
+  opcode: RcOp;
+  /** SEND: the receive WQE its first packet took (still at the head of rq until the message completes). */
+  wqe: RcRecvWqe | undefined;
+  /** Destination faults (NACKs) this end took for it. */
+  faults: number;
+  /** When its first packet was issued (modelled µs, performance.now() ms). */
+  firstUs: number;
+  firstMs: number;
+}
+
+/** One node's object tables: its MRs by key and its QPs by number. */
+export class RcTables {
+  /** MRs by key (lkey = rkey). */
+  readonly mrs = new Map<number, RcMr>();
+  /** QPs by number. */
+  readonly qps = new Map<number, RcQp>();
+  /**
+   * Set once a verbs device drives the node: a packet that names no QP is then accepted only
+   * from the node's own engine (an atomic's read into its own buffer), never from a peer.
+   */
+  strict = false;
+}
+
+/** Why the responder refused a packet: the NAK syndrome (AETH) and what it says. */
+export interface RcRefusal {
+  /** 'drop': a UD datagram silently dropped (the sender's engine is answered as if it landed). */
+  nak: 'qp' | 'psn' | 'access' | 'inv-req' | 'op' | 'rnr' | 'drop';
+  reason: string;
+  /** RNR NAK: the QP's min_rnr_timer code. */
+  rnrTimer?: number;
+}
+
+/** An RC packet's fields the responder acts on. */
+export interface RcPacket {
+  src: number;
+  qpn: number;
+  srcQpn: number | undefined;
+  opcode: RcOp;
+  psn: number | undefined;
+  key: number | undefined;
+  tid: number;
+  seq: number;
+  va: bigint;
+  length: number;
+  /** Bytes of the transfer from this packet's first on. */
+  lengthHint: number;
+  /** A message of several transfers (one per SGE): this transfer's offset in it and the message's bytes. */
+  msgOffset: number | undefined;
+  msgLength: number | undefined;
+  /** READ request: the bytes to read from `va`; FLUSH: the bytes to flush. */
+  dmaLength: number | undefined;
+  /** FLUSH: FETH's placement type bits and selectivity level. */
+  flush?: { type: number; level: number } | undefined;
+  /** UD SEND: DETH's Q_Key. */
+  qkey?: number | undefined;
+  /** XRCETH: the XRC SRQ number, in every request of an XRC send QP. */
+  srqn?: number | undefined;
+  blockSize: number;
+  issuedUs: number;
+  issuedMs: number;
+}
+
+/** A packet admitted: its QP, the message it belongs to, where its bytes land. */
+export interface RcAdmitted {
+  qp: RcQp;
+  msg: RcMessage;
+  /** Bytes of the message. */
+  total: number;
+  /** Destination spans in order, each inside an MR checked for this packet (empty: no bytes). */
+  spans: RcPlace['spans'];
+  /** The packet ends the message. */
+  last: boolean;
+  /**
+   * A READ or an atomic request under a PSN this QP already took (rxe_resp's duplicate_request):
+   * the requester asks again for the rest of a READ, or for an atomic's result (a fault at its
+   * sink). A READ is read again; an atomic is answered from the replay, never executed again.
+   */
+  duplicate?: boolean;
+}
+
+/** Where a run of a message lands at this node, once checked. */
+export interface RcPlace {
+  /** The destination span(s): one for RETH-addressed packets, one per receive buffer for a SEND. */
+  spans: Array<{ va: bigint; length: number; key: number }>;
+  /** The PD whose stream translates them. */
+  pd: number;
+  qp: RcQp;
+}
+
+/** min_rnr_timer codes in ms (IB spec table; 0 is the longest, 655.36 ms). */
+export function rnrTimerMs(code: number): number {
+  const table = [
+    655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32, 0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48,
+    30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52,
+  ];
+  return table[code & 31]!;
+}
