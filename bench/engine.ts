@@ -8,11 +8,12 @@
 // (e) µs per page with every page faulting, 1 MiB vs 256 MiB, policies touch and touch-ahead;
 // (f) per-transfer time of all-to-all writes (evicted destinations), 2 vs 16 nodes;
 // (g) wake-ups of an idle process holding a Cluster and a Userfaultfd, and the heap growth
-//     after faulting in 1 GiB with default options.
+//     after faulting in 1 GiB with default options;
+// (h) heap bytes allocated per 64 B RDMA_WRITE on the steady path (issue 38), over 100,000 WRs.
 // A program that prints real measurements (npm run bench:engine), never a test. JSON:
 // bench-engine.json in the working directory, or --json.
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { setFlagsFromString } from 'node:v8';
+import { GCProfiler, getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Worker } from 'node:worker_threads';
 import {
@@ -39,13 +40,13 @@ import { print, sizeName, target } from '../cli/programs/support/format.js';
 import { progress, type Progress } from '../cli/programs/support/progress.js';
 import { defaultResults, machineInfo, packageRoot } from './faults.js';
 
-export const ENGINE_CASES = ['a', 'b', 'c', 'd', 'e', 'f', 'g'] as const;
+export const ENGINE_CASES = ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'] as const;
 export type EngineCase = (typeof ENGINE_CASES)[number];
 
 export interface BenchEngineOptions {
   /** Measured rounds per case (after one warm-up round). */
   rounds: number;
-  /** Which of (a)–(g) to run. */
+  /** Which of (a)–(h) to run. */
   cases: EngineCase[];
   /** (a) sizes in bytes. */
   writeSizes: number[];
@@ -534,6 +535,85 @@ async function caseG(o: BenchEngineOptions, bar: Progress): Promise<unknown> {
   return { idle, heap: { bytes: o.heapBytes, growthMiB: mib(heapAfter - heap0), afterCloseMiB: mib(heapClosed - heap0) } };
 }
 
+// ---- (h) heap bytes per small write ----
+
+/**
+ * Bytes allocated on the V8 heap per 64 B RDMA_WRITE, 1 QP × 64 outstanding, over `count` WRs
+ * after a warm-up: the growth of used_heap_size plus what every GC in between freed (v8's
+ * GCProfiler reports the heap statistics before and after each). The program reuses one WR
+ * object, as a C program reuses its ibv_send_wr; the work completions pollCq returns are counted.
+ */
+async function heapPerWrite(count: number): Promise<number> {
+  const size = 64;
+  const w = nodes(2, 4096);
+  const src = resident(size, 1);
+  const dst = resident(size, 0);
+  try {
+    const [qp] = qpPair(w, 0, 1);
+    const ms = w.ctx[0]!.regMr(w.pd[0]!, src, 0, src.size, ODP);
+    const md = w.ctx[1]!.regMr(w.pd[1]!, dst, 0, dst.size, ODP);
+    const cq = w.cq[0]!;
+    const wr = {
+      wrId: 0,
+      opcode: WrOpcode.RDMA_WRITE,
+      sgList: [{ addr: ms.addr, length: size, lkey: ms.lkey }],
+      rdma: { remoteAddr: md.addr, rkey: md.rkey },
+      sendFlags: SendFlags.SIGNALED,
+    };
+    const run = async (n: number) => {
+      let posted = 0;
+      let done = 0;
+      for (; posted < MSG_INFLIGHT && posted < n; posted++) {
+        wr.wrId = posted;
+        qp.postSend(wr);
+      }
+      while (done < n) {
+        const wc = await cq.next({ timeoutMs: 120_000 });
+        if (wc.status !== WcStatus.SUCCESS) throw new Error(`bench-engine (h): a work request failed: ${WcStatus[wc.status]}`);
+        done++;
+        for (const c of cq.poll(MSG_INFLIGHT)) {
+          if (c.status !== WcStatus.SUCCESS) throw new Error(`bench-engine (h): a work request failed: ${WcStatus[c.status]}`);
+          done++;
+        }
+        while (posted < n && posted - done < MSG_INFLIGHT) {
+          wr.wrId = posted++;
+          qp.postSend(wr);
+        }
+      }
+    };
+    await run(Math.min(count, 20_000));
+    gc();
+    const profiler = new GCProfiler();
+    const used0 = getHeapStatistics().used_heap_size;
+    profiler.start();
+    await run(count);
+    const stats = profiler.stop();
+    const used1 = getHeapStatistics().used_heap_size;
+    let freed = 0;
+    for (const s of stats?.statistics ?? []) freed += s.beforeGC.heapStatistics.usedHeapSize - s.afterGC.heapStatistics.usedHeapSize;
+    return (used1 - used0 + freed) / count;
+  } finally {
+    w.cluster.close();
+    src.close();
+    dst.close();
+  }
+}
+
+async function caseH(o: BenchEngineOptions, bar: Progress): Promise<unknown> {
+  const count = 100_000;
+  const per: number[] = [];
+  for (let r = 0; r <= o.rounds; r++) {
+    const x = await heapPerWrite(count);
+    if (r > 0) per.push(x);
+    bar.tick('(h) heap per write');
+  }
+  const bytes = median(per);
+  print(
+    `(h) heap allocated per 64 B RDMA_WRITE (1 QP x 64, ${count} WRs, v8 GC statistics): ${bytes.toFixed(0)} B  ${target(bytes, '<=', 100, ' B')}`,
+  );
+  return { count, bytesPerWrite: bytes, rounds: per };
+}
+
 export async function benchEngine(o: BenchEngineOptions): Promise<Record<string, unknown>> {
   const root = packageRoot();
   const steps =
@@ -543,7 +623,8 @@ export async function benchEngine(o: BenchEngineOptions): Promise<Record<string,
     (o.cases.includes('d') ? o.rounds + 1 : 0) +
     (o.cases.includes('e') ? 2 * o.faultSizes.length * (o.rounds + 1) : 0) +
     (o.cases.includes('f') ? o.nodes.length * (o.rounds + 1) : 0) +
-    (o.cases.includes('g') ? 2 : 0);
+    (o.cases.includes('g') ? 2 : 0) +
+    (o.cases.includes('h') ? o.rounds + 1 : 0);
   const bar = progress(steps, 'bench-engine');
   print('The engine data path against the machine without it: real measurements on this machine, now.');
   print(`${o.rounds} measured rounds per case after a warm-up; medians (and p99 for latencies).`);
@@ -556,6 +637,7 @@ export async function benchEngine(o: BenchEngineOptions): Promise<Record<string,
     if (o.cases.includes('e')) results.e = await caseE(o, bar);
     if (o.cases.includes('f')) results.f = await caseF(o, bar);
     if (o.cases.includes('g')) results.g = await caseG(o, bar);
+    if (o.cases.includes('h')) results.h = await caseH(o, bar);
   } finally {
     bar.stop();
   }

@@ -1,5 +1,5 @@
 // `pagefault-rdma bench-engine` (npm run bench:engine): the engine's data path against the
-// machine without it, (a)–(g) of issue 9 side by side.
+// machine without it, (a)–(g) of issue 9 and (h) of issue 38 side by side.
 import { InvalidArgumentError, Option } from 'commander';
 import { benchEngine, ENGINE_CASES, type BenchEngineOptions, type EngineCase } from '../../bench/engine.js';
 import { heading, parsePositiveInt, parseSize } from '../programs/support/format.js';
@@ -23,13 +23,14 @@ export default defineProgram<Options>({
     'The data path of the engine measured side by side with what the machine does without it: (a) big resident ' +
     'RDMA_WRITEs vs memcpy, (b) small-write rate vs a MessageChannel, (c) SEND ping-pong vs a MessageChannel ping-pong, ' +
     '(d) a one-page write into an evicted page real vs modelled, (e) µs per faulting page small vs large, (f) all-to-all ' +
-    'per-transfer time few vs many nodes, (g) idle wake-ups and the heap after faulting in 1 GiB. Writes its JSON to ' +
-    '--json FILE, else to bench-engine.json in the working directory (a temporary folder inside the installed package).',
+    'per-transfer time few vs many nodes, (g) idle wake-ups and the heap after faulting in 1 GiB, (h) heap bytes per 64 B ' +
+    'write. Writes its JSON to --json FILE, else to bench-engine.json in the working directory (a temporary folder inside ' +
+    'the installed package).',
   noTrace: BENCH_NO_TRACE,
   options(cmd) {
     cmd
       .option('--rounds <n>', 'measured rounds per case (after one warm-up round)', parsePositiveInt, 3)
-      .addOption(new Option('--cases <list>', 'which of a,b,c,d,e,f,g to run').argParser(list(engineCase)).default([...ENGINE_CASES], 'all'))
+      .addOption(new Option('--cases <list>', 'which of a,b,c,d,e,f,g,h to run').argParser(list(engineCase)).default([...ENGINE_CASES], 'all'))
       .addOption(
         new Option('--write-sizes <list>', '(a) write sizes')
           .argParser(list(parseSize))

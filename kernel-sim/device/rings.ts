@@ -48,6 +48,94 @@ export function ringBytes(numElems: number, log2: number): number {
   return pageAlign(QUEUE_DATA_OFFSET + numElems * 2 ** log2);
 }
 
+/** Write a ring's header (the geometry line) at `r.offset` of `v`. */
+function writeHeader(v: DataView, r: RingGeometry, handle: number): void {
+  const o = HEADER;
+  v.setUint32(r.offset + o.log2_elem_size, r.log2ElemSize, true);
+  v.setUint32(r.offset + o.index_mask, r.numElems - 1, true);
+  v.setUint32(r.offset + o.magic, QUEUE_MAGIC, true);
+  v.setUint16(r.offset + o.abi_version, ABI_VERSION, true);
+  v.setUint16(r.offset + o.kind, r.kind, true);
+  v.setUint32(r.offset + o.num_elems, r.numElems, true);
+  v.setUint32(r.offset + o.handle, handle, true);
+}
+
+const HEADER = queueBuf.offsets([
+  'log2_elem_size',
+  'index_mask',
+  'magic',
+  'abi_version',
+  'kind',
+  'num_elems',
+  'handle',
+  'producer_index',
+  'consumer_index',
+] as const);
+
+/**
+ * One ring in memory (docs/device-abi.md §2): a `pfr_queue_buf` header and its slots, with
+ * free-running producer and consumer indices. In one process the memory is an ArrayBuffer (or
+ * SharedArrayBuffer); the same bytes are what a provider in another process maps. Both sides
+ * read and write entries through `view` at `slot(i)`; nothing here holds a JavaScript object of
+ * either side. The geometry is this object's own copy, never read back from the memory.
+ */
+export class Ring {
+  readonly kind: QueueKind;
+  readonly numElems: number;
+  readonly mask: number;
+  readonly log2ElemSize: number;
+  /** The memory, and a DataView over all of it (entries are read and written through it). */
+  readonly buffer: ArrayBuffer | SharedArrayBuffer;
+  readonly view: DataView;
+  readonly #base: number;
+  readonly #idx: Uint32Array;
+  static readonly #PI = HEADER.producer_index / 4;
+  static readonly #CI = HEADER.consumer_index / 4;
+
+  constructor(g: { kind: QueueKind; numElems: number; log2: number }, handle = 0, buffer?: ArrayBuffer | SharedArrayBuffer, offset = 0) {
+    if (g.numElems < 1 || (g.numElems & (g.numElems - 1)) !== 0) throw new RangeError(`a ring's slots must be a power of two, got ${g.numElems}`);
+    this.kind = g.kind;
+    this.numElems = g.numElems;
+    this.mask = g.numElems - 1;
+    this.log2ElemSize = g.log2;
+    this.buffer = buffer ?? new ArrayBuffer(QUEUE_DATA_OFFSET + g.numElems * 2 ** g.log2);
+    this.view = new DataView(this.buffer);
+    this.#base = offset + QUEUE_DATA_OFFSET;
+    this.#idx = new Uint32Array(this.buffer, offset, QUEUE_DATA_OFFSET / 4);
+    if (!buffer) writeHeader(this.view, { kind: g.kind, offset, numElems: g.numElems, log2ElemSize: g.log2 }, handle);
+  }
+
+  /** Entries produced (free-running, wraps at 2^32). */
+  get producer(): number {
+    return Atomics.load(this.#idx, Ring.#PI);
+  }
+
+  /** Entries consumed (free-running). */
+  get consumer(): number {
+    return Atomics.load(this.#idx, Ring.#CI);
+  }
+
+  /** Entries produced and not consumed (above numElems: the indices are corrupt). */
+  get count(): number {
+    return (this.producer - this.consumer) >>> 0;
+  }
+
+  /** Byte offset in `buffer` of the slot of entry `i`. */
+  slot(i: number): number {
+    return this.#base + ((i & this.mask) << this.log2ElemSize);
+  }
+
+  /** The producer's step, after writing the entry at slot(producer): publish it. */
+  produced(): void {
+    Atomics.store(this.#idx, Ring.#PI, (this.producer + 1) >>> 0);
+  }
+
+  /** The consumer's step, after copying the entry at slot(consumer): free its slot. */
+  consumed(): void {
+    Atomics.store(this.#idx, Ring.#CI, (this.consumer + 1) >>> 0);
+  }
+}
+
 /** The memory of one or more rings: a sealed memfd mapped here, its fd to send to the program. */
 export class RingMemory {
   readonly mapping: RawMapping & { fd: number };
@@ -59,16 +147,7 @@ export class RingMemory {
     this.mapping = binding.mapSealed(size);
     this.rings = rings;
     const v = new DataView(this.mapping.buffer);
-    const o = queueBuf.offsets(['log2_elem_size', 'index_mask', 'magic', 'abi_version', 'kind', 'num_elems', 'handle'] as const);
-    for (const r of rings) {
-      v.setUint32(r.offset + o.log2_elem_size, r.log2ElemSize, true);
-      v.setUint32(r.offset + o.index_mask, r.numElems - 1, true);
-      v.setUint32(r.offset + o.magic, QUEUE_MAGIC, true);
-      v.setUint16(r.offset + o.abi_version, ABI_VERSION, true);
-      v.setUint16(r.offset + o.kind, r.kind, true);
-      v.setUint32(r.offset + o.num_elems, r.numElems, true);
-      v.setUint32(r.offset + o.handle, handle, true);
-    }
+    for (const r of rings) writeHeader(v, r, handle);
   }
 
   get size(): number {

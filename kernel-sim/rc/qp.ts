@@ -4,7 +4,7 @@
 // ibv_modify_qp reaches rxe_qp_from_attr), never read back from the owner; its receive queue;
 // and the responder's own state (the PSN it expects, the message in progress).
 import { QpState } from '../device/ib.js';
-import type { RcPd, RcQp, RcReceived, RcRecvWqe, RcRespState, RcSrq } from './tables.js';
+import type { RcPd, RcQp, RcReceived, RcRecvQueue, RcRecvWqe, RcRespState, RcSrq } from './tables.js';
 
 /** The attributes of a QP the transport reads, as its owner sets them (rxe_qp_from_attr). */
 export interface RcQpAttrs {
@@ -25,7 +25,7 @@ export interface RcQpAttrs {
 /** What the transport hands back to a QP's owner: receives it takes or gives back, its completions, its ERR. */
 export interface RcQpOwner {
   /** The receive queue the responder takes a SEND's receive from (its head). */
-  rq: RcRecvWqe[];
+  rq: RcRecvQueue;
   take?(): RcRecvWqe | undefined;
   giveBack?(wqe: RcRecvWqe): void;
   xrcSrq?(srqn: number): RcSrq | undefined;
@@ -38,7 +38,7 @@ export interface RcQpOwner {
 export class RcQueuePair implements RcQp {
   readonly qpNum: number;
   readonly pd: RcPd;
-  readonly rq: RcRecvWqe[];
+  readonly rq: RcRecvQueue;
   state = QpState.RESET;
   destroyed = false;
   destNode = -1;

@@ -362,7 +362,7 @@ function checkResource(c: Check): Step | RcRefusal {
   if (p.opcode === RcOp.WRITE_IMM && c.last) {
     // From a shared queue the receive is taken now, held by the message like a SEND's.
     if (take) msg!.wqe ??= take();
-    if (!(take ? msg!.wqe : qp.rq[0])) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
+    if (!(take ? msg!.wqe : qp.rq.head())) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
   }
   return admitted;
 }
@@ -370,7 +370,7 @@ function checkResource(c: Check): Step | RcRefusal {
 /** A SEND's first packet: the receive it lands in, its buffers checked for the whole message. */
 function takeReceive(c: Check): Step | RcRefusal {
   const { t, p, qp, take } = c;
-  const wqe = take ? take() : qp.rq[0];
+  const wqe = take ? take() : qp.rq.head();
   if (!wqe) return { nak: 'rnr', reason: `QP ${p.qpn} has no receive posted`, rnrTimer: qp.minRnrTimer };
   const s = scatterSend(t, qp, wqe, 0, 0, c.total);
   if ('fail' in s) {
@@ -1021,13 +1021,13 @@ export class Responder {
     if (qp.resp.msg === msg) qp.resp.msg = undefined;
     // Only a SEND or a WRITE with immediate takes a receive: never a WRITE or an ATOMIC WRITE.
     if (!RECEIVING.has(p.opcode!)) return;
-    const wqe = msg.wqe ?? qp.rq[0];
+    const wqe = msg.wqe ?? qp.rq.head();
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
     // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for
     // a UD datagram (no message kept between packets) its QP flushes it when given back.
     const taken = takesReceives(qp);
     if (wqe && taken && !qp.receiving) this.#notReceived(a);
-    if (!wqe || (taken ? !qp.receiving : qp.rq[0] !== wqe)) return;
+    if (!wqe || (taken ? !qp.receiving : qp.rq.head() !== wqe)) return;
     if (!taken) qp.rq.shift();
     const total = a.total;
     const r: RcReceived = {

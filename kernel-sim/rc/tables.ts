@@ -55,6 +55,15 @@ export interface RcRecvWqe {
   sgList: RcSge[];
 }
 
+/** What the responder does with a receive queue (a RecvRing: the device's side of its ring). */
+export interface RcRecvQueue {
+  readonly length: number;
+  /** The next receive (the same object until it is consumed), or undefined. */
+  head(): RcRecvWqe | undefined;
+  /** Consume the head. */
+  shift(): RcRecvWqe | undefined;
+}
+
 /** A scatter/gather entry of a receive (struct ibv_sge). */
 export interface RcSge {
   /** Start address. */
@@ -113,8 +122,11 @@ export interface RcQp {
   readonly accessFlags: number;
   /** The RNR NAK timer code it answers with. */
   readonly minRnrTimer: number;
-  /** The receive queue: its head is taken by a SEND's first packet (kept there until the message completes). */
-  readonly rq: RcRecvWqe[];
+  /**
+   * The receive queue, a ring of receive WQEs (kernel-sim/device/recv-ring.ts): its head is
+   * taken by a SEND's first packet (kept there until the message completes).
+   */
+  readonly rq: RcRecvQueue;
   /**
    * Where receives come from when they are not `rq`'s head (a QP attached to a shared
    * receive queue): the next receive WQE taken off that queue for good, or undefined if it

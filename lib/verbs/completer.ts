@@ -5,7 +5,7 @@
 // goes to error, IBV_EVENT_CQ_ERR is reported, and the QP moves to ERR; no completion
 // vanishes without that.
 import { DmaStatus, type DmaCompletion, type RcOdp } from '../../kernel-sim/index.js';
-import { type QpState, WcFlags, WcStatus, type WcOpcode } from './constants.js';
+import { type QpState, WcStatus, type WcOpcode } from './constants.js';
 import type { CompletionQueue } from './cq.js';
 
 /** The faults and times of a transfer, as a work completion reports them. */
@@ -41,20 +41,8 @@ export class Completer {
     srcQp?: number,
     solicited?: boolean,
   ): void {
-    const wc: Parameters<CompletionQueue['push']>[0] = {
-      wrId: BigInt(wrId),
-      status,
-      opcode,
-      byteLen,
-      qpNum: this.#qp.qpNum,
-      srcQp: srcQp ?? this.#qp.destQpNum,
-      wcFlags: immData !== undefined ? WcFlags.WITH_IMM : 0,
-      vendorErr: 0,
-    };
-    if (immData !== undefined) wc.immData = immData >>> 0;
-    if (odp) wc.odp = odp;
-    // An overrun CQ takes its QPs to ERR (their later work is flushed into it, and counted).
-    if (!cq.push(wc, solicited)) this.#qp.toError();
+    const qpNum = this.#qp.qpNum;
+    if (!cq.complete(BigInt(wrId), status, opcode, byteLen, qpNum, srcQp ?? this.#qp.destQpNum, immData, odp, solicited)) this.#qp.toError();
   }
 }
 

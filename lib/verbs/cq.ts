@@ -1,9 +1,13 @@
 // Completion queues: pollCq(n) like ibv_poll_cq, and an async way to wait (next(), or
 // for await … of cq); or, created on a completion channel and armed with reqNotify(), an
-// event on the channel for the next completion (comp-channel.ts).
+// event on the channel for the next completion (comp-channel.ts). The completions live in a
+// ring of CQEs (kernel-sim/device/cq-ring.ts, docs/device-abi.md's struct pfr_cqe): the device
+// side writes them, poll() reads them into WorkCompletion objects as rdma-core's rxe provider
+// reads the kernel's ring in ibv_poll_cq.
+import { CompletionRing, CQE, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
 import { closedError } from '../errors.js';
 import { checkInt, checkObject } from '../validate.js';
-import { WcOpcode, WcStatus, wcStatusStr } from './constants.js';
+import { WcFlags, WcOpcode, WcStatus, wcStatusStr } from './constants.js';
 import { verbsError } from './errors.js';
 
 /** struct ibv_wc, plus what this library can tell about faults. */
@@ -80,7 +84,8 @@ export interface CqEventChannel {
 export class CompletionQueue {
   /** Most completions the CQ holds before it overruns (cqe). */
   readonly depth: number;
-  #queue: WorkCompletion[] = [];
+  /** The ring of CQEs: written by the device side (complete()), read by poll() and next(). */
+  readonly ring: CompletionRing;
   #waiters: Waiter[] = [];
   /**
    * One timer for all waiters, due at the earliest deadline (not one per next(): a timer per
@@ -108,6 +113,7 @@ export class CompletionQueue {
     options: { channel?: CqEventChannel | undefined; cqContext?: unknown } = {},
   ) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
+    this.ring = new CompletionRing(this.depth);
     this.#onOverrun = onOverrun;
     this.channel = options.channel;
     this.cqContext = options.cqContext;
@@ -175,22 +181,23 @@ export class CompletionQueue {
 
   /** Completions waiting to be polled. */
   get length(): number {
-    return this.#queue.length;
+    return this.ring.count;
   }
 
   /** ibv_poll_cq: up to `n` completions, oldest first (may be none). */
   poll(n = 1): WorkCompletion[] {
     this.#check();
     checkInt('pollCq: n', n, 1);
-    return this.#queue.splice(0, n);
+    const out: WorkCompletion[] = [];
+    for (let k = this.ring.count; out.length < n && k > 0; k--) out.push(this.#take());
+    return out;
   }
 
   /** The next completion; rejects on timeout (default 10 s, as rdma-core's POLL_CQ_TIMEOUT) or close. */
   next(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<WorkCompletion> {
     this.#check();
     checkObject('next: options', options, ['timeoutMs', 'signal']);
-    const wc = this.#queue.shift();
-    if (wc) return Promise.resolve(wc);
+    if (this.ring.count > 0) return Promise.resolve(this.#take());
     const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('next: timeoutMs', options.timeoutMs, 1);
     return new Promise((resolve, reject) => {
       const w: Waiter = { resolve, reject, deadline: performance.now() + timeoutMs, timeoutMs, signal: options.signal, onAbort: undefined };
@@ -223,23 +230,27 @@ export class CompletionQueue {
   }
 
   /**
-   * @internal a completion from a queue pair. False if the CQ has overrun: the CQ goes to
-   * error and IBV_EVENT_CQ_ERR is reported (once); the caller moves its QP to ERR. `wc` is
-   * the caller's own fresh object: it is completed in place, not copied (one object per WC).
-   * `solicited`: the receive of a message sent with SendFlags.SOLICITED.
+   * @internal the device side: a completion from a queue pair, written as a CQE into the ring.
+   * False if the CQ has overrun: the CQ goes to error and IBV_EVENT_CQ_ERR is reported (once);
+   * the caller moves its QP to ERR. `immData` undefined: no immediate; `odp` undefined: no ODP
+   * figures (a flushed WR). `solicited`: the receive of a message sent with SendFlags.SOLICITED.
    */
-  push(wc: Omit<WorkCompletion, 'statusStr' | 'vendorErr'> & { vendorErr?: number }, solicited = false): boolean {
+  complete(
+    wrId: bigint,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byteLen: number,
+    qpNum: number,
+    srcQp: number,
+    immData: number | undefined,
+    odp: CqeOdp | undefined,
+    solicited = false,
+  ): boolean {
     if (this.#closed) return true;
-    const full = wc as WorkCompletion;
-    full.vendorErr ??= 0;
-    full.statusStr = wcStatusStr(wc.status);
-    const w = this.#waiters.shift();
-    if (w) {
-      this.#settle(w, full, false);
-      this.#event(full, solicited);
-      return true;
-    }
-    if (this.#error || this.#queue.length >= this.depth) {
+    // A waiter means the ring is empty: the CQE goes through it to the waiter (as before the
+    // ring, even on a CQ in error).
+    const waiting = this.#waiters.length > 0;
+    if ((this.#error && !waiting) || !this.ring.write(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp)) {
       this.overruns++;
       if (!this.#error) {
         this.#error = true;
@@ -247,16 +258,48 @@ export class CompletionQueue {
       }
       return false;
     }
-    this.#queue.push(full);
-    this.#event(full, solicited);
+    if (waiting) this.#settle(this.#waiters.shift()!, this.#take(), false);
+    this.#event(status, solicited);
     return true;
+  }
+
+  // The consumer's step: copy the CQE at the consumer index into a WorkCompletion, free the slot.
+  #take(): WorkCompletion {
+    const r = this.ring;
+    const v = r.view;
+    const at = r.slot(r.consumer);
+    const status = v.getUint32(at + CQE['wc.status'], true) as WcStatus;
+    const wcFlags = v.getUint32(at + CQE['wc.wc_flags'], true);
+    const wc: WorkCompletion = {
+      wrId: v.getBigUint64(at + CQE['wc.wr_id'], true),
+      status,
+      opcode: v.getUint32(at + CQE['wc.opcode'], true) as WcOpcode,
+      byteLen: v.getUint32(at + CQE['wc.byte_len'], true),
+      qpNum: v.getUint32(at + CQE['wc.qp_num'], true),
+      srcQp: v.getUint32(at + CQE['wc.src_qp'], true),
+      wcFlags,
+      vendorErr: v.getUint32(at + CQE['wc.vendor_err'], true),
+      statusStr: wcStatusStr(status),
+    };
+    if (wcFlags & WcFlags.WITH_IMM) wc.immData = v.getUint32(at + CQE['wc.ex.imm_data'], false);
+    const modelUs = v.getFloat64(at + CQE['odp.model_us'], true);
+    if (!Number.isNaN(modelUs))
+      wc.odp = {
+        faults: { source: v.getUint32(at + CQE['odp.faults_source'], true), destination: v.getUint32(at + CQE['odp.faults_destination'], true) },
+        majorFaults: v.getUint32(at + CQE['odp.major_faults'], true),
+        retransmittedBlocks: v.getUint32(at + CQE['odp.retransmitted_blocks'], true),
+        modelUs,
+        realUs: v.getFloat64(at + CQE['odp.real_us'], true),
+      };
+    r.consumed();
+    return wc;
   }
 
   // An armed CQ got a completion that its arming asked for: one event on the channel.
   // Solicited: a receive whose sender set SendFlags.SOLICITED (BTH SE), or an error (as rxe).
-  #event(wc: WorkCompletion, solicited: boolean): void {
+  #event(status: WcStatus, solicited: boolean): void {
     if (this.#armed === undefined) return;
-    if (this.#armed === 'solicited' && wc.status === WcStatus.SUCCESS && !solicited) return;
+    if (this.#armed === 'solicited' && status === WcStatus.SUCCESS && !solicited) return;
     this.#armed = undefined;
     this.channel!.notify(this);
   }

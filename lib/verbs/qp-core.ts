@@ -1,5 +1,7 @@
 // What a QP's requester, responder and completer share: the QP's own state (never a peer's)
 // and the checks of its own SGEs, made on its own device.
+import type { RecvRing } from '../../kernel-sim/device/recv-ring.js';
+import type { SendRing } from '../../kernel-sim/device/send-ring.js';
 import type { Region } from '../region.js';
 import type { AddressHandle } from './ah.js';
 import { Access, type QpState, type QpType, type WrOpcode } from './constants.js';
@@ -111,8 +113,8 @@ export interface QpCore {
   readonly recvCq: CompletionQueue;
   readonly sqSigAll: boolean;
   readonly attr: QpAttrs;
-  readonly sq: SendWr[];
-  readonly rq: RecvWr[];
+  readonly sq: SendRing<SendWr>;
+  readonly rq: RecvRing<RecvWr>;
   readonly completer: Completer;
   readonly state: QpState;
   readonly destroyed: boolean;

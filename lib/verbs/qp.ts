@@ -19,6 +19,8 @@ import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { CompletionQueue as Cq } from './cq.js';
 import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
 import { XrcDomain } from './xrc.js';
+import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
+import { SendRing } from '../../kernel-sim/device/send-ring.js';
 import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
@@ -195,8 +197,10 @@ export class QueuePair {
   };
   // Attributes the engine does not read, kept for ibv_query_qp.
   #pathAttr = { portNum: 1, pathMtu: QP_DEFAULTS.pathMtu as number, maxRdAtomic: 1, maxDestRdAtomic: 1 };
-  #sq: SendWr[] = [];
-  #rq: RecvWr[] = [];
+  /** The send queue's ring (the device's requester reads it). */
+  #sq: SendRing<SendWr>;
+  /** The receive queue's ring (the device's responder reads it). */
+  #rq: RecvRing<RecvWr>;
   #destroyed = false;
   #core: QpCore;
   /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
@@ -224,6 +228,8 @@ export class QueuePair {
     this.recvCq = init.recvCq ?? new Cq(1);
     this.sqSigAll = init.sqSigAll ?? false;
     this.cap = qpCaps(this.qpType, init);
+    this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
+    this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud: this.qpType === QpType.UD, xrc: this.qpType === QpType.XRC_SEND });
     const attr = this.#attr;
     const state = () => this.#state;
     const destroyed = () => this.#destroyed;
@@ -447,7 +453,9 @@ export class QueuePair {
       checkSendWr(wr, i, this.cap.maxSendSge);
       checkTransportWr(wr, i, this);
     });
-    this.#sq.push(...list.map((wr) => ({ ...wr, sgList: wr.sgList.map((s) => ({ ...s })) })));
+    // The provider's step: each checked WR written as a WQE into the ring (room checked above),
+    // then the doorbell: the requester reads the ring.
+    for (const wr of list) this.#sq.push(wr);
     this.#requester.kick();
   }
 
@@ -462,12 +470,12 @@ export class QueuePair {
     if (this.#rq.length + list.length > this.cap.maxRecvWr)
       throw verbsError('ibv_post_recv', 'ENOMEM', `the receive queue holds at most ${this.cap.maxRecvWr} WRs`);
     list.forEach((wr, i) => checkRecvWr(wr, i, this.cap.maxRecvSge));
-    const copies = list.map((wr) => ({ wrId: wr.wrId, sgList: wr.sgList.map((s) => ({ ...s })) }));
     if (this.#state === QpState.ERR) {
-      for (const wr of copies) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+      for (const wr of list) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
       return;
     }
-    this.#rq.push(...copies);
+    // The provider's step: each checked WR written as a WQE into the ring (room checked above).
+    for (const wr of list) this.#rq.push(wr);
   }
 
   /** ibv_destroy_qp: outstanding work completes with WR_FLUSH_ERR; no byte lands for this QP afterwards. */
@@ -478,7 +486,7 @@ export class QueuePair {
     this.#publish();
     // Work in flight and queued behind it (left to the running loop by #toError) is flushed
     // now, in posting order; the loop drops the in-flight outcome when it arrives.
-    for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.splice(0)])
+    for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.drain()])
       this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
     // Writes for it are refused from the next block on; what it posted (its writes and SEND
     // payloads as a requester, READ and atomic answers as a responder) ends, its runs on the
@@ -508,11 +516,11 @@ export class QueuePair {
     const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
     this.rc.resp.msg = undefined;
     if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    for (const wr of this.#rq.splice(0)) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+    for (const wr of this.#rq.drain()) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)
-      for (const wr of this.#sq.splice(0)) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+      for (const wr of this.#sq.drain()) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
   }
 
   // What the transport reads of this QP, written to it at each change (ibv_modify_qp's

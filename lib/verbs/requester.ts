@@ -100,7 +100,7 @@ export class Requester {
     const q = this.#qp;
     for (;;) {
       const live = q.state === QpState.RTS || q.state === QpState.ERR;
-      const wr = live ? q.sq[0] : undefined;
+      const wr = live ? q.sq.head() : undefined;
       // A WR of another kind in flight is alone there: writes in flight are all writes.
       const writing = this.#inflight.length > 0 && overlaps(this.#inflight[0]!);
       const room = this.#inflight.length === 0 || (wr !== undefined && overlaps(wr) && writing);

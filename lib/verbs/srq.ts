@@ -14,6 +14,8 @@ import type { ProtectionDomain, VerbsProcess } from './mr.js';
 import type { RecvWr } from './qp-core.js';
 import { checkRecvWr } from './wr-check.js';
 import { XrcDomain } from './xrc.js';
+import { QueueKind } from '../../kernel-sim/device/abi.js';
+import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 
 const SRQ_INIT_KEYS = known<SrqInitAttr>({ maxWr: true, maxSge: true, srqLimit: true, srqType: true, xrcd: true, cq: true });
 
@@ -78,7 +80,8 @@ export class SharedReceiveQueue {
   readonly srqNum: number | undefined;
   #maxWr: number;
   #limit: number;
-  #wqes: RcRecvWqe[] = [];
+  /** The SRQ's ring of receive WQEs (the device's responder takes from it). */
+  #wqes: RecvRing<RcRecvWqe>;
   #limitReached: (srq: SharedReceiveQueue) => void;
   #destroyed = false;
 
@@ -90,6 +93,7 @@ export class SharedReceiveQueue {
     this.#maxWr = checkInt('createSrq: maxWr', attr.maxWr ?? 128, 1, 1 << 16);
     this.maxSge = checkInt('createSrq: maxSge', attr.maxSge ?? 4, 1, 16);
     this.#limit = this.#checkLimit('ibv_create_srq', attr.srqLimit ?? 0);
+    this.#wqes = new RecvRing(this.#maxWr, this.maxSge, QueueKind.SRQ);
     this.#limitReached = limitReached;
     this.srqType = attr.srqType ?? SrqType.BASIC;
     if (this.srqType !== SrqType.BASIC && this.srqType !== SrqType.XRC)
@@ -97,7 +101,7 @@ export class SharedReceiveQueue {
     if (this.srqType === SrqType.XRC) {
       if (!(attr.xrcd instanceof XrcDomain)) throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs xrcd: an XrcDomain from openXrcd()');
       attr.xrcd.check('ibv_create_srq');
-      if (!attr.cq || typeof (attr.cq as { push?: unknown }).push !== 'function')
+      if (!attr.cq || typeof (attr.cq as { complete?: unknown }).complete !== 'function')
         throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs cq: the CQ its receives complete on');
       this.srqNum = attr.xrcd.srqNumbers.alloc('ibv_create_srq');
       attr.xrcd.srqs.set(this.srqNum, this);
@@ -138,6 +142,12 @@ export class SharedReceiveQueue {
       const n = checkInt('maxWr', attr.maxWr, 1, 1 << 16);
       if (n < this.#wqes.length) throw verbsError('ibv_modify_srq', 'EINVAL', `maxWr ${n} is below the ${this.#wqes.length} WQEs the SRQ holds`);
       this.#maxWr = n;
+      // A ring too small for the new size is replaced by one that holds it, its WQEs moved over.
+      if (n > this.#wqes.numElems) {
+        const ring = new RecvRing<RcRecvWqe>(n, this.maxSge, QueueKind.SRQ);
+        for (const w of this.#wqes.drain()) ring.push(w);
+        this.#wqes = ring;
+      }
     }
     if (attr.srqLimit !== undefined) this.#limit = this.#checkLimit('ibv_modify_srq', attr.srqLimit);
   }
@@ -153,11 +163,8 @@ export class SharedReceiveQueue {
         `the SRQ holds at most ${this.#maxWr} WQEs (${this.#wqes.length} posted); poll completions before posting more, or modify({ maxWr })`,
       );
     list.forEach((wr, i) => checkRecvWr(wr, i, this.maxSge));
-    for (const wr of list) {
-      const wqe = { wrId: wr.wrId, sgList: wr.sgList.map((s) => ({ ...s })) };
-      owners.set(wqe, this);
-      this.#wqes.push(wqe);
-    }
+    // The provider's step: each checked WR written as a WQE into the ring (room checked above).
+    for (const wr of list) this.#wqes.push(wr);
   }
 
   /** ibv_destroy_srq: EBUSY while QPs use it; the WQEs it still holds are dropped. */
@@ -166,7 +173,7 @@ export class SharedReceiveQueue {
     if (this.users.size)
       throw verbsError('ibv_destroy_srq', 'EBUSY', `${this.users.size} QP(s) still take their receives from this SRQ; destroy them first`);
     this.#destroyed = true;
-    this.#wqes.length = 0;
+    this.#wqes.drain();
     this.pd.users.delete(this);
     if (this.xrcd && this.srqNum !== undefined) {
       this.xrcd.srqs.delete(this.srqNum);
@@ -182,6 +189,7 @@ export class SharedReceiveQueue {
   /** @internal The next WQE, taken for good by a message (the node's engine responder calls it). */
   take(): RcRecvWqe | undefined {
     const wqe = this.#wqes.shift();
+    if (wqe) owners.set(wqe, this);
     if (wqe && this.#limit > 0 && this.#wqes.length < this.#limit) {
       this.#limit = 0;
       this.#limitReached(this);

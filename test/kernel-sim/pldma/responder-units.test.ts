@@ -20,6 +20,7 @@ import {
 import { INLINE_COPY_MAX } from '../../../kernel-sim/pldma/copy-engine.js';
 import { MAX_RUN_BLOCKS } from '../../../kernel-sim/pldma/types.js';
 import type { Region } from '../../../lib/index.js';
+import { RecvRing } from '../../../kernel-sim/device/recv-ring.js';
 import { binding } from '../../../native/index.js';
 import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from '../helpers.js';
 
@@ -351,6 +352,7 @@ describe("the responder's RC checks, on its own node's tables", () => {
       place: (addr, length) => (covers(addr, length) ? { region: dst, offset: Number(addr - dst.address) } : undefined),
     };
     const received: RcReceived[] = [];
+    const rq = new RecvRing(4, 1);
     const qp: RcQp = {
       qpNum: 9,
       pd,
@@ -359,7 +361,7 @@ describe("the responder's RC checks, on its own node's tables", () => {
       destQpNum: 5,
       accessFlags: 1 | 2,
       minRnrTimer: 1,
-      rq: [],
+      rq,
       expects: () => false,
       received: (_, r) => received.push(r),
       toError: () => undefined,
@@ -370,7 +372,7 @@ describe("the responder's RC checks, on its own node's tables", () => {
     t.mrs.set(0x1234, mr);
     t.qps.set(9, qp);
     const rc = (d: Partial<DmaDescriptor>) => post(sys.node(0), src, dst, { dstQp: 9, srcQp: 5, key: 0x1234, opcode: RcOp.WRITE, psn: 0, ...d });
-    return { sys, src, dst, data, mr, qp, received, rc };
+    return { sys, src, dst, data, mr, qp, rq, received, rc };
   }
   const zero = (r: Region) => bytesOf(r).every((x) => x === 0);
 
@@ -427,22 +429,22 @@ describe("the responder's RC checks, on its own node's tables", () => {
   });
 
   test("a SEND with no receive posted: RNR NAKs until one is; it lands in the receive's buffer and completes there", async () => {
-    const { dst, qp, data, received, rc } = rig(2);
+    const { dst, qp, rq, data, received, rc } = rig(2);
     const sent = rc({ opcode: RcOp.SEND, key: undefined, dstVa: 0n, length: 100, immData: 0xabc, retryLimit: Infinity });
     await new Promise((r) => setTimeout(r, 20));
     expect(received).toEqual([]);
-    qp.rq.push({ wrId: 1, sgList: [{ addr: dst.address + BigInt(P), length: 200, lkey: 0x1234 }] });
+    rq.push({ wrId: 1, sgList: [{ addr: dst.address + BigInt(P), length: 200, lkey: 0x1234 }] });
     const cpl = await within('send', sent);
     expect(cpl.status).toBe(DmaStatus.SUCCESS);
     expect(cpl.nacks).toBeGreaterThan(0);
     expect(bytesOf(dst, P, 100).equals(data.subarray(0, 100))).toBe(true);
     expect(received).toMatchObject([{ status: 'ok', op: RcOp.SEND, byteLen: 100, immData: 0xabc, srcQpn: 5 }]);
-    expect(qp.rq).toEqual([]);
+    expect(qp.rq.length).toBe(0);
   });
 
   test('a SEND longer than the receive: the receive completes with "len", the requester gets REM_INV_REQ, nothing written', async () => {
-    const { dst, qp, received, rc } = rig(2);
-    qp.rq.push({ wrId: 1, sgList: [{ addr: dst.address, length: 50, lkey: 0x1234 }] });
+    const { dst, rq, received, rc } = rig(2);
+    rq.push({ wrId: 1, sgList: [{ addr: dst.address, length: 50, lkey: 0x1234 }] });
     const cpl = await within('send', rc({ opcode: RcOp.SEND, key: undefined, length: 100 }));
     expect(cpl).toMatchObject({ status: DmaStatus.REM_INV_REQ, bytes: 0 });
     expect(received).toMatchObject([{ status: 'len' }]);

@@ -1,0 +1,109 @@
+// A receive queue's ring or a shared receive queue's (docs/device-abi.md §2, struct
+// pfr_recv_wqe, then rxe_sge's): the provider posts receive WQEs into it (push, the producer's
+// step), the device's responder reads the head and consumes it when a message takes it.
+// The layout is abi.ts's; nothing in the ring is a JavaScript object. The device's side keeps
+// its own copies: the head it decoded (the same object until it is consumed, so a message can
+// hold it) and the receives a UD datagram gave back (they go in front again).
+import { QueueKind, recvWqe, rxeSge } from './abi.js';
+import { recvGeometry, Ring } from './rings.js';
+
+const WQE = recvWqe.offsets(['wr_id', 'dma.length', 'dma.resid', 'dma.num_sge'] as const);
+const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
+const SGES = recvWqe.size;
+
+/** A receive WQE as the device decodes it (and as the provider posts it). */
+export interface RecvWqe {
+  wrId: bigint | number;
+  sgList: { addr: bigint; length: number; lkey: number }[];
+}
+
+export class RecvRing<W extends RecvWqe = RecvWqe> extends Ring {
+  /** SGEs a WQE of this ring holds. */
+  readonly maxSge: number;
+  #head: W | undefined;
+  #headAt = -1;
+  readonly #returned: W[] = [];
+
+  /** A ring for `maxWr` receives of up to `maxSge` SGEs (an SRQ's: `kind` SRQ). */
+  constructor(maxWr: number, maxSge: number, kind: QueueKind.RQ | QueueKind.SRQ = QueueKind.RQ, handle = 0) {
+    const g = recvGeometry(Math.max(1, maxWr), Math.max(1, maxSge));
+    super({ kind, numElems: g.numElems, log2: g.log2 }, handle);
+    this.maxSge = g.maxSge;
+  }
+
+  /** Receives posted and not consumed (those given back included). */
+  get length(): number {
+    return this.count + this.#returned.length;
+  }
+
+  /** The provider's step: write one checked WQE into the next slot and publish it; false if full. */
+  push(wr: RecvWqe): boolean {
+    if (this.count >= this.numElems || wr.sgList.length > this.maxSge) return false;
+    const v = this.view;
+    const at = this.slot(this.producer);
+    let length = 0;
+    for (let k = 0; k < wr.sgList.length; k++) {
+      const s = wr.sgList[k]!;
+      const o = at + SGES + k * rxeSge.size;
+      v.setBigUint64(o + SGE.addr, BigInt(s.addr), true);
+      v.setUint32(o + SGE.length, s.length, true);
+      v.setUint32(o + SGE.lkey, s.lkey, true);
+      length += s.length;
+    }
+    v.setBigUint64(at + WQE.wr_id, BigInt(wr.wrId), true);
+    v.setUint32(at + WQE['dma.length'], length >>> 0, true);
+    v.setUint32(at + WQE['dma.resid'], length >>> 0, true);
+    v.setUint32(at + WQE['dma.num_sge'], wr.sgList.length, true);
+    this.produced();
+    return true;
+  }
+
+  /** The device's view of the next receive, decoded once (the same object until consumed). */
+  head(): W | undefined {
+    if (this.#returned.length) return this.#returned[0];
+    const c = this.consumer;
+    if (this.producer === c) return undefined;
+    if (this.#headAt !== c || !this.#head) {
+      this.#head = this.#decode(this.slot(c));
+      this.#headAt = c;
+    }
+    return this.#head;
+  }
+
+  /** The device consumes the head (a message took it for good). */
+  shift(): W | undefined {
+    const w = this.head();
+    if (!w) return undefined;
+    if (this.#returned.length) this.#returned.shift();
+    else {
+      this.#head = undefined;
+      this.#headAt = -1;
+      this.consumed();
+    }
+    return w;
+  }
+
+  /** A receive the device took comes back to the head (a UD datagram that faulted comes again). */
+  unshift(w: W): void {
+    this.#returned.unshift(w);
+  }
+
+  /** Consume everything (a flush), oldest first. */
+  drain(): W[] {
+    const out: W[] = [];
+    for (let w = this.shift(); w; w = this.shift()) out.push(w);
+    return out;
+  }
+
+  // Copy a WQE out of its slot (the device checks and uses its copy, never the slot again).
+  #decode(at: number): W {
+    const v = this.view;
+    const n = Math.min(v.getUint32(at + WQE['dma.num_sge'], true), this.maxSge);
+    const sgList: RecvWqe['sgList'] = [];
+    for (let k = 0; k < n; k++) {
+      const o = at + SGES + k * rxeSge.size;
+      sgList.push({ addr: v.getBigUint64(o + SGE.addr, true), length: v.getUint32(o + SGE.length, true), lkey: v.getUint32(o + SGE.lkey, true) });
+    }
+    return { wrId: v.getBigUint64(at + WQE.wr_id, true), sgList } as W;
+  }
+}
