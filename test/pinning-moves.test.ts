@@ -134,7 +134,7 @@ describe('pagefault-rdma pinning-moves', () => {
     expect(r.framesMovedByPin).toBeNull();
     expect(r.framesMoved).toBeNull();
     expect(r.framesHidden).toMatch(/CAP_SYS_ADMIN/);
-    expect(c.stdout).toMatch(/physical frames: not shown \(uid 65534\): physical frame numbers need CAP_SYS_ADMIN/);
+    expect(c.stdout.replace(/\s+/g, ' ')).toMatch(/physical frames: not shown \(uid 65534\): physical frame numbers need CAP_SYS_ADMIN/);
     // Hidden frames: the notifier cannot tell which moved, so it drops them all.
     expect(r.iotlb.framesKnown).toBe(false);
     expect(r.iotlb.stale).toBe(1024);
