@@ -5,7 +5,7 @@
 // its own copies: the head it decoded (the same object until it is consumed, so a message can
 // hold it) and the receives a UD datagram gave back (they go in front again).
 import { QueueKind, recvWqe, rxeSge } from './abi.js';
-import { recvGeometry, Ring } from './rings.js';
+import { recvGeometry, WqeRing } from './rings.js';
 
 const WQE = recvWqe.offsets(['wr_id', 'dma.length', 'dma.resid', 'dma.num_sge'] as const);
 const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
@@ -17,11 +17,9 @@ export interface RecvWqe {
   sgList: { addr: bigint; length: number; lkey: number }[];
 }
 
-export class RecvRing<W extends RecvWqe = RecvWqe> extends Ring {
+export class RecvRing<W extends RecvWqe = RecvWqe> extends WqeRing<W> {
   /** SGEs a WQE of this ring holds. */
   readonly maxSge: number;
-  #head: W | undefined;
-  #headAt = -1;
   readonly #returned: W[] = [];
 
   /** A ring for `maxWr` receives of up to `maxSge` SGEs (an SRQ's: `kind` SRQ). */
@@ -59,28 +57,13 @@ export class RecvRing<W extends RecvWqe = RecvWqe> extends Ring {
   }
 
   /** The device's view of the next receive, decoded once (the same object until consumed). */
-  head(): W | undefined {
-    if (this.#returned.length) return this.#returned[0];
-    const c = this.consumer;
-    if (this.producer === c) return undefined;
-    if (this.#headAt !== c || !this.#head) {
-      this.#head = this.#decode(this.slot(c));
-      this.#headAt = c;
-    }
-    return this.#head;
+  override head(): W | undefined {
+    return this.#returned.length ? this.#returned[0] : this.peek();
   }
 
   /** The device consumes the head (a message took it for good). */
-  shift(): W | undefined {
-    const w = this.head();
-    if (!w) return undefined;
-    if (this.#returned.length) this.#returned.shift();
-    else {
-      this.#head = undefined;
-      this.#headAt = -1;
-      this.consumed();
-    }
-    return w;
+  override shift(): W | undefined {
+    return this.#returned.length ? this.#returned.shift() : this.take();
   }
 
   /** A receive the device took comes back to the head (a UD datagram that faulted comes again). */
@@ -88,15 +71,8 @@ export class RecvRing<W extends RecvWqe = RecvWqe> extends Ring {
     this.#returned.unshift(w);
   }
 
-  /** Consume everything (a flush), oldest first. */
-  drain(): W[] {
-    const out: W[] = [];
-    for (let w = this.shift(); w; w = this.shift()) out.push(w);
-    return out;
-  }
-
   // Copy a WQE out of its slot (the device checks and uses its copy, never the slot again).
-  #decode(at: number): W {
+  protected decode(at: number): W {
     const v = this.view;
     const n = Math.min(v.getUint32(at + WQE['dma.num_sge'], true), this.maxSge);
     const sgList: RecvWqe['sgList'] = [];

@@ -136,6 +136,57 @@ export class Ring {
   }
 }
 
+/**
+ * A ring of work requests the device consumes: the head is copied out of its slot once (the
+ * device checks and uses its copy, never the slot again) and stays the same object until
+ * consumed.
+ */
+export abstract class WqeRing<T> extends Ring {
+  #head: T | undefined;
+  #headAt = -1;
+
+  /** Copy the entry at byte offset `at` out of its slot. */
+  protected abstract decode(at: number): T;
+
+  /** The device's copy of the next entry, decoded once. */
+  protected peek(): T | undefined {
+    const c = this.consumer;
+    if (this.producer === c) return undefined;
+    if (this.#headAt !== c || this.#head === undefined) {
+      this.#head = this.decode(this.slot(c));
+      this.#headAt = c;
+    }
+    return this.#head;
+  }
+
+  /** Consume the head the device has peeked at. */
+  protected take(): T | undefined {
+    const w = this.peek();
+    if (w === undefined) return undefined;
+    this.#head = undefined;
+    this.#headAt = -1;
+    this.consumed();
+    return w;
+  }
+
+  /** The next entry the device has, decoded once (the same object until consumed). */
+  head(): T | undefined {
+    return this.peek();
+  }
+
+  /** The device consumes the head. */
+  shift(): T | undefined {
+    return this.take();
+  }
+
+  /** Consume everything (a flush), oldest first. */
+  drain(): T[] {
+    const out: T[] = [];
+    for (let w = this.shift(); w !== undefined; w = this.shift()) out.push(w);
+    return out;
+  }
+}
+
 /** The memory of one or more rings: a sealed memfd mapped here, its fd to send to the program. */
 export class RingMemory {
   readonly mapping: RawMapping & { fd: number };

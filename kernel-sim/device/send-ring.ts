@@ -8,7 +8,7 @@
 // it completes; and an INLINE WR carries its SGEs, not its bytes (lib/verbs reads them then).
 import { QueueKind, rxeSge, sendWqe } from './abi.js';
 import { WrOpcode } from './ib.js';
-import { Ring, sendGeometry } from './rings.js';
+import { sendGeometry, WqeRing } from './rings.js';
 
 const W = sendWqe.offsets([
   'wr.wr_id',
@@ -51,7 +51,7 @@ export interface SendWqe<A extends object = object> {
   atomic?: { remoteAddr: bigint; rkey: number; compareAdd: bigint; swap?: bigint };
 }
 
-export class SendRing<S extends SendWqe = SendWqe> extends Ring {
+export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
   readonly maxSge: number;
   /** The QP's type says which parts a WQE has: UD (wr.ud), XRC_SEND (xrc_remote_srqn). */
   readonly #ud: boolean;
@@ -59,8 +59,6 @@ export class SendRing<S extends SendWqe = SendWqe> extends Ring {
   /** UD: the AHs named by WQEs' ah_handle (the device's table; a handle per AH object). */
   readonly #ahs = new Map<number, NonNullable<S['ud']>['ah']>();
   readonly #ahHandles = new WeakMap<object, number>();
-  #head: S | undefined;
-  #headAt = -1;
 
   constructor(maxWr: number, maxSge: number, transport: { ud?: boolean; xrc?: boolean } = {}, handle = 0) {
     const g = sendGeometry(Math.max(1, maxWr), Math.max(1, maxSge), 0);
@@ -122,34 +120,6 @@ export class SendRing<S extends SendWqe = SendWqe> extends Ring {
     return true;
   }
 
-  /** The device's copy of the next WQE, decoded once (the same object until consumed). */
-  head(): S | undefined {
-    const c = this.consumer;
-    if (this.producer === c) return undefined;
-    if (this.#headAt !== c || !this.#head) {
-      this.#head = this.#decode(this.slot(c));
-      this.#headAt = c;
-    }
-    return this.#head;
-  }
-
-  /** The device consumes the head (the requester started it, or flushed it). */
-  shift(): S | undefined {
-    const w = this.head();
-    if (!w) return undefined;
-    this.#head = undefined;
-    this.#headAt = -1;
-    this.consumed();
-    return w;
-  }
-
-  /** Consume everything (a flush), oldest first. */
-  drain(): S[] {
-    const out: S[] = [];
-    for (let w = this.shift(); w; w = this.shift()) out.push(w);
-    return out;
-  }
-
   #ahHandle(ah: NonNullable<S['ud']>['ah']): number {
     let h = this.#ahHandles.get(ah);
     if (h === undefined) {
@@ -160,7 +130,7 @@ export class SendRing<S extends SendWqe = SendWqe> extends Ring {
     return h;
   }
 
-  #decode(at: number): S {
+  protected decode(at: number): S {
     const v = this.view;
     const opcode = v.getUint32(at + W['wr.opcode'], true) as WrOpcode;
     const n = Math.min(v.getUint32(at + W['dma.num_sge'], true), this.maxSge);
