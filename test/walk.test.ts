@@ -10,9 +10,9 @@ import { walkCounts, type WalkResult } from '../bench/walk.js';
 import { ROOT } from './child.js';
 
 test('the counts: distinct files, A→B→A and lib↔kernel-sim crossings', () => {
-  const stops = ['lib/verbs/qp.ts', 'kernel-sim/pldma/requester.ts', 'lib/verbs/qp.ts', 'lib/verbs/cq.ts', 'native/index.ts', 'lib/verbs/cq.ts'];
+  const stops = ['lib/verbs/qp.ts', 'kernel-sim/rc/requester.ts', 'lib/verbs/qp.ts', 'lib/verbs/cq.ts', 'native/index.ts', 'lib/verbs/cq.ts'];
   expect(walkCounts(stops)).toEqual({
-    files: ['lib/verbs/qp.ts', 'kernel-sim/pldma/requester.ts', 'lib/verbs/cq.ts', 'native/index.ts'],
+    files: ['lib/verbs/qp.ts', 'kernel-sim/rc/requester.ts', 'lib/verbs/cq.ts', 'native/index.ts'],
     backAndForth: 2,
     crossings: 2,
   });
@@ -35,8 +35,16 @@ test('pagefault-rdma walk records each path from the post to the CQE, through th
       expect(w.crossings, w.path).toBeGreaterThan(0);
       expect(w.pauses, w.path).toBeGreaterThanOrEqual(w.stops.length);
       expect(w.stops[0], w.path).toBe('lib/verbs/qp.ts');
-      // The requester's side, the responder's (a later task) and the CQ.
-      for (const f of [/^lib\/verbs\/requester\.ts$/, /^kernel-sim\/.*respon/, /^lib\/verbs\/cq\.ts$/])
+      // The send ring, the requester's side, the RC responder (a later task), the CQ and its ring.
+      for (const f of [
+        /^kernel-sim\/device\/send-ring\.ts$/,
+        /^lib\/verbs\/requester\.ts$/,
+        /^kernel-sim\/rc\/requester\.ts$/,
+        /^kernel-sim\/rc\/responder\.ts$/,
+        /^kernel-sim\/rc\/completer\.ts$/,
+        /^lib\/verbs\/cq\.ts$/,
+        /^kernel-sim\/device\/cq-ring\.ts$/,
+      ])
         expect(
           w.files.some((x) => f.test(x)),
           `${w.path}: ${String(f)}`,

@@ -2,19 +2,13 @@
 // larger than its resident limit and always sees its own bytes; pages are fetched, evicted,
 // written back or dropped clean as the counters say.
 import { spawnSync } from 'node:child_process';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RemotePager, touch, type RemotePagerOptions } from '../../lib/index.js';
 import { codeOf, P, until } from '../helpers.js';
+import { usePagers } from '../fixtures/pager.js';
 
-const open: RemotePager[] = [];
-afterEach(async () => {
-  for (const p of open.splice(0)) await p.close();
-});
-async function pager(o: RemotePagerOptions): Promise<RemotePager> {
-  const p = await RemotePager.create(o);
-  open.push(p);
-  return p;
-}
+const pagers = usePagers();
+const pager = (o: RemotePagerOptions): Promise<RemotePager> => pagers.create(o);
 
 /** The byte page `i` holds at word `w` in generation `g`. */
 const mark = (i: number, w: number, g: number): number => (i * 31 + w * 7 + g * 101) & 0xff;

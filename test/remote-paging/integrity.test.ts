@@ -10,29 +10,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
+import { PAGE_SIZE as P, RemotePager, touch, type RemotePagerOptions } from '../../lib/index.js';
 import { startRedis, type RedisServer } from '../../cli/programs/support/redis-server.js';
 import { ROOT } from '../child.js';
 import { sleep, until } from '../helpers.js';
+import { fillPages, usePagers } from '../fixtures/pager.js';
 
-const open: RemotePager[] = [];
-afterEach(async () => {
-  for (const p of open.splice(0)) await p.close();
-});
-async function pager(socket: string, o: Omit<RemotePagerOptions, 'store'> & { prefix?: string; persist?: boolean }) {
+const pagers = usePagers();
+function pager(socket: string, o: Omit<RemotePagerOptions, 'store'> & { prefix?: string; persist?: boolean }) {
   const { prefix, persist, ...rest } = o;
-  const p = await RemotePager.create({ ...rest, store: { redis: { socket, prefix: prefix ?? 'integrity', persist } } });
-  open.push(p);
-  const errors: PfrError[] = [];
-  p.on('error', (e) => errors.push(e));
-  return { p, errors };
+  return pagers.watched({ ...rest, store: { redis: { socket, prefix: prefix ?? 'integrity', persist } } });
 }
 
-/** Page i of the first `pages` holds the byte seed + i. */
-function fill(p: RemotePager, pages: number, seed: number): void {
-  const b = new Uint8Array(p.region.buffer);
-  for (let i = 0; i < pages; i++) b.fill((seed + i) & 0xff, i * P, (i + 1) * P);
-}
+const fill = fillPages;
 
 interface Failed {
   code?: string;

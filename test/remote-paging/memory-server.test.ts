@@ -8,7 +8,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createConnection } from 'node:net';
 import { createInterface } from 'node:readline';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
 import { startMemoryServer, type MemoryServerProcess } from '../../cli/programs/support/memory-server.js';
 import {
@@ -27,26 +27,16 @@ import {
 } from '../../lib/remote-paging/memory-server-wire.js';
 import { ROOT } from '../child.js';
 import { until } from '../helpers.js';
+import { fillPages, usePagers } from '../fixtures/pager.js';
 
-const open: RemotePager[] = [];
-afterEach(async () => {
-  for (const p of open.splice(0)) await p.close();
-});
+const pagers = usePagers();
 
-async function pager(server: MemoryServerProcess, o: Omit<RemotePagerOptions, 'store'> & { prefix?: string }) {
+function pager(server: MemoryServerProcess, o: Omit<RemotePagerOptions, 'store'> & { prefix?: string }) {
   const { prefix, ...rest } = o;
-  const p = await RemotePager.create({ ...rest, store: { server: { socket: server.socket, prefix: prefix ?? 'memsrv-test' } } });
-  open.push(p);
-  const errors: PfrError[] = [];
-  p.on('error', (e) => errors.push(e));
-  return { p, errors };
+  return pagers.watched({ ...rest, store: { server: { socket: server.socket, prefix: prefix ?? 'memsrv-test' } } });
 }
 
-/** Page i of the first `pages` holds the byte seed + i. */
-function fill(p: RemotePager, pages: number, seed: number): void {
-  const b = new Uint8Array(p.region.buffer);
-  for (let i = 0; i < pages; i++) b.fill((seed + i) & 0xff, i * P, (i + 1) * P);
-}
+const fill = fillPages;
 
 /** Page i holds seed + i, every byte of it. */
 function holds(data: Buffer, pages: number, seed: number): boolean {
@@ -186,7 +176,7 @@ describe('a memory server in a process of its own', () => {
 
   it('a server that stops answering counts as down: the next fetches fail at once, and it is used again once back', async () => {
     const p = await RemotePager.create({ size: 8 * P, timeoutMs: 300, store: { server: { socket: server.socket, probeIntervalMs: 1500 } } });
-    open.push(p);
+    pagers.track(p);
     const errors: PfrError[] = [];
     p.on('error', (e) => errors.push(e));
     fill(p, 8, 0x30);
@@ -333,7 +323,7 @@ describe('pagefault-rdma memory-server', () => {
       await until('the server to listen', () => lines.some((l) => /listening on 127\.0\.0\.1:\d+/.test(l)));
       const port = Number(/127\.0\.0\.1:(\d+)/.exec(lines.join(' '))![1]);
       const p = await RemotePager.create({ size: 16 * P, residentLimit: 4 * P, store: { server: { port } } });
-      open.push(p);
+      pagers.track(p);
       fill(p, 16, 0x60);
       await p.evict();
       expect(holds((await readBack(p)).data!, 16, 0x60)).toBe(true);

@@ -1,21 +1,17 @@
 // Adaptive prefetch on real faults: native threads read a remote-paged region (embedded store)
 // in sequential, strided and random order, and the prefetcher must find the stream, read ahead
 // along it only, and report what it read ahead and what of it was used.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { RemotePager, touch } from '../../lib/index.js';
 import { P } from '../helpers.js';
+import { fillPages, usePagers } from '../fixtures/pager.js';
 
-const open: RemotePager[] = [];
-afterEach(async () => {
-  for (const p of open.splice(0)) await p.close();
-});
+const pagers = usePagers();
 
 /** A region of `n` pages, page i holding byte i, every page in the store. */
 async function stored(n: number, prefetch: number): Promise<RemotePager> {
-  const p = await RemotePager.create({ size: n * P, prefetch });
-  open.push(p);
-  const b = new Uint8Array(p.region.buffer);
-  for (let i = 0; i < n; i++) b.fill(i & 0xff, i * P, (i + 1) * P);
+  const p = await pagers.create({ size: n * P, prefetch });
+  fillPages(p, n, 0);
   expect(await p.evict()).toBe(n);
   return p;
 }

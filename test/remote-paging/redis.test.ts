@@ -7,11 +7,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE as P, RemotePager, touch, type PfrError, type RemotePagerOptions } from '../../lib/index.js';
 import { until } from '../helpers.js';
 import { requireDist, ROOT } from '../child.js';
 import { startRedis, type RedisServer } from '../../cli/programs/support/redis-server.js';
+import { fillPages, usePagers } from '../fixtures/pager.js';
 
 let redis: RedisServer;
 beforeAll(async () => {
@@ -19,23 +20,13 @@ beforeAll(async () => {
 });
 afterAll(async () => redis?.dispose());
 
-const open: RemotePager[] = [];
-afterEach(async () => {
-  for (const p of open.splice(0)) await p.close();
-});
-async function pager(o: Omit<RemotePagerOptions, 'store'> & { prefix?: string; socket?: string }): Promise<{ p: RemotePager; errors: PfrError[] }> {
+const pagers = usePagers();
+function pager(o: Omit<RemotePagerOptions, 'store'> & { prefix?: string; socket?: string }): Promise<{ p: RemotePager; errors: PfrError[] }> {
   const { prefix, socket, ...rest } = o;
-  const p = await RemotePager.create({ ...rest, store: { redis: { socket: socket ?? redis.socket, prefix: prefix ?? 'test' } } });
-  open.push(p);
-  const errors: PfrError[] = [];
-  p.on('error', (e) => errors.push(e));
-  return { p, errors };
+  return pagers.watched({ ...rest, store: { redis: { socket: socket ?? redis.socket, prefix: prefix ?? 'test' } } });
 }
 
-const fill = (p: RemotePager, pages: number, seed: number): void => {
-  const b = new Uint8Array(p.region.buffer);
-  for (let i = 0; i < pages; i++) b.fill((seed + i) & 0xff, i * P, (i + 1) * P);
-};
+const fill = fillPages;
 
 describe('Redis page store', () => {
   it('pages evicted to Redis come back byte for byte, stored under their address with a checksum', async () => {

@@ -7,6 +7,7 @@ import { afterEach, expect, it } from 'vitest';
 import { PageCategory, RemotePager, touch, type RemotePagerOptions } from '../../lib/index.js';
 import { startRedis } from '../../cli/programs/support/redis-server.js';
 import { P } from '../helpers.js';
+import { fillPages } from '../fixtures/pager.js';
 
 const open: Array<{ close(): Promise<unknown> }> = [];
 afterEach(async () => {
@@ -18,11 +19,7 @@ async function pager(o: Omit<RemotePagerOptions, 'dirtyTracking'>): Promise<Remo
   return p;
 }
 
-/** Page i filled with the byte (seed + i). */
-const fill = (p: RemotePager, pages: number, seed: number): void => {
-  const b = new Uint8Array(p.region.buffer);
-  for (let i = 0; i < pages; i++) b.fill((seed + i) & 0xff, i * P, (i + 1) * P);
-};
+const fill = fillPages;
 
 /** Pages whose bytes are not all (seed + i), read from a native thread (it faults them back in). */
 async function wrongPages(p: RemotePager, pages: number, seed: number): Promise<number[]> {

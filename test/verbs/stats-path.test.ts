@@ -2,29 +2,18 @@
 // notification times, the kernel's ACK of the answer brings the modelled resolve and, once
 // the block went out again, the retransmission. No fault library listens to the system's
 // tracer for them (the tracer is for observation only).
-import { afterEach, expect, test } from 'vitest';
-import { DmaStatus, NlCmd, SimSystem } from '../../kernel-sim/index.js';
-import { FaultLibrary, mapRegion, PAGE_SIZE as P, type Region } from '../../lib/index.js';
+import { expect, test } from 'vitest';
+import { DmaStatus, NlCmd } from '../../kernel-sim/index.js';
+import { FaultLibrary, PAGE_SIZE as P } from '../../lib/index.js';
+import { twoNode } from '../fixtures/two-node.js';
+import { useEnv } from '../kernel-sim/helpers.js';
 
-const open: Array<{ close(): void }> = [];
-afterEach(() => {
-  for (const r of open.splice(0).reverse()) r.close();
-});
+const env = useEnv();
 
 /** `pages` of a filled source on node 0 written into as many untouched pages on node 1, whose fault library answers by touch. */
 function rig(pages: number, trace: boolean) {
-  const src: Region = mapRegion(pages * P);
-  const dst: Region = mapRegion(pages * P);
-  open.push(src, dst);
-  new Uint8Array(src.buffer).fill(9);
-  const sys = new SimSystem({ nodes: 2 });
-  open.push(sys);
-  const a = sys.node(0).attachProcess({ pid: 100, pd: 7 });
-  sys.node(0).map(a.stream, src);
-  const b = sys.node(1).attachProcess({ pid: 200, pd: 7 });
-  sys.node(1).map(b.stream, dst);
-  const lib = new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch', trace });
-  open.splice(2, 0, lib);
+  const { sys, src, dst, b } = twoNode(env, { pages, fill: 9 });
+  const lib = env.track(new FaultLibrary({ system: sys, node: 1, pid: 200, socket: b.socket, defaultPolicy: 'touch', trace }));
   return { src, dst, sys, lib };
 }
 

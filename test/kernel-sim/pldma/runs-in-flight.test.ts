@@ -6,7 +6,8 @@
 import { describe, expect, test } from 'vitest';
 import { type AckPacket, DmaStatus, type Packet, type SimSystem, type WritePacket } from '../../../kernel-sim/index.js';
 import { MAX_RUN_BLOCKS, RUNS_IN_FLIGHT } from '../../../kernel-sim/pldma/types.js';
-import { bytesOf, FaultLibrary, fill, P, post, proc, useEnv, within } from '../helpers.js';
+import { twoNode } from '../../fixtures/two-node.js';
+import { bytesOf, FaultLibrary, P, post, useEnv, within } from '../helpers.js';
 
 const env = useEnv();
 const RUN = MAX_RUN_BLOCKS;
@@ -24,15 +25,8 @@ function tap(sys: SimSystem): Packet[] {
 }
 
 function rig(srcPages: number, dstPages: number) {
-  const sys = env.system({ nodes: 2, faultTimeoutMs: 60_000 });
-  const packets = tap(sys);
-  const src = env.region(srcPages * P);
-  const dst = env.region(dstPages * P);
-  const data = fill(src, 0x45);
-  dst.populate();
-  const a = proc(sys.node(0), 100, 7, [src]);
-  const b = proc(sys.node(1), 200, 7, [dst]);
-  return { sys, packets, src, dst, data, a, b };
+  const r = twoNode(env, { pages: srcPages, dstPages, faultTimeoutMs: 60_000, fill: 0x45, dstResident: true });
+  return { ...r, packets: tap(r.sys) };
 }
 
 const writes = (ps: Packet[]) => ps.filter((p): p is WritePacket => p.type === 'write');
@@ -182,14 +176,8 @@ describe('runs in flight', () => {
   test('a source page found gone by the copy of run 1 after run 2 was translated: run 2 answered as returned, one fault, bytes exact', async () => {
     // The source SMMU caches every page (a big IOTLB) and stops hearing about evictions, so
     // only run 1's copy can find the page gone: after run 2 was already translated there.
-    const sys = env.system({ nodes: 2, iotlbEntries: 4 * RUN });
+    const { sys, src, dst, data, a } = twoNode(env, { pages: 3 * RUN, fill: 0x17, dstResident: true, system: { iotlbEntries: 4 * RUN } });
     const packets = tap(sys);
-    const src = env.region(3 * RUN * P);
-    const dst = env.region(3 * RUN * P);
-    const data = fill(src, 0x17);
-    dst.populate();
-    const a = proc(sys.node(0), 100, 7, [src]);
-    proc(sys.node(1), 200, 7, [dst]);
     const lib = env.track(
       new FaultLibrary(a.socket, { regions: [src], resolve: (r, off, len) => new Uint8Array(r.buffer, off, len).set(data.subarray(off, off + len)) }),
     );

@@ -14,6 +14,7 @@ import {
   type WritePacket,
 } from '../../../kernel-sim/index.js';
 import { MAX_RUN_BLOCKS } from '../../../kernel-sim/pldma/types.js';
+import { twoNode } from '../../fixtures/two-node.js';
 import { bytesOf, deferred, FaultLibrary, fill, P, post, proc, stallRig, useEnv, within, zeroNoWake } from '../helpers.js';
 
 const env = useEnv();
@@ -33,17 +34,15 @@ function tapWrites(sys: SimSystem): Array<[number, number]> {
 
 /** Two nodes, `pages` filled on node 0, as many resident on node 1; every trace event kept. */
 function rig(pages: number, o: { blockSize?: number; faultTimeoutMs?: number } = {}) {
-  const sys = env.system({ nodes: 2, faultTimeoutMs: o.faultTimeoutMs ?? 60_000, ...(o.blockSize ? { blockSize: o.blockSize } : {}) });
-  const writes = tapWrites(sys);
-  const events: TraceEvent[] = [];
-  sys.tracer.on((e) => events.push(e));
-  const src = env.region(pages * P);
-  const dst = env.region(pages * P);
-  const data = fill(src, 0x5a);
-  dst.populate();
-  const a = proc(sys.node(0), 100, 7, [src]);
-  const b = proc(sys.node(1), 200, 7, [dst]);
-  return { sys, writes, events, src, dst, data, a, b };
+  const r = twoNode(env, {
+    pages,
+    faultTimeoutMs: o.faultTimeoutMs ?? 60_000,
+    ...(o.blockSize ? { blockSize: o.blockSize } : {}),
+    fill: 0x5a,
+    dstResident: true,
+    trace: true,
+  });
+  return { ...r, writes: tapWrites(r.sys) };
 }
 
 describe('runs after a destination fault', () => {
@@ -221,13 +220,7 @@ describe('modelled time', () => {
     // Walks dear, the link nearly free: block 0 walked at both ends, block 1 (warmed by a
     // first transfer of it alone) an IOTLB hit at both, so block 1 is answered first.
     const walkUs = 100;
-    const sys = env.system({ nodes: 2, costs: { walkUs, linkBytesPerUs: 1e9 } });
-    const src = env.region(2 * P);
-    const dst = env.region(2 * P);
-    const data = fill(src, 0x66);
-    dst.populate();
-    proc(sys.node(0), 100, 7, [src]);
-    proc(sys.node(1), 200, 7, [dst]);
+    const { sys, src, dst, data } = twoNode(env, { pages: 2, fill: 0x66, dstResident: true, system: { costs: { walkUs, linkBytesPerUs: 1e9 } } });
     const warm = await within(
       'block 1 alone',
       post(sys.node(0), src, dst, { srcVa: src.address + BigInt(P), dstVa: dst.address + BigInt(P), length: P }),
