@@ -298,7 +298,12 @@ export class RemotePager extends EventEmitter<{
    * that faulted (major, minor on a page in flight, a wait on an eviction, a write-protect
    * fault), each fetch batch and each eviction batch as a span of the DM-Handler's worker.
    */
-  trace(): Promise<{ events: DmTraceEvent[]; dropped: number }> {
+  trace(): Promise<{
+    /** The events kept, oldest first. */
+    events: DmTraceEvent[];
+    /** Older events the ring dropped (raise options.traceEvents to keep them). */
+    dropped: number;
+  }> {
     return this.#request({ op: 'trace' }) as Promise<{ events: DmTraceEvent[]; dropped: number }>;
   }
 
