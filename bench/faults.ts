@@ -30,7 +30,7 @@ import { Histogram, mapRegion, median, PAGE_SIZE, touch, Userfaultfd, type Chrom
 import { print, Table } from '../cli/programs/support/format.js';
 import { progress, type Progress } from '../cli/programs/support/progress.js';
 import type { TraceFile } from '../cli/programs/support/trace-file.js';
-import { ownFolder } from './interrupt.js';
+import { ownFolder, runOwned } from './interrupt.js';
 
 /** Byte both handlers place in every page: the faulting thread's checksum proves where pages came from. */
 const FILL = 0xa7;
@@ -229,8 +229,8 @@ interface COutput {
   faultCopiedNs: number[];
 }
 
-function runC(binary: string, pages: number, perFault: number, mode: 'direct' | 'relay', placement: Placement): Round {
-  const r = spawnSync(binary, [String(pages), String(perFault), mode], { encoding: 'utf8', maxBuffer: 256 << 20, timeout: 300_000 });
+async function runC(binary: string, pages: number, perFault: number, mode: 'direct' | 'relay', placement: Placement): Promise<Round> {
+  const r = await runOwned(binary, [String(pages), String(perFault), mode]);
   if (r.error) throw new Error(`bench/faults: running the C handler failed: ${r.error.message}`);
   if (r.status !== 0) {
     throw new Error(`bench/faults: the C handler (${mode}, ${perFault} pages/fault) exited with ${r.status ?? r.signal}: ${r.stderr.trim()}`);
@@ -348,9 +348,9 @@ function rate(faults: number, fromNs: number, toNs: number): number {
   return (faults - warmFaults(faults)) / ((toNs - fromNs) / 1e9);
 }
 
-function runCRate(binary: string, pages: number, at: RatePlacement): number {
+async function runCRate(binary: string, pages: number, at: RatePlacement): Promise<number> {
   const args = [String(pages), '1', 'rate', String(RATE_FAULTERS), String(at.handlerCpu), String(at.faulterCpu)];
-  const r = spawnSync(binary, args, { encoding: 'utf8', maxBuffer: 256 << 20, timeout: 300_000 });
+  const r = await runOwned(binary, args);
   if (r.error) throw new Error(`bench/faults: running the C handler failed: ${r.error.message}`);
   if (r.status !== 0) throw new Error(`bench/faults: the C handler (rate) exited with ${r.status ?? r.signal}: ${r.stderr.trim()}`);
   const copied = (JSON.parse(r.stdout) as COutput).faultCopiedNs;

@@ -7,7 +7,6 @@
 // throughput of 4 faulting threads against 1, on one server and on the cluster.
 // Every access is made by a native thread (the toucher; the C program's main thread) and
 // timed around that one access. JSON: bench-remote.json in the working directory, or --json.
-import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -18,7 +17,7 @@ import { startRedis } from '../cli/programs/support/redis-server.js';
 import { startMemoryServer } from '../cli/programs/support/memory-server.js';
 import { clusterUnavailable, startRedisCluster, type RedisCluster } from '../cli/programs/support/redis-cluster.js';
 import { compileC, defaultResults, machineInfo, packageRoot } from './faults.js';
-import { ownFolder } from './interrupt.js';
+import { ownFolder, runOwned } from './interrupt.js';
 
 export interface BenchRemoteOptions {
   pages: number;
@@ -78,18 +77,21 @@ async function throughput(p: RemotePager, threads: number): Promise<number> {
 
 export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<string, unknown>> {
   const root = packageRoot();
-  const build = mkdtempSync(join(os.tmpdir(), 'pagefault-rdma-bench-'));
-  const owned = ownFolder(build); // removed on SIGINT / SIGTERM too
-  const redis = await startRedis();
-  const server = await startMemoryServer();
+  // The C program's build and the servers' folders (made inside it, so that an interrupt while
+  // one starts removes it too): removed on SIGINT / SIGTERM, which kill the servers (children).
+  // A short name: the servers' Unix sockets are in it.
+  const build = mkdtempSync(join(os.tmpdir(), 'pfr-br-'));
+  const owned = ownFolder(build);
+  const redis = await startRedis({ parent: build });
+  const server = await startMemoryServer([], build);
   const noCluster = clusterUnavailable();
   let cluster: RedisCluster | undefined, single: RedisCluster | undefined;
   const pagers: RemotePager[] = [];
   try {
     const binary = compileC(root, build, 'remote-handler', ['hiredis'], "Debian's libhiredis-dev is needed");
     if (!noCluster) {
-      cluster = await startRedisCluster(3);
-      single = await startRedisCluster(1);
+      cluster = await startRedisCluster(3, build);
+      single = await startRedisCluster(1, build);
     }
     const size = opts.pages * PAGE_SIZE;
     const make = async (o: Partial<RemotePagerOptions>, seed: number): Promise<RemotePager> => {
@@ -124,8 +126,8 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
       return order;
     };
     const base = byCase.redis!.region.address.toString(16);
-    const cRound = (): Round => {
-      const r = spawnSync(binary, [redis.socket, byCase.redis!.keyPrefix, base, String(opts.pages), '1'], { encoding: 'utf8' });
+    const cRound = async (): Promise<Round> => {
+      const r = await runOwned(binary, [redis.socket, byCase.redis!.keyPrefix, base, String(opts.pages), '1'], { timeoutMs: 120_000 });
       if (r.status !== 0) throw new Error(`bench-remote: the C program failed: ${r.stderr}`);
       return (JSON.parse(r.stdout) as { rounds: Round[] }).rounds[0]!;
     };
@@ -149,7 +151,7 @@ export async function benchRemote(opts: BenchRemoteOptions): Promise<Record<stri
       for (let round = 0; round <= opts.rounds; round++) {
         const order = shuffled();
         for (const c of cases) {
-          const r = c === 'c' ? cRound() : await tsRound(byCase[c]!, c.startsWith('rand') ? order : undefined);
+          const r = c === 'c' ? await cRound() : await tsRound(byCase[c]!, c.startsWith('rand') ? order : undefined);
           if (round > 0) rounds[c].push(r); // round 0 warms up
           bar.tick(c);
         }

@@ -120,6 +120,7 @@ export {
   RemotePager,
   type CloseResult,
   type DirtyTracking,
+  type DmTraceEvent,
   type LatencySummary,
   type MemoryServerOptions,
   type MemoryServerStats,

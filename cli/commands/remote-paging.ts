@@ -25,9 +25,6 @@ export default defineProgram<Options>({
     'resident, then reads and updates random pages, checking every byte. Pages leave for the store (embedded, a ' +
     'Redis server, or a pagefault-rdma memory-server) and come back on demand; a live summary line shows faults, fetches, ' +
     'evictions, write-backs.',
-  noTrace:
-    "remote-paging's faults are served by the DM-Handler (userfaultfd, in its own thread), not by a fault library, and it keeps " +
-    'no per-fault trace; --json has its fault counts and latency percentiles',
   options(cmd) {
     cmd
       .option('-s, --size <bytes>', 'size of the region', parseSize, 64 * 2 ** 20)
@@ -45,9 +42,9 @@ export default defineProgram<Options>({
       if (o.serverSocket !== undefined && o.store !== 'server') c.error('error: --server-socket needs --store server');
     });
   },
-  async run(o) {
+  async run(o, io) {
     heading('Remote paging: a working set larger than memory, served from a page store');
     const { size, resident, store, redisSocket, serverSocket, prefetch, passes, updates } = o;
-    return { results: await remotePaging({ size, resident, store, redisSocket, serverSocket, prefetch, passes, updates }) };
+    return { results: await remotePaging({ size, resident, store, redisSocket, serverSocket, prefetch, passes, updates, trace: io.trace }) };
   },
 });

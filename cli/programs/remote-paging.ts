@@ -4,11 +4,19 @@
 // DM-Handler fetches each missing page from the store while the application's thread waits,
 // and the eviction worker keeps the resident pages between the watermarks. A live summary
 // line shows faults, pages fetched, evicted, written back and resident.
-import { PAGE_SIZE, RemotePager, type RemotePagingStats, type RemotePagerOptions } from '../../lib/index.js';
+import {
+  PAGE_SIZE,
+  RemotePager,
+  type ChromeTraceEvent,
+  type DmTraceEvent,
+  type RemotePagingStats,
+  type RemotePagerOptions,
+} from '../../lib/index.js';
 import { print, sizeName } from './support/format.js';
 import { liveLine } from './support/progress.js';
 import { startRedis, type RedisServer } from './support/redis-server.js';
 import { startMemoryServer, type MemoryServerProcess } from './support/memory-server.js';
+import type { TraceFile } from './support/trace-file.js';
 
 export interface RemotePagingOptions {
   size: number;
@@ -22,6 +30,52 @@ export interface RemotePagingOptions {
   passes: number;
   /** Random page updates per pass. */
   updates: number;
+  /** --trace: the DM-Handler's events (each fault, fetch and eviction) and the main thread's phases go here. */
+  trace?: TraceFile | undefined;
+}
+
+const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000;
+
+/**
+ * The DM-Handler's events as one process of the trace file: a track per faulting thread (the
+ * main JS thread's is the process id) with each fault's arrival, the DM-Handler worker's track
+ * with its fetch and eviction batches, and the main thread's phases; times from `originUs`.
+ */
+function addTrace(trace: TraceFile, got: { events: DmTraceEvent[]; dropped: number }, phases: ChromeTraceEvent[], originUs: number): void {
+  const pid = trace.nextPid();
+  const worker = 1; // the DM-Handler's own spans (tid 0 in its events)
+  const meta = (name: string, tid: number, value: string): ChromeTraceEvent => ({
+    name,
+    cat: '__metadata',
+    ph: 'M',
+    ts: 0,
+    pid,
+    tid,
+    args: { name: value },
+  });
+  const tids = new Set<number>([process.pid]);
+  const events: ChromeTraceEvent[] = [];
+  for (const e of got.events) {
+    const tid = e.tid === 0 ? worker : e.tid;
+    if (e.tid !== 0) tids.add(e.tid);
+    const ev: ChromeTraceEvent = {
+      name: e.name === 'fault' ? `fault (${String(e.args['kind'])})` : e.name,
+      cat: 'remote-paging',
+      ph: e.ph,
+      ts: e.ts - originUs,
+      pid,
+      tid,
+      args: e.args,
+    };
+    if (e.ph === 'X') ev.dur = e.dur ?? 0;
+    else ev.s = 't';
+    events.push(ev);
+  }
+  trace.add(meta('process_name', 0, `remote-paging (process ${process.pid}): the DM-Handler's faults, fetches, evictions`));
+  trace.add(meta('thread_name', worker, 'DM-Handler worker: fetch and eviction batches'));
+  for (const t of tids) trace.add(meta('thread_name', t, t === process.pid ? 'main JS thread: its faults and phases' : `thread ${t}: its faults`));
+  trace.add(...phases.map((p) => ({ ...p, pid, tid: process.pid, ts: p.ts - originUs })), ...events);
+  trace.dropped += got.dropped;
 }
 
 function summary(s: RemotePagingStats): string {
@@ -43,7 +97,23 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
     store = { server: { socket: o.serverSocket ?? server!.socket, prefix: `pfr-example-${process.pid}` } };
   }
   const pages = o.size / PAGE_SIZE;
-  const pager = await RemotePager.create({ size: o.size, residentLimit: o.resident, prefetch: o.prefetch, store });
+  const originUs = nowUs();
+  const phases: ChromeTraceEvent[] = [];
+  // A phase of the main thread (writing, a pass, the check) as a span of its track.
+  let phaseStart = originUs;
+  const phase = (name: string): void => {
+    const now = nowUs();
+    phases.push({ name, cat: 'remote-paging', ph: 'X', ts: phaseStart, dur: now - phaseStart, pid: 0, tid: 0, args: summaryArgs() });
+    phaseStart = now;
+  };
+  const pager = await RemotePager.create({
+    size: o.size,
+    residentLimit: o.resident,
+    prefetch: o.prefetch,
+    store,
+    ...(o.trace ? { traceEvents: o.trace.limit } : {}),
+  });
+  const summaryArgs = (): Record<string, unknown> => ({ ...pager.stats() });
   const errors: string[] = [];
   pager.on('error', (e) => errors.push(`${e.code}: ${e.message}`));
   // Milestones are lines of the output; between them a live line (a terminal only) shows the counters.
@@ -72,6 +142,7 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
       mem.fill(shadow[i]!, i * PAGE_SIZE, (i + 1) * PAGE_SIZE);
     });
     show('written');
+    phase('write every page');
     let seed = 7;
     const rand = (n: number): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 8) % n;
     let bad = 0;
@@ -83,12 +154,15 @@ export async function remotePaging(o: RemotePagingOptions): Promise<Record<strin
         mem.fill(shadow[i]!, i * PAGE_SIZE, (i + 1) * PAGE_SIZE);
       });
       show(`pass ${pass}`);
+      phase(`pass ${pass}: ${o.updates} random updates`);
     }
     await slices(pages, (i) => {
       if (mem[i * PAGE_SIZE] !== shadow[i] || mem[(i + 1) * PAGE_SIZE - 1] !== shadow[i]) bad++;
     });
+    phase('check every page');
     if (timer) clearInterval(timer);
     live.stop();
+    if (o.trace) addTrace(o.trace, await pager.trace(), phases, originUs);
     const seconds = (performance.now() - t0) / 1000;
     const stats = pager.stats();
     const latency = await pager.latency();

@@ -68,7 +68,31 @@ export interface DmHandlerConfig {
   /** Leave the keys in the store at close. */
   persist: boolean;
   counters: SharedArrayBuffer;
+  /** Trace events the handler keeps (the newest; 0: no trace). */
+  traceEvents: number;
 }
+
+/**
+ * One event of the DM-Handler's trace, in Chrome's trace-event layout: ts and dur in µs since
+ * the epoch (performance.timeOrigin + now(), the same clock in every thread); tid the thread
+ * that faulted (an OS thread id), or 0 for the DM-Handler's own spans (fetches, evictions).
+ */
+export interface DmTraceEvent {
+  /** 'fault' (args.kind: major, first touch, minor on a page in flight, eviction-wait, write-protect), 'fetch', 'evict'. */
+  name: string;
+  /** 'i': an instant (a fault's arrival); 'X': a span of `dur`. */
+  ph: 'i' | 'X';
+  /** µs since the epoch. */
+  ts: number;
+  /** µs, for 'X'. */
+  dur?: number;
+  /** The faulting thread, or 0: the DM-Handler's worker. */
+  tid: number;
+  /** Page numbers and counts. */
+  args: Record<string, number | string>;
+}
+
+const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000;
 
 /** What close() did with the pager's keys. */
 export interface CloseResult {
@@ -186,6 +210,10 @@ export class DmHandler {
     Atomics.add(this.#counters, c, BigInt(n));
   }
 
+  #get(c: Counter): number {
+    return Number(Atomics.load(this.#counters, c));
+  }
+
   #setResident(): void {
     Atomics.store(this.#counters, Counter.resident, BigInt(this.#lspt.resident));
   }
@@ -197,20 +225,50 @@ export class DmHandler {
 
   // ---- faults -------------------------------------------------------------------------
 
+  // The trace: a ring of the newest cfg.traceEvents events.
+  #trace: DmTraceEvent[] = [];
+  #traceNext = 0;
+  #traceDropped = 0;
+
+  #event(e: DmTraceEvent): void {
+    const limit = this.#cfg.traceEvents;
+    if (limit <= 0) return;
+    if (this.#trace.length < limit) this.#trace.push(e);
+    else {
+      this.#trace[this.#traceNext] = e;
+      this.#traceNext = (this.#traceNext + 1) % limit;
+      this.#traceDropped++;
+    }
+  }
+
+  /** The events kept, oldest first, and how many older ones the ring dropped. */
+  trace(): { events: DmTraceEvent[]; dropped: number } {
+    return { events: [...this.#trace.slice(this.#traceNext), ...this.#trace.slice(0, this.#traceNext)], dropped: this.#traceDropped };
+  }
+
+  #faultEvent(f: Fault, page: number, kind: string): void {
+    if (this.#cfg.traceEvents > 0) this.#event({ name: 'fault', ph: 'i', ts: nowUs(), tid: f.threadId, args: { kind, page } });
+  }
+
   async #onFault(f: Fault): Promise<void> {
     if (f.region !== this.#region) {
       this.#uffd.resolveDefault(f); // the staging area is only ever touched when resident
       return;
     }
     const page = Math.floor(f.offset / this.#ps);
-    if (f.kind === 'write-protect') return this.#onWrite(page);
+    if (f.kind === 'write-protect') {
+      this.#faultEvent(f, page, 'write-protect');
+      return this.#onWrite(page);
+    }
     this.#add(Counter.faults);
     let e = this.#lspt.get(page);
     if (e?.state === 'fetching') {
+      this.#faultEvent(f, page, 'minor: page in flight');
       this.#add(Counter.minorFaults); // coalesced: that fetch's copy wakes this thread too
       return e.settled;
     }
     if (e?.state === 'evicting') {
+      this.#faultEvent(f, page, 'eviction-wait');
       await e.settled;
       e = this.#lspt.get(page);
       if (e?.state === 'resident') {
@@ -226,6 +284,8 @@ export class DmHandler {
       }
       this.#lspt.drop(page); // dropped behind the table's back (e.g. evict() on the region)
     }
+    // A page the store never held comes back as the zero page (counted minor), without the store.
+    this.#faultEvent(f, page, this.#lspt.storedVersion(page) === undefined ? 'first touch: zero page' : 'major');
     return this.#queueFetch(page, f.receivedAt, f.threadId);
   }
 
@@ -311,6 +371,23 @@ export class DmHandler {
   }
 
   async #fill(b: Batch): Promise<void> {
+    const t0 = this.#cfg.traceEvents > 0 ? nowUs() : 0;
+    try {
+      await this.#fillBatch(b);
+    } finally {
+      if (t0)
+        this.#event({
+          name: 'fetch',
+          ph: 'X',
+          ts: t0,
+          dur: nowUs() - t0,
+          tid: 0,
+          args: { pages: b.pages.length, faults: b.faults.length, first: b.pages[0] ?? -1 },
+        });
+    }
+  }
+
+  async #fillBatch(b: Batch): Promise<void> {
     this.#fills++;
     if (this.#lspt.resident >= this.#cfg.highPages) this.#wakeEvictor();
     b.pages.sort((x, y) => x - y);
@@ -570,6 +647,23 @@ export class DmHandler {
 
   /** Evict `victims` through staging slots from `slot` on; true if all went to the store. */
   async #evictBatch(victims: number[], slot: number): Promise<boolean> {
+    const t0 = this.#cfg.traceEvents > 0 ? nowUs() : 0;
+    const before = t0 ? [this.#get(Counter.evicted), this.#get(Counter.writtenBack)] : [0, 0];
+    try {
+      return await this.#evictVictims(victims, slot);
+    } finally {
+      if (t0) {
+        const args = {
+          pages: this.#get(Counter.evicted) - before[0]!,
+          writtenBack: this.#get(Counter.writtenBack) - before[1]!,
+          victims: victims.length,
+        };
+        this.#event({ name: 'evict', ph: 'X', ts: t0, dur: nowUs() - t0, tid: 0, args });
+      }
+    }
+  }
+
+  async #evictVictims(victims: number[], slot: number): Promise<boolean> {
     let done!: () => void;
     const settled = new Promise<void>((r) => (done = r));
     const taken: { page: number; slot: number; crc: number; version: number }[] = [];

@@ -4,4 +4,4 @@ export { EmbeddedStore, encodePage, decodePage, type PageIdentity, type PageStor
 export { RedisStore, type RedisStoreOptions } from './redis-store.js';
 export { MemoryServer, type MemoryServerOptions, type MemoryServerStats } from './memory-server.js';
 export { MemoryServerStore, type MemoryServerStoreOptions } from './memory-server-store.js';
-export type { CloseResult, DirtyTracking, LatencySummary } from './dm-handler.js';
+export type { CloseResult, DirtyTracking, DmTraceEvent, LatencySummary } from './dm-handler.js';

@@ -13,7 +13,7 @@ import { mapRegion, PAGE_SIZE, type Region } from '../region.js';
 import { UffdFeature, Userfaultfd } from '../uffd.js';
 import { checkInt, checkObject, invalidArg, known, rangeError } from '../validate.js';
 import { newCounters, readCounters } from './counters.js';
-import type { CloseResult, DirtyTracking, DmHandlerConfig, LatencySummary } from './dm-handler.js';
+import type { CloseResult, DirtyTracking, DmHandlerConfig, DmTraceEvent, LatencySummary } from './dm-handler.js';
 import type { RedisStoreOptions } from './redis-store.js';
 import type { MemoryServerStoreOptions } from './memory-server-store.js';
 import type { Request } from './worker.js';
@@ -62,6 +62,8 @@ export interface RemotePagerOptions {
   timeoutMs?: number;
   /** 'auto' (default): 'wp-async' where the kernel has WP_ASYNC and UFFDIO_MOVE (6.8), else 'wp-sync'. */
   dirtyTracking?: 'auto' | DirtyTracking;
+  /** Trace events the DM-Handler keeps, the newest (default 0: no trace); read them with trace(). */
+  traceEvents?: number;
 }
 
 /** Counters of a RemotePager (`stats()`). */
@@ -190,6 +192,7 @@ export class RemotePager extends EventEmitter<{
         evictBatch: true,
         timeoutMs: true,
         dirtyTracking: true,
+        traceEvents: true,
       }),
     ) as unknown as RemotePagerOptions;
     const pageSize = o.pageSize === undefined ? PAGE_SIZE : checkInt('RemotePager.create: options.pageSize', o.pageSize, PAGE_SIZE, 1 << 30);
@@ -249,6 +252,7 @@ export class RemotePager extends EventEmitter<{
       keyPrefix,
       persist,
       counters,
+      traceEvents: o.traceEvents === undefined ? 0 : checkInt('RemotePager.create: options.traceEvents', o.traceEvents, 0, 10_000_000),
     };
     const worker = new Worker(workerPath(), { workerData: cfg });
     try {
@@ -287,6 +291,20 @@ export class RemotePager extends EventEmitter<{
       prefetchAccuracy: c.prefetched ? c.prefetchUsed / c.prefetched : 0,
       prefetchCoverage: c.prefetchUsed ? c.prefetchUsed / (c.prefetchUsed + c.majorFaults) : 0,
     };
+  }
+
+  /**
+   * The DM-Handler's trace (with options.traceEvents > 0): each fault's arrival on the thread
+   * that faulted (major, minor on a page in flight, a wait on an eviction, a write-protect
+   * fault), each fetch batch and each eviction batch as a span of the DM-Handler's worker.
+   */
+  trace(): Promise<{
+    /** The events kept, oldest first. */
+    events: DmTraceEvent[];
+    /** Older events the ring dropped (raise options.traceEvents to keep them). */
+    dropped: number;
+  }> {
+    return this.#request({ op: 'trace' }) as Promise<{ events: DmTraceEvent[]; dropped: number }>;
   }
 
   /** Fault latency (receipt to resolution, in the DM-Handler's thread), major and minor. */

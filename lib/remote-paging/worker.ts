@@ -9,6 +9,7 @@ export type Request =
   | { id: number; op: 'flush' }
   | { id: number; op: 'evict'; offset: number; length: number }
   | { id: number; op: 'latency' }
+  | { id: number; op: 'trace' }
   | { id: number; op: 'close' };
 
 const port = parentPort!;
@@ -25,6 +26,7 @@ try {
       if (req.op === 'flush') result = await handler.flush();
       else if (req.op === 'evict') result = await handler.evict(req.offset, req.length);
       else if (req.op === 'latency') result = handler.latency();
+      else if (req.op === 'trace') result = handler.trace();
       else {
         port.postMessage({ id: req.id, result: await handler.close() });
         port.close();

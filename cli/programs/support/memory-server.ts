@@ -29,8 +29,9 @@ function mainScript(): string {
   throw new Error('the memory server needs the built CLI (dist/cli/main.js): run "npm run build:ts"');
 }
 
-export async function startMemoryServer(extraArgs: string[] = []): Promise<MemoryServerProcess> {
-  const dir = mkdtempSync(join(tmpdir(), 'pfr-memsrv-'));
+/** `parent`: where its folder goes (default the temporary folder; a caller's folder removes it with its own). */
+export async function startMemoryServer(extraArgs: string[] = [], parent = tmpdir()): Promise<MemoryServerProcess> {
+  const dir = mkdtempSync(join(parent, 'pfr-memsrv-'));
   const socket = join(dir, 'memory.sock');
   const output: string[] = [];
   let proc: ChildProcess | undefined;

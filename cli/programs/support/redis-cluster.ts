@@ -47,8 +47,9 @@ async function freePort(): Promise<number> {
   throw new Error('no free loopback port pair (port, port + 10000) for a cluster node');
 }
 
-export async function startRedisCluster(masters = 3): Promise<RedisCluster> {
-  const dir = mkdtempSync(join(tmpdir(), 'pfr-redis-cluster-'));
+/** `parent`: where its folder goes (default the temporary folder). */
+export async function startRedisCluster(masters = 3, parent = tmpdir()): Promise<RedisCluster> {
+  const dir = mkdtempSync(join(parent, 'pfr-redis-cluster-'));
   const procs: ChildProcess[] = [];
   const nodes: { host: string; port: number }[] = [];
   const stop = async (p: ChildProcess, signal: NodeJS.Signals): Promise<void> => {

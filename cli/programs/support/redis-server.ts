@@ -10,6 +10,8 @@ import { createClient, RESP_TYPES } from 'redis';
 export interface RedisOptions {
   maxmemory?: string;
   appendonly?: boolean;
+  /** Where its folder goes (default the temporary folder; a caller's folder removes it with its own). */
+  parent?: string;
 }
 
 /** What the tests do with a client of their own (values as Buffers). */
@@ -42,7 +44,7 @@ const binaryClient = (socket: string): RedisClient & { connect(): Promise<unknow
   createClient({ socket: { path: socket, reconnectStrategy: false } }).withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer });
 
 export async function startRedis(options: RedisOptions = {}): Promise<RedisServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'pfr-redis-'));
+  const dir = mkdtempSync(join(options.parent ?? tmpdir(), 'pfr-redis-'));
   const socket = join(dir, 'redis.sock');
   const args = [
     '--port',
