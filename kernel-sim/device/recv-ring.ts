@@ -4,11 +4,10 @@
 // The layout is abi.ts's; nothing in the ring is a JavaScript object. The device's side keeps
 // its own copies: the head it decoded (the same object until it is consumed, so a message can
 // hold it) and the receives a UD datagram gave back (they go in front again).
-import { QueueKind, recvWqe, rxeSge } from './abi.js';
+import { QueueKind, recvWqe } from './abi.js';
 import { recvGeometry, WqeRing } from './rings.js';
 
 const WQE = recvWqe.offsets(['wr_id', 'dma.length', 'dma.resid', 'dma.num_sge'] as const);
-const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
 const SGES = recvWqe.size;
 
 /** A receive WQE as the device decodes it (and as the provider posts it). */
@@ -39,15 +38,7 @@ export class RecvRing<W extends RecvWqe = RecvWqe> extends WqeRing<W> {
     if (this.count >= this.numElems || wr.sgList.length > this.maxSge) return false;
     const v = this.view;
     const at = this.slot(this.producer);
-    let length = 0;
-    for (let k = 0; k < wr.sgList.length; k++) {
-      const s = wr.sgList[k]!;
-      const o = at + SGES + k * rxeSge.size;
-      v.setBigUint64(o + SGE.addr, BigInt(s.addr), true);
-      v.setUint32(o + SGE.length, s.length, true);
-      v.setUint32(o + SGE.lkey, s.lkey, true);
-      length += s.length;
-    }
+    const length = this.writeSges(at, SGES, wr.sgList);
     v.setBigUint64(at + WQE.wr_id, BigInt(wr.wrId), true);
     v.setUint32(at + WQE['dma.length'], length >>> 0, true);
     v.setUint32(at + WQE['dma.resid'], length >>> 0, true);
@@ -75,11 +66,7 @@ export class RecvRing<W extends RecvWqe = RecvWqe> extends WqeRing<W> {
   protected decode(at: number): W {
     const v = this.view;
     const n = Math.min(v.getUint32(at + WQE['dma.num_sge'], true), this.maxSge);
-    const sgList: RecvWqe['sgList'] = [];
-    for (let k = 0; k < n; k++) {
-      const o = at + SGES + k * rxeSge.size;
-      sgList.push({ addr: v.getBigUint64(o + SGE.addr, true), length: v.getUint32(o + SGE.length, true), lkey: v.getUint32(o + SGE.lkey, true) });
-    }
+    const sgList = this.readSges(at, SGES, n);
     return { wrId: v.getBigUint64(at + WQE.wr_id, true), sgList } as W;
   }
 }

@@ -136,6 +136,15 @@ export class Ring {
   }
 }
 
+/** A scatter/gather entry as a WQE holds it (struct rxe_sge). */
+export interface Sge {
+  addr: bigint;
+  length: number;
+  lkey: number;
+}
+
+const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
+
 /**
  * A ring of work requests the device consumes: the head is copied out of its slot once (the
  * device checks and uses its copy, never the slot again) and stays the same object until
@@ -144,6 +153,32 @@ export class Ring {
 export abstract class WqeRing<T> extends Ring {
   #head: T | undefined;
   #headAt = -1;
+
+  /** Write `list` as the SGEs that start `sges` bytes into the slot at `at`; their total length. */
+  protected writeSges(at: number, sges: number, list: readonly Sge[]): number {
+    const v = this.view;
+    let length = 0;
+    for (let k = 0; k < list.length; k++) {
+      const s = list[k]!;
+      const o = at + sges + k * rxeSge.size;
+      v.setBigUint64(o + SGE.addr, BigInt(s.addr), true);
+      v.setUint32(o + SGE.length, s.length, true);
+      v.setUint32(o + SGE.lkey, s.lkey, true);
+      length += s.length;
+    }
+    return length;
+  }
+
+  /** Copy `n` SGEs out of the slot at `at`, `sges` bytes in. */
+  protected readSges(at: number, sges: number, n: number): Sge[] {
+    const v = this.view;
+    const list: Sge[] = [];
+    for (let k = 0; k < n; k++) {
+      const o = at + sges + k * rxeSge.size;
+      list.push({ addr: v.getBigUint64(o + SGE.addr, true), length: v.getUint32(o + SGE.length, true), lkey: v.getUint32(o + SGE.lkey, true) });
+    }
+    return list;
+  }
 
   /** Copy the entry at byte offset `at` out of its slot. */
   protected abstract decode(at: number): T;

@@ -6,7 +6,7 @@
 // Two differences from §2 for now: the consumer index moves when the requester starts a WQE
 // (it keeps its copy of those in flight; postSend counts them against max_send_wr), not when
 // it completes; and an INLINE WR carries its SGEs, not its bytes (lib/verbs reads them then).
-import { QueueKind, rxeSge, sendWqe } from './abi.js';
+import { QueueKind, sendWqe } from './abi.js';
 import { WrOpcode } from './ib.js';
 import { sendGeometry, WqeRing } from './rings.js';
 
@@ -34,7 +34,6 @@ const W = sendWqe.offsets([
   'dma.resid',
   'dma.num_sge',
 ] as const);
-const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
 const SGES = sendWqe.size;
 
 /** A send WR as the provider posts it and the device decodes it (lib's SendWr, `A` its AH). */
@@ -78,15 +77,7 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
     if (this.count >= this.numElems || wr.sgList.length > this.maxSge) return false;
     const v = this.view;
     const at = this.slot(this.producer);
-    let length = 0;
-    for (let k = 0; k < wr.sgList.length; k++) {
-      const s = wr.sgList[k]!;
-      const o = at + SGES + k * rxeSge.size;
-      v.setBigUint64(o + SGE.addr, BigInt(s.addr), true);
-      v.setUint32(o + SGE.length, s.length, true);
-      v.setUint32(o + SGE.lkey, s.lkey, true);
-      length += s.length;
-    }
+    const length = this.writeSges(at, SGES, wr.sgList);
     v.setBigUint64(at + W['wr.wr_id'], BigInt(wr.wrId), true);
     v.setUint32(at + W['wr.opcode'], wr.opcode, true);
     v.setUint32(at + W['wr.send_flags'], wr.sendFlags ?? 0, true);
@@ -134,11 +125,7 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
     const v = this.view;
     const opcode = v.getUint32(at + W['wr.opcode'], true) as WrOpcode;
     const n = Math.min(v.getUint32(at + W['dma.num_sge'], true), this.maxSge);
-    const sgList: SendWqe['sgList'] = [];
-    for (let k = 0; k < n; k++) {
-      const o = at + SGES + k * rxeSge.size;
-      sgList.push({ addr: v.getBigUint64(o + SGE.addr, true), length: v.getUint32(o + SGE.length, true), lkey: v.getUint32(o + SGE.lkey, true) });
-    }
+    const sgList = this.readSges(at, SGES, n);
     const wr: SendWqe = { wrId: v.getBigUint64(at + W['wr.wr_id'], true), opcode, sgList, sendFlags: v.getUint32(at + W['wr.send_flags'], true) };
     if (opcode === WrOpcode.RDMA_WRITE_WITH_IMM || opcode === WrOpcode.SEND_WITH_IMM) wr.immData = v.getUint32(at + W['wr.ex.imm_data'], false);
     if (this.#xrc) wr.xrc = { remoteSrqn: v.getUint32(at + W['wr.xrc_remote_srqn'], true) };
