@@ -562,6 +562,10 @@ void Spin(Conn* c, uv_loop_t* loop) {
   int fd = -1;
   if (fi_control(&c->cq->fid, FI_GETWAIT, &fd) < 0 || fd < 0) return;
   uint64_t start = NowNs(), now = start;
+  // The mode's cost is the CPU the poll took: this thread's CPU clock, which a preemption
+  // mid-poll does not advance (the bound itself is wall time, the reply's).
+  timespec cpu0{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
   c->waited.spins++;
   bool hit = false;
   while (now - start < budget && !c->closed) {
@@ -572,7 +576,9 @@ void Spin(Conn* c, uv_loop_t* loop) {
     }
     now = NowNs();
   }
-  c->waited.spunNs += static_cast<double>(NowNs() - start);
+  timespec cpu1{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+  c->waited.spunNs += static_cast<double>(cpu1.tv_sec - cpu0.tv_sec) * 1e9 + static_cast<double>(cpu1.tv_nsec - cpu0.tv_nsec);
   if (!hit || c->closed) return;
   c->waited.hits++;
   Guarded(c, [&] { DrainCq(c); });

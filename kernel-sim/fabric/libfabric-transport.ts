@@ -108,7 +108,7 @@ export interface ProgressStats {
   spins: number;
   /** Polls an answer ended (the rest slept after their bound). */
   hits: number;
-  /** µs spent polling, all connections together: the mode's CPU cost. */
+  /** CPU µs spent polling (the thread CPU clock), all connections together: the mode's cost. */
   spunUs: number;
   /** Answers timed from the send that asked for them. */
   replies: number;
