@@ -176,6 +176,11 @@ export class SimNode {
     return this.pldma.channels;
   }
 
+  /** A fault not answered in this time fails its transfer, ms. */
+  get faultTimeoutMs(): number {
+    return this.pldma.faultTimeoutMs;
+  }
+
   /**
    * A process on this node: its stream (protection domain) in the SMMU and its netlink
    * socket, on which its fault library hears about its faults.

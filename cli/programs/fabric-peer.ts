@@ -60,7 +60,7 @@ import {
   type WorkCompletion,
   Userfaultfd,
 } from '../../lib/index.js';
-import { MAX_MSG } from '../../lib/verbs/requester.js';
+import { MAX_MSG } from '../../kernel-sim/rc/requester.js';
 import { big, bool, checkBody, finite, gidText, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
 import type { TraceFile } from './support/trace-file.js';
 

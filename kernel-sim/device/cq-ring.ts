@@ -36,18 +36,81 @@ export interface CqeOdp {
   realUs: number;
 }
 
+/** ibv_req_notify_cq's request, as the device keeps it (rxe's cq->notify): none, any, solicited only. */
+export enum CqNotify {
+  NONE = 0,
+  ANY = 1,
+  SOLICITED = 2,
+}
+
+/**
+ * What the device tells whoever consumes a CQ (the provider listens; the device decides
+ * nothing by it): a CQE was written, the armed notification fired (the completion channel's
+ * event), the CQ overran (IBV_EVENT_CQ_ERR).
+ */
+export interface CqListener {
+  written(): void;
+  event(): void;
+  overrun(): void;
+}
+
 /**
  * The device's side of a CQ: a ring of `capacity` usable entries (the `cqe` asked for; the
- * ring's slots are the next power of two). `write` is the producer's step; a CQ that is full
- * when a CQE must be written is overrun (the caller reports IBV_EVENT_CQ_ERR).
+ * ring's slots are the next power of two). `write` is the producer's step; `post` is the
+ * device's completion (rxe_cq_post): the CQE written, or the CQ overrun, and the armed event.
  */
 export class CompletionRing extends Ring {
   readonly capacity: number;
+  /** Destroyed (ibv_destroy_cq reached the device): completions for it are dropped. */
+  closed = false;
+  /** Overran once (IBV_EVENT_CQ_ERR): it stays in error, as on hardware. */
+  error = false;
+  /** Completions that found the CQ full or in error (each one moved its QP to ERR). */
+  overruns = 0;
+  /** The provider's request for an event on the next (solicited) completion; cleared when raised. */
+  notify = CqNotify.NONE;
+  /** The provider waits on the CQ (a blocked poll): a CQE still goes to it on a CQ in error. */
+  waiting = false;
+  /** Who hears of the CQ's events (the provider's CQ). */
+  listener: CqListener | undefined;
 
   constructor(capacity: number, handle = 0) {
     const g = cqGeometry(capacity);
     super({ kind: QueueKind.CQ, numElems: g.numElems, log2: g.log2 }, handle);
     this.capacity = capacity;
+  }
+
+  /**
+   * The device completes a WR on this CQ (rxe_cq_post): false if the CQ overran (the caller
+   * moves its QP to ERR); the listener hears of the CQE and, if armed for it, of the event.
+   * Solicited: a receive whose sender set SOLICITED (BTH SE); an error is always solicited.
+   */
+  post(
+    wrId: bigint,
+    status: number,
+    opcode: number,
+    byteLen: number,
+    qpNum: number,
+    srcQp: number,
+    immData: number | undefined,
+    odp: CqeOdp | undefined,
+    solicited = false,
+  ): boolean {
+    if (this.closed) return true;
+    if ((this.error && !this.waiting) || !this.write(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp)) {
+      this.overruns++;
+      if (!this.error) {
+        this.error = true;
+        this.listener?.overrun();
+      }
+      return false;
+    }
+    this.listener?.written();
+    const n = this.notify;
+    if (n === CqNotify.NONE || (n === CqNotify.SOLICITED && status === 0 && !solicited)) return true;
+    this.notify = CqNotify.NONE;
+    this.listener?.event();
+    return true;
   }
 
   /** True if a CQE can be written now. */

@@ -1,11 +1,11 @@
 // A send queue's ring (docs/device-abi.md §2, struct pfr_send_wqe, then rxe_sge's): the
 // provider writes each checked WR as a WQE (push, the producer's step) and rings the doorbell;
-// the device's requester reads the head, copies it out (its own copy, decoded once) and
-// consumes it when it starts the WR. The layout is abi.ts's. The one value no byte can carry,
-// a UD WR's address handle, is named by a handle (wr.ud.ah_handle) into the ring's table of AHs.
-// Two differences from §2 for now: the consumer index moves when the requester starts a WQE
-// (it keeps its copy of those in flight; postSend counts them against max_send_wr), not when
-// it completes; and an INLINE WR carries its SGEs, not its bytes (lib/verbs reads them then).
+// the device's requester reads WQEs from its own index (rxe's req.wqe_index: `at`, a copy
+// decoded once), and its completer frees each slot when the WQE completes (`complete`, the
+// consumer's step, rxe_queue.h: a slot is the provider's again only once completed). The
+// layout is abi.ts's. The one value no byte can carry, a UD WR's address handle, is named by a
+// handle (wr.ud.ah_handle) into the ring's table of AHs. One difference from §2 for now: an
+// INLINE WR carries its SGEs, not its bytes.
 import { QueueKind, sendWqe } from './abi.js';
 import { WrOpcode } from './ib.js';
 import { sendGeometry, WqeRing } from './rings.js';
@@ -67,9 +67,25 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
     this.#xrc = transport.xrc === true;
   }
 
-  /** WQEs posted and not yet taken by the requester. */
+  /** WQEs posted and not yet completed (they hold their slots). */
   get length(): number {
     return this.count;
+  }
+
+  /**
+   * The device's copy of WQE `i` (a free-running index), decoded from its slot; undefined if
+   * `i` is not posted and uncompleted, or if the indices are corrupt (the provider's memory is
+   * not trusted).
+   */
+  at(i: number): S | undefined {
+    const n = this.count;
+    if (n > this.numElems || (i - this.consumer) >>> 0 >= n) return undefined;
+    return this.decode(this.slot(i));
+  }
+
+  /** The completer's step: the oldest WQE completed, its slot free for the provider. */
+  complete(): void {
+    if (this.count > 0) this.consumed();
   }
 
   /** The provider's step: write one checked WR as a WQE and publish it; false if full. */

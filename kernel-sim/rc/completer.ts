@@ -7,7 +7,10 @@ import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Translation } from '../smmu/smmu.js';
 import type { Faults } from './faults.js';
-import { rnrTimerMs } from './tables.js';
+import { rnrTimerMs, type RcOdp } from './tables.js';
+import type { CompletionRing } from '../device/cq-ring.js';
+import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode } from '../device/ib.js';
+import type { SendRing, SendWqe } from '../device/send-ring.js';
 import {
   type Awaited,
   type DmaCompletion,
@@ -500,4 +503,160 @@ export class Completer {
       traceTransfer(s.tracer, 'complete', s.node, t.tid, t.desc.channel, { modelUs: t.modelEnd, detail: { status: completion.statusName } });
     t.resolve(completion);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The QP's completer (rxe_comp's WQE half): the outcome of each WQE its requester started
+// becomes a CQE on the send CQ, in posting order, and only then is its slot in the send ring
+// free (rxe_queue.h: the consumer index moves at completion). A WQE that fails takes the QP to
+// ERR; the ones behind it complete WR_FLUSH_ERR.
+
+/** The work completion opcode of each send opcode (rxe_comp's wr_to_wc_opcode). */
+export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
+  [WrOpcode.RDMA_WRITE]: WcOpcode.RDMA_WRITE,
+  [WrOpcode.RDMA_WRITE_WITH_IMM]: WcOpcode.RDMA_WRITE,
+  [WrOpcode.SEND]: WcOpcode.SEND,
+  [WrOpcode.SEND_WITH_IMM]: WcOpcode.SEND,
+  [WrOpcode.RDMA_READ]: WcOpcode.RDMA_READ,
+  [WrOpcode.ATOMIC_CMP_AND_SWP]: WcOpcode.COMP_SWAP,
+  [WrOpcode.ATOMIC_FETCH_AND_ADD]: WcOpcode.FETCH_ADD,
+  [WrOpcode.FLUSH]: WcOpcode.FLUSH,
+  [WrOpcode.ATOMIC_WRITE]: WcOpcode.ATOMIC_WRITE,
+};
+
+/** How a WQE ended: its status, the bytes its completion reports, its faults and times. */
+export type Outcome = { status: WcStatus; byteLen: number; odp: RcOdp };
+
+/** What the completer needs of its QP (rc/qp.ts's RcQueuePair). */
+export interface WqeCompleterQp {
+  readonly qpNum: number;
+  readonly state: QpState;
+  readonly destroyed: boolean;
+  readonly destQpNum: number;
+  readonly sqSigAll: boolean;
+  readonly sq: SendRing<SendWqe>;
+  readonly sendCq: CompletionRing;
+  toError(): void;
+}
+
+export class WqeCompleter {
+  readonly #qp: WqeCompleterQp;
+  /** WQEs started and not yet completed, in posting order (their slots are still the device's). */
+  readonly #inflight: SendWqe[] = [];
+  /** Settles when the last WQE started has completed: each completion waits for the one before. */
+  #chain: Promise<void> = Promise.resolve();
+
+  constructor(qp: WqeCompleterQp) {
+    this.#qp = qp;
+  }
+
+  /** WQEs started and not yet completed. */
+  get inflight(): number {
+    return this.#inflight.length;
+  }
+
+  /** The oldest WQE in flight. */
+  get first(): SendWqe | undefined {
+    return this.#inflight[0];
+  }
+
+  /**
+   * The requester started `wqe`, whose outcome `exec` settles with: it completes once it and
+   * every WQE before it are done; then `next` (the requester's kick) starts what may start.
+   */
+  started(wqe: SendWqe, exec: Promise<Outcome>, next: () => void): void {
+    const q = this.#qp;
+    this.#inflight.push(wqe);
+    this.#chain = this.#chain.then(async () => {
+      const result = await exec;
+      // destroy() flushed it already.
+      if (this.#inflight[0] !== wqe) return;
+      this.#inflight.shift();
+      // A WQE before it failed: the QP is in ERR and this one is flushed, whatever it did.
+      const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : result;
+      const signaled = q.sqSigAll || ((wqe.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
+      if (signaled || out.status !== WcStatus.SUCCESS) this.#cqe(wqe, out.status, out.byteLen, out.odp);
+      q.sq.complete();
+      if (out.status !== WcStatus.SUCCESS) q.toError();
+      if (!q.destroyed) next();
+    });
+  }
+
+  /** A WQE the QP's ERR (or its destruction) flushes before it started: WR_FLUSH_ERR, slot freed. */
+  flushed(wqe: SendWqe): void {
+    this.#cqe(wqe, WcStatus.WR_FLUSH_ERR, 0, undefined);
+    this.#qp.sq.complete();
+  }
+
+  /** The QP is destroyed: the WQEs in flight complete WR_FLUSH_ERR now, oldest first (their outcomes are dropped). */
+  flushInflight(): void {
+    for (const wqe of this.#inflight.splice(0)) this.flushed(wqe);
+  }
+
+  // The CQE of a send WQE; a CQ that overran takes the QP to ERR.
+  #cqe(wqe: SendWqe, status: WcStatus, byteLen: number, odp: RcOdp | undefined): void {
+    const q = this.#qp;
+    const opcode = WC_OPCODE[wqe.opcode] ?? WcOpcode.SEND;
+    if (!q.sendCq.post(BigInt(wqe.wrId), status, opcode, byteLen, q.qpNum, q.destQpNum, undefined, odp)) q.toError();
+  }
+}
+
+export function emptyOdp(): RcOdp {
+  return { faults: { source: 0, destination: 0 }, majorFaults: 0, retransmittedBlocks: 0, modelUs: 0, realUs: 0 };
+}
+
+export function fail(status: WcStatus): Outcome {
+  return { status, byteLen: 0, odp: emptyOdp() };
+}
+
+/** The outcome of a WQE whose bytes moved in `results`. */
+export function done(status: WcStatus, byteLen: number, results: DmaCompletion[]): Outcome {
+  const odp = emptyOdp();
+  let start = Infinity;
+  let end = 0;
+  for (const r of results) {
+    odp.faults.source += r.faults.source;
+    odp.faults.destination += r.faults.destination;
+    odp.retransmittedBlocks += r.retransmittedBlocks;
+    odp.majorFaults += r.pagesFetched;
+    odp.realUs = Math.max(odp.realUs, r.real.us);
+    start = Math.min(start, r.model.startUs);
+    end = Math.max(end, r.model.endUs);
+  }
+  odp.modelUs = results.length ? end - start : 0;
+  return { status, byteLen: status === WcStatus.SUCCESS ? byteLen : 0, odp };
+}
+
+/** The work completion status of a transfer's outcome; the completion says which side failed. */
+export function statusOf(results: DmaCompletion[]): WcStatus {
+  for (const r of results) {
+    switch (r.status) {
+      case DmaStatus.SUCCESS:
+        continue;
+      case DmaStatus.SRC_ADDR_ERR:
+      case DmaStatus.SRC_PERM_ERR:
+        return WcStatus.LOC_PROT_ERR;
+      case DmaStatus.DST_ADDR_ERR:
+      case DmaStatus.DST_PERM_ERR:
+      case DmaStatus.PD_ERR:
+        return WcStatus.REM_ACCESS_ERR;
+      case DmaStatus.RETRY_EXCEEDED:
+        return r.side === 'destination' ? WcStatus.RNR_RETRY_EXC_ERR : WcStatus.RETRY_EXC_ERR;
+      case DmaStatus.FAULT_UNRESOLVED:
+        return r.side === 'destination' ? WcStatus.REM_ACCESS_ERR : WcStatus.LOC_PROT_ERR;
+      case DmaStatus.ABORTED:
+        return WcStatus.REM_ABORT_ERR;
+      case DmaStatus.FLUSHED:
+        return WcStatus.WR_FLUSH_ERR;
+      case DmaStatus.DROPPED:
+        return WcStatus.RETRY_EXC_ERR;
+      case DmaStatus.REM_INV_REQ:
+        return WcStatus.REM_INV_REQ_ERR;
+      case DmaStatus.REM_OP:
+        return WcStatus.REM_OP_ERR;
+      default:
+        return WcStatus.GENERAL_ERR;
+    }
+  }
+  return WcStatus.SUCCESS;
 }

@@ -11,7 +11,11 @@
 import { realNowUs } from '../cost-model/index.js';
 import { hasRemoteRange, isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
-import type { Completer } from './completer.js';
+import { type Completer, done, fail, type Outcome, statusOf, type WqeCompleter } from './completer.js';
+import type { RcMr, RcPd } from './tables.js';
+import { Access, QpState, SendFlags, UD_MTU, WcStatus, WrOpcode } from '../device/ib.js';
+import type { Sge } from '../device/rings.js';
+import type { SendRing, SendWqe } from '../device/send-ring.js';
 import type { Fault, Faults } from './faults.js';
 import type { RunSpans, StallWindow, StreamContext } from '../smmu/smmu.js';
 import type { MemoryLike } from '../memory.js';
@@ -500,4 +504,368 @@ export class Requester implements Schedulable {
       };
     return undefined;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The QP's requester (rxe_req's WQE half): when the doorbell rings it reads the send ring from
+// its own index, checks each WQE's local SGEs in the node's MR table by lkey, and turns the WQE
+// into RC packets on this node's engine (BTH: opcode, destination QP, PSN; RETH; AtomicETH;
+// ImmDt), one transfer per SGE; the connected QP's node checks and answers them. A READ or an
+// atomic is one request packet; the responder's node sends the bytes back as READ responses.
+// What a WQE's outcome is, and its CQE, is the completer's (WqeCompleter).
+
+/** The largest message (ibv_port_attr.max_msg_sz): 2^31 bytes. */
+export const MAX_MSG = 2 ** 31;
+
+/** rdma-core's default local ACK timeout code (4.096 µs × 2^14), for timeout 0 (infinite in IB). */
+const DEFAULT_TIMEOUT = 14;
+
+/** A UD WQE's address handle, as the device's table holds it: the destination node. */
+export interface RcAh {
+  readonly dlid: number;
+}
+
+/** What the requester needs of the node: its engine and its MR table. */
+export interface RcNode {
+  readonly id: number;
+  readonly channels: number;
+  /** The engine's fault timeout, ms: a response timer's period is never shorter. */
+  readonly faultTimeoutMs: number;
+  readonly tables: { readonly mrs: ReadonlyMap<number, RcMr> };
+  post(desc: DmaDescriptor): Promise<DmaCompletion>;
+  /** End every transfer QP `qp` posted (they complete FLUSHED). */
+  cancel(qp: number): boolean;
+}
+
+/** What the requester needs of its QP (rc/qp.ts's RcQueuePair). */
+export interface WqeRequesterQp {
+  readonly qpNum: number;
+  readonly pd: RcPd;
+  readonly ud: boolean;
+  readonly state: QpState;
+  readonly destNode: number;
+  readonly destQpNum: number;
+  readonly rnrRetry: number;
+  readonly timeout: number;
+  readonly retryCnt: number;
+  readonly node: RcNode;
+  readonly sq: SendRing<SendWqe<RcAh>>;
+  /** Expect the peer's bytes in `sges` (a READ's or an atomic's sinks); the returned function ends it. */
+  expectLanding(sges: readonly Sge[]): () => void;
+}
+
+type Piece = { fromVa: bigint; toVa: bigint; length: number; key?: number };
+type Request = Pick<DmaDescriptor, 'dmaLength' | 'sinks' | 'atomic' | 'flush' | 'solicited' | 'responseTimeout'>;
+
+/**
+ * WQEs that may run while the ones before them are still in flight: RDMA_WRITEs after
+ * RDMA_WRITEs. Their DMA goes on one engine channel per QP, whose transfers run in posting
+ * order, so the bytes land in order as RC requires; a SEND or WRITE_WITH_IMM (which takes a
+ * receive), a READ or an atomic (which must see every earlier write) waits for all before it.
+ */
+function overlaps(wqe: SendWqe): boolean {
+  return wqe.opcode === WrOpcode.RDMA_WRITE;
+}
+
+// SendFlags.SOLICITED: BTH's SE bit on the message's packets (a SEND or WRITE with immediate).
+function solicited(wqe: SendWqe): { solicited: true } | undefined {
+  return (wqe.sendFlags ?? 0) & SendFlags.SOLICITED ? { solicited: true } : undefined;
+}
+
+function offsetOf(sges: readonly { length: number }[], i: number): number {
+  let o = 0;
+  for (let k = 0; k < i; k++) o += sges[k]!.length;
+  return o;
+}
+
+function isRead(op: WrOpcode): boolean {
+  return op === WrOpcode.RDMA_READ || op === WrOpcode.ATOMIC_CMP_AND_SWP || op === WrOpcode.ATOMIC_FETCH_AND_ADD;
+}
+
+export class WqeRequester {
+  readonly #qp: WqeRequesterQp;
+  readonly #completer: WqeCompleter;
+  #running = false;
+  /** The ring index of the next WQE to start (rxe's req.wqe_index); the completer's is the consumer index. */
+  #next = 0;
+  #psn = 0;
+  /** The XRC SRQ the WQE being started names (XRC_SEND QPs). */
+  #srqn: number | undefined;
+
+  constructor(qp: WqeRequesterQp, completer: WqeCompleter) {
+    this.#qp = qp;
+    this.#completer = completer;
+    this.#next = qp.sq.consumer;
+  }
+
+  /** The QP reached RTS: its first PSN (sq_psn). */
+  startPsn(psn: number): void {
+    this.#psn = psn & 0xff_ffff;
+  }
+
+  /** The PSN of the next request (ibv_query_qp's sq_psn). */
+  get psn(): number {
+    return this.#psn;
+  }
+
+  /** True while WQEs are in flight (or being started): the queue is flushed in order behind them. */
+  get running(): boolean {
+    return this.#running || this.#completer.inflight > 0;
+  }
+
+  /** The doorbell (and RTS, and each completion): start what the send queue may start now. */
+  kick(): void {
+    if (this.#running) return;
+    this.#running = true;
+    try {
+      this.#drain();
+    } finally {
+      this.#running = false;
+    }
+  }
+
+  /** The QP is destroyed: every WQE posted and not started is flushed, oldest first. */
+  flushQueued(): void {
+    const sq = this.#qp.sq;
+    this.#completer.flushInflight();
+    for (let wqe = sq.at(sq.consumer); wqe !== undefined; wqe = sq.at(sq.consumer)) this.#completer.flushed(wqe);
+    this.#next = sq.consumer;
+  }
+
+  // WQEs in flight (see overlaps), completed in posting order by the completer. In ERR with
+  // nothing in flight, the queue is flushed in order. Synchronous, with nothing awaited: what
+  // cannot start now is started by the kick of a later doorbell or completion.
+  #drain(): void {
+    const q = this.#qp;
+    const c = this.#completer;
+    const next = () => this.kick();
+    for (;;) {
+      const live = q.state === QpState.RTS || q.state === QpState.ERR;
+      const wqe = live ? q.sq.at(this.#next) : undefined;
+      // A WQE of another kind in flight is alone there: WQEs in flight are all writes.
+      const first = c.first;
+      const room = first === undefined || (wqe !== undefined && overlaps(wqe) && overlaps(first));
+      if (!wqe || !room || q.state === QpState.ERR) {
+        if (first !== undefined || !wqe) return;
+        this.#next++;
+        c.flushed(wqe);
+        continue;
+      }
+      this.#next++;
+      c.started(
+        wqe,
+        this.#execute(wqe).catch(() => fail(WcStatus.GENERAL_ERR)),
+        next,
+      );
+    }
+  }
+
+  async #execute(wqe: SendWqe<RcAh>): Promise<Outcome> {
+    // XRC: every packet of the WQE names the target's XRC SRQ (read by #move before any await).
+    this.#srqn = wqe.xrc?.remoteSrqn;
+    let total = 0;
+    for (const s of wqe.sgList) total += s.length;
+    if (total > MAX_MSG) return fail(WcStatus.LOC_LEN_ERR);
+    if (!this.#localSges(wqe.sgList, isRead(wqe.opcode))) return fail(WcStatus.LOC_PROT_ERR);
+    const local = wqe.sgList;
+    switch (wqe.opcode) {
+      case WrOpcode.RDMA_WRITE:
+      case WrOpcode.RDMA_WRITE_WITH_IMM:
+        return this.#write(wqe, local, total);
+      case WrOpcode.SEND:
+      case WrOpcode.SEND_WITH_IMM:
+        return this.#qp.ud ? this.#sendUd(wqe, local[0], total) : this.#send(wqe, local, total);
+      case WrOpcode.RDMA_READ:
+        return this.#read(wqe, local, total);
+      case WrOpcode.ATOMIC_CMP_AND_SWP:
+      case WrOpcode.ATOMIC_FETCH_AND_ADD:
+        return this.#atomic(wqe, local);
+      case WrOpcode.ATOMIC_WRITE:
+        return this.#atomicWrite(wqe, local);
+      case WrOpcode.FLUSH:
+        return this.#flush(wqe);
+    }
+    return fail(WcStatus.LOC_QP_OP_ERR);
+  }
+
+  /**
+   * The WQE's SGEs checked in the node's MR table by lkey: an MR of the QP's PD, LOCAL_WRITE
+   * if the bytes land there, the range inside it (its region mapped in the PD's stream).
+   */
+  #localSges(sges: readonly Sge[], write: boolean): boolean {
+    const q = this.#qp;
+    const mrs = q.node.tables.mrs;
+    for (const sge of sges) {
+      const mr = mrs.get(sge.lkey);
+      if (!mr || mr.closed || mr.pd.handle !== q.pd.handle || (write && !(mr.access & Access.LOCAL_WRITE))) return false;
+      if (!mr.place(sge.addr, sge.length)) return false;
+    }
+    return true;
+  }
+
+  // RC packets straight away: the responder's engine checks the rkey on every packet and, for
+  // the immediate, takes a receive with the last one.
+  async #write(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Outcome> {
+    const { remoteAddr, rkey } = wqe.rdma!;
+    const imm = wqe.opcode === WrOpcode.RDMA_WRITE_WITH_IMM;
+    const pieces = local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(local, i)), length: l.length, key: rkey }));
+    const results = await this.#move(imm ? RcOp.WRITE_IMM : RcOp.WRITE, pieces, total, imm ? (wqe.immData ?? 0) : undefined, solicited(wqe));
+    return done(statusOf(results), total, results);
+  }
+
+  // An RC SEND: the receive WQE is taken where the first packet lands; its buffers say where the bytes go.
+  async #send(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Outcome> {
+    const imm = wqe.opcode === WrOpcode.SEND_WITH_IMM;
+    const pieces = local.map((l) => ({ fromVa: l.addr, toVa: 0n, length: l.length }));
+    const results = await this.#move(imm ? RcOp.SEND_IMM : RcOp.SEND, pieces, total, imm ? (wqe.immData ?? 0) : undefined, solicited(wqe));
+    return done(statusOf(results), total, results);
+  }
+
+  // One READ request packet (RETH: address, rkey, DMA length); the responder's node sends the
+  // bytes back as READ responses, which land here only in these sinks.
+  async #read(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Outcome> {
+    const { remoteAddr, rkey } = wqe.rdma!;
+    const landed = this.#qp.expectLanding(local);
+    const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
+      dmaLength: total,
+      sinks: sinksOf(local),
+      responseTimeout: this.#responseTimeout(),
+    }).finally(landed);
+    return done(statusOf(results), total, results);
+  }
+
+  // An atomic (AtomicETH): its original value lands in the one 8-byte local SGE.
+  async #atomic(wqe: SendWqe, local: readonly Sge[]): Promise<Outcome> {
+    const a = wqe.atomic!;
+    if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+    const landed = this.#qp.expectLanding(local);
+    const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
+      sinks: sinksOf(local),
+      responseTimeout: this.#responseTimeout(),
+      atomic: {
+        fetchAdd: wqe.opcode === WrOpcode.ATOMIC_FETCH_AND_ADD,
+        compareAdd: BigInt.asUintN(64, a.compareAdd),
+        swap: BigInt.asUintN(64, a.swap ?? 0n),
+      },
+    }).finally(landed);
+    return done(statusOf(results), 8, results);
+  }
+
+  // One packet carrying the word's 8 new bytes, read from the local SGE (it may fault here).
+  async #atomicWrite(wqe: SendWqe, local: readonly Sge[]): Promise<Outcome> {
+    if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+    const { remoteAddr, rkey } = wqe.rdma!;
+    const results = await this.#move(RcOp.ATOMIC_WRITE, [{ fromVa: local[0]!.addr, toVa: remoteAddr, length: 8, key: rkey }], 8, undefined);
+    return done(statusOf(results), 8, results);
+  }
+
+  // One request packet: RETH (the range) and FETH (placement type, selectivity); its ACK comes
+  // once the responder has made the range what the type asks.
+  async #flush(wqe: SendWqe): Promise<Outcome> {
+    const f = wqe.flush!;
+    const results = await this.#move(RcOp.FLUSH, [{ fromVa: 0n, toVa: f.remoteAddr, length: 0, key: f.rkey }], 0, undefined, {
+      dmaLength: f.length,
+      flush: { type: f.type, level: f.level },
+    });
+    return done(statusOf(results), 0, results);
+  }
+
+  // A UD SEND: one packet of at most the MTU to the AH's node and the WQE's QP and Q_Key. Its
+  // completion says it left (the responder answers the engine even when it drops it); a fault
+  // at either end is still the engine's own: resolved, and the block sent again.
+  async #sendUd(wqe: SendWqe<RcAh>, l: Sge | undefined, total: number): Promise<Outcome> {
+    if (total > UD_MTU) return fail(WcStatus.LOC_LEN_ERR);
+    const u = wqe.ud;
+    // An AH handle the device's table does not hold: no destination (rxe: a bad AH, LOC_QP_OP_ERR).
+    if (!u) return fail(WcStatus.LOC_QP_OP_ERR);
+    const imm = wqe.opcode === WrOpcode.SEND_WITH_IMM;
+    const ud = { node: u.ah.dlid, qpn: u.remoteQpn, qkey: u.remoteQkey };
+    const pieces = [{ fromVa: l?.addr ?? 0n, toVa: 0n, length: total }];
+    const results = await this.#move(imm ? RcOp.UD_SEND_IMM : RcOp.UD_SEND, pieces, total, imm ? (wqe.immData ?? 0) : undefined, solicited(wqe), ud);
+    return done(statusOf(results), total, results);
+  }
+
+  /**
+   * The local ACK timeout of a READ or an atomic: IB's 4.096 µs × 2^timeout a period, retry_cnt
+   * retries. A period is never shorter than the engine's fault timeout (a responder holds its
+   * response while its fault library answers, and tries again after that long), and timeout 0,
+   * which is infinite in IB, is taken as the default (14): a response that never comes ends the
+   * WQE in RETRY_EXC_ERR, never in a hang.
+   */
+  #responseTimeout(): { periodMs: number; retries: number } {
+    const q = this.#qp;
+    const ibMs = 0.004096 * 2 ** (q.timeout === 0 ? DEFAULT_TIMEOUT : q.timeout);
+    return { periodMs: Math.max(ibMs, q.node.faultTimeoutMs), retries: q.retryCnt };
+  }
+
+  #nextPsn(): number {
+    const psn = this.#psn;
+    this.#psn = (psn + 1) & 0xff_ffff;
+    return psn;
+  }
+
+  /**
+   * One WQE as RC packets on this node's engine, to the connected QP: one transfer per SGE
+   * (each names its byte offset in the message when there are several), all under the WQE's
+   * PSN; an empty message is one packet with no bytes.
+   */
+  #move(
+    opcode: RcOp,
+    pieces: Piece[],
+    total: number,
+    immData: number | undefined,
+    request?: Request,
+    ud?: { node: number; qpn: number; qkey: number },
+  ): Promise<DmaCompletion[]> {
+    const psn = this.#nextPsn();
+    const parts = pieces.filter((p) => p.length > 0);
+    if (parts.length === 0) parts.push({ ...(pieces[0] ?? { fromVa: 0n, toVa: 0n }), length: 0 });
+    const srqn = this.#srqn;
+    let offset = 0;
+    const post = (p: Piece) => {
+      const desc = this.#descriptor(opcode, p, psn, immData, ud);
+      if (srqn !== undefined) desc.srqn = srqn;
+      if (parts.length > 1) desc.message = { offset, length: total };
+      if (request) Object.assign(desc, request);
+      offset += p.length;
+      return this.#qp.node.post(desc);
+    };
+    // The common case, one SGE: no Promise.all (one promise less per WQE).
+    if (parts.length === 1) return post(parts[0]!).then((c) => [c]);
+    return Promise.all(parts.map(post));
+  }
+
+  // One transfer's descriptor: this QP's channel, the connected QP (or a UD WQE's), the PSN.
+  #descriptor(
+    opcode: RcOp,
+    p: Piece,
+    psn: number,
+    immData: number | undefined,
+    ud: { node: number; qpn: number; qkey: number } | undefined,
+  ): DmaDescriptor {
+    const q = this.#qp;
+    const rnr = q.rnrRetry;
+    const desc: DmaDescriptor = {
+      channel: q.qpNum % q.node.channels,
+      srcVa: p.fromVa,
+      dstNode: ud ? ud.node : q.destNode,
+      dstVa: p.toVa,
+      length: p.length,
+      pd: q.pd.handle,
+      retryLimit: rnr === 7 ? Infinity : rnr,
+      dstQp: ud ? ud.qpn : q.destQpNum,
+      srcQp: q.qpNum,
+      opcode,
+      psn,
+    };
+    if (p.key !== undefined) desc.key = p.key;
+    if (immData !== undefined) desc.immData = immData;
+    if (ud) desc.qkey = ud.qkey;
+    return desc;
+  }
+}
+
+// Where a READ's or an atomic's response may land: the WQE's local SGEs, as sinks.
+function sinksOf(local: readonly Sge[]): Array<{ addr: bigint; length: number; lkey: number }> {
+  return local.map((l) => ({ addr: l.addr, length: l.length, lkey: l.lkey }));
 }

@@ -4,7 +4,7 @@
 // ring of CQEs (kernel-sim/device/cq-ring.ts, docs/device-abi.md's struct pfr_cqe): the device
 // side writes them, poll() reads them into WorkCompletion objects as rdma-core's rxe provider
 // reads the kernel's ring in ibv_poll_cq.
-import { CompletionRing, CQE, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
+import { CompletionRing, CQE, CqNotify, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
 import { closedError } from '../errors.js';
 import { checkInt, checkObject } from '../validate.js';
 import { WcFlags, WcOpcode, WcStatus, wcStatusStr } from './constants.js';
@@ -94,16 +94,10 @@ export class CompletionQueue {
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Infinity;
   #closed = false;
-  #error = false;
-  #onOverrun: (cq: CompletionQueue) => void;
-  /** Completions that found the CQ full (each one moved its QP to ERR). */
-  overruns = 0;
   /** The completion channel the CQ reports its events to (ibv_cq.channel), if it was created with one. */
   readonly channel: CqEventChannel | undefined;
   /** What the creator passed as `cqContext` (ibv_cq.cq_context): comes back with each event. */
   readonly cqContext: unknown;
-  // reqNotify() armed the CQ: undefined, 'any' or 'solicited'.
-  #armed: 'any' | 'solicited' | undefined;
   #unacked = 0;
 
   /** @internal use Context.createCq */
@@ -114,7 +108,15 @@ export class CompletionQueue {
   ) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
     this.ring = new CompletionRing(this.depth);
-    this.#onOverrun = onOverrun;
+    // The device's events of the ring: a CQE (a waiter takes it), the armed event, an overrun.
+    this.ring.listener = {
+      written: () => {
+        const w = this.#waiters.shift();
+        if (w) this.#settle(w, this.#take(), false);
+      },
+      event: () => this.channel!.notify(this),
+      overrun: () => onOverrun(this),
+    };
     this.channel = options.channel;
     this.cqContext = options.cqContext;
     this.channel?.attach(this);
@@ -136,12 +138,17 @@ export class CompletionQueue {
     if (!this.channel)
       throw verbsError('ibv_req_notify_cq', 'EINVAL', 'the CQ has no completion channel; create it with createCq(depth, { channel })');
     if (this.channel.closed) throw verbsError('ibv_req_notify_cq', 'EINVAL', 'the completion channel of this CQ was closed');
-    this.#armed = solicitedOnly ? 'solicited' : 'any';
+    this.ring.notify = solicitedOnly ? CqNotify.SOLICITED : CqNotify.ANY;
   }
 
   /** True while the CQ is armed (reqNotify() called and its event not raised yet). */
   get armed(): boolean {
-    return this.#armed !== undefined;
+    return this.ring.notify !== CqNotify.NONE;
+  }
+
+  /** Completions that found the CQ full (each one moved its QP to ERR). */
+  get overruns(): number {
+    return this.ring.overruns;
   }
 
   /** Events taken from the channel for this CQ and not yet acknowledged. */
@@ -171,7 +178,7 @@ export class CompletionQueue {
 
   /** True once the CQ overflowed (IBV_EVENT_CQ_ERR): as on hardware, it stays in error. */
   get error(): boolean {
-    return this.#error;
+    return this.ring.error;
   }
 
   /** True once the CQ (or its context) was closed. */
@@ -206,6 +213,7 @@ export class CompletionQueue {
         w.signal.addEventListener('abort', w.onAbort, { once: true });
       }
       this.#waiters.push(w);
+      this.ring.waiting = true;
       this.#arm(w.deadline);
     });
   }
@@ -230,10 +238,9 @@ export class CompletionQueue {
   }
 
   /**
-   * @internal the device side: a completion from a queue pair, written as a CQE into the ring.
-   * False if the CQ has overrun: the CQ goes to error and IBV_EVENT_CQ_ERR is reported (once);
-   * the caller moves its QP to ERR. `immData` undefined: no immediate; `odp` undefined: no ODP
-   * figures (a flushed WR). `solicited`: the receive of a message sent with SendFlags.SOLICITED.
+   * @internal a completion the library still writes itself (the receive side, until the
+   * device completes receives): the device's post (CompletionRing.post). False if the CQ has
+   * overrun; the caller moves its QP to ERR.
    */
   complete(
     wrId: bigint,
@@ -246,21 +253,7 @@ export class CompletionQueue {
     odp: CqeOdp | undefined,
     solicited = false,
   ): boolean {
-    if (this.#closed) return true;
-    // A waiter means the ring is empty: the CQE goes through it to the waiter (as before the
-    // ring, even on a CQ in error).
-    const waiting = this.#waiters.length > 0;
-    if ((this.#error && !waiting) || !this.ring.write(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp)) {
-      this.overruns++;
-      if (!this.#error) {
-        this.#error = true;
-        this.#onOverrun(this);
-      }
-      return false;
-    }
-    if (waiting) this.#settle(this.#waiters.shift()!, this.#take(), false);
-    this.#event(status, solicited);
-    return true;
+    return this.ring.post(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp, solicited);
   }
 
   // The consumer's step: copy the CQE at the consumer index into a WorkCompletion, free the slot.
@@ -295,15 +288,6 @@ export class CompletionQueue {
     return wc;
   }
 
-  // An armed CQ got a completion that its arming asked for: one event on the channel.
-  // Solicited: a receive whose sender set SendFlags.SOLICITED (BTH SE), or an error (as rxe).
-  #event(status: WcStatus, solicited: boolean): void {
-    if (this.#armed === undefined) return;
-    if (this.#armed === 'solicited' && status === WcStatus.SUCCESS && !solicited) return;
-    this.#armed = undefined;
-    this.channel!.notify(this);
-  }
-
   /**
    * ibv_destroy_cq: waiting `next()` calls reject with ERR_PFR_CLOSED. EBUSY while events
    * returned by getCqEvent() are not acknowledged (libibverbs would block): `ackEvents()`
@@ -324,6 +308,7 @@ export class CompletionQueue {
   destroy(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.ring.closed = true;
     this.#unacked = 0;
     this.channel?.detach(this);
     for (const w of [...this.#waiters]) this.#settle(w, closedError('CompletionQueue'));
@@ -344,6 +329,7 @@ export class CompletionQueue {
       this.#waiters.splice(i, 1);
     }
     if (w.onAbort) w.signal!.removeEventListener('abort', w.onAbort);
+    this.ring.waiting = this.#waiters.length > 0;
     if (this.#waiters.length === 0) this.#timer?.unref();
     if (x instanceof Error) w.reject(x);
     else w.resolve(x);

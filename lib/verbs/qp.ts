@@ -1,11 +1,12 @@
 // Queue pairs: the QP state machine and the verbs that post work, for RC and, on the same
-// packets, UD and XRC. The work itself is done by the QP's roles, as in rdma_rxe: its
-// requester (requester.ts) runs the send queue, its responder (responder.ts) answers the
-// connected QP's requests on this QP's own node, its completer (completer.ts) reads the
-// answers to its requests (retrying an RNR NAK) and writes completions. A destination fault
-// behaves like ODP's RNR NAK: the engine retries up to rnrRetry (7 = infinite), then
-// completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR and the rest
-// complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
+// packets, UD and XRC. This is the provider's side, as rdma-core's providers/rxe is over the
+// kernel's rxe: postSend checks each WR (wr-check.ts), writes it as a WQE into the send ring
+// and rings the doorbell; pollCq reads the CQ's ring (cq.ts). The work itself is the device's
+// (kernel-sim/rc/qp.ts): its requester runs the send ring, its responder answers the connected
+// QP's requests on this QP's own node, its completer writes each send CQE in posting order. A
+// destination fault behaves like ODP's RNR NAK: the engine retries up to rnrRetry (7 =
+// infinite), then completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR
+// and the rest complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
 import { RcOp, type FaultModel } from '../../kernel-sim/index.js';
@@ -21,8 +22,7 @@ import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
 import { XrcDomain } from './xrc.js';
 import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 import { SendRing } from '../../kernel-sim/device/send-ring.js';
-import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
-import { Requester, WC_OPCODE } from './requester.js';
+import type { QpAttrs, RecvWr, SendWr } from './qp-core.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
 
 // sendOpsFlags: createQpEx's init comes through here too.
@@ -183,7 +183,13 @@ export class QueuePair {
   readonly faultModel: FaultModel;
   #device: Device;
   #objects: ProcessObjects;
-  #state = QpState.RESET;
+  // The QP's state is the device's (rc.state): ibv_query_qp reads it back from there.
+  get #state(): QpState {
+    return this.rc.state;
+  }
+  set #state(s: QpState) {
+    this.rc.state = s;
+  }
   #attr: QpAttrs = {
     qpAccessFlags: 0,
     minRnrTimer: QP_DEFAULTS.minRnrTimer,
@@ -202,10 +208,9 @@ export class QueuePair {
   /** The receive queue's ring (the device's responder reads it). */
   #rq: RecvRing<RecvWr>;
   #destroyed = false;
-  #core: QpCore;
-  /** @internal What the node's engine responder reads of this QP (kept in the node's tables). */
+  /** @internal The device's QP (kept in the node's tables): its requester, responder and completer. */
   readonly rc: RcQueuePair;
-  #requester: Requester;
+  /** The receive side's completions, until the device writes those too. */
   #completer: Completer;
 
   /** @internal use Context.createQp */
@@ -231,45 +236,15 @@ export class QueuePair {
     this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
     this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud: this.qpType === QpType.UD, xrc: this.qpType === QpType.XRC_SEND });
     const attr = this.#attr;
-    const state = () => this.#state;
-    const destroyed = () => this.#destroyed;
     this.#completer = new Completer({
       qpNum,
       get destQpNum() {
         return attr.destQpNum;
       },
-      get state() {
-        return state();
-      },
-      get rnrRetry() {
-        return attr.rnrRetry;
-      },
       toError: () => this.#toError(),
     });
-    this.#core = {
-      qpNum,
-      qpType: this.qpType,
-      device,
-      pd,
-      sendCq: this.sendCq,
-      recvCq: this.recvCq,
-      sqSigAll: this.sqSigAll,
-      attr: this.#attr,
-      sq: this.#sq,
-      rq: this.#rq,
-      completer: this.#completer,
-      get state() {
-        return state();
-      },
-      get destroyed() {
-        return destroyed();
-      },
-      landings: new Set(),
-      toError: () => this.#toError(),
-    };
     this.rc = this.#rcQueuePair();
     this.#publish();
-    this.#requester = new Requester(this.#core);
     pd.users.add(this);
     srq?.users.add(this);
     xrcd?.qps.add(this);
@@ -285,48 +260,52 @@ export class QueuePair {
     const xrcRecv = this.qpType === QpType.XRC_RECV;
     const state = () => this.#state;
     const destroyed = () => this.#destroyed;
-    const core = this.#core;
     const completer = this.#completer;
-    return new RcQueuePair(qpNum, pd, {
-      rq: this.#rq,
-      ...(srq ? { take: () => srq.take() } : {}),
-      ...(xrcRecv
-        ? {
-            xrcSrq: (n: number) => {
-              const s = xrcd!.srqs.get(n);
-              // Its buffers are checked in this QP's PD: an XRC SRQ of another PD is not offered.
-              return s && !s.destroyed && s.pd === pd ? s : undefined;
-            },
-          }
-        : {}),
-      // UD: datagrams from many senders land at once, each taking its receive off the queue
-      // when admitted; one that faulted gives it back (ERR flushes it instead).
-      ...(ud
-        ? {
-            take: srq ? () => srq.take() : () => this.#rq.shift(),
-            giveBack: (wqe: RecvWr) => {
-              if (state() === QpState.ERR || destroyed()) this.#completer.complete(this.recvCq, wqe.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-              else if (srq) srq.giveBack(wqe);
-              else this.#rq.unshift(wqe);
-            },
-          }
-        : {}),
-      expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
-      received: (wqe, r) =>
-        completer.complete(
-          // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
-          (xrcRecv ? srqOf(wqe)?.cq : undefined) ?? this.recvCq,
-          wqe.wrId,
-          r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
-          r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
-          r.status === 'ok' ? r.byteLen : 0,
-          r.immData,
-          r.status === 'ok' ? r.odp : undefined,
-          r.srcQpn,
-          r.solicited,
-        ),
-      toError: () => this.#toError(),
-    });
+    const send = { node: this.#device.sim, qpType: this.qpType, sq: this.#sq, sendCq: this.sendCq.ring, sqSigAll: this.sqSigAll };
+    return new RcQueuePair(
+      qpNum,
+      pd,
+      {
+        rq: this.#rq,
+        ...(srq ? { take: () => srq.take() } : {}),
+        ...(xrcRecv
+          ? {
+              xrcSrq: (n: number) => {
+                const s = xrcd!.srqs.get(n);
+                // Its buffers are checked in this QP's PD: an XRC SRQ of another PD is not offered.
+                return s && !s.destroyed && s.pd === pd ? s : undefined;
+              },
+            }
+          : {}),
+        // UD: datagrams from many senders land at once, each taking its receive off the queue
+        // when admitted; one that faulted gives it back (ERR flushes it instead).
+        ...(ud
+          ? {
+              take: srq ? () => srq.take() : () => this.#rq.shift(),
+              giveBack: (wqe: RecvWr) => {
+                if (state() === QpState.ERR || destroyed()) this.#completer.complete(this.recvCq, wqe.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+                else if (srq) srq.giveBack(wqe);
+                else this.#rq.unshift(wqe);
+              },
+            }
+          : {}),
+        received: (wqe, r) =>
+          completer.complete(
+            // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
+            (xrcRecv ? srqOf(wqe)?.cq : undefined) ?? this.recvCq,
+            wqe.wrId,
+            r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
+            r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
+            r.status === 'ok' ? r.byteLen : 0,
+            r.immData,
+            r.status === 'ok' ? r.odp : undefined,
+            r.srcQpn,
+            r.solicited,
+          ),
+        toError: () => this.#flushReceives(),
+      },
+      send,
+    );
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -344,7 +323,7 @@ export class QueuePair {
     const live = this.#state !== QpState.RESET && this.#state !== QpState.INIT;
     const all: Array<[number, keyof QpQueryAttr, unknown]> = [
       [QpAttrMask.CUR_STATE, 'curQpState', this.#state],
-      [QpAttrMask.EN_SQD_ASYNC_NOTIFY, 'sqDraining', this.#state === QpState.SQD && this.#requester.inflight + this.#sq.length > 0],
+      [QpAttrMask.EN_SQD_ASYNC_NOTIFY, 'sqDraining', this.#state === QpState.SQD && this.rc.sqOutstanding > 0],
       [QpAttrMask.ACCESS_FLAGS, 'qpAccessFlags', a.qpAccessFlags],
       [QpAttrMask.PKEY_INDEX, 'pkeyIndex', 0],
       [QpAttrMask.PORT, 'portNum', p.portNum],
@@ -359,7 +338,7 @@ export class QueuePair {
       [
         QpAttrMask.SQ_PSN,
         'sqPsn',
-        this.#state === QpState.RTS || this.#state === QpState.SQD || this.#state === QpState.ERR ? this.#requester.psn : a.sqPsn,
+        this.#state === QpState.RTS || this.#state === QpState.SQD || this.#state === QpState.ERR ? this.rc.sqPsn : a.sqPsn,
       ],
       [QpAttrMask.MAX_DEST_RD_ATOMIC, 'maxDestRdAtomic', p.maxDestRdAtomic],
       [QpAttrMask.CAP, 'cap', { ...this.cap }],
@@ -424,14 +403,14 @@ export class QueuePair {
     }
     if (to === QpState.RTS) {
       if (attr.sqPsn !== undefined) this.#attr.sqPsn = checkInt('sqPsn', attr.sqPsn, 0, 0xff_ffff);
-      if (this.#state === QpState.RTR) this.#requester.startPsn(this.#attr.sqPsn);
+      if (this.#state === QpState.RTR) this.rc.startPsn(this.#attr.sqPsn);
       if (attr.timeout !== undefined) this.#attr.timeout = checkInt('timeout', attr.timeout, 0, 31);
       if (attr.retryCnt !== undefined) this.#attr.retryCnt = checkInt('retryCnt', attr.retryCnt, 0, 7);
       if (attr.rnrRetry !== undefined) this.#attr.rnrRetry = checkInt('rnrRetry', attr.rnrRetry, 0, 7);
     }
     this.#state = to;
     this.#publish();
-    if (to === QpState.RTS) this.#requester.kick();
+    if (to === QpState.RTS) this.rc.doorbell();
   }
 
   /**
@@ -447,7 +426,8 @@ export class QueuePair {
     // is back in RTS.
     if (this.#state !== QpState.RTS && this.#state !== QpState.SQD && this.#state !== QpState.ERR)
       throw verbsError('ibv_post_send', 'EINVAL', `the QP is in ${QpState[this.#state]}; move it to RTS first`);
-    if (this.#sq.length + this.#requester.inflight + list.length > this.cap.maxSendWr)
+    // The ring's slots free only as WQEs complete (rxe_queue.h): posted and not completed count.
+    if (this.rc.sqOutstanding + list.length > this.cap.maxSendWr)
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);
     list.forEach((wr, i) => {
       checkSendWr(wr, i, this.cap.maxSendSge);
@@ -456,7 +436,7 @@ export class QueuePair {
     // The provider's step: each checked WR written as a WQE into the ring (room checked above),
     // then the doorbell: the requester reads the ring.
     for (const wr of list) this.#sq.push(wr);
-    this.#requester.kick();
+    this.rc.doorbell();
   }
 
   /** ibv_post_recv: checked like postSend. */
@@ -484,10 +464,9 @@ export class QueuePair {
     this.#toError();
     this.#destroyed = true;
     this.#publish();
-    // Work in flight and queued behind it (left to the running loop by #toError) is flushed
-    // now, in posting order; the loop drops the in-flight outcome when it arrives.
-    for (const wr of [...this.#requester.takeCurrent(), ...this.#sq.drain()])
-      this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
+    // The device flushes the work in flight and queued behind it now, in posting order; the
+    // completer drops the in-flight outcome when it arrives.
+    this.rc.destroy();
     // Writes for it are refused from the next block on; what it posted (its writes and SEND
     // payloads as a requester, READ and atomic answers as a responder) ends, its runs on the
     // wire refused where they arrive; and the copies for either already running finish
@@ -507,20 +486,19 @@ export class QueuePair {
     this.destroy();
   }
 
+  // ibv_modify_qp to ERR (or RESET, or destroy): the device's transition (rc.toError).
   #toError(): void {
-    if (this.#state === QpState.ERR) return;
-    this.#state = QpState.ERR;
-    this.#publish();
+    this.rc.toError();
+  }
+
+  // The receive side of the device's ERR (until the device flushes receives itself).
+  #flushReceives(): void {
     // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
     // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
     const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
     this.rc.resp.msg = undefined;
     if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     for (const wr of this.#rq.drain()) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
-    this.#device.sim.cancel(this.qpNum);
-    if (!this.#requester.running)
-      for (const wr of this.#sq.drain()) this.#completer.complete(this.sendCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WC_OPCODE[wr.opcode], 0);
   }
 
   // What the transport reads of this QP, written to it at each change (ibv_modify_qp's
@@ -535,6 +513,9 @@ export class QueuePair {
       accessFlags: a.qpAccessFlags,
       minRnrTimer: a.minRnrTimer,
       qkey: this.qpType === QpType.UD ? a.qkey : undefined,
+      rnrRetry: a.rnrRetry,
+      retryCnt: a.retryCnt,
+      timeout: a.timeout,
     });
   }
 

@@ -6,7 +6,7 @@
 import { afterEach, describe, expect, test } from 'vitest';
 import { DmaStatus, type DmaCompletion } from '../../kernel-sim/index.js';
 import { QpState, SendFlags, WcOpcode, WcStatus, WrOpcode, type SendWr } from '../../lib/index.js';
-import { done, emptyOdp, fail, statusOf } from '../../lib/verbs/completer.js';
+import { done, emptyOdp, fail, statusOf } from '../../kernel-sim/rc/completer.js';
 import { closeAll, createPlayers, next, P } from './helpers.js';
 
 afterEach(closeAll);
