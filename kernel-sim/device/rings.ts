@@ -60,7 +60,8 @@ function writeHeader(v: DataView, r: RingGeometry, handle: number): void {
   v.setUint32(r.offset + o.handle, handle, true);
 }
 
-const HEADER = queueBuf.offsets([
+/** Offsets of the header's fields (struct pfr_queue_buf). */
+export const HEADER = queueBuf.offsets([
   'log2_elem_size',
   'index_mask',
   'magic',
@@ -84,6 +85,8 @@ export class Ring {
   readonly numElems: number;
   readonly mask: number;
   readonly log2ElemSize: number;
+  /** Byte offset of the ring's header in `buffer`. */
+  readonly offset: number;
   /** The memory, and a DataView over all of it (entries are read and written through it). */
   readonly buffer: ArrayBuffer | SharedArrayBuffer;
   readonly view: DataView;
@@ -98,6 +101,7 @@ export class Ring {
     this.numElems = g.numElems;
     this.mask = g.numElems - 1;
     this.log2ElemSize = g.log2;
+    this.offset = offset;
     this.buffer = buffer ?? new ArrayBuffer(QUEUE_DATA_OFFSET + g.numElems * 2 ** g.log2);
     this.view = new DataView(this.buffer);
     this.#base = offset + QUEUE_DATA_OFFSET;
@@ -143,7 +147,8 @@ export interface Sge {
   lkey: number;
 }
 
-const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
+/** Offsets of an SGE's fields (struct rxe_sge). */
+export const SGE = rxeSge.offsets(['addr', 'length', 'lkey'] as const);
 
 /**
  * A ring of work requests the device consumes: the head is copied out of its slot once (the

@@ -10,7 +10,8 @@ import { QueueKind, sendWqe } from './abi.js';
 import { WrOpcode } from './ib.js';
 import { sendGeometry, WqeRing } from './rings.js';
 
-const W = sendWqe.offsets([
+/** Offsets of a send WQE's fields in its slot (the provider writes them, the device decodes them). */
+export const SEND_WQE = sendWqe.offsets([
   'wr.wr_id',
   'wr.opcode',
   'wr.send_flags',
@@ -34,6 +35,7 @@ const W = sendWqe.offsets([
   'dma.resid',
   'dma.num_sge',
 ] as const);
+const W = SEND_WQE;
 const SGES = sendWqe.size;
 
 /** A send WR as the provider posts it and the device decodes it (lib's SendWr, `A` its AH). */
@@ -115,7 +117,7 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
     } else if (this.#ud && wr.ud) {
       v.setUint32(at + W['wr.wr.ud.remote_qpn'], wr.ud.remoteQpn, true);
       v.setUint32(at + W['wr.wr.ud.remote_qkey'], wr.ud.remoteQkey, true);
-      v.setUint32(at + W['wr.wr.ud.ah_handle'], this.#ahHandle(wr.ud.ah), true);
+      v.setUint32(at + W['wr.wr.ud.ah_handle'], this.ahHandle(wr.ud.ah), true);
     } else if (wr.rdma) {
       v.setBigUint64(at + W['wr.wr.rdma.remote_addr'], wr.rdma.remoteAddr, true);
       v.setUint32(at + W['wr.wr.rdma.rkey'], wr.rdma.rkey, true);
@@ -127,7 +129,8 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
     return true;
   }
 
-  #ahHandle(ah: NonNullable<S['ud']>['ah']): number {
+  /** The device's number of a UD WR's address handle (wr.ud.ah_handle), given at its first use. */
+  ahHandle(ah: NonNullable<S['ud']>['ah']): number {
     let h = this.#ahHandles.get(ah);
     if (h === undefined) {
       h = this.#ahs.size + 1;

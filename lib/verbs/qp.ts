@@ -23,6 +23,7 @@ import { XrcDomain } from './xrc.js';
 import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 import { SendRing } from '../../kernel-sim/device/send-ring.js';
 import type { QpAttrs, RecvWr, SendWr } from './qp-core.js';
+import { ProviderQueue, writeSendWqe } from './provider-queue.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
 
 // sendOpsFlags: createQpEx's init comes through here too.
@@ -205,6 +206,8 @@ export class QueuePair {
   #pathAttr = { portNum: 1, pathMtu: QP_DEFAULTS.pathMtu as number, maxRdAtomic: 1, maxDestRdAtomic: 1 };
   /** The send queue's ring (the device's requester reads it). */
   #sq: SendRing<SendWr>;
+  /** The provider's own view of the send ring's memory: postSend writes WQEs through it. */
+  #sqp: ProviderQueue;
   /** The receive queue's ring (the device's responder reads it). */
   #rq: RecvRing<RecvWr>;
   #destroyed = false;
@@ -235,6 +238,7 @@ export class QueuePair {
     this.cap = qpCaps(this.qpType, init);
     this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
     this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud: this.qpType === QpType.UD, xrc: this.qpType === QpType.XRC_SEND });
+    this.#sqp = new ProviderQueue(this.#sq);
     const attr = this.#attr;
     this.#completer = new Completer({
       qpNum,
@@ -427,7 +431,7 @@ export class QueuePair {
     if (this.#state !== QpState.RTS && this.#state !== QpState.SQD && this.#state !== QpState.ERR)
       throw verbsError('ibv_post_send', 'EINVAL', `the QP is in ${QpState[this.#state]}; move it to RTS first`);
     // The ring's slots free only as WQEs complete (rxe_queue.h): posted and not completed count.
-    if (this.rc.sqOutstanding + list.length > this.cap.maxSendWr)
+    if (this.#sqp.count + list.length > this.cap.maxSendWr)
       throw verbsError('ibv_post_send', 'ENOMEM', `the send queue holds at most ${this.cap.maxSendWr} WRs`);
     list.forEach((wr, i) => {
       checkSendWr(wr, i, this.cap.maxSendSge);
@@ -435,7 +439,8 @@ export class QueuePair {
     });
     // The provider's step: each checked WR written as a WQE into the ring (room checked above),
     // then the doorbell: the requester reads the ring.
-    for (const wr of list) this.#sq.push(wr);
+    const ud = this.qpType === QpType.UD;
+    for (const wr of list) writeSendWqe(this.#sqp, wr, ud, ud && wr.ud ? this.#sq.ahHandle(wr.ud.ah) : 0);
     this.rc.doorbell();
   }
 
