@@ -1,8 +1,10 @@
-// The completer of one node's PLDMA (rxe_comp's role): it reads the ACKs, NACKs and error
-// ACKs that come back for the runs this node sent (a transfer's in the order it sent them),
-// and the responses to its READ and atomic requests (what of them landed in its sinks), hands
-// a fault to the fault unit (faults.ts: it parks the transfer until the fault library
-// answers), and completes the transfer with a status that says which side failed and why.
+// The completer (rxe_comp), in two halves. Completer is the engine's (one per node's PLDMA):
+// it reads the ACKs, NACKs and error ACKs that come back for the runs this node sent (a
+// transfer's in the order it sent them), and the responses to its READ and atomic requests
+// (what of them landed in its sinks), hands a fault to the fault unit (faults.ts: it parks the
+// transfer until the fault library answers), and completes the transfer with a status that
+// says which side failed and why. WqeCompleter (below) is a QP's: it turns the outcomes of
+// the QP's WQEs into CQEs on its send CQ, in posting order, and frees their slots.
 import { MODEL_LABEL, realNowUs } from '../cost-model/index.js';
 import { AckResp, type AckPacket, RcOp, type Verdict, type WritePacket } from '../fabric/packets.js';
 import type { Translation } from '../smmu/smmu.js';

@@ -1,13 +1,15 @@
-// The requester of one node's PLDMA (rxe_req's role): it takes descriptors and, on the
-// scheduler's turn, translates the source of the channel's transfer's next run of blocks
-// on this node's SMMU (one call for the run) and sends the run to the destination as one
-// write packet carrying its payload. A transfer keeps its pending blocks as a cursor, not
-// an object per block: only a block that faulted gets state of its own. Up to
-// RUNS_IN_FLIGHT runs of a transfer are on the wire at once, answered in order: a fault (at
-// either end) stops the transfer before a later block is written, so each missing page
-// faults once; retransmission after a fault is the same path. It never sees the
-// destination's SMMU, engine or memory map: only the answers to its packets, which the
-// completer reads.
+// The requester (rxe_req), in two halves. WqeRequester (below) is a QP's: at the doorbell it
+// reads the QP's send ring from its own index, checks each WQE's local SGEs in the node's MR
+// table, and posts the WQE as RC transfers on the node's engine. Requester is the engine's
+// (one per node's PLDMA): it takes those descriptors and, on the scheduler's turn, translates
+// the source of the channel's transfer's next run of blocks on this node's SMMU (one call for
+// the run) and sends the run to the destination as one write packet carrying its payload. A
+// transfer keeps its pending blocks as a cursor, not an object per block: only a block that
+// faulted gets state of its own. Up to RUNS_IN_FLIGHT runs of a transfer are on the wire at
+// once, answered in order: a fault (at either end) stops the transfer before a later block is
+// written, so each missing page faults once; retransmission after a fault is the same path.
+// It never sees the destination's SMMU, engine or memory map: only the answers to its
+// packets, which the completer reads.
 import { realNowUs } from '../cost-model/index.js';
 import { hasRemoteRange, isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
