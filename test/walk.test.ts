@@ -35,10 +35,12 @@ test('pagefault-rdma walk records each path from the post to the CQE, through th
       expect(w.crossings, w.path).toBeGreaterThan(0);
       expect(w.pauses, w.path).toBeGreaterThanOrEqual(w.stops.length);
       expect(w.stops[0], w.path).toBe('lib/verbs/qp.ts');
-      // The send ring, the requester's side, the RC responder (a later task), the CQ and its ring.
+      // The provider's queue code, the doorbell into the device's QP, the send ring, the
+      // requester, the RC responder (a later task), the completer, the CQ and its ring.
       for (const f of [
+        /^lib\/verbs\/provider-queue\.ts$/,
+        /^kernel-sim\/rc\/qp\.ts$/,
         /^kernel-sim\/device\/send-ring\.ts$/,
-        /^lib\/verbs\/requester\.ts$/,
         /^kernel-sim\/rc\/requester\.ts$/,
         /^kernel-sim\/rc\/responder\.ts$/,
         /^kernel-sim\/rc\/completer\.ts$/,
