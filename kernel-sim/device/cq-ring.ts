@@ -133,9 +133,9 @@ export class CompletionRing extends Ring {
     immData: number | undefined,
     odp: CqeOdp | undefined,
   ): boolean {
-    if (!this.hasRoom) return false;
+    const at = this.producerSlot(this.capacity);
+    if (at < 0) return false;
     const v = this.view;
-    const at = this.slot(this.producer);
     v.setBigUint64(at + CQE['wc.wr_id'], wrId, true);
     v.setUint32(at + CQE['wc.status'], status, true);
     v.setUint32(at + CQE['wc.opcode'], opcode, true);

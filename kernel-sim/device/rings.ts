@@ -129,6 +129,29 @@ export class Ring {
     return this.#base + ((i & this.mask) << this.log2ElemSize);
   }
 
+  /**
+   * The slot of entry `i` if it is produced and not consumed, else -1 (also when the indices
+   * are corrupt: more entries than slots; the other side's memory is not trusted).
+   */
+  slotOf(i: number): number {
+    const n = (Atomics.load(this.#idx, Ring.#PI) - Atomics.load(this.#idx, Ring.#CI)) >>> 0;
+    if (n > this.numElems || (i - Atomics.load(this.#idx, Ring.#CI)) >>> 0 >= n) return -1;
+    return this.#base + ((i & this.mask) << this.log2ElemSize);
+  }
+
+  /** The slot of the producer index if fewer than `limit` entries are held, else -1 (the producer's room check). */
+  producerSlot(limit: number): number {
+    const p = Atomics.load(this.#idx, Ring.#PI);
+    if ((p - Atomics.load(this.#idx, Ring.#CI)) >>> 0 >= limit) return -1;
+    return this.#base + ((p & this.mask) << this.log2ElemSize);
+  }
+
+  /** The completer's step (rxe_queue.h's advance_consumer): the oldest entry is done with, its slot free; a no-op on an empty ring. */
+  advanceConsumer(): void {
+    const c = Atomics.load(this.#idx, Ring.#CI);
+    if (Atomics.load(this.#idx, Ring.#PI) !== c) Atomics.store(this.#idx, Ring.#CI, (c + 1) >>> 0);
+  }
+
   /** The producer's step, after writing the entry at slot(producer): publish it. */
   produced(): void {
     Atomics.store(this.#idx, Ring.#PI, (this.producer + 1) >>> 0);

@@ -80,14 +80,8 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
    * not trusted).
    */
   at(i: number): S | undefined {
-    const n = this.count;
-    if (n > this.numElems || (i - this.consumer) >>> 0 >= n) return undefined;
-    return this.decode(this.slot(i));
-  }
-
-  /** The completer's step: the oldest WQE completed, its slot free for the provider. */
-  complete(): void {
-    if (this.count > 0) this.consumed();
+    const at = this.slotOf(i);
+    return at < 0 ? undefined : this.decode(at);
   }
 
   /** The provider's step: write one checked WR as a WQE and publish it; false if full. */

@@ -529,6 +529,17 @@ export const WC_OPCODE: Record<WrOpcode, WcOpcode> = {
 /** How a WQE ended: its status, the bytes its completion reports, its faults and times. */
 export type Outcome = { status: WcStatus; byteLen: number; odp: RcOdp };
 
+/**
+ * What the requester hands over for a WQE: the transfers it posted (their outcomes) and the
+ * bytes of the message, or the local error that kept it from posting any.
+ */
+export type Executed = { results: DmaCompletion[]; byteLen: number } | { status: WcStatus };
+
+/** The outcome of an executed WQE (the completer's verdict: statusOf, done). */
+export function outcomeOf(e: Executed): Outcome {
+  return 'status' in e ? fail(e.status) : done(statusOf(e.results), e.byteLen, e.results);
+}
+
 /** What the completer needs of its QP (rc/qp.ts's RcQueuePair). */
 export interface WqeCompleterQp {
   readonly qpNum: number;
@@ -566,7 +577,7 @@ export class WqeCompleter {
    * The requester started `wqe`, whose outcome `exec` settles with: it completes once it and
    * every WQE before it are done; then `next` (the requester's kick) starts what may start.
    */
-  started(wqe: SendWqe, exec: Promise<Outcome>, next: () => void): void {
+  started(wqe: SendWqe, exec: Promise<Executed>, next: () => void): void {
     const q = this.#qp;
     this.#inflight.push(wqe);
     this.#chain = this.#chain.then(async () => {
@@ -575,10 +586,10 @@ export class WqeCompleter {
       if (this.#inflight[0] !== wqe) return;
       this.#inflight.shift();
       // A WQE before it failed: the QP is in ERR and this one is flushed, whatever it did.
-      const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : result;
+      const out = q.state === QpState.ERR ? fail(WcStatus.WR_FLUSH_ERR) : outcomeOf(result);
       const signaled = q.sqSigAll || ((wqe.sendFlags ?? 0) & SendFlags.SIGNALED) !== 0;
       if (signaled || out.status !== WcStatus.SUCCESS) this.#cqe(wqe, out.status, out.byteLen, out.odp);
-      q.sq.complete();
+      q.sq.advanceConsumer();
       if (out.status !== WcStatus.SUCCESS) q.toError();
       if (!q.destroyed) next();
     });
@@ -587,7 +598,7 @@ export class WqeCompleter {
   /** A WQE the QP's ERR (or its destruction) flushes before it started: WR_FLUSH_ERR, slot freed. */
   flushed(wqe: SendWqe): void {
     this.#cqe(wqe, WcStatus.WR_FLUSH_ERR, 0, undefined);
-    this.#qp.sq.complete();
+    this.#qp.sq.advanceConsumer();
   }
 
   /** The QP is destroyed: the WQEs in flight complete WR_FLUSH_ERR now, oldest first (their outcomes are dropped). */

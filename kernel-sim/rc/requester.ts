@@ -13,7 +13,7 @@
 import { realNowUs } from '../cost-model/index.js';
 import { hasRemoteRange, isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
-import { type Completer, done, fail, type Outcome, statusOf, type WqeCompleter } from './completer.js';
+import type { Completer, Executed, WqeCompleter } from './completer.js';
 import type { RcMr, RcPd } from './tables.js';
 import { Access, QpState, SendFlags, UD_MTU, WcStatus, WrOpcode } from '../device/ib.js';
 import type { Sge } from '../device/rings.js';
@@ -656,19 +656,19 @@ export class WqeRequester {
       this.#next++;
       c.started(
         wqe,
-        this.#execute(wqe).catch(() => fail(WcStatus.GENERAL_ERR)),
+        this.#execute(wqe).catch((): Executed => ({ status: WcStatus.GENERAL_ERR })),
         next,
       );
     }
   }
 
-  async #execute(wqe: SendWqe<RcAh>): Promise<Outcome> {
+  async #execute(wqe: SendWqe<RcAh>): Promise<Executed> {
     // XRC: every packet of the WQE names the target's XRC SRQ (read by #move before any await).
     this.#srqn = wqe.xrc?.remoteSrqn;
     let total = 0;
     for (const s of wqe.sgList) total += s.length;
-    if (total > MAX_MSG) return fail(WcStatus.LOC_LEN_ERR);
-    if (!this.#localSges(wqe.sgList, isRead(wqe.opcode))) return fail(WcStatus.LOC_PROT_ERR);
+    if (total > MAX_MSG) return { status: WcStatus.LOC_LEN_ERR };
+    if (!this.#localSges(wqe.sgList, isRead(wqe.opcode))) return { status: WcStatus.LOC_PROT_ERR };
     const local = wqe.sgList;
     switch (wqe.opcode) {
       case WrOpcode.RDMA_WRITE:
@@ -687,7 +687,7 @@ export class WqeRequester {
       case WrOpcode.FLUSH:
         return this.#flush(wqe);
     }
-    return fail(WcStatus.LOC_QP_OP_ERR);
+    return { status: WcStatus.LOC_QP_OP_ERR };
   }
 
   /**
@@ -707,25 +707,25 @@ export class WqeRequester {
 
   // RC packets straight away: the responder's engine checks the rkey on every packet and, for
   // the immediate, takes a receive with the last one.
-  async #write(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Outcome> {
+  async #write(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Executed> {
     const { remoteAddr, rkey } = wqe.rdma!;
     const imm = wqe.opcode === WrOpcode.RDMA_WRITE_WITH_IMM;
     const pieces = local.map((l, i) => ({ fromVa: l.addr, toVa: remoteAddr + BigInt(offsetOf(local, i)), length: l.length, key: rkey }));
     const results = await this.#move(imm ? RcOp.WRITE_IMM : RcOp.WRITE, pieces, total, imm ? (wqe.immData ?? 0) : undefined, solicited(wqe));
-    return done(statusOf(results), total, results);
+    return { results, byteLen: total };
   }
 
   // An RC SEND: the receive WQE is taken where the first packet lands; its buffers say where the bytes go.
-  async #send(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Outcome> {
+  async #send(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Executed> {
     const imm = wqe.opcode === WrOpcode.SEND_WITH_IMM;
     const pieces = local.map((l) => ({ fromVa: l.addr, toVa: 0n, length: l.length }));
     const results = await this.#move(imm ? RcOp.SEND_IMM : RcOp.SEND, pieces, total, imm ? (wqe.immData ?? 0) : undefined, solicited(wqe));
-    return done(statusOf(results), total, results);
+    return { results, byteLen: total };
   }
 
   // One READ request packet (RETH: address, rkey, DMA length); the responder's node sends the
   // bytes back as READ responses, which land here only in these sinks.
-  async #read(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Outcome> {
+  async #read(wqe: SendWqe, local: readonly Sge[], total: number): Promise<Executed> {
     const { remoteAddr, rkey } = wqe.rdma!;
     const landed = this.#qp.expectLanding(local);
     const results = await this.#move(RcOp.READ_REQUEST, [{ fromVa: 0n, toVa: remoteAddr, length: 0, key: rkey }], 0, undefined, {
@@ -733,13 +733,13 @@ export class WqeRequester {
       sinks: sinksOf(local),
       responseTimeout: this.#responseTimeout(),
     }).finally(landed);
-    return done(statusOf(results), total, results);
+    return { results, byteLen: total };
   }
 
   // An atomic (AtomicETH): its original value lands in the one 8-byte local SGE.
-  async #atomic(wqe: SendWqe, local: readonly Sge[]): Promise<Outcome> {
+  async #atomic(wqe: SendWqe, local: readonly Sge[]): Promise<Executed> {
     const a = wqe.atomic!;
-    if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+    if (local.length !== 1 || local[0]!.length !== 8) return { status: WcStatus.LOC_LEN_ERR };
     const landed = this.#qp.expectLanding(local);
     const results = await this.#move(RcOp.ATOMIC, [{ fromVa: 0n, toVa: a.remoteAddr, length: 0, key: a.rkey }], 0, undefined, {
       sinks: sinksOf(local),
@@ -750,41 +750,41 @@ export class WqeRequester {
         swap: BigInt.asUintN(64, a.swap ?? 0n),
       },
     }).finally(landed);
-    return done(statusOf(results), 8, results);
+    return { results, byteLen: 8 };
   }
 
   // One packet carrying the word's 8 new bytes, read from the local SGE (it may fault here).
-  async #atomicWrite(wqe: SendWqe, local: readonly Sge[]): Promise<Outcome> {
-    if (local.length !== 1 || local[0]!.length !== 8) return fail(WcStatus.LOC_LEN_ERR);
+  async #atomicWrite(wqe: SendWqe, local: readonly Sge[]): Promise<Executed> {
+    if (local.length !== 1 || local[0]!.length !== 8) return { status: WcStatus.LOC_LEN_ERR };
     const { remoteAddr, rkey } = wqe.rdma!;
     const results = await this.#move(RcOp.ATOMIC_WRITE, [{ fromVa: local[0]!.addr, toVa: remoteAddr, length: 8, key: rkey }], 8, undefined);
-    return done(statusOf(results), 8, results);
+    return { results, byteLen: 8 };
   }
 
   // One request packet: RETH (the range) and FETH (placement type, selectivity); its ACK comes
   // once the responder has made the range what the type asks.
-  async #flush(wqe: SendWqe): Promise<Outcome> {
+  async #flush(wqe: SendWqe): Promise<Executed> {
     const f = wqe.flush!;
     const results = await this.#move(RcOp.FLUSH, [{ fromVa: 0n, toVa: f.remoteAddr, length: 0, key: f.rkey }], 0, undefined, {
       dmaLength: f.length,
       flush: { type: f.type, level: f.level },
     });
-    return done(statusOf(results), 0, results);
+    return { results, byteLen: 0 };
   }
 
   // A UD SEND: one packet of at most the MTU to the AH's node and the WQE's QP and Q_Key. Its
   // completion says it left (the responder answers the engine even when it drops it); a fault
   // at either end is still the engine's own: resolved, and the block sent again.
-  async #sendUd(wqe: SendWqe<RcAh>, l: Sge | undefined, total: number): Promise<Outcome> {
-    if (total > UD_MTU) return fail(WcStatus.LOC_LEN_ERR);
+  async #sendUd(wqe: SendWqe<RcAh>, l: Sge | undefined, total: number): Promise<Executed> {
+    if (total > UD_MTU) return { status: WcStatus.LOC_LEN_ERR };
     const u = wqe.ud;
     // An AH handle the device's table does not hold: no destination (rxe: a bad AH, LOC_QP_OP_ERR).
-    if (!u) return fail(WcStatus.LOC_QP_OP_ERR);
+    if (!u) return { status: WcStatus.LOC_QP_OP_ERR };
     const imm = wqe.opcode === WrOpcode.SEND_WITH_IMM;
     const ud = { node: u.ah.dlid, qpn: u.remoteQpn, qkey: u.remoteQkey };
     const pieces = [{ fromVa: l?.addr ?? 0n, toVa: 0n, length: total }];
     const results = await this.#move(imm ? RcOp.UD_SEND_IMM : RcOp.UD_SEND, pieces, total, imm ? (wqe.immData ?? 0) : undefined, solicited(wqe), ud);
-    return done(statusOf(results), total, results);
+    return { results, byteLen: total };
   }
 
   /**

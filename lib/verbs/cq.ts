@@ -267,7 +267,7 @@ export class CompletionQueue {
   #take(): WorkCompletion {
     const r = this.#q;
     const v = r.view;
-    const at = r.slot(r.consumer);
+    const at = r.consumerSlot();
     const status = v.getUint32(at + CQE['wc.status'], true) as WcStatus;
     const wcFlags = v.getUint32(at + CQE['wc.wc_flags'], true);
     const wc: WorkCompletion = {

@@ -62,6 +62,13 @@ export class ProviderQueue {
     return this.#base + ((i & this.#mask) << this.#log2);
   }
 
+  /** The slot of the consumer index if an entry is there, else -1. */
+  consumerSlot(): number {
+    const c = Atomics.load(this.#idx, CI);
+    if (Atomics.load(this.#idx, PI) === c) return -1;
+    return this.#base + ((c & this.#mask) << this.#log2);
+  }
+
   /** Publish the entry written at slot(producer). */
   produced(): void {
     Atomics.store(this.#idx, PI, (Atomics.load(this.#idx, PI) + 1) >>> 0);
