@@ -1,6 +1,7 @@
 // A simulated system: N nodes, each with its SMMU, modified SMMU driver, netlink family,
 // fault-aware PLDMA and native copy engine (the device's threads that move the bytes), joined
 // by a fabric, sharing one modelled clock.
+import { binding } from '../native/index.js';
 import { costModel, type CostModel } from './cost-model/index.js';
 import { defaultHardware, hardwarePreset, RNR_TIMER_US, rnrRetry, type HardwarePreset } from './cost-model/presets.js';
 import { Fabric } from './fabric/fabric.js';
@@ -174,6 +175,38 @@ export class SimNode {
   /** Virtual channels of the node's engine. */
   get channels(): number {
     return this.pldma.channels;
+  }
+
+  /**
+   * @internal Memory of the device's own, `size` bytes, mapped read-only in protection domain
+   * `pd`'s stream (a QP's inline data: the engine reads a WQE's bytes there); undefined if the
+   * PD has no stream. `release` unmaps it.
+   */
+  deviceMemory(pd: number, size: number): { address: bigint; bytes: Uint8Array; release(): void } | undefined {
+    const stream = this.smmu.streamForPd(pd);
+    if (!stream) return undefined;
+    const m = binding.mapRegion(size, false, false, false);
+    let closed = false;
+    const region: MemoryLike = {
+      id: m.id,
+      address: m.address,
+      size: m.buffer.byteLength,
+      pageSize: m.pageSize,
+      get closed() {
+        return closed;
+      },
+      granule: m.pageSize,
+      observe() {},
+      unobserve() {},
+    };
+    this.smmu.map(stream.sid, region, { read: true, write: false });
+    const release = () => {
+      if (closed) return;
+      closed = true;
+      if (this.smmu.stream(stream.sid)) this.smmu.unmap(stream.sid, region);
+      binding.closeRegion(m.id, m.buffer);
+    };
+    return { address: m.address, bytes: new Uint8Array(m.buffer), release };
   }
 
   /** A fault not answered in this time fails its transfer, ms. */

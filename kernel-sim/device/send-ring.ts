@@ -4,10 +4,10 @@
 // decoded once), and its completer frees each slot when the WQE completes (`complete`, the
 // consumer's step, rxe_queue.h: a slot is the provider's again only once completed). The
 // layout is abi.ts's. The one value no byte can carry, a UD WR's address handle, is named by a
-// handle (wr.ud.ah_handle) into the ring's table of AHs. One difference from §2 for now: an
-// INLINE WR carries its SGEs, not its bytes.
+// handle (wr.ud.ah_handle) into the ring's table of AHs. An INLINE WQE carries its bytes after
+// the header (no SGEs), which the device copies out with the rest.
 import { QueueKind, sendWqe } from './abi.js';
-import { WrOpcode } from './ib.js';
+import { SendFlags, WrOpcode } from './ib.js';
 import { sendGeometry, WqeRing } from './rings.js';
 
 /** Offsets of a send WQE's fields in its slot (the provider writes them, the device decodes them). */
@@ -50,10 +50,14 @@ export interface SendWqe<A extends object = object> {
   xrc?: { remoteSrqn: number };
   flush?: { remoteAddr: bigint; rkey: number; length: number; type: number; level: number };
   atomic?: { remoteAddr: bigint; rkey: number; compareAdd: bigint; swap?: bigint };
+  /** IBV_SEND_INLINE: the message's bytes, carried in the WQE (rxe's dma.inline_data); no SGEs. The device's copy. */
+  inline?: Uint8Array;
 }
 
 export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
   readonly maxSge: number;
+  /** Most bytes an INLINE WQE carries (max_inline_data: the slot's room after the header). */
+  readonly maxInline: number;
   /** The QP's type says which parts a WQE has: UD (wr.ud), XRC_SEND (xrc_remote_srqn). */
   readonly #ud: boolean;
   readonly #xrc: boolean;
@@ -65,6 +69,7 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
     const g = sendGeometry(Math.max(1, maxWr), Math.max(1, maxSge), 0);
     super({ kind: QueueKind.SQ, numElems: g.numElems, log2: g.log2 }, handle);
     this.maxSge = g.maxSge;
+    this.maxInline = g.maxInline;
     this.#ud = transport.ud === true;
     this.#xrc = transport.xrc === true;
   }
@@ -137,9 +142,13 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
   protected decode(at: number): S {
     const v = this.view;
     const opcode = v.getUint32(at + W['wr.opcode'], true) as WrOpcode;
+    const sendFlags = v.getUint32(at + W['wr.send_flags'], true);
     const n = Math.min(v.getUint32(at + W['dma.num_sge'], true), this.maxSge);
-    const sgList = this.readSges(at, SGES, n);
-    const wr: SendWqe = { wrId: v.getBigUint64(at + W['wr.wr_id'], true), opcode, sgList, sendFlags: v.getUint32(at + W['wr.send_flags'], true) };
+    const inline = sendFlags & SendFlags.INLINE && n === 0;
+    const sgList = inline ? [] : this.readSges(at, SGES, n);
+    const wr: SendWqe = { wrId: v.getBigUint64(at + W['wr.wr_id'], true), opcode, sgList, sendFlags };
+    // The inline bytes copied out of the slot (no longer than the slot holds: the length is the provider's word).
+    if (inline) wr.inline = new Uint8Array(this.buffer, at + SGES, Math.min(v.getUint32(at + W['dma.length'], true), this.maxInline)).slice();
     if (opcode === WrOpcode.RDMA_WRITE_WITH_IMM || opcode === WrOpcode.SEND_WITH_IMM) wr.immData = v.getUint32(at + W['wr.ex.imm_data'], false);
     if (this.#xrc) wr.xrc = { remoteSrqn: v.getUint32(at + W['wr.xrc_remote_srqn'], true) };
     if (opcode === WrOpcode.FLUSH)

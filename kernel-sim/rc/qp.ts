@@ -169,6 +169,11 @@ export class RcQueuePair implements RcQp {
     this.#requester.flushQueued();
   }
 
+  /** The QP is gone and its transfers fenced: what the device kept for it (its inline memory) goes. */
+  release(): void {
+    this.#requester.release();
+  }
+
   /** Expect the peer's bytes in `sges` (a READ's or an atomic's sinks); the returned function ends it. */
   expectLanding(sges: readonly Sge[]): () => void {
     const spans = sges.map((s) => ({ key: s.lkey, addr: s.addr, end: s.addr + BigInt(s.length) }));

@@ -537,6 +537,8 @@ export interface RcNode {
   post(desc: DmaDescriptor): Promise<DmaCompletion>;
   /** End every transfer QP `qp` posted (they complete FLUSHED). */
   cancel(qp: number): boolean;
+  /** Memory of the device's own mapped read-only in PD `pd`'s stream (INLINE WQEs' bytes go from there). */
+  deviceMemory?(pd: number, size: number): { address: bigint; bytes: Uint8Array; release(): void } | undefined;
 }
 
 /** What the requester needs of its QP (rc/qp.ts's RcQueuePair). */
@@ -593,6 +595,8 @@ export class WqeRequester {
   #psn = 0;
   /** The XRC SRQ the WQE being started names (XRC_SEND QPs). */
   #srqn: number | undefined;
+  /** Where INLINE WQEs' bytes are sent from: a slot per ring slot, held as the WQE is (until it completes). */
+  #inline: { address: bigint; bytes: Uint8Array; release(): void } | undefined;
 
   constructor(qp: WqeRequesterQp, completer: WqeCompleter) {
     this.#qp = qp;
@@ -653,23 +657,28 @@ export class WqeRequester {
         c.flushed(wqe);
         continue;
       }
-      this.#next++;
+      const index = this.#next++;
       c.started(
         wqe,
-        this.#execute(wqe).catch((): Executed => ({ status: WcStatus.GENERAL_ERR })),
+        this.#execute(wqe, index).catch((): Executed => ({ status: WcStatus.GENERAL_ERR })),
         next,
       );
     }
   }
 
-  async #execute(wqe: SendWqe<RcAh>): Promise<Executed> {
+  async #execute(wqe: SendWqe<RcAh>, index: number): Promise<Executed> {
     // XRC: every packet of the WQE names the target's XRC SRQ (read by #move before any await).
     this.#srqn = wqe.xrc?.remoteSrqn;
     let total = 0;
     for (const s of wqe.sgList) total += s.length;
     if (total > MAX_MSG) return { status: WcStatus.LOC_LEN_ERR };
-    if (!this.#localSges(wqe.sgList, isRead(wqe.opcode))) return { status: WcStatus.LOC_PROT_ERR };
-    const local = wqe.sgList;
+    let local: readonly Sge[] = wqe.sgList;
+    if (wqe.inline) {
+      const src = this.#inlineSource(wqe, index);
+      if (!src) return { status: WcStatus.LOC_QP_OP_ERR };
+      local = src;
+      total = wqe.inline.length;
+    } else if (!this.#localSges(wqe.sgList, isRead(wqe.opcode))) return { status: WcStatus.LOC_PROT_ERR };
     switch (wqe.opcode) {
       case WrOpcode.RDMA_WRITE:
       case WrOpcode.RDMA_WRITE_WITH_IMM:
@@ -688,6 +697,31 @@ export class WqeRequester {
         return this.#flush(wqe);
     }
     return { status: WcStatus.LOC_QP_OP_ERR };
+  }
+
+  /** The QP is destroyed and its transfers fenced: the inline memory goes. */
+  release(): void {
+    this.#inline?.release();
+    this.#inline = undefined;
+  }
+
+  /**
+   * An INLINE WQE's bytes (a SEND or an RDMA WRITE: rxe's dma.inline_data) as the one SGE they
+   * go from: copied into the device's inline memory at the WQE's ring slot, mapped in the QP's
+   * PD, where they stay until the WQE completes (its slot is the WQE's till then).
+   */
+  #inlineSource(wqe: SendWqe, index: number): Sge[] | undefined {
+    const op = wqe.opcode;
+    if (op !== WrOpcode.SEND && op !== WrOpcode.SEND_WITH_IMM && op !== WrOpcode.RDMA_WRITE && op !== WrOpcode.RDMA_WRITE_WITH_IMM) return undefined;
+    const q = this.#qp;
+    const room = q.sq.maxInline;
+    if (!this.#inline) this.#inline = q.node.deviceMemory?.(q.pd.handle, Math.ceil((q.sq.numElems * room) / 4096) * 4096 || 4096);
+    const mem = this.#inline;
+    if (!mem) return undefined;
+    const bytes = wqe.inline!;
+    const offset = (index & (q.sq.numElems - 1)) * room;
+    mem.bytes.set(bytes, offset);
+    return [{ addr: mem.address + BigInt(offset), length: bytes.length, lkey: 0 }];
   }
 
   /**

@@ -87,14 +87,20 @@ function isAtomic(op: WrOpcode): boolean {
 /**
  * post_send's step for one checked WR: write it as a WQE at the producer index and publish it;
  * false if the ring is full. `ahHandle` is the device's number of a UD WR's address handle
- * (wr.ud.ah_handle); `ud` says the QP's WQEs carry wr.ud.
+ * (wr.ud.ah_handle); `ud` says the QP's WQEs carry wr.ud; `inline`, an INLINE WR's bytes
+ * (copied now: the WR's buffers may be reused as soon as postSend returns).
  */
-export function writeSendWqe(q: ProviderQueue, wr: SendWr, ud: boolean, ahHandle: number): boolean {
+export function writeSendWqe(q: ProviderQueue, wr: SendWr, ud: boolean, ahHandle: number, inline?: Uint8Array): boolean {
   if (q.count >= q.numElems) return false;
   const v = q.view;
   const at = q.slot(q.producer);
   let length = 0;
-  const list = wr.sgList;
+  // IBV_SEND_INLINE: the bytes themselves follow the header (rxe's dma.inline_data), no SGEs.
+  const list = inline ? [] : wr.sgList;
+  if (inline) {
+    new Uint8Array(v.buffer, at + SGES, inline.length).set(inline);
+    length = inline.length;
+  }
   for (let k = 0; k < list.length; k++) {
     const s = list[k]!;
     const o = at + SGES + k * SGE_SIZE;

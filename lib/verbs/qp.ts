@@ -8,10 +8,11 @@
 // infinite), then completes with RNR_RETRY_EXC_ERR. A failed work request moves the QP to ERR
 // and the rest complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
+import { findRegion } from '../region.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
 import { RcOp, type FaultModel } from '../../kernel-sim/index.js';
 import { RcQueuePair } from '../../kernel-sim/rc/qp.js';
-import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
+import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { Completer } from './completer.js';
 import type { CompletionQueue } from './cq.js';
 import type { Device } from './device.js';
@@ -437,11 +438,39 @@ export class QueuePair {
       checkSendWr(wr, i, this.cap.maxSendSge);
       checkTransportWr(wr, i, this);
     });
+    const inlines = list.map((wr, i) => this.#inlineBytes(wr, i));
     // The provider's step: each checked WR written as a WQE into the ring (room checked above),
     // then the doorbell: the requester reads the ring.
     const ud = this.qpType === QpType.UD;
-    for (const wr of list) writeSendWqe(this.#sqp, wr, ud, ud && wr.ud ? this.#sq.ahHandle(wr.ud.ah) : 0);
+    list.forEach((wr, i) => writeSendWqe(this.#sqp, wr, ud, ud && wr.ud ? this.#sq.ahHandle(wr.ud.ah) : 0, inlines[i]));
     this.rc.doorbell();
+  }
+
+  // IBV_SEND_INLINE on a SEND or an RDMA WRITE: the bytes of its buffers, copied now into the
+  // WQE (its lkeys are not used); at most the ring's max_inline_data (EINVAL), from this
+  // process's mapped memory (EFAULT). Undefined for any other WR.
+  #inlineBytes(wr: SendWr, i: number): Uint8Array | undefined {
+    const op = wr.opcode;
+    if (!((wr.sendFlags ?? 0) & SendFlags.INLINE)) return undefined;
+    if (op !== WrOpcode.SEND && op !== WrOpcode.SEND_WITH_IMM && op !== WrOpcode.RDMA_WRITE && op !== WrOpcode.RDMA_WRITE_WITH_IMM) return undefined;
+    const total = wr.sgList.reduce((n, s) => n + s.length, 0);
+    const max = this.#sq.maxInline;
+    if (total > max)
+      throw verbsError('ibv_post_send', 'EINVAL', `wr[${i}]: an INLINE WR carries at most ${max} bytes (max_inline_data), got ${total}`);
+    const out = new Uint8Array(total);
+    let at = 0;
+    for (const [k, s] of wr.sgList.entries()) {
+      const r = findRegion(s.addr, Math.max(1, s.length));
+      if (!r)
+        throw verbsError(
+          'ibv_post_send',
+          'EFAULT',
+          `wr[${i}].sgList[${k}]: 0x${s.addr.toString(16)}+${s.length} is in no mapped region of this process`,
+        );
+      out.set(new Uint8Array(r.buffer, Number(s.addr - r.address), s.length), at);
+      at += s.length;
+    }
+    return out;
   }
 
   /** ibv_post_recv: checked like postSend. */
@@ -479,6 +508,7 @@ export class QueuePair {
     this.#device.tables.removeQp(this.qpNum);
     this.#device.sim.cancel(this.qpNum);
     this.#device.sim.fence({ qp: this.qpNum });
+    this.rc.release();
     this.pd.unmapFor(this);
     this.pd.users.delete(this);
     this.srq?.users.delete(this);
