@@ -438,11 +438,15 @@ export class QueuePair {
       checkSendWr(wr, i, this.cap.maxSendSge);
       checkTransportWr(wr, i, this);
     });
-    const inlines = list.map((wr, i) => this.#inlineBytes(wr, i));
+    // INLINE WRs' bytes, copied now (none looked for on the common path: no array per post).
+    const inlines = list.some((wr) => (wr.sendFlags ?? 0) & SendFlags.INLINE) ? list.map((wr, i) => this.#inlineBytes(wr, i)) : undefined;
     // The provider's step: each checked WR written as a WQE into the ring (room checked above),
     // then the doorbell: the requester reads the ring.
     const ud = this.qpType === QpType.UD;
-    list.forEach((wr, i) => writeSendWqe(this.#sqp, wr, ud, ud && wr.ud ? this.#sq.ahHandle(wr.ud.ah) : 0, inlines[i]));
+    for (let i = 0; i < list.length; i++) {
+      const wr = list[i]!;
+      writeSendWqe(this.#sqp, wr, ud, ud && wr.ud ? this.#sq.ahHandle(wr.ud.ah) : 0, inlines?.[i]);
+    }
     this.rc.doorbell();
   }
 
