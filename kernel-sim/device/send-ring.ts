@@ -64,10 +64,21 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
   /** UD: the AHs named by WQEs' ah_handle (the device's table; a handle per AH object). */
   readonly #ahs = new Map<number, NonNullable<S['ud']>['ah']>();
   readonly #ahHandles = new WeakMap<object, number>();
+  #nextAh = 1;
 
-  constructor(maxWr: number, maxSge: number, transport: { ud?: boolean; xrc?: boolean } = {}, handle = 0) {
+  /**
+   * A send ring for `maxWr` WQEs of `maxSge` SGEs; in memory of its own, or at `memory.offset`
+   * of a queue memfd whose header is written already (RingMemory: a provider in another process).
+   */
+  constructor(
+    maxWr: number,
+    maxSge: number,
+    transport: { ud?: boolean; xrc?: boolean } = {},
+    handle = 0,
+    memory?: { buffer: ArrayBuffer | SharedArrayBuffer; offset: number },
+  ) {
     const g = sendGeometry(Math.max(1, maxWr), Math.max(1, maxSge), 0);
-    super({ kind: QueueKind.SQ, numElems: g.numElems, log2: g.log2 }, handle);
+    super({ kind: QueueKind.SQ, numElems: g.numElems, log2: g.log2 }, handle, memory?.buffer, memory?.offset ?? 0);
     this.maxSge = g.maxSge;
     this.maxInline = g.maxInline;
     this.#ud = transport.ud === true;
@@ -132,11 +143,20 @@ export class SendRing<S extends SendWqe = SendWqe> extends WqeRing<S> {
   ahHandle(ah: NonNullable<S['ud']>['ah']): number {
     let h = this.#ahHandles.get(ah);
     if (h === undefined) {
-      h = this.#ahs.size + 1;
+      h = this.#nextAh++;
       this.#ahHandles.set(ah, h);
       this.#ahs.set(h, ah);
     }
     return h;
+  }
+
+  /**
+   * The device's AH table for WQEs written elsewhere (a provider in another process names an
+   * AH by the handle ibv_create_ah returned): `ah` is what `handle` stands for from now on.
+   */
+  setAh(handle: number, ah: NonNullable<S['ud']>['ah']): void {
+    this.#ahs.set(handle >>> 0, ah);
+    this.#nextAh = Math.max(this.#nextAh, (handle >>> 0) + 1);
   }
 
   protected decode(at: number): S {

@@ -4,9 +4,10 @@
 // which WQEs complete, when their slots free, and what each CQE says can be checked exactly.
 import { describe, expect, test } from 'vitest';
 import { CompletionRing, CQE } from '../../../kernel-sim/device/cq-ring.js';
-import { HEADER } from '../../../kernel-sim/device/rings.js';
+import { HEADER, SGE } from '../../../kernel-sim/device/rings.js';
+import { sendWqe } from '../../../kernel-sim/device/abi.js';
 import { Access, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode } from '../../../kernel-sim/device/ib.js';
-import { SendRing, type SendWqe } from '../../../kernel-sim/device/send-ring.js';
+import { SEND_WQE, SendRing, type SendWqe } from '../../../kernel-sim/device/send-ring.js';
 import { DmaStatus, type DmaCompletion, type DmaDescriptor } from '../../../kernel-sim/pldma/types.js';
 import { RcQueuePair } from '../../../kernel-sim/rc/qp.js';
 import type { RcMr } from '../../../kernel-sim/rc/tables.js';
@@ -244,5 +245,57 @@ describe('the device send queue (RcQueuePair from rings and tables)', () => {
     expect(r.sq.at(0)).toBeUndefined();
     r.rc.doorbell();
     expect(r.posted).toHaveLength(0);
+  });
+
+  test('a UD QP over a ring in memory it did not make, its WQE written as bytes, its AH named by handle', async () => {
+    // The memory a provider in another process would map: a header written by the device, then slots.
+    const own = new SendRing<SendWqe<{ dlid: number }>>(4, 1, { ud: true });
+    const sq = new SendRing<SendWqe<{ dlid: number }>>(4, 1, { ud: true }, 0, { buffer: own.buffer, offset: own.offset });
+    sq.setAh(7, { dlid: 1 });
+    const cq = new CompletionRing(4);
+    const posted: DmaDescriptor[] = [];
+    const node = {
+      id: 0,
+      channels: 4,
+      faultTimeoutMs: 100,
+      tables: { mrs: new Map<number, RcMr>([[LKEY, mr(Access.LOCAL_WRITE)]]) },
+      post: (d: DmaDescriptor) => (posted.push(d), Promise.resolve(completion(d, DmaStatus.SUCCESS))),
+      cancel: () => true,
+    };
+    const owner = { rq: { length: 0, head: () => undefined, shift: () => undefined }, received: () => {}, toError: () => {} };
+    const rc = new RcQueuePair(0x43, PD, owner, { node, qpType: QpType.UD, sq, sendCq: cq, sqSigAll: true });
+    rc.modify({
+      state: QpState.RTS,
+      destroyed: false,
+      destNode: -1,
+      destQpNum: -1,
+      accessFlags: 0,
+      minRnrTimer: 1,
+      qkey: 5,
+      rnrRetry: 7,
+      retryCnt: 7,
+      timeout: 14,
+    });
+    // pfr_send_wqe by its offsets, as the C provider writes it, then the producer index.
+    const v = new DataView(own.buffer);
+    const at = own.slot(0);
+    v.setBigUint64(at + SEND_WQE['wr.wr_id'], 77n, true);
+    v.setUint32(at + SEND_WQE['wr.opcode'], WrOpcode.SEND, true);
+    v.setUint32(at + SEND_WQE['wr.wr.ud.remote_qpn'], 0x55, true);
+    v.setUint32(at + SEND_WQE['wr.wr.ud.remote_qkey'], 5, true);
+    v.setUint32(at + SEND_WQE['wr.wr.ud.ah_handle'], 7, true);
+    v.setUint32(at + SEND_WQE['dma.num_sge'], 1, true);
+    v.setBigUint64(at + sendWqe.size + SGE.addr, 0x1000n, true);
+    v.setUint32(at + sendWqe.size + SGE.length, 16, true);
+    v.setUint32(at + sendWqe.size + SGE.lkey, LKEY, true);
+    v.setUint32(own.offset + HEADER.producer_index, 1, true);
+    rc.doorbell();
+    expect(posted).toHaveLength(1);
+    expect(posted[0]).toMatchObject({ dstNode: 1, dstQp: 0x55, qkey: 5, srcVa: 0x1000n, length: 16 });
+    await settle();
+    expect(cq.count).toBe(1);
+    expect(new DataView(cq.buffer).getBigUint64(cq.slot(0) + CQE['wc.wr_id'], true)).toBe(77n);
+    // The slot is the provider's again.
+    expect(own.consumer).toBe(1);
   });
 });
