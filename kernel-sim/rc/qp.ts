@@ -22,7 +22,13 @@
 //                          the CQ's listener hears of the CQE, the armed event, an overrun
 //   rc.toError()           → ERR: the engine's transfers of the QP end, queued WQEs flush
 //   rc.destroy()           WQEs in flight and queued complete WR_FLUSH_ERR, oldest first
+//   rc.release()           after the QP's copies are fenced: its inline memory goes
 //   rc.state, rc.sqPsn, rc.sqOutstanding   what ibv_query_qp and ibv_post_send read back
+//
+// The rings may be in memory of another process: new SendRing(maxWr, maxSge, transport,
+// handle, { buffer, offset }) over the queue memfd, sq.setAh(handle, { dlid }) for the AHs its
+// WQEs name. node is the SimNode (RcNode: its engine's post and cancel, its MR table,
+// deviceMemory for INLINE bytes); the receive side's owner hooks are going (issue 38, i38r).
 import type { CompletionRing } from '../device/cq-ring.js';
 import { QpState, QpType } from '../device/ib.js';
 import type { Sge } from '../device/rings.js';
