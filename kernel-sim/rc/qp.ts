@@ -12,7 +12,8 @@
 //   const rc = new RcQueuePair(qpNum, pd, owner, { node, qpType, sq, sendCq, sqSigAll });
 //   rc.modify(attrs)       ibv_modify_qp's attributes (state, destination, rnrRetry, timeout, …)
 //   rc.startPsn(psn)       RTR → RTS: the first PSN of its requests (sq_psn)
-//   sq.push(wqe)           the provider writes a checked WR into the send ring …
+//   writeSendWqe(…)        the provider writes a checked WR into the send ring (lib's
+//                          provider-queue.ts; the C provider's post_send; sq.push in tests) …
 //   rc.doorbell()          … and rings: the requester (rc/requester.ts, WqeRequester) reads
 //                          the ring from its own index, checks each WQE's SGEs by lkey in
 //                          node.tables.mrs and posts its packets on node's engine
