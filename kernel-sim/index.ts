@@ -110,10 +110,14 @@ export { Scheduler, type Schedulable } from './scheduler/scheduler.js';
 export { CopyEngine, CopyFlag, CopyStatus, type CopyResult, type CopyTag } from './pldma/copy-engine.js';
 export { Pldma } from './pldma/pldma.js';
 export {
+  MrState,
+  mrRecord,
   RcOp,
   RcTables,
   rnrTimerMs,
+  type RcAddressSpace,
   type RcMr,
+  type RcPd,
   type RcOdp,
   type RcQp,
   type RcReceived,

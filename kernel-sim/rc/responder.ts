@@ -19,6 +19,9 @@ import { AtomicUnit } from './atomic.js';
 import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
 import type { Fault, Faults, HeldAnswer } from './faults.js';
 import {
+  MrState,
+  mrCovers,
+  mrPlace,
   type RcAdmitted,
   type RcMessage,
   type RcMr,
@@ -345,7 +348,7 @@ function flushRkeyRefusal(t: RcTables, p: RcPacket, qp: RcQp): RcRefusal | undef
   const n = p.flush?.level === 1 ? 0 : (p.dmaLength ?? 0);
   if (p.key !== undefined && keyFor(t, qp, p.key, p.va, n, want)) return undefined;
   const mr = p.key === undefined ? undefined : t.mrs.get(p.key);
-  const lacks = mr && !mr.closed && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
+  const lacks = mr && mr.state === MrState.VALID && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
   const flag = mr && type & 1 && !(mr.access & Access.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
   return { nak: 'access', reason: lacks ? `rkey ${hex(p.key!)}'s MR was registered without ${flag}` : rkeyReason(t, qp, p.key, p.va, n, flag) };
 }
@@ -450,7 +453,7 @@ export function stillAdmitted(t: RcTables, a: RcAdmitted, key: number | undefine
   if (!a.qp.receiving || a.qp.pd.closed || t.qps.get(a.qp.qpNum) !== a.qp) return false;
   if (key === undefined) return true;
   const mr = t.mrs.get(key);
-  return mr !== undefined && !mr.closed && !mr.pd.closed;
+  return mr !== undefined && mr.state === MrState.VALID && !mr.pd.closed;
 }
 
 const hex = (n: number) => `0x${n.toString(16)}`;
@@ -461,9 +464,9 @@ const hex = (n: number) => `0x${n.toString(16)}`;
  */
 function keyFor(t: RcTables, qp: RcQp, key: number, va: bigint, length: number, access: number, rest = length): RcMr | undefined {
   const mr = t.mrs.get(key);
-  if (!mr || mr.closed || mr.pd.closed || mr.pd.handle !== qp.pd.handle || (mr.access & access) !== access) return undefined;
-  if (rest > length && !mr.covers(va, rest)) return undefined;
-  return mr.place(va, length) ? mr : undefined;
+  if (!mr || mr.state !== MrState.VALID || mr.pd.closed || mr.pd.handle !== qp.pd.handle || (mr.access & access) !== access) return undefined;
+  if (rest > length && !mrCovers(mr, va, rest)) return undefined;
+  return mrPlace(mr, va, length) ? mr : undefined;
 }
 
 /** Where a packet's bytes sit in its message, the message's bytes, and what of it is left from this packet on. */
@@ -477,7 +480,7 @@ function spanOf(p: RcPacket): { off: number; total: number; rest: number } {
 function rkeyReason(t: RcTables, qp: RcQp, key: number | undefined, va: bigint, length: number, want: string): string {
   if (key === undefined) return 'the packet names no rkey';
   const mr = t.mrs.get(key);
-  if (!mr || mr.closed) return `rkey ${hex(key)} names no live MR on this node`;
+  if (!mr || mr.state !== MrState.VALID) return `rkey ${hex(key)} names no live MR on this node`;
   if (mr.pd.handle !== qp.pd.handle) return `rkey ${hex(key)} belongs to another protection domain than QP ${qp.qpNum}'s`;
   if (!(mr.access & Access[want as keyof typeof Access])) return `rkey ${hex(key)}'s MR was registered without ${want}`;
   return `[0x${va.toString(16)}, +${length}) is not inside rkey ${hex(key)}'s MR`;

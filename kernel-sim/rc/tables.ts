@@ -8,12 +8,15 @@ import type { FaultCounts } from '../pldma/types.js';
 
 export { RcOp };
 
-/** A protection domain as the tables see it: its handle (its SMMU stream's PD) and whether it is gone. */
+/**
+ * A protection domain's record (rxe_pd): its handle (its SMMU stream's PD) and whether it is
+ * gone. Entered by the control path at ibv_alloc_pd, marked closed at ibv_dealloc_pd.
+ */
 export interface RcPd {
   /** The PD's handle. */
   readonly handle: number;
   /** True once the PD was deallocated. */
-  readonly closed: boolean;
+  closed: boolean;
 }
 
 /** Where a range of an MR lies: a region of the process's memory and the offset in it. */
@@ -24,21 +27,104 @@ export interface RcPlaceAt {
   offset: number;
 }
 
-/** An MR as its node's responder reads it. */
+/** rxe_mr's state: VALID from registration, FREE once deregistered (no key reaches it). */
+export enum MrState {
+  VALID = 1,
+  FREE = 2,
+}
+
+/**
+ * An implicit ODP MR's reach (address 0, length SIZE_MAX): the memory of its process, as the
+ * kernel's implicit ODP walks the process's mm. `find` returns the region that holds a range,
+ * its mapping into the MR's PD stream made (the engine faults on its pages); undefined if no
+ * region of the process holds it. The only part of an MR record that is not plain data.
+ */
+export interface RcAddressSpace {
+  /** `map`: map the region into the MR's PD stream (a check alone maps nothing). */
+  find(addr: bigint, length: number, map: boolean): RcPlaceAt | undefined;
+}
+
+/**
+ * An MR's record in its node's tables (rxe_mr as rxe_pool keeps it): plain data, entered by
+ * the control path at ibv_reg_mr (its region already mapped in its PD's SMMU stream: ODP, the
+ * engine faults on its pages; pinned, resident) and set FREE at ibv_dereg_mr. The responder's
+ * rkey and lkey checks read nothing else. Construct one with `mrRecord`.
+ */
 export interface RcMr {
-  /** True once deregistered. */
-  readonly closed: boolean;
-  /** ibv_access_flags. */
-  readonly access: number;
+  /** Local and remote keys (equal here). */
+  readonly lkey: number;
+  readonly rkey: number;
   /** The MR's protection domain (its handle is its SMMU stream's PD). */
-  readonly pd: RcPd;
-  /**
-   * Where [addr, addr+length) lies, its region mapped in the PD's stream (ODP: the engine
-   * faults on its pages); undefined if the range is not all inside the MR.
-   */
-  place(addr: bigint, length: number): RcPlaceAt | undefined;
-  /** Whether [addr, addr+length) lies inside the MR (nothing mapped or touched). */
-  covers(addr: bigint, length: number): boolean;
+  pd: RcPd;
+  /** ibv_access_flags. */
+  access: number;
+  /** First address and bytes (implicit: 0 and SIZE_MAX). */
+  readonly iova: bigint;
+  readonly length: number;
+  /** The region the MR lies in, and its byte offset there (undefined for an implicit MR). */
+  readonly region: MemoryLike | undefined;
+  readonly offset: number;
+  /** An implicit MR's reach (see RcAddressSpace). */
+  readonly space: RcAddressSpace | undefined;
+  /** The 'prefault' baseline: the range a packet lands in is made resident first. */
+  prefault: boolean;
+  /** VALID or FREE. */
+  state: MrState;
+}
+
+/** An MR record over [offset, offset+length) of `region` (or an implicit one over `space`). */
+export function mrRecord(a: {
+  key: number;
+  pd: RcPd;
+  access: number;
+  region?: MemoryLike | undefined;
+  offset?: number;
+  length: number;
+  space?: RcAddressSpace | undefined;
+  prefault?: boolean;
+}): RcMr {
+  const offset = a.offset ?? 0;
+  return {
+    lkey: a.key,
+    rkey: a.key,
+    pd: a.pd,
+    access: a.access,
+    iova: a.region ? a.region.address + BigInt(offset) : 0n,
+    length: a.length,
+    region: a.region,
+    offset,
+    space: a.space,
+    prefault: a.prefault ?? false,
+    state: MrState.VALID,
+  };
+}
+
+/** Whether [addr, addr+length) lies inside the MR (nothing mapped or touched). */
+export function mrCovers(mr: RcMr, addr: bigint, length: number): boolean {
+  return mrPlace(mr, addr, length, false) !== undefined;
+}
+
+/**
+ * Where [addr, addr+length) of a VALID MR lies (rxe's mr_check_range, then its iova to the
+ * region's offset); undefined if it is not all inside the MR or its region is gone. With
+ * `touch` (a packet lands there), an implicit MR maps the region it reached and the
+ * 'prefault' baseline makes the range resident.
+ */
+export function mrPlace(mr: RcMr, addr: bigint, length: number, touch = true): RcPlaceAt | undefined {
+  if (mr.state !== MrState.VALID) return undefined;
+  let at: RcPlaceAt | undefined;
+  if (mr.space) at = mr.space.find(addr, length, touch);
+  else {
+    const r = mr.region!;
+    if (addr < mr.iova || addr + BigInt(length) > mr.iova + BigInt(mr.length) || r.closed) return undefined;
+    at = { region: r, offset: Number(addr - r.address) };
+  }
+  if (at && touch && mr.prefault && at.region.populate) {
+    const ps = at.region.pageSize;
+    const start = at.offset - (at.offset % ps);
+    at.region.populate(start, Math.min(at.region.size - start, Math.ceil((length + at.offset - start) / ps) * ps));
+  }
+  return at;
 }
 
 /** A shared receive queue as the responder takes receives from it (an XRC target's, by number). */

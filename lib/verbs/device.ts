@@ -1,7 +1,7 @@
 // One RDMA device (rdma_rxe's rxe_dev) per simulated node: its object tables and the node it
 // drives through the SimNode surface. Every packet for its QPs is checked and carried out by
 // the node's engine against the node's own tables (SimNode.tables), where the device keeps
-// its MRs and QPs; nothing comes up to the verbs but completions.
+// the records of its MRs and QPs; nothing comes up to the verbs but completions.
 import type { CostModel, RcMr, RcQp, SimNode } from '../../kernel-sim/index.js';
 import type { Region } from '../region.js';
 import type { DeviceTables } from './tables.js';
@@ -12,8 +12,10 @@ export interface Endpoint {
   readonly rc: RcQp;
 }
 
-/** What the device needs of an MR of its own. */
-export interface KeyedMr extends RcMr {
+/** What the provider keeps of an MR of its own: its device record, and where its range lies (for its own SGEs). */
+export interface KeyedMr {
+  /** The MR's record in the node's tables (what the engine reads). */
+  readonly rc: RcMr;
   resolve(addr: bigint, length: number): { region: Region; offset: number } | undefined;
 }
 

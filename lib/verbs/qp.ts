@@ -287,7 +287,7 @@ export class QueuePair {
     const destroyed = () => this.#destroyed;
     const core = this.#core;
     const completer = this.#completer;
-    return new RcQueuePair(qpNum, pd, {
+    return new RcQueuePair(qpNum, pd.rc, {
       rq: this.#rq,
       ...(srq ? { take: () => srq.take() } : {}),
       ...(xrcRecv

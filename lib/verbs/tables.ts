@@ -78,11 +78,13 @@ function qpNumbers(node: number): IdAllocator {
 export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, maxSge: 16 } as const;
 
 /**
- * One device's (node's) tables: its MRs by key and its QPs by number. What the node's
- * engine responder reads of them (RcMr, a QP's RcQp face) is kept in the node's own RcTables
- * too: the engine checks every RC packet there, never asking the verbs.
+ * One device's (node's) tables: its MRs by key and its QPs by number, as the provider knows
+ * them. Their device records (an MR's RcMr, a QP's RcQueuePair) are entered into the node's
+ * own RcTables here, at registration and creation (the control path, as ibv_reg_mr's and
+ * ibv_create_qp's commands), and removed at dereg and destroy: the engine checks every RC
+ * packet there, never asking the verbs.
  */
-export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
+export class DeviceTables<MR extends { readonly rc: RcMr }, QP extends { readonly rc: RcQp }> {
   readonly node: number;
   readonly #mrs = new Map<number, MR>();
   readonly #qps = new Map<number, QP>();
@@ -107,7 +109,7 @@ export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
     try {
       const mr = make(key);
       this.#mrs.set(key, mr);
-      this.#rc.mrs.set(key, mr);
+      this.#rc.mrs.set(key, mr.rc);
       return mr;
     } catch (e) {
       this.keys.free(key);

@@ -10,6 +10,8 @@ import {
   DmaStatus,
   type Packet,
   RcOp,
+  MrState,
+  mrRecord,
   type RcMr,
   type RcQp,
   type RcReceived,
@@ -343,14 +345,7 @@ describe("the responder's RC checks, on its own node's tables", () => {
     proc(sys.node(0), 100, 7, [src]);
     proc(sys.node(1), 200, 7, [dst]);
     const pd = { handle: 7, closed: false };
-    const covers = (addr: bigint, length: number) => addr >= dst.address && addr + BigInt(length) <= dst.address + BigInt(mrPages * P);
-    const mr: RcMr = {
-      closed: false,
-      access: 1 | 2,
-      pd,
-      covers,
-      place: (addr, length) => (covers(addr, length) ? { region: dst, offset: Number(addr - dst.address) } : undefined),
-    };
+    const mr: RcMr = mrRecord({ key: 0x1234, pd, access: 1 | 2, region: dst, offset: 0, length: mrPages * P });
     const received: RcReceived[] = [];
     const rq = new RecvRing(4, 1);
     const qp: RcQp = {
@@ -388,10 +383,10 @@ describe("the responder's RC checks, on its own node's tables", () => {
     const { dst, mr, rc } = rig(2);
     for (const [change, reason] of [
       [{ pd: { handle: 8, closed: false } }, /another protection domain/],
-      [{ closed: true }, /names no live MR/],
+      [{ state: MrState.FREE }, /names no live MR/],
       [{ access: 1 }, /without REMOTE_WRITE/],
     ] as const) {
-      const saved = { pd: mr.pd, closed: mr.closed, access: mr.access };
+      const saved = { pd: mr.pd, state: mr.state, access: mr.access };
       Object.assign(mr, change);
       const cpl = await within('write', rc({}));
       expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0 });
