@@ -116,6 +116,7 @@ export {
   RcTables,
   rnrTimerMs,
   type RcAddressSpace,
+  type RcEvent,
   type RcMr,
   type RcPd,
   type RcOdp,

@@ -2,6 +2,8 @@
 // rxe_resp reads them): the tables the verbs layer keeps its objects in, and what the
 // responder's checks (responder.ts) and answers say. The engine only reads them: it never asks
 // the verbs whether a packet may land.
+import type { CompletionRing } from '../device/cq-ring.js';
+import type { RecvRing } from '../device/recv-ring.js';
 import { RcOp } from '../fabric/packets.js';
 import type { MemoryLike } from '../memory.js';
 import type { FaultCounts } from '../pldma/types.js';
@@ -127,10 +129,42 @@ export function mrPlace(mr: RcMr, addr: bigint, length: number, touch = true): R
   return at;
 }
 
-/** A shared receive queue as the responder takes receives from it (an XRC target's, by number). */
+/**
+ * A shared receive queue's record (rxe_srq): its ring of receive WQEs (the provider posts
+ * into it), its PD, its limit (armed above 0: the first take that leaves fewer WQEs raises
+ * SRQ_LIMIT_REACHED on the node's event line and disarms it), and for an XRC SRQ its domain
+ * and the CQ its receives complete on. In the node's tables by handle (an XRC SRQ's is its
+ * srqn, the number XRCETH names). Entered at ibv_create_srq, destroyed at ibv_destroy_srq.
+ */
 export interface RcSrq {
-  /** The next receive WQE, taken off the queue for good; undefined if it is empty (an RNR NAK). */
-  take(): RcRecvWqe | undefined;
+  readonly handle: number;
+  readonly pd: RcPd;
+  /** The ring (replaced by a bigger one at a resize, its WQEs moved over). */
+  ring: RecvRing;
+  /** srq_limit: 0 when not armed. */
+  limit: number;
+  /** XRC: the handle of its XRC domain, and its CQ. */
+  readonly xrcd: number | undefined;
+  readonly cq: CompletionRing | undefined;
+  destroyed: boolean;
+}
+
+/** What the node's event line says (the async events, ibv_get_async_event's; a C provider's socket). */
+export type RcEvent =
+  /** An SRQ's limit was reached (IBV_EVENT_SRQ_LIMIT_REACHED); `handle` is its record's. */
+  | { type: 'srq-limit'; handle: number }
+  /** The device moved a QP to ERR on its own (a receive's local error, a CQ overrun): its receives are flushed. */
+  | { type: 'qp-error'; handle: number };
+
+/** The next receive WQE of an SRQ, taken off it for good (the limit event raised if it was reached). */
+export function srqTake(t: RcTables, srq: RcSrq): RcRecvWqe | undefined {
+  if (srq.destroyed) return undefined;
+  const wqe = srq.ring.shift();
+  if (wqe && srq.limit > 0 && srq.ring.length < srq.limit) {
+    srq.limit = 0;
+    t.events?.({ type: 'srq-limit', handle: srq.handle });
+  }
+  return wqe;
 }
 
 /** A receive work request as the responder takes it. */
@@ -192,7 +226,12 @@ export interface RcOdp {
   realUs: number;
 }
 
-/** A QP as its node's responder reads it. */
+/**
+ * A QP as its node's responder reads it (kernel-sim/rc/qp.ts's RcQueuePair): its attributes,
+ * its receive queue (its own ring, an SRQ's, or an XRC target's SRQs by number) and receive
+ * CQ, and what the device does with them itself: take a receive, give a UD datagram's back,
+ * write the receive's CQE, move the QP to ERR.
+ */
 export interface RcQp {
   /** The QP's number. */
   readonly qpNum: number;
@@ -210,30 +249,26 @@ export interface RcQp {
   readonly minRnrTimer: number;
   /**
    * The receive queue, a ring of receive WQEs (kernel-sim/device/recv-ring.ts): its head is
-   * taken by a SEND's first packet (kept there until the message completes).
+   * taken by a SEND's first packet (kept there until the message completes). Empty for a QP
+   * that takes its receives elsewhere.
    */
   readonly rq: RcRecvQueue;
-  /**
-   * Where receives come from when they are not `rq`'s head (a QP attached to a shared
-   * receive queue): the next receive WQE taken off that queue for good, or undefined if it
-   * is empty (an RNR NAK). The message holds it until it completes (or the QP's ERR flushes it).
-   */
-  take?(): RcRecvWqe | undefined;
   /** A UD QP's Q_Key (absent for an RC QP): it takes UD SENDs from any QP that names it. */
-  readonly qkey?: number;
-  /** UD: give back a receive `take` returned whose datagram did not land (a fault: it comes again). */
-  giveBack?(wqe: RcRecvWqe): void;
-  /**
-   * An XRC target QP (XRC_RECV): the XRC SRQ of its XRC domain numbered `srqn` (the packet's
-   * XRCETH), which its messages take their receives from; undefined if the domain has none.
-   */
-  xrcSrq?(srqn: number): RcSrq | undefined;
+  readonly qkey?: number | undefined;
+  /** An XRC target QP (XRC_RECV): its XRC domain's handle; its messages name an XRC SRQ of it. */
+  readonly xrcd?: number | undefined;
+  /** True if each receive is taken off its queue for good (an SRQ's, an XRC SRQ's, a UD QP's): the message holds it. */
+  readonly takesReceives: boolean;
+  /** Take the next receive for good (`srq`: an XRC target's SRQ; else its SRQ, or a UD QP's rq); undefined if none (an RNR NAK). */
+  take(t: RcTables, srq?: RcSrq): RcRecvWqe | undefined;
+  /** UD: a receive `take` returned whose datagram did not land (a fault: it comes again); flushed if the QP is in ERR. */
+  giveBack(wqe: RcRecvWqe): void;
   /** Whether the peer's READ response or atomic result may land in [va, va+length) under `lkey` (this QP's outstanding sinks). */
   expects(lkey: number, va: bigint, length: number): boolean;
-  /** A receive ended (its WQE has left `rq`). */
-  received(wqe: RcRecvWqe, r: RcReceived): void;
-  /** A receive failed at this end (a bad buffer, too short): the QP goes to ERR. */
-  toError(): void;
+  /** A receive ended (its WQE has left `rq`): its CQE written on the receive CQ (an XRC SRQ's, for an XRC target). */
+  received(t: RcTables, wqe: RcRecvWqe, r: RcReceived): void;
+  /** A receive failed at this end (a bad buffer, too short), or its CQ overran: the QP goes to ERR, its receives flushed. */
+  toError(t: RcTables): void;
   /** The responder's own state of this QP (rxe's qp->resp): the PSN it expects, the message in progress. */
   readonly resp: RcRespState;
 }
@@ -260,12 +295,16 @@ export interface RcMessage {
   firstMs: number;
 }
 
-/** One node's object tables: its MRs by key and its QPs by number. */
+/** One node's object tables: its PDs' records live in its MRs and QPs; its MRs by key, its QPs by number, its SRQs by handle. */
 export class RcTables {
   /** MRs by key (lkey = rkey). */
   readonly mrs = new Map<number, RcMr>();
   /** QPs by number. */
   readonly qps = new Map<number, RcQp>();
+  /** SRQs by handle (an XRC SRQ's is its srqn). */
+  readonly srqs = new Map<number, RcSrq>();
+  /** The node's event line (async events), if a provider listens. */
+  events: ((e: RcEvent) => void) | undefined;
   /**
    * Set once a verbs device drives the node: a packet that names no QP is then accepted only
    * from the node's own engine (an atomic's read into its own buffer), never from a peer.

@@ -2,7 +2,7 @@
 // memory keys and QP numbers are handed out, looked up and released here, one table per
 // device (node) for what a device looks up on its own. MRs and QPs hold the table of their
 // own device, never their Cluster or Context, and a device only ever looks in its own.
-import type { RcMr, RcQp, RcTables } from '../../kernel-sim/index.js';
+import type { RcMr, RcQp, RcSrq, RcTables } from '../../kernel-sim/index.js';
 import type { Region } from '../region.js';
 import { verbsError } from './errors.js';
 
@@ -84,10 +84,12 @@ export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, 
  * ibv_create_qp's commands), and removed at dereg and destroy: the engine checks every RC
  * packet there, never asking the verbs.
  */
-export class DeviceTables<MR extends { readonly rc: RcMr }, QP extends { readonly rc: RcQp }> {
+export class DeviceTables<MR extends { readonly rc: RcMr }, QP extends { readonly rc: RcQp }, SRQ = object> {
   readonly node: number;
   readonly #mrs = new Map<number, MR>();
   readonly #qps = new Map<number, QP>();
+  readonly #srqs = new Map<number, SRQ>();
+  readonly #srqHandles = new IdAllocator(1, 0xff_ffff);
   readonly #rc: RcTables;
   /** This device's memory keys (each node has its own, as each HCA does; they start apart so one node's key is not another's by chance). */
   readonly keys: KeyAllocator;
@@ -152,6 +154,24 @@ export class DeviceTables<MR extends { readonly rc: RcMr }, QP extends { readonl
   removeQp(qpn: number): void {
     this.#rc.qps.delete(qpn);
     if (this.#qps.delete(qpn)) this.#qpns.free(qpn);
+  }
+
+  /** Enter an SRQ's record under a new handle (24 bits: an XRC SRQ's number is its handle). */
+  addSrq(make: (handle: number) => RcSrq, srq: SRQ): RcSrq {
+    const handle = this.#srqHandles.alloc('ibv_create_srq');
+    const rc = make(handle);
+    this.#srqs.set(handle, srq);
+    this.#rc.srqs.set(handle, rc);
+    return rc;
+  }
+
+  srq(handle: number): SRQ | undefined {
+    return this.#srqs.get(handle);
+  }
+
+  removeSrq(handle: number): void {
+    this.#rc.srqs.delete(handle);
+    if (this.#srqs.delete(handle)) this.#srqHandles.free(handle);
   }
 }
 
