@@ -111,6 +111,7 @@ export { CopyEngine, CopyFlag, CopyStatus, type CopyResult, type CopyTag } from 
 export { Pldma } from './pldma/pldma.js';
 export {
   MrState,
+  mrFree,
   mrRecord,
   RcOp,
   RcTables,

@@ -5,7 +5,7 @@
 import type { CompletionRing } from '../device/cq-ring.js';
 import type { RecvRing } from '../device/recv-ring.js';
 import { RcOp } from '../fabric/packets.js';
-import type { MemoryLike } from '../memory.js';
+import type { MemoryLike, MemoryObserver } from '../memory.js';
 import type { FaultCounts } from '../pldma/types.js';
 
 export { RcOp };
@@ -72,6 +72,10 @@ export interface RcMr {
   prefault: boolean;
   /** VALID or FREE. */
   state: MrState;
+  /** Set when its region was unmapped (the record watches it: the data path reads only this). */
+  regionGone: boolean;
+  /** @internal What watches the region (undone by mrFree). */
+  readonly watch: MemoryObserver | undefined;
 }
 
 /** An MR record over [offset, offset+length) of `region` (or an implicit one over `space`). */
@@ -86,7 +90,14 @@ export function mrRecord(a: {
   prefault?: boolean;
 }): RcMr {
   const offset = a.offset ?? 0;
-  return {
+  const watch: MemoryObserver | undefined = a.region
+    ? {
+        regionClosing: () => {
+          mr.regionGone = true;
+        },
+      }
+    : undefined;
+  const mr: RcMr = {
     lkey: a.key,
     rkey: a.key,
     pd: a.pd,
@@ -98,7 +109,18 @@ export function mrRecord(a: {
     space: a.space,
     prefault: a.prefault ?? false,
     state: MrState.VALID,
+    regionGone: a.region?.closed ?? false,
+    watch,
   };
+  if (watch) a.region!.observe(watch);
+  return mr;
+}
+
+/** ibv_dereg_mr's end of a record: FREE (no key reaches it from now on), its region no longer watched. */
+export function mrFree(mr: RcMr): void {
+  if (mr.state === MrState.FREE) return;
+  mr.state = MrState.FREE;
+  if (mr.watch && !mr.regionGone) mr.region!.unobserve(mr.watch);
 }
 
 /** Whether [addr, addr+length) lies inside the MR (nothing mapped or touched). */
@@ -118,7 +140,7 @@ export function mrPlace(mr: RcMr, addr: bigint, length: number, touch = true): R
   if (mr.space) at = mr.space.find(addr, length, touch);
   else {
     const r = mr.region!;
-    if (addr < mr.iova || addr + BigInt(length) > mr.iova + BigInt(mr.length) || r.closed) return undefined;
+    if (addr < mr.iova || addr + BigInt(length) > mr.iova + BigInt(mr.length) || mr.regionGone) return undefined;
     at = { region: r, offset: Number(addr - r.address) };
   }
   if (at && touch && mr.prefault && at.region.populate) {

@@ -4,7 +4,7 @@
 // one key for every region of the process. A PD's stream maps a region only while an MR (or
 // a QP's own buffer) of that PD holds it: deregistering the last one unmaps it, so no block
 // lands there afterwards. MRs and PDs know their device and process, never the Cluster.
-import { MrState, mrRecord, type RcMr, type RcPd, type StreamContext } from '../../kernel-sim/index.js';
+import { mrFree, mrRecord, type RcMr, type RcPd, type StreamContext } from '../../kernel-sim/index.js';
 import { closedError } from '../errors.js';
 import { invalidArg } from '../validate.js';
 import type { FaultLibrary, Registration } from '../fault-library/fault-library.js';
@@ -387,7 +387,7 @@ export class MemoryRegion {
   dereg(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.rc.state = MrState.FREE;
+    mrFree(this.rc);
     if (this.#pinned && this.region && !this.region.closed) unpinForMr(this.region, this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);
