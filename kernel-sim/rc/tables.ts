@@ -1,7 +1,22 @@
-// What one node's RC transport knows of its own QPs and MRs (rdma_rxe's rxe_pool objects as
-// rxe_resp reads them): the tables the verbs layer keeps its objects in, and what the
-// responder's checks (responder.ts) and answers say. The engine only reads them: it never asks
-// the verbs whether a packet may land.
+// What one node's RC transport knows of its own PDs, MRs, SRQs and QPs (rdma_rxe's rxe_pool
+// objects as rxe_resp reads them): plain device records in the node's tables, entered by the
+// control path (ibv_alloc_pd, ibv_reg_mr, ibv_create_srq, ibv_create_qp's commands) and removed
+// at their destruction, and what the responder's checks (responder.ts) and answers say. The
+// engine reads only these: it never asks the provider whether a packet may land.
+//
+// The API (what a device in another process builds from its tables and memfd rings alone):
+//
+//   const t = node.tables;                                   // an RcTables
+//   const pd: RcPd = { handle, closed: false };              // ibv_alloc_pd; closed = true at dealloc
+//   const mr = mrRecord({ key, pd, access, region, offset, length });
+//     region  any MemoryLike (a local Region, a ForeignRegion over another process's memory),
+//             already mapped in the PD's SMMU stream (SimNode.map); ODP: the engine faults on
+//             its pages, pinned: resident. Implicit ODP: { space } instead of region/offset.
+//   t.mrs.set(key, mr);  ...  mrFree(mr); t.mrs.delete(key); // ibv_dereg_mr
+//   const srq: RcSrq = { handle, pd, ring: new RecvRing(maxWr, maxSge, QueueKind.SRQ, handle),
+//                        limit, xrcd, cq, destroyed: false }; t.srqs.set(handle, srq);
+//   t.qps.set(qpn, new RcQueuePair({ ... }));                // see qp.ts
+//   t.events = (e: RcEvent) => ...;                          // SRQ limit, a QP's own ERR
 import type { CompletionRing } from '../device/cq-ring.js';
 import type { RecvRing } from '../device/recv-ring.js';
 import { RcOp } from '../fabric/packets.js';
@@ -31,7 +46,9 @@ export interface RcPlaceAt {
 
 /** rxe_mr's state: VALID from registration, FREE once deregistered (no key reaches it). */
 export enum MrState {
+  /** Registered: its keys reach it. */
   VALID = 1,
+  /** Deregistered: no key reaches it. */
   FREE = 2,
 }
 
@@ -53,18 +70,21 @@ export interface RcAddressSpace {
  * rkey and lkey checks read nothing else. Construct one with `mrRecord`.
  */
 export interface RcMr {
-  /** Local and remote keys (equal here). */
+  /** Local key (equal to the remote key here). */
   readonly lkey: number;
+  /** Remote key. */
   readonly rkey: number;
   /** The MR's protection domain (its handle is its SMMU stream's PD). */
   pd: RcPd;
   /** ibv_access_flags. */
   access: number;
-  /** First address and bytes (implicit: 0 and SIZE_MAX). */
+  /** First address (implicit: 0). */
   readonly iova: bigint;
+  /** Bytes (implicit: SIZE_MAX). */
   readonly length: number;
-  /** The region the MR lies in, and its byte offset there (undefined for an implicit MR). */
+  /** The region the MR lies in (undefined for an implicit MR). */
   readonly region: MemoryLike | undefined;
+  /** The MR's byte offset in its region. */
   readonly offset: number;
   /** An implicit MR's reach (see RcAddressSpace). */
   readonly space: RcAddressSpace | undefined;
@@ -159,24 +179,33 @@ export function mrPlace(mr: RcMr, addr: bigint, length: number, touch = true): R
  * srqn, the number XRCETH names). Entered at ibv_create_srq, destroyed at ibv_destroy_srq.
  */
 export interface RcSrq {
+  /** Its handle in the node's tables (an XRC SRQ's srqn). */
   readonly handle: number;
+  /** Its PD's record: its buffers are checked there, its QPs are of it. */
   readonly pd: RcPd;
   /** The ring (replaced by a bigger one at a resize, its WQEs moved over). */
   ring: RecvRing;
   /** srq_limit: 0 when not armed. */
   limit: number;
-  /** XRC: the handle of its XRC domain, and its CQ. */
+  /** XRC: the handle of its XRC domain. */
   readonly xrcd: number | undefined;
+  /** XRC: the ring of the CQ its receives complete on. */
   readonly cq: CompletionRing | undefined;
+  /** Set at ibv_destroy_srq: nothing is taken from it any more. */
   destroyed: boolean;
 }
 
 /** What the node's event line says (the async events, ibv_get_async_event's; a C provider's socket). */
-export type RcEvent =
-  /** An SRQ's limit was reached (IBV_EVENT_SRQ_LIMIT_REACHED); `handle` is its record's. */
-  | { type: 'srq-limit'; handle: number }
-  /** The device moved a QP to ERR on its own (a receive's local error, a CQ overrun): its receives are flushed. */
-  | { type: 'qp-error'; handle: number };
+export interface RcEvent {
+  /**
+   * 'srq-limit': an SRQ's limit was reached (IBV_EVENT_SRQ_LIMIT_REACHED); 'qp-error': the
+   * device moved a QP to ERR on its own (a receive's local error, a CQ overrun), its receives
+   * flushed.
+   */
+  type: 'srq-limit' | 'qp-error';
+  /** The SRQ's handle, or the QP's number. */
+  handle: number;
+}
 
 /** The next receive WQE of an SRQ, taken off it for good (the limit event raised if it was reached). */
 export function srqTake(t: RcTables, srq: RcSrq): RcRecvWqe | undefined {
