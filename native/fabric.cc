@@ -1182,6 +1182,15 @@ void Settle(Conn* c) {
 // registration (no FI_MR_LOCAL: tcp); else copied as the others. A lent payload's pages are
 // held mapped until the send completes, and a drop of them finishes the send first (FinishLent).
 // Presence proofs of lent sends' sources (this thread's only: see g_fabricThread).
+// PFR_FABRIC_COPY_SENDS=1: every payload copied, as before lending (to measure one against the other).
+bool CopySends() {
+  static const bool copy = [] {
+    const char* v = getenv("PFR_FABRIC_COPY_SENDS");
+    return v && *v && strcmp(v, "0") != 0;
+  }();
+  return copy;
+}
+
 PresenceProofs& SendProofs() {
   static PresenceProofs proofs;
   return proofs;
@@ -1222,7 +1231,7 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
     size_t off = 0, n = 0;
     auto m = RequireRange(env, a.Get(0u), a.Get(1u), Napi::Number::New(env, static_cast<double>(last.ByteLength())), &off, &n, true);
     if (!m->foreign() && m->addr + off != last.Data()) throw Napi::RangeError::New(env, "fabricSend: the last part is not the region's bytes at that offset");
-    const bool lendable = !m->foreign() && !c->threaded && std::this_thread::get_id() == g_fabricThread && c->info && c->info->tx_attr->iov_limit >= 2 &&
+    const bool lendable = !CopySends() && !m->foreign() && !c->threaded && std::this_thread::get_id() == g_fabricThread && c->info && c->info->tx_attr->iov_limit >= 2 &&
                           !(c->info->domain_attr->mr_mode & FI_MR_LOCAL);
     int reads = 0;
     if (n && lendable && SendProofs().Present(*m, off, n, &reads)) {

@@ -53,6 +53,8 @@ export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
 /** Every provider name. */
 export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
 
+export type { FabricSendStats };
+
 /** The largest message (native/fabric.cc's receive buffers); a larger frame goes in chunks. */
 export const MAX_WIRE_BYTES = 4 << 20;
 
