@@ -115,9 +115,13 @@ class PresenceProofs {
 // MADV_PAGEOUT/COLLAPSE, UFFDIO_MOVE's source): whatever lent those pages to a reader that
 // reads them later (a send posted without a staging copy, fabric.cc) is finished first. 0, or
 // an errno (EBUSY: a lent send its peer did not take within the bound; nothing was dropped).
+// `file`: the drop punches the pages out of a memfd (MADV_REMOVE), so every mapping of it loses
+// them, wherever it is mapped: every lent send from a file-backed mapping is finished.
 // Set by InitFabric; null without libfabric.
-extern int (*g_before_drop)(uintptr_t addr, size_t len);
-inline int BeforeDrop(const void* addr, size_t len) { return g_before_drop && len ? g_before_drop(reinterpret_cast<uintptr_t>(addr), len) : 0; }
+extern int (*g_before_drop)(uintptr_t addr, size_t len, bool file);
+inline int BeforeDrop(const void* addr, size_t len, bool file = false) {
+  return g_before_drop && len ? g_before_drop(reinterpret_cast<uintptr_t>(addr), len, file) : 0;
+}
 
 // CRC-32C of n bytes, continuing from seed (checksum.cc).
 uint32_t Crc32c(uint32_t seed, const uint8_t* p, size_t n);

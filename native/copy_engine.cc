@@ -456,7 +456,7 @@ Napi::Value EngineClose(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-int (*g_before_drop)(uintptr_t, size_t) = nullptr;
+int (*g_before_drop)(uintptr_t, size_t, bool) = nullptr;
 
 void NoteDrop() { g_drop_epoch.fetch_add(1, std::memory_order_acq_rel); }
 

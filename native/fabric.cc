@@ -135,8 +135,14 @@ enum class Op { Recv, Send, Rma };
 // Lent sends (a payload sent straight from its source's memory, no staging copy): the ranges
 // the provider may still read, for a drop from a thread other than the transport's
 // (FinishLent refuses to drop those: it cannot progress another thread's connections).
+struct LentRange {
+  uintptr_t addr;
+  size_t len;
+  bool file;  // of a file-backed (memfd) mapping: any mapping of the file can punch its pages
+  bool operator==(const LentRange& o) const { return addr == o.addr && len == o.len && file == o.file; }
+};
 std::mutex g_lentMu;
-std::vector<std::pair<uintptr_t, size_t>> g_lentRanges;
+std::vector<LentRange> g_lentRanges;
 std::atomic<size_t> g_lentCount{0};
 std::thread::id g_fabricThread;
 // How long a drop of lent pages may progress the connections before it gives up (EBUSY):
@@ -144,15 +150,17 @@ std::thread::id g_fabricThread;
 // for this long is not waited for.
 constexpr uint64_t kLendDrainNs = 1'000'000'000;
 
-void LendRange(const uint8_t* p, size_t n) {
+bool Meets(const LentRange& r, uintptr_t addr, size_t len, bool file) { return (r.addr < addr + len && addr < r.addr + r.len) || (file && r.file); }
+
+void LendRange(const LentRange& r) {
   std::lock_guard<std::mutex> lock(g_lentMu);
-  g_lentRanges.emplace_back(reinterpret_cast<uintptr_t>(p), n);
+  g_lentRanges.push_back(r);
   g_lentCount++;
 }
 
-void UnlendRange(const uint8_t* p, size_t n) {
+void UnlendRange(const LentRange& r) {
   std::lock_guard<std::mutex> lock(g_lentMu);
-  auto it = std::find(g_lentRanges.begin(), g_lentRanges.end(), std::make_pair(reinterpret_cast<uintptr_t>(p), n));
+  auto it = std::find(g_lentRanges.begin(), g_lentRanges.end(), r);
   if (it == g_lentRanges.end()) return;
   *it = g_lentRanges.back();
   g_lentRanges.pop_back();
@@ -180,15 +188,16 @@ struct Ctx {
   std::shared_ptr<Mapping> lent;
   const uint8_t* lentData = nullptr;
   size_t lentLen = 0;
+  LentRange Range() const { return {reinterpret_cast<uintptr_t>(lentData), lentLen, lent && lent->fd >= 0}; }
   void Lend(std::shared_ptr<Mapping> m, const uint8_t* p, size_t n) {
     lent = std::move(m);
     lentData = p;
     lentLen = n;
-    LendRange(p, n);
+    LendRange(Range());
   }
   void Unlend() {
     if (!lentLen) return;
-    UnlendRange(lentData, lentLen);
+    UnlendRange(Range());
     lent.reset();
     lentData = nullptr;
     lentLen = 0;
@@ -798,29 +807,26 @@ void StashProgress(Conn* c) {
   if (kept || !c->backlog.empty()) Kick(c);
 }
 
-bool Overlaps(const Ctx* s, uintptr_t addr, size_t len) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(s->lentData);
-  return s->lentLen && a < addr + len && addr < a + s->lentLen;
-}
+bool Overlaps(const Ctx* s, uintptr_t addr, size_t len, bool file) { return s->lentLen && Meets(s->Range(), addr, len, file); }
 
 // g_before_drop: the pages [addr, addr+len) are about to be dropped. A lent send of them still
 // in a backlog (not given to the provider) gets its payload copied now; a posted one is
 // finished: every connection of this process is progressed (its peer may be one of them)
 // until the provider has completed it, within kLendDrainNs, else EBUSY and nothing is dropped.
 // Never calls JavaScript: what the passes read waits for DrainCq (StashProgress).
-int FinishLent(uintptr_t addr, size_t len) {
+int FinishLent(uintptr_t addr, size_t len, bool file) {
   if (g_lentCount.load(std::memory_order_acquire) == 0) return 0;
   if (std::this_thread::get_id() != g_fabricThread) {
     std::lock_guard<std::mutex> lock(g_lentMu);
-    for (auto& [a, n] : g_lentRanges)
-      if (a < addr + len && addr < a + n) return EBUSY;
+    for (const LentRange& r : g_lentRanges)
+      if (Meets(r, addr, len, file)) return EBUSY;
     return 0;
   }
   std::vector<std::pair<Conn*, double>> finishing;
   for (auto& [h, c] : conns) {
     if (c->closed || c->threaded) continue;
     for (Ctx* s : c->backlog) {
-      if (!Overlaps(s, addr, len)) continue;
+      if (!Overlaps(s, addr, len, file)) continue;
       auto* buf = new uint8_t[s->len + s->lentLen];
       memcpy(buf, s->data, s->len);
       memcpy(buf + s->len, s->lentData, s->lentLen);
@@ -832,14 +838,14 @@ int FinishLent(uintptr_t addr, size_t len) {
       c->sends.copiedOnDrop++;
     }
     double n = 0;
-    for (Ctx* s : c->lentPosted) n += Overlaps(s, addr, len);
+    for (Ctx* s : c->lentPosted) n += Overlaps(s, addr, len, file);
     if (n) finishing.emplace_back(c, n);
   }
   auto pending = [&] {
     for (auto& [h, c] : conns)
       if (!c->closed)
         for (Ctx* s : c->lentPosted)
-          if (Overlaps(s, addr, len)) return true;
+          if (Overlaps(s, addr, len, file)) return true;
     return false;
   };
   const uint64_t deadline = NowNs() + kLendDrainNs;

@@ -511,7 +511,7 @@ Napi::Value Evict(const Napi::CallbackInfo& info) {
   size_t off, len;
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   if (!len) return env.Undefined();
-  if (int busy = BeforeDrop(m->addr + off, len)) ThrowSystemError(env, busy, m->fd >= 0 ? "madvise(MADV_REMOVE)" : "madvise(MADV_DONTNEED)");
+  if (int busy = BeforeDrop(m->addr + off, len, m->fd >= 0)) ThrowSystemError(env, busy, m->fd >= 0 ? "madvise(MADV_REMOVE)" : "madvise(MADV_DONTNEED)");
   int rc = madvise(m->addr + off, len, m->fd >= 0 ? MADV_REMOVE : MADV_DONTNEED);
   NoteDrop();  // even on failure: part of the range may be gone
   if (rc != 0) ThrowSystemError(env, errno, m->fd >= 0 ? "madvise(MADV_REMOVE)" : "madvise(MADV_DONTNEED)");

@@ -123,6 +123,22 @@ describe.skipIf(!built && !ci)('sends without a staging copy', () => {
     expect(Buffer.compare(got[1]!, Buffer.concat([head(5), before]))).toBe(0);
   }, 60_000);
 
+  it('a memfd punched through another mapping of it (an alias) finishes the send lent from the first', async () => {
+    const { fi, client, got, until, sends } = await pair();
+    const a = region(true, 8);
+    const alias = binding.mapAlias(a.id);
+    regions.push(alias);
+    const before = new Uint8Array(a.buffer, 4096, PAYLOAD).slice();
+    fi.fabricSend(client, [head(8), new Uint8Array(a.buffer, 4096, PAYLOAD)], false, [a.id, 4096]);
+    expect(sends()).toMatchObject({ lent: 1, lentNow: 1 });
+    // MADV_REMOVE on the alias punches the file: the lent mapping's pages go too, at another address.
+    binding.evict(alias.id, 0, alias.buffer.byteLength);
+    expect(sends()).toMatchObject({ lentNow: 0, finishedOnDrop: 1 });
+    expect(new Uint8Array(a.buffer, 4096, 4096).every((x) => x === 0)).toBe(true);
+    await until(1);
+    expect(Buffer.compare(got[0]!, Buffer.concat([head(8), before]))).toBe(0);
+  }, 60_000);
+
   it('a drop of lent pages its peer never takes gives up after its bound: EBUSY, nothing dropped', async () => {
     const fi = fabricBinding();
     // A peer that accepts and then never progresses its side: its socket fills, then the sender's.
