@@ -404,14 +404,17 @@ export type FabricBinding = Required<
 
 /** How a connection's payload sends went (fabricProgress's `sends`). */
 export interface FabricSendStats {
-  /** Payloads sent straight from their source's pages (no staging copy), and their bytes. */
+  /** Payloads sent straight from their source's pages (no staging copy). */
   lent: number;
+  /** Their bytes. */
   lentBytes: number;
-  /** Payloads that could have been lent but were copied into the send buffer (a page not present, a provider that needs registration), and their bytes. */
+  /** Payloads that could have been lent but were copied into the send buffer (a page not present, a provider that needs registration). */
   copied: number;
+  /** Their bytes. */
   copiedBytes: number;
-  /** Lent sends a drop of their pages had to finish first (posted), or copy (still in the backlog). */
+  /** Lent sends a drop of their pages had to finish first (posted to the provider). */
   finishedOnDrop: number;
+  /** Lent sends a drop of their pages copied first (still in the backlog, not yet posted). */
   copiedOnDrop: number;
   /** Lent sends the provider may still read now. */
   lentNow: number;
