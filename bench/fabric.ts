@@ -47,6 +47,8 @@ export interface Row {
   faults?: { perOp: number; usPerOp: number; evictUsPerOp: number };
   /** Our programs: each side's CPU per iteration, µs (medians); all-to-all: the median rank's CPU per transfer (as `client`). */
   cpuUsPerOp?: CpuPerOp;
+  /** All-to-all: the median rank's CPU per transfer between the barriers around the writes, µs (the rest of cpuUsPerOp is filling, checking, the first barrier). */
+  writeCpuUsPerTransfer?: number;
   /** Our programs: how the client's write payloads past the batch were sent (lent from their pages, or copied), summed over the rounds. */
   sends?: { lent: number; copied: number; lentBytes: number; copiedBytes: number };
 }
@@ -214,9 +216,15 @@ function median(xs: number[]): number {
  * The all-to-all program as a job of `ranks` processes (`run -n RANKS [--pin] -- alltoall`),
  * resident buffers: the typical time of one rank's write to one other rank, µs (an
  * iteration's typical time, its slowest rank's, over the ranks - 1 writes each rank makes in
- * it), and the median rank's CPU per transfer, µs.
+ * it), and the median rank's CPU per transfer, µs: all of it, and the part between the barriers around the writes.
  */
-async function alltoall(ranks: number, size: number, iters: number, dir: string, pin: boolean): Promise<{ us: number; cpuUs: number }> {
+async function alltoall(
+  ranks: number,
+  size: number,
+  iters: number,
+  dir: string,
+  pin: boolean,
+): Promise<{ us: number; cpuUs: number; writeCpuUs: number }> {
   const json = join(dir, `alltoall-${ranks}${pin ? '-pin' : ''}.json`);
   const args = [
     MAIN,
@@ -238,11 +246,16 @@ async function alltoall(ranks: number, size: number, iters: number, dir: string,
   if (c.code !== 0) throw new Error(`bench:fabric: run -n ${ranks}${pin ? ' --pin' : ''} -- alltoall failed:\n${c.out}`);
   const r = (
     JSON.parse(readFileSync(json, 'utf8')) as {
-      results: { rows: Array<{ typical: number }>; ranks: Array<{ cpuUs: number; transfers: number }> };
+      results: { rows: Array<{ typical: number }>; ranks: Array<{ cpuUs: number; writeCpuUs?: number; transfers: number }> };
     }
   ).results;
   const perRank = r.ranks.filter((x) => x.transfers > 0).map((x) => x.cpuUs / x.transfers);
-  return { us: r.rows.at(-1)!.typical / (ranks - 1), cpuUs: perRank.length ? median(perRank) : 0 };
+  const inWrites = r.ranks.filter((x) => x.transfers > 0).map((x) => (x.writeCpuUs ?? 0) / x.transfers);
+  return {
+    us: r.rows.at(-1)!.typical / (ranks - 1),
+    cpuUs: perRank.length ? median(perRank) : 0,
+    writeCpuUs: inWrites.length ? median(inWrites) : 0,
+  };
 }
 
 /** A measurement: how to take it once, and which kind of figure it gives. */
@@ -259,6 +272,8 @@ interface Case {
   cpu?: CpuPerOp[];
   /** Each round's client payload sends (lent or copied). */
   sends?: NonNullable<Ours['sends']>[];
+  /** All-to-all: each round's median rank's CPU per transfer in the writes. */
+  writeCpu?: number[];
 }
 
 /** Take one of our runs, keeping its CPU per work request (and, with `withFaults`, its fault time). */
@@ -372,15 +387,18 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       ...[2, 8].flatMap((ranks) =>
         [false, true].map((pin): Case => {
           const cpu: CpuPerOp[] = [];
+          const writeCpu: number[] = [];
           return {
             key: `alltoall${ranks}${pin ? 'Pin' : ''}`,
             what: `alltoall ${ranks} ranks${pin ? ' --pin' : ''}, per transfer`,
             size: ALLTOALL_BYTES,
             kind: 'latency',
             cpu,
+            writeCpu,
             take: async () => {
               const a = await alltoall(ranks, ALLTOALL_BYTES, ALLTOALL_ITERS, dir, pin);
               cpu.push({ client: a.cpuUs, server: 0 });
+              writeCpu.push(a.writeCpuUs);
               return a.us;
             },
           };
@@ -446,6 +464,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
           }
         : {}),
       ...(c.cpu?.length ? { cpuUsPerOp: { client: median(c.cpu.map((x) => x.client)), server: median(c.cpu.map((x) => x.server)) } } : {}),
+      ...(c.writeCpu?.length ? { writeCpuUsPerTransfer: median(c.writeCpu) } : {}),
       ...(c.sends?.length
         ? {
             sends: c.sends.reduce(
@@ -547,17 +566,19 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
         `${target(ratios.alltoallPinnedPerTransfer8vs2Ranks!, '<=', 1.3, 'x')}; 8 ranks pinned ${x(ratios.alltoall8PinnedVsFree!)} free`,
     );
     // All-to-all is CPU-bound: each of R ranks makes R - 1 transfers an iteration at c µs of CPU
-    // each, on C CPUs, so one transfer takes at least R c / min(R, C) of wall time.
+    // each between the barriers around the writes, on C CPUs, so one transfer takes at least
+    // R c / min(R, C) of wall time (c: the median rank's, so about).
     const ncpu = cpus().length;
-    const floor = (key: string, ranks: number) => ((at(key).cpuUsPerOp?.client ?? NaN) * ranks) / Math.min(ranks, ncpu);
+    const floor = (key: string, ranks: number) => ((at(key).writeCpuUsPerTransfer ?? NaN) * ranks) / Math.min(ranks, ncpu);
     for (const key of ['alltoall2', 'alltoall2Pin', 'alltoall8', 'alltoall8Pin'])
       explained[`${key}CpuFloorUs`] = floor(key, key.startsWith('alltoall8') ? 8 : 2);
     print(
-      `all-to-all, CPU per transfer per rank (median rank) and the wall time that CPU needs on ${ncpu} CPUs (R x CPU / min(R, CPUs)): ` +
+      `all-to-all, CPU per transfer per rank (median rank; in the writes, between their barriers) and the wall time that CPU needs on ${ncpu} CPUs (R x CPU / min(R, CPUs)): ` +
         ['alltoall2', 'alltoall2Pin', 'alltoall8', 'alltoall8Pin']
           .map(
             (key) =>
-              `${key.replace('alltoall', '').replace('Pin', ' pinned')} ranks ${(at(key).cpuUsPerOp?.client ?? NaN).toFixed(0)} us CPU, ` +
+              `${key.replace('alltoall', '').replace('Pin', ' pinned')} ranks ${(at(key).cpuUsPerOp?.client ?? NaN).toFixed(0)} us CPU ` +
+              `(${(at(key).writeCpuUsPerTransfer ?? NaN).toFixed(0)} in the writes), ` +
               `floor ${explained[`${key}CpuFloorUs`]!.toFixed(0)} us, measured ${at(key).latencyUs!.toFixed(0)} us (${x(at(key).latencyUs! / explained[`${key}CpuFloorUs`]!)})`,
           )
           .join('; '),
