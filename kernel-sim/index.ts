@@ -100,6 +100,7 @@ export {
   PROGRESS_MODES,
   type ProgressMode,
   type ProgressStats,
+  type FabricSendStats,
   peerTimeoutMs,
   type LibfabricOptions,
   type LibfabricProvider,
