@@ -610,7 +610,7 @@ export class WqeCompleter {
   #cqe(wqe: SendWqe, status: WcStatus, byteLen: number, odp: RcOdp | undefined): void {
     const q = this.#qp;
     const opcode = WC_OPCODE[wqe.opcode] ?? WcOpcode.SEND;
-    if (!q.sendCq.post(BigInt(wqe.wrId), status, opcode, byteLen, q.qpNum, q.destQpNum, undefined, odp)) q.toError();
+    if (!q.sendCq.complete(BigInt(wqe.wrId), status, opcode, byteLen, q.qpNum, q.destQpNum, undefined, odp)) q.toError();
   }
 }
 

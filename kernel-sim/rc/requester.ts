@@ -14,7 +14,7 @@ import { realNowUs } from '../cost-model/index.js';
 import { hasRemoteRange, isResponse, RcOp, type WritePacket } from '../fabric/packets.js';
 import type { Schedulable } from '../scheduler/scheduler.js';
 import type { Completer, Executed, WqeCompleter } from './completer.js';
-import type { RcMr, RcPd } from './tables.js';
+import { mrPlace, type RcPd, type RcTables } from './tables.js';
 import { Access, QpState, SendFlags, UD_MTU, WcStatus, WrOpcode } from '../device/ib.js';
 import type { Sge } from '../device/rings.js';
 import type { SendRing, SendWqe } from '../device/send-ring.js';
@@ -533,7 +533,8 @@ export interface RcNode {
   readonly channels: number;
   /** The engine's fault timeout, ms: a response timer's period is never shorter. */
   readonly faultTimeoutMs: number;
-  readonly tables: { readonly mrs: ReadonlyMap<number, RcMr> };
+  /** Its tables: the MR records SGEs are checked in, the event line the QP's ERR is said on. */
+  readonly tables: RcTables;
   post(desc: DmaDescriptor): Promise<DmaCompletion>;
   /** End every transfer QP `qp` posted (they complete FLUSHED). */
   cancel(qp: number): boolean;
@@ -733,8 +734,9 @@ export class WqeRequester {
     const mrs = q.node.tables.mrs;
     for (const sge of sges) {
       const mr = mrs.get(sge.lkey);
-      if (!mr || mr.closed || mr.pd.handle !== q.pd.handle || (write && !(mr.access & Access.LOCAL_WRITE))) return false;
-      if (!mr.place(sge.addr, sge.length)) return false;
+      if (!mr || mr.pd.handle !== q.pd.handle || (write && !(mr.access & Access.LOCAL_WRITE))) return false;
+      // A VALID record, the range inside it (an implicit MR maps what it reaches; 'prefault' populates).
+      if (!mrPlace(mr, sge.addr, sge.length)) return false;
     }
     return true;
   }

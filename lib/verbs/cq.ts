@@ -4,15 +4,11 @@
 // ring of CQEs (kernel-sim/device/cq-ring.ts, docs/device-abi.md's struct pfr_cqe): the device
 // side writes them, poll() reads them into WorkCompletion objects as rdma-core's rxe provider
 // reads the kernel's ring in ibv_poll_cq.
-import { CompletionRing, CQE, CqNotify, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
+import { CompletionRing, CQE, CqEvent, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
 import { closedError } from '../errors.js';
 import { checkInt, checkObject } from '../validate.js';
 import { WcFlags, WcOpcode, WcStatus, wcStatusStr } from './constants.js';
 import { verbsError } from './errors.js';
-import { ProviderQueue } from './provider-queue.js';
-
-// ibv_wc_status_str of each status, looked up once here (a CQE's status is the device's word).
-const STATUS_STR = Array.from({ length: 32 }, (_, s) => wcStatusStr(s as WcStatus));
 
 /** struct ibv_wc, plus what this library can tell about faults. */
 export interface WorkCompletion {
@@ -90,8 +86,6 @@ export class CompletionQueue {
   readonly depth: number;
   /** The ring of CQEs: written by the device side (complete()), read by poll() and next(). */
   readonly ring: CompletionRing;
-  /** The provider's own view of the ring's memory: poll() reads CQEs through it. */
-  readonly #q: ProviderQueue;
   #waiters: Waiter[] = [];
   /**
    * One timer for all waiters, due at the earliest deadline (not one per next(): a timer per
@@ -100,10 +94,13 @@ export class CompletionQueue {
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Infinity;
   #closed = false;
+  #onOverrun: (cq: CompletionQueue) => void;
   /** The completion channel the CQ reports its events to (ibv_cq.channel), if it was created with one. */
   readonly channel: CqEventChannel | undefined;
   /** What the creator passed as `cqContext` (ibv_cq.cq_context): comes back with each event. */
   readonly cqContext: unknown;
+  // reqNotify() armed the CQ: undefined, 'any' or 'solicited'.
+  #armed: 'any' | 'solicited' | undefined;
   #unacked = 0;
 
   /** @internal use Context.createCq */
@@ -114,16 +111,9 @@ export class CompletionQueue {
   ) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
     this.ring = new CompletionRing(this.depth);
-    this.#q = new ProviderQueue(this.ring);
-    // The device's events of the ring: a CQE (a waiter takes it), the armed event, an overrun.
-    this.ring.listener = {
-      written: () => {
-        const w = this.#waiters.shift();
-        if (w) this.#settle(w, this.#take(), false);
-      },
-      event: () => this.channel!.notify(this),
-      overrun: () => onOverrun(this),
-    };
+    this.#onOverrun = onOverrun;
+    // The device's event line: a CQE went into the ring (a waiter takes it), or the CQ overran.
+    this.ring.onEvent = (e, status, solicited) => (e === CqEvent.OVERRUN ? this.#onOverrun(this) : this.#delivered(status, solicited));
     this.channel = options.channel;
     this.cqContext = options.cqContext;
     this.channel?.attach(this);
@@ -145,17 +135,12 @@ export class CompletionQueue {
     if (!this.channel)
       throw verbsError('ibv_req_notify_cq', 'EINVAL', 'the CQ has no completion channel; create it with createCq(depth, { channel })');
     if (this.channel.closed) throw verbsError('ibv_req_notify_cq', 'EINVAL', 'the completion channel of this CQ was closed');
-    this.ring.notify = solicitedOnly ? CqNotify.SOLICITED : CqNotify.ANY;
+    this.#armed = solicitedOnly ? 'solicited' : 'any';
   }
 
   /** True while the CQ is armed (reqNotify() called and its event not raised yet). */
   get armed(): boolean {
-    return this.ring.notify !== CqNotify.NONE;
-  }
-
-  /** Completions that found the CQ full (each one moved its QP to ERR). */
-  get overruns(): number {
-    return this.ring.overruns;
+    return this.#armed !== undefined;
   }
 
   /** Events taken from the channel for this CQ and not yet acknowledged. */
@@ -188,6 +173,11 @@ export class CompletionQueue {
     return this.ring.error;
   }
 
+  /** Completions that found the CQ full (each one moved its QP to ERR). */
+  get overruns(): number {
+    return this.ring.overruns;
+  }
+
   /** True once the CQ (or its context) was closed. */
   get closed(): boolean {
     return this.#closed;
@@ -195,7 +185,7 @@ export class CompletionQueue {
 
   /** Completions waiting to be polled. */
   get length(): number {
-    return this.#q.count;
+    return this.ring.count;
   }
 
   /** ibv_poll_cq: up to `n` completions, oldest first (may be none). */
@@ -203,7 +193,7 @@ export class CompletionQueue {
     this.#check();
     checkInt('pollCq: n', n, 1);
     const out: WorkCompletion[] = [];
-    for (let k = this.#q.count; out.length < n && k > 0; k--) out.push(this.#take());
+    for (let k = this.ring.count; out.length < n && k > 0; k--) out.push(this.#take());
     return out;
   }
 
@@ -211,7 +201,7 @@ export class CompletionQueue {
   next(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<WorkCompletion> {
     this.#check();
     checkObject('next: options', options, ['timeoutMs', 'signal']);
-    if (this.#q.count > 0) return Promise.resolve(this.#take());
+    if (this.ring.count > 0) return Promise.resolve(this.#take());
     const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('next: timeoutMs', options.timeoutMs, 1);
     return new Promise((resolve, reject) => {
       const w: Waiter = { resolve, reject, deadline: performance.now() + timeoutMs, timeoutMs, signal: options.signal, onAbort: undefined };
@@ -220,7 +210,7 @@ export class CompletionQueue {
         w.signal.addEventListener('abort', w.onAbort, { once: true });
       }
       this.#waiters.push(w);
-      this.ring.waiting = true;
+      this.ring.waiting = this.#waiters.length;
       this.#arm(w.deadline);
     });
   }
@@ -245,9 +235,10 @@ export class CompletionQueue {
   }
 
   /**
-   * @internal a completion the library still writes itself (the receive side, until the
-   * device completes receives): the device's post (CompletionRing.post). False if the CQ has
-   * overrun; the caller moves its QP to ERR.
+   * @internal a completion written by the device's CQE writer (the ring's `complete`). False
+   * if the CQ has overrun: the CQ goes to error and IBV_EVENT_CQ_ERR is reported (once); the
+   * caller moves its QP to ERR. `immData` undefined: no immediate; `odp` undefined: no ODP
+   * figures (a flushed WR). `solicited`: the receive of a message sent with SendFlags.SOLICITED.
    */
   complete(
     wrId: bigint,
@@ -260,14 +251,21 @@ export class CompletionQueue {
     odp: CqeOdp | undefined,
     solicited = false,
   ): boolean {
-    return this.ring.post(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp, solicited);
+    return this.ring.complete(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp, solicited);
+  }
+
+  // The event line said a CQE went into the ring: a waiter (the ring was empty) takes it, and
+  // an armed CQ raises its event.
+  #delivered(status: WcStatus, solicited: boolean): void {
+    if (this.#waiters.length > 0) this.#settle(this.#waiters.shift()!, this.#take(), false);
+    this.#event(status, solicited);
   }
 
   // The consumer's step: copy the CQE at the consumer index into a WorkCompletion, free the slot.
   #take(): WorkCompletion {
-    const r = this.#q;
+    const r = this.ring;
     const v = r.view;
-    const at = r.consumerSlot();
+    const at = r.slot(r.consumer);
     const status = v.getUint32(at + CQE['wc.status'], true) as WcStatus;
     const wcFlags = v.getUint32(at + CQE['wc.wc_flags'], true);
     const wc: WorkCompletion = {
@@ -279,7 +277,7 @@ export class CompletionQueue {
       srcQp: v.getUint32(at + CQE['wc.src_qp'], true),
       wcFlags,
       vendorErr: v.getUint32(at + CQE['wc.vendor_err'], true),
-      statusStr: STATUS_STR[status] ?? 'unknown',
+      statusStr: wcStatusStr(status),
     };
     if (wcFlags & WcFlags.WITH_IMM) wc.immData = v.getUint32(at + CQE['wc.ex.imm_data'], false);
     const modelUs = v.getFloat64(at + CQE['odp.model_us'], true);
@@ -293,6 +291,15 @@ export class CompletionQueue {
       };
     r.consumed();
     return wc;
+  }
+
+  // An armed CQ got a completion that its arming asked for: one event on the channel.
+  // Solicited: a receive whose sender set SendFlags.SOLICITED (BTH SE), or an error (as rxe).
+  #event(status: WcStatus, solicited: boolean): void {
+    if (this.#armed === undefined) return;
+    if (this.#armed === 'solicited' && status === WcStatus.SUCCESS && !solicited) return;
+    this.#armed = undefined;
+    this.channel!.notify(this);
   }
 
   /**
@@ -335,8 +342,8 @@ export class CompletionQueue {
       if (i < 0) return;
       this.#waiters.splice(i, 1);
     }
+    this.ring.waiting = this.#waiters.length;
     if (w.onAbort) w.signal!.removeEventListener('abort', w.onAbort);
-    this.ring.waiting = this.#waiters.length > 0;
     if (this.#waiters.length === 0) this.#timer?.unref();
     if (x instanceof Error) w.reject(x);
     else w.resolve(x);

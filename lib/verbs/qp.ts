@@ -10,7 +10,7 @@
 import { closedError } from '../errors.js';
 import { findRegion } from '../region.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
-import { RcOp, type FaultModel } from '../../kernel-sim/index.js';
+import type { FaultModel } from '../../kernel-sim/index.js';
 import { RcQueuePair } from '../../kernel-sim/rc/qp.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode } from './constants.js';
 import { Completer } from './completer.js';
@@ -19,7 +19,7 @@ import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { CompletionQueue as Cq } from './cq.js';
-import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
+import { SharedReceiveQueue, SrqType } from './srq.js';
 import { XrcDomain } from './xrc.js';
 import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 import { SendRing } from '../../kernel-sim/device/send-ring.js';
@@ -257,60 +257,25 @@ export class QueuePair {
     pd.stream.faultModel = faultModel;
   }
 
-  // What the node's transport keeps of this QP (rc/qp.ts), and what it hands back to it: the
-  // receives it takes (from rq, an SRQ, an XRC SRQ of its domain) or gives back, its completions.
+  // What the node's transport keeps of this QP (rc/qp.ts): built from the device's records
+  // and rings alone (its PD's, its receive ring, its receive CQ's ring, its SRQ's, its XRC
+  // domain's handle); the device takes, scatters and completes receives on its own.
   #rcQueuePair(): RcQueuePair {
-    const { qpNum, pd, srq, xrcd } = this;
-    const ud = this.qpType === QpType.UD;
-    const xrcRecv = this.qpType === QpType.XRC_RECV;
-    const state = () => this.#state;
-    const destroyed = () => this.#destroyed;
-    const completer = this.#completer;
-    const send = { node: this.#device.sim, qpType: this.qpType, sq: this.#sq, sendCq: this.sendCq.ring, sqSigAll: this.sqSigAll };
-    return new RcQueuePair(
-      qpNum,
-      pd,
-      {
-        rq: this.#rq,
-        ...(srq ? { take: () => srq.take() } : {}),
-        ...(xrcRecv
-          ? {
-              xrcSrq: (n: number) => {
-                const s = xrcd!.srqs.get(n);
-                // Its buffers are checked in this QP's PD: an XRC SRQ of another PD is not offered.
-                return s && !s.destroyed && s.pd === pd ? s : undefined;
-              },
-            }
-          : {}),
-        // UD: datagrams from many senders land at once, each taking its receive off the queue
-        // when admitted; one that faulted gives it back (ERR flushes it instead).
-        ...(ud
-          ? {
-              take: srq ? () => srq.take() : () => this.#rq.shift(),
-              giveBack: (wqe: RecvWr) => {
-                if (state() === QpState.ERR || destroyed()) this.#completer.complete(this.recvCq, wqe.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-                else if (srq) srq.giveBack(wqe);
-                else this.#rq.unshift(wqe);
-              },
-            }
-          : {}),
-        received: (wqe, r) =>
-          completer.complete(
-            // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
-            (xrcRecv ? srqOf(wqe)?.cq : undefined) ?? this.recvCq,
-            wqe.wrId,
-            r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
-            r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
-            r.status === 'ok' ? r.byteLen : 0,
-            r.immData,
-            r.status === 'ok' ? r.odp : undefined,
-            r.srcQpn,
-            r.solicited,
-          ),
-        toError: () => this.#flushReceives(),
-      },
-      send,
-    );
+    return new RcQueuePair({
+      qpNum: this.qpNum,
+      pd: this.pd.rc,
+      rq: this.#rq,
+      recvCq: this.recvCq.ring,
+      srq: this.srq?.rc,
+      xrcd: this.qpType === QpType.XRC_RECV ? this.xrcd!.handle : undefined,
+      ud: this.qpType === QpType.UD,
+      send: { node: this.#device.sim, qpType: this.qpType, sq: this.#sq, sendCq: this.sendCq.ring, sqSigAll: this.sqSigAll },
+    });
+  }
+
+  /** @internal The device moved this QP to ERR on its own (its event line): the provider's side of ERR follows. */
+  deviceError(): void {
+    this.#toError();
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -527,25 +492,18 @@ export class QueuePair {
 
   // ibv_modify_qp to ERR (or RESET, or destroy): the device's transition (rc.toError).
   #toError(): void {
-    this.rc.toError();
-  }
-
-  // The receive side of the device's ERR (until the device flushes receives itself).
-  #flushReceives(): void {
-    // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
-    // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
-    const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
-    this.rc.resp.msg = undefined;
-    if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    for (const wr of this.#rq.drain()) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
+    if (this.#state === QpState.ERR) return;
+    // The device's modify to ERR (rc/qp.ts, rxe_qp_error): its receives flushed, its transfers
+    // on the engine ended, its queued WQEs flushed behind what is in flight.
+    this.#publish(QpState.ERR);
   }
 
   // What the transport reads of this QP, written to it at each change (ibv_modify_qp's
   // attributes reaching the device): it never reads them back from here.
-  #publish(): void {
+  #publish(state = this.#state): void {
     const a = this.#attr;
     this.rc.modify({
-      state: this.#state,
+      state,
       destroyed: this.#destroyed,
       destNode: a.destNode,
       destQpNum: a.destQpNum,

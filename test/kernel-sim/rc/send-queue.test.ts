@@ -3,28 +3,29 @@
 // a stand-in that holds each posted descriptor until the test answers it, so the order in
 // which WQEs complete, when their slots free, and what each CQE says can be checked exactly.
 import { describe, expect, test } from 'vitest';
-import { CompletionRing, CQE } from '../../../kernel-sim/device/cq-ring.js';
+import { CompletionRing, CQE, CqEvent } from '../../../kernel-sim/device/cq-ring.js';
 import { HEADER, SGE } from '../../../kernel-sim/device/rings.js';
 import { sendWqe } from '../../../kernel-sim/device/abi.js';
 import { Access, QpState, QpType, SendFlags, WcOpcode, WcStatus, WrOpcode } from '../../../kernel-sim/device/ib.js';
 import { SEND_WQE, SendRing, type SendWqe } from '../../../kernel-sim/device/send-ring.js';
 import { DmaStatus, type DmaCompletion, type DmaDescriptor } from '../../../kernel-sim/pldma/types.js';
 import { RcQueuePair } from '../../../kernel-sim/rc/qp.js';
-import type { RcMr } from '../../../kernel-sim/rc/tables.js';
+import { mrRecord, RcTables, type RcMr } from '../../../kernel-sim/rc/tables.js';
+import type { MemoryLike } from '../../../kernel-sim/memory.js';
 
 const PD = { handle: 7, closed: false };
 const LKEY = 0x1234;
 
 // An MR record of the node's table: [0x1000, 0x9000) in PD 7.
+const REGION: MemoryLike = { id: 1, address: 0x1000n, size: 0x8000, pageSize: 4096, closed: false, granule: 4096, observe() {}, unobserve() {} };
 function mr(access: number): RcMr {
-  return {
-    closed: false,
-    access,
-    pd: PD,
-    place: (addr, length) =>
-      addr >= 0x1000n && addr + BigInt(length) <= 0x9000n ? { region: {} as never, offset: Number(addr - 0x1000n) } : undefined,
-    covers: (addr, length) => addr >= 0x1000n && addr + BigInt(length) <= 0x9000n,
-  };
+  return mrRecord({ key: LKEY, pd: PD, access, region: REGION, offset: 0, length: 0x8000 });
+}
+
+function tablesWithMr(): RcTables {
+  const t = new RcTables();
+  t.mrs.set(LKEY, mr(Access.LOCAL_WRITE));
+  return t;
 }
 
 function completion(d: DmaDescriptor, status: DmaStatus): DmaCompletion {
@@ -48,12 +49,16 @@ function completion(d: DmaDescriptor, status: DmaStatus): DmaCompletion {
 function rig(opts: { depth?: number; maxWr?: number; sigAll?: boolean } = {}) {
   const posted: Array<{ desc: DmaDescriptor; answer: (s: DmaStatus) => void }> = [];
   const cancelled: number[] = [];
-  const mrs = new Map<number, RcMr>([[LKEY, mr(Access.LOCAL_WRITE)]]);
+  const tables = new RcTables();
+  const mrs = tables.mrs;
+  mrs.set(LKEY, mr(Access.LOCAL_WRITE));
+  const events: string[] = [];
+  tables.events = (e) => void events.push(`${e.type} ${e.handle}`);
   const node = {
     id: 0,
     channels: 4,
     faultTimeoutMs: 100,
-    tables: { mrs },
+    tables,
     post: (desc: DmaDescriptor) => new Promise<DmaCompletion>((resolve) => posted.push({ desc, answer: (s) => resolve(completion(desc, s)) })),
     cancel: (qp: number) => {
       cancelled.push(qp);
@@ -62,8 +67,13 @@ function rig(opts: { depth?: number; maxWr?: number; sigAll?: boolean } = {}) {
   };
   const sq = new SendRing<SendWqe<{ dlid: number }>>(opts.maxWr ?? 8, 2);
   const cq = new CompletionRing(opts.depth ?? 16);
-  const owner = { rq: { length: 0, head: () => undefined, shift: () => undefined }, received: () => {}, toError: () => {} };
-  const rc = new RcQueuePair(0x42, PD, owner, { node, qpType: QpType.RC, sq, sendCq: cq, sqSigAll: opts.sigAll ?? false });
+  const rc = new RcQueuePair({
+    qpNum: 0x42,
+    pd: PD,
+    rq: undefined,
+    recvCq: undefined,
+    send: { node, qpType: QpType.RC, sq, sendCq: cq, sqSigAll: opts.sigAll ?? false },
+  });
   rc.modify({
     state: QpState.RTS,
     destroyed: false,
@@ -101,7 +111,7 @@ function rig(opts: { depth?: number; maxWr?: number; sigAll?: boolean } = {}) {
     sgList: [{ addr, length: 64, lkey: LKEY }],
     rdma: { remoteAddr: 0x5000n, rkey: 0xabc },
   });
-  return { rc, sq, cq, posted, cancelled, cqes, write, mrs };
+  return { rc, sq, cq, posted, cancelled, cqes, write, mrs, events };
 }
 
 const settle = () => new Promise((r) => setTimeout(r, 0));
@@ -166,6 +176,7 @@ describe('the device send queue (RcQueuePair from rings and tables)', () => {
     await settle();
     expect(r.rc.state).toBe(QpState.ERR);
     expect(r.cancelled).toEqual([0x42]);
+    expect(r.events).toEqual(['qp-error 66']);
     const c = r.cqes();
     // The unsignalled write behind the error is flushed with a CQE, as is the SEND never started.
     expect(c.map((x) => [x.wrId, x.status])).toEqual([
@@ -225,7 +236,7 @@ describe('the device send queue (RcQueuePair from rings and tables)', () => {
   test('a CQ that overruns is in error, tells its listener once, and takes the QP to ERR', async () => {
     const r = rig({ depth: 1 });
     const heard: string[] = [];
-    r.cq.listener = { written: () => heard.push('cqe'), event: () => heard.push('event'), overrun: () => heard.push('overrun') };
+    r.cq.onEvent = (e) => heard.push(e === CqEvent.COMPLETION ? 'cqe' : 'overrun');
     r.sq.push(r.write(1));
     r.sq.push(r.write(2));
     r.rc.doorbell();
@@ -258,12 +269,18 @@ describe('the device send queue (RcQueuePair from rings and tables)', () => {
       id: 0,
       channels: 4,
       faultTimeoutMs: 100,
-      tables: { mrs: new Map<number, RcMr>([[LKEY, mr(Access.LOCAL_WRITE)]]) },
+      tables: tablesWithMr(),
       post: (d: DmaDescriptor) => (posted.push(d), Promise.resolve(completion(d, DmaStatus.SUCCESS))),
       cancel: () => true,
     };
-    const owner = { rq: { length: 0, head: () => undefined, shift: () => undefined }, received: () => {}, toError: () => {} };
-    const rc = new RcQueuePair(0x43, PD, owner, { node, qpType: QpType.UD, sq, sendCq: cq, sqSigAll: true });
+    const rc = new RcQueuePair({
+      qpNum: 0x43,
+      pd: PD,
+      rq: undefined,
+      recvCq: undefined,
+      ud: true,
+      send: { node, qpType: QpType.UD, sq, sendCq: cq, sqSigAll: true },
+    });
     rc.modify({
       state: QpState.RTS,
       destroyed: false,
