@@ -9,6 +9,10 @@ import { closedError } from '../errors.js';
 import { checkInt, checkObject } from '../validate.js';
 import { WcFlags, WcOpcode, WcStatus, wcStatusStr } from './constants.js';
 import { verbsError } from './errors.js';
+import { ProviderQueue } from './provider-queue.js';
+
+// ibv_wc_status_str of each status, looked up once here (a CQE's status is the device's word).
+const STATUS_STR = Array.from({ length: 32 }, (_, s) => wcStatusStr(s as WcStatus));
 
 /** struct ibv_wc, plus what this library can tell about faults. */
 export interface WorkCompletion {
@@ -86,6 +90,8 @@ export class CompletionQueue {
   readonly depth: number;
   /** The ring of CQEs: written by the device side (complete()), read by poll() and next(). */
   readonly ring: CompletionRing;
+  /** The provider's own view of the ring's memory: poll() reads CQEs through it. */
+  readonly #q: ProviderQueue;
   #waiters: Waiter[] = [];
   /**
    * One timer for all waiters, due at the earliest deadline (not one per next(): a timer per
@@ -111,6 +117,7 @@ export class CompletionQueue {
   ) {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
     this.ring = new CompletionRing(this.depth);
+    this.#q = new ProviderQueue(this.ring);
     this.#onOverrun = onOverrun;
     // The device's event line: a CQE went into the ring (a waiter takes it), or the CQ overran.
     this.ring.onEvent = (e, status, solicited) => (e === CqEvent.OVERRUN ? this.#onOverrun(this) : this.#delivered(status, solicited));
@@ -185,7 +192,7 @@ export class CompletionQueue {
 
   /** Completions waiting to be polled. */
   get length(): number {
-    return this.ring.count;
+    return this.#q.count;
   }
 
   /** ibv_poll_cq: up to `n` completions, oldest first (may be none). */
@@ -193,7 +200,7 @@ export class CompletionQueue {
     this.#check();
     checkInt('pollCq: n', n, 1);
     const out: WorkCompletion[] = [];
-    for (let k = this.ring.count; out.length < n && k > 0; k--) out.push(this.#take());
+    for (let k = this.#q.count; out.length < n && k > 0; k--) out.push(this.#take());
     return out;
   }
 
@@ -201,7 +208,7 @@ export class CompletionQueue {
   next(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<WorkCompletion> {
     this.#check();
     checkObject('next: options', options, ['timeoutMs', 'signal']);
-    if (this.ring.count > 0) return Promise.resolve(this.#take());
+    if (this.#q.count > 0) return Promise.resolve(this.#take());
     const timeoutMs = options.timeoutMs === undefined ? 10_000 : checkInt('next: timeoutMs', options.timeoutMs, 1);
     return new Promise((resolve, reject) => {
       const w: Waiter = { resolve, reject, deadline: performance.now() + timeoutMs, timeoutMs, signal: options.signal, onAbort: undefined };
@@ -263,9 +270,9 @@ export class CompletionQueue {
 
   // The consumer's step: copy the CQE at the consumer index into a WorkCompletion, free the slot.
   #take(): WorkCompletion {
-    const r = this.ring;
+    const r = this.#q;
     const v = r.view;
-    const at = r.slot(r.consumer);
+    const at = r.consumerSlot();
     const status = v.getUint32(at + CQE['wc.status'], true) as WcStatus;
     const wcFlags = v.getUint32(at + CQE['wc.wc_flags'], true);
     const wc: WorkCompletion = {
@@ -277,7 +284,7 @@ export class CompletionQueue {
       srcQp: v.getUint32(at + CQE['wc.src_qp'], true),
       wcFlags,
       vendorErr: v.getUint32(at + CQE['wc.vendor_err'], true),
-      statusStr: wcStatusStr(status),
+      statusStr: STATUS_STR[status] ?? 'unknown',
     };
     if (wcFlags & WcFlags.WITH_IMM) wc.immData = v.getUint32(at + CQE['wc.ex.imm_data'], false);
     const modelUs = v.getFloat64(at + CQE['odp.model_us'], true);
