@@ -1,6 +1,6 @@
-// The receive side's completions, as the library still writes them (until the device writes
-// receive CQEs itself): a receive's CQE goes into its CQ's ring through the device's post
-// (CompletionRing.post). A CQ that overflows behaves as in libibverbs: the CQ goes to error,
+// The one completion the library still writes: a receive posted to a QP already in ERR
+// completes WR_FLUSH_ERR at once (the device completes every other receive and send itself),
+// its CQE going into its CQ's ring through the device's post (CompletionRing.post). A CQ that overflows behaves as in libibverbs: the CQ goes to error,
 // IBV_EVENT_CQ_ERR is reported, and the QP moves to ERR; no completion vanishes without that.
 // Send completions are the device's own (kernel-sim/rc/completer.ts, WqeCompleter).
 import type { RcOdp } from '../../kernel-sim/index.js';

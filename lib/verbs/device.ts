@@ -3,7 +3,6 @@
 // the node's engine against the node's own tables (SimNode.tables), where the device keeps
 // the records of its MRs and QPs; nothing comes up to the verbs but completions.
 import type { CostModel, RcEvent, RcMr, RcQp, SimNode } from '../../kernel-sim/index.js';
-import type { Region } from '../region.js';
 import type { DeviceTables } from './tables.js';
 
 /** What the device needs of a QP of its own. */
@@ -20,11 +19,10 @@ export interface SrqEndpoint {
   limitReached(): void;
 }
 
-/** What the provider keeps of an MR of its own: its device record, and where its range lies (for its own SGEs). */
+/** What the provider keeps of an MR of its own: its device record (the 'prefault' baseline is the record's flag, mrPlace). */
 export interface KeyedMr {
   /** The MR's record in the node's tables (what the engine reads). */
   readonly rc: RcMr;
-  resolve(addr: bigint, length: number): { region: Region; offset: number } | undefined;
 }
 
 export class Device {

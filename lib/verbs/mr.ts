@@ -419,11 +419,3 @@ function mappedPages(r: Region, offset: number, length: number): Uint8Array {
     return r.residency(offset, length);
   }
 }
-
-// The 'prefault' baseline: touch the whole buffer before each transfer.
-export function prefaultIfAsked(mr: MemoryRegion, region: Region, offset: number, length: number): void {
-  if (mr.policy !== 'prefault') return;
-  const ps = region.pageSize;
-  const start = offset - (offset % ps);
-  region.populate(start, Math.min(region.size - start, Math.ceil((length + offset - start) / ps) * ps));
-}

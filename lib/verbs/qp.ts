@@ -214,7 +214,7 @@ export class QueuePair {
   #destroyed = false;
   /** @internal The device's QP (kept in the node's tables): its requester, responder and completer. */
   readonly rc: RcQueuePair;
-  /** The receive side's completions, until the device writes those too. */
+  /** The flush of a receive posted in ERR (the device writes every other CQE). */
   #completer: Completer;
 
   /** @internal use Context.createQp */
