@@ -377,7 +377,7 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   else cmd.option('-a, --all', 'run every size from 2 to 2^23 bytes, -n iterations each (perftest -a)', false);
   cmd
     .option('-D, --duration <seconds>', 'run each size for this many seconds instead of -n iterations', parseSeconds)
-    .option('--run_infinitely', 'run until Ctrl-C, printing a line every -D seconds (default 5); exits 0 on Ctrl-C', false)
+    .option('--run_infinitely', 'run until Ctrl-C, a line every -D seconds (default 5); Ctrl-C: exit 0, as perftest (with -b: 130)', false)
     .option('-t, --tx-depth <n>', `work requests in flight per QP (default ${kind === 'bw' ? 128 : 1})`, parseUpTo(8192))
     .option('-q, --qp <n>', 'QPs, each moving its own slot of the buffers (default 1)', parseUpTo(256))
     .option('-b, --bidirectional', 'both sides send at once', false)
@@ -525,12 +525,17 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
   if (kind !== 'pingpong') checkPerftest(name, op, o);
   const gidIndex = kind === 'pingpong' ? o.gidIdx : o.gidIndex;
   if (o.prefetch && !o.odp && !o.iodp) throw new InvalidArgumentError('-P: prefetch is valid only with an on-demand memory region (-o or -O)');
-  // --run_infinitely: Ctrl-C stops the run (WRs in flight complete), both sides say done, exit 0.
+  // --run_infinitely: Ctrl-C stops the run (WRs in flight complete) and both sides say done.
+  // As perftest's: the client says " User stopped traffic" and exits 0, the server " Client
+  // closed connection"; with -b perftest catches no SIGINT (its duplex run dies of it: 130), and
+  // neither does this program's exit status, though both sides still end cleanly.
   const txDepth = kind !== 'pingpong' ? (o.txDepth ?? (kind === 'bw' && !o.stall ? 128 : 1)) : 1;
   const stop = new AbortController();
   const onSigint = () => {
     // The terminal echoed ^C where the cursor was: clear that line, so what follows starts clean.
     if (process.stdout.isTTY === true) process.stdout.write('\r\x1b[K');
+    if (o.bidirectional) process.exitCode = 130;
+    else print(' User stopped traffic');
     stop.abort();
   };
   let table: Table | undefined;
@@ -596,7 +601,8 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
           return;
         }
         perftestHeader(kind, o, local, remote, p);
-        if (p.infinite) table = perftestTable(kind, o);
+        // The periods are reported where WRs are posted: the client's, and with -b the server's too.
+        if (p.infinite && (host !== undefined || p.bidirectional)) table = perftestTable(kind, o);
       },
       onPeriod: (period) => {
         if (table && kind !== 'pingpong') printRow(kind, op, table, period, o, undefined, txDepth * (o.qp ?? 1));
@@ -608,6 +614,7 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
     const mismatches = r.mismatches + (r.peer?.mismatches ?? 0);
     if (mismatches) console.error(`${name}: ${mismatches} bytes differ from what the other side wrote`);
     if (r.error || r.peerError || r.lost || mismatches) process.exitCode = 1;
+    else if (r.params.infinite && r.stopped && host === undefined && !r.params.bidirectional) print(' Client closed connection');
     return r;
   } finally {
     process.removeListener('SIGINT', onSigint);

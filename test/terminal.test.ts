@@ -3,8 +3,8 @@
 // shares a line with a row, the table's header and rows are whole, lines fit the terminal,
 // milestones stay on the screen, and the terminal is left as it was found (cursor shown,
 // autowrap on), after a normal end and after Ctrl-C.
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -154,5 +154,61 @@ describe('80 columns', () => {
       expect(server.some((l) => /remote address: +LID/.test(l))).toBe(true);
       expect(server.filter((l) => [...l].length > 80)).toEqual([]);
     }
+  }, 120_000);
+});
+
+// Ctrl-C typed at the terminal (the byte 0x03 into the pty, echoed as ^C by the line
+// discipline), as a user stops a --run_infinitely run: what perftest does, on a clean screen.
+describe('Ctrl-C typed into write-bw --run_infinitely', () => {
+  /** The server outside the pty (a file for its lines), the client under it; Ctrl-C once `rows` rows are on the screen. */
+  async function interrupted(extra: string[], rows: number): Promise<{ client: Screen; status: string; server: string; serverCode: number | null }> {
+    const log = join(dir80, `ri${extra.join('')}.server`);
+    const server = spawn(process.execPath, [MAIN, 'write-bw', '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    server.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    server.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const serverExit = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    for (let i = 0; i < 300 && !/port (\d+)/.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+    const port = /port (\d+)/.exec(out)![1]!;
+    const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+    const node = [process.execPath, MAIN, 'write-bw', '127.0.0.1', '-p', port, '-s', '4K', '-D', '1', '--run_infinitely', ...extra].map(q).join(' ');
+    const client = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let raw = '';
+    let sent = false;
+    client.stdout.on('data', (d: Buffer) => {
+      raw += d.toString();
+      if (!sent && (raw.match(/^ +4096 +\d+ /gm) ?? []).length >= rows) {
+        sent = true;
+        client.stdin.write('\x03');
+      }
+    });
+    const timer = setTimeout(() => (client.kill('SIGKILL'), server.kill('SIGKILL')), 90_000);
+    await new Promise((resolve) => client.on('close', resolve));
+    const serverCode = await serverExit;
+    clearTimeout(timer);
+    writeFileSync(log, out);
+    const screen = render(raw, 80);
+    return { client: screen, status: screen.lines.find((l) => l.startsWith('EXIT='))!, server: out, serverCode };
+  }
+
+  test("one way: the ^C is cleared, ' User stopped traffic', exit 0; the server says ' Client closed connection'", async () => {
+    const r = await interrupted([], 2);
+    expect(r.client.lines.filter((l) => l.includes('^C'))).toEqual([]);
+    expect(r.client.lines).toContain(' User stopped traffic');
+    expect(r.status).toBe('EXIT=0');
+    expect(r.client.lines.filter((l) => [...l].length > 80)).toEqual([]);
+    expect(r.client.lines.some((l) => l.includes('mismatches 0'))).toBe(true);
+    expect(r.serverCode).toBe(0);
+    expect(r.server).toContain('\n Client closed connection\n');
+    // The server posts nothing one way: no table of periods it never had.
+    expect(r.server).not.toContain('#bytes');
+  }, 120_000);
+
+  test('-b: perftest catches no SIGINT in a duplex run, so the status is 130; the screen is still clean', async () => {
+    const r = await interrupted(['-b'], 1);
+    expect(r.client.lines.filter((l) => l.includes('^C'))).toEqual([]);
+    expect(r.client.lines).not.toContain(' User stopped traffic');
+    expect(r.status, r.client.lines.join('\n')).toBe('EXIT=130');
+    expect(r.serverCode).toBe(0);
   }, 120_000);
 });

@@ -756,7 +756,8 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       }
     } else await ctl.idle();
     // Say done (this side's error and counts), then hear the other side's.
-    const done: Done = { counts, ...(r.error ? { error: r.error } : {}), ...(params.bidirectional ? { runs: r.runs } : {}) };
+    // -b: this side's runs, for the other's rows (--run_infinitely: none, each period was reported where it ran).
+    const done: Done = { counts, ...(r.error ? { error: r.error } : {}), ...(params.bidirectional && !params.infinite ? { runs: r.runs } : {}) };
     try {
       transport.post(done);
     } catch {
