@@ -33,7 +33,7 @@ import {
   type RunParams,
   type SizeRun,
 } from './programs/fabric-peer.js';
-import { columns, latencyCells, parsePositiveInt, parseSize, print, Table, wrapped } from './programs/support/format.js';
+import { columns, latencyCells, parsePositiveInt, parseSize, print, printErr, Table, wrapped } from './programs/support/format.js';
 import type { TraceFile } from './programs/support/trace-file.js';
 import { hostGids } from '../kernel-sim/device/attributes.js';
 import { defineProgram, type CommonOptions, type Program, type RunOutcome } from './program.js';
@@ -608,11 +608,11 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
         if (table && kind !== 'pingpong') printRow(kind, op, table, period, o, undefined, txDepth * (o.qp ?? 1));
       },
     });
-    if (r.error) console.error(`${name}: a work request failed: ${r.error}`);
-    if (r.peerError) console.error(`${name}: the ${r.role === 'server' ? 'client' : 'server'}'s work request failed: ${r.peerError}`);
-    if (r.lost) console.error(`${name}: ${r.lost}`);
+    if (r.error) printErr(`${name}: a work request failed: ${r.error}`);
+    if (r.peerError) printErr(`${name}: the ${r.role === 'server' ? 'client' : 'server'}'s work request failed: ${r.peerError}`);
+    if (r.lost) printErr(`${name}: ${r.lost}`);
     const mismatches = r.mismatches + (r.peer?.mismatches ?? 0);
-    if (mismatches) console.error(`${name}: ${mismatches} bytes differ from what the other side wrote`);
+    if (mismatches) printErr(`${name}: ${mismatches} bytes differ from what the other side wrote`);
     if (r.error || r.peerError || r.lost || mismatches) process.exitCode = 1;
     else if (r.params.infinite && r.stopped && host === undefined && !r.params.bidirectional) print(' Client closed connection');
     return r;
@@ -799,7 +799,7 @@ export function perftestProgram(name: string, op: FabricOp, kind: 'bw' | 'lat', 
           o.out_json_file,
           JSON.stringify(perftestJson(name, op, kind, o, r.params, rows, o.cpu_util ? cpuUtil : undefined), null, 2) + '\n',
         );
-        console.error(`perftest report: ${o.out_json_file}`);
+        printErr(`perftest report: ${o.out_json_file}`);
       }
       return { results };
     },

@@ -34,3 +34,35 @@ describe('--help of every program', () => {
       expect(lines[1]).toBe(`(pagefault-rdma ${program} --help lists its options)`);
     });
 });
+
+describe('messages on stderr', () => {
+  const long = ['pingpong', '--hardware', 'no-such-preset'];
+  const joined = (text: string) => text.replace(/\n +/g, ' ').trim();
+
+  it('are wrapped as stdout is: at 80 columns into a pipe, at COLUMNS when it is set; words whole', () => {
+    const pipe = run(long);
+    expect(pipe.status).toBe(1);
+    const lines = pipe.stderr.trimEnd().split('\n');
+    expect(lines.length).toBeGreaterThan(2); // the message is over 80 columns: wrapped, not cut
+    expect(lines.filter((l) => l.length > 80)).toEqual([]);
+    const narrow = spawnSync(process.execPath, [MAIN, ...long], { encoding: 'utf8', timeout: 30_000, env: { ...process.env, COLUMNS: '40' } });
+    expect(
+      narrow.stderr
+        .trimEnd()
+        .split('\n')
+        .filter((l) => l.length > 40),
+    ).toEqual([]);
+    // The same words, in the same order, continuation lines indented.
+    expect(joined(narrow.stderr)).toBe(joined(pipe.stderr));
+    expect(joined(pipe.stderr)).toContain("got 'no-such-preset' (pagefault-rdma hardware lists them with their sources)");
+    // The top level's pointer (96 characters) too.
+    const cmd = run(['no-such-command']);
+    expect(
+      cmd.stderr
+        .trimEnd()
+        .split('\n')
+        .filter((l) => l.length > 80),
+    ).toEqual([]);
+    expect(joined(cmd.stderr)).toContain("(pagefault-rdma --help lists the commands; pagefault-rdma COMMAND --help, a command's options)");
+  });
+});

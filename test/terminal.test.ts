@@ -71,6 +71,15 @@ describe('a program on a terminal', () => {
     expect(screen.lines.some((l) => l.includes('retransmission: node 0 re-issues block 1'))).toBe(true);
   }, 120_000);
 
+  test("an error on stderr is wrapped to the terminal's width too (72 columns), words whole", () => {
+    const { raw, screen, status } = onTerminal(['pingpong', '--hardware', 'no-such-preset'], undefined, 72);
+    expect(status).toBe(1);
+    const written = render(raw, 1000).lines.filter((l) => l !== '');
+    expect(written.length).toBeGreaterThan(2);
+    expect(written.filter((l) => l.length > 72)).toEqual([]);
+    expect(screen.lines.join(' ').replace(/ +/g, ' ')).toContain("got 'no-such-preset' (pagefault-rdma hardware lists them with their sources)");
+  }, 120_000);
+
   test('Ctrl-C in the middle of a run: the bar is cleared, the cursor shown, autowrap on', () => {
     const { raw, screen, status } = onTerminal(['pingpong', '-s', '4K', '-n', '1000000', '--no-baseline'], 8);
     expect(raw).toContain(HIDE); // interrupted while the bar was drawn

@@ -63,6 +63,7 @@ import {
 import { MAX_MSG } from '../../lib/verbs/requester.js';
 import { big, bool, checkBody, finite, gidText, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
 import type { TraceFile } from './support/trace-file.js';
+import { printErr } from './support/format.js';
 
 export { MAX_MSG };
 
@@ -1046,8 +1047,8 @@ function packTrace(events: readonly ChromeTraceEvent[]): string[] {
   if (json.length <= TRACE_PIECE * TRACE_PIECES)
     return Array.from({ length: Math.ceil(json.length / TRACE_PIECE) }, (_, i) => json.slice(i * TRACE_PIECE, (i + 1) * TRACE_PIECE));
   const kept = Math.floor((events.length * TRACE_PIECE * TRACE_PIECES) / json.length / 2);
-  process.stderr.write(
-    `trace: the server's ${events.length} events are more than the client's file can be sent; its first ${kept} go there (the server's own file has them all)\n`,
+  printErr(
+    `trace: the server's ${events.length} events are more than the client's file can be sent; its first ${kept} go there (the server's own file has them all)`,
   );
   return packTrace(events.slice(0, kept));
 }
@@ -1061,7 +1062,7 @@ function addPeerTrace(file: TraceFile, pieces: unknown): void {
     if (!Array.isArray(events) || !events.every((e: unknown) => typeof e === 'object' && e !== null && Number.isInteger((e as ChromeTraceEvent).pid)))
       throw new Error('not a list of trace events');
   } catch (err) {
-    process.stderr.write(`trace: the server's events were left out: ${(err as Error).message}\n`);
+    printErr(`trace: the server's events were left out: ${(err as Error).message}`);
     return;
   }
   const pids = new Map<number, number>();

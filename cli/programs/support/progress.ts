@@ -40,6 +40,15 @@ export function writeAbove(text: string): void {
   process.stderr.write(fit(current.text));
 }
 
+/** Write `text` (whole lines) to stderr above the live line, which is redrawn below it. */
+export function writeErrAbove(text: string): void {
+  if (!current) {
+    process.stderr.write(text);
+    return;
+  }
+  process.stderr.write(CLEAR + text + fit(current.text));
+}
+
 /** A live status line on stderr, redrawn in place; nothing when stderr is not a terminal. */
 export function liveLine(): LiveLine {
   if (process.stderr.isTTY !== true || current) return { update: () => undefined, stop: () => undefined };
