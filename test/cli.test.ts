@@ -2,7 +2,7 @@
 // perftest-style sizes, --json, --trace (validated against the trace-event format), --plot
 // (the SVG holds the marks it should), lines within 80 columns, and a reader that closes
 // the pipe early.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -402,6 +402,44 @@ describe('remote-paging', () => {
     const out = ok('remote-paging', '--store', 'server', '-s', '2M', '--resident', '512K', '--updates', '256');
     expect(out.replace(/\s+/g, ' ')).toContain('a pagefault-rdma memory-server started for this run');
     expect(out).toContain('all bytes are what the application wrote');
+  }, 120_000);
+});
+
+describe('memory-server --trace', () => {
+  test('every batch it served, on the track of the connection that asked; the counts add up to its stats', async () => {
+    const socket = file('ms.sock');
+    const server = spawn(process.execPath, [MAIN, 'memory-server', '--socket', socket, '--trace', file('ms-trace.json'), '--json', file('ms.json')], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let err = '';
+    server.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    for (let i = 0; i < 300 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 100));
+    ok('remote-paging', '--store', 'server', '--server-socket', socket, '-s', '2M', '--resident', '512K', '--updates', '256');
+    server.kill('SIGINT');
+    expect(await exited, err).toBe(0);
+    expect(err).toContain(`trace: ${file('ms-trace.json')}`);
+    const t = json<Trace>('ms-trace.json');
+    expect(traceFormatErrors(t)).toEqual([]);
+    const stats = json<{ results: { gets: number; puts: number; pagesRead: number; pagesWritten: number } }>('ms.json').results;
+    const spans = (kind: string) => t.traceEvents.filter((e) => e.ph === 'X' && e.name.startsWith(`${kind} (`));
+    const sum = (evs: Trace['traceEvents'], key: string) => evs.reduce((n, e) => n + Number(e.args?.[key]), 0);
+    expect(spans('fetch')).toHaveLength(stats.gets);
+    expect(sum(spans('fetch'), 'found')).toBe(stats.pagesRead);
+    expect(spans('write-back')).toHaveLength(stats.puts);
+    expect(sum(spans('write-back'), 'pages')).toBe(stats.pagesWritten);
+    expect(stats.pagesRead).toBeGreaterThan(0);
+    // A batch of several pages was served (the pager writes back in batches).
+    expect(spans('write-back').some((e) => Number(e.args?.['pages']) > 1)).toBe(true);
+    // One connection: its track is named by the namespace its hello claimed, and every batch is on it.
+    const threads = t.traceEvents.filter((e) => e.ph === 'M' && e.name === 'thread_name');
+    const conn = threads.find((e) => String(e.args?.['name']).startsWith('connection 1: pfr-example-'));
+    expect(conn).toBeDefined();
+    for (const e of [...spans('fetch'), ...spans('write-back')]) expect(e.tid).toBe(conn!.tid);
+    // The pages held, a counter after each change, ends at 0 (the pager deleted its keys at close).
+    const held = t.traceEvents.filter((e) => e.ph === 'C' && e.name === 'held');
+    expect(held.length).toBeGreaterThan(0);
+    expect(held[held.length - 1]!.args?.['pages']).toBe(0);
   }, 120_000);
 });
 
