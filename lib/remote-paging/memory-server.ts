@@ -62,9 +62,13 @@ export interface MemoryServerTraceEvent {
   name: string;
   /** 'X': a span of `dur`; 'i': an instant; 'C': a counter. */
   ph: 'X' | 'i' | 'C';
+  /** µs since the epoch. */
   ts: number;
+  /** µs, for 'X'. */
   dur?: number;
+  /** The connection served (1, 2, … in the order accepted); 0: the server's own (the pages-held counter). */
   conn: number;
+  /** Counts (pages, bytes), the namespace, a refusal's reason. */
   args: Record<string, number | string>;
 }
 
