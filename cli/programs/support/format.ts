@@ -23,12 +23,14 @@ export function columns(): number {
   return Number.isSafeInteger(env) && env >= 20 && env <= 1000 ? env : COLUMNS;
 }
 
-/** The width stderr's messages are wrapped to: its terminal's, else as columns() (COLUMNS, else 80). */
-export function errColumns(): number {
+/**
+ * The width stderr's messages are wrapped to: its terminal's; not a terminal, COLUMNS when set
+ * (a job's ranks are told the launcher's); else none: a log or a pipe keeps a message a line.
+ */
+export function errColumns(): number | undefined {
   if (process.stderr.isTTY === true && process.stderr.columns > 0) return process.stderr.columns;
-  if (process.stdout.isTTY === true && process.stdout.columns > 0) return process.stdout.columns;
   const env = Number(process.env.COLUMNS);
-  return Number.isSafeInteger(env) && env >= 20 && env <= 1000 ? env : COLUMNS;
+  return Number.isSafeInteger(env) && env >= 20 && env <= 1000 ? env : undefined;
 }
 
 /**
@@ -38,14 +40,8 @@ export function errColumns(): number {
  */
 export function printErr(text: string): void {
   const width = errColumns();
-  writeErrAbove(
-    text
-      .replace(/\n$/, '')
-      .split('\n')
-      .flatMap((l) => wrap(l, undefined, width, false))
-      .map((l) => `${l}\n`)
-      .join(''),
-  );
+  const body = text.replace(/\n$/, '');
+  writeErrAbove((width === undefined ? [body] : body.split('\n').flatMap((l) => wrap(l, undefined, width, false))).map((l) => `${l}\n`).join(''));
 }
 
 /** Write one line to stdout (above the progress bar, when one is drawn). */
