@@ -193,23 +193,29 @@ function parseGidIndex(value: string): number {
   return n;
 }
 
-/** -c: RC is what these programs run; every other transport is refused, the reason named. */
+/** -c: RC is what these programs run, and UD the SEND programs; every other transport is refused, the reason named. */
 const CONNECTIONS: Record<string, string | undefined> = {
   RC: undefined,
   UC: 'UC (unreliable connected) QPs are not modelled: the engine has RC, UD and XRC QPs',
-  UD: 'UD: the engine has UD QPs (lib/verbs), but these two-process programs connect RC QPs only; a UD SEND reaches another process only over a connected transport here',
+  UD: undefined, // SEND only: parseConnection(op) says why for the others
   XRC: 'XRC: the engine has XRC QPs (lib/verbs, in one process), but these two-process programs connect RC QPs only',
   DC: 'DC (dynamically connected, an mlx5 extension) is not modelled',
   SRD: 'SRD (EFA scalable reliable datagram) is not modelled',
   RawEth: 'raw Ethernet QPs are not modelled',
 };
 
-function parseConnection(value: string): string {
-  const c = value.toUpperCase() === 'RAWETH' ? 'RawEth' : value.toUpperCase();
-  if (!(c in CONNECTIONS)) throw new InvalidArgumentError(`expected a connection type: ${Object.keys(CONNECTIONS).join(', ')}`);
-  const why = CONNECTIONS[c];
-  if (why) throw new InvalidArgumentError(`-c ${c} is refused: ${why}`);
-  return c;
+function parseConnection(op: FabricOp): (value: string) => string {
+  return (value) => {
+    const c = value.toUpperCase() === 'RAWETH' ? 'RawEth' : value.toUpperCase();
+    if (!(c in CONNECTIONS)) throw new InvalidArgumentError(`expected a connection type: ${Object.keys(CONNECTIONS).join(', ')}`);
+    // perftest: "UD connection only possible in SEND verb".
+    const why =
+      c === 'UD' && op !== 'send'
+        ? `UD has SEND only, as in perftest ("UD connection only possible in SEND verb"): RDMA ${op === 'atomic' ? 'atomics' : op === 'read' ? 'READ' : 'WRITE'} needs a connected QP (RC); send-lat -c UD runs UD`
+        : CONNECTIONS[c];
+    if (why) throw new InvalidArgumentError(`-c ${c} is refused: ${why}`);
+    return c;
+  };
 }
 
 /** An option perftest or ibv_rc_pingpong has and this program cannot honour: listed, and refused by name with `why` when given. */
@@ -337,7 +343,14 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       'accepted: no CPU frequency warning is printed here (times come from the monotonic clock, not the cycle counter)',
       false,
     )
-    .option('-c, --connection <type>', 'connection type: RC (UC, UD, XRC, DC, SRD are refused, each saying why)', parseConnection, 'RC')
+    .option(
+      '-c, --connection <type>',
+      op === 'send'
+        ? 'connection type: RC or UD (UD SENDs of at most the MTU, -m; UC, XRC, DC, SRD are refused, each saying why)'
+        : 'connection type: RC (UD, UC, XRC, DC, SRD are refused, each saying why)',
+      parseConnection(op),
+      'RC',
+    )
     .option(
       '-u, --qp-timeout <timeout>',
       `QP local ACK timeout, 4.096 µs × 2^timeout (default ${QP_TIMEOUT} here: 14 is lost to scheduling pauses between processes)`,
@@ -455,6 +468,7 @@ function expected(o: FabricOptions, kind: Kind): NonNullable<Parameters<typeof r
   add('post_list', 'postList', '-l', o.post_list);
   add('cqMod', 'cqMod', '-Q', o.cqMod);
   add('stall', 'faultModel', '--stall', o.stall ? 'stall' : undefined);
+  add('connection', 'connection', '-c', o.connection === 'UD' ? 'UD' : undefined);
   if (kind === 'pingpong') {
     add('odp', 'odp', '-o', o.odp);
     add('iodp', 'implicitOdp', '-O', o.iodp ?? false);
@@ -473,7 +487,7 @@ function perftestHeader(kind: 'bw' | 'lat', o: FabricOptions, local: Endpoint[],
   const rows: Array<[string, string]> = [
     ['Device', o.ibDev],
     ['Number of qps', String(local.length)],
-    ['Connection type', p.faultModel === 'stall' ? 'RC (libfabric RMA, stall mode)' : 'RC'],
+    ['Connection type', p.faultModel === 'stall' ? 'RC (libfabric RMA, stall mode)' : (p.connection ?? 'RC')],
     ['TX depth', String(p.txDepth ?? 1)],
     ...(kind === 'bw' ? ([['CQ Moderation', String(p.cqMod ?? 1)]] as Array<[string, string]>) : []),
     ...((p.postList ?? 1) > 1 ? ([['Post List', String(p.postList)]] as Array<[string, string]>) : []),
@@ -539,6 +553,13 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
     stop.abort();
   };
   let table: Table | undefined;
+  // -c UD: a datagram is one packet, at most the path MTU; perftest runs a larger -s at the MTU.
+  const ud = o.connection === 'UD';
+  let size = o.size ?? 8;
+  if (ud && host !== undefined && !o.all && size > (o.mtu ?? 1024)) {
+    printErr(`${name}: -c UD: a UD message is at most the MTU (-m ${o.mtu ?? 1024}): -s ${size} runs as ${o.mtu ?? 1024}, as perftest does`);
+    size = o.mtu ?? 1024;
+  }
   try {
     const r = await runPeer({
       host,
@@ -551,7 +572,8 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       limits: { maxSize: o.maxMsg, maxQps: o.maxQps, maxMemory: o.maxMemory },
       provider: o.provider,
       op,
-      size: o.size ?? 8,
+      size,
+      ...(ud ? { connection: 'UD' as const } : {}),
       iters: o.iters,
       evict: o.evict,
       odp: o.odp || o.evict || !!o.iodp,
@@ -839,7 +861,7 @@ function perftestJson(
     Device: o.ibDev,
     Number_of_qps: p.qps ?? 1,
     Transport_type: 'IB',
-    Connection_type: 'RC',
+    Connection_type: p.connection ?? 'RC',
     Using_SRQ: 'OFF',
     TX_depth: p.txDepth ?? 1,
     ...((p.postList ?? 1) > 1 ? { Post_List: p.postList } : {}),

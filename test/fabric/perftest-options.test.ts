@@ -116,7 +116,14 @@ describe.skipIf(!built && !ci)("perftest's options on the programs over libfabri
 
   it('options it cannot honour are refused by name with the reason, before connecting; the help is not dumped', async () => {
     const cases: Array<[string, string[], RegExp]> = [
-      ['write-bw', ['-c', 'UD'], /-c UD is refused: UD: .*RC QPs only/],
+      [
+        'write-bw',
+        ['-c', 'UD'],
+        /-c UD is refused: UD has SEND only, as in perftest .*RDMA WRITE needs a connected QP \(RC\); send-lat -c UD runs UD/,
+      ],
+      ['read-bw', ['-c', 'UD'], /-c UD is refused: UD has SEND only.*RDMA READ needs a connected QP/],
+      ['atomic-lat', ['-c', 'UD'], /-c UD is refused: UD has SEND only.*RDMA atomics needs a connected QP/],
+      ['send-lat', ['-c', 'XRC'], /-c XRC is refused: XRC: /],
       ['write-bw', ['-c', 'UC'], /-c UC is refused: UC .*not modelled/],
       ['write-bw', ['-d', 'mlx5_0'], /no device mlx5_0: the device here is pfr0/],
       ['write-bw', ['-i', '2'], /has one port, 1/],
@@ -143,6 +150,36 @@ describe.skipIf(!built && !ci)("perftest's options on the programs over libfabri
     }
     const bad = await start(['write-bw', '--bogus']).exit;
     expect(bad.stderr.trim().split('\n')).toEqual(["error: unknown option '--bogus'", '(pagefault-rdma write-bw --help lists its options)']);
+  }, 120_000);
+
+  it('send-lat -c UD: a ping-pong of UD SENDs (an address handle, the GRH before each message), evicted at both ends, every byte verified', async () => {
+    const r = await pair('send-lat', ['-c', 'UD', '-n', '50', '-s', '1024', '--evict', '--warm_up', '10'], ['-c', 'UD']);
+    expect([r.c.code, r.s.code], r.c.stderr + r.s.stderr).toEqual([0, 0]);
+    for (const side of [r.client!, r.server!]) {
+      expect(side.error).toBeUndefined();
+      expect(side.mismatches).toBe(0);
+      // Warm-up and measured round trips, each message checked where it landed (after the GRH).
+      expect(side.bytesVerified).toBe(60 * 1024);
+    }
+    expect(r.c.stdout).toMatch(/Connection type : UD/);
+    expect(r.c.stdout).toMatch(/^ +1024 +50 /m);
+    // The receives were evicted too: destination faults on UD receives, resolved and sent again.
+    expect(r.c.stdout).toMatch(/faults: source [1-9]\d*, destination [1-9]\d*/);
+  }, 90_000);
+
+  it('send-lat -c UD: -s over the MTU runs at the MTU, as perftest does, saying so; -a stops at the MTU; RC against UD is refused by name', async () => {
+    const big = await pair('send-lat', ['-c', 'UD', '-n', '5', '-s', '8K', '-m', '2048']);
+    expect([big.c.code, big.s.code], big.c.stderr + big.s.stderr).toEqual([0, 0]);
+    expect(big.c.stderr.replace(/\n +/g, ' ')).toContain('-c UD: a UD message is at most the MTU (-m 2048): -s 8192 runs as 2048, as perftest does');
+    expect(big.client!.params.size).toBe(2048);
+    expect(big.client!.mismatches).toBe(0);
+    const all = await pair('send-lat', ['-c', 'UD', '-a', '-n', '3', '--warm_up', '0']);
+    expect([all.c.code, all.s.code], all.c.stderr + all.s.stderr).toEqual([0, 0]);
+    const sizes = [...all.c.stdout.matchAll(/^ +(\d+) +3 /gm)].map((m) => Number(m[1]));
+    expect(sizes).toEqual([2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]); // -m 1024, the default
+    const mixed = await pair('send-lat', ['-n', '5'], ['-c', 'UD']);
+    expect([mixed.c.code, mixed.s.code]).toEqual([1, 1]);
+    expect(mixed.c.stderr.replace(/\n +/g, ' ')).toContain('the client runs -c (not given), this server was started with -c UD');
   }, 120_000);
 
   it("--help: perftest's defaults, each default once and as typed", async () => {
