@@ -5,6 +5,7 @@
 import { writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { addPerftestRest } from './perftest-rest.js';
 import {
   DEFAULT_BIND,
   DEFAULT_MAX_SPIN_US,
@@ -422,6 +423,7 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   cmd
     .option('--out_json', `write perftest's JSON report (test_info, results, units) to --out_json_file`, false)
     .option('--out_json_file <file>', "with --out_json: the report's file", DEFAULT_JSON_FILE);
+  addPerftestRest(cmd, kind, op === 'atomic');
 }
 
 const hex = (n: number | bigint, w: number) => `0x${n.toString(16).padStart(w, '0')}`;

@@ -182,6 +182,160 @@ describe.skipIf(!built && !ci)("perftest's options on the programs over libfabri
     expect(mixed.c.stderr.replace(/\n +/g, ' ')).toContain('the client runs -c (not given), this server was started with -c UD');
   }, 120_000);
 
+  // The options perftest's usage() prints for its programs (perftest_parameters.c, 2026-07), as
+  // a script gives them: each is taken with its meaning, or refused by name with the reason.
+  const PERFTEST_USAGE = [
+    'aes_block_size=1',
+    'all',
+    'atomic_type=1',
+    'bidirectional',
+    'bind_source_ip=1',
+    'burst_size=1',
+    'comm_rdma_cm',
+    'congest_type=1',
+    'connection=1',
+    'connectionless',
+    'cpu_id=1',
+    'cpu_util',
+    'cq-mod=1',
+    'cqe_poll=1',
+    'cuda_mem_type=1',
+    'data_validation',
+    'data_validation_debug',
+    'disable_dynamic_polling',
+    'disable_numa',
+    'disable_pcie_relaxed',
+    'dlid=1',
+    'dont_xchg_versions',
+    'dualport',
+    'duration=1',
+    'events',
+    'flow_label=1',
+    'force-link=1',
+    'gid-index=1',
+    'gpu_touch=1',
+    'hop_limit=1',
+    'ib-dev=1',
+    'ib-port=1',
+    'inline_size=1',
+    'ipv6',
+    'ipv6-addr',
+    'iters=1',
+    'latency_gap=1',
+    'limit_bw=1',
+    'limit_msgrate=1',
+    'log_active_dci_streams=1',
+    'log_dci_streams=1',
+    'margin=1',
+    'mcg',
+    'mmap=1',
+    'mmap-offset=1',
+    'mr_per_qp',
+    'mtu=1',
+    'noPeak',
+    'no_enhanced_reorder',
+    'no_lock',
+    'numa_node=1',
+    'odp',
+    'opencl_platform_id=1',
+    'out_json',
+    'out_json_file=1',
+    'output=1',
+    'outs=1',
+    'payload_file_path=1',
+    'perform_warm_up',
+    'ph=1',
+    'pin_cores=1',
+    'pkey_index=1',
+    'port=1',
+    'post_list=1',
+    'qp=1',
+    'qp-timeout=1',
+    'rate_limit=1',
+    'rate_limit_type=1',
+    'rate_units=1',
+    'rdma_cm',
+    'recv_post_list=1',
+    'report-both',
+    'report-counters=1',
+    'report-cycles',
+    'report-histogram',
+    'report-per-port',
+    'report-unsorted',
+    'report_gbits',
+    'retry_count=1',
+    'reversed',
+    'run_infinitely',
+    'rx-depth=1',
+    'send_with_imm',
+    'size=1',
+    'sl=1',
+    'tclass=1',
+    'tos=1',
+    'tph_mem=1',
+    'tx-depth=1',
+    'typical_pkt_size=1',
+    'unsolicited_write',
+    'use-null-mr',
+    'use-srq',
+    'use_cuda=1',
+    'use_cuda_bus_id=1',
+    'use_cuda_dmabuf',
+    'use_cuda_pcie_mapping',
+    'use_data_direct',
+    'use_hl=1',
+    'use_hugepages',
+    'use_ib_dm_dmabuf=1',
+    'use_mlu=1',
+    'use_mlu_dmabuf',
+    'use_musa=1',
+    'use_musa_bus_id=1',
+    'use_musa_dmabuf',
+    'use_musa_pcie_mapping',
+    'use_neuron=1',
+    'use_neuron_dmabuf',
+    'use_old_post_send',
+    'use_ooo',
+    'use_opencl=1',
+    'use_rocm=1',
+    'use_rocm_dmabuf',
+    'vector=1',
+    'wait_destroy=1',
+    'write_with_imm',
+  ];
+
+  it("every option perftest's usage lists is taken or refused by name with its reason, on a bandwidth program and, those of one kind of test, a latency program", async () => {
+    // All of them on write-bw; on write-lat, those that differ by the kind of test.
+    const byKind = [
+      'cq-mod=1',
+      'noPeak',
+      'perform_warm_up',
+      'post_list=1',
+      'report-both',
+      'latency_gap=1',
+      'report-cycles',
+      'report-histogram',
+      'report-histogrm',
+      'report-unsorted',
+      'run_infinitely',
+    ];
+    const jobs = [...PERFTEST_USAGE.map((opt) => ['write-bw', `--${opt}`] as const), ...byKind.map((opt) => ['write-lat', `--${opt}`] as const)];
+    const outcomes: string[] = [];
+    for (let i = 0; i < jobs.length; i += 6) {
+      const batch = jobs.slice(i, i + 6);
+      const exits = await Promise.all(batch.map(([program, opt]) => start([program, '127.0.0.1', '-p', '1', opt]).exit));
+      exits.forEach((e, k) => {
+        const [program, opt] = batch[k]!;
+        const err = e.stderr.replace(/\n +/g, ' ');
+        if (/unknown option/.test(err)) outcomes.push(`${program} ${opt}: unknown`);
+        // Refused with a reason; or taken (it got as far as connecting, or its value was checked, or the run's rules named it).
+        else if (!/is refused: \S|cannot connect to 127\.0\.0\.1:1|argument '1' is invalid|pagefault-rdma: write-(bw|lat): /.test(err))
+          outcomes.push(`${program} ${opt}: ${err.slice(0, 120)}`);
+      });
+    }
+    expect(outcomes).toEqual([]);
+  }, 300_000);
+
   it("--help: perftest's defaults, each default once and as typed", async () => {
     const sizes: Array<[string, string]> = [
       ['write-bw', '65536'],
