@@ -123,6 +123,15 @@ describe('destination-fault', () => {
   test('-s 8K: every step printed; --json, a valid --trace with every phase and flows, a --plot timeline', () => {
     const out = ok('destination-fault', '-s', '8K', '--json', file('df.json'), '--trace', file('df-trace.json'), '--plot', file('df.svg'));
     expect(out).toContain('retransmission: node 0 re-issues block 1');
+    // Both columns count from the post, in the order of the steps: neither runs backwards (the
+    // NACK, held until the answer, has no measured time of its own: —).
+    const rows = [...out.matchAll(/^ +(\d+\.\d+) +(\d+\.\d+|—) +\d+\. ?(\S+)/gm)];
+    expect(rows.length).toBeGreaterThanOrEqual(10);
+    const model = rows.map((m) => Number(m[1]));
+    const real = rows.filter((m) => m[2] !== '—').map((m) => Number(m[2]));
+    expect(model).toEqual([...model].sort((x, y) => x - y));
+    expect(real).toEqual([...real].sort((x, y) => x - y));
+    expect(rows.filter((m) => m[3] === 'NACK:').every((m) => m[2] === '—')).toBe(true);
     const r = json<{ results: { faults: { destination: number }; dataOk: boolean; timeline: unknown[] } }>('df.json').results;
     expect(r.faults.destination).toBe(2);
     expect(r.dataOk).toBe(true);
