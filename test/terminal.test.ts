@@ -166,6 +166,32 @@ describe('80 columns', () => {
   }, 120_000);
 });
 
+// Ctrl-C typed into remote-paging while its live line is drawn: the line and the echoed ^C are
+// cleared, the cursor shown, and the shell's prompt (here: the exit status) starts a clean line.
+test('Ctrl-C typed into remote-paging: no truncated status line, no ^C glued to it, exit 130', async () => {
+  const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const node = [process.execPath, MAIN, 'remote-paging', '-s', '256M', '--resident', '16M'].map(q).join(' ');
+  const child = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let raw = '';
+  let sent = false;
+  child.stdout.on('data', (d: Buffer) => {
+    raw += d.toString();
+    // Once the live line has been redrawn a few times.
+    if (!sent && (raw.match(/…  +faults/g) ?? []).length >= 3) {
+      sent = true;
+      child.stdin.write('\x03');
+    }
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+  await new Promise((resolve) => child.on('close', resolve));
+  clearTimeout(timer);
+  expect(sent).toBe(true);
+  const screen = render(raw, 80);
+  expect(screen.lines.filter((l) => l.includes('…') || l.includes('^C'))).toEqual([]);
+  expect(screen.lines.filter((l) => l.startsWith('EXIT='))).toEqual(['EXIT=130']);
+  expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+}, 120_000);
+
 // Ctrl-C typed at the terminal (the byte 0x03 into the pty, echoed as ^C by the line
 // discipline), as a user stops a --run_infinitely run: what perftest does, on a clean screen.
 describe('Ctrl-C typed into write-bw --run_infinitely', () => {

@@ -105,8 +105,12 @@ export function progress(total: number, what: string): Progress {
   };
 }
 
-// One terminal line: cut to the width, so that it never wraps (a wrapped line cannot be cleared with \r).
+// One terminal line: cut to the width, so that it never wraps (a wrapped line cannot be cleared
+// with \r), with room left for the ^C the terminal echoes after it on Ctrl-C: an echo that
+// wrapped would leave the line, cut, with a ^ glued to it above the cleared one.
+const ECHO_ROOM = 3;
 function fit(text: string): string {
   const cols = process.stderr.columns || 80;
-  return text.length < cols ? text : text.slice(0, cols - 1);
+  const room = Math.max(1, cols - ECHO_ROOM);
+  return text.length <= room ? text : text.slice(0, room);
 }
