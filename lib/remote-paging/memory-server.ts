@@ -204,7 +204,12 @@ export class MemoryServer {
   }
 
   /** The trace's events kept (options.traceEvents > 0), oldest first, and how many older ones the ring dropped. */
-  trace(): { events: MemoryServerTraceEvent[]; dropped: number } {
+  trace(): {
+    /** The events kept, oldest first. */
+    events: MemoryServerTraceEvent[];
+    /** Older events the ring dropped (raise options.traceEvents to keep them). */
+    dropped: number;
+  } {
     return { events: [...this.#trace.slice(this.#traceNext), ...this.#trace.slice(0, this.#traceNext)], dropped: this.#traceDropped };
   }
 
