@@ -14,7 +14,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { line, print, target } from '../cli/programs/support/format.js';
+import { line, print, printErr, target } from '../cli/programs/support/format.js';
 import { progress } from '../cli/programs/support/progress.js';
 import { machineInfo } from './faults.js';
 import { ownFolder, spawnOwned } from './interrupt.js';
@@ -628,7 +628,7 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
         file,
         JSON.stringify({ machine: machineInfo(ROOT), loadavg: load, options: o, fiPingpong: fi, retried, rows, ratios, explained }, null, 2) + '\n',
       );
-      console.error(`results: ${file}`);
+      printErr(`results: ${file}`);
     }
     return { rows, ratios, explained, loadavg: load, fiPingpong: fi, retried };
   } finally {

@@ -5,6 +5,7 @@
 import { writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { addPerftestRest } from './perftest-rest.js';
 import {
   DEFAULT_BIND,
   DEFAULT_MAX_SPIN_US,
@@ -33,7 +34,7 @@ import {
   type RunParams,
   type SizeRun,
 } from './programs/fabric-peer.js';
-import { columns, latencyCells, parsePositiveInt, parseSize, print, Table, wrapped } from './programs/support/format.js';
+import { columns, latencyCells, parsePositiveInt, parseSize, print, printErr, Table, wrapped } from './programs/support/format.js';
 import type { TraceFile } from './programs/support/trace-file.js';
 import { hostGids } from '../kernel-sim/device/attributes.js';
 import { defineProgram, type CommonOptions, type Program, type RunOutcome } from './program.js';
@@ -193,23 +194,29 @@ function parseGidIndex(value: string): number {
   return n;
 }
 
-/** -c: RC is what these programs run; every other transport is refused, the reason named. */
+/** -c: RC is what these programs run, and UD the SEND programs; every other transport is refused, the reason named. */
 const CONNECTIONS: Record<string, string | undefined> = {
   RC: undefined,
   UC: 'UC (unreliable connected) QPs are not modelled: the engine has RC, UD and XRC QPs',
-  UD: 'UD: the engine has UD QPs (lib/verbs), but these two-process programs connect RC QPs only; a UD SEND reaches another process only over a connected transport here',
+  UD: undefined, // SEND only: parseConnection(op) says why for the others
   XRC: 'XRC: the engine has XRC QPs (lib/verbs, in one process), but these two-process programs connect RC QPs only',
   DC: 'DC (dynamically connected, an mlx5 extension) is not modelled',
   SRD: 'SRD (EFA scalable reliable datagram) is not modelled',
   RawEth: 'raw Ethernet QPs are not modelled',
 };
 
-function parseConnection(value: string): string {
-  const c = value.toUpperCase() === 'RAWETH' ? 'RawEth' : value.toUpperCase();
-  if (!(c in CONNECTIONS)) throw new InvalidArgumentError(`expected a connection type: ${Object.keys(CONNECTIONS).join(', ')}`);
-  const why = CONNECTIONS[c];
-  if (why) throw new InvalidArgumentError(`-c ${c} is refused: ${why}`);
-  return c;
+function parseConnection(op: FabricOp): (value: string) => string {
+  return (value) => {
+    const c = value.toUpperCase() === 'RAWETH' ? 'RawEth' : value.toUpperCase();
+    if (!(c in CONNECTIONS)) throw new InvalidArgumentError(`expected a connection type: ${Object.keys(CONNECTIONS).join(', ')}`);
+    // perftest: "UD connection only possible in SEND verb".
+    const why =
+      c === 'UD' && op !== 'send'
+        ? `UD has SEND only, as in perftest ("UD connection only possible in SEND verb"): RDMA ${op === 'atomic' ? 'atomics' : op === 'read' ? 'READ' : 'WRITE'} needs a connected QP (RC); send-lat -c UD runs UD`
+        : CONNECTIONS[c];
+    if (why) throw new InvalidArgumentError(`-c ${c} is refused: ${why}`);
+    return c;
+  };
 }
 
 /** An option perftest or ibv_rc_pingpong has and this program cannot honour: listed, and refused by name with `why` when given. */
@@ -337,7 +344,14 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
       'accepted: no CPU frequency warning is printed here (times come from the monotonic clock, not the cycle counter)',
       false,
     )
-    .option('-c, --connection <type>', 'connection type: RC (UC, UD, XRC, DC, SRD are refused, each saying why)', parseConnection, 'RC')
+    .option(
+      '-c, --connection <type>',
+      op === 'send'
+        ? 'connection type: RC or UD (UD SENDs of at most the MTU, -m; UC, XRC, DC, SRD are refused, each saying why)'
+        : 'connection type: RC (UD, UC, XRC, DC, SRD are refused, each saying why)',
+      parseConnection(op),
+      'RC',
+    )
     .option(
       '-u, --qp-timeout <timeout>',
       `QP local ACK timeout, 4.096 µs × 2^timeout (default ${QP_TIMEOUT} here: 14 is lost to scheduling pauses between processes)`,
@@ -377,7 +391,7 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   else cmd.option('-a, --all', 'run every size from 2 to 2^23 bytes, -n iterations each (perftest -a)', false);
   cmd
     .option('-D, --duration <seconds>', 'run each size for this many seconds instead of -n iterations', parseSeconds)
-    .option('--run_infinitely', 'run until Ctrl-C, printing a line every -D seconds (default 5); exits 0 on Ctrl-C', false)
+    .option('--run_infinitely', 'run until Ctrl-C, a line every -D seconds (default 5); Ctrl-C: exit 0, as perftest (with -b: 130)', false)
     .option('-t, --tx-depth <n>', `work requests in flight per QP (default ${kind === 'bw' ? 128 : 1})`, parseUpTo(8192))
     .option('-q, --qp <n>', 'QPs, each moving its own slot of the buffers (default 1)', parseUpTo(256))
     .option('-b, --bidirectional', 'both sides send at once', false)
@@ -409,6 +423,7 @@ function addFabricOptions(cmd: Command, kind: Kind, op: FabricOp): void {
   cmd
     .option('--out_json', `write perftest's JSON report (test_info, results, units) to --out_json_file`, false)
     .option('--out_json_file <file>', "with --out_json: the report's file", DEFAULT_JSON_FILE);
+  addPerftestRest(cmd, kind, op === 'atomic');
 }
 
 const hex = (n: number | bigint, w: number) => `0x${n.toString(16).padStart(w, '0')}`;
@@ -455,6 +470,7 @@ function expected(o: FabricOptions, kind: Kind): NonNullable<Parameters<typeof r
   add('post_list', 'postList', '-l', o.post_list);
   add('cqMod', 'cqMod', '-Q', o.cqMod);
   add('stall', 'faultModel', '--stall', o.stall ? 'stall' : undefined);
+  add('connection', 'connection', '-c', o.connection === 'UD' ? 'UD' : undefined);
   if (kind === 'pingpong') {
     add('odp', 'odp', '-o', o.odp);
     add('iodp', 'implicitOdp', '-O', o.iodp ?? false);
@@ -473,7 +489,7 @@ function perftestHeader(kind: 'bw' | 'lat', o: FabricOptions, local: Endpoint[],
   const rows: Array<[string, string]> = [
     ['Device', o.ibDev],
     ['Number of qps', String(local.length)],
-    ['Connection type', p.faultModel === 'stall' ? 'RC (libfabric RMA, stall mode)' : 'RC'],
+    ['Connection type', p.faultModel === 'stall' ? 'RC (libfabric RMA, stall mode)' : (p.connection ?? 'RC')],
     ['TX depth', String(p.txDepth ?? 1)],
     ...(kind === 'bw' ? ([['CQ Moderation', String(p.cqMod ?? 1)]] as Array<[string, string]>) : []),
     ...((p.postList ?? 1) > 1 ? ([['Post List', String(p.postList)]] as Array<[string, string]>) : []),
@@ -525,15 +541,27 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
   if (kind !== 'pingpong') checkPerftest(name, op, o);
   const gidIndex = kind === 'pingpong' ? o.gidIdx : o.gidIndex;
   if (o.prefetch && !o.odp && !o.iodp) throw new InvalidArgumentError('-P: prefetch is valid only with an on-demand memory region (-o or -O)');
-  // --run_infinitely: Ctrl-C stops the run (WRs in flight complete), both sides say done, exit 0.
+  // --run_infinitely: Ctrl-C stops the run (WRs in flight complete) and both sides say done.
+  // As perftest's: the client says " User stopped traffic" and exits 0, the server " Client
+  // closed connection"; with -b perftest catches no SIGINT (its duplex run dies of it: 130), and
+  // neither does this program's exit status, though both sides still end cleanly.
   const txDepth = kind !== 'pingpong' ? (o.txDepth ?? (kind === 'bw' && !o.stall ? 128 : 1)) : 1;
   const stop = new AbortController();
   const onSigint = () => {
     // The terminal echoed ^C where the cursor was: clear that line, so what follows starts clean.
     if (process.stdout.isTTY === true) process.stdout.write('\r\x1b[K');
+    if (o.bidirectional) process.exitCode = 130;
+    else print(' User stopped traffic');
     stop.abort();
   };
   let table: Table | undefined;
+  // -c UD: a datagram is one packet, at most the path MTU; perftest runs a larger -s at the MTU.
+  const ud = o.connection === 'UD';
+  let size = o.size ?? 8;
+  if (ud && host !== undefined && !o.all && size > (o.mtu ?? 1024)) {
+    printErr(`${name}: -c UD: a UD message is at most the MTU (-m ${o.mtu ?? 1024}): -s ${size} runs as ${o.mtu ?? 1024}, as perftest does`);
+    size = o.mtu ?? 1024;
+  }
   try {
     const r = await runPeer({
       host,
@@ -546,7 +574,8 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
       limits: { maxSize: o.maxMsg, maxQps: o.maxQps, maxMemory: o.maxMemory },
       provider: o.provider,
       op,
-      size: o.size ?? 8,
+      size,
+      ...(ud ? { connection: 'UD' as const } : {}),
       iters: o.iters,
       evict: o.evict,
       odp: o.odp || o.evict || !!o.iodp,
@@ -596,18 +625,20 @@ async function run(name: string, op: FabricOp, kind: Kind, o: FabricOptions, tra
           return;
         }
         perftestHeader(kind, o, local, remote, p);
-        if (p.infinite) table = perftestTable(kind, o);
+        // The periods are reported where WRs are posted: the client's, and with -b the server's too.
+        if (p.infinite && (host !== undefined || p.bidirectional)) table = perftestTable(kind, o);
       },
       onPeriod: (period) => {
         if (table && kind !== 'pingpong') printRow(kind, op, table, period, o, undefined, txDepth * (o.qp ?? 1));
       },
     });
-    if (r.error) console.error(`${name}: a work request failed: ${r.error}`);
-    if (r.peerError) console.error(`${name}: the ${r.role === 'server' ? 'client' : 'server'}'s work request failed: ${r.peerError}`);
-    if (r.lost) console.error(`${name}: ${r.lost}`);
+    if (r.error) printErr(`${name}: a work request failed: ${r.error}`);
+    if (r.peerError) printErr(`${name}: the ${r.role === 'server' ? 'client' : 'server'}'s work request failed: ${r.peerError}`);
+    if (r.lost) printErr(`${name}: ${r.lost}`);
     const mismatches = r.mismatches + (r.peer?.mismatches ?? 0);
-    if (mismatches) console.error(`${name}: ${mismatches} bytes differ from what the other side wrote`);
+    if (mismatches) printErr(`${name}: ${mismatches} bytes differ from what the other side wrote`);
     if (r.error || r.peerError || r.lost || mismatches) process.exitCode = 1;
+    else if (r.params.infinite && r.stopped && host === undefined && !r.params.bidirectional) print(' Client closed connection');
     return r;
   } finally {
     process.removeListener('SIGINT', onSigint);
@@ -792,7 +823,7 @@ export function perftestProgram(name: string, op: FabricOp, kind: 'bw' | 'lat', 
           o.out_json_file,
           JSON.stringify(perftestJson(name, op, kind, o, r.params, rows, o.cpu_util ? cpuUtil : undefined), null, 2) + '\n',
         );
-        console.error(`perftest report: ${o.out_json_file}`);
+        printErr(`perftest report: ${o.out_json_file}`);
       }
       return { results };
     },
@@ -832,7 +863,7 @@ function perftestJson(
     Device: o.ibDev,
     Number_of_qps: p.qps ?? 1,
     Transport_type: 'IB',
-    Connection_type: 'RC',
+    Connection_type: p.connection ?? 'RC',
     Using_SRQ: 'OFF',
     TX_depth: p.txDepth ?? 1,
     ...((p.postList ?? 1) > 1 ? { Post_List: p.postList } : {}),

@@ -3,7 +3,7 @@
 // default-exports defineProgram({...})), so adding a program is adding one file.
 import { readdirSync, readFileSync } from 'node:fs';
 import { Command } from 'commander';
-import { wrapped } from './programs/support/format.js';
+import { printErr, wrapped } from './programs/support/format.js';
 import { addProgram, type Program } from './program.js';
 
 // A reader that goes away early (`| head`) ends the program quietly, as cat or ls do.
@@ -18,6 +18,8 @@ const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.ur
 const cli = new Command('pagefault-rdma')
   .description('RDMA-style programs on unpinned memory: genuine page faults, detected, resolved and retransmitted')
   .version(pkg.version)
+  // Errors and notes on stderr are wrapped to the terminal as stdout's lines are (every subcommand copies this).
+  .configureOutput({ writeErr: (text) => printErr(text) })
   .showHelpAfterError("(pagefault-rdma --help lists the commands; pagefault-rdma COMMAND --help, a command's options)")
   .configureHelp({
     // Defaults as they are typed (64K, touch-ahead), not as JSON; none for a flag that is off; none
@@ -51,6 +53,6 @@ for (const f of files) {
 try {
   await cli.parseAsync();
 } catch (err) {
-  console.error(`pagefault-rdma: ${err instanceof Error ? err.message : String(err)}`);
+  printErr(`pagefault-rdma: ${err instanceof Error ? err.message : String(err)}`);
   process.exitCode = 1;
 }

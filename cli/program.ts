@@ -7,7 +7,7 @@ import { dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { writePlot, type PlotSpec } from './programs/support/plot.js';
 import { TraceFile } from './programs/support/trace-file.js';
-import { parsePositiveInt } from './programs/support/format.js';
+import { parsePositiveInt, printErr } from './programs/support/format.js';
 import { DEFAULT_TRACE_EVENTS, HARDWARE_NAMES, defaultHardware, setDefaultHardware } from '../lib/index.js';
 
 /** The options every program takes. */
@@ -134,18 +134,18 @@ export function addProgram(cli: Command, program: Program<never>): void {
       if (program.engine !== false && options.hardware === undefined) options.hardware = defaultHardware();
       const doc = { program: `pagefault-rdma ${command.name()}`, date: new Date().toISOString(), options, results: outcome.results };
       writeFileSync(opts.json, JSON.stringify(doc, (_k, v: unknown) => (typeof v === 'bigint' ? `0x${v.toString(16)}` : v), 2) + '\n');
-      console.error(`results: ${opts.json}`);
+      printErr(`results: ${opts.json}`);
     }
     if (io.trace && opts.trace) {
       const file = outcome.traceFile ?? opts.trace;
       io.trace.write(file);
-      console.error(`trace: ${file} (${io.trace.events.length} events; open it in https://ui.perfetto.dev)`);
+      printErr(`trace: ${file} (${io.trace.events.length} events; open it in https://ui.perfetto.dev)`);
       const dropped = io.trace.droppedNote;
-      if (dropped) console.error(`trace: ${dropped}`);
+      if (dropped) printErr(`trace: ${dropped}`);
     }
     if (opts.plot && outcome.plot) {
       await writePlot(opts.plot, program.engine === false ? outcome.plot : namePreset(outcome.plot, defaultHardware()));
-      console.error(`plot: ${opts.plot}`);
+      printErr(`plot: ${opts.plot}`);
     }
   });
 }

@@ -5,6 +5,7 @@
 // of a signal while it waits for its client is started again on the same port: the server goes
 // on. One that dies during its client's run ends this process too, saying so: the run is lost.
 import { fork } from 'node:child_process';
+import { printErr } from './programs/support/format.js';
 
 /** Set in the supervised child: the port it listens on ('' the first time: the one -p says). */
 export const WORKER_ENV = 'PFR_FABRIC_WORKER';
@@ -57,14 +58,14 @@ export async function supervise(name: string): Promise<number> {
       if (forwarded && signal === 'SIGTERM') process.kill(process.pid, 'SIGTERM');
       const why = `${name}: the server process (pid ${child.pid}) was killed by ${signal}`;
       if (serving || port === undefined) {
-        console.error(`${why} ${serving ? "during its client's run: the run is lost" : 'before it listened'}`);
+        printErr(`${why} ${serving ? "during its client's run: the run is lost" : 'before it listened'}`);
         return 1;
       }
       if (restarts === MAX_RESTARTS) {
-        console.error(`${why} while it waited for a client, ${MAX_RESTARTS + 1} times: giving up`);
+        printErr(`${why} while it waited for a client, ${MAX_RESTARTS + 1} times: giving up`);
         return 1;
       }
-      console.error(
+      printErr(
         `${why} while it waited for a client (a provider crash on what a stranger sent: README, "Security"); ` +
           `listening again on port ${port} (restart ${restarts + 1} of ${MAX_RESTARTS})`,
       );

@@ -124,6 +124,7 @@ export {
   type LatencySummary,
   type MemoryServerOptions,
   type MemoryServerStats,
+  type MemoryServerTraceEvent,
   type MemoryServerStoreOptions,
   type PageStore,
   type RedisStoreOptions,

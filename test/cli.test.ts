@@ -2,13 +2,13 @@
 // perftest-style sizes, --json, --trace (validated against the trace-event format), --plot
 // (the SVG holds the marks it should), lines within 80 columns, and a reader that closes
 // the pipe early.
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireDist, ROOT } from './child.js';
-import { traceFormatErrors, type TraceEventLike } from './trace-format.js';
+import { misnestedSpans, traceFormatErrors, type TraceEventLike } from './trace-format.js';
 
 const MAIN = join(ROOT, 'dist/cli/main.js');
 const PROGRAMS = [
@@ -123,6 +123,15 @@ describe('destination-fault', () => {
   test('-s 8K: every step printed; --json, a valid --trace with every phase and flows, a --plot timeline', () => {
     const out = ok('destination-fault', '-s', '8K', '--json', file('df.json'), '--trace', file('df-trace.json'), '--plot', file('df.svg'));
     expect(out).toContain('retransmission: node 0 re-issues block 1');
+    // Both columns count from the post, in the order of the steps: neither runs backwards (the
+    // NACK, held until the answer, has no measured time of its own: —).
+    const rows = [...out.matchAll(/^ +(\d+\.\d+) +(\d+\.\d+|—) +\d+\. ?(\S+)/gm)];
+    expect(rows.length).toBeGreaterThanOrEqual(10);
+    const model = rows.map((m) => Number(m[1]));
+    const real = rows.filter((m) => m[2] !== '—').map((m) => Number(m[2]));
+    expect(model).toEqual([...model].sort((x, y) => x - y));
+    expect(real).toEqual([...real].sort((x, y) => x - y));
+    expect(rows.filter((m) => m[3] === 'NACK:').every((m) => m[2] === '—')).toBe(true);
     const r = json<{ results: { faults: { destination: number }; dataOk: boolean; timeline: unknown[] } }>('df.json').results;
     expect(r.faults.destination).toBe(2);
     expect(r.dataOk).toBe(true);
@@ -180,7 +189,7 @@ describe('--trace on every program: the faults it takes, or a refusal that says 
     expect(t.traceEvents.filter((e) => e.ph === 's').length).toBeGreaterThan(0);
   }, 120_000);
 
-  test("remote-paging --trace: the DM-Handler's faults on the thread that took them, its fetches and evictions", () => {
+  test("remote-paging --trace: each fault a span of the thread that took it, each DM-Handler worker's batches and their steps", () => {
     const pages = 1024;
     const out = ok(
       'remote-paging',
@@ -190,24 +199,63 @@ describe('--trace on every program: the faults it takes, or a refusal that says 
       `${(pages / 4) * 4096}`,
       '--updates',
       '256',
+      '--json',
+      file('rp.json'),
       '--trace',
       file('rp-trace.json'),
     );
     expect(out).toContain('all bytes are what the application wrote');
     const t = json<Trace>('rp-trace.json');
     expect(traceFormatErrors(t)).toEqual([]);
-    const faults = t.traceEvents.filter((e) => e.ph === 'i' && e.name.startsWith('fault ('));
-    // Every page is first written (a zero page each), then the passes fault evicted pages back.
+    // Every track's spans nest (a fault inside its phase, a batch's steps inside the batch).
+    expect(misnestedSpans(t)).toEqual([]);
+    const stats = json<{ results: { stats: { majorFaults: number; evicted: number; writtenBack: number } } }>('rp.json').results.stats;
+    const faults = t.traceEvents.filter((e) => e.ph === 'X' && e.name.startsWith('fault ('));
+    // Every page is first written (a zero page each), then the passes fault evicted pages back:
+    // each fault from its receipt to its resolution, the fetch batch that resolved it named.
     expect(faults.filter((e) => e.name === 'fault (first touch: zero page)').length).toBe(pages);
-    expect(faults.filter((e) => e.name === 'fault (major)').length).toBeGreaterThan(0);
+    expect(faults.filter((e) => e.name === 'fault (major)').length).toBe(stats.majorFaults);
     const names = new Map(t.traceEvents.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => [e.tid, String(e.args?.['name'])]));
     for (const f of faults) expect(names.get(f.tid), `tid ${f.tid}`).toMatch(/main JS thread/);
     const spans = (name: string) => t.traceEvents.filter((e) => e.ph === 'X' && e.name === name);
-    expect(spans('fetch').length).toBeGreaterThan(0);
-    expect(spans('evict').reduce((n, e) => n + Number(e.args?.['pages']), 0)).toBeGreaterThanOrEqual(pages - pages / 4);
-    for (const s of [...spans('fetch'), ...spans('evict')]) expect(names.get(s.tid)).toMatch(/DM-Handler worker/);
+    const fetches = new Map(spans('fetch').map((e) => [Number(e.args?.['batch']), e]));
+    for (const f of faults.filter((e) => e.args?.['batch'] !== undefined)) {
+      const b = fetches.get(Number(f.args!['batch']))!;
+      expect(b).toBeDefined();
+      // The fault ends at its batch's wake, inside the batch's span.
+      expect((f.ts as number) + (f.dur as number)).toBeLessThanOrEqual((b.ts as number) + (b.dur as number) + 1);
+    }
+    const sum = (evs: Trace['traceEvents'], key: string) => evs.reduce((n, e) => n + Number(e.args?.[key]), 0);
+    // The trace is taken just before the counters are read, and the eviction worker may finish
+    // one more batch (at most 32 pages) in between: the spans count what the counters say, up to it.
+    const within = (n: number, counter: number) => expect(counter - n, `${n} of ${counter}`).toSatisfy((d: number) => d >= 0 && d <= 32);
+    within(sum(spans('evict'), 'pages'), stats.evicted);
+    within(sum(spans('write-back'), 'pages'), stats.writtenBack);
+    expect(sum(spans('write-back'), 'pages')).toBe(sum(spans('evict'), 'writtenBack'));
+    // Batches of several pages: the eviction worker's write-backs.
+    expect(spans('write-back').some((e) => Number(e.args?.['pages']) > 1)).toBe(true);
+    for (const s of [...spans('fetch'), ...spans('store read'), ...spans('place and wake')])
+      expect(names.get(s.tid)).toMatch(/^DM-Handler fetch \d+/);
+    for (const s of [...spans('evict'), ...spans('take out'), ...spans('drop'), ...spans('write-back')])
+      expect(names.get(s.tid)).toMatch(/^DM-Handler eviction worker \d+/);
+    expect(spans('store read').length).toBeGreaterThan(0);
     expect(spans('check every page')).toHaveLength(1);
   }, 120_000);
+
+  test("README's list of what refuses --trace is the programs that do; the others take it", async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8').replace(/\s+/g, ' ');
+    const sentence = /What refuses the flag says why: (.*?)\./.exec(readme)![1]!;
+    const named = new Set([...sentence.matchAll(/`([a-z0-9-]+)`/g)].map((m) => m[1]!));
+    const refusing = new Set<string>();
+    const dist = join(ROOT, 'dist/cli/commands');
+    for (const f of readdirSync(dist).filter((n) => n.endsWith('.js'))) {
+      const mod = (await import(join(dist, f))) as { default?: { name: string; noTrace?: string } };
+      if (mod.default?.noTrace) refusing.add(mod.default.name);
+    }
+    expect([...named].sort()).toEqual([...refusing].sort());
+    for (const p of ['memory-server', 'remote-paging', 'bench-faults', 'alltoall', 'write-bw']) expect(refusing.has(p), p).toBe(false);
+    for (const p of ['bench-remote', 'bench-engine', 'bench-fabric']) expect(refusing.has(p), p).toBe(true);
+  });
 
   test('the benchmarks without a fault library refuse --trace and say why', () => {
     for (const [program, why] of [
@@ -402,6 +450,44 @@ describe('remote-paging', () => {
     const out = ok('remote-paging', '--store', 'server', '-s', '2M', '--resident', '512K', '--updates', '256');
     expect(out.replace(/\s+/g, ' ')).toContain('a pagefault-rdma memory-server started for this run');
     expect(out).toContain('all bytes are what the application wrote');
+  }, 120_000);
+});
+
+describe('memory-server --trace', () => {
+  test('every batch it served, on the track of the connection that asked; the counts add up to its stats', async () => {
+    const socket = file('ms.sock');
+    const server = spawn(process.execPath, [MAIN, 'memory-server', '--socket', socket, '--trace', file('ms-trace.json'), '--json', file('ms.json')], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let err = '';
+    server.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    for (let i = 0; i < 300 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 100));
+    ok('remote-paging', '--store', 'server', '--server-socket', socket, '-s', '2M', '--resident', '512K', '--updates', '256');
+    server.kill('SIGINT');
+    expect(await exited, err).toBe(0);
+    expect(err).toContain(`trace: ${file('ms-trace.json')}`);
+    const t = json<Trace>('ms-trace.json');
+    expect(traceFormatErrors(t)).toEqual([]);
+    const stats = json<{ results: { gets: number; puts: number; pagesRead: number; pagesWritten: number } }>('ms.json').results;
+    const spans = (kind: string) => t.traceEvents.filter((e) => e.ph === 'X' && e.name.startsWith(`${kind} (`));
+    const sum = (evs: Trace['traceEvents'], key: string) => evs.reduce((n, e) => n + Number(e.args?.[key]), 0);
+    expect(spans('fetch')).toHaveLength(stats.gets);
+    expect(sum(spans('fetch'), 'found')).toBe(stats.pagesRead);
+    expect(spans('write-back')).toHaveLength(stats.puts);
+    expect(sum(spans('write-back'), 'pages')).toBe(stats.pagesWritten);
+    expect(stats.pagesRead).toBeGreaterThan(0);
+    // A batch of several pages was served (the pager writes back in batches).
+    expect(spans('write-back').some((e) => Number(e.args?.['pages']) > 1)).toBe(true);
+    // One connection: its track is named by the namespace its hello claimed, and every batch is on it.
+    const threads = t.traceEvents.filter((e) => e.ph === 'M' && e.name === 'thread_name');
+    const conn = threads.find((e) => String(e.args?.['name']).startsWith('connection 1: pfr-example-'));
+    expect(conn).toBeDefined();
+    for (const e of [...spans('fetch'), ...spans('write-back')]) expect(e.tid).toBe(conn!.tid);
+    // The pages held, a counter after each change, ends at 0 (the pager deleted its keys at close).
+    const held = t.traceEvents.filter((e) => e.ph === 'C' && e.name === 'held');
+    expect(held.length).toBeGreaterThan(0);
+    expect(held[held.length - 1]!.args?.['pages']).toBe(0);
   }, 120_000);
 });
 

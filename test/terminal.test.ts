@@ -3,8 +3,8 @@
 // shares a line with a row, the table's header and rows are whole, lines fit the terminal,
 // milestones stay on the screen, and the terminal is left as it was found (cursor shown,
 // autowrap on), after a normal end and after Ctrl-C.
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -69,6 +69,15 @@ describe('a program on a terminal', () => {
     const written = raw.split(/\r?\n/).map((l) => l.replace(escape, '').replace(/.*\r/, ''));
     expect(written.filter((l) => l.length > 72)).toEqual([]);
     expect(screen.lines.some((l) => l.includes('retransmission: node 0 re-issues block 1'))).toBe(true);
+  }, 120_000);
+
+  test("an error on stderr is wrapped to the terminal's width too (72 columns), words whole", () => {
+    const { raw, screen, status } = onTerminal(['pingpong', '--hardware', 'no-such-preset'], undefined, 72);
+    expect(status).toBe(1);
+    const written = render(raw, 1000).lines.filter((l) => l !== '');
+    expect(written.length).toBeGreaterThan(2);
+    expect(written.filter((l) => l.length > 72)).toEqual([]);
+    expect(screen.lines.join(' ').replace(/ +/g, ' ')).toContain("got 'no-such-preset' (pagefault-rdma hardware lists them with their sources)");
   }, 120_000);
 
   test('Ctrl-C in the middle of a run: the bar is cleared, the cursor shown, autowrap on', () => {
@@ -149,10 +158,92 @@ describe('80 columns', () => {
       expect(r.status).toBe(0);
       const client = written(r.stdout);
       expect(client.some((l) => /local address: +LID/.test(l))).toBe(true);
-      expect(client.filter((l) => [...l].length > 80)).toEqual([]);
+      expect(client.filter((l) => [...l].length > 80).join('\n')).toBe('');
       const server = readFileSync(log, 'utf8').split('\n');
       expect(server.some((l) => /remote address: +LID/.test(l))).toBe(true);
-      expect(server.filter((l) => [...l].length > 80)).toEqual([]);
+      expect(server.filter((l) => [...l].length > 80).join('\n')).toBe('');
     }
+  }, 120_000);
+});
+
+// Ctrl-C typed into remote-paging while its live line is drawn: the line and the echoed ^C are
+// cleared, the cursor shown, and the shell's prompt (here: the exit status) starts a clean line.
+test('Ctrl-C typed into remote-paging: no truncated status line, no ^C glued to it, exit 130', async () => {
+  const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const node = [process.execPath, MAIN, 'remote-paging', '-s', '256M', '--resident', '16M'].map(q).join(' ');
+  const child = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let raw = '';
+  let sent = false;
+  child.stdout.on('data', (d: Buffer) => {
+    raw += d.toString();
+    // Once the live line has been redrawn a few times.
+    if (!sent && (raw.match(/…  +faults/g) ?? []).length >= 3) {
+      sent = true;
+      child.stdin.write('\x03');
+    }
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+  await new Promise((resolve) => child.on('close', resolve));
+  clearTimeout(timer);
+  expect(sent).toBe(true);
+  const screen = render(raw, 80);
+  expect(screen.lines.filter((l) => l.includes('…') || l.includes('^C'))).toEqual([]);
+  expect(screen.lines.filter((l) => l.startsWith('EXIT='))).toEqual(['EXIT=130']);
+  expect([screen.cursorVisible, screen.autowrap]).toEqual([true, true]);
+}, 120_000);
+
+// Ctrl-C typed at the terminal (the byte 0x03 into the pty, echoed as ^C by the line
+// discipline), as a user stops a --run_infinitely run: what perftest does, on a clean screen.
+describe('Ctrl-C typed into write-bw --run_infinitely', () => {
+  /** The server outside the pty (a file for its lines), the client under it; Ctrl-C once `rows` rows are on the screen. */
+  async function interrupted(extra: string[], rows: number): Promise<{ client: Screen; status: string; server: string; serverCode: number | null }> {
+    const log = join(dir80, `ri${extra.join('')}.server`);
+    const server = spawn(process.execPath, [MAIN, 'write-bw', '-p', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    server.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    server.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const serverExit = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    for (let i = 0; i < 300 && !/port (\d+)/.test(out); i++) await new Promise((r) => setTimeout(r, 100));
+    const port = /port (\d+)/.exec(out)![1]!;
+    const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+    const node = [process.execPath, MAIN, 'write-bw', '127.0.0.1', '-p', port, '-s', '4K', '-D', '1', '--run_infinitely', ...extra].map(q).join(' ');
+    const client = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let raw = '';
+    let sent = false;
+    client.stdout.on('data', (d: Buffer) => {
+      raw += d.toString();
+      if (!sent && (raw.match(/^ +4096 +\d+ /gm) ?? []).length >= rows) {
+        sent = true;
+        client.stdin.write('\x03');
+      }
+    });
+    const timer = setTimeout(() => (client.kill('SIGKILL'), server.kill('SIGKILL')), 90_000);
+    await new Promise((resolve) => client.on('close', resolve));
+    const serverCode = await serverExit;
+    clearTimeout(timer);
+    writeFileSync(log, out);
+    const screen = render(raw, 80);
+    return { client: screen, status: screen.lines.find((l) => l.startsWith('EXIT='))!, server: out, serverCode };
+  }
+
+  test("one way: the ^C is cleared, ' User stopped traffic', exit 0; the server says ' Client closed connection'", async () => {
+    const r = await interrupted([], 2);
+    expect(r.client.lines.filter((l) => l.includes('^C'))).toEqual([]);
+    expect(r.client.lines).toContain(' User stopped traffic');
+    expect(r.status).toBe('EXIT=0');
+    expect(r.client.lines.filter((l) => [...l].length > 80)).toEqual([]);
+    expect(r.client.lines.some((l) => l.includes('mismatches 0'))).toBe(true);
+    expect(r.serverCode).toBe(0);
+    expect(r.server).toContain('\n Client closed connection\n');
+    // The server posts nothing one way: no table of periods it never had.
+    expect(r.server).not.toContain('#bytes');
+  }, 120_000);
+
+  test('-b: perftest catches no SIGINT in a duplex run, so the status is 130; the screen is still clean', async () => {
+    const r = await interrupted(['-b'], 1);
+    expect(r.client.lines.filter((l) => l.includes('^C'))).toEqual([]);
+    expect(r.client.lines).not.toContain(' User stopped traffic');
+    expect(r.status, r.client.lines.join('\n')).toBe('EXIT=130');
+    expect(r.serverCode).toBe(0);
   }, 120_000);
 });

@@ -74,3 +74,31 @@ export function traceFormatErrors(doc: unknown): string[] {
   }
   return [...new Set(errors)];
 }
+
+/**
+ * Spans ('X') of one track that overlap without nesting (one starts inside another and ends
+ * after it), which Perfetto cannot draw as a stack: each as "pid:tid name@ts", at most `max`.
+ */
+export function misnestedSpans(doc: { traceEvents: TraceEventLike[] }, max = 10): string[] {
+  const byTrack = new Map<string, Array<{ name: string; ts: number; end: number }>>();
+  for (const e of doc.traceEvents) {
+    if (e.ph !== 'X' || typeof e.ts !== 'number' || typeof e.dur !== 'number') continue;
+    const key = `${String(e.pid)}:${String(e.tid)}`;
+    const list = byTrack.get(key) ?? [];
+    list.push({ name: String(e.name), ts: e.ts, end: e.ts + e.dur });
+    byTrack.set(key, list);
+  }
+  const out: string[] = [];
+  for (const [track, spans] of byTrack) {
+    spans.sort((a, b) => a.ts - b.ts || b.end - a.end);
+    const open: Array<{ name: string; end: number }> = [];
+    for (const s of spans) {
+      while (open.length && open[open.length - 1]!.end <= s.ts) open.pop();
+      const parent = open[open.length - 1];
+      if (parent && s.end > parent.end) out.push(`${track} ${s.name}@${s.ts} ends after ${parent.name}`);
+      else open.push(s);
+      if (out.length >= max) return out;
+    }
+  }
+  return out;
+}

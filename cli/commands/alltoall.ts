@@ -6,7 +6,7 @@ import { Option } from 'commander';
 import { DEFAULT_BIND, DEFAULT_RENDEZVOUS, LIBFABRIC_PROVIDERS, latencyStats, POLICIES } from '../../lib/index.js';
 import { runAlltoall, type AlltoallOptions } from '../programs/alltoall.js';
 import { ALL_SIZES } from '../programs/fabric-peer.js';
-import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, print, Table, us } from '../programs/support/format.js';
+import { LATENCY_COLUMNS, latencyCells, parsePositiveInt, print, printErr, Table, us } from '../programs/support/format.js';
 import { parseMessageSize } from '../fabric-programs.js';
 import { defineProgram } from '../program.js';
 
@@ -49,7 +49,7 @@ export default defineProgram<Options>({
       ...(o.provider !== undefined ? { provider: o.provider } : {}),
     });
     const failed = r.ranks.filter((x) => x.error || x.mismatches);
-    for (const x of failed) console.error(`alltoall: rank ${x.rank}: ${x.error ?? `${x.mismatches} bytes differ from what the other ranks wrote`}`);
+    for (const x of failed) printErr(`alltoall: rank ${x.rank}: ${x.error ?? `${x.mismatches} bytes differ from what the other ranks wrote`}`);
     if (failed.length) process.exitCode = 1;
     // An iteration lasts as long as its slowest rank's writes.
     const rows = r.blocks.map((bytes, k) => {

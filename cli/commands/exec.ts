@@ -10,6 +10,7 @@ import { InvalidArgumentError } from 'commander';
 import { queryInfo } from '../../kernel-sim/device/client.js';
 import { ensureRuntimeDir, logPath, runtimeDir } from '../../kernel-sim/device/runtime-dir.js';
 import { verbsLibDir } from '../../native/index.js';
+import { printErr } from '../programs/support/format.js';
 import { defineProgram } from '../program.js';
 
 interface Options {
@@ -102,7 +103,7 @@ export default defineProgram<Options>({
     process.off('SIGINT', forward);
     process.off('SIGTERM', forward);
     process.exitCode = signal ? 128 + (constants.signals[signal] ?? 0) : (code ?? 1);
-    if (signal) process.stderr.write(`exec: ${program} was killed by ${signal}\n`);
+    if (signal) printErr(`exec: ${program} was killed by ${signal}`);
     return { results: { program, args, code, signal } };
   },
 });

@@ -3,7 +3,8 @@
 // until SIGINT or SIGTERM; it prints what it served when it stops.
 import { InvalidArgumentError } from 'commander';
 import { parseSize, print } from '../programs/support/format.js';
-import { MemoryServer, type MemoryServerStats } from '../../lib/index.js';
+import { MemoryServer, type ChromeTraceEvent, type MemoryServerStats, type MemoryServerTraceEvent } from '../../lib/index.js';
+import type { TraceFile } from '../programs/support/trace-file.js';
 import { defineProgram } from '../program.js';
 
 interface Options {
@@ -31,6 +32,44 @@ export function statsLine(s: MemoryServerStats): string {
   );
 }
 
+const TRACK_NAMES: Record<string, string> = { get: 'fetch', put: 'write-back', del: 'delete' };
+
+/**
+ * The server's events as one process of the trace file: the server's own track (its counter of
+ * pages held, refusals before a connection is known), then a track per connection, named by the
+ * namespace its hello claimed, with each batch it served (fetches, write-backs, deletes) as a
+ * span; times from `originUs`.
+ */
+export function addServerTrace(trace: TraceFile, got: { events: MemoryServerTraceEvent[]; dropped: number }, originUs: number, label: string): void {
+  const pid = trace.nextPid();
+  const meta = (name: string, tid: number, value: string): ChromeTraceEvent => ({
+    name,
+    cat: '__metadata',
+    ph: 'M',
+    ts: 0,
+    pid,
+    tid,
+    args: { name: value },
+  });
+  const namespaces = new Map<number, string>();
+  for (const e of got.events) if (e.name === 'hello') namespaces.set(e.conn, String(e.args['namespace']));
+  const tracks = new Set<number>([0]);
+  const events: ChromeTraceEvent[] = got.events.map((e) => {
+    tracks.add(e.conn);
+    const pages = e.args['pages'];
+    const name = TRACK_NAMES[e.name] ? `${TRACK_NAMES[e.name]} (${String(pages)} pages)` : e.name;
+    const ev: ChromeTraceEvent = { name, cat: 'memory-server', ph: e.ph, ts: e.ts - originUs, pid, tid: e.conn, args: { ...e.args } };
+    if (e.ph === 'X') ev.dur = e.dur ?? 0;
+    if (e.ph === 'i') ev.s = 't';
+    return ev;
+  });
+  trace.add(meta('process_name', 0, `${label} (process ${process.pid}): batches served, per connection`));
+  for (const t of tracks)
+    trace.add(meta('thread_name', t, t === 0 ? 'the server: pages held' : `connection ${t}${namespaces.has(t) ? `: ${namespaces.get(t)!}` : ''}`));
+  trace.add(...events);
+  trace.dropped += got.dropped;
+}
+
 export default defineProgram<Options>({
   name: 'memory-server',
   summary: "a memory server (EDM's DMS) for other processes' remote-paged memory, on a Unix socket or loopback TCP",
@@ -39,9 +78,9 @@ export default defineProgram<Options>({
     "store: { server: { socket } }, or remote-paging --store server) and gives them back on their faults. Each client's " +
     'pages live in a namespace of its own. Listens on a Unix socket (made 0600) or on a loopback TCP port, until SIGINT ' +
     'or SIGTERM; then prints what it served. Pages live in this process: a restarted server holds none (their pagers ' +
-    'then fail those accesses with ERR_PFR_PAGE_LOST, never zeros).',
+    'then fail those accesses with ERR_PFR_PAGE_LOST, never zeros). --trace FILE: every batch it served (fetches, ' +
+    'write-backs, deletes), hellos and refusals, a track per connection, and the pages it held; written when it stops.',
   engine: false,
-  noTrace: 'the memory server serves pages, it takes no faults',
   options(cmd) {
     cmd
       .option('--socket <path>', 'listen on this Unix socket')
@@ -53,8 +92,15 @@ export default defineProgram<Options>({
       if ((o.socket === undefined) === (o.port === undefined)) c.error('error: give --socket PATH or --port N (one of them)');
     });
   },
-  async run(o) {
-    const server = await MemoryServer.listen({ socket: o.socket, port: o.port, host: o.host, maxMemory: o.maxMemory });
+  async run(o, io) {
+    const originUs = (performance.timeOrigin + performance.now()) * 1000;
+    const server = await MemoryServer.listen({
+      socket: o.socket,
+      port: o.port,
+      host: o.host,
+      maxMemory: o.maxMemory,
+      ...(io.trace ? { traceEvents: io.trace.limit } : {}),
+    });
     print(`memory server listening on ${server.address} (epoch ${server.epoch.toString('hex')}, at most ${o.maxMemory} bytes of pages)`);
     const signal = await new Promise<NodeJS.Signals>((resolve) => {
       process.once('SIGINT', resolve);
@@ -62,6 +108,7 @@ export default defineProgram<Options>({
     });
     const stats = server.stats();
     await server.close();
+    if (io.trace) addServerTrace(io.trace, server.trace(), originUs, 'memory-server');
     print(`memory server stopped (${signal}): ${statsLine(stats)}`);
     return { results: { address: server.address, signal, ...stats } };
   },

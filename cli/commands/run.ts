@@ -2,7 +2,7 @@
 // the way `mpiexec -n N` starts one, for a user without MPI.
 import { InvalidArgumentError } from 'commander';
 import { MAX_JOB_SIZE } from '../../lib/job/rendezvous.js';
-import { parsePositiveInt } from '../programs/support/format.js';
+import { parsePositiveInt, printErr } from '../programs/support/format.js';
 import { launch } from '../launcher.js';
 import { defineProgram } from '../program.js';
 
@@ -57,9 +57,9 @@ export default defineProgram<Options>({
       ...(o.rendezvous !== undefined ? { rendezvous: o.rendezvous } : {}),
     });
     if (r.failure !== undefined) {
-      console.error(`run: the job failed: ${r.failure}`);
+      printErr(`run: the job failed: ${r.failure}`);
       const how = r.ranks.map((x) => `rank ${x.rank} ${x.signal ? `killed by ${x.signal}` : `exited ${String(x.code)}`}`);
-      console.error(`run: ${how.join(', ')}`);
+      printErr(`run: ${how.join(', ')}`);
       process.exitCode = 1;
     }
     return { results: r };

@@ -67,7 +67,8 @@ export interface TimelineSlice {
 
 interface Step {
   modelUs: number;
-  realMs: number;
+  /** Undefined: no measured time of its own here (the NACK: measured, it leaves with the answer). */
+  realMs: number | undefined;
   order: number;
   text: string[];
 }
@@ -133,7 +134,7 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     if (!post) throw new Error('destination-fault: the engine traced no post event');
     const base = post.modelUs - costs.doorbellUs;
     const steps: Step[] = [];
-    const add = (modelUs: number, realMs: number, ...text: string[]) => steps.push({ modelUs, realMs, order: steps.length, text });
+    const add = (modelUs: number, realMs: number | undefined, ...text: string[]) => steps.push({ modelUs, realMs, order: steps.length, text });
 
     add(
       post.modelUs,
@@ -197,10 +198,12 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
         }
         case 'nack':
           lastNack = seq;
+          // The model times the NACK at detection; measured, the packet leaves with the answer
+          // (below), so it has no measured time of its own here: the column never runs backwards.
           add(
             e.modelUs,
-            e.realMs,
-            `NACK: node 1 -> node ${e.node}, ACK resp FAULT (${AckResp.FAULT}) for transfer ${e.tid} block ${seq}; node ${e.node} parks the block and serves other channels (the packet itself goes once the answer below is in)`,
+            undefined,
+            `NACK: node 1 -> node ${e.node}, ACK resp FAULT (${AckResp.FAULT}) for transfer ${e.tid} block ${seq}; node ${e.node} parks the block and serves other channels (the packet itself goes once the answer below is in: measured there, real µs —)`,
           );
           break;
         case 'notify': {
@@ -255,8 +258,9 @@ export async function destinationFault(options: DestinationFaultOptions = {}): P
     steps.sort((a, b) => a.modelUs - b.modelUs || a.order - b.order);
     print('   model µs    real µs  step');
     steps.forEach((s, i) => {
-      const num = `${i + 1}.`.padEnd(4);
-      print(`${us(s.modelUs - base).padStart(11)} ${us((s.realMs - post.realMs) * 1000).padStart(10)}  ${num}${s.text[0]}`, 28);
+      const num = `${i + 1}.`.padEnd(4).replace(/\.$/, '. ');
+      const real = s.realMs === undefined ? '—' : us((s.realMs - post.realMs) * 1000);
+      print(`${us(s.modelUs - base).padStart(11)} ${real.padStart(10)}  ${num}${s.text[0]}`, 28);
       for (const t of s.text.slice(1)) print(`${' '.repeat(28)}${t}`, 30);
     });
 

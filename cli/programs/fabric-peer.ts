@@ -42,6 +42,7 @@ import {
   QP_DEFAULTS,
   QpExSendOps,
   QpState,
+  QpType,
   QueuePairEx,
   SendFlags,
   SIZE_MAX,
@@ -64,6 +65,7 @@ import {
 import { MAX_MSG } from '../../kernel-sim/rc/requester.js';
 import { big, bool, checkBody, finite, gidText, int, list, oneOf, PeerRefusal, record, text, type Check } from './fabric-bodies.js';
 import type { TraceFile } from './support/trace-file.js';
+import { printErr } from './support/format.js';
 
 export { MAX_MSG };
 
@@ -108,6 +110,8 @@ export interface RunParams {
   events?: boolean;
   /** The client wants the server's fault trace too (--trace). */
   trace?: boolean;
+  /** perftest's -c UD (send only): UD QPs, an address handle to the other side, SENDs of at most the MTU; absent: RC. */
+  connection?: 'UD';
   /**
    * WRs each lane runs untimed before the measured ones (the JIT compiled, the caches and the
    * fault library's tables warm), as perftest's bandwidth tests and this project's benchmarks
@@ -126,8 +130,15 @@ export const ALL_SIZES: readonly number[] = Array.from({ length: 23 }, (_, i) =>
 
 /** The message sizes a run goes through, in order. */
 export function runSizes(p: RunParams): number[] {
-  return p.all ? [...ALL_SIZES] : [p.size];
+  // UD: perftest's -a stops at the MTU (a datagram is one packet).
+  if (p.all) return p.connection === 'UD' ? ALL_SIZES.filter((s) => s <= (p.mtu ?? QP_DEFAULTS.pathMtu)) : [...ALL_SIZES];
+  return [p.size];
 }
+
+/** The Q_Key of the UD QPs (perftest's DEFAULT_QKEY). */
+export const UD_QKEY = 0x11111111;
+/** The bytes a UD receive keeps at its head for the GRH. */
+export const GRH_BYTES = 40;
 
 /** One message size's measurements (or one period's, with --run_infinitely). */
 export interface SizeRun {
@@ -391,6 +402,13 @@ export function connect(qp: QueuePair, local: Endpoint, remote: Endpoint, mtu: n
   qp.modify({ qpState: QpState.RTS, sqPsn: local.psn, timeout, retryCnt: QP_DEFAULTS.retryCnt, rnrRetry: QP_DEFAULTS.rnrRetry });
 }
 
+/** A UD QP to RTS (perftest's order: INIT with the Q_Key, RTR, RTS with the send PSN). */
+export function connectUd(qp: QueuePair, local: Endpoint): void {
+  qp.modify({ qpState: QpState.INIT, portNum: 1, qkey: UD_QKEY });
+  qp.modify({ qpState: QpState.RTR });
+  qp.modify({ qpState: QpState.RTS, sqPsn: local.psn });
+}
+
 /** A side's final word: its first error, and the WRs each of its lanes completed in the last size. */
 interface Done {
   error?: string;
@@ -428,6 +446,7 @@ const OPTIONAL_PARAMS = [
   'warmUp',
   'postList',
   'cqMod',
+  'connection',
 ] as const;
 
 const RUN_PARAMS: Check<RunParams> = record<RunParams>(
@@ -456,6 +475,7 @@ const RUN_PARAMS: Check<RunParams> = record<RunParams>(
     warmUp: int(0, 1 << 24),
     postList: int(1, 8192),
     cqMod: int(1, 8192),
+    connection: oneOf(['UD' as const]),
   },
   [...OPTIONAL_PARAMS, 'atomicType', 'trace'],
 );
@@ -674,14 +694,18 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const cq = ctx.createCq(lanes * depth + rxDepth + 16, params.events ? { channel: ctx.createCompChannel() } : {});
     const bytes = lanes * 2 * slot;
     // QPs first, then the MR (the order rc_pingpong and perftest use).
-    const init = { sendCq: cq, recvCq: cq, cap: { maxSendWr: depth, maxRecvWr: rxDepth } };
+    const ud = params.connection === 'UD';
+    const init = { sendCq: cq, recvCq: cq, cap: { maxSendWr: depth, maxRecvWr: rxDepth }, ...(ud ? { qpType: QpType.UD } : {}) };
     const newSend = o.newSend === true && params.op === 'send';
     const qps = Array.from({ length: lanes }, () =>
       newSend ? ctx.createQpEx(pd, { ...init, sendOpsFlags: QpExSendOps.WITH_SEND }) : ctx.createQp(pd, init),
     );
+    // UD: the address handle to the other side's node, and its QP (set once the QPs are swapped).
+    let udDest: SendWr['ud'];
     // A ping-pong's SEND: posted as a WR, or (-N) built with the ibv_wr_* calls of an extended QP.
     const postSendOne = (qp: QueuePair, wrId: bigint, sge: { addr: bigint; length: number; lkey: number }) => {
-      if (!(qp instanceof QueuePairEx)) return qp.postSend({ wrId, opcode: WrOpcode.SEND, sgList: [sge], sendFlags: SendFlags.SIGNALED });
+      if (!(qp instanceof QueuePairEx))
+        return qp.postSend({ wrId, opcode: WrOpcode.SEND, sgList: [sge], sendFlags: SendFlags.SIGNALED, ...(udDest ? { ud: udDest } : {}) });
       qp.wrStart();
       qp.wrId = wrId;
       qp.wrFlags = SendFlags.SIGNALED;
@@ -707,7 +731,10 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     // Long waits: the other side may be pinning or filling a large buffer (its loss ends them).
     const remote = checkBody(endpoints(peer, lanes), await transport.exchange(local, FOREVER_MS), who, 'list of QPs');
     const mtu = params.mtu ?? QP_DEFAULTS.pathMtu;
-    qps.forEach((qp, k) => connect(qp, local[k]!, remote[k]!, mtu, o.qpTimeout));
+    if (ud) {
+      for (const qp of qps) connectUd(qp, local[0]!);
+      udDest = { ah: ctx.createAh(pd, { dlid: remote[0]!.node }), remoteQpn: remote[0]!.qpn, remoteQkey: UD_QKEY };
+    } else qps.forEach((qp, k) => connect(qp, local[k]!, remote[k]!, mtu, o.qpTimeout));
     o.onConnected?.(local, remote, params);
     const lane = qps.map((qp, k): Lane => ({ qp, offset: k * 2 * slot, remote: remote[k]! }));
     const r = emptyResult(role, params, provider);
@@ -736,6 +763,13 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
     const target = params.op !== 'send' && (role === 'server' || params.bidirectional === true);
     if (target && params.op === 'read') for (const l of lane) await pattern(view.subarray(l.offset), largest, 0, mine);
     if (params.evict) region.unmapPages();
+    // UD drops a datagram no receive waits for (RC would retry it): each side's receives are
+    // posted before it says ready, and kept `rxDepth` deep for the whole run, every size.
+    let udPosted = 0;
+    const postUdRecv = (): void => {
+      qps[0]!.postRecv({ wrId: BigInt(udPosted++), sgList: [{ addr: region.address + BigInt(slot), length: slot, lkey: mr.lkey }] });
+    };
+    if (ud) for (let i = 0; i < rxDepth; i++) postUdRecv();
     checkBody(oneOf(['ready']), await transport.exchange('ready', FOREVER_MS), who, 'word that it is ready');
     // The other side's final word (nothing else comes after 'ready'); its loss is the watch's.
     // A malformed one ends what waits on it, then the run, naming the field.
@@ -759,7 +793,8 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       }
     } else await ctl.idle();
     // Say done (this side's error and counts), then hear the other side's.
-    const done: Done = { counts, ...(r.error ? { error: r.error } : {}), ...(params.bidirectional ? { runs: r.runs } : {}) };
+    // -b: this side's runs, for the other's rows (--run_infinitely: none, each period was reported where it ran).
+    const done: Done = { counts, ...(r.error ? { error: r.error } : {}), ...(params.bidirectional && !params.infinite ? { runs: r.runs } : {}) };
     try {
       transport.post(done);
     } catch {
@@ -822,14 +857,18 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
       const run = newRun(size);
       r.runs.push(run);
       const sge = [{ addr: region.address, length: size, lkey: mr.lkey }];
-      const recvSge = [{ addr: region.address, length: slot, lkey: mr.lkey }];
+      // UD: into the lane's in slot, the GRH's 40 bytes first (the message after them).
+      const recvSge = [{ addr: region.address + (ud ? BigInt(slot) : 0n), length: slot, lkey: mr.lkey }];
+      const inbox = ud ? view.subarray(slot + GRH_BYTES) : view;
       const fixed = params.durationS === undefined && !params.infinite;
       let posted = 0;
-      const postRecv = () => {
-        if (fixed && posted >= (params.warmUp ?? 0) + params.iters) return;
-        qp.postRecv({ wrId: BigInt(posted++), sgList: recvSge });
-      };
-      for (let i = 0; i < rxDepth; i++) postRecv();
+      const postRecv = ud
+        ? postUdRecv
+        : () => {
+            if (fixed && posted >= (params.warmUp ?? 0) + params.iters) return;
+            qp.postRecv({ wrId: BigInt(posted++), sgList: recvSge });
+          };
+      if (!ud) for (let i = 0; i < rxDepth; i++) postRecv();
       // Receives consumed are posted again in the next iteration, after its eviction.
       let owed = 0;
       const repost = () => {
@@ -852,14 +891,14 @@ export async function runPeer(o: PeerOptions): Promise<PeerResult> {
             count(wc);
           }
           if (got < 2 || r.error) break;
-          r.mismatches += await compare(view, size, it, 's');
+          r.mismatches += await compare(inbox, size, it, 's');
           r.bytesVerified += size;
         } else {
           if (params.evict && it > 0) evict();
           repost();
           const wc = await ctl.completion(cq, size, true);
           if (!wc || !count(wc)) break;
-          r.mismatches += await compare(view, size, it, 'c');
+          r.mismatches += await compare(inbox, size, it, 'c');
           r.bytesVerified += size;
           await pattern(view, size, it, 's');
           if (params.evict) evict();
@@ -1048,8 +1087,8 @@ function packTrace(events: readonly ChromeTraceEvent[]): string[] {
   if (json.length <= TRACE_PIECE * TRACE_PIECES)
     return Array.from({ length: Math.ceil(json.length / TRACE_PIECE) }, (_, i) => json.slice(i * TRACE_PIECE, (i + 1) * TRACE_PIECE));
   const kept = Math.floor((events.length * TRACE_PIECE * TRACE_PIECES) / json.length / 2);
-  process.stderr.write(
-    `trace: the server's ${events.length} events are more than the client's file can be sent; its first ${kept} go there (the server's own file has them all)\n`,
+  printErr(
+    `trace: the server's ${events.length} events are more than the client's file can be sent; its first ${kept} go there (the server's own file has them all)`,
   );
   return packTrace(events.slice(0, kept));
 }
@@ -1063,7 +1102,7 @@ function addPeerTrace(file: TraceFile, pieces: unknown): void {
     if (!Array.isArray(events) || !events.every((e: unknown) => typeof e === 'object' && e !== null && Number.isInteger((e as ChromeTraceEvent).pid)))
       throw new Error('not a list of trace events');
   } catch (err) {
-    process.stderr.write(`trace: the server's events were left out: ${(err as Error).message}\n`);
+    printErr(`trace: the server's events were left out: ${(err as Error).message}`);
     return;
   }
   const pids = new Map<number, number>();
@@ -1083,7 +1122,9 @@ function newRun(size: number): SizeRun {
 
 /** The bytes of one slot of a run's buffer: its largest message, in whole pages. */
 function slotBytes(p: RunParams): number {
-  return Math.max(4096, Math.ceil(Math.max(...runSizes(p)) / 4096) * 4096);
+  // A UD receive holds the GRH's 40 bytes before the message.
+  const most = Math.max(...runSizes(p)) + (p.connection === 'UD' ? GRH_BYTES : 0);
+  return Math.max(4096, Math.ceil(most / 4096) * 4096);
 }
 
 /** A run's lanes: one QP for a ping-pong or atomics, -q for writes and reads. */
@@ -1134,6 +1175,13 @@ function checkRun({ program, params }: Hello, o: PeerOptions): void {
       throw new PeerRefusal(
         `the client runs ${flag} ${got === undefined ? '(not given)' : String(got)}, this server was started with ${flag} ${String(value)}: start both sides with the same options`,
       );
+  }
+  if (params.connection === 'UD') {
+    if (params.op !== 'send') throw new PeerRefusal(`the client asks for UD ${params.op}s: UD has SEND only`);
+    const mtu = params.mtu ?? QP_DEFAULTS.pathMtu;
+    if (Math.max(...runSizes(params)) > mtu) throw new PeerRefusal(`the client asks for UD messages over the MTU (${mtu}): a datagram is one packet`);
+    if (params.implicitOdp || params.faultModel === 'stall')
+      throw new PeerRefusal('the client asks for UD with -O or --stall: UD runs SENDs on explicit MRs');
   }
   const limits = { ...DEFAULT_SERVER_LIMITS, ...o.limits };
   const size = Math.max(...runSizes(params));

@@ -36,14 +36,23 @@ export interface RemotePagingOptions {
 
 const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000;
 
+/** A DM-Handler track's name in the file. */
+function trackName(track: string): string {
+  const [kind, n] = track.split(' ');
+  if (kind === 'fill') return `DM-Handler fetch ${Number(n) + 1}: a batch's store read, placement, wake`;
+  if (kind === 'evict') return `DM-Handler eviction worker ${Number(n) + 1}: take out, write-back, drop`;
+  return `DM-Handler ${track}`;
+}
+
 /**
  * The DM-Handler's events as one process of the trace file: a track per faulting thread (the
- * main JS thread's is the process id) with each fault's arrival, the DM-Handler worker's track
- * with its fetch and eviction batches, and the main thread's phases; times from `originUs`.
+ * main JS thread's is the process id) with each fault as a span from its receipt to its
+ * resolution, inside the main thread's phases; a track per DM-Handler worker (each fetch in
+ * flight at once, each eviction worker, flush) with its batches and their steps; times from
+ * `originUs`.
  */
 function addTrace(trace: TraceFile, got: { events: DmTraceEvent[]; dropped: number }, phases: ChromeTraceEvent[], originUs: number): void {
   const pid = trace.nextPid();
-  const worker = 1; // the DM-Handler's own spans (tid 0 in its events)
   const meta = (name: string, tid: number, value: string): ChromeTraceEvent => ({
     name,
     cat: '__metadata',
@@ -53,26 +62,27 @@ function addTrace(trace: TraceFile, got: { events: DmTraceEvent[]; dropped: numb
     tid,
     args: { name: value },
   });
+  // The DM-Handler's tracks (tid 0 and a track name in its events) get tids 1, 2, … in name order.
+  const tracks = [...new Set(got.events.filter((e) => e.tid === 0).map((e) => e.track ?? 'worker'))].sort();
+  const trackTid = new Map(tracks.map((t, i) => [t, i + 1]));
   const tids = new Set<number>([process.pid]);
   const events: ChromeTraceEvent[] = [];
   for (const e of got.events) {
-    const tid = e.tid === 0 ? worker : e.tid;
+    const tid = e.tid === 0 ? trackTid.get(e.track ?? 'worker')! : e.tid;
     if (e.tid !== 0) tids.add(e.tid);
-    const ev: ChromeTraceEvent = {
+    events.push({
       name: e.name === 'fault' ? `fault (${String(e.args['kind'])})` : e.name,
       cat: 'remote-paging',
-      ph: e.ph,
+      ph: 'X',
       ts: e.ts - originUs,
+      dur: e.dur,
       pid,
       tid,
       args: e.args,
-    };
-    if (e.ph === 'X') ev.dur = e.dur ?? 0;
-    else ev.s = 't';
-    events.push(ev);
+    });
   }
   trace.add(meta('process_name', 0, `remote-paging (process ${process.pid}): the DM-Handler's faults, fetches, evictions`));
-  trace.add(meta('thread_name', worker, 'DM-Handler worker: fetch and eviction batches'));
+  for (const [t, tid] of trackTid) trace.add(meta('thread_name', tid, trackName(t)));
   for (const t of tids) trace.add(meta('thread_name', t, t === process.pid ? 'main JS thread: its faults and phases' : `thread ${t}: its faults`));
   trace.add(...phases.map((p) => ({ ...p, pid, tid: process.pid, ts: p.ts - originUs })), ...events);
   trace.dropped += got.dropped;

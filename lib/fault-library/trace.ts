@@ -16,8 +16,8 @@ export interface ChromeTraceEvent {
   name: string;
   /** Category (comma-separated). */
   cat: string;
-  /** i: instant, X: complete slice, M: metadata, s / f: flow start / finish. */
-  ph: 'i' | 'X' | 'M' | 's' | 'f';
+  /** i: instant, X: complete slice, M: metadata, s / f: flow start / finish, C: a counter (args: its series). */
+  ph: 'i' | 'X' | 'M' | 's' | 'f' | 'C';
   /** Timestamp, µs. */
   ts: number;
   /** Duration of a complete ('X') event, µs. */

@@ -75,24 +75,35 @@ export interface DmHandlerConfig {
 /**
  * One event of the DM-Handler's trace, in Chrome's trace-event layout: ts and dur in µs since
  * the epoch (performance.timeOrigin + now(), the same clock in every thread); tid the thread
- * that faulted (an OS thread id), or 0 for the DM-Handler's own spans (fetches, evictions).
+ * that faulted (an OS thread id), or 0 for the DM-Handler's own spans, each on its `track`.
  */
 export interface DmTraceEvent {
-  /** 'fault' (args.kind: major, first touch, minor on a page in flight, eviction-wait, write-protect), 'fetch', 'evict'. */
+  /**
+   * On a faulting thread: 'fault', from the fault's receipt to its resolution (args.kind: major,
+   * first touch: zero page, minor: page in flight, minor: placed before its fault,
+   * eviction-wait, write-protect; args.batch: the fetch batch that resolved it). On the
+   * DM-Handler's tracks: 'fetch' (a batch: args.pages, faults, batch) with its 'store read' and
+   * 'place and wake'; 'evict' (args.pages, writtenBack, victims) with its 'take out',
+   * 'write-back' (args.pages, bytes) and 'drop'; 'flush' with its 'write-back'.
+   */
   name: string;
-  /** 'i': an instant (a fault's arrival); 'X': a span of `dur`. */
-  ph: 'i' | 'X';
+  /** 'X': a span of `dur`. */
+  ph: 'X';
   /** µs since the epoch. */
   ts: number;
-  /** µs, for 'X'. */
-  dur?: number;
-  /** The faulting thread, or 0: the DM-Handler's worker. */
+  /** µs. */
+  dur: number;
+  /** The faulting thread, or 0: the DM-Handler's worker (then `track` says which of its workers). */
   tid: number;
+  /** tid 0: 'fill N' (the N-th fetch in flight at once: fillWorkers of them), 'evict N' (eviction worker N), 'flush'. */
+  track?: string;
   /** Page numbers and counts. */
   args: Record<string, number | string>;
 }
 
 const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000;
+// A time of this thread's performance clock (ms) in µs since the epoch.
+const epochUs = (ms: number): number => (performance.timeOrigin + ms) * 1000;
 
 /** What close() did with the pager's keys. */
 export interface CloseResult {
@@ -109,6 +120,10 @@ interface Batch {
   faults: number[];
   receivedAt: number[];
   threads: number[];
+  /** Its number, for the trace (the faults it resolves name it). */
+  id: number;
+  /** When its pages were woken (µs since the epoch; traced only): where its faults' spans end. */
+  wokenAt?: number;
   settled: Promise<void>;
   done: () => void;
 }
@@ -246,9 +261,40 @@ export class DmHandler {
     return { events: [...this.#trace.slice(this.#traceNext), ...this.#trace.slice(0, this.#traceNext)], dropped: this.#traceDropped };
   }
 
-  #faultEvent(f: Fault, page: number, kind: string): void {
-    if (this.#cfg.traceEvents > 0) this.#event({ name: 'fault', ph: 'i', ts: nowUs(), tid: f.threadId, args: { kind, page } });
+  get #tracing(): boolean {
+    return this.#cfg.traceEvents > 0;
   }
+
+  // A span of the DM-Handler's `track` from t0 (µs since the epoch) to now.
+  #span(name: string, track: string, t0: number, args: Record<string, number | string>): void {
+    this.#event({ name, ph: 'X', ts: t0, dur: nowUs() - t0, tid: 0, track, args });
+  }
+
+  // `done` (the fault's resolution), traced as a span of the faulting thread from the fault's
+  // receipt to it: to its batch's wake when a fetch resolves it (the thread runs on from there).
+  #traced<T>(f: Fault, page: number, kind: string, done: Promise<T>, batch = this.#batchOf.get(done)): Promise<T> {
+    if (!this.#tracing) return done;
+    const emit = (): void => {
+      const ts = epochUs(f.receivedAt);
+      const end = batch?.wokenAt ?? nowUs();
+      this.#event({
+        name: 'fault',
+        ph: 'X',
+        ts,
+        dur: Math.max(0, end - ts),
+        tid: f.threadId,
+        args: { kind, page, ...(batch ? { batch: batch.id } : {}) },
+      });
+    };
+    done.then(emit, emit);
+    return done;
+  }
+
+  // The fill tracks in use (a fetch takes the lowest free one: at most fillWorkers at once).
+  #fillTracks: boolean[] = [];
+  // A fetch's batch by its settled promise (traced only): a fault on a page in flight ends with that batch's wake.
+  #batchOf = new WeakMap<Promise<unknown>, Batch>();
+  #batches = 0;
 
   async #onFault(f: Fault): Promise<void> {
     if (f.region !== this.#region) {
@@ -256,20 +302,15 @@ export class DmHandler {
       return;
     }
     const page = Math.floor(f.offset / this.#ps);
-    if (f.kind === 'write-protect') {
-      this.#faultEvent(f, page, 'write-protect');
-      return this.#onWrite(page);
-    }
+    if (f.kind === 'write-protect') return this.#traced(f, page, 'write-protect', this.#onWrite(page));
     this.#add(Counter.faults);
     let e = this.#lspt.get(page);
     if (e?.state === 'fetching') {
-      this.#faultEvent(f, page, 'minor: page in flight');
       this.#add(Counter.minorFaults); // coalesced: that fetch's copy wakes this thread too
-      return e.settled;
+      return this.#traced(f, page, 'minor: page in flight', e.settled ?? Promise.resolve());
     }
     if (e?.state === 'evicting') {
-      this.#faultEvent(f, page, 'eviction-wait');
-      await e.settled;
+      await this.#traced(f, page, 'eviction-wait', e.settled ?? Promise.resolve());
       e = this.#lspt.get(page);
       if (e?.state === 'resident') {
         this.#wake(page); // the write-back failed and the page came back
@@ -280,13 +321,14 @@ export class DmHandler {
       if (this.#region.residentPages(page * this.#ps, this.#ps) === this.#ps / this.#region.pageSize) {
         this.#add(Counter.minorFaults); // a fault reported before its page was placed: nothing to fetch
         this.#wake(page);
-        return;
+        return this.#traced(f, page, 'minor: placed before its fault', Promise.resolve());
       }
       this.#lspt.drop(page); // dropped behind the table's back (e.g. evict() on the region)
     }
     // A page the store never held comes back as the zero page (counted minor), without the store.
-    this.#faultEvent(f, page, this.#lspt.storedVersion(page) === undefined ? 'first touch: zero page' : 'major');
-    return this.#queueFetch(page, f.receivedAt, f.threadId);
+    const kind = this.#lspt.storedVersion(page) === undefined ? 'first touch: zero page' : 'major';
+    const b = this.#queueFetch(page, f.receivedAt, f.threadId);
+    return this.#traced(f, page, kind, b.settled, b);
   }
 
   // 'wp-sync': the first write to a page placed write-protected.
@@ -318,12 +360,13 @@ export class DmHandler {
     this.#setResident();
   }
 
-  #queueFetch(page: number, receivedAt: number, thread: number): Promise<void> {
+  #queueFetch(page: number, receivedAt: number, thread: number): Batch {
     let b = this.#pending;
     if (!b) {
       let done!: () => void;
       const settled = new Promise<void>((r) => (done = r));
-      b = this.#pending = { pages: [], faults: [], receivedAt: [], threads: [], settled, done };
+      b = this.#pending = { pages: [], faults: [], receivedAt: [], threads: [], id: ++this.#batches, settled, done };
+      if (this.#tracing) this.#batchOf.set(settled, b);
       // Every fault of this delivery joins the batch: one store request for all of them.
       queueMicrotask(() => this.#startBatch());
     }
@@ -332,7 +375,7 @@ export class DmHandler {
     b.receivedAt.push(receivedAt);
     b.threads.push(thread);
     this.#lspt.fetching(page, b.settled);
-    return b.settled;
+    return b;
   }
 
   #startBatch(): void {
@@ -371,23 +414,21 @@ export class DmHandler {
   }
 
   async #fill(b: Batch): Promise<void> {
-    const t0 = this.#cfg.traceEvents > 0 ? nowUs() : 0;
+    if (!this.#tracing) return this.#fillBatch(b, undefined);
+    const t0 = nowUs();
+    let k = this.#fillTracks.indexOf(false);
+    if (k < 0) k = this.#fillTracks.push(false) - 1;
+    this.#fillTracks[k] = true;
+    const track = `fill ${k}`;
     try {
-      await this.#fillBatch(b);
+      await this.#fillBatch(b, track);
     } finally {
-      if (t0)
-        this.#event({
-          name: 'fetch',
-          ph: 'X',
-          ts: t0,
-          dur: nowUs() - t0,
-          tid: 0,
-          args: { pages: b.pages.length, faults: b.faults.length, first: b.pages[0] ?? -1 },
-        });
+      this.#fillTracks[k] = false;
+      this.#span('fetch', track, t0, { batch: b.id, pages: b.pages.length, faults: b.faults.length, first: b.pages[0] ?? -1 });
     }
   }
 
-  async #fillBatch(b: Batch): Promise<void> {
+  async #fillBatch(b: Batch, track: string | undefined): Promise<void> {
     this.#fills++;
     if (this.#lspt.resident >= this.#cfg.highPages) this.#wakeEvictor();
     b.pages.sort((x, y) => x - y);
@@ -404,23 +445,29 @@ export class DmHandler {
       r.count = n;
       r.messages = undefined;
       if (n) {
+        const t1 = track ? nowUs() : 0;
         try {
           await readStoredPages(this.#store, r);
         } catch (err) {
           const e = asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE');
           r.status.fill(e.code === 'ERR_PFR_PAGE_CORRUPT' ? ReadStatus.SHAPE : ReadStatus.UNREACHABLE, 0, n);
           r.messages = new Array<string>(n).fill(e.message);
+        } finally {
+          if (track) this.#span('store read', track, t1, { pages: n });
         }
       }
       // Placed without waking, then woken at once: a thread woken by its page's copy would
       // run ahead into the next page of the batch before that one is placed.
+      const t2 = track ? nowUs() : 0;
       this.#placeAll(b, r);
       this.#setResident(); // before the wake: whoever it releases sees the count
       if (!this.#closed && b.pages.length) {
         const lo = b.pages[0]!,
           hi = b.pages[b.pages.length - 1]! + 1;
+        if (track) b.wokenAt = nowUs();
         this.#uffd.wake(this.#region, lo * this.#ps, (hi - lo) * this.#ps);
       }
+      if (track) this.#span('place and wake', track, t2, { pages: b.pages.length, stored: n });
     } finally {
       this.#reads.push(r);
       this.#setResident();
@@ -647,27 +694,29 @@ export class DmHandler {
 
   /** Evict `victims` through staging slots from `slot` on; true if all went to the store. */
   async #evictBatch(victims: number[], slot: number): Promise<boolean> {
-    const t0 = this.#cfg.traceEvents > 0 ? nowUs() : 0;
-    const before = t0 ? [this.#get(Counter.evicted), this.#get(Counter.writtenBack)] : [0, 0];
+    if (!this.#tracing) return this.#evictVictims(victims, slot, undefined);
+    const t0 = nowUs();
+    // Eviction worker w uses the slots from w × evictBatch (evict() uses worker 0's).
+    const track = `evict ${Math.floor(slot / this.#cfg.evictBatch)}`;
+    const before = [this.#get(Counter.evicted), this.#get(Counter.writtenBack)];
     try {
-      return await this.#evictVictims(victims, slot);
+      return await this.#evictVictims(victims, slot, track);
     } finally {
-      if (t0) {
-        const args = {
-          pages: this.#get(Counter.evicted) - before[0]!,
-          writtenBack: this.#get(Counter.writtenBack) - before[1]!,
-          victims: victims.length,
-        };
-        this.#event({ name: 'evict', ph: 'X', ts: t0, dur: nowUs() - t0, tid: 0, args });
-      }
+      const args = {
+        pages: this.#get(Counter.evicted) - before[0]!,
+        writtenBack: this.#get(Counter.writtenBack) - before[1]!,
+        victims: victims.length,
+      };
+      this.#span('evict', track, t0, args);
     }
   }
 
-  async #evictVictims(victims: number[], slot: number): Promise<boolean> {
+  async #evictVictims(victims: number[], slot: number, track: string | undefined): Promise<boolean> {
     let done!: () => void;
     const settled = new Promise<void>((r) => (done = r));
     const taken: { page: number; slot: number; crc: number; version: number }[] = [];
     const writes: StoredPage[] = [];
+    let t = track ? nowUs() : 0;
     try {
       for (const page of victims) {
         const e = this.#lspt.get(page);
@@ -692,23 +741,32 @@ export class DmHandler {
         taken.push({ page, slot: slot + taken.length, crc, version });
         if (version) writes.push({ key: this.#key(page), value: encodePage(bytes, { address: this.#address(page), version }, this.#seed, crc) });
       }
+      if (track) {
+        this.#span('take out', track, t, { pages: taken.length, dirty: writes.length });
+        t = nowUs();
+      }
       try {
         await this.#store.setMany(writes);
       } catch (err) {
-        for (const t of taken) this.#putBack(t.page, t.slot, t.crc);
+        for (const v of taken) this.#putBack(v.page, v.slot, v.crc);
         this.#refused = asPfrError(err, 'ERR_PFR_STORE_UNAVAILABLE');
         this.#report(this.#refused);
         return false;
+      } finally {
+        if (track && writes.length)
+          this.#span('write-back', track, t, { pages: writes.length, bytes: writes.reduce((n, w) => n + w.value.length, 0) });
       }
-      for (const t of taken) {
-        if (t.version) this.#lspt.stored(t.page, t.version);
-        this.#drop(t.page, t.slot);
-        this.#lspt.drop(t.page);
-        this.#prefetch.gone(t.page);
+      if (track) t = nowUs();
+      for (const v of taken) {
+        if (v.version) this.#lspt.stored(v.page, v.version);
+        this.#drop(v.page, v.slot);
+        this.#lspt.drop(v.page);
+        this.#prefetch.gone(v.page);
         this.#add(Counter.evicted);
-        this.#add(t.version ? Counter.writtenBack : Counter.droppedClean);
+        this.#add(v.version ? Counter.writtenBack : Counter.droppedClean);
       }
       for (const w of writes) this.#add(Counter.bytesOut, w.value.length);
+      if (track) this.#span('drop', track, t, { pages: taken.length });
       return true;
     } finally {
       this.#setResident();
@@ -762,6 +820,15 @@ export class DmHandler {
 
   /** Write every dirty resident page back (UMap's umap_flush); returns the pages written. */
   async flush(): Promise<number> {
+    const t0 = this.#tracing ? nowUs() : 0;
+    try {
+      return await this.#flush(t0);
+    } finally {
+      if (t0) this.#span('flush', 'flush', t0, {});
+    }
+  }
+
+  async #flush(t0: number): Promise<number> {
     this.#scanDirty();
     const writes: StoredPage[] = [];
     const crcs: { page: number; crc: number; version: number }[] = [];
@@ -780,11 +847,14 @@ export class DmHandler {
       crcs.push({ page, crc, version });
       e.dirty = false;
     }
+    const t1 = t0 ? nowUs() : 0;
     try {
       await this.#store.setMany(writes);
     } catch (err) {
       for (const { page } of crcs) this.#lspt.markDirty(page); // not stored: still dirty
       throw err;
+    } finally {
+      if (t1 && writes.length) this.#span('write-back', 'flush', t1, { pages: writes.length, bytes: writes.reduce((n, w) => n + w.value.length, 0) });
     }
     for (const { page, crc, version } of crcs) {
       this.#lspt.stored(page, version);

@@ -44,7 +44,35 @@ export interface MemoryServerOptions {
   host?: string;
   /** Bytes of page values the server may hold (default 1 GiB); a PUT past it is refused (ERR_PFR_STORE_FULL). */
   maxMemory?: number;
+  /** Trace events the server keeps, the newest (default 0: no trace); read them with trace(). */
+  traceEvents?: number;
 }
+
+/**
+ * One event of the memory server's trace, in Chrome's trace-event layout: ts and dur in µs since
+ * the epoch (performance.timeOrigin + now(): the clock the DM-Handler's trace uses, so the two
+ * line up). `conn` is the connection it served (1, 2, … in the order accepted), 0 the server's own.
+ */
+export interface MemoryServerTraceEvent {
+  /**
+   * 'get' (a fetch batch served: args.pages asked, found, absent, bytes), 'put' (a write-back
+   * batch: pages, bytes; full: refused for --max-memory), 'del', 'hello' (args.namespace),
+   * 'refused' (args.reason), 'closed'; 'held' (ph 'C': pages and bytes held, after each change).
+   */
+  name: string;
+  /** 'X': a span of `dur`; 'i': an instant; 'C': a counter. */
+  ph: 'X' | 'i' | 'C';
+  /** µs since the epoch. */
+  ts: number;
+  /** µs, for 'X'. */
+  dur?: number;
+  /** The connection served (1, 2, … in the order accepted); 0: the server's own (the pages-held counter). */
+  conn: number;
+  /** Counts (pages, bytes), the namespace, a refusal's reason. */
+  args: Record<string, number | string>;
+}
+
+const nowUs = (): number => (performance.timeOrigin + performance.now()) * 1000;
 
 /** What the server did (stats(); printed at exit). */
 export interface MemoryServerStats {
@@ -108,17 +136,24 @@ export class MemoryServer {
   #socketPath: string | undefined;
   #spaces = new Map<string, Namespace>();
   #conns = new Set<Socket>();
+  #connId = new WeakMap<Socket, number>();
   #bytes = 0;
   #pages = 0;
   #closing: Promise<void> | undefined;
   // The GET replies' buffer: one allocation for all of them, not an ArrayBuffer per reply (each
   // one is garbage the GC must find, and measured here that was a third of the server's CPU).
   #out = Buffer.allocUnsafeSlow(OUT_BYTES);
+  // The trace: a ring of the newest #traceLimit events (0: none kept).
+  #traceLimit: number;
+  #trace: MemoryServerTraceEvent[] = [];
+  #traceNext = 0;
+  #traceDropped = 0;
   #stats = { connections: 0, gets: 0, puts: 0, dels: 0, pagesRead: 0, pagesWritten: 0, pagesDeleted: 0, absent: 0, full: 0, refused: 0 };
   #refusedBy: Record<string, number> = {};
 
-  private constructor(server: Server, address: string, socketPath: string | undefined, maxMemory: number) {
+  private constructor(server: Server, address: string, socketPath: string | undefined, maxMemory: number, traceEvents: number) {
     this.#server = server;
+    this.#traceLimit = traceEvents;
     this.address = address;
     this.#socketPath = socketPath;
     this.maxMemory = maxMemory;
@@ -129,6 +164,7 @@ export class MemoryServer {
   static async listen(options: MemoryServerOptions): Promise<MemoryServer> {
     const o = options ?? {};
     const maxMemory = o.maxMemory === undefined ? 2 ** 30 : checkInt('MemoryServer.listen: options.maxMemory', o.maxMemory, 1);
+    const traceEvents = o.traceEvents === undefined ? 0 : checkInt('MemoryServer.listen: options.traceEvents', o.traceEvents, 0, 10_000_000);
     if ((o.socket === undefined) === (o.port === undefined))
       throw invalidArg('MemoryServer.listen: give exactly one of options.socket (a Unix socket path) and options.port (loopback TCP)');
     const server = createServer({ noDelay: true });
@@ -136,7 +172,7 @@ export class MemoryServer {
       if (typeof o.socket !== 'string' || o.socket === '') throw invalidArg('MemoryServer.listen: options.socket must be a path');
       await listenUnix(server, o.socket);
       chmodSync(o.socket, 0o600);
-      return new MemoryServer(server, `unix:${o.socket}`, o.socket, maxMemory);
+      return new MemoryServer(server, `unix:${o.socket}`, o.socket, maxMemory, traceEvents);
     }
     const port = checkInt('MemoryServer.listen: options.port', o.port, 0, 65535);
     const host = o.host ?? '127.0.0.1';
@@ -147,7 +183,7 @@ export class MemoryServer {
       server.listen(port, host, () => (server.off('error', reject), resolve()));
     });
     const a = server.address() as { address: string; port: number };
-    return new MemoryServer(server, `${a.address.includes(':') ? `[${a.address}]` : a.address}:${a.port}`, undefined, maxMemory);
+    return new MemoryServer(server, `${a.address.includes(':') ? `[${a.address}]` : a.address}:${a.port}`, undefined, maxMemory, traceEvents);
   }
 
   /** True once close() was called. */
@@ -165,6 +201,38 @@ export class MemoryServer {
       bytes: this.#bytes,
       refusedBy: { ...this.#refusedBy },
     };
+  }
+
+  /** The trace's events kept (options.traceEvents > 0), oldest first, and how many older ones the ring dropped. */
+  trace(): {
+    /** The events kept, oldest first. */
+    events: MemoryServerTraceEvent[];
+    /** Older events the ring dropped (raise options.traceEvents to keep them). */
+    dropped: number;
+  } {
+    return { events: [...this.#trace.slice(this.#traceNext), ...this.#trace.slice(0, this.#traceNext)], dropped: this.#traceDropped };
+  }
+
+  #event(e: MemoryServerTraceEvent): void {
+    const limit = this.#traceLimit;
+    if (this.#trace.length < limit) this.#trace.push(e);
+    else {
+      this.#trace[this.#traceNext] = e;
+      this.#traceNext = (this.#traceNext + 1) % limit;
+      this.#traceDropped++;
+    }
+  }
+
+  // A span of connection `conn` from t0 (µs) to now, then the pages held (a counter), when the trace is on.
+  #span(name: string, conn: number, t0: number, args: Record<string, number | string>, held = false): void {
+    if (!this.#traceLimit) return;
+    const now = nowUs();
+    this.#event({ name, ph: 'X', ts: t0, dur: now - t0, conn, args });
+    if (held) this.#event({ name: 'held', ph: 'C', ts: now, conn: 0, args: { pages: this.#pages, bytes: this.#bytes } });
+  }
+
+  #instant(name: string, conn: number, args: Record<string, number | string>): void {
+    if (this.#traceLimit) this.#event({ name, ph: 'i', ts: nowUs(), conn, args });
   }
 
   /** Stop listening, close every connection, drop every page, remove the socket file. Idempotent. */
@@ -186,8 +254,9 @@ export class MemoryServer {
   }
 
   #accept(s: Socket): void {
-    this.#stats.connections++;
+    const conn = ++this.#stats.connections;
     this.#conns.add(s);
+    this.#connId.set(s, conn);
     let ns: Namespace | undefined;
     // A connection that never says hello is not kept open.
     const helloTimer = setTimeout(() => this.#refuse(s, reader, 'no hello in time', undefined), HELLO_TIMEOUT_MS).unref();
@@ -207,6 +276,7 @@ export class MemoryServer {
     s.on('data', (chunk: Buffer) => reader.push(chunk));
     s.on('error', () => undefined); // a client that goes away mid-write: its connection just ends
     s.on('close', () => {
+      this.#instant('closed', conn, ns ? { namespace: ns.name } : {});
       clearTimeout(helloTimer);
       reader.stop();
       this.#conns.delete(s);
@@ -217,6 +287,7 @@ export class MemoryServer {
   }
 
   #refuse(s: Socket, reader: FrameReader, reason: string, h: Header | undefined): void {
+    this.#instant('refused', this.#connId.get(s) ?? 0, { reason });
     reader.stop();
     this.#stats.refused++;
     this.#refusedBy[reason] = (this.#refusedBy[reason] ?? 0) + 1;
@@ -234,6 +305,7 @@ export class MemoryServer {
     const secret = Buffer.from(body.subarray(4, 4 + SECRET_BYTES));
     let ns = this.#spaces.get(key);
     if (ns && !ns.secret.equals(secret)) {
+      this.#instant('refused', this.#connId.get(s) ?? 0, { reason: 'namespace of another client', namespace: key });
       this.#stats.refused++;
       this.#refusedBy['namespace of another client'] = (this.#refusedBy['namespace of another client'] ?? 0) + 1;
       reader.stop();
@@ -242,6 +314,7 @@ export class MemoryServer {
     }
     if (!ns) this.#spaces.set(key, (ns = { name: key, secret, pages: new Map(), conns: 0 }));
     ns.conns++;
+    this.#instant('hello', this.#connId.get(s) ?? 0, { namespace: key, pagesHeld: ns.pages.size });
     const r = frame(Op.HELLO | REPLY, Status.OK, h.id, 0, HELLO_REPLY_BYTES);
     this.epoch.copy(r, HEADER_BYTES);
     r.writeUInt32LE(MAX_BODY, HEADER_BYTES + 8);
@@ -263,6 +336,7 @@ export class MemoryServer {
   }
 
   #get(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
+    const t0 = this.#traceLimit ? nowUs() : 0;
     const addrs = this.#addresses(h, body);
     if (!addrs) return this.#refuse(s, reader, 'malformed get', h);
     const values = new Array<Buffer | undefined>(h.count);
@@ -287,11 +361,13 @@ export class MemoryServer {
     this.#stats.gets++;
     this.#stats.pagesRead += found;
     this.#stats.absent += h.count - found;
+    this.#span('get', this.#connId.get(s) ?? 0, t0, { pages: h.count, found, absent: h.count - found, bytes: total });
     // Written at once (the usual case): the kernel has the bytes, the buffer serves the next reply.
     if (!send(s, r) && r.buffer === this.#out.buffer) this.#out = Buffer.allocUnsafeSlow(OUT_BYTES);
   }
 
   #put(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
+    const t0 = this.#traceLimit ? nowUs() : 0;
     const n = h.count;
     let total = n * 12,
       growth = 0;
@@ -306,6 +382,7 @@ export class MemoryServer {
     this.#stats.puts++;
     if (this.#bytes + growth > this.maxMemory) {
       this.#stats.full++;
+      this.#span('put', this.#connId.get(s) ?? 0, t0, { pages: n, bytes: body.length - n * 12, full: 'refused: --max-memory' });
       send(
         s,
         errorFrame(
@@ -333,9 +410,11 @@ export class MemoryServer {
     }
     this.#stats.pagesWritten += n;
     send(s, frame(Op.PUT | REPLY, Status.OK, h.id, n, 0));
+    this.#span('put', this.#connId.get(s) ?? 0, t0, { pages: n, bytes: body.length - n * 12 }, true);
   }
 
   #del(s: Socket, reader: FrameReader, ns: Namespace, h: Header, body: Buffer): void {
+    const t0 = this.#traceLimit ? nowUs() : 0;
     const addrs = this.#addresses(h, body);
     if (!addrs) return this.#refuse(s, reader, 'malformed del', h);
     let n = 0;
@@ -350,6 +429,7 @@ export class MemoryServer {
     this.#stats.dels++;
     this.#stats.pagesDeleted += n;
     send(s, frame(Op.DEL | REPLY, Status.OK, h.id, n, 0));
+    this.#span('del', this.#connId.get(s) ?? 0, t0, { pages: h.count, deleted: n }, true);
   }
 }
 

@@ -116,7 +116,14 @@ describe.skipIf(!built && !ci)("perftest's options on the programs over libfabri
 
   it('options it cannot honour are refused by name with the reason, before connecting; the help is not dumped', async () => {
     const cases: Array<[string, string[], RegExp]> = [
-      ['write-bw', ['-c', 'UD'], /-c UD is refused: UD: .*RC QPs only/],
+      [
+        'write-bw',
+        ['-c', 'UD'],
+        /-c UD is refused: UD has SEND only, as in perftest .*RDMA WRITE needs a connected QP \(RC\); send-lat -c UD runs UD/,
+      ],
+      ['read-bw', ['-c', 'UD'], /-c UD is refused: UD has SEND only.*RDMA READ needs a connected QP/],
+      ['atomic-lat', ['-c', 'UD'], /-c UD is refused: UD has SEND only.*RDMA atomics needs a connected QP/],
+      ['send-lat', ['-c', 'XRC'], /-c XRC is refused: XRC: /],
       ['write-bw', ['-c', 'UC'], /-c UC is refused: UC .*not modelled/],
       ['write-bw', ['-d', 'mlx5_0'], /no device mlx5_0: the device here is pfr0/],
       ['write-bw', ['-i', '2'], /has one port, 1/],
@@ -144,6 +151,190 @@ describe.skipIf(!built && !ci)("perftest's options on the programs over libfabri
     const bad = await start(['write-bw', '--bogus']).exit;
     expect(bad.stderr.trim().split('\n')).toEqual(["error: unknown option '--bogus'", '(pagefault-rdma write-bw --help lists its options)']);
   }, 120_000);
+
+  it('send-lat -c UD: a ping-pong of UD SENDs (an address handle, the GRH before each message), evicted at both ends, every byte verified', async () => {
+    const r = await pair('send-lat', ['-c', 'UD', '-n', '50', '-s', '1024', '--evict', '--warm_up', '10'], ['-c', 'UD']);
+    expect([r.c.code, r.s.code], r.c.stderr + r.s.stderr).toEqual([0, 0]);
+    for (const side of [r.client!, r.server!]) {
+      expect(side.error).toBeUndefined();
+      expect(side.mismatches).toBe(0);
+      // Warm-up and measured round trips, each message checked where it landed (after the GRH).
+      expect(side.bytesVerified).toBe(60 * 1024);
+    }
+    expect(r.c.stdout).toMatch(/Connection type : UD/);
+    expect(r.c.stdout).toMatch(/^ +1024 +50 /m);
+    // The receives were evicted too: destination faults on UD receives, resolved and sent again.
+    expect(r.c.stdout).toMatch(/faults: source [1-9]\d*, destination [1-9]\d*/);
+  }, 90_000);
+
+  it('send-lat -c UD: -s over the MTU runs at the MTU, as perftest does, saying so; -a stops at the MTU; RC against UD is refused by name', async () => {
+    const big = await pair('send-lat', ['-c', 'UD', '-n', '5', '-s', '8K', '-m', '2048']);
+    expect([big.c.code, big.s.code], big.c.stderr + big.s.stderr).toEqual([0, 0]);
+    expect(big.c.stderr.replace(/\n +/g, ' ')).toContain('-c UD: a UD message is at most the MTU (-m 2048): -s 8192 runs as 2048, as perftest does');
+    expect(big.client!.params.size).toBe(2048);
+    expect(big.client!.mismatches).toBe(0);
+    const all = await pair('send-lat', ['-c', 'UD', '-a', '-n', '3', '--warm_up', '0']);
+    expect([all.c.code, all.s.code], all.c.stderr + all.s.stderr).toEqual([0, 0]);
+    const sizes = [...all.c.stdout.matchAll(/^ +(\d+) +3 /gm)].map((m) => Number(m[1]));
+    expect(sizes).toEqual([2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]); // -m 1024, the default
+    const mixed = await pair('send-lat', ['-n', '5'], ['-c', 'UD']);
+    expect([mixed.c.code, mixed.s.code]).toEqual([1, 1]);
+    expect(mixed.c.stderr.replace(/\n +/g, ' ')).toContain('the client runs -c (not given), this server was started with -c UD');
+  }, 120_000);
+
+  // The options perftest's usage() prints for its programs (perftest_parameters.c, 2026-07), as
+  // a script gives them: each is taken with its meaning, or refused by name with the reason.
+  const PERFTEST_USAGE = [
+    'aes_block_size=1',
+    'all',
+    'atomic_type=1',
+    'bidirectional',
+    'bind_source_ip=1',
+    'burst_size=1',
+    'comm_rdma_cm',
+    'congest_type=1',
+    'connection=1',
+    'connectionless',
+    'cpu_id=1',
+    'cpu_util',
+    'cq-mod=1',
+    'cqe_poll=1',
+    'cuda_mem_type=1',
+    'data_validation',
+    'data_validation_debug',
+    'disable_dynamic_polling',
+    'disable_numa',
+    'disable_pcie_relaxed',
+    'dlid=1',
+    'dont_xchg_versions',
+    'dualport',
+    'duration=1',
+    'events',
+    'flow_label=1',
+    'force-link=1',
+    'gid-index=1',
+    'gpu_touch=1',
+    'hop_limit=1',
+    'ib-dev=1',
+    'ib-port=1',
+    'inline_size=1',
+    'ipv6',
+    'ipv6-addr',
+    'iters=1',
+    'latency_gap=1',
+    'limit_bw=1',
+    'limit_msgrate=1',
+    'log_active_dci_streams=1',
+    'log_dci_streams=1',
+    'margin=1',
+    'mcg',
+    'mmap=1',
+    'mmap-offset=1',
+    'mr_per_qp',
+    'mtu=1',
+    'noPeak',
+    'no_enhanced_reorder',
+    'no_lock',
+    'numa_node=1',
+    'odp',
+    'opencl_platform_id=1',
+    'out_json',
+    'out_json_file=1',
+    'output=1',
+    'outs=1',
+    'payload_file_path=1',
+    'perform_warm_up',
+    'ph=1',
+    'pin_cores=1',
+    'pkey_index=1',
+    'port=1',
+    'post_list=1',
+    'qp=1',
+    'qp-timeout=1',
+    'rate_limit=1',
+    'rate_limit_type=1',
+    'rate_units=1',
+    'rdma_cm',
+    'recv_post_list=1',
+    'report-both',
+    'report-counters=1',
+    'report-cycles',
+    'report-histogram',
+    'report-per-port',
+    'report-unsorted',
+    'report_gbits',
+    'retry_count=1',
+    'reversed',
+    'run_infinitely',
+    'rx-depth=1',
+    'send_with_imm',
+    'size=1',
+    'sl=1',
+    'tclass=1',
+    'tos=1',
+    'tph_mem=1',
+    'tx-depth=1',
+    'typical_pkt_size=1',
+    'unsolicited_write',
+    'use-null-mr',
+    'use-srq',
+    'use_cuda=1',
+    'use_cuda_bus_id=1',
+    'use_cuda_dmabuf',
+    'use_cuda_pcie_mapping',
+    'use_data_direct',
+    'use_hl=1',
+    'use_hugepages',
+    'use_ib_dm_dmabuf=1',
+    'use_mlu=1',
+    'use_mlu_dmabuf',
+    'use_musa=1',
+    'use_musa_bus_id=1',
+    'use_musa_dmabuf',
+    'use_musa_pcie_mapping',
+    'use_neuron=1',
+    'use_neuron_dmabuf',
+    'use_old_post_send',
+    'use_ooo',
+    'use_opencl=1',
+    'use_rocm=1',
+    'use_rocm_dmabuf',
+    'vector=1',
+    'wait_destroy=1',
+    'write_with_imm',
+  ];
+
+  it("every option perftest's usage lists is taken or refused by name with its reason, on a bandwidth program and, those of one kind of test, a latency program", async () => {
+    // All of them on write-bw; on write-lat, those that differ by the kind of test.
+    const byKind = [
+      'cq-mod=1',
+      'noPeak',
+      'perform_warm_up',
+      'post_list=1',
+      'report-both',
+      'latency_gap=1',
+      'report-cycles',
+      'report-histogram',
+      'report-histogrm',
+      'report-unsorted',
+      'run_infinitely',
+    ];
+    const jobs = [...PERFTEST_USAGE.map((opt) => ['write-bw', `--${opt}`] as const), ...byKind.map((opt) => ['write-lat', `--${opt}`] as const)];
+    const outcomes: string[] = [];
+    for (let i = 0; i < jobs.length; i += 6) {
+      const batch = jobs.slice(i, i + 6);
+      const exits = await Promise.all(batch.map(([program, opt]) => start([program, '127.0.0.1', '-p', '1', opt]).exit));
+      exits.forEach((e, k) => {
+        const [program, opt] = batch[k]!;
+        const err = e.stderr.replace(/\n +/g, ' ');
+        if (/unknown option/.test(err)) outcomes.push(`${program} ${opt}: unknown`);
+        // Refused with a reason; or taken (it got as far as connecting, or its value was checked, or the run's rules named it).
+        else if (!/is refused: \S|cannot connect to 127\.0\.0\.1:1|argument '1' is invalid|pagefault-rdma: write-(bw|lat): /.test(err))
+          outcomes.push(`${program} ${opt}: ${err.slice(0, 120)}`);
+      });
+    }
+    expect(outcomes).toEqual([]);
+  }, 300_000);
 
   it("--help: perftest's defaults, each default once and as typed", async () => {
     const sizes: Array<[string, string]> = [

@@ -93,7 +93,11 @@ describe.skipIf(!built && !ci)('jobs of many processes (libfabric tcp)', () => {
     // The ranks left learned it through the job by themselves (not from the launcher's SIGTERM,
     // which comes after a grace of 3 s), said who went away, and exited 1.
     expect(e.stderr).toMatch(/^run: rank 0 exited 1, rank 1 exited 1, rank 2 killed by SIGKILL$/m);
-    for (const rank of [0, 1]) expect(e.stderr).toMatch(new RegExp(`^\\[${rank}\\] pagefault-rdma: .*rank 2 .*went away`, 'm'));
+    // Each rank's message is wrapped to its share of the width (COLUMNS): its continuation lines joined.
+    for (const rank of [0, 1]) {
+      const joined = e.stderr.replace(new RegExp(`\\n\\[${rank}\\] {3,}`, 'g'), ' ');
+      expect(joined).toMatch(new RegExp(`^\\[${rank}\\] pagefault-rdma: .*rank 2 .*went away`, 'm'));
+    }
     for (const pid of kids) expect(() => process.kill(pid, 0)).toThrow();
   }, 90_000);
 });

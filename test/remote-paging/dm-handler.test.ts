@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { RemotePager, touch, type RemotePagerOptions } from '../../lib/index.js';
 import { codeOf, P, until } from '../helpers.js';
 import { usePagers } from '../fixtures/pager.js';
+import { misnestedSpans } from '../trace-format.js';
 
 const pagers = usePagers();
 const pager = (o: RemotePagerOptions): Promise<RemotePager> => pagers.create(o);
@@ -95,6 +96,44 @@ describe('DM-Handler behaviour', () => {
     expect(s.majorFaults).toBeLessThanOrEqual(N / (W + 1) + 6);
     expect(s.prefetched).toBe(N - s.majorFaults);
     expect(s.pagesFetched).toBe(N);
+  });
+
+  it('traceEvents: each fault a span of the thread that took it, receipt to resolution; each worker its own track of batches and steps', async () => {
+    const N = 128;
+    const p = await pager({ size: N * P, residentLimit: 32 * P, evictBatch: 8, traceEvents: 100_000 });
+    const b = new Uint8Array(p.region.buffer);
+    for (let i = 0; i < N; i++) b[i * P] = i + 1; // the main thread: first touches, evictions, write-backs
+    await p.flush();
+    expect(await p.evict()).toBeGreaterThan(0);
+    // Two native threads read every page back at once: major faults, some coalesced with the other's.
+    const [x, y] = await Promise.all([touch(p.region, { probe: true }), touch(p.region, { probe: true })]);
+    expect(x.checksum).toBe(y.checksum);
+    await until('every fault counted', () => p.stats().faults === p.stats().majorFaults + p.stats().minorFaults, 2000);
+    const { events, dropped } = await p.trace();
+    expect(dropped).toBe(0);
+    const faults = events.filter((e) => e.name === 'fault');
+    expect(faults.length).toBe(p.stats().faults);
+    const threads = new Set(faults.map((e) => e.tid));
+    expect(threads.has(process.pid)).toBe(true); // the main JS thread's own first touches
+    expect(threads.size).toBeGreaterThanOrEqual(3); // and each walker's
+    const kinds = new Set(faults.map((e) => e.args['kind']));
+    expect(kinds.has('major')).toBe(true);
+    expect(kinds.has('first touch: zero page')).toBe(true);
+    for (const f of faults) expect(f.dur).toBeGreaterThanOrEqual(0);
+    // A fetch resolved each major fault: it is named, and the fault ends by the batch's end.
+    const fetches = new Map(events.filter((e) => e.name === 'fetch').map((e) => [e.args['batch'], e]));
+    for (const f of faults.filter((e) => e.args['kind'] === 'major')) {
+      const batch = fetches.get(f.args['batch']!);
+      expect(batch, `batch ${String(f.args['batch'])}`).toBeDefined();
+      expect(f.ts + f.dur).toBeLessThanOrEqual(batch!.ts + batch!.dur + 1);
+    }
+    const tracks = new Set(events.filter((e) => e.tid === 0).map((e) => e.track));
+    expect([...tracks].sort()).toEqual(expect.arrayContaining(['evict 0', 'fill 0', 'flush']));
+    expect(events.filter((e) => e.name === 'write-back' && e.track === 'flush').length).toBe(1);
+    // Every track's spans nest: the steps inside their batch, a thread's faults one after another.
+    const ids = new Map<string, number>();
+    const asChrome = events.map((e) => ({ ...e, pid: 0, tid: e.tid || -(ids.get(e.track!) ?? ids.set(e.track!, ids.size + 1).get(e.track!)!) }));
+    expect(misnestedSpans({ traceEvents: asChrome })).toEqual([]);
   });
 
   it('flush() writes dirty pages back without evicting; an evicted clean page needs no write', async () => {

@@ -5,7 +5,7 @@
 import { InvalidArgumentError } from 'commander';
 import { MODEL_LABEL } from '../../../kernel-sim/index.js';
 import type { LatencyStats } from '../../../lib/index.js';
-import { writeAbove } from './progress.js';
+import { writeAbove, writeErrAbove } from './progress.js';
 
 export { MODEL_LABEL };
 export const MEASURED_LABEL = 'measured (real time on this machine)';
@@ -21,6 +21,27 @@ export function columns(): number {
   if (process.stdout.isTTY === true && process.stdout.columns > 0) return process.stdout.columns;
   const env = Number(process.env.COLUMNS);
   return Number.isSafeInteger(env) && env >= 20 && env <= 1000 ? env : COLUMNS;
+}
+
+/**
+ * The width stderr's messages are wrapped to: its terminal's; not a terminal, COLUMNS when set
+ * (a job's ranks are told the launcher's); else none: a log or a pipe keeps a message a line.
+ */
+export function errColumns(): number | undefined {
+  if (process.stderr.isTTY === true && process.stderr.columns > 0) return process.stderr.columns;
+  const env = Number(process.env.COLUMNS);
+  return Number.isSafeInteger(env) && env >= 20 && env <= 1000 ? env : undefined;
+}
+
+/**
+ * A message on stderr, wrapped at spaces to errColumns() as print() wraps stdout (continuation
+ * lines indented 2); a word longer than the line (a path, an address) is left whole, so that it
+ * can be copied.
+ */
+export function printErr(text: string): void {
+  const width = errColumns();
+  const body = text.replace(/\n$/, '');
+  writeErrAbove((width === undefined ? [body] : body.split('\n').flatMap((l) => wrap(l, undefined, width, false))).map((l) => `${l}\n`).join(''));
 }
 
 /** Write one line to stdout (above the progress bar, when one is drawn). */
@@ -52,8 +73,8 @@ export function wrapped(text: string): string {
     .join('\n');
 }
 
-/** `text` as lines of at most `width` columns, cut at spaces. */
-export function wrap(text: string, indent?: number, width = COLUMNS): string[] {
+/** `text` as lines of at most `width` columns, cut at spaces (a longer word broken, unless `breakWords` is false). */
+export function wrap(text: string, indent?: number, width = COLUMNS, breakWords = true): string[] {
   if (text.length <= width) return [text];
   const lead = indent ?? /^ */.exec(text)![0].length + 2;
   const out: string[] = [];
@@ -62,6 +83,8 @@ export function wrap(text: string, indent?: number, width = COLUMNS): string[] {
   while (prefix.length + rest.length > width) {
     const room = width - prefix.length;
     let cut = rest.lastIndexOf(' ', room);
+    if (cut <= 0 && !breakWords) cut = rest.indexOf(' ', room); // one long word: whole, on a line of its own
+    if (cut <= 0 && !breakWords) break;
     if (cut <= 0) cut = room; // one long word: break it
     out.push((prefix + rest.slice(0, cut)).trimEnd());
     rest = rest.slice(cut).trimStart();

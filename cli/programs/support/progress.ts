@@ -40,6 +40,15 @@ export function writeAbove(text: string): void {
   process.stderr.write(fit(current.text));
 }
 
+/** Write `text` (whole lines) to stderr above the live line, which is redrawn below it. */
+export function writeErrAbove(text: string): void {
+  if (!current) {
+    process.stderr.write(text);
+    return;
+  }
+  process.stderr.write(CLEAR + text + fit(current.text));
+}
+
 /** A live status line on stderr, redrawn in place; nothing when stderr is not a terminal. */
 export function liveLine(): LiveLine {
   if (process.stderr.isTTY !== true || current) return { update: () => undefined, stop: () => undefined };
@@ -96,8 +105,12 @@ export function progress(total: number, what: string): Progress {
   };
 }
 
-// One terminal line: cut to the width, so that it never wraps (a wrapped line cannot be cleared with \r).
+// One terminal line: cut to the width, so that it never wraps (a wrapped line cannot be cleared
+// with \r), with room left for the ^C the terminal echoes after it on Ctrl-C: an echo that
+// wrapped would leave the line, cut, with a ^ glued to it above the cleared one.
+const ECHO_ROOM = 3;
 function fit(text: string): string {
   const cols = process.stderr.columns || 80;
-  return text.length < cols ? text : text.slice(0, cols - 1);
+  const room = Math.max(1, cols - ECHO_ROOM);
+  return text.length <= room ? text : text.slice(0, room);
 }
