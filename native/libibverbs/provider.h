@@ -95,9 +95,12 @@ struct pfr_qp {
 	uint32_t handle;
 	void *map;
 	size_t map_size;
-	struct pfr_ring sq; /* the rings the posts will produce into, once the device consumes them */
+	struct pfr_ring sq; /* the rings the posts produce into (post.c) */
 	struct pfr_ring rq;
 	bool has_sq, has_rq;
+	/* What the rings hold, as CREATE_QP answered: each WR is checked against it before it is written. */
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+	pthread_spinlock_t sq_lock, rq_lock; /* one producer per ring */
 };
 
 struct pfr_srq {
@@ -107,6 +110,8 @@ struct pfr_srq {
 	void *map;
 	size_t map_size;
 	struct pfr_ring ring;
+	uint32_t max_sge;
+	pthread_spinlock_t lock;
 };
 
 struct pfr_pd {
@@ -162,6 +167,9 @@ void pfr_set_ops(struct pfr_context *ctx);
 /* rings.c */
 int pfr_ring_map(int fd, size_t size, void **map);
 int pfr_ring_attach(struct pfr_ring *r, void *map, size_t map_size, uint64_t offset, uint16_t kind);
+
+/* post.c: the producer's step and the doorbell (docs/device-abi.md §2, §3) */
+void pfr_ring_doorbell(struct pfr_context *ctx);
 
 /* fault_thread.c */
 int pfr_fault_thread_start(struct pfr_context *ctx);
