@@ -387,13 +387,14 @@ Napi::Value Pagemap(const Napi::CallbackInfo& info) {
 Napi::Value Frames(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t off, len;
-  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  // A foreign region's are its process's own page tables (/proc/PID/pagemap), as pagemap() reads them.
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len, true);
   size_t pages = (len + PageSize() - 1) / PageSize();
-  int fd = PagemapFd();
+  int fd = PagemapOf(*m);
   if (fd < 0) ThrowSystemError(env, -fd, "open(/proc/self/pagemap)");
   constexpr uint64_t kPresent = 1ull << 63, kPfnMask = (1ull << 55) - 1;
   std::vector<uint64_t> entries(pages);
-  off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
+  off_t pos = static_cast<off_t>(((m->va() + off) / PageSize()) * 8);
   ssize_t want = static_cast<ssize_t>(pages * 8);
   ssize_t got = pread(fd, entries.data(), want, pos);
   if (got != want) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
