@@ -33,6 +33,8 @@ const PAGE = 4096;
 const MAX_MSG = 2 ** 31;
 /** Netlink "pids" of the contexts' fault sockets: a space of their own, never a real pid's. */
 const NETLINK_BASE = 0x4000_0000;
+/** The end of x86-64's (and AArch64's 48-bit) user address space. */
+const USER_END = 1n << 47n;
 /** Prefetch's window, pages. */
 const PREFETCH_PAGES = 16;
 
@@ -358,11 +360,11 @@ export class ContextDataPath {
 
   mrCreated(mr: Mr): void {
     const pd = this.#pds.get(mr.pd)!;
-    if (mr.implicit) return; // implicit ODP: not on the data path yet (REG_MR answers, its keys name nothing)
-    const region = this.#links.memory.region(mr.handle, mr.start, mr.length);
+    // Implicit ODP (addr 0, length SIZE_MAX): the program's whole user address space, page 0 aside.
+    const start = mr.implicit ? BigInt(PAGE) : mr.start;
+    const end = mr.implicit ? USER_END : mr.start + mr.length;
+    const region = this.#links.memory.region(mr.handle, start, end - start);
     this.#node.map(pd.stream, region, { read: true, write: (mr.access & (Access.LOCAL_WRITE | Access.REMOTE_WRITE)) !== 0 });
-    const start = mr.start;
-    const end = mr.start + mr.length;
     const rc = {
       closed: false,
       access: mr.access,
