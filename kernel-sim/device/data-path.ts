@@ -991,14 +991,17 @@ export class QpEngine {
     }
   }
 
-  // Complete what is done at the head, in posting order: its CQE (if signalled, or an error),
-  // then its slot back to the program. An error takes the QP to ERR: the rest is flushed.
+  // Complete what is done at the head, in posting order: its slot back to the program, then
+  // its CQE (if signalled, or an error). An error takes the QP to ERR: the rest is flushed.
   #retire(): void {
     const q = this.#qp;
     while (this.#inflight.length && this.#inflight[0]!.done) {
       const { wqe, out } = this.#inflight.shift()!;
       const o = q.state === QpState.ERR && out!.status === WcStatus.SUCCESS ? fail(WcStatus.WR_FLUSH_ERR) : out!;
       const signaled = q.sqSigAll || (wqe.flags & SendFlags.SIGNALED) !== 0;
+      // The slot first, then the CQE (rxe_comp's order): a program that polls the completion
+      // and posts at once finds the room it freed.
+      this.#sq!.consume();
       if ((signaled || o.status !== WcStatus.SUCCESS) && q.sendCq)
         if (
           !this.#ctx.complete(
@@ -1014,7 +1017,6 @@ export class QpEngine {
           )
         )
           this.toError();
-      this.#sq!.consume();
       if (o.status !== WcStatus.SUCCESS) this.toError();
     }
   }
