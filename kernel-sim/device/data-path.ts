@@ -679,6 +679,8 @@ export class QpEngine {
   readonly #landings = new Set<Landing>();
   /** The next send WQE, read and checked, waiting for those in flight. */
   #next: DevSendWqe | undefined;
+  /** An index of its rings was corrupt: they are not read until RESET. */
+  #broken = false;
   #psn = 0;
   #destroyed = false;
   #bounce: (MemoryLike & { buffer: ArrayBuffer }) | undefined;
@@ -760,6 +762,7 @@ export class QpEngine {
       this.#returned.length = 0;
       this.#sq?.reset();
       this.#rq?.reset();
+      this.#broken = false;
     }
     if (to === QpState.RTR && from !== QpState.RTR) this.rc.expectPsn(this.#qp.attrs.rqPsn);
     if (to === QpState.RTS && from === QpState.RTR) this.#psn = this.#qp.attrs.sqPsn & 0xff_ffff;
@@ -780,7 +783,7 @@ export class QpEngine {
     if (this.#returned.length) return this.#returned[0];
     if (this.#head) return this.#head;
     const r = this.#rq;
-    if (!r) return undefined;
+    if (!r || this.#broken) return undefined;
     const n = r.available();
     if (n < 0) return this.#corrupt();
     if (n === 0) return undefined;
@@ -945,7 +948,7 @@ export class QpEngine {
   kick(): boolean {
     const q = this.#qp;
     const r = this.#sq;
-    if (this.#destroyed) return false;
+    if (this.#destroyed || this.#broken) return false;
     if (q.state === QpState.ERR) this.#flushRecvs();
     if (!r || (q.state !== QpState.RTS && q.state !== QpState.ERR)) return false;
     let started = false;
@@ -1165,7 +1168,11 @@ export class QpEngine {
 
   // --- errors and the end ----------------------------------------------------------------------
 
+  // A ring whose index the program broke: counted once, the QP to error; the ring is not read
+  // again until the QP is reset.
   #corrupt(): undefined {
+    if (this.#broken) return undefined;
+    this.#broken = true;
     this.#ctx.engine.counters.corruptRings++;
     this.#ctx.engine.counters.refusedWqes++;
     if (this.#qp.state !== QpState.ERR) this.#ctx.asyncEvent(AsyncEventType.QP_FATAL, abi.ElementKind.QP, this.#qp.handle);
