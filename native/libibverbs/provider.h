@@ -85,7 +85,11 @@ struct pfr_cq {
 	struct pfr_ring ring;
 	pthread_spinlock_t lock; /* the consumer side: poll and arm */
 	uint32_t arm_sn;
+	uint32_t empty_polls; /* polls in a row that found nothing */
 };
+
+/* Empty polls of a CQ before poll_cq yields the CPU once (sched_yield), to the device. */
+#define PFR_POLLS_BEFORE_YIELD 64
 
 struct pfr_qp {
 	union {
