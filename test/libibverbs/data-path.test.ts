@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { queryStats } from '../../kernel-sim/device/client.js';
 import { compileFixture, deviceProcess, verbsEnv } from '../device/fixture.js';
-import { pair, run } from './pair.js';
+import { listening, pair, run } from './pair.js';
 
 let dev: Awaited<ReturnType<typeof deviceProcess>>;
 let build = '';
@@ -145,6 +145,34 @@ test.runIf(has('ibv_rc_pingpong'))(
     // Both programs' PD, MR, CQ and QP (and the killed one's channel-less context) released by the device.
     expect(after.releasedObjects - before.releasedObjects).toBeGreaterThanOrEqual(8);
     await both('ibv_rc_pingpong', ['-g', '0', '-n', '100']);
+  },
+  90_000,
+);
+
+test.runIf(has('ib_write_bw'))(
+  "a program killed in the middle of its transfers: the device survives its peer's writes into its memory and serves on",
+  async () => {
+    const before = await queryStats(dev.dir);
+    const port = String(22000 + (process.pid % 8000));
+    const args = ['-d', 'pfr0', '-x', '0', '-s', '65536', '-D', '30', '-p', port];
+    const server = run(dev.dir, 'ib_write_bw', args, 60_000);
+    for (let i = 0; i < 400 && !listening(Number(port)); i++) await new Promise((r) => setTimeout(r, 25));
+    const client = run(dev.dir, 'ib_write_bw', [...args, '127.0.0.1'], 60_000);
+    for (let i = 0; i < 200 && (await queryStats(dev.dir)).openContexts < before.openContexts + 2; i++) await new Promise((r) => setTimeout(r, 25));
+    await new Promise((r) => setTimeout(r, 1000));
+    // The server's memory is the one written: it goes first, writes in flight into it.
+    server.kill();
+    expect((await server.done).signal).toBe('SIGKILL');
+    const c = await Promise.race([client.done, new Promise<undefined>((r) => setTimeout(() => r(undefined), 10_000))]);
+    if (!c) client.kill();
+    expect((c ?? (await client.done)).status === 0).toBe(false);
+    let after = await queryStats(dev.dir);
+    for (let i = 0; i < 200 && after.openContexts > before.openContexts; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      after = await queryStats(dev.dir);
+    }
+    expect(after.openContexts).toBe(before.openContexts);
+    await both('ib_write_bw', ['-d', 'pfr0', '-x', '0', '-s', '65536', '-n', '100']);
   },
   90_000,
 );
