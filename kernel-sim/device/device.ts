@@ -46,8 +46,8 @@ export interface DeviceStats {
   /** Fault answers that broke the protocol (dropped). */
   faultAnswersRefused: number;
   releasedObjects: number;
-  /** The data path's counters (WQEs, CQEs, refused entries, corrupt rings, doorbells, events): in the device's own process only. */
-  dataPath?: DataPathCounters | undefined;
+  /** The data path's counters (WQEs, CQEs, refused entries, corrupt rings, doorbells; events in the device's own process only). */
+  dataPath?: Partial<DataPathCounters> & Pick<DataPathCounters, 'sendWqes' | 'recvWqes' | 'cqes' | 'refusedWqes' | 'corruptRings' | 'doorbells'>;
 }
 
 interface Connection {
@@ -247,7 +247,16 @@ export class Device {
     this.#refused.forEach((n, i) => v.setBigUint64(abi.deviceStats.offset('refused') + 8 * i, BigInt(n), true));
     w.u64('faults_raised', BigInt(s.faultsRaised)).u64('faults_resolved', BigInt(s.faultsResolved)).u64('faults_failed', BigInt(s.faultsFailed));
     w.u64('fault_answers_refused', BigInt(s.faultAnswersRefused));
-    return w.u64('released_objects', BigInt(s.releasedObjects)).bytes;
+    w.u64('released_objects', BigInt(s.releasedObjects));
+    const d = s.dataPath;
+    if (d)
+      w.u64('send_wqes', BigInt(d.sendWqes))
+        .u64('recv_wqes', BigInt(d.recvWqes))
+        .u64('cqes', BigInt(d.cqes))
+        .u64('refused_wqes', BigInt(d.refusedWqes))
+        .u64('corrupt_rings', BigInt(d.corruptRings))
+        .u64('doorbells', BigInt(d.doorbells));
+    return w.bytes;
   }
 
   // The connection is gone (the program ended or closed its context): its objects are released.
@@ -257,7 +266,9 @@ export class Device {
     if (c.ctx) {
       const n = c.ctx.release();
       this.#released += n;
-      this.#log(`context ${c.ctx.handle}: pid ${c.ctx.peer.pid} went away, ${n} object${n === 1 ? '' : 's'} released`);
+      const f = c.ctx.dataPath?.faults;
+      const faults = f ? `, its transfers took ${f.source} source and ${f.destination} destination faults` : '';
+      this.#log(`context ${c.ctx.handle}: pid ${c.ctx.peer.pid} went away, ${n} object${n === 1 ? '' : 's'} released${faults}`);
     }
     this.#armIdle();
   }

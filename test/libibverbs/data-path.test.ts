@@ -116,6 +116,11 @@ test('a program of its own evicts before every transfer: WRITE, SEND and READ fa
   expect(raised).toBeGreaterThanOrEqual(60);
   expect(after.faultsResolved - before.faultsResolved).toBe(raised);
   expect(after.faultsFailed - before.faultsFailed).toBe(0);
+  // 60 WQEs sent, 20 receives taken, a CQE for each, nothing refused.
+  expect(after.dataPath!.sendWqes - before.dataPath!.sendWqes).toBe(60);
+  expect(after.dataPath!.recvWqes - before.dataPath!.recvWqes).toBe(20);
+  expect(after.dataPath!.cqes - before.dataPath!.cqes).toBe(80);
+  expect(after.dataPath!.refusedWqes - before.dataPath!.refusedWqes).toBe(0);
 }, 90_000);
 
 test.runIf(has('ibv_rc_pingpong'))(
