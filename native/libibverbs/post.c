@@ -49,7 +49,7 @@ static int data_path(struct pfr_context *ctx)
 {
 	if (!(ctx->flags & PFR_INFO_DATA_PATH))
 		return ENOSYS;
-	if (ctx->conn.dead ||
+	if (ctx->conn.dead || atomic_load_explicit(&ctx->device_gone, memory_order_relaxed) ||
 	    atomic_load_explicit((_Atomic uint32_t *)&ctx->doorbell->device_state, memory_order_relaxed) != PFR_DEVICE_RUNNING)
 		return EIO;
 	return 0;

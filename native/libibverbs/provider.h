@@ -63,6 +63,7 @@ struct pfr_context {
 	pthread_t fault_thread;
 	bool fault_thread_started;
 	atomic_bool stopping;
+	atomic_bool device_gone; /* the fault socket ended while the context lived: the device died */
 	pthread_mutex_t objects_lock; /* the tables below, and the MRs the fault thread checks */
 	struct pfr_table mrs;
 	struct pfr_table cqs;

@@ -181,3 +181,27 @@ test.runIf(has('ib_write_bw'))(
   },
   90_000,
 );
+
+test.runIf(has('ibv_rc_pingpong'))(
+  'the device killed mid-run: both programs end with an error, neither hangs',
+  async () => {
+    const own = await deviceProcess();
+    const port = String(23000 + (process.pid % 8000));
+    const server = run(own.dir, 'ibv_rc_pingpong', ['-g', '0', '-n', '1000000', '-p', port], 60_000);
+    for (let i = 0; i < 400 && !listening(Number(port)); i++) await new Promise((r) => setTimeout(r, 25));
+    const client = run(own.dir, 'ibv_rc_pingpong', ['-g', '0', '-n', '1000000', '-p', port, '127.0.0.1'], 60_000);
+    for (let i = 0; i < 200 && (await queryStats(own.dir)).openContexts < 2; i++) await new Promise((r) => setTimeout(r, 25));
+    await new Promise((r) => setTimeout(r, 500));
+    own.child.kill('SIGKILL');
+    const t0 = Date.now();
+    const [s, c] = await Promise.all([server.done, client.done]);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    for (const r of [s, c]) {
+      expect(r.signal).toBeNull(); // ended by itself, not by the timeout's kill
+      expect(r.status).not.toBe(0);
+    }
+    expect(s.out + c.out).toMatch(/poll CQ failed|Failed status|Couldn't post/);
+    await own.stop();
+  },
+  90_000,
+);
