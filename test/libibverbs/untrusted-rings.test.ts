@@ -142,3 +142,20 @@ test('random bytes in a send ring and random indices: the device stays up and th
   expect(await q.say('write 3')).toBe('ok 3');
   expect(await q.say('read 3')).toBe('ok 3');
 });
+
+test("a CQ consumer index past the ring: the CQ is overrun (IBV_EVENT_CQ_ERR), its QPs go to error, the program's other work goes on", async () => {
+  const p = await start();
+  expect(await p.say('write 1')).toBe('ok 1');
+  const cq = p.ctx.objects.all('cq')[0]!;
+  const v = new DataView(cq.ring.mapping.buffer);
+  // The program's own index, which the device reads and never trusts.
+  v.setUint32(HDR.consumer_index, v.getUint32(HDR.producer_index, true) + 100_000, true);
+  const before = dev.device.stats().dataPath!;
+  expect(await p.say('post')).toBe('posted');
+  expect(await p.say('async')).toBe(`async ${AsyncEventType.CQ_ERR}`);
+  const after = dev.device.stats().dataPath!;
+  expect(after.corruptRings - before.corruptRings).toBe(1);
+  expect(after.cqes - before.cqes).toBe(0);
+  const q = await start();
+  expect(await q.say('write 2')).toBe('ok 2');
+});
