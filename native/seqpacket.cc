@@ -106,7 +106,9 @@ void Accept(Sock* l) {
     int fd = accept4(l->fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
-      Emit(l, "error", {Napi::Number::New(env, errno)});
+      const int err = errno;
+      Napi::HandleScope scope(env);  // the argument is a handle: made inside a scope (a uv callback has none)
+      Emit(l, "error", {Napi::Number::New(env, err)});
       return;
     }
     ucred cred{};
@@ -137,7 +139,12 @@ bool ReadOne(Sock* s) {
     if (errno == EAGAIN || errno == EINTR) return false;
     const int err = errno;
     const uint32_t handle = s->handle;
-    Emit(s, "error", {Napi::Number::New(env, err)});
+    {
+      // A peer killed with data unread is ECONNRESET here: its argument is a handle, made
+      // inside a scope (a uv callback has none; V8 aborts the process otherwise).
+      Napi::HandleScope scope(env);
+      Emit(s, "error", {Napi::Number::New(env, err)});
+    }
     if (g_socks.count(handle)) Close(g_socks[handle]);
     return false;
   }

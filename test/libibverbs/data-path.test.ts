@@ -23,6 +23,9 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(async () => {
   rmSync(build, { recursive: true, force: true });
+  // A device that died says why (its log's last lines) before the stop's exit code fails.
+  if (dev.child.exitCode !== null || dev.child.signalCode !== null)
+    console.error(`the device died (${dev.child.signalCode ?? dev.child.exitCode}):\n${dev.log.slice(-30).join('\n')}`);
   expect(await dev.stop()).toBe(0);
 });
 
