@@ -47,6 +47,10 @@ export interface Row {
   faults?: { perOp: number; usPerOp: number; evictUsPerOp: number };
   /** Our programs: each side's CPU per iteration, µs (medians); all-to-all: the median rank's CPU per transfer (as `client`). */
   cpuUsPerOp?: CpuPerOp;
+  /** All-to-all: the median rank's CPU per transfer between the barriers around the writes, µs (the rest of cpuUsPerOp is filling, checking, the first barrier). */
+  writeCpuUsPerTransfer?: number;
+  /** Our programs: how the client's write payloads past the batch were sent (lent from their pages, or copied), summed over the rounds. */
+  sends?: { lent: number; copied: number; lentBytes: number; copiedBytes: number };
 }
 
 /** Whether `cmd` is an executable on PATH. */
@@ -73,9 +77,13 @@ const ALLTOALL_ITERS = 20;
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MAIN = join(ROOT, 'dist/cli/main.js');
 
-function run(cmd: string, args: string[], timeoutMs = 300_000): Promise<{ code: number | null; out: string }> {
+function run(cmd: string, args: string[], env: Record<string, string> = {}, timeoutMs = 300_000): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve, reject) => {
-    const c = spawnOwned(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] }) as ChildProcessByStdio<null, Readable, Readable>;
+    const c = spawnOwned(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } }) as ChildProcessByStdio<
+      null,
+      Readable,
+      Readable
+    >;
     let out = '';
     c.stdout.on('data', (d: Buffer) => (out += d.toString()));
     c.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -128,20 +136,31 @@ interface Ours {
   evictUsPerOp: number;
   /** Each process's CPU per work request, µs. */
   cpu: CpuPerOp;
+  /** The client's payload sends: lent (no staging copy) or copied. */
+  sends?: { lent: number; copied: number; lentBytes: number; copiedBytes: number };
 }
 
 /** One of our programs as server and client processes (the server with `serverFlags` too); the client's --json results. */
-async function ours(program: string, size: number, iters: number, flags: string[], dir: string, serverFlags: string[] = []): Promise<Ours> {
+async function ours(
+  program: string,
+  size: number,
+  iters: number,
+  flags: string[],
+  dir: string,
+  serverFlags: string[] = [],
+  env: Record<string, string> = {},
+): Promise<Ours> {
   let sout = '';
   const server = spawnOwned(process.execPath, [MAIN, program, '-p', '0', ...serverFlags], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
   }) as ChildProcessByStdio<null, Readable, Readable>;
   server.stdout.on('data', (d: Buffer) => (sout += d.toString()));
   try {
     const port = (await waitFor(() => sout, /port (\d+)/))[1]!;
     const json = join(dir, `${program}-${size}-${flags.join('')}.json`);
     const args = [MAIN, program, '127.0.0.1', '-p', port, '-s', String(size), '-n', String(iters), '--json', json, ...flags];
-    const c = await run(process.execPath, args);
+    const c = await run(process.execPath, args, env);
     if (c.code !== 0) throw new Error(`bench:fabric: ${program} ${flags.join(' ')} failed:\n${c.out}`);
     type Time = { faults: number; totalUs: number } | undefined;
     const r = (
@@ -151,6 +170,7 @@ async function ours(program: string, size: number, iters: number, flags: string[
           faultTime?: Time;
           evictUs?: number;
           cpuUs?: number;
+          sends?: { lent: number; copied: number; lentBytes: number; copiedBytes: number };
           peer?: { faultTime?: Time; evictUs?: number; cpuUs?: number };
         };
       }
@@ -163,6 +183,7 @@ async function ours(program: string, size: number, iters: number, flags: string[
       faultsPerOp: sides.reduce((t, f) => t + (f?.faults ?? 0), 0) / n,
       evictUsPerOp: ((r.evictUs ?? 0) + (r.peer?.evictUs ?? 0)) / n,
       cpu: { client: (r.cpuUs ?? 0) / n, server: (r.peer?.cpuUs ?? 0) / n },
+      ...(r.sends ? { sends: r.sends } : {}),
     };
   } finally {
     await stop(server);
@@ -195,9 +216,15 @@ function median(xs: number[]): number {
  * The all-to-all program as a job of `ranks` processes (`run -n RANKS [--pin] -- alltoall`),
  * resident buffers: the typical time of one rank's write to one other rank, µs (an
  * iteration's typical time, its slowest rank's, over the ranks - 1 writes each rank makes in
- * it), and the median rank's CPU per transfer, µs.
+ * it), and the median rank's CPU per transfer, µs: all of it, and the part between the barriers around the writes.
  */
-async function alltoall(ranks: number, size: number, iters: number, dir: string, pin: boolean): Promise<{ us: number; cpuUs: number }> {
+async function alltoall(
+  ranks: number,
+  size: number,
+  iters: number,
+  dir: string,
+  pin: boolean,
+): Promise<{ us: number; cpuUs: number; writeCpuUs: number }> {
   const json = join(dir, `alltoall-${ranks}${pin ? '-pin' : ''}.json`);
   const args = [
     MAIN,
@@ -219,11 +246,16 @@ async function alltoall(ranks: number, size: number, iters: number, dir: string,
   if (c.code !== 0) throw new Error(`bench:fabric: run -n ${ranks}${pin ? ' --pin' : ''} -- alltoall failed:\n${c.out}`);
   const r = (
     JSON.parse(readFileSync(json, 'utf8')) as {
-      results: { rows: Array<{ typical: number }>; ranks: Array<{ cpuUs: number; transfers: number }> };
+      results: { rows: Array<{ typical: number }>; ranks: Array<{ cpuUs: number; writeCpuUs?: number; transfers: number }> };
     }
   ).results;
   const perRank = r.ranks.filter((x) => x.transfers > 0).map((x) => x.cpuUs / x.transfers);
-  return { us: r.rows.at(-1)!.typical / (ranks - 1), cpuUs: perRank.length ? median(perRank) : 0 };
+  const inWrites = r.ranks.filter((x) => x.transfers > 0).map((x) => (x.writeCpuUs ?? 0) / x.transfers);
+  return {
+    us: r.rows.at(-1)!.typical / (ranks - 1),
+    cpuUs: perRank.length ? median(perRank) : 0,
+    writeCpuUs: inWrites.length ? median(inWrites) : 0,
+  };
 }
 
 /** A measurement: how to take it once, and which kind of figure it gives. */
@@ -238,20 +270,27 @@ interface Case {
   faults?: Array<{ us: number; count: number; evictUs: number }>;
   /** Each round's CPU per work request of each process. */
   cpu?: CpuPerOp[];
+  /** Each round's client payload sends (lent or copied). */
+  sends?: NonNullable<Ours['sends']>[];
+  /** All-to-all: each round's median rank's CPU per transfer in the writes. */
+  writeCpu?: number[];
 }
 
 /** Take one of our runs, keeping its CPU per work request (and, with `withFaults`, its fault time). */
 function oursCase(c: Omit<Case, 'take' | 'faults' | 'cpu'>, run: () => Promise<Ours>, figure: (o: Ours) => number, withFaults = false): Case {
   const faults: NonNullable<Case['faults']> = [];
   const cpu: CpuPerOp[] = [];
+  const sends: NonNullable<Case['sends']> = [];
   return {
     ...c,
     ...(withFaults ? { faults } : {}),
     cpu,
+    sends,
     take: async () => {
       const o = await run();
       if (withFaults) faults.push({ us: o.faultUsPerOp, count: o.faultsPerOp, evictUs: o.evictUsPerOp });
       cpu.push(o.cpu);
+      if (o.sends) sends.push(o.sends);
       return figure(o);
     },
   };
@@ -300,10 +339,10 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       withFaults = false,
     ): Case =>
       oursCase({ key, what, size: o.small, kind: 'latency' }, () => ours(program, o.small, o.iters, flags, dir, serverFlags), figure, withFaults);
-    const bw = (key: string, what: string, program: string, flags: string[], withFaults = false): Case =>
+    const bw = (key: string, what: string, program: string, flags: string[], withFaults = false, env: Record<string, string> = {}): Case =>
       oursCase(
         { key, what, size: o.large, kind: 'bandwidth' },
-        () => ours(program, o.large, bwIters, flags, dir),
+        () => ours(program, o.large, bwIters, flags, dir, [], env),
         (r) => r.row.bwAverage!,
         withFaults,
       );
@@ -338,6 +377,8 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       lat('engineLat', 'send-lat resident (engine)', 'send-lat', [], typical),
       lat('engineLatFaults', 'send-lat faults at both ends (engine)', 'send-lat', ['--evict'], typical, [], true),
       bw('engineBw', 'write-bw resident (engine)', 'write-bw', []),
+      // The same with every payload copied into the send buffer (as before sends lent their pages).
+      bw('engineBwCopied', 'write-bw resident, sends copied (engine)', 'write-bw', [], false, { PFR_FABRIC_COPY_SENDS: '1' }),
       bw('engineBwFaults', 'write-bw faults at both ends (engine)', 'write-bw', ['--evict'], true),
       bw('stallReadBw', 'read-bw --stall resident (RMA)', 'read-bw', ['--stall']),
       ...progressRows,
@@ -346,15 +387,18 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       ...[2, 8].flatMap((ranks) =>
         [false, true].map((pin): Case => {
           const cpu: CpuPerOp[] = [];
+          const writeCpu: number[] = [];
           return {
             key: `alltoall${ranks}${pin ? 'Pin' : ''}`,
             what: `alltoall ${ranks} ranks${pin ? ' --pin' : ''}, per transfer`,
             size: ALLTOALL_BYTES,
             kind: 'latency',
             cpu,
+            writeCpu,
             take: async () => {
               const a = await alltoall(ranks, ALLTOALL_BYTES, ALLTOALL_ITERS, dir, pin);
               cpu.push({ client: a.cpuUs, server: 0 });
+              writeCpu.push(a.writeCpuUs);
               return a.us;
             },
           };
@@ -420,6 +464,20 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
           }
         : {}),
       ...(c.cpu?.length ? { cpuUsPerOp: { client: median(c.cpu.map((x) => x.client)), server: median(c.cpu.map((x) => x.server)) } } : {}),
+      ...(c.writeCpu?.length ? { writeCpuUsPerTransfer: median(c.writeCpu) } : {}),
+      ...(c.sends?.length
+        ? {
+            sends: c.sends.reduce(
+              (t, x) => ({
+                lent: t.lent + x.lent,
+                copied: t.copied + x.copied,
+                lentBytes: t.lentBytes + x.lentBytes,
+                copiedBytes: t.copiedBytes + x.copiedBytes,
+              }),
+              { lent: 0, copied: 0, lentBytes: 0, copiedBytes: 0 },
+            ),
+          }
+        : {}),
     }));
     const at = (key: string): Row => rows[cases.findIndex((c) => c.key === key)]!;
     const ratios: Record<string, number> = {
@@ -453,12 +511,22 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
       extra: perWrite(at('engineBwFaults').mbPerSec!) - perWrite(at('engineBw').mbPerSec!),
       faults: at('engineBwFaults').faults ?? NO_FAULTS,
     };
-    const explained = {
+    // The evicting is inside the measured time too (each side drops its buffer's pages in the
+    // loop, before each message): what is left after the faults and the evicting is the remainder.
+    const explained: Record<string, number> = {
       latencyExtraUs: latF.extra,
       latencyFaultUs: latF.faults.usPerOp / 2,
       latencyFaults: latF.faults.perOp / 2,
       latencyExtraVsFaultTime: latF.extra / (latF.faults.usPerOp / 2),
       latencyEvictUs: latF.faults.evictUsPerOp / 2,
+      latencyRemainderUs: latF.extra - latF.faults.usPerOp / 2 - latF.faults.evictUsPerOp / 2,
+      latencyExtraVsFaultAndEvictTime: latF.extra / ((latF.faults.usPerOp + latF.faults.evictUsPerOp) / 2),
+      // The CPU the faults add, per round trip, both processes: what a 2-core machine pays for them.
+      latencyExtraCpuUs:
+        (at('engineLatFaults').cpuUsPerOp?.client ?? NaN) +
+        (at('engineLatFaults').cpuUsPerOp?.server ?? NaN) -
+        (at('engineLat').cpuUsPerOp?.client ?? NaN) -
+        (at('engineLat').cpuUsPerOp?.server ?? NaN),
       bandwidthExtraUsPerWrite: bwF.extra,
       bandwidthFaultUsPerWrite: bwF.faults.usPerOp,
       bandwidthFaultsPerWrite: bwF.faults.perOp,
@@ -497,11 +565,39 @@ export async function benchFabric(o: FabricBenchOptions): Promise<{
         `${target(ratios.alltoallPerTransfer8vs2Ranks!, '<=', 1.3, 'x')}; pinned ${x(ratios.alltoallPinnedPerTransfer8vs2Ranks!)} ` +
         `${target(ratios.alltoallPinnedPerTransfer8vs2Ranks!, '<=', 1.3, 'x')}; 8 ranks pinned ${x(ratios.alltoall8PinnedVsFree!)} free`,
     );
+    // All-to-all is CPU-bound: each of R ranks makes R - 1 transfers an iteration at c µs of CPU
+    // each between the barriers around the writes, on C CPUs, so one transfer takes at least
+    // R c / min(R, C) of wall time (c: the median rank's, so about).
+    const ncpu = cpus().length;
+    const floor = (key: string, ranks: number) => ((at(key).writeCpuUsPerTransfer ?? NaN) * ranks) / Math.min(ranks, ncpu);
+    for (const key of ['alltoall2', 'alltoall2Pin', 'alltoall8', 'alltoall8Pin'])
+      explained[`${key}CpuFloorUs`] = floor(key, key.startsWith('alltoall8') ? 8 : 2);
+    print(
+      `all-to-all, CPU per transfer per rank (median rank; in the writes, between their barriers) and the wall time that CPU needs on ${ncpu} CPUs (R x CPU / min(R, CPUs)): ` +
+        ['alltoall2', 'alltoall2Pin', 'alltoall8', 'alltoall8Pin']
+          .map(
+            (key) =>
+              `${key.replace('alltoall', '').replace('Pin', ' pinned')} ranks ${(at(key).cpuUsPerOp?.client ?? NaN).toFixed(0)} us CPU ` +
+              `(${(at(key).writeCpuUsPerTransfer ?? NaN).toFixed(0)} in the writes), ` +
+              `floor ${explained[`${key}CpuFloorUs`]!.toFixed(0)} us, measured ${at(key).latencyUs!.toFixed(0)} us (${x(at(key).latencyUs! / explained[`${key}CpuFloorUs`]!)})`,
+          )
+          .join('; '),
+    );
+    const sent = at('engineBw').sends;
+    if (sent)
+      print(
+        `sends without a staging copy: write-bw resident lent ${sent.lent} payloads (${(sent.lentBytes / 2 ** 20).toFixed(0)} MiB) and copied ${sent.copied}; ` +
+          `CPU per write lent ${(at('engineBw').cpuUsPerOp?.client ?? NaN).toFixed(0)}+${(at('engineBw').cpuUsPerOp?.server ?? NaN).toFixed(0)} us, ` +
+          `copied (PFR_FABRIC_COPY_SENDS=1) ${(at('engineBwCopied').cpuUsPerOp?.client ?? NaN).toFixed(0)}+${(at('engineBwCopied').cpuUsPerOp?.server ?? NaN).toFixed(0)} us; ` +
+          `${at('engineBw').mbPerSec!.toFixed(0)} against ${at('engineBwCopied').mbPerSec!.toFixed(0)} MB/sec`,
+      );
     const each = (us: number, n: number) => (n ? (us / n).toFixed(1) : '-');
     print(
       `faults at both ends (terminate mode): send-lat +${explained.latencyExtraUs.toFixed(1)} us one way against ` +
         `${explained.latencyFaults.toFixed(2)} faults x ${each(explained.latencyFaultUs, explained.latencyFaults)} us measured in them = ` +
         `${explained.latencyFaultUs.toFixed(1)} us (${x(explained.latencyExtraVsFaultTime)}), and ${explained.latencyEvictUs.toFixed(1)} us evicting; ` +
+        `remainder ${explained.latencyRemainderUs.toFixed(1)} us (extra ${x(explained.latencyExtraVsFaultAndEvictTime)} the faults and the evicting; ` +
+        `+${explained.latencyExtraCpuUs.toFixed(0)} us CPU per round trip, both processes); ` +
         `write-bw +${explained.bandwidthExtraUsPerWrite.toFixed(1)} us per write against ` +
         `${explained.bandwidthFaultsPerWrite.toFixed(1)} faults x ${each(explained.bandwidthFaultUsPerWrite, explained.bandwidthFaultsPerWrite)} us = ` +
         `${explained.bandwidthFaultUsPerWrite.toFixed(1)} us (${x(explained.bandwidthExtraVsFaultTime)}; the faults of writes in flight overlap), ` +

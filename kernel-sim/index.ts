@@ -100,6 +100,7 @@ export {
   PROGRESS_MODES,
   type ProgressMode,
   type ProgressStats,
+  type FabricSendStats,
   peerTimeoutMs,
   type LibfabricOptions,
   type LibfabricProvider,
@@ -110,10 +111,16 @@ export { Scheduler, type Schedulable } from './scheduler/scheduler.js';
 export { CopyEngine, CopyFlag, CopyStatus, type CopyResult, type CopyTag } from './pldma/copy-engine.js';
 export { Pldma } from './pldma/pldma.js';
 export {
+  MrState,
+  mrFree,
+  mrRecord,
   RcOp,
   RcTables,
   rnrTimerMs,
+  type RcAddressSpace,
+  type RcEvent,
   type RcMr,
+  type RcPd,
   type RcOdp,
   type RcQp,
   type RcReceived,

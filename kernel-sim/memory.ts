@@ -29,6 +29,8 @@ export interface MemoryLike {
   observe(o: MemoryObserver): void;
   /** Stop being told. */
   unobserve(o: MemoryObserver): void;
+  /** Make [offset, offset+length) resident (MADV_POPULATE_WRITE), where the memory can (the 'prefault' baseline). */
+  populate?(offset: number, length: number): void;
 }
 
 /** A fault as a userfaultfd reports it (lib's Fault satisfies this). */

@@ -142,6 +142,7 @@ export {
   PROGRESS_MODES,
   type ProgressMode,
   type ProgressStats,
+  type FabricSendStats,
   peerTimeoutMs,
   type LibfabricProvider,
   type LibfabricOptions,

@@ -92,6 +92,37 @@ size_t ForeignCopy(const Mapping& s, size_t src_off, const Mapping& d, size_t ds
 void NoteDrop();
 void NoteDropAhead();
 
+// Presence proofs (copy_engine.cc): whether every page of a range of a mapping has a present
+// page-table entry, from pagemap or from a proof of it still valid (the drop epoch unchanged,
+// younger than its TTL, no swap). One owner thread: the copy engine's inline copies, the
+// transport's sends that lend the provider their source (fabric.cc).
+class PresenceProofs {
+ public:
+  bool Present(const Mapping& m, size_t off, size_t len, int* reads);
+
+ private:
+  struct Proof {
+    const Mapping* m = nullptr;
+    uintptr_t first = 0, last = 0;
+    uint64_t epoch = 0, at = 0;
+  };
+  Proof proofs[32];
+  bool swap_on = true;  // checked at most once per TTL (sysinfo)
+  uint64_t swap_checked_at = 0;
+};
+
+// Before the addon itself takes pages away from [addr, addr+len) of this process (evict, zap,
+// MADV_PAGEOUT/COLLAPSE, UFFDIO_MOVE's source): whatever lent those pages to a reader that
+// reads them later (a send posted without a staging copy, fabric.cc) is finished first. 0, or
+// an errno (EBUSY: a lent send its peer did not take within the bound; nothing was dropped).
+// `file`: the drop punches the pages out of a memfd (MADV_REMOVE), so every mapping of it loses
+// them, wherever it is mapped: every lent send from a file-backed mapping is finished.
+// Set by InitFabric; null without libfabric.
+extern int (*g_before_drop)(uintptr_t addr, size_t len, bool file);
+inline int BeforeDrop(const void* addr, size_t len, bool file = false) {
+  return g_before_drop && len ? g_before_drop(reinterpret_cast<uintptr_t>(addr), len, file) : 0;
+}
+
 // CRC-32C of n bytes, continuing from seed (checksum.cc).
 uint32_t Crc32c(uint32_t seed, const uint8_t* p, size_t n);
 

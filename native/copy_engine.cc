@@ -38,13 +38,53 @@ std::atomic<uint64_t> g_drop_epoch{1};
 std::atomic<uint64_t> g_no_proofs_until{0};
 constexpr uint64_t kProofTtlNs = 10'000'000;
 constexpr uint64_t kDropAheadNs = 1'000'000;
-// Proofs kept: the mappings of the buffers and the transport's receive slots in use at once.
-constexpr unsigned kProofs = 32;
 
 bool SwapOn() {
   struct sysinfo si {};
   return sysinfo(&si) != 0 || si.totalswap != 0;
 }
+
+}  // namespace
+
+// True if every page of [off, off+len) of m has a present page-table entry: from a proof still
+// valid, or from pagemap (one read; *reads counts them). Unsound proofs are never kept.
+bool PresenceProofs::Present(const Mapping& m, size_t off, size_t len, int* reads) {
+  if (len == 0) return true;
+  // Another process drops its pages without telling this one: no proof of them is kept.
+  if (m.foreign()) return ++*reads, AllPresent(m, off, len);
+  const uintptr_t ps = static_cast<uintptr_t>(PageSize());
+  const uintptr_t first = reinterpret_cast<uintptr_t>(m.addr + off) / ps;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(m.addr + off) + len - 1) / ps;
+  // Read before pagemap: a drop that completes after the read bumps past it.
+  const uint64_t epoch = g_drop_epoch.load(std::memory_order_acquire);
+  const uint64_t now = NowNs();
+  Proof* mine = nullptr;
+  Proof* oldest = &proofs[0];  // replaced when m has none: the least recently proved
+  for (Proof& p : proofs) {
+    if (p.at < oldest->at) oldest = &p;
+    if (p.m != &m) continue;
+    mine = &p;
+    if (p.epoch == epoch && now - p.at < kProofTtlNs && p.first <= first && last <= p.last) return true;
+  }
+  ++*reads;
+  if (!AllPresent(m, off, len)) return false;
+  if (now - swap_checked_at >= kProofTtlNs) {
+    swap_on = SwapOn();
+    swap_checked_at = now;
+  }
+  if (swap_on || now < g_no_proofs_until.load(std::memory_order_acquire)) return true;
+  if (mine && mine->epoch == epoch && now - mine->at < kProofTtlNs && first <= mine->last + 1 && mine->first <= last + 1) {
+    // Pages next to a valid proof: one proof for the span, as old as its oldest part.
+    mine->first = std::min(mine->first, first);
+    mine->last = std::max(mine->last, last);
+    return true;
+  }
+  if (!mine) mine = oldest;
+  *mine = Proof{&m, first, last, epoch, now};
+  return true;
+}
+
+namespace {
 
 enum JobFlag : uint32_t { kCheckSource = 1, kCheckDest = 2 };
 enum Status : int { kOk = 0, kSourceFault = 1, kDestFault = 2, kCancelled = 3 };
@@ -207,54 +247,8 @@ struct Engine {
 
   bool Matches(double k, double q, double key, double qp) const { return (key >= 0 && k == key) || (qp >= 0 && q == qp); }
 
-  // Pages [first, last] of mapping m had present entries at `at`, epoch `epoch`. Touched only
-  // by the engine's own JS thread (EngineCopyNow), so no lock.
-  struct Proof {
-    const Mapping* m = nullptr;
-    uintptr_t first = 0, last = 0;
-    uint64_t epoch = 0, at = 0;
-  };
-  Proof proofs[kProofs];
-  bool swap_on = true;  // checked at most once per kProofTtlNs (sysinfo)
-  uint64_t swap_checked_at = 0;
-
-  // True if every page of [off, off+len) of m has a present page-table entry: from a proof
-  // still valid, or from pagemap (one read; *reads counts them). Unsound proofs are never kept.
-  bool Present(const Mapping& m, size_t off, size_t len, int* reads) {
-    if (len == 0) return true;
-    // Another process drops its pages without telling this one: no proof of them is kept.
-    if (m.foreign()) return ++*reads, AllPresent(m, off, len);
-    const uintptr_t ps = static_cast<uintptr_t>(PageSize());
-    const uintptr_t first = reinterpret_cast<uintptr_t>(m.addr + off) / ps;
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(m.addr + off) + len - 1) / ps;
-    // Read before pagemap: a drop that completes after the read bumps past it.
-    const uint64_t epoch = g_drop_epoch.load(std::memory_order_acquire);
-    const uint64_t now = NowNs();
-    Proof* mine = nullptr;
-    Proof* oldest = &proofs[0];  // replaced when m has none: the least recently proved
-    for (Proof& p : proofs) {
-      if (p.at < oldest->at) oldest = &p;
-      if (p.m != &m) continue;
-      mine = &p;
-      if (p.epoch == epoch && now - p.at < kProofTtlNs && p.first <= first && last <= p.last) return true;
-    }
-    ++*reads;
-    if (!AllPresent(m, off, len)) return false;
-    if (now - swap_checked_at >= kProofTtlNs) {
-      swap_on = SwapOn();
-      swap_checked_at = now;
-    }
-    if (swap_on || now < g_no_proofs_until.load(std::memory_order_acquire)) return true;
-    if (mine && mine->epoch == epoch && now - mine->at < kProofTtlNs && first <= mine->last + 1 && mine->first <= last + 1) {
-      // Pages next to a valid proof: one proof for the span, as old as its oldest part.
-      mine->first = std::min(mine->first, first);
-      mine->last = std::max(mine->last, last);
-      return true;
-    }
-    if (!mine) mine = oldest;
-    *mine = Proof{&m, first, last, epoch, now};
-    return true;
-  }
+  // Presence proofs of the inline path, touched only by the engine's own JS thread (EngineCopyNow).
+  PresenceProofs proofs;
 };
 
 void Deliver(Napi::Env env, Napi::Function cb, std::shared_ptr<Engine>* ctx, void*) {
@@ -397,7 +391,7 @@ Napi::Value EngineCopyNow(const Napi::CallbackInfo& info) {
   }
   uint64_t t0 = NowNs();
   int reads = 0;
-  bool present = e->Present(*src, src_off, len, &reads) && e->Present(*dst, dst_off, len, &reads);
+  bool present = e->proofs.Present(*src, src_off, len, &reads) && e->proofs.Present(*dst, dst_off, len, &reads);
   if (out.ElementLength() > 2) out[2] = reads;
   if (!present) return Napi::Number::New(env, -1);
   int status = kOk;
@@ -461,6 +455,8 @@ Napi::Value EngineClose(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+int (*g_before_drop)(uintptr_t, size_t, bool) = nullptr;
 
 void NoteDrop() { g_drop_epoch.fetch_add(1, std::memory_order_acq_rel); }
 

@@ -132,6 +132,41 @@ constexpr size_t kSendCompleteBytes = 256u << 10;
 
 enum class Op { Recv, Send, Rma };
 
+// Lent sends (a payload sent straight from its source's memory, no staging copy): the ranges
+// the provider may still read, for a drop from a thread other than the transport's
+// (FinishLent refuses to drop those: it cannot progress another thread's connections).
+struct LentRange {
+  uintptr_t addr;
+  size_t len;
+  bool file;  // of a file-backed (memfd) mapping: any mapping of the file can punch its pages
+  bool operator==(const LentRange& o) const { return addr == o.addr && len == o.len && file == o.file; }
+};
+std::mutex g_lentMu;
+std::vector<LentRange> g_lentRanges;
+std::atomic<size_t> g_lentCount{0};
+std::thread::id g_fabricThread;
+// How long a drop of lent pages may progress the connections before it gives up (EBUSY):
+// the peer takes what its socket buffer holds within a round trip; one that reads nothing
+// for this long is not waited for.
+constexpr uint64_t kLendDrainNs = 1'000'000'000;
+
+bool Meets(const LentRange& r, uintptr_t addr, size_t len, bool file) { return (r.addr < addr + len && addr < r.addr + r.len) || (file && r.file); }
+
+void LendRange(const LentRange& r) {
+  std::lock_guard<std::mutex> lock(g_lentMu);
+  g_lentRanges.push_back(r);
+  g_lentCount++;
+}
+
+void UnlendRange(const LentRange& r) {
+  std::lock_guard<std::mutex> lock(g_lentMu);
+  auto it = std::find(g_lentRanges.begin(), g_lentRanges.end(), r);
+  if (it == g_lentRanges.end()) return;
+  *it = g_lentRanges.back();
+  g_lentRanges.pop_back();
+  g_lentCount--;
+}
+
 // A receive slot's state: posted to the provider, in JavaScript's handler, held by
 // JavaScript after it (its bytes are a staged write's payload), or spare (kept, not posted).
 enum class Slot { Posted, Handling, Held, Spare };
@@ -147,6 +182,38 @@ struct Ctx {
   size_t cap = 0;
   std::unique_ptr<uint8_t[]> own;
   Slot state = Slot::Spare;  // Recv on a slot connection
+  // Send: the payload, lent (no staging copy): `lentLen` bytes at `lentData` of `lent`, sent
+  // after `data` straight from the source's memory. The mapping stays mapped while the
+  // provider may read it; a drop of those pages finishes the send first (FinishLent).
+  std::shared_ptr<Mapping> lent;
+  const uint8_t* lentData = nullptr;
+  size_t lentLen = 0;
+  LentRange Range() const { return {reinterpret_cast<uintptr_t>(lentData), lentLen, lent && lent->fd >= 0}; }
+  void Lend(std::shared_ptr<Mapping> m, const uint8_t* p, size_t n) {
+    lent = std::move(m);
+    lentData = p;
+    lentLen = n;
+    LendRange(Range());
+  }
+  void Unlend() {
+    if (!lentLen) return;
+    UnlendRange(Range());
+    lent.reset();
+    lentData = nullptr;
+    lentLen = 0;
+  }
+  ~Ctx() { Unlend(); }
+};
+
+// A completion read while a lent send was being finished (FinishLent, from inside another
+// call): handed to JavaScript by the next DrainCq. Send completions are not kept: they are
+// native bookkeeping, done at once (a failed one's error is kept: sendErr).
+struct Stashed {
+  Ctx* x;
+  size_t len;
+  uint64_t flags;
+  int err;  // 0, or the error entry's errno
+  bool sendErr;
 };
 
 struct Conn;
@@ -214,6 +281,13 @@ struct Conn {
   size_t unasked = 0;
   size_t unaskedBytes = 0;
   std::vector<Ctx*> sendPool;  // completed sends' buffers, reused
+  std::vector<Ctx*> lentPosted;  // posted sends whose payload the provider may still read
+  std::deque<Stashed> stash;     // completions read by FinishLent, not yet handled
+  // How sends went: payload lent (no staging copy) or copied into the send buffer, and lent
+  // sends that a drop of their pages had to finish (posted) or copy (still in the backlog).
+  struct {
+    double lent = 0, copied = 0, lentBytes = 0, copiedBytes = 0, finishedOnDrop = 0, copiedOnDrop = 0;
+  } sends;
   std::unordered_map<uint32_t, fid_mr*> mrs;
   uint32_t nextMr = 1;
   Napi::FunctionReference onEvent;
@@ -319,6 +393,11 @@ void CloseFids(Conn* c) {
   c->recvs.clear();
   for (Ctx* s : c->backlog) delete s;
   c->backlog.clear();
+  // A lent send not on `inflight` (no selective completions) is freed here, its mapping let go.
+  for (Ctx* s : c->lentPosted)
+    if (std::find(c->inflight.begin(), c->inflight.end(), s) == c->inflight.end()) delete s;
+  c->lentPosted.clear();
+  c->stash.clear();
   for (Ctx* s : c->inflight) delete s;
   c->inflight.clear();
   for (Ctx* s : c->sendPool) delete s;
@@ -453,7 +532,12 @@ Ctx* TakeSend(Conn* c, size_t len) {
 
 // A full pool keeps the larger buffers: a small message must not cost a large one its place.
 void ReturnSend(Conn* c, Ctx* s) {
-  c->pendingBytes -= s->len;
+  c->pendingBytes -= s->len + s->lentLen;
+  if (s->lentLen) {
+    auto it = std::find(c->lentPosted.begin(), c->lentPosted.end(), s);
+    if (it != c->lentPosted.end()) c->lentPosted.erase(it);
+    s->Unlend();
+  }
   if (c->closed) {
     delete s;
     return;
@@ -479,15 +563,17 @@ void ReturnSend(Conn* c, Ctx* s) {
 
 // Post one send; a send that asks for no completion (see kSendCompleteEvery) waits in
 // `inflight` until a later one's completion.
+// A lent send always asks: its completion is what lets its pages go.
 ssize_t PostSend(Conn* c, Ctx* s) {
-  bool ask = !c->selective || c->unasked + 1 >= kSendCompleteEvery || c->unaskedBytes + s->len >= kSendCompleteBytes;
+  bool ask = !c->selective || s->lentLen || c->unasked + 1 >= kSendCompleteEvery || c->unaskedBytes + s->len >= kSendCompleteBytes;
   uint64_t flags = ask ? FI_COMPLETION : 0;
-  iovec iov{s->data, s->len};
+  iovec iov[2] = {{s->data, s->len}, {const_cast<uint8_t*>(s->lentData), s->lentLen}};
   fi_msg msg{};
-  msg.msg_iov = &iov;
-  msg.iov_count = 1;
+  msg.msg_iov = iov;
+  msg.iov_count = s->lentLen ? 2 : 1;
   msg.context = &s->fi;
   ssize_t r = fi_sendmsg(c->ep, &msg, flags);
+  if (r == 0 && s->lentLen) c->lentPosted.push_back(s);
   if (r == 0 && c->selective) {
     c->inflight.push_back(s);
     c->unasked = ask ? 0 : c->unasked + 1;
@@ -514,7 +600,7 @@ void Flush(Conn* c) {
     if (r == -FI_EAGAIN) return;
     c->backlog.pop_front();
     if (r < 0) {
-      c->pendingBytes -= s->len;
+      c->pendingBytes -= s->len + s->lentLen;
       delete s;
       Napi::Env env = c->onEvent.Env();
       Napi::HandleScope scope(env);
@@ -549,6 +635,7 @@ uint64_t SpinBudget(Conn* c) {
 }
 
 void DrainCq(Conn* c);
+void Kick(Conn* c);
 
 // Before the loop sleeps with a reply due: poll the CQ's wait fd (not sleeping) for at most the
 // budget, and no longer than the loop's next timer; what comes is drained at once. Not when the
@@ -584,23 +671,83 @@ void Spin(Conn* c, uv_loop_t* loop) {
   Guarded(c, [&] { DrainCq(c); });
 }
 
-void DrainCq(Conn* c) {
+// One error completion. A receive cancelled by the close: freed with the connection.
+void HandleErr(Conn* c, Ctx* x, int code, bool sendDone) {
   Napi::Env env = c->onEvent.Env();
+  if (x && x->op == Op::Rma) {
+    Napi::HandleScope scope(env);
+    Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, -code)});
+    delete x;
+  } else if ((x && x->op == Op::Send) || sendDone) {
+    if (x) SendDone(c, x);
+    if (code != FI_ECANCELED) {
+      Napi::HandleScope scope(env);
+      Emit(c, "error", {FiError(env, -code, "fi_send").Value()});
+    }
+  }
+}
+
+// One completion; false once the connection closed (a handler closed it).
+bool Handle(Conn* c, Ctx* x, size_t len, uint64_t flags) {
+  Napi::Env env = c->onEvent.Env();
+  if (x->op == Op::Recv) {
+    Napi::HandleScope scope(env);
+    Replied(c);
+    // A view of the slot, no copy: posted again once the handler has returned, unless it
+    // held the slot (a closed connection freed `x` meanwhile).
+    x->state = Slot::Handling;
+    c->posted--;
+    // What the provider says it placed is checked before a view is made over it: its
+    // parser takes a peer's header fields as they come (libfabric 1.17's tcp reports a
+    // length past the posted buffer for a header whose hdr_size is smaller than the header).
+    const char* bad = len > x->cap ? "a libfabric message whose length is past its receive slot"
+                      : (flags & (FI_TAGGED | FI_REMOTE_CQ_DATA | FI_MULTI_RECV)) ? "a libfabric message with flags this transport never sends"
+                                                                                : nullptr;
+    if (bad) {
+      Refuse(c, bad);
+      if (c->closed) return false;
+      PostRecv(c, x);
+      return true;
+    }
+    Napi::Uint8Array msg = Napi::Uint8Array::New(env, len, c->slotBuffers[x->id].Value(), 0);
+    Emit(c, "message", {msg, Napi::Number::New(env, x->id)});
+    if (c->closed) return false;
+    if (x->state == Slot::Handling) PostRecv(c, x);
+  } else if (x->op == Op::Send) {
+    SendDone(c, x);
+  } else {
+    Napi::HandleScope scope(env);
+    Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, 0)});
+    delete x;
+  }
+  return !c->closed;
+}
+
+void DrainCq(Conn* c) {
   struct Depth {
     Conn* c;
     explicit Depth(Conn* c) : c(c) { c->draining++; }
     ~Depth() { c->draining--; }
   } depth(c);
-  // Sleep on the fd only when libfabric says nothing is pending (else read again).
+  // Sleep on the fd only when libfabric says nothing is pending (else read again), and
+  // nothing FinishLent read is waiting here.
   auto mayWait = [c]() {
     Flush(c);
     fid* f = &c->cq->fid;
-    return c->closed || fi_trywait(c->fabric, &f, 1) == FI_SUCCESS;
+    return c->closed || (c->stash.empty() && fi_trywait(c->fabric, &f, 1) == FI_SUCCESS);
   };
   // Bounded: with sends queued on a dead socket fi_trywait keeps saying "not yet"; the
   // uv_poll or the tick comes back (never a spin on the event loop).
   for (int round = 0; round < 64; round++) {
     if (c->closed) return;
+    // What FinishLent read first, in the order it came.
+    while (!c->stash.empty()) {
+      Stashed st = c->stash.front();
+      c->stash.pop_front();
+      if (st.err || st.sendErr) HandleErr(c, st.x, st.err ? st.err : EIO, st.sendErr);
+      else if (!Handle(c, st.x, st.len, st.flags)) return;
+      if (c->closed) return;
+    }
     fi_cq_data_entry e[16];
     ssize_t n = fi_cq_read(c->cq, e, 16);
     if (n == -FI_EAGAIN) {
@@ -610,61 +757,107 @@ void DrainCq(Conn* c) {
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(c->cq, &err, 0) < 0) return;
-      Ctx* x = static_cast<Ctx*>(err.op_context);
-      int code = err.err ? err.err : EIO;
-      if (x && x->op == Op::Rma) {
-        Napi::HandleScope scope(env);
-        Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, -code)});
-        delete x;
-      } else if (x && x->op == Op::Send) {
-        SendDone(c, x);
-        if (code != FI_ECANCELED) {
-          Napi::HandleScope scope(env);
-          Emit(c, "error", {FiError(env, -code, "fi_send").Value()});
-        }
-      }
-      // A receive cancelled by the close: freed with the connection.
+      HandleErr(c, static_cast<Ctx*>(err.op_context), err.err ? err.err : EIO, false);
       continue;
     }
     if (n < 0) return;
-    for (ssize_t i = 0; i < n; i++) {
-      Ctx* x = static_cast<Ctx*>(e[i].op_context);
-      if (x->op == Op::Recv) {
-        Napi::HandleScope scope(env);
-        Replied(c);
-        // A view of the slot, no copy: posted again once the handler has returned, unless it
-        // held the slot (a closed connection freed `x` meanwhile).
-        x->state = Slot::Handling;
-        c->posted--;
-        // What the provider says it placed is checked before a view is made over it: its
-        // parser takes a peer's header fields as they come (libfabric 1.17's tcp reports a
-        // length past the posted buffer for a header whose hdr_size is smaller than the header).
-        const char* bad = e[i].len > x->cap ? "a libfabric message whose length is past its receive slot"
-                          : (e[i].flags & (FI_TAGGED | FI_REMOTE_CQ_DATA | FI_MULTI_RECV)) ? "a libfabric message with flags this transport never sends"
-                                                                                          : nullptr;
-        if (bad) {
-          Refuse(c, bad);
-          if (c->closed) return;
-          PostRecv(c, x);
-          continue;
-        }
-        Napi::Uint8Array msg = Napi::Uint8Array::New(env, e[i].len, c->slotBuffers[x->id].Value(), 0);
-        Emit(c, "message", {msg, Napi::Number::New(env, x->id)});
-        if (c->closed) return;
-        if (x->state == Slot::Handling) PostRecv(c, x);
-      } else if (x->op == Op::Send) {
-        SendDone(c, x);
-      } else {
-        Napi::HandleScope scope(env);
-        Emit(c, "rma", {Napi::Number::New(env, x->id), Napi::Number::New(env, 0)});
-        delete x;
-      }
-      if (c->closed) return;
-    }
+    for (ssize_t i = 0; i < n; i++)
+      if (!Handle(c, static_cast<Ctx*>(e[i].op_context), e[i].len, e[i].flags)) return;
     // Fewer than asked for: the CQ was drained (each fi_cq_read is a progress pass, an
     // epoll_wait): fi_trywait says whether anything came meanwhile.
     if (n < 16 && mayWait()) return;
   }
+}
+
+// One progress pass of a connection from outside DrainCq (FinishLent): send completions are
+// done here (native bookkeeping), the rest kept for DrainCq, which the idle handle runs next.
+void StashProgress(Conn* c) {
+  if (c->closed || c->threaded || !c->cq) return;
+  bool kept = false;
+  for (int round = 0; round < 4; round++) {
+    fi_cq_data_entry e[16];
+    ssize_t n = fi_cq_read(c->cq, e, 16);
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(c->cq, &err, 0) < 0) break;
+      Ctx* x = static_cast<Ctx*>(err.op_context);
+      int code = err.err ? err.err : EIO;
+      if (x && x->op == Op::Send) {
+        SendDone(c, x);
+        c->stash.push_back({nullptr, 0, 0, code, true});
+      } else {
+        c->stash.push_back({x, 0, 0, code, false});
+      }
+      kept = true;
+      continue;
+    }
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; i++) {
+      Ctx* x = static_cast<Ctx*>(e[i].op_context);
+      if (x->op == Op::Send) {
+        SendDone(c, x);
+      } else {
+        c->stash.push_back({x, e[i].len, e[i].flags, 0, false});
+        kept = true;
+      }
+    }
+    if (n < 16) break;
+  }
+  // The backlog is posted by that DrainCq too (Flush may tell JavaScript of a failed send).
+  if (kept || !c->backlog.empty()) Kick(c);
+}
+
+bool Overlaps(const Ctx* s, uintptr_t addr, size_t len, bool file) { return s->lentLen && Meets(s->Range(), addr, len, file); }
+
+// g_before_drop: the pages [addr, addr+len) are about to be dropped. A lent send of them still
+// in a backlog (not given to the provider) gets its payload copied now; a posted one is
+// finished: every connection of this process is progressed (its peer may be one of them)
+// until the provider has completed it, within kLendDrainNs, else EBUSY and nothing is dropped.
+// Never calls JavaScript: what the passes read waits for DrainCq (StashProgress).
+int FinishLent(uintptr_t addr, size_t len, bool file) {
+  if (g_lentCount.load(std::memory_order_acquire) == 0) return 0;
+  if (std::this_thread::get_id() != g_fabricThread) {
+    std::lock_guard<std::mutex> lock(g_lentMu);
+    for (const LentRange& r : g_lentRanges)
+      if (Meets(r, addr, len, file)) return EBUSY;
+    return 0;
+  }
+  std::vector<std::pair<Conn*, double>> finishing;
+  for (auto& [h, c] : conns) {
+    if (c->closed || c->threaded) continue;
+    for (Ctx* s : c->backlog) {
+      if (!Overlaps(s, addr, len, file)) continue;
+      auto* buf = new uint8_t[s->len + s->lentLen];
+      memcpy(buf, s->data, s->len);
+      memcpy(buf + s->len, s->lentData, s->lentLen);
+      s->own.reset(buf);
+      s->data = buf;
+      s->cap = s->len + s->lentLen;
+      s->len += s->lentLen;  // pendingBytes counted both parts already
+      s->Unlend();
+      c->sends.copiedOnDrop++;
+    }
+    double n = 0;
+    for (Ctx* s : c->lentPosted) n += Overlaps(s, addr, len, file);
+    if (n) finishing.emplace_back(c, n);
+  }
+  auto pending = [&] {
+    for (auto& [h, c] : conns)
+      if (!c->closed)
+        for (Ctx* s : c->lentPosted)
+          if (Overlaps(s, addr, len, file)) return true;
+    return false;
+  };
+  const uint64_t deadline = NowNs() + kLendDrainNs;
+  while (pending()) {
+    for (auto& [h, c] : conns) StashProgress(c);
+    if (!pending()) break;
+    if (NowNs() > deadline) return EBUSY;
+    // Not a busy loop while the peer's socket is full: a short sleep between passes.
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  for (auto& [c, n] : finishing) c->sends.finishedOnDrop += n;
+  return 0;
 }
 
 void Watch(Conn* c, Poll*& slot, fid_t fid, bool cq) {
@@ -987,9 +1180,28 @@ void Settle(Conn* c) {
   });
 }
 
-// fabricSend(handle, bytes | [bytes, ...], due?): one message, the parts gathered in order into a
-// (reused) send buffer: the only copy; a send the provider cannot take now waits in a backlog.
-// `due`: the message asks for an answer (see Spin).
+// fabricSend(handle, bytes | [bytes, ...], due?, lend?): one message, the parts gathered in order
+// into a (reused) send buffer: the only copy; a send the provider cannot take now waits in a
+// backlog. `due`: the message asks for an answer (see Spin). `lend` [regionId, offset]: the last
+// part is that region's bytes at offset: sent from there, not copied, if every page of it is
+// present (a presence proof: PresenceProofs) and the provider reads local buffers without a
+// registration (no FI_MR_LOCAL: tcp); else copied as the others. A lent payload's pages are
+// held mapped until the send completes, and a drop of them finishes the send first (FinishLent).
+// Presence proofs of lent sends' sources (this thread's only: see g_fabricThread).
+// PFR_FABRIC_COPY_SENDS=1: every payload copied, as before lending (to measure one against the other).
+bool CopySends() {
+  static const bool copy = [] {
+    const char* v = getenv("PFR_FABRIC_COPY_SENDS");
+    return v && *v && strcmp(v, "0") != 0;
+  }();
+  return copy;
+}
+
+PresenceProofs& SendProofs() {
+  static PresenceProofs proofs;
+  return proofs;
+}
+
 Napi::Value Send(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Conn* c = Require(info, 0);
@@ -1017,13 +1229,36 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
     throw e;
   }
   if (info.Length() > 2 && info[2].IsBoolean() && info[2].As<Napi::Boolean>().Value() && !c->dueAtNs) c->dueAtNs = NowNs();
-  Ctx* s = TakeSend(c, total);
+  std::shared_ptr<Mapping> lend;
+  size_t lendLen = 0;
+  if (info.Length() > 3 && info[3].IsArray() && parts.size() > 0) {
+    Napi::Array a = info[3].As<Napi::Array>();
+    Napi::Uint8Array& last = parts.back();
+    size_t off = 0, n = 0;
+    auto m = RequireRange(env, a.Get(0u), a.Get(1u), Napi::Number::New(env, static_cast<double>(last.ByteLength())), &off, &n, true);
+    if (!m->foreign() && m->addr + off != last.Data()) throw Napi::RangeError::New(env, "fabricSend: the last part is not the region's bytes at that offset");
+    const bool lendable = !CopySends() && !m->foreign() && !c->threaded && std::this_thread::get_id() == g_fabricThread && c->info && c->info->tx_attr->iov_limit >= 2 &&
+                          !(c->info->domain_attr->mr_mode & FI_MR_LOCAL);
+    int reads = 0;
+    if (n && lendable && SendProofs().Present(*m, off, n, &reads)) {
+      lend = std::move(m);
+      lendLen = n;
+      c->sends.lent++;
+      c->sends.lentBytes += static_cast<double>(n);
+    } else {
+      c->sends.copied++;
+      c->sends.copiedBytes += static_cast<double>(n);
+    }
+  }
+  Ctx* s = TakeSend(c, total - lendLen);
   c->pendingBytes += total;
   size_t at = 0;
-  for (auto& p : parts) {
+  for (size_t i = 0; i < parts.size() - (lendLen ? 1 : 0); i++) {
+    auto& p = parts[i];
     if (p.ByteLength()) memcpy(s->data + at, p.Data(), p.ByteLength());
     at += p.ByteLength();
   }
+  if (lendLen) s->Lend(std::move(lend), parts.back().Data(), lendLen);
   if (!c->backlog.empty()) {
     c->backlog.push_back(s);
     return env.Undefined();
@@ -1036,7 +1271,7 @@ Napi::Value Send(const Napi::CallbackInfo& info) {
     Settle(c);
   } else {
     c->pendingBytes -= total;
-    delete s;
+    delete s;  // a lent payload's range goes with it (~Ctx)
     throw FiError(env, static_cast<int>(r), "fi_send");
   }
   return env.Undefined();
@@ -1231,6 +1466,15 @@ Napi::Value Progress(const Napi::CallbackInfo& info) {
   r.Set("spunUs", c->waited.spunNs / 1000);
   r.Set("replies", c->waited.replies);
   r.Set("replyUs", c->replyEwmaNs / 1000);
+  Napi::Object sends = Napi::Object::New(env);
+  sends.Set("lent", c->sends.lent);
+  sends.Set("copied", c->sends.copied);
+  sends.Set("lentBytes", c->sends.lentBytes);
+  sends.Set("copiedBytes", c->sends.copiedBytes);
+  sends.Set("finishedOnDrop", c->sends.finishedOnDrop);
+  sends.Set("copiedOnDrop", c->sends.copiedOnDrop);
+  sends.Set("lentNow", static_cast<double>(c->lentPosted.size()));
+  r.Set("sends", sends);
   return r;
 }
 
@@ -1282,6 +1526,13 @@ Napi::Value Close(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitFabric(Napi::Env env, Napi::Object exports) {
+  // The thread whose connections may lend pages: the first to load the transport (the main
+  // thread of a program; a worker's sends are copied).
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_fabricThread = std::this_thread::get_id();
+    g_before_drop = FinishLent;
+  });
   exports.Set("fabricListen", Napi::Function::New(env, Listen));
   exports.Set("fabricConnect", Napi::Function::New(env, Connect));
   exports.Set("fabricSend", Napi::Function::New(env, Send));

@@ -236,7 +236,13 @@ export interface Binding {
   fabricConnect?: (provider: string, host: string, port: number, onEvent: FabricEventHandler) => number;
   /** One message: `bytes`, or the parts gathered in order (copied once, into a reused send buffer). */
   /** `due`: the message asks for an answer (a write's ACK): the connection may poll for it before sleeping (fabricProgress). */
-  fabricSend?: (handle: number, bytes: Uint8Array | Uint8Array[], due?: boolean) => void;
+  /**
+   * `lend` [regionId, offset]: the last part is that region's bytes at offset; they are sent from
+   * there, not copied, when every page is present and the provider needs no registration of local
+   * buffers (else copied; fabricProgress's `sends` counts which). A drop of lent pages (evict,
+   * zap, advise, uffdMove's source) first finishes the send, or throws EBUSY after 1 s.
+   */
+  fabricSend?: (handle: number, bytes: Uint8Array | Uint8Array[], due?: boolean, lend?: [number, number]) => void;
   /**
    * From the 'message' handler of receive slot `slot`: keep the slot (its bytes stay put, the
    * copy engine may read them by region id) until fabricRelease; another slot is posted in its
@@ -267,7 +273,7 @@ export interface Binding {
   fabricProgress?: (
     handle: number,
     options?: { mode?: 0 | 1 | 2; maxSpinUs?: number },
-  ) => { spins: number; hits: number; spunUs: number; replies: number; replyUs: number };
+  ) => { spins: number; hits: number; spunUs: number; replies: number; replyUs: number; sends?: FabricSendStats };
 
   /** hiredis (present only when the addon was built with libhiredis-dev: see redisBinding). Synchronous, with a timeout. */
   redisConnect?: (path: string, host: string, port: number, timeoutMs: number) => number;
@@ -398,6 +404,24 @@ export type FabricBinding = Required<
     | 'fabricProgress'
   >
 >;
+
+/** How a connection's payload sends went (fabricProgress's `sends`). */
+export interface FabricSendStats {
+  /** Payloads sent straight from their source's pages (no staging copy). */
+  lent: number;
+  /** Their bytes. */
+  lentBytes: number;
+  /** Payloads that could have been lent but were copied into the send buffer (a page not present, a provider that needs registration). */
+  copied: number;
+  /** Their bytes. */
+  copiedBytes: number;
+  /** Lent sends a drop of their pages had to finish first (posted to the provider). */
+  finishedOnDrop: number;
+  /** Lent sends a drop of their pages copied first (still in the backlog, not yet posted). */
+  copiedOnDrop: number;
+  /** Lent sends the provider may still read now. */
+  lentNow: number;
+}
 
 export type RedisBinding = Required<Pick<Binding, 'redisConnect' | 'redisClose' | 'redisCommand' | 'redisFetch' | 'redisWrite' | 'redisKeySlot'>>;
 

@@ -529,6 +529,7 @@ Napi::Value Evict(const Napi::CallbackInfo& info) {
   size_t off, len;
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
   if (!len) return env.Undefined();
+  if (int busy = BeforeDrop(m->addr + off, len, m->fd >= 0)) ThrowSystemError(env, busy, m->fd >= 0 ? "madvise(MADV_REMOVE)" : "madvise(MADV_DONTNEED)");
   int rc = madvise(m->addr + off, len, m->fd >= 0 ? MADV_REMOVE : MADV_DONTNEED);
   NoteDrop();  // even on failure: part of the range may be gone
   if (rc != 0) ThrowSystemError(env, errno, m->fd >= 0 ? "madvise(MADV_REMOVE)" : "madvise(MADV_DONTNEED)");
@@ -541,6 +542,7 @@ Napi::Value Zap(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t off, len;
   auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  if (int busy = BeforeDrop(m->addr + off, len)) ThrowSystemError(env, busy, "madvise(MADV_DONTNEED)");
   int rc = len ? madvise(m->addr + off, len, MADV_DONTNEED) : 0;
   if (len) NoteDrop();
   if (rc != 0) ThrowSystemError(env, errno, "madvise(MADV_DONTNEED)");
@@ -560,6 +562,7 @@ Napi::Value Advise(const Napi::CallbackInfo& info) {
   // range THP-eligible first. It stays so: a huge page is what the caller asked for.
   if (advice == MADV_COLLAPSE && !m->huge && !m->hugetlb && len && madvise(m->addr + off, len, MADV_HUGEPAGE) != 0)
     ThrowSystemError(env, errno, "madvise(MADV_HUGEPAGE)");
+  if (int busy = BeforeDrop(m->addr + off, len)) ThrowSystemError(env, busy, name);
   int rc = len ? madvise(m->addr + off, len, static_cast<int>(advice)) : 0;
   if (len) NoteDrop();  // PAGEOUT reclaims; COLLAPSE remaps every frame
   if (rc != 0) ThrowSystemError(env, errno, name);

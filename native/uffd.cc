@@ -1054,6 +1054,8 @@ Napi::Value UffdMove(const Napi::CallbackInfo& info) {
   uint64_t len = ArgAddr(info, 3, "length");
   bool wake = !ArgBool(info, 4);
   uint64_t holes = ArgBool(info, 5) ? UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES : 0;
+  // The source loses its pages: a send that lent them to the provider finishes first.
+  if (int busy = BeforeDrop(reinterpret_cast<const void*>(src), len)) ThrowSystemError(env, busy, "ioctl(UFFDIO_MOVE)");
   Restorer restore{u.get()};
   const uint64_t ps = u->Begin(dst, len, wake, &restore.taken);
   uint64_t done = 0, moved = 0, skipped = 0;

@@ -75,6 +75,7 @@ export default defineProgram<Options>({
           { header: 'bytes verified', width: 8 },
           { header: 'differ', width: 6 },
           { header: 'CPU/xfer', width: 9 },
+          { header: 'of it in writes', width: 9 },
         ],
         { gap: 1 },
       );
@@ -89,6 +90,7 @@ export default defineProgram<Options>({
           String(x.bytesVerified),
           String(x.mismatches),
           x.transfers ? us(x.cpuUs / x.transfers) : '-',
+          x.transfers ? us(x.writeCpuUs / x.transfers) : '-',
         ]);
       const last = rows.at(-1);
       if (last?.iterations) print(`per transfer (${last.bytes} bytes, typical): ${us(last.typical / (r.size - 1))} usec`);

@@ -60,6 +60,12 @@ export interface RankResult {
   transfers: number;
   /** CPU this rank's process used in them (every thread, barriers and checks included), µs: `cpuUs / transfers` is its CPU per transfer. */
   cpuUs: number;
+  /**
+   * The part of it from the barrier before each iteration's writes to the barrier after them
+   * (posting, completing, and serving the other ranks' writes), µs: the CPU inside the time the
+   * writes take; the rest is filling, checking and the first barrier.
+   */
+  writeCpuUs: number;
   /** The CPUs this rank's process may run on (its Cpus_allowed_list: one CPU when pinned, `run --pin`). */
   cpus: string;
   /** The first failed work completion. */
@@ -144,9 +150,7 @@ function checkResult(v: unknown, rank: number, sizes: number, iters: number): Ra
     [x.faults?.source, x.faults?.destination, x.nacks, x.retransmitted, x.bytesVerified, x.mismatches, x.transfers].every(count) &&
     typeof x.cpus === 'string' &&
     x.cpus.length <= 256 &&
-    typeof x.cpuUs === 'number' &&
-    Number.isFinite(x.cpuUs) &&
-    x.cpuUs >= 0 &&
+    [x.cpuUs, x.writeCpuUs].every((u) => typeof u === 'number' && Number.isFinite(u) && u >= 0) &&
     (x.error === undefined || typeof x.error === 'string');
   if (!ok) throw Object.assign(new Error(`rank ${rank} sent a malformed result`), { code: 'ERR_PFR_RENDEZVOUS' });
   return x;
@@ -206,6 +210,7 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
       mismatches: 0,
       transfers: 0,
       cpuUs: 0,
+      writeCpuUs: 0,
       cpus: allowedCpuList(),
     };
     const slot = (k: number, block: number) => Buffer.from(buf.buffer, k * stride, block);
@@ -227,6 +232,7 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
         if (o.evict ?? true) buf.unmapPages();
         // Every rank's slots are evicted (and its last check done) before anyone writes.
         await job.barrier().catch((e: unknown) => Promise.reject(why(e)));
+        const c0 = process.cpuUsage();
         const t0 = performance.now();
         for (const p of peers)
           qps.get(p)!.postSend({
@@ -246,6 +252,8 @@ export async function runAlltoall(o: AlltoallOptions): Promise<AlltoallResult> {
         // A write completes at its writer once the target placed it: after this barrier every
         // rank's slots hold this iteration's blocks.
         await job.barrier().catch((e: unknown) => Promise.reject(why(e)));
+        const c = process.cpuUsage(c0);
+        me.writeCpuUs += c.user + c.system;
         for (const p of peers) {
           me.mismatches += differing(slot(size + p, block), it, p, rank);
           me.bytesVerified += block;

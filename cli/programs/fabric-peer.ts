@@ -36,6 +36,7 @@ import {
   mapRegion,
   peerTimeoutMs,
   PHASES,
+  type FabricSendStats,
   type ProgressMode,
   type ProgressStats,
   QP_DEFAULTS,
@@ -252,6 +253,8 @@ export interface PeerResult {
   cpuUs?: number;
   /** How this side's connection waited for the answers it expected (its progress mode, polls, their CPU). */
   progress?: ProgressStats;
+  /** How this side's write payloads past the batch were sent: from their pages (lent) or copied (transport.sendStats()). */
+  sends?: FabricSendStats;
   /** The same, by reason. */
   refusedBy: Record<string, number>;
   /**
@@ -1184,6 +1187,7 @@ function cpuSince(cpu0: NodeJS.CpuUsage): number {
 function countRefusals(r: PeerResult, transport: LibfabricTransport, node: SimNode, cpu0: NodeJS.CpuUsage): void {
   r.cpuUs = cpuSince(cpu0);
   r.progress = transport.progressStats();
+  r.sends = transport.sendStats();
   const s = transport.stats();
   const answers = node.pldma.counters().answersRefused;
   r.refused = s.refused;

@@ -36,13 +36,34 @@ export interface CqeOdp {
   realUs: number;
 }
 
+/** What the CQ's event line says (the completion vector, rxe's comp_handler; a C provider's eventfd). */
+export enum CqEvent {
+  /** A CQE was written. */
+  COMPLETION = 0,
+  /** A CQE found the CQ full: the CQ is in error from now on (IBV_EVENT_CQ_ERR), once. */
+  OVERRUN = 1,
+}
+
 /**
  * The device's side of a CQ: a ring of `capacity` usable entries (the `cqe` asked for; the
- * ring's slots are the next power of two). `write` is the producer's step; a CQ that is full
- * when a CQE must be written is overrun (the caller reports IBV_EVENT_CQ_ERR).
+ * ring's slots are the next power of two). `write` is the producer's step; `complete` is the
+ * device's CQE writer (the send side's completer and the responder's receives both write
+ * through it): a CQ that is full when a CQE must be written is overrun, the CQ goes to error
+ * and the caller moves its QP to ERR. The provider reads the ring and the state fields below;
+ * the device tells it of each CQE on the event line (`onEvent`), nothing else.
  */
 export class CompletionRing extends Ring {
   readonly capacity: number;
+  /** Set once a CQE found the CQ full (IBV_EVENT_CQ_ERR): as on hardware, it stays in error. */
+  error = false;
+  /** CQEs that found the CQ full (each moved its QP to ERR). */
+  overruns = 0;
+  /** Set by the provider at ibv_destroy_cq: CQEs for it are dropped. */
+  closed = false;
+  /** Waiters the provider has on the CQ (it writes this; one means the ring is empty): a CQ in error still hands them a CQE. */
+  waiting = 0;
+  /** The CQ's event line: told after each CQE, and once at the overrun. */
+  onEvent: ((e: CqEvent, status: number, solicited: boolean) => void) | undefined;
 
   constructor(capacity: number, handle = 0) {
     const g = cqGeometry(capacity);
@@ -89,6 +110,35 @@ export class CompletionRing extends Ring {
     v.setFloat64(at + CQE['odp.model_us'], odp ? odp.modelUs : NaN, true);
     v.setFloat64(at + CQE['odp.real_us'], odp ? odp.realUs : 0, true);
     this.produced();
+    return true;
+  }
+
+  /**
+   * The device's CQE writer: `write`, then the event line. False if the CQ overran (the CQ
+   * goes to error, said once on the event line): the caller moves its QP to ERR. A closed CQ
+   * takes nothing (true). `solicited`: a receive whose sender set SE.
+   */
+  complete(
+    wrId: bigint,
+    status: number,
+    opcode: number,
+    byteLen: number,
+    qpNum: number,
+    srcQp: number,
+    immData: number | undefined,
+    odp: CqeOdp | undefined,
+    solicited = false,
+  ): boolean {
+    if (this.closed) return true;
+    if ((this.error && this.waiting === 0) || !this.write(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp)) {
+      this.overruns++;
+      if (!this.error) {
+        this.error = true;
+        this.onEvent?.(CqEvent.OVERRUN, status, solicited);
+      }
+      return false;
+    }
+    this.onEvent?.(CqEvent.COMPLETION, status, solicited);
     return true;
   }
 }

@@ -18,7 +18,15 @@
 // of its own, the thread that blocks when a write lands on a page its fault library must resolve.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { lookup } from 'node:dns/promises';
-import { binding, fabricBinding, FI_REMOTE_READ, FI_REMOTE_WRITE, type FabricBinding, type RawMapping } from '../../native/index.js';
+import {
+  binding,
+  fabricBinding,
+  FI_REMOTE_READ,
+  FI_REMOTE_WRITE,
+  type FabricBinding,
+  type FabricSendStats,
+  type RawMapping,
+} from '../../native/index.js';
 import { costModel, type CostModel } from '../cost-model/index.js';
 import { type MemoryLike, rawMemory } from '../memory.js';
 import { Fabric } from './fabric.js';
@@ -44,6 +52,8 @@ import type { Transport } from './transport.js';
 export type LibfabricProvider = 'tcp' | 'shm' | 'verbs';
 /** Every provider name. */
 export const LIBFABRIC_PROVIDERS: readonly LibfabricProvider[] = ['tcp', 'shm', 'verbs'];
+
+export type { FabricSendStats };
 
 /** The largest message (native/fabric.cc's receive buffers); a larger frame goes in chunks. */
 export const MAX_WIRE_BYTES = 4 << 20;
@@ -438,6 +448,7 @@ export class LibfabricTransport implements Transport {
   #progress: { mode: 0 | 1 | 2; maxSpinUs: number };
   #progressMode: ProgressMode;
   #progressDone = { spins: 0, hits: 0, spunUs: 0, replies: 0, replyUsSum: 0 }; // of connections gone
+  #sendsDone: FabricSendStats = { lent: 0, copied: 0, lentBytes: 0, copiedBytes: 0, finishedOnDrop: 0, copiedOnDrop: 0, lentNow: 0 }; // of connections gone
   #flushing: ReturnType<typeof setImmediate> | undefined;
   #flushAll = (): void => this.#flush();
   #closed = false;
@@ -699,6 +710,23 @@ export class LibfabricTransport implements Transport {
     };
   }
 
+  /**
+   * How the write payloads past the batch (over 64 KiB) were sent, so far: from their source's
+   * pages (lent: no staging copy) or copied into a send buffer (a page that could fault), and the
+   * lent sends a drop of their pages had to finish or copy first. `lentNow`: still lent.
+   */
+  sendStats(): FabricSendStats {
+    const t = { ...this.#sendsDone, lentNow: 0 };
+    for (const handle of this.#conns.keys()) this.#addSends(t, handle);
+    return t;
+  }
+
+  #addSends(t: FabricSendStats, handle: number): void {
+    const s = this.#fi.fabricProgress(handle).sends;
+    if (!s) return;
+    for (const k of Object.keys(t) as (keyof FabricSendStats)[]) t[k] += s[k];
+  }
+
   #addProgress(t: { spins: number; hits: number; spunUs: number; replies: number; replyUsSum: number }, handle: number): void {
     const s = this.#fi.fabricProgress(handle);
     t.spins += s.spins;
@@ -711,6 +739,8 @@ export class LibfabricTransport implements Transport {
   // A connection's end: what its progress did is kept for progressStats().
   #closeConn(handle: number): void {
     this.#addProgress(this.#progressDone, handle);
+    this.#addSends(this.#sendsDone, handle);
+    this.#sendsDone.lentNow = 0;
     this.#fi.fabricClose(handle);
   }
 
@@ -990,13 +1020,16 @@ export class LibfabricTransport implements Transport {
   }
 
   // A packet's payload is a view of the source's memory: copied into the batch if small, else
-  // sent now with what was queued before it, not copied here (see BATCH_COPY_MAX).
+  // sent now with what was queued before it, not copied here (see BATCH_COPY_MAX): native code
+  // sends it from the source's pages where a presence proof says none can fault (`lend`), and
+  // copies it into the send buffer where one could.
   #sendPacket(handle: number, p: Packet): void {
     const c = this.#conns.get(handle);
     if (!c) return;
     const wire = p.type === 'write' && p.length > 0 ? this.#carried(p) : p;
     const bytes = wire.type === 'write' ? this.#payload(wire) : undefined;
     const external = bytes !== undefined && bytes.length > BATCH_COPY_MAX;
+    const lend: [number, number] | undefined = external && wire.type === 'write' ? [wire.payload.region.id, wire.payload.offset] : undefined;
     const box = this.#box(handle, c);
     box.packet(wire, bytes, external);
     if (wire.type === 'write') c.due = true;
@@ -1006,10 +1039,10 @@ export class LibfabricTransport implements Transport {
       if (box.frames) this.#flushConn(handle, c);
       if (head.length + (external ? bytes.length : 0) + BATCH_HEADER_BYTES + BATCH_ENTRY_BYTES > MAX_WIRE_BYTES)
         this.#sendChunked(handle, c, external ? Buffer.concat([head, bytes]) : head, true);
-      else this.#send(handle, external ? [head, bytes] : head, true);
+      else this.#send(handle, external ? [head, bytes] : head, true, lend);
       return;
     }
-    if (external) this.#flushConn(handle, c, bytes);
+    if (external) this.#flushConn(handle, c, bytes, lend);
   }
 
   #flush(): void {
@@ -1023,18 +1056,20 @@ export class LibfabricTransport implements Transport {
   }
 
   // The connection's queued frames as one message; `payload`, the last frame's bytes not copied into the box, after them.
-  #flushConn(handle: number, c: Conn, payload?: Uint8Array): void {
+  #flushConn(handle: number, c: Conn, payload?: Uint8Array, lend?: [number, number]): void {
     const message = c.out!.take();
     const due = c.due;
     c.due = false;
-    this.#send(handle, payload ? [message, payload] : message, due);
+    this.#send(handle, payload ? [message, payload] : message, due, payload ? lend : undefined);
   }
 
   // One message on its way; a connection the provider refuses it on is down (this may run
   // from setImmediate, where a throw would end the process).
-  #send(handle: number, parts: Uint8Array | Uint8Array[], due = false): void {
+  // `lend` [region id, offset]: the last part is that region's bytes (fabricSend may send them from there).
+  #send(handle: number, parts: Uint8Array | Uint8Array[], due = false, lend?: [number, number]): void {
     try {
-      this.#fi.fabricSend(handle, parts, due);
+      if (lend) this.#fi.fabricSend(handle, parts, due, lend);
+      else this.#fi.fabricSend(handle, parts, due);
     } catch (e) {
       // A peer that reads nothing of what it is sent (its answers, the responses it asked for)
       // is cut once limits.maxUnsentBytes wait for it.

@@ -19,6 +19,9 @@ import { AtomicUnit } from './atomic.js';
 import { type CopyEngine, CopyFlag, type CopyResult, CopyStatus, type CopyTag, nodeTag } from '../pldma/copy-engine.js';
 import type { Fault, Faults, HeldAnswer } from './faults.js';
 import {
+  MrState,
+  mrCovers,
+  mrPlace,
   type RcAdmitted,
   type RcMessage,
   type RcMr,
@@ -29,6 +32,7 @@ import {
   type RcReceived,
   type RcRecvWqe,
   type RcRefusal,
+  type RcSrq,
   type RcTables,
 } from './tables.js';
 import { type DmaCompletion, type DmaDescriptor, DmaStatus, type PldmaCounters, revoked, walkCost, walkedCost } from '../pldma/types.js';
@@ -250,19 +254,27 @@ function checkOpValid(c: Check): Step | RcRefusal {
 
 /** XRC: a target QP takes requests of its XRC send QP only, each naming an XRC SRQ of its domain. */
 function checkXrc(c: Check): Step | RcRefusal {
-  const { p, qp } = c;
-  c.take = qp.take ? () => qp.take!() : undefined;
-  if (!qp.xrcSrq && p.srqn === undefined) return checkRkey;
-  const srq = p.srqn === undefined ? undefined : qp.xrcSrq?.(p.srqn);
+  const { t, p, qp } = c;
+  c.take = qp.takesReceives && qp.xrcd === undefined ? () => qp.take(t) : undefined;
+  if (qp.xrcd === undefined && p.srqn === undefined) return checkRkey;
+  const srq = p.srqn === undefined ? undefined : xrcSrq(t, qp, p.srqn);
   if (!srq)
     return {
       nak: 'inv-req',
-      reason: qp.xrcSrq
-        ? `XRC target QP ${p.qpn}'s domain has no XRC SRQ ${String(p.srqn)}`
-        : `QP ${p.qpn} is no XRC target: the request names XRC SRQ ${String(p.srqn)}`,
+      reason:
+        qp.xrcd !== undefined
+          ? `XRC target QP ${p.qpn}'s domain has no XRC SRQ ${String(p.srqn)}`
+          : `QP ${p.qpn} is no XRC target: the request names XRC SRQ ${String(p.srqn)}`,
     };
-  c.take = () => srq.take();
+  c.take = () => qp.take(t, srq);
   return checkRkey;
+}
+
+/** An XRC target's XRC SRQ numbered `srqn`: in its domain, live, and in its PD (its buffers are checked there). */
+function xrcSrq(t: RcTables, qp: RcQp, srqn: number): RcSrq | undefined {
+  if (qp.xrcd === undefined) return undefined;
+  const s = t.srqs.get(srqn);
+  return s && !s.destroyed && s.xrcd === qp.xrcd && s.pd === qp.pd ? s : undefined;
 }
 
 /** The opcode against the QP's access flags, and its operands' alignment and size. */
@@ -345,7 +357,7 @@ function flushRkeyRefusal(t: RcTables, p: RcPacket, qp: RcQp): RcRefusal | undef
   const n = p.flush?.level === 1 ? 0 : (p.dmaLength ?? 0);
   if (p.key !== undefined && keyFor(t, qp, p.key, p.va, n, want)) return undefined;
   const mr = p.key === undefined ? undefined : t.mrs.get(p.key);
-  const lacks = mr && !mr.closed && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
+  const lacks = mr && mr.state === MrState.VALID && mr.pd.handle === qp.pd.handle && (mr.access & want) !== want;
   const flag = mr && type & 1 && !(mr.access & Access.FLUSH_GLOBAL) ? 'FLUSH_GLOBAL' : 'FLUSH_PERSISTENT';
   return { nak: 'access', reason: lacks ? `rkey ${hex(p.key!)}'s MR was registered without ${flag}` : rkeyReason(t, qp, p.key, p.va, n, flag) };
 }
@@ -375,8 +387,8 @@ function takeReceive(c: Check): Step | RcRefusal {
   const s = scatterSend(t, qp, wqe, 0, 0, c.total);
   if ('fail' in s) {
     if (!take) qp.rq.shift();
-    qp.received(wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
-    qp.toError();
+    qp.received(t, wqe, { status: s.fail, op: p.opcode as RcOp.SEND, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+    qp.toError(t);
     return s.fail === 'prot'
       ? { nak: 'op', reason: `a buffer of QP ${p.qpn}'s receive is in no MR of its PD with LOCAL_WRITE` }
       : { nak: 'inv-req', reason: `a ${c.total}-byte SEND does not fit QP ${p.qpn}'s receive buffers` };
@@ -410,11 +422,6 @@ function newMessage(p: RcPacket): RcMessage {
   return { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe: undefined, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
 }
 
-/** Whether `qp` takes each receive off its queue for good (an SRQ's, an XRC SRQ's, a UD QP's): the message holds it. */
-export function takesReceives(qp: RcQp): boolean {
-  return qp.take !== undefined || qp.xrcSrq !== undefined;
-}
-
 /**
  * Admit a UD SEND (rxe_resp for a UD QP): a UD QP receiving, the Q_Key it holds, a receive
  * WQE taken off its queue; the message lands after the receive's first GRH_BYTES. Anything
@@ -427,13 +434,13 @@ function admitUd(t: RcTables, p: RcPacket): RcAdmitted | RcRefusal {
   const qp = t.qps.get(p.qpn);
   if (!qp || !qp.receiving || qp.pd.closed || qp.qkey === undefined) return { nak: 'drop', reason: `no UD QP ${p.qpn} receiving on this node` };
   if (p.qkey !== qp.qkey) return { nak: 'drop', reason: `Q_Key 0x${(p.qkey ?? 0).toString(16)} does not match UD QP ${p.qpn}'s` };
-  const wqe = qp.take?.();
+  const wqe = qp.take(t);
   if (!wqe) return { nak: 'drop', reason: `UD QP ${p.qpn} has no receive posted` };
   const op = p.opcode as RcOp.UD_SEND;
   const s = scatterSend(t, qp, wqe, GRH_BYTES, p.length, GRH_BYTES + p.length);
   if ('fail' in s) {
-    qp.received(wqe, { status: s.fail, op, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
-    if (s.fail === 'prot') qp.toError();
+    qp.received(t, wqe, { status: s.fail, op, byteLen: 0, srcQpn: p.srcQpn ?? 0, odp: emptyRcOdp() });
+    if (s.fail === 'prot') qp.toError(t);
     return { nak: 'drop', reason: `UD QP ${p.qpn}'s receive ${s.fail === 'len' ? 'is too short' : 'has a buffer in no MR of its PD'}` };
   }
   const msg: RcMessage = { psn: p.psn ?? 0, tid: p.tid, opcode: p.opcode, wqe, faults: 0, firstUs: p.issuedUs, firstMs: p.issuedMs };
@@ -450,7 +457,7 @@ export function stillAdmitted(t: RcTables, a: RcAdmitted, key: number | undefine
   if (!a.qp.receiving || a.qp.pd.closed || t.qps.get(a.qp.qpNum) !== a.qp) return false;
   if (key === undefined) return true;
   const mr = t.mrs.get(key);
-  return mr !== undefined && !mr.closed && !mr.pd.closed;
+  return mr !== undefined && mr.state === MrState.VALID && !mr.pd.closed;
 }
 
 const hex = (n: number) => `0x${n.toString(16)}`;
@@ -461,9 +468,9 @@ const hex = (n: number) => `0x${n.toString(16)}`;
  */
 function keyFor(t: RcTables, qp: RcQp, key: number, va: bigint, length: number, access: number, rest = length): RcMr | undefined {
   const mr = t.mrs.get(key);
-  if (!mr || mr.closed || mr.pd.closed || mr.pd.handle !== qp.pd.handle || (mr.access & access) !== access) return undefined;
-  if (rest > length && !mr.covers(va, rest)) return undefined;
-  return mr.place(va, length) ? mr : undefined;
+  if (!mr || mr.state !== MrState.VALID || mr.pd.closed || mr.pd.handle !== qp.pd.handle || (mr.access & access) !== access) return undefined;
+  if (rest > length && !mrCovers(mr, va, rest)) return undefined;
+  return mrPlace(mr, va, length) ? mr : undefined;
 }
 
 /** Where a packet's bytes sit in its message, the message's bytes, and what of it is left from this packet on. */
@@ -477,7 +484,7 @@ function spanOf(p: RcPacket): { off: number; total: number; rest: number } {
 function rkeyReason(t: RcTables, qp: RcQp, key: number | undefined, va: bigint, length: number, want: string): string {
   if (key === undefined) return 'the packet names no rkey';
   const mr = t.mrs.get(key);
-  if (!mr || mr.closed) return `rkey ${hex(key)} names no live MR on this node`;
+  if (!mr || mr.state !== MrState.VALID) return `rkey ${hex(key)} names no live MR on this node`;
   if (mr.pd.handle !== qp.pd.handle) return `rkey ${hex(key)} belongs to another protection domain than QP ${qp.qpNum}'s`;
   if (!(mr.access & Access[want as keyof typeof Access])) return `rkey ${hex(key)}'s MR was registered without ${want}`;
   return `[0x${va.toString(16)}, +${length}) is not inside rkey ${hex(key)}'s MR`;
@@ -1025,7 +1032,7 @@ export class Responder {
     // The QP went to ERR (its receives flushed) while the bytes landed: nothing to complete.
     // A receive taken off a shared queue is the message's alone; ERR flushed it too, or for
     // a UD datagram (no message kept between packets) its QP flushes it when given back.
-    const taken = takesReceives(qp);
+    const taken = qp.takesReceives;
     if (wqe && taken && !qp.receiving) this.#notReceived(a);
     if (!wqe || (taken ? !qp.receiving : qp.rq.head() !== wqe)) return;
     if (!taken) qp.rq.shift();
@@ -1046,12 +1053,12 @@ export class Responder {
     };
     if (p.immData !== undefined) r.immData = p.immData;
     if (p.solicited) r.solicited = true;
-    qp.received(wqe, r);
+    qp.received(this.#d.tables, wqe, r);
   }
 
   // A UD datagram that did not land (a fault: it is sent again) gives back the receive it took.
   #notReceived(a: RcAdmitted): void {
-    if (a.qp.qkey !== undefined && a.msg.wqe) a.qp.giveBack?.(a.msg.wqe);
+    if (a.qp.qkey !== undefined && a.msg.wqe) a.qp.giveBack(a.msg.wqe);
   }
 
   // The answer to a packet: an ACK; for a response (nothing ACKs it), what landed of it goes

@@ -13,7 +13,7 @@ import { checkInt, checkObject, invalidArg, known } from '../validate.js';
 import { Access, AdviseMrAdvice, AdviseMrFlags, AsyncEventType, knownAccess, OdpGeneralCaps, OdpTransportCaps, SIZE_MAX } from './constants.js';
 import { CompletionChannel } from './comp-channel.js';
 import { CompletionQueue } from './cq.js';
-import { Device, type Endpoint, type KeyedMr } from './device.js';
+import { Device, type Endpoint, type KeyedMr, type SrqEndpoint } from './device.js';
 import { verbsError } from './errors.js';
 import { MemoryRegion, type OdpCounters, pinForMr, ProtectionDomain, type ProcessObjects, type RegMrOptions, unpinForMr } from './mr.js';
 import { QueuePair, type QpInitAttr } from './qp.js';
@@ -193,7 +193,7 @@ export class Cluster {
     this.system = new SimSystem(sys);
     this.#defaultPolicy = defaultPolicy ?? 'touch-ahead';
     // Each device keeps its own tables and allocators: nothing a node hands out is another's.
-    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint>(n.id, n.tables)));
+    this.#devices = this.system.nodes.map((n) => new Device(n, this.system.costs, new DeviceTables<KeyedMr, Endpoint, SrqEndpoint>(n.id, n.tables)));
   }
 
   /** Create `nodes` simulated nodes (default 2) wired by the fabric. Every option is checked first. */

@@ -4,7 +4,7 @@
 // ring of CQEs (kernel-sim/device/cq-ring.ts, docs/device-abi.md's struct pfr_cqe): the device
 // side writes them, poll() reads them into WorkCompletion objects as rdma-core's rxe provider
 // reads the kernel's ring in ibv_poll_cq.
-import { CompletionRing, CQE, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
+import { CompletionRing, CQE, CqEvent, type CqeOdp } from '../../kernel-sim/device/cq-ring.js';
 import { closedError } from '../errors.js';
 import { checkInt, checkObject } from '../validate.js';
 import { WcFlags, WcOpcode, WcStatus, wcStatusStr } from './constants.js';
@@ -94,10 +94,7 @@ export class CompletionQueue {
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Infinity;
   #closed = false;
-  #error = false;
   #onOverrun: (cq: CompletionQueue) => void;
-  /** Completions that found the CQ full (each one moved its QP to ERR). */
-  overruns = 0;
   /** The completion channel the CQ reports its events to (ibv_cq.channel), if it was created with one. */
   readonly channel: CqEventChannel | undefined;
   /** What the creator passed as `cqContext` (ibv_cq.cq_context): comes back with each event. */
@@ -115,6 +112,8 @@ export class CompletionQueue {
     this.depth = checkInt('createCq: depth', depth, 1, 1 << 22);
     this.ring = new CompletionRing(this.depth);
     this.#onOverrun = onOverrun;
+    // The device's event line: a CQE went into the ring (a waiter takes it), or the CQ overran.
+    this.ring.onEvent = (e, status, solicited) => (e === CqEvent.OVERRUN ? this.#onOverrun(this) : this.#delivered(status, solicited));
     this.channel = options.channel;
     this.cqContext = options.cqContext;
     this.channel?.attach(this);
@@ -171,7 +170,12 @@ export class CompletionQueue {
 
   /** True once the CQ overflowed (IBV_EVENT_CQ_ERR): as on hardware, it stays in error. */
   get error(): boolean {
-    return this.#error;
+    return this.ring.error;
+  }
+
+  /** Completions that found the CQ full (each one moved its QP to ERR). */
+  get overruns(): number {
+    return this.ring.overruns;
   }
 
   /** True once the CQ (or its context) was closed. */
@@ -206,6 +210,7 @@ export class CompletionQueue {
         w.signal.addEventListener('abort', w.onAbort, { once: true });
       }
       this.#waiters.push(w);
+      this.ring.waiting = this.#waiters.length;
       this.#arm(w.deadline);
     });
   }
@@ -230,9 +235,9 @@ export class CompletionQueue {
   }
 
   /**
-   * @internal the device side: a completion from a queue pair, written as a CQE into the ring.
-   * False if the CQ has overrun: the CQ goes to error and IBV_EVENT_CQ_ERR is reported (once);
-   * the caller moves its QP to ERR. `immData` undefined: no immediate; `odp` undefined: no ODP
+   * @internal a completion written by the device's CQE writer (the ring's `complete`). False
+   * if the CQ has overrun: the CQ goes to error and IBV_EVENT_CQ_ERR is reported (once); the
+   * caller moves its QP to ERR. `immData` undefined: no immediate; `odp` undefined: no ODP
    * figures (a flushed WR). `solicited`: the receive of a message sent with SendFlags.SOLICITED.
    */
   complete(
@@ -246,21 +251,14 @@ export class CompletionQueue {
     odp: CqeOdp | undefined,
     solicited = false,
   ): boolean {
-    if (this.#closed) return true;
-    // A waiter means the ring is empty: the CQE goes through it to the waiter (as before the
-    // ring, even on a CQ in error).
-    const waiting = this.#waiters.length > 0;
-    if ((this.#error && !waiting) || !this.ring.write(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp)) {
-      this.overruns++;
-      if (!this.#error) {
-        this.#error = true;
-        this.#onOverrun(this);
-      }
-      return false;
-    }
-    if (waiting) this.#settle(this.#waiters.shift()!, this.#take(), false);
+    return this.ring.complete(wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp, solicited);
+  }
+
+  // The event line said a CQE went into the ring: a waiter (the ring was empty) takes it, and
+  // an armed CQ raises its event.
+  #delivered(status: WcStatus, solicited: boolean): void {
+    if (this.#waiters.length > 0) this.#settle(this.#waiters.shift()!, this.#take(), false);
     this.#event(status, solicited);
-    return true;
   }
 
   // The consumer's step: copy the CQE at the consumer index into a WorkCompletion, free the slot.
@@ -324,6 +322,7 @@ export class CompletionQueue {
   destroy(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.ring.closed = true;
     this.#unacked = 0;
     this.channel?.detach(this);
     for (const w of [...this.#waiters]) this.#settle(w, closedError('CompletionQueue'));
@@ -343,6 +342,7 @@ export class CompletionQueue {
       if (i < 0) return;
       this.#waiters.splice(i, 1);
     }
+    this.ring.waiting = this.#waiters.length;
     if (w.onAbort) w.signal!.removeEventListener('abort', w.onAbort);
     if (this.#waiters.length === 0) this.#timer?.unref();
     if (x instanceof Error) w.reject(x);

@@ -4,7 +4,7 @@
 // one key for every region of the process. A PD's stream maps a region only while an MR (or
 // a QP's own buffer) of that PD holds it: deregistering the last one unmaps it, so no block
 // lands there afterwards. MRs and PDs know their device and process, never the Cluster.
-import type { StreamContext } from '../../kernel-sim/index.js';
+import { mrFree, mrRecord, type RcMr, type RcPd, type StreamContext } from '../../kernel-sim/index.js';
 import { closedError } from '../errors.js';
 import { invalidArg } from '../validate.js';
 import type { FaultLibrary, Registration } from '../fault-library/fault-library.js';
@@ -84,6 +84,8 @@ export class ProtectionDomain {
   readonly device: Device;
   /** @internal MRs and QPs on this PD (ibv_dealloc_pd fails with EBUSY while any is left). */
   readonly users = new Set<object>();
+  /** @internal The PD's record in its device's tables (what the engine reads of it). */
+  readonly rc: RcPd;
   #objects: ProcessObjects;
   #free: (handle: number) => void;
   // Which holders (MRs, QPs) keep each region mapped in this PD's stream.
@@ -95,6 +97,7 @@ export class ProtectionDomain {
     this.context = context;
     this.device = device;
     this.handle = handle;
+    this.rc = { handle, closed: false };
     this.stream = stream;
     this.#objects = objects;
     this.#free = free;
@@ -115,6 +118,7 @@ export class ProtectionDomain {
         `${this.users.size} MR(s)/QP(s) still use this protection domain; deregister and destroy them first`,
       );
     this.#closed = true;
+    this.rc.closed = true;
     this.#maps.clear();
     // The stream goes: every later block through it, at either end, fails.
     this.device.sim.freeStream(this.stream);
@@ -196,6 +200,12 @@ export class MemoryRegion {
   readonly implicit: boolean;
   /** @internal the fault library registration of an explicit ODP MR */
   readonly registration: Registration | undefined;
+  /**
+   * @internal The MR's record in its device's tables (kernel-sim/rc/tables.ts), what the
+   * engine's key checks read: entered at registration, FREE at dereg, its policy's prefault
+   * flag written at setPolicy.
+   */
+  readonly rc: RcMr;
   #closed = false;
   #pinned: boolean;
   #objects: ProcessObjects;
@@ -258,6 +268,24 @@ export class MemoryRegion {
     pd.users.add(this);
     if (region) pd.mapFor(this, region);
     if (region && registration) this.#watch(region);
+    this.rc = mrRecord({
+      key,
+      pd: pd.rc,
+      access,
+      region,
+      offset,
+      length,
+      // An implicit MR reaches its process's regions as the kernel's implicit ODP walks its mm.
+      space: region ? undefined : { find: (addr, len, map) => this.#reach(addr, len, map) },
+      prefault: this.policy === 'prefault',
+    });
+  }
+
+  // An implicit MR's reach: the region of its process that holds the range, mapped in the PD's stream when `map`.
+  #reach(addr: bigint, length: number, map: boolean): { region: Region; offset: number } | undefined {
+    const at = this.resolve(addr, length);
+    if (at && map) this.pd.mapFor(this, at.region);
+    return at;
   }
 
   #watch(region: Region): void {
@@ -324,6 +352,7 @@ export class MemoryRegion {
       lib.setPolicy(reg, old.policy, old.options);
       throw err;
     }
+    this.rc.prefault = this.policy === 'prefault';
   }
 
   /**
@@ -354,27 +383,11 @@ export class MemoryRegion {
     return { region: this.region!, offset: Number(addr - this.region!.address) };
   }
 
-  /**
-   * @internal What the node's engine responder asks of an MR (RcMr): where a range lies, its
-   * region mapped in the PD's stream (the 'prefault' baseline touches it first).
-   */
-  place(addr: bigint, length: number): { region: Region; offset: number } | undefined {
-    const at = this.resolve(addr, length);
-    if (!at) return undefined;
-    this.pd.mapFor(this, at.region);
-    prefaultIfAsked(this, at.region, at.offset, length);
-    return at;
-  }
-
-  /** @internal Whether [addr, addr+length) lies inside the MR (RcMr). */
-  covers(addr: bigint, length: number): boolean {
-    return this.resolve(addr, length) !== undefined;
-  }
-
   /** ibv_dereg_mr: unpin a pinned MR, forget the key, unmap what only it held. Idempotent. */
   dereg(): void {
     if (this.#closed) return;
     this.#closed = true;
+    mrFree(this.rc);
     if (this.#pinned && this.region && !this.region.closed) unpinForMr(this.region, this.offset, this.length);
     this.#pinned = false;
     if (this.registration) this.pd.context.faultLibrary.unregister(this.registration);

@@ -8,7 +8,7 @@
 // complete with WR_FLUSH_ERR. A QP holds nothing of another QP: only its number and node.
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, invalidArg, known } from '../validate.js';
-import { RcOp, type FaultModel } from '../../kernel-sim/index.js';
+import type { FaultModel } from '../../kernel-sim/index.js';
 import { RcQueuePair } from '../../kernel-sim/rc/qp.js';
 import { Access, QP_DEFAULTS, QpAttrMask, QpState, QpType, WcOpcode, WcStatus } from './constants.js';
 import { Completer } from './completer.js';
@@ -17,11 +17,11 @@ import type { Device } from './device.js';
 import { verbsError } from './errors.js';
 import type { ProcessObjects, ProtectionDomain, VerbsProcess } from './mr.js';
 import { CompletionQueue as Cq } from './cq.js';
-import { SharedReceiveQueue, SrqType, srqOf } from './srq.js';
+import { SharedReceiveQueue, SrqType } from './srq.js';
 import { XrcDomain } from './xrc.js';
 import { RecvRing } from '../../kernel-sim/device/recv-ring.js';
 import { SendRing } from '../../kernel-sim/device/send-ring.js';
-import { expectsLanding, type QpAttrs, type QpCore, type RecvWr, type SendWr } from './qp-core.js';
+import type { QpAttrs, QpCore, RecvWr, SendWr } from './qp-core.js';
 import { Requester, WC_OPCODE } from './requester.js';
 import { checkRecvWr, checkSendWr, checkTransportWr } from './wr-check.js';
 
@@ -229,6 +229,7 @@ export class QueuePair {
     this.sqSigAll = init.sqSigAll ?? false;
     this.cap = qpCaps(this.qpType, init);
     this.#rq = new RecvRing(this.cap.maxRecvWr, this.cap.maxRecvSge);
+    this.rc = this.#rcQueuePair();
     this.#sq = new SendRing(this.cap.maxSendWr, this.cap.maxSendSge, { ud: this.qpType === QpType.UD, xrc: this.qpType === QpType.XRC_SEND });
     const attr = this.#attr;
     const state = () => this.#state;
@@ -264,10 +265,10 @@ export class QueuePair {
       get destroyed() {
         return destroyed();
       },
-      landings: new Set(),
+      // The READ and atomic sinks the device checks answers against (RcQueuePair.expects).
+      landings: this.rc.landings,
       toError: () => this.#toError(),
     };
-    this.rc = this.#rcQueuePair();
     this.#publish();
     this.#requester = new Requester(this.#core);
     pd.users.add(this);
@@ -277,56 +278,24 @@ export class QueuePair {
     pd.stream.faultModel = faultModel;
   }
 
-  // What the node's transport keeps of this QP (rc/qp.ts), and what it hands back to it: the
-  // receives it takes (from rq, an SRQ, an XRC SRQ of its domain) or gives back, its completions.
+  // What the node's transport keeps of this QP (rc/qp.ts): built from the device's records
+  // and rings alone (its PD's, its receive ring, its receive CQ's ring, its SRQ's, its XRC
+  // domain's handle); the device takes, scatters and completes receives on its own.
   #rcQueuePair(): RcQueuePair {
-    const { qpNum, pd, srq, xrcd } = this;
-    const ud = this.qpType === QpType.UD;
-    const xrcRecv = this.qpType === QpType.XRC_RECV;
-    const state = () => this.#state;
-    const destroyed = () => this.#destroyed;
-    const core = this.#core;
-    const completer = this.#completer;
-    return new RcQueuePair(qpNum, pd, {
+    return new RcQueuePair({
+      qpNum: this.qpNum,
+      pd: this.pd.rc,
       rq: this.#rq,
-      ...(srq ? { take: () => srq.take() } : {}),
-      ...(xrcRecv
-        ? {
-            xrcSrq: (n: number) => {
-              const s = xrcd!.srqs.get(n);
-              // Its buffers are checked in this QP's PD: an XRC SRQ of another PD is not offered.
-              return s && !s.destroyed && s.pd === pd ? s : undefined;
-            },
-          }
-        : {}),
-      // UD: datagrams from many senders land at once, each taking its receive off the queue
-      // when admitted; one that faulted gives it back (ERR flushes it instead).
-      ...(ud
-        ? {
-            take: srq ? () => srq.take() : () => this.#rq.shift(),
-            giveBack: (wqe: RecvWr) => {
-              if (state() === QpState.ERR || destroyed()) this.#completer.complete(this.recvCq, wqe.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-              else if (srq) srq.giveBack(wqe);
-              else this.#rq.unshift(wqe);
-            },
-          }
-        : {}),
-      expects: (lkey, va, length) => expectsLanding(core, lkey, va, length),
-      received: (wqe, r) =>
-        completer.complete(
-          // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
-          (xrcRecv ? srqOf(wqe)?.cq : undefined) ?? this.recvCq,
-          wqe.wrId,
-          r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
-          r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
-          r.status === 'ok' ? r.byteLen : 0,
-          r.immData,
-          r.status === 'ok' ? r.odp : undefined,
-          r.srcQpn,
-          r.solicited,
-        ),
-      toError: () => this.#toError(),
+      recvCq: this.recvCq.ring,
+      srq: this.srq?.rc,
+      xrcd: this.qpType === QpType.XRC_RECV ? this.xrcd!.handle : undefined,
+      ud: this.qpType === QpType.UD,
     });
+  }
+
+  /** @internal The device moved this QP to ERR on its own (its event line): the provider's side of ERR follows. */
+  deviceError(): void {
+    this.#toError();
   }
 
   /** Current QP state (ibv_query_qp's qp_state). */
@@ -510,13 +479,8 @@ export class QueuePair {
   #toError(): void {
     if (this.#state === QpState.ERR) return;
     this.#state = QpState.ERR;
+    // The device's modify to ERR flushes the receive side itself (rc/qp.ts), as rxe_qp_error.
     this.#publish();
-    // A receive a SEND has taken is still at the head of rq: flushed with the rest; one taken
-    // off the SRQ is the message's alone, flushed here (the SRQ's others stay for its other QPs).
-    const held = this.srq || this.xrcd ? this.rc.resp.msg?.wqe : undefined;
-    this.rc.resp.msg = undefined;
-    if (held) this.#completer.complete((this.xrcd ? srqOf(held)?.cq : undefined) ?? this.recvCq, held.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-    for (const wr of this.#rq.drain()) this.#completer.complete(this.recvCq, wr.wrId, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     // Its messages on the engine end now (an RNR wait, a parked fault): flushed, as RC's ERR does.
     this.#device.sim.cancel(this.qpNum);
     if (!this.#requester.running)

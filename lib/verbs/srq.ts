@@ -1,13 +1,16 @@
 // Shared receive queues (struct ibv_srq): one pool of receive WQEs that several QPs of a PD
-// take their receives from. The node's engine responder takes a WQE off the SRQ when a
-// SEND's first packet (or a WRITE with immediate's last) is admitted (rc.ts, `RcQp.take`):
-// the message holds it until it completes on its own QP's receive CQ; none left is an RNR
-// NAK, as a QP's own empty receive queue is. The limit event is rdma_rxe's: once armed
+// take their receives from. The provider's face: the SRQ is a device record in the node's
+// tables (kernel-sim/rc/tables.ts's RcSrq: its ring, PD, limit, and for XRC its domain and
+// CQ), entered here at creation; postRecv writes WQEs into its ring. The device's responder
+// takes a WQE off it when a SEND's first packet (or a WRITE with immediate's last) is
+// admitted: the message holds it until it completes on its own QP's receive CQ; none left is
+// an RNR NAK, as a QP's own empty receive queue is. The limit event is rdma_rxe's: once armed
 // (srq_limit > 0), the first take that leaves fewer WQEs than the limit raises
-// IBV_EVENT_SRQ_LIMIT_REACHED on the context and disarms it (srq_limit back to 0).
+// IBV_EVENT_SRQ_LIMIT_REACHED on the device's event line, which the context reports, and
+// disarms it (srq_limit back to 0).
 import { closedError } from '../errors.js';
 import { checkInt, checkObject, known } from '../validate.js';
-import type { RcRecvWqe } from '../../kernel-sim/index.js';
+import type { RcRecvWqe, RcSrq } from '../../kernel-sim/index.js';
 import { verbsError } from './errors.js';
 import type { CompletionQueue } from './cq.js';
 import type { ProtectionDomain, VerbsProcess } from './mr.js';
@@ -25,13 +28,6 @@ export enum SrqType {
   BASIC = 0,
   /** An XRC SRQ: in an XRC domain, with a number (srqNum) that XRC requests name and a CQ of its own. */
   XRC = 1,
-}
-
-const owners = new WeakMap<RcRecvWqe, SharedReceiveQueue>();
-
-/** @internal The SRQ a receive WQE was posted to (an XRC target completes it on that SRQ's CQ). */
-export function srqOf(wqe: RcRecvWqe): SharedReceiveQueue | undefined {
-  return owners.get(wqe);
 }
 
 /** Attributes of a new SRQ (struct ibv_srq_init_attr's attr), as `Context.createSrq` takes them. */
@@ -79,9 +75,8 @@ export class SharedReceiveQueue {
   /** XRC: the number XRC requests name it by (ibv_get_srq_num); undefined for a BASIC SRQ. */
   readonly srqNum: number | undefined;
   #maxWr: number;
-  #limit: number;
-  /** The SRQ's ring of receive WQEs (the device's responder takes from it). */
-  #wqes: RecvRing<RcRecvWqe>;
+  /** @internal The SRQ's record in its device's tables: its ring (the device's responder takes from it), its limit. */
+  readonly rc: RcSrq;
   #limitReached: (srq: SharedReceiveQueue) => void;
   #destroyed = false;
 
@@ -92,8 +87,7 @@ export class SharedReceiveQueue {
     this.pd = pd;
     this.#maxWr = checkInt('createSrq: maxWr', attr.maxWr ?? 128, 1, 1 << 16);
     this.maxSge = checkInt('createSrq: maxSge', attr.maxSge ?? 4, 1, 16);
-    this.#limit = this.#checkLimit('ibv_create_srq', attr.srqLimit ?? 0);
-    this.#wqes = new RecvRing(this.#maxWr, this.maxSge, QueueKind.SRQ);
+    const limit = this.#checkLimit('ibv_create_srq', attr.srqLimit ?? 0);
     this.#limitReached = limitReached;
     this.srqType = attr.srqType ?? SrqType.BASIC;
     if (this.srqType !== SrqType.BASIC && this.srqType !== SrqType.XRC)
@@ -103,16 +97,32 @@ export class SharedReceiveQueue {
       attr.xrcd.check('ibv_create_srq');
       if (!attr.cq || typeof (attr.cq as { complete?: unknown }).complete !== 'function')
         throw verbsError('ibv_create_srq', 'EINVAL', 'an XRC SRQ needs cq: the CQ its receives complete on');
-      this.srqNum = attr.xrcd.srqNumbers.alloc('ibv_create_srq');
-      attr.xrcd.srqs.set(this.srqNum, this);
-    } else {
-      if (attr.xrcd !== undefined || attr.cq !== undefined)
-        throw verbsError('ibv_create_srq', 'EINVAL', 'xrcd and cq are for XRC SRQs (srqType: SrqType.XRC)');
-      this.srqNum = undefined;
-    }
+    } else if (attr.xrcd !== undefined || attr.cq !== undefined)
+      throw verbsError('ibv_create_srq', 'EINVAL', 'xrcd and cq are for XRC SRQs (srqType: SrqType.XRC)');
     this.xrcd = attr.xrcd;
     this.cq = attr.cq;
+    // The device's record, by a handle of the device's (an XRC SRQ's number is its handle).
+    const tables = pd.device.tables;
+    this.rc = tables.addSrq(
+      (handle) => ({
+        handle,
+        pd: pd.rc,
+        ring: new RecvRing<RcRecvWqe>(this.#maxWr, this.maxSge, QueueKind.SRQ, handle),
+        limit,
+        xrcd: attr.xrcd?.handle,
+        cq: attr.cq?.ring,
+        destroyed: false,
+      }),
+      this,
+    );
+    this.srqNum = this.srqType === SrqType.XRC ? this.rc.handle : undefined;
+    if (this.srqNum !== undefined) attr.xrcd!.srqs.set(this.srqNum, this);
     pd.users.add(this);
+  }
+
+  /** @internal The device raised SRQ_LIMIT_REACHED on its event line for this SRQ (it disarmed it). */
+  limitReached(): void {
+    this.#limitReached(this);
   }
 
   /** True once `destroy()` was called (or its context closed). */
@@ -122,13 +132,13 @@ export class SharedReceiveQueue {
 
   /** Receive WQEs posted and not yet taken by a message. */
   get length(): number {
-    return this.#wqes.length;
+    return this.rc.ring.length;
   }
 
   /** ibv_query_srq */
   query(): SrqAttr {
     this.#check();
-    return { maxWr: this.#maxWr, maxSge: this.maxSge, srqLimit: this.#limit };
+    return { maxWr: this.#maxWr, maxSge: this.maxSge, srqLimit: this.rc.limit };
   }
 
   /**
@@ -140,31 +150,33 @@ export class SharedReceiveQueue {
     checkObject('modify: attr', attr, ['srqLimit', 'maxWr']);
     if (attr.maxWr !== undefined) {
       const n = checkInt('maxWr', attr.maxWr, 1, 1 << 16);
-      if (n < this.#wqes.length) throw verbsError('ibv_modify_srq', 'EINVAL', `maxWr ${n} is below the ${this.#wqes.length} WQEs the SRQ holds`);
+      const old = this.rc.ring;
+      if (n < old.length) throw verbsError('ibv_modify_srq', 'EINVAL', `maxWr ${n} is below the ${old.length} WQEs the SRQ holds`);
       this.#maxWr = n;
       // A ring too small for the new size is replaced by one that holds it, its WQEs moved over.
-      if (n > this.#wqes.numElems) {
-        const ring = new RecvRing<RcRecvWqe>(n, this.maxSge, QueueKind.SRQ);
-        for (const w of this.#wqes.drain()) ring.push(w);
-        this.#wqes = ring;
+      if (n > old.numElems) {
+        const ring = new RecvRing<RcRecvWqe>(n, this.maxSge, QueueKind.SRQ, this.rc.handle);
+        for (const w of old.drain()) ring.push(w);
+        this.rc.ring = ring;
       }
     }
-    if (attr.srqLimit !== undefined) this.#limit = this.#checkLimit('ibv_modify_srq', attr.srqLimit);
+    if (attr.srqLimit !== undefined) this.rc.limit = this.#checkLimit('ibv_modify_srq', attr.srqLimit);
   }
 
   /** ibv_post_srq_recv: checked like QueuePair.postRecv; ENOMEM past maxWr, nothing queued then. */
   postRecv(wrs: RecvWr | RecvWr[]): void {
     this.#check();
     const list = Array.isArray(wrs) ? wrs : [wrs];
-    if (this.#wqes.length + list.length > this.#maxWr)
+    const ring = this.rc.ring;
+    if (ring.length + list.length > this.#maxWr)
       throw verbsError(
         'ibv_post_srq_recv',
         'ENOMEM',
-        `the SRQ holds at most ${this.#maxWr} WQEs (${this.#wqes.length} posted); poll completions before posting more, or modify({ maxWr })`,
+        `the SRQ holds at most ${this.#maxWr} WQEs (${ring.length} posted); poll completions before posting more, or modify({ maxWr })`,
       );
     list.forEach((wr, i) => checkRecvWr(wr, i, this.maxSge));
     // The provider's step: each checked WR written as a WQE into the ring (room checked above).
-    for (const wr of list) this.#wqes.push(wr);
+    for (const wr of list) ring.push(wr);
   }
 
   /** ibv_destroy_srq: EBUSY while QPs use it; the WQEs it still holds are dropped. */
@@ -173,33 +185,16 @@ export class SharedReceiveQueue {
     if (this.users.size)
       throw verbsError('ibv_destroy_srq', 'EBUSY', `${this.users.size} QP(s) still take their receives from this SRQ; destroy them first`);
     this.#destroyed = true;
-    this.#wqes.drain();
+    this.rc.destroyed = true;
+    this.rc.ring.drain();
     this.pd.users.delete(this);
-    if (this.xrcd && this.srqNum !== undefined) {
-      this.xrcd.srqs.delete(this.srqNum);
-      this.xrcd.srqNumbers.free(this.srqNum);
-    }
+    this.pd.device.tables.removeSrq(this.rc.handle);
+    if (this.xrcd && this.srqNum !== undefined) this.xrcd.srqs.delete(this.srqNum);
   }
 
   /** Same as `destroy()`, for `using`. */
   [Symbol.dispose](): void {
     this.destroy();
-  }
-
-  /** @internal The next WQE, taken for good by a message (the node's engine responder calls it). */
-  take(): RcRecvWqe | undefined {
-    const wqe = this.#wqes.shift();
-    if (wqe) owners.set(wqe, this);
-    if (wqe && this.#limit > 0 && this.#wqes.length < this.#limit) {
-      this.#limit = 0;
-      this.#limitReached(this);
-    }
-    return wqe;
-  }
-
-  /** @internal A UD datagram that took `wqe` did not land (it faulted and comes again): back at the head. */
-  giveBack(wqe: RcRecvWqe): void {
-    if (!this.#destroyed) this.#wqes.unshift(wqe);
   }
 
   #checkLimit(verb: string, v: number): number {

@@ -2,7 +2,7 @@
 // memory keys and QP numbers are handed out, looked up and released here, one table per
 // device (node) for what a device looks up on its own. MRs and QPs hold the table of their
 // own device, never their Cluster or Context, and a device only ever looks in its own.
-import type { RcMr, RcQp, RcTables } from '../../kernel-sim/index.js';
+import type { RcMr, RcQp, RcSrq, RcTables } from '../../kernel-sim/index.js';
 import type { Region } from '../region.js';
 import { verbsError } from './errors.js';
 
@@ -78,14 +78,18 @@ function qpNumbers(node: number): IdAllocator {
 export const DEVICE_LIMITS = { maxQp: 1 << 16, maxCqe: 1 << 22, maxMr: 1 << 20, maxSge: 16 } as const;
 
 /**
- * One device's (node's) tables: its MRs by key and its QPs by number. What the node's
- * engine responder reads of them (RcMr, a QP's RcQp face) is kept in the node's own RcTables
- * too: the engine checks every RC packet there, never asking the verbs.
+ * One device's (node's) tables: its MRs by key and its QPs by number, as the provider knows
+ * them. Their device records (an MR's RcMr, a QP's RcQueuePair) are entered into the node's
+ * own RcTables here, at registration and creation (the control path, as ibv_reg_mr's and
+ * ibv_create_qp's commands), and removed at dereg and destroy: the engine checks every RC
+ * packet there, never asking the verbs.
  */
-export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
+export class DeviceTables<MR extends { readonly rc: RcMr }, QP extends { readonly rc: RcQp }, SRQ = object> {
   readonly node: number;
   readonly #mrs = new Map<number, MR>();
   readonly #qps = new Map<number, QP>();
+  readonly #srqs = new Map<number, SRQ>();
+  readonly #srqHandles = new IdAllocator(1, 0xff_ffff);
   readonly #rc: RcTables;
   /** This device's memory keys (each node has its own, as each HCA does; they start apart so one node's key is not another's by chance). */
   readonly keys: KeyAllocator;
@@ -107,7 +111,7 @@ export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
     try {
       const mr = make(key);
       this.#mrs.set(key, mr);
-      this.#rc.mrs.set(key, mr);
+      this.#rc.mrs.set(key, mr.rc);
       return mr;
     } catch (e) {
       this.keys.free(key);
@@ -150,6 +154,24 @@ export class DeviceTables<MR extends RcMr, QP extends { readonly rc: RcQp }> {
   removeQp(qpn: number): void {
     this.#rc.qps.delete(qpn);
     if (this.#qps.delete(qpn)) this.#qpns.free(qpn);
+  }
+
+  /** Enter an SRQ's record under a new handle (24 bits: an XRC SRQ's number is its handle). */
+  addSrq(make: (handle: number) => RcSrq, srq: SRQ): RcSrq {
+    const handle = this.#srqHandles.alloc('ibv_create_srq');
+    const rc = make(handle);
+    this.#srqs.set(handle, srq);
+    this.#rc.srqs.set(handle, rc);
+    return rc;
+  }
+
+  srq(handle: number): SRQ | undefined {
+    return this.#srqs.get(handle);
+  }
+
+  removeSrq(handle: number): void {
+    this.#rc.srqs.delete(handle);
+    if (this.#srqs.delete(handle)) this.#srqHandles.free(handle);
   }
 }
 

@@ -2,25 +2,22 @@
 // (IBV_QPT_XRC_SEND) is connected to one XRC target QP (IBV_QPT_XRC_RECV) on the peer, like
 // RC; each of its requests names an XRC SRQ by number (XRCETH, `wr.xrc.remoteSrqn`), and the
 // target takes the receive from that SRQ of its own domain, its completion going to the SRQ's
-// CQ. So any number of QP pairs can share one XRC SRQ, as rdma-core's XRC tests do.
+// CQ. So any number of QP pairs can share one XRC SRQ, as rdma-core's XRC tests do. The
+// device finds the SRQ by that number in its own tables and checks it names this domain's
+// handle; the domain object itself is the provider's.
 import { verbsError } from './errors.js';
-import type { RcSrq } from '../../kernel-sim/index.js';
-import { IdAllocator } from './tables.js';
 
-/** What the domain knows of an XRC SRQ (srq.ts's SharedReceiveQueue). */
-interface XrcSrq extends RcSrq {
-  readonly destroyed: boolean;
-  readonly pd: object;
-}
+/** Handles of XRC domains, unique in the process: what a device's SRQ and QP records name their domain by. */
+let nextXrcd = 1;
 
 /** An XRC domain (struct ibv_xrcd): `Context.openXrcd()`; XRC SRQs and XRC_RECV QPs are created in it. */
 export class XrcDomain {
-  /** @internal Its XRC SRQs by number (ibv_get_srq_num). */
-  readonly srqs = new Map<number, XrcSrq>();
+  /** @internal The domain's handle (an XRC SRQ's record and an XRC target's name it). */
+  readonly handle = nextXrcd++;
+  /** @internal Its XRC SRQs by number (ibv_get_srq_num: the device's handle of the SRQ). */
+  readonly srqs = new Map<number, object>();
   /** @internal XRC target QPs in this domain (close fails with EBUSY while any is left). */
   readonly qps = new Set<object>();
-  /** @internal */
-  readonly srqNumbers = new IdAllocator(1, 0xff_ffff);
   #closed = false;
 
   /** True once `close()` was called (or its context closed). */

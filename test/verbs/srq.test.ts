@@ -190,10 +190,12 @@ describe('SRQ error paths', () => {
       { wrId: 1, sgList: [{ addr: sr.address, length: 64, lkey: smr.lkey }] },
       { wrId: 2, sgList: [{ addr: sr.address + BigInt(P), length: 64, lkey: smr.lkey }] },
     ]);
-    // Right after the SEND's first packet takes WQE 1 (before its bytes land), the QP goes to ERR.
-    const take = srq.take.bind(srq);
-    srq.take = () => {
-      const wqe = take();
+    // Right after the SEND's first packet takes WQE 1 off the SRQ's ring on the device (before
+    // its bytes land), the QP goes to ERR.
+    const ring = srq.rc.ring;
+    const shift = ring.shift.bind(ring);
+    ring.shift = () => {
+      const wqe = shift();
       queueMicrotask(() => pairs[0]!.s.modify({ qpState: QpState.ERR }));
       return wqe;
     };
@@ -202,7 +204,7 @@ describe('SRQ error paths', () => {
     expect([flushed.wrId, flushed.status, flushed.qpNum]).toEqual([1n, WcStatus.WR_FLUSH_ERR, pairs[0]!.s.qpNum]);
     expect(srq.length).toBe(1);
     expect((await next(ccq)).status).not.toBe(WcStatus.SUCCESS);
-    srq.take = take;
+    ring.shift = shift;
     // WQE 2 is still the SRQ's: the other QP receives into it.
     new Uint8Array(cr.buffer, P, 64).fill(0x44);
     pairs[1]!.c.postSend({ wrId: 3, opcode: WrOpcode.SEND, sgList: [{ addr: cr.address + BigInt(P), length: 64, lkey: cmr.lkey }] });

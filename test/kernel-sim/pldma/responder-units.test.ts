@@ -10,9 +10,9 @@ import {
   DmaStatus,
   type Packet,
   RcOp,
+  MrState,
+  mrRecord,
   type RcMr,
-  type RcQp,
-  type RcReceived,
   type SimSystem,
   type TraceEvent,
   type WritePacket,
@@ -21,6 +21,9 @@ import { INLINE_COPY_MAX } from '../../../kernel-sim/pldma/copy-engine.js';
 import { MAX_RUN_BLOCKS } from '../../../kernel-sim/pldma/types.js';
 import type { Region } from '../../../lib/index.js';
 import { RecvRing } from '../../../kernel-sim/device/recv-ring.js';
+import { CompletionRing, CQE } from '../../../kernel-sim/device/cq-ring.js';
+import { QpState, WcOpcode, WcStatus } from '../../../kernel-sim/device/ib.js';
+import { RcQueuePair } from '../../../kernel-sim/rc/qp.js';
 import { binding } from '../../../native/index.js';
 import { bytesOf, FaultLibrary, fill, holdCopyThread, P, post, proc, useEnv, within } from '../helpers.js';
 
@@ -343,29 +346,27 @@ describe("the responder's RC checks, on its own node's tables", () => {
     proc(sys.node(0), 100, 7, [src]);
     proc(sys.node(1), 200, 7, [dst]);
     const pd = { handle: 7, closed: false };
-    const covers = (addr: bigint, length: number) => addr >= dst.address && addr + BigInt(length) <= dst.address + BigInt(mrPages * P);
-    const mr: RcMr = {
-      closed: false,
-      access: 1 | 2,
-      pd,
-      covers,
-      place: (addr, length) => (covers(addr, length) ? { region: dst, offset: Number(addr - dst.address) } : undefined),
-    };
-    const received: RcReceived[] = [];
+    const mr: RcMr = mrRecord({ key: 0x1234, pd, access: 1 | 2, region: dst, offset: 0, length: mrPages * P });
+    // The QP as a device builds it: from its PD's record and its rings alone.
     const rq = new RecvRing(4, 1);
-    const qp: RcQp = {
-      qpNum: 9,
-      pd,
-      receiving: true,
-      destNode: 0,
-      destQpNum: 5,
-      accessFlags: 1 | 2,
-      minRnrTimer: 1,
-      rq,
-      expects: () => false,
-      received: (_, r) => received.push(r),
-      toError: () => undefined,
-      resp: { epsn: 0, msg: undefined },
+    const cq = new CompletionRing(4);
+    const qp = new RcQueuePair({ qpNum: 9, pd, rq, recvCq: cq });
+    qp.modify({ state: QpState.RTS, destroyed: false, destNode: 0, destQpNum: 5, accessFlags: 1 | 2, minRnrTimer: 1, qkey: undefined });
+    // The receive CQEs the device wrote, as the provider reads them.
+    const received = () => {
+      const out: Array<{ status: number; opcode: number; byteLen: number; srcQp: number; immData: number }> = [];
+      for (let i = cq.consumer; i !== cq.producer; i = (i + 1) >>> 0) {
+        const at = cq.slot(i);
+        const v = cq.view;
+        out.push({
+          status: v.getUint32(at + CQE['wc.status'], true),
+          opcode: v.getUint32(at + CQE['wc.opcode'], true),
+          byteLen: v.getUint32(at + CQE['wc.byte_len'], true),
+          srcQp: v.getUint32(at + CQE['wc.src_qp'], true),
+          immData: v.getUint32(at + CQE['wc.ex.imm_data'], false),
+        });
+      }
+      return out;
     };
     const t = sys.node(1).tables;
     t.strict = true;
@@ -388,10 +389,10 @@ describe("the responder's RC checks, on its own node's tables", () => {
     const { dst, mr, rc } = rig(2);
     for (const [change, reason] of [
       [{ pd: { handle: 8, closed: false } }, /another protection domain/],
-      [{ closed: true }, /names no live MR/],
+      [{ state: MrState.FREE }, /names no live MR/],
       [{ access: 1 }, /without REMOTE_WRITE/],
     ] as const) {
-      const saved = { pd: mr.pd, closed: mr.closed, access: mr.access };
+      const saved = { pd: mr.pd, state: mr.state, access: mr.access };
       Object.assign(mr, change);
       const cpl = await within('write', rc({}));
       expect(cpl).toMatchObject({ status: DmaStatus.DST_PERM_ERR, bytes: 0 });
@@ -405,12 +406,12 @@ describe("the responder's RC checks, on its own node's tables", () => {
     const { dst, qp, data, rc } = rig(2);
     expect(await within('other QP', rc({ srcQp: 6 }))).toMatchObject({ status: DmaStatus.DROPPED, bytes: 0 });
     expect(await within('skipped PSN', rc({ psn: 1 }))).toMatchObject({ status: DmaStatus.DROPPED, bytes: 0 });
-    Object.assign(qp, { receiving: false });
+    Object.assign(qp, { destroyed: true });
     const off = await within('not receiving', rc({}));
     expect(off).toMatchObject({ status: DmaStatus.DROPPED, bytes: 0 });
     expect(off.reason).toBe('no QP 9 accepting packets on this node');
     expect(zero(dst)).toBe(true);
-    Object.assign(qp, { receiving: true });
+    Object.assign(qp, { destroyed: false });
     // The expected PSN did not move: the first message lands, the next must follow it.
     expect(await within('in sequence', rc({}))).toMatchObject({ status: DmaStatus.SUCCESS });
     expect(bytesOf(dst).equals(data)).toBe(true);
@@ -432,22 +433,24 @@ describe("the responder's RC checks, on its own node's tables", () => {
     const { dst, qp, rq, data, received, rc } = rig(2);
     const sent = rc({ opcode: RcOp.SEND, key: undefined, dstVa: 0n, length: 100, immData: 0xabc, retryLimit: Infinity });
     await new Promise((r) => setTimeout(r, 20));
-    expect(received).toEqual([]);
+    expect(received()).toEqual([]);
     rq.push({ wrId: 1, sgList: [{ addr: dst.address + BigInt(P), length: 200, lkey: 0x1234 }] });
     const cpl = await within('send', sent);
     expect(cpl.status).toBe(DmaStatus.SUCCESS);
     expect(cpl.nacks).toBeGreaterThan(0);
     expect(bytesOf(dst, P, 100).equals(data.subarray(0, 100))).toBe(true);
-    expect(received).toMatchObject([{ status: 'ok', op: RcOp.SEND, byteLen: 100, immData: 0xabc, srcQpn: 5 }]);
+    expect(received()).toMatchObject([{ status: WcStatus.SUCCESS, opcode: WcOpcode.RECV, byteLen: 100, immData: 0xabc, srcQp: 5 }]);
     expect(qp.rq.length).toBe(0);
   });
 
   test('a SEND longer than the receive: the receive completes with "len", the requester gets REM_INV_REQ, nothing written', async () => {
-    const { dst, rq, received, rc } = rig(2);
+    const { dst, qp, rq, received, rc } = rig(2);
     rq.push({ wrId: 1, sgList: [{ addr: dst.address, length: 50, lkey: 0x1234 }] });
     const cpl = await within('send', rc({ opcode: RcOp.SEND, key: undefined, length: 100 }));
     expect(cpl).toMatchObject({ status: DmaStatus.REM_INV_REQ, bytes: 0 });
-    expect(received).toMatchObject([{ status: 'len' }]);
+    expect(received()).toMatchObject([{ status: WcStatus.LOC_LEN_ERR, opcode: WcOpcode.RECV, byteLen: 0 }]);
+    // The device moved its QP to ERR on its own.
+    expect(qp.state).toBe(QpState.ERR);
     expect(zero(dst)).toBe(true);
   });
 });
