@@ -17,13 +17,14 @@ import { decodeFault, decodeResolvedAck, encodeResolved } from '../netlink/messa
 import { NlCmd, type NetlinkSocket } from '../netlink/netlink.js';
 import { DmaStatus, type DmaCompletion, type DmaDescriptor } from '../pldma/types.js';
 import { RcQueuePair } from '../rc/qp.js';
-import type { RcMr, RcPd, RcReceived, RcRecvWqe } from '../rc/tables.js';
+import { mrFree, mrRecord, type RcEvent, type RcMr, type RcPd, type RcReceived, type RcRecvWqe, type RcSrq } from '../rc/tables.js';
 import { IommuPageResponseCode } from '../smmu-driver/iopf.js';
 import type { StreamContext } from '../smmu/smmu.js';
 import { SimSystem, type SimNode, type SystemOptions } from '../system.js';
 import * as abi from './abi.js';
 import { DeviceState, FaultMethod, MrPolicy, QueueKind } from './abi.js';
-import { CQE } from './cq-ring.js';
+import { CompletionRing, CQE } from './cq-ring.js';
+import { RecvRing } from './recv-ring.js';
 import { Access, AsyncEventType, QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './ib.js';
 import type { Ah, Cq, Mr, Pd, Qp, Srq } from './objects.js';
 import type { ProgramMemory } from './program-memory.js';
@@ -71,16 +72,33 @@ export class DeviceEngine {
     eventsDropped: 0,
   };
   #nextPd = 1;
+  #nextSrq = 1;
+  /** @internal The QPs and SRQs on the node's event line, by QP number and SRQ record handle. */
+  readonly qps = new Map<number, QpEngine>();
+  readonly srqs = new Map<number, { ctx: ContextDataPath; handle: number }>();
 
   constructor(options: Omit<SystemOptions, 'nodes'> = {}) {
     this.system = new SimSystem({ ...options, nodes: 1 });
     this.node = this.system.node(0);
     this.node.tables.strict = true;
+    // The node's event line: a QP the responder moved to ERR on its own, an SRQ's limit.
+    this.node.tables.events = (e: RcEvent) => {
+      if (e.type === 'qp-error') this.qps.get(e.handle)?.toError();
+      else {
+        const s = this.srqs.get(e.handle);
+        s?.ctx.asyncEvent(AsyncEventType.SRQ_LIMIT_REACHED, abi.ElementKind.SRQ, s.handle);
+      }
+    };
   }
 
   /** A protection domain number unique on the device (the SMMU's streams are found by it). */
   newPd(): number {
     return this.#nextPd++;
+  }
+
+  /** An SRQ record's handle, unique on the device. */
+  newSrq(): number {
+    return this.#nextSrq++;
   }
 
   close(): void {
@@ -211,6 +229,75 @@ function readSges(v: DataView, at: number, n: number): DevSge[] {
   return out;
 }
 
+/** A receive queue's device side over a memfd ring (the QP's engine or an SRQ reads and checks it). */
+interface RecvReader {
+  length(): number;
+  head(): RcRecvWqe | undefined;
+  shift(): RcRecvWqe | undefined;
+  unshift(w: RcRecvWqe): void;
+}
+
+/**
+ * The engine's RecvRing (what RcQueuePair and RcSrq hold) over a program's memfd ring: every
+ * step goes to the reader, which copies each WQE out of the program's slot and checks it. (The
+ * base class's own small ring is unused.)
+ */
+class MemfdRecvRing extends RecvRing {
+  readonly #r: RecvReader;
+  constructor(r: RecvReader) {
+    super(1, 1);
+    this.#r = r;
+  }
+  override get length(): number {
+    return this.#r.length();
+  }
+  override head(): RcRecvWqe | undefined {
+    return this.#r.head();
+  }
+  override shift(): RcRecvWqe | undefined {
+    return this.#r.shift();
+  }
+  override unshift(w: RcRecvWqe): void {
+    this.#r.unshift(w);
+  }
+}
+
+/** The engine's CompletionRing over a program's CQ memfd: each CQE through the context's checked writer. */
+class MemfdCq extends CompletionRing {
+  readonly #ctx: ContextDataPath;
+  readonly #cq: Cq;
+  constructor(ctx: ContextDataPath, cq: Cq) {
+    super(1, cq.handle);
+    this.#ctx = ctx;
+    this.#cq = cq;
+  }
+  override complete(
+    wrId: bigint,
+    status: number,
+    opcode: number,
+    byteLen: number,
+    qpNum: number,
+    srcQp: number,
+    immData: number | undefined,
+    odp: RcReceived['odp'] | undefined,
+    solicited = false,
+  ): boolean {
+    return this.#ctx.complete(this.#cq, wrId, status, opcode, byteLen, qpNum, srcQp, immData, odp, solicited);
+  }
+}
+
+// A receive WQE from its copy: num_sge within the ring's, each SGE's length bounded; the
+// lkeys are the responder's to check (in this QP's PD, LOCAL_WRITE), as each packet lands.
+function decodeRecv(v: DataView, maxSge: number, slot: number): RcRecvWqe | undefined {
+  const n = v.getUint32(RW['dma.num_sge'], true);
+  if (n > maxSge || abi.recvWqe.size + n * abi.rxeSge.size > slot) return undefined;
+  const sgList = readSges(v, abi.recvWqe.size, n);
+  let total = 0;
+  for (const x of sgList) total += x.length;
+  if (total > MAX_MSG) return undefined;
+  return { wrId: v.getBigUint64(RW.wr_id, true), sgList };
+}
+
 const RC_OPS = new Set([
   WrOpcode.RDMA_WRITE,
   WrOpcode.RDMA_WRITE_WITH_IMM,
@@ -237,14 +324,17 @@ export const WC_OPCODE: Partial<Record<WrOpcode, WcOpcode>> = {
 // ---------------------------------------------------------------------------------------------
 
 interface PdState {
-  rc: RcPd & { closed: boolean };
+  rc: RcPd;
   stream: StreamContext;
 }
 
-interface MrState {
-  rc: RcMr & { closed: boolean };
+interface MrEntry {
+  rc: RcMr;
   region: MemoryLike;
   stream: StreamContext;
+  start: bigint;
+  end: bigint;
+  closed: boolean;
 }
 
 interface CqState {
@@ -255,6 +345,7 @@ interface CqState {
   producer: number;
   broken: boolean;
   qps: Set<QpEngine>;
+  engineRing?: CompletionRing;
 }
 
 interface SrqState {
@@ -262,6 +353,10 @@ interface SrqState {
   ring: ConsumedRing;
   maxSge: number;
   broken: boolean;
+  /** The engine's record (its ring reads the memfd through `take`). */
+  record: RcSrq;
+  /** Receives a UD datagram gave back (they go in front again). */
+  returned: RcRecvWqe[];
 }
 
 /** What a context's objects need of their context's data path. */
@@ -281,7 +376,7 @@ export class ContextDataPath {
   readonly #socket: NetlinkSocket;
   readonly #netPid: number;
   readonly #pds = new Map<Pd, PdState>();
-  readonly #mrs = new Map<Mr, MrState>();
+  readonly #mrs = new Map<Mr, MrEntry>();
   /** This context's MRs by lkey (a key of another context's is no key here). */
   readonly #byKey = new Map<number, Mr>();
   readonly #cqs = new Map<Cq, CqState>();
@@ -365,15 +460,21 @@ export class ContextDataPath {
     const end = mr.implicit ? USER_END : mr.start + mr.length;
     const region = this.#links.memory.region(mr.handle, start, end - start);
     this.#node.map(pd.stream, region, { read: true, write: (mr.access & (Access.LOCAL_WRITE | Access.REMOTE_WRITE)) !== 0 });
-    const rc = {
-      closed: false,
-      access: mr.access,
-      pd: pd.rc,
-      covers: (addr: bigint, length: number) => addr >= start && addr + BigInt(length) <= end,
-      place: (addr: bigint, length: number) =>
-        addr >= start && addr + BigInt(length) <= end && !rc.closed ? { region, offset: Number(addr - region.address) } : undefined,
-    };
-    this.#mrs.set(mr, { rc, region, stream: pd.stream });
+    // The engine's record of it (tables.ts): what the responder's key checks read.
+    const offset = Number(start - region.address);
+    const rc = mr.implicit
+      ? mrRecord({
+          key: mr.lkey,
+          pd: pd.rc,
+          access: mr.access,
+          length: Number(USER_END),
+          space: {
+            find: (addr: bigint, length: number) =>
+              addr >= start && addr + BigInt(length) <= end ? { region, offset: Number(addr - region.address) } : undefined,
+          },
+        })
+      : mrRecord({ key: mr.lkey, pd: pd.rc, access: mr.access, region, offset, length: Number(end - start) });
+    this.#mrs.set(mr, { rc, region, stream: pd.stream, start, end, closed: false });
     this.#byKey.set(mr.lkey, mr);
     this.#node.tables.mrs.set(mr.lkey, rc);
   }
@@ -383,7 +484,8 @@ export class ContextDataPath {
     if (!s) return;
     this.#mrs.delete(mr);
     this.#byKey.delete(mr.lkey);
-    s.rc.closed = true;
+    s.closed = true;
+    mrFree(s.rc);
     this.#node.tables.mrs.delete(mr.lkey);
     this.#node.fence({ key: mr.lkey });
     this.#node.unmap(s.stream, s.region);
@@ -407,11 +509,68 @@ export class ContextDataPath {
   }
 
   srqCreated(srq: Srq): void {
-    this.#srqs.set(srq, { srq, ring: new ConsumedRing(srq.ring, QueueKind.SRQ), maxSge: srq.maxSge, broken: false });
+    const handle = this.engine.newSrq();
+    const state: SrqState = {
+      srq,
+      ring: new ConsumedRing(srq.ring, QueueKind.SRQ),
+      maxSge: srq.maxSge,
+      broken: false,
+      record: undefined as unknown as RcSrq,
+      returned: [],
+    };
+    const reader: RecvReader = {
+      length: () => state.returned.length + Math.max(0, state.ring.available()),
+      head: () => undefined,
+      shift: () => state.returned.shift() ?? this.#srqTake(state),
+      unshift: (w) => state.returned.unshift(w),
+    };
+    state.record = {
+      handle,
+      pd: this.#pds.get(srq.pd)!.rc,
+      ring: new MemfdRecvRing(reader),
+      limit: srq.limit,
+      xrcd: undefined,
+      cq: undefined,
+      destroyed: false,
+    };
+    this.#srqs.set(srq, state);
+    this.engine.srqs.set(handle, { ctx: this, handle: srq.handle });
   }
 
   srqFreed(srq: Srq): void {
+    const s = this.#srqs.get(srq);
+    if (!s) return;
+    s.record.destroyed = true;
+    this.engine.srqs.delete(s.record.handle);
     this.#srqs.delete(srq);
+  }
+
+  // The next receive off an SRQ's memfd ring, checked; a corrupt index breaks the SRQ (IBV_EVENT_SRQ_ERR).
+  #srqTake(s: SrqState): RcRecvWqe | undefined {
+    if (s.broken) return undefined;
+    const n = s.ring.available();
+    if (n < 0) {
+      s.broken = true;
+      this.engine.counters.corruptRings++;
+      this.asyncEvent(AsyncEventType.SRQ_ERR, abi.ElementKind.SRQ, s.srq.handle);
+      return undefined;
+    }
+    if (n === 0) return undefined;
+    const w = decodeRecv(s.ring.read(), s.maxSge, s.ring.slotBytes);
+    s.ring.consume();
+    if (!w) {
+      this.engine.counters.refusedWqes++;
+      return undefined;
+    }
+    this.engine.counters.recvWqes++;
+    return w;
+  }
+
+  /** @internal A CQ's ring as the engine writes it: through this context's checked writer. */
+  cqRing(cq: Cq): CompletionRing {
+    const s = this.#cqs.get(cq)!;
+    if (!s.engineRing) s.engineRing = new MemfdCq(this, cq);
+    return s.engineRing;
   }
 
   qpCreated(qp: Qp): void {
@@ -441,11 +600,11 @@ export class ContextDataPath {
   }
 
   /** @internal The MR of this context's `lkey` in `pd`, if [addr, addr+length) lies in it (and it may be written, if asked). */
-  localMr(lkey: number, pd: Pd, addr: bigint, length: number, write: boolean): MrState | undefined {
+  localMr(lkey: number, pd: Pd, addr: bigint, length: number, write: boolean): MrEntry | undefined {
     const mr = this.#byKey.get(lkey);
     if (!mr || mr.pd !== pd) return undefined;
     const s = this.#mrs.get(mr);
-    if (!s || s.rc.closed || !s.rc.covers(addr, length)) return undefined;
+    if (!s || s.closed || addr < s.start || addr + BigInt(length) > s.end) return undefined;
     if (write && !(mr.access & Access.LOCAL_WRITE)) return undefined;
     return s;
   }
@@ -657,12 +816,6 @@ function done(status: WcStatus, byteLen: number, results: DmaCompletion[]): Outc
   return { status, byteLen: status === WcStatus.SUCCESS ? byteLen : 0, odp };
 }
 
-interface Landing {
-  key: number;
-  addr: bigint;
-  end: bigint;
-}
-
 /** @internal One QP's engine side. */
 export class QpEngine {
   readonly #ctx: ContextDataPath;
@@ -676,7 +829,6 @@ export class QpEngine {
   /** The receive WQE at the RQ's head, copied once (the responder holds it until consumed). */
   #head: RcRecvWqe | undefined;
   readonly #returned: RcRecvWqe[] = [];
-  readonly #landings = new Set<Landing>();
   /** The next send WQE, read and checked, waiting for those in flight. */
   #next: DevSendWqe | undefined;
   /** An index of its rings was corrupt: they are not read until RESET. */
@@ -692,45 +844,21 @@ export class QpEngine {
     this.#pd = pd;
     if (qp.ring && qp.caps.maxSendWr) this.#sq = new ConsumedRing(qp.ring, QueueKind.SQ);
     if (qp.ring && qp.caps.maxRecvWr) this.#rq = new ConsumedRing(qp.ring, QueueKind.RQ);
-    const ud = qp.type === QpType.UD;
-    const srq = qp.srq;
-    const length = (): number => this.#recvLength();
-    const rq = {
-      get length() {
-        return length();
-      },
+    const reader: RecvReader = {
+      length: () => this.#recvLength(),
       head: () => this.#recvHead(),
       shift: () => this.#recvShift(),
+      unshift: (w) => this.#returned.unshift(w),
     };
-    this.rc = new RcQueuePair(qp.qpNum, pd.rc, {
-      rq,
-      ...(srq ? { take: () => this.#srqTake() } : {}),
-      ...(ud
-        ? {
-            take: srq ? () => this.#srqTake() : () => this.#recvShift(),
-            giveBack: (w: RcRecvWqe) => {
-              if (this.#qp.state === QpState.ERR || this.#destroyed) this.#completeRecv(w, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
-              else this.#returned.unshift(w);
-            },
-          }
-        : {}),
-      expects: (lkey, va, length) => {
-        for (const l of this.#landings) if (l.key === lkey && va >= l.addr && va + BigInt(length) <= l.end) return true;
-        return false;
-      },
-      received: (w, r) =>
-        this.#completeRecv(
-          w,
-          r.status === 'ok' ? WcStatus.SUCCESS : r.status === 'len' ? WcStatus.LOC_LEN_ERR : WcStatus.LOC_PROT_ERR,
-          r.op === RcOp.WRITE_IMM ? WcOpcode.RECV_RDMA_WITH_IMM : WcOpcode.RECV,
-          r.status === 'ok' ? r.byteLen : 0,
-          r.immData,
-          r.status === 'ok' ? r.odp : undefined,
-          r.srcQpn,
-          r.solicited,
-        ),
-      toError: () => this.toError(),
+    this.rc = new RcQueuePair({
+      qpNum: qp.qpNum,
+      pd: pd.rc,
+      rq: this.#rq ? new MemfdRecvRing(reader) : undefined,
+      recvCq: qp.recvCq ? ctx.cqRing(qp.recvCq) : undefined,
+      srq: qp.srq ? ctx.srq(qp.srq)?.record : undefined,
+      ud: qp.type === QpType.UD,
     });
+    ctx.engine.qps.set(qp.qpNum, this);
     ctx.node.tables.qps.set(qp.qpNum, this.rc);
     this.#publish();
   }
@@ -787,7 +915,7 @@ export class QpEngine {
     const n = r.available();
     if (n < 0) return this.#corrupt();
     if (n === 0) return undefined;
-    const w = this.#decodeRecv(r.read(), this.#qp.caps.maxRecvSge, r.slotBytes);
+    const w = decodeRecv(r.read(), this.#qp.caps.maxRecvSge, r.slotBytes);
     if (!w) {
       this.#ctx.engine.counters.refusedWqes++;
       r.consume();
@@ -806,40 +934,6 @@ export class QpEngine {
     this.#head = undefined;
     this.#rq!.consume();
     return w;
-  }
-
-  #srqTake(): RcRecvWqe | undefined {
-    const s = this.#ctx.srq(this.#qp.srq!);
-    if (!s || s.broken) return undefined;
-    const n = s.ring.available();
-    if (n < 0) {
-      s.broken = true;
-      this.#ctx.engine.counters.corruptRings++;
-      this.#ctx.asyncEvent(AsyncEventType.SRQ_ERR, abi.ElementKind.SRQ, s.srq.handle);
-      return undefined;
-    }
-    if (n === 0) return undefined;
-    const w = this.#decodeRecv(s.ring.read(), s.maxSge, s.ring.slotBytes);
-    s.ring.consume();
-    if (!w) {
-      this.#ctx.engine.counters.refusedWqes++;
-      this.toError();
-      return undefined;
-    }
-    this.#ctx.engine.counters.recvWqes++;
-    return w;
-  }
-
-  // A receive WQE from its copy: num_sge within the ring's, each SGE's length bounded; the
-  // lkeys are the responder's to check (in this QP's PD, LOCAL_WRITE), as each packet lands.
-  #decodeRecv(v: DataView, maxSge: number, slot: number): RcRecvWqe | undefined {
-    const n = v.getUint32(RW['dma.num_sge'], true);
-    if (n > maxSge || abi.recvWqe.size + n * abi.rxeSge.size > slot) return undefined;
-    const sgList = readSges(v, abi.recvWqe.size, n);
-    let total = 0;
-    for (const s of sgList) total += s.length;
-    if (total > MAX_MSG) return undefined;
-    return { wrId: v.getBigUint64(RW.wr_id, true), sgList };
   }
 
   #completeRecv(
@@ -1095,9 +1189,9 @@ export class QpEngine {
 
   #expect(sges: DevSge[]): () => void {
     const spans = sges.map((s) => ({ key: s.lkey, addr: s.addr, end: s.addr + BigInt(s.length) }));
-    for (const l of spans) this.#landings.add(l);
+    for (const l of spans) this.rc.landings.add(l);
     return () => {
-      for (const l of spans) this.#landings.delete(l);
+      for (const l of spans) this.rc.landings.delete(l);
     };
   }
 
@@ -1185,10 +1279,8 @@ export class QpEngine {
     const q = this.#qp;
     if (q.state === QpState.ERR && this.rc.state === QpState.ERR) return;
     q.state = QpState.ERR;
+    // The engine's QP to ERR: its receives (and one a message held) flushed there, in order.
     this.#publish();
-    const held = q.srq ? this.rc.resp.msg?.wqe : undefined;
-    this.rc.resp.msg = undefined;
-    if (held) this.#completeRecv(held, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0);
     this.#flushRecvs();
     this.#ctx.node.cancel(q.qpNum);
     if (!this.#destroyed) queueMicrotask(() => this.kick());
@@ -1206,6 +1298,7 @@ export class QpEngine {
     this.#publish();
     const node = this.#ctx.node;
     node.tables.qps.delete(this.#qp.qpNum);
+    this.#ctx.engine.qps.delete(this.#qp.qpNum);
     node.cancel(this.#qp.qpNum);
     node.fence({ qp: this.#qp.qpNum });
     if (this.#bounce) {
