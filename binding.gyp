@@ -57,6 +57,7 @@
             "native/libibverbs/fault_thread.c",
             "native/libibverbs/memory.c",
             "native/libibverbs/private.c",
+            "native/libibverbs/post.c",
             "native/libibverbs/qp.c",
             "native/libibverbs/query.c",
             "native/libibverbs/rings.c",

@@ -217,6 +217,9 @@ export interface Binding {
   lockFile(path: string): number;
   /** A full memory barrier (atomic_thread_fence(seq_cst)). */
   fence(): void;
+  /** Watch a doorbell eventfd: onRing(status) after each wake-up (its counter read). The fd stays the caller's. */
+  eventfdWatch(fd: number, onRing: (status: number) => void): number;
+  eventfdUnwatch(handle: number): void;
   /** A region over a sealed memfd (no shrinking or growing): a ring's memory, fd to send to a program (closed with the region). */
   mapSealed(size: number): RawMapping & { fd: number };
   /** Another process's memory as a region id (no buffer): pageRun, pagemap and the copy engine take it; closeRegion(id) forgets it. */

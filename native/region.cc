@@ -105,6 +105,11 @@ int ScanFirstAbsent(int fd, uint64_t start, uint64_t end, uint64_t* at, const ch
       *at = n > 0 ? std::max<uint64_t>(r.start, start) : end;
       return 0;
     }
+    // Another process's page tables, and the process is gone: none of its pages is present.
+    if (errno == ESRCH) {
+      *at = start;
+      return 0;
+    }
     if (errno != ENOTTY && errno != EINVAL) {
       *call = "ioctl(PAGEMAP_SCAN)";
       return errno;
@@ -116,6 +121,10 @@ int ScanFirstAbsent(int fd, uint64_t start, uint64_t end, uint64_t* at, const ch
   for (uint64_t page = start / ps; page * ps < end; page += 512) {
     const size_t n = std::min<uint64_t>(512, (end - page * ps + ps - 1) / ps);
     ssize_t got = pread(fd, entries, n * 8, static_cast<off_t>(page * 8));
+    if (got == 0 || (got < 0 && errno == ESRCH)) {  // the process is gone: nothing present
+      *at = std::max<uint64_t>(page * ps, start);
+      return 0;
+    }
     if (got != static_cast<ssize_t>(n * 8)) {
       *call = "pread(/proc/self/pagemap)";
       return got < 0 ? errno : EIO;
@@ -375,6 +384,8 @@ Napi::Value Pagemap(const Napi::CallbackInfo& info) {
   off_t pos = static_cast<off_t>(((m->va() + off) / PageSize()) * 8);
   ssize_t want = static_cast<ssize_t>(pages * 8);
   ssize_t got = pread(fd, entries.data(), want, pos);
+  if (m->foreign() && (got == 0 || (got < 0 && errno == ESRCH)))
+    got = want;  // the process is gone: every entry stays 0, not present
   if (got != want) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
   for (size_t i = 0; i < pages; i++) out[i] = (entries[i] >> 63) & 1;
   return out;
@@ -387,15 +398,18 @@ Napi::Value Pagemap(const Napi::CallbackInfo& info) {
 Napi::Value Frames(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   size_t off, len;
-  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len);
+  // A foreign region's are its process's own page tables (/proc/PID/pagemap), as pagemap() reads them.
+  auto m = RequireRange(env, info[0], info[1], info[2], &off, &len, true);
   size_t pages = (len + PageSize() - 1) / PageSize();
-  int fd = PagemapFd();
+  int fd = PagemapOf(*m);
   if (fd < 0) ThrowSystemError(env, -fd, "open(/proc/self/pagemap)");
   constexpr uint64_t kPresent = 1ull << 63, kPfnMask = (1ull << 55) - 1;
   std::vector<uint64_t> entries(pages);
-  off_t pos = static_cast<off_t>((reinterpret_cast<uintptr_t>(m->addr + off) / PageSize()) * 8);
+  off_t pos = static_cast<off_t>(((m->va() + off) / PageSize()) * 8);
   ssize_t want = static_cast<ssize_t>(pages * 8);
   ssize_t got = pread(fd, entries.data(), want, pos);
+  if (m->foreign() && (got == 0 || (got < 0 && errno == ESRCH)))
+    got = want;  // the process is gone: every entry stays 0, not present
   if (got != want) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
   Napi::Float64Array pfns = Napi::Float64Array::New(env, pages);
   bool visible = false;
@@ -482,6 +496,10 @@ Napi::Value PageRun(const Napi::CallbackInfo& info) {
     const size_t n = gp == 1 ? std::min<size_t>(512, stop - g) : 1;
     const off_t pos = static_cast<off_t>(((base + offset) / ps + g * gp) * 8);
     ssize_t got = pread(fd, entries, n * 8, pos);
+    if (m->foreign() && (got == 0 || (got < 0 && errno == ESRCH))) {  // the process is gone: nothing present
+      memset(entries, 0, sizeof(entries));
+      got = static_cast<ssize_t>(n * 8);
+    }
     if (got != static_cast<ssize_t>(n * 8)) ThrowSystemError(env, got < 0 ? errno : EIO, "pread(/proc/self/pagemap)");
     for (size_t i = 0; i < n; i++, g++) {
       const uint64_t e = entries[i];

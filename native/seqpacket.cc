@@ -106,7 +106,9 @@ void Accept(Sock* l) {
     int fd = accept4(l->fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
-      Emit(l, "error", {Napi::Number::New(env, errno)});
+      const int err = errno;
+      Napi::HandleScope scope(env);  // the argument is a handle: made inside a scope (a uv callback has none)
+      Emit(l, "error", {Napi::Number::New(env, err)});
       return;
     }
     ucred cred{};
@@ -137,7 +139,12 @@ bool ReadOne(Sock* s) {
     if (errno == EAGAIN || errno == EINTR) return false;
     const int err = errno;
     const uint32_t handle = s->handle;
-    Emit(s, "error", {Napi::Number::New(env, err)});
+    {
+      // A peer killed with data unread is ECONNRESET here: its argument is a handle, made
+      // inside a scope (a uv callback has none; V8 aborts the process otherwise).
+      Napi::HandleScope scope(env);
+      Emit(s, "error", {Napi::Number::New(env, err)});
+    }
     if (g_socks.count(handle)) Close(g_socks[handle]);
     return false;
   }
@@ -389,6 +396,74 @@ Napi::Value MapSealedRegion(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// A doorbell: an eventfd the program writes when it produced into a sleeping device's rings
+// (docs/device-abi.md §3), watched with uv_poll on the JS thread. On each wake-up the counter
+// is read (reset) and the callback runs once. The fd stays the caller's: unwatch before closing it.
+struct Doorbell {
+  uint32_t handle = 0;
+  int fd = -1;
+  uv_poll_t* poll = nullptr;
+  Napi::FunctionReference onRing;
+  std::unique_ptr<Napi::AsyncContext> async;
+};
+
+std::unordered_map<uint32_t, Doorbell*> g_doorbells;
+uint32_t g_next_doorbell = 1;
+
+void OnDoorbell(uv_poll_t* h, int status, int events) {
+  Doorbell* d = static_cast<Doorbell*>(h->data);
+  uint64_t count = 0;
+  while (read(d->fd, &count, sizeof(count)) < 0 && errno == EINTR) {
+  }
+  Napi::Env env = d->onRing.Env();
+  Napi::HandleScope scope(env);
+  try {
+    d->onRing.MakeCallback(env.Global(), {Napi::Number::New(env, status < 0 ? status : 0)}, *d->async);
+  } catch (const Napi::Error& e) {
+    napi_fatal_exception(env, e.Value());
+  }
+}
+
+// eventfdWatch(fd, onRing) -> handle: onRing(status) after each wake-up of the eventfd.
+Napi::Value EventfdWatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const int fd = static_cast<int>(ArgU32(info, 0, "fd"));
+  if (!info[1].IsFunction()) throw Napi::TypeError::New(env, "onRing must be a function");
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == nullptr) throw Napi::Error::New(env, "no event loop for this environment");
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0 && !(flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  auto* d = new Doorbell();
+  d->fd = fd;
+  d->onRing = Napi::Persistent(info[1].As<Napi::Function>());
+  d->async = std::make_unique<Napi::AsyncContext>(env, "pagefault-rdma:doorbell");
+  d->poll = new uv_poll_t();
+  int err = uv_poll_init(loop, d->poll, fd);
+  if (err != 0) {
+    delete d->poll;
+    delete d;
+    ThrowSystemError(env, -err, "uv_poll_init");
+  }
+  d->poll->data = d;
+  d->handle = g_next_doorbell++;
+  g_doorbells[d->handle] = d;
+  uv_poll_start(d->poll, UV_READABLE, OnDoorbell);
+  return Napi::Number::New(env, d->handle);
+}
+
+// eventfdUnwatch(handle): stop watching (idempotent); the fd is not closed.
+Napi::Value EventfdUnwatch(const Napi::CallbackInfo& info) {
+  auto it = g_doorbells.find(ArgU32(info, 0, "handle"));
+  if (it != g_doorbells.end()) {
+    Doorbell* d = it->second;
+    g_doorbells.erase(it);
+    uv_poll_stop(d->poll);
+    uv_close(reinterpret_cast<uv_handle_t*>(d->poll), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+    delete d;
+  }
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void InitSeqpacket(Napi::Env env, Napi::Object exports) {
@@ -402,6 +477,8 @@ void InitSeqpacket(Napi::Env env, Napi::Object exports) {
   exports.Set("fdWrite", Napi::Function::New(env, FdWrite, "fdWrite"));
   exports.Set("lockFile", Napi::Function::New(env, LockFile, "lockFile"));
   exports.Set("fence", Napi::Function::New(env, Fence, "fence"));
+  exports.Set("eventfdWatch", Napi::Function::New(env, EventfdWatch, "eventfdWatch"));
+  exports.Set("eventfdUnwatch", Napi::Function::New(env, EventfdUnwatch, "eventfdUnwatch"));
   exports.Set("mapSealed", Napi::Function::New(env, MapSealedRegion, "mapSealed"));
 }
 

@@ -27,7 +27,11 @@ export function statsLine(s: DeviceStats): string {
   return (
     `connections ${s.connections} | messages ${s.messages} | refused ${total}` +
     `${refused.length ? ` (${refused.map(([r, n]) => `${r.toLowerCase()} ${n}`).join(', ')})` : ''} | ` +
-    `faults raised ${s.faultsRaised}, resolved ${s.faultsResolved}, failed ${s.faultsFailed} | objects released ${s.releasedObjects}`
+    `faults raised ${s.faultsRaised}, resolved ${s.faultsResolved}, failed ${s.faultsFailed} | objects released ${s.releasedObjects}` +
+    (s.dataPath
+      ? ` | WQEs ${s.dataPath.sendWqes} sent, ${s.dataPath.recvWqes} received, ${s.dataPath.refusedWqes} refused, ` +
+        `${s.dataPath.corruptRings} corrupt rings | CQEs ${s.dataPath.cqes} | doorbells ${s.dataPath.doorbells}`
+      : '')
   );
 }
 

@@ -541,6 +541,12 @@ export const deviceStats = struct('pfr_device_stats', [
   ['faults_failed', 'u64'],
   ['fault_answers_refused', 'u64'],
   ['released_objects', 'u64'],
+  ['send_wqes', 'u64'],
+  ['recv_wqes', 'u64'],
+  ['cqes', 'u64'],
+  ['refused_wqes', 'u64'],
+  ['corrupt_rings', 'u64'],
+  ['doorbells', 'u64'],
 ]);
 
 // ---- the fault protocol ----

@@ -78,5 +78,13 @@ export async function queryStats(dir: string, timeoutMs = 2000): Promise<DeviceS
     faultsFailed: at('faults_failed'),
     faultAnswersRefused: at('fault_answers_refused'),
     releasedObjects: at('released_objects'),
+    dataPath: {
+      sendWqes: at('send_wqes'),
+      recvWqes: at('recv_wqes'),
+      cqes: at('cqes'),
+      refusedWqes: at('refused_wqes'),
+      corruptRings: at('corrupt_rings'),
+      doorbells: at('doorbells'),
+    },
   };
 }

@@ -13,6 +13,7 @@ import { MtuType, QpState, QpType } from './ib.js';
 import { QpAttr, transitionError } from './qp-state.js';
 import { cqGeometry, recvGeometry, ringBytes, RingMemory, sendGeometry, type RingGeometry } from './rings.js';
 import { ProgramMemory, type FaultCounters } from './program-memory.js';
+import { ContextDataPath, type DeviceEngine } from './data-path.js';
 import type { PeerCred } from './seqpacket.js';
 
 /** What every context shares: the device's identity, tables and limits. */
@@ -35,6 +36,8 @@ export interface DeviceServices {
   readonly faults: FaultCounters;
   /** XRC domains named by files, by inode: shared by every context that opens one. */
   readonly xrcds: Map<string, SharedXrcd>;
+  /** The engine that consumes the rings (the data path), if the device runs one. */
+  readonly engine: DeviceEngine | undefined;
 }
 
 /**
@@ -74,6 +77,8 @@ export class ProgramContext {
   readonly #asyncFd: number;
   readonly #doorbellFd: number;
   readonly #doorbell: RingMemory;
+  /** The context's data path on the device's engine (none without an engine). */
+  readonly dataPath: ContextDataPath | undefined;
   #ringBytes = 0;
   #released = false;
 
@@ -98,6 +103,15 @@ export class ProgramContext {
     v.setUint32(o.context_handle, handle, true);
     v.setUint32(o.device_state, DeviceState.RUNNING, true);
     v.setUint32(o.device_sleeping, 1, true);
+    this.dataPath = dev.engine
+      ? new ContextDataPath(dev.engine, handle, {
+          memory: this.memory,
+          asyncFd,
+          doorbell: this.#doorbell.mapping,
+          doorbellFd,
+          ah: (h) => this.objects.all('ah').find((a) => a.handle === h),
+        })
+      : undefined;
   }
 
   /** GET_CONTEXT's reply (the context was made from its request). */
@@ -140,6 +154,7 @@ export class ProgramContext {
       under('pd', LIMITS.maxPd, this.#dev);
       const pd = this.objects.add({ kind: 'pd', handle: this.objects.nextHandle(), users: 0 });
       this.#dev.counts.pd++;
+      this.dataPath?.pdCreated(pd);
       return { body: handleBody(pd.handle) };
     },
     [Op.DEALLOC_PD]: (b) => this.#free(this.objects.remove(b.u32('handle'), 'pd')),
@@ -216,6 +231,7 @@ export class ProgramContext {
       rkey: remote ? key : 0,
       implicit,
     };
+    this.dataPath?.mrCreated(mr);
     this.objects.add(mr);
     pd.users++;
     this.#dev.counts.mr++;
@@ -263,6 +279,7 @@ export class ProgramContext {
     const cq = this.objects.add({ kind: 'cq', handle, users: 0, capacity: g.numElems, channel, ring });
     if (channel) channel.users++;
     this.#dev.counts.cq++;
+    this.dataPath?.cqCreated(cq);
     return {
       body: new ReplyWriter(abi.createCqResp).u32s({ cq_handle: cq.handle, cqe: cq.capacity }).u64('ring_size', BigInt(bytes)).bytes,
       fds: [ring.fd],
@@ -333,6 +350,7 @@ export class ProgramContext {
     this.objects.add(qp);
     for (const used of [pd, sendCq, recvCq, srq, xrcd]) if (used) used.users++;
     this.#dev.counts.qp++;
+    this.dataPath?.qpCreated(qp);
     const w = new ReplyWriter(abi.createQpResp).u32s({
       qp_handle: handle,
       qp_num: qp.qpNum,
@@ -361,8 +379,10 @@ export class ProgramContext {
     const why = transitionError(qp.type, qp.state, to, mask);
     if (why) refuse(Refusal.BODY, 'EINVAL', why);
     const next = applyAttrs(qp.attrs, b, mask, this.#dev.gids.length);
+    const from = qp.state;
     qp.attrs = next;
     qp.state = to;
+    this.dataPath?.qpModified(qp, from);
     return {};
   }
 
@@ -422,6 +442,7 @@ export class ProgramContext {
     });
     for (const used of [pd, xrcd, cq]) if (used) used.users++;
     this.#dev.counts.srq++;
+    this.dataPath?.srqCreated(srq);
     const w = new ReplyWriter(abi.createSrqResp).u32s({ srq_handle: handle, srq_num: srq.srqNum, max_wr: srq.maxWr, max_sge: srq.maxSge });
     return { body: w.u64('ring_size', BigInt(bytes)).bytes, fds: [ring.fd] };
   }
@@ -479,9 +500,11 @@ export class ProgramContext {
   #free(o: DeviceObject): Reply {
     switch (o.kind) {
       case 'pd':
+        this.dataPath?.pdFreed(o);
         this.#dev.counts.pd--;
         break;
       case 'mr':
+        this.dataPath?.mrFreed(o);
         o.pd.users--;
         this.#dev.counts.mr--;
         this.memory.forget(o.handle);
@@ -490,16 +513,19 @@ export class ProgramContext {
         closeSync(o.fd);
         break;
       case 'cq':
+        this.dataPath?.cqFreed(o);
         this.#release(o.ring.size, o.ring);
         if (o.channel) o.channel.users--;
         this.#dev.counts.cq--;
         break;
       case 'srq':
+        this.dataPath?.srqFreed(o);
         this.#release(o.ring.size, o.ring);
         for (const used of [o.pd, o.xrcd, o.cq]) if (used) used.users--;
         this.#dev.counts.srq--;
         break;
       case 'qp':
+        this.dataPath?.qpFreed(o);
         if (o.ring) this.#release(o.ring.size, o.ring);
         for (const used of [o.pd, o.sendCq, o.recvCq, o.srq, o.xrcd]) if (used) used.users--;
         this.#dev.counts.qp--;
@@ -524,6 +550,8 @@ export class ProgramContext {
   release(): number {
     if (this.#released) return 0;
     this.#released = true;
+    // The engine first: nothing more of the program's QPs runs, nothing lands in its memory.
+    this.dataPath?.close();
     const all = this.objects.drain();
     for (const o of all) this.#free(o);
     this.memory.close();

@@ -10,6 +10,7 @@ import * as abi from './abi.js';
 import { INFO_DATA_PATH, Op, REFUSAL_KINDS, Refusal } from './abi.js';
 import { deviceInfo, firmwareVersion, hostGids, nodeGuid, type Gid } from './attributes.js';
 import { ProgramContext, type DeviceServices, type Reply } from './context.js';
+import { DeviceEngine, type DataPathCounters } from './data-path.js';
 import { encodeReply, errnoStatus, parseRequest, Refused, ReplyWriter, requestIdOf, type Request } from './messages.js';
 import type { FaultCounters } from './program-memory.js';
 import { DeviceLock, runtimeDir, socketPath } from './runtime-dir.js';
@@ -28,6 +29,8 @@ export interface DeviceOptions {
   onIdle?: () => void;
   /** One line per event worth a log (connections, refusals). */
   log?: (line: string) => void;
+  /** Run the data path (the engine consumes the rings; PFR_INFO_DATA_PATH). Default true. */
+  dataPath?: boolean;
 }
 
 /** What the device counted (struct pfr_device_stats). */
@@ -43,6 +46,8 @@ export interface DeviceStats {
   /** Fault answers that broke the protocol (dropped). */
   faultAnswersRefused: number;
   releasedObjects: number;
+  /** The data path's counters (WQEs, CQEs, refused entries, corrupt rings, doorbells; events in the device's own process only). */
+  dataPath?: Partial<DataPathCounters> & Pick<DataPathCounters, 'sendWqes' | 'recvWqes' | 'cqes' | 'refusedWqes' | 'corruptRings' | 'doorbells'>;
 }
 
 interface Connection {
@@ -61,6 +66,8 @@ export class Device {
   readonly #connections = new Set<Connection>();
   readonly #services: DeviceServices;
   readonly #options: DeviceOptions;
+  /** The engine the contexts run on (undefined: the device serves the control path only). */
+  readonly engine: DeviceEngine | undefined;
   readonly #refused = new Array<number>(REFUSAL_KINDS).fill(0);
   readonly #faults: FaultCounters = { raised: 0, resolved: 0, failed: 0, refused: 0 };
   #accepted = 0;
@@ -77,6 +84,7 @@ export class Device {
     this.gids = hostGids();
     this.#lock = DeviceLock.take(this.dir);
     this.socketPath = socketPath(this.dir);
+    this.engine = options.dataPath === false ? undefined : new DeviceEngine();
     let key = 0x1000;
     let qpn = 0x10;
     let srqn = 0x10;
@@ -85,17 +93,19 @@ export class Device {
       guid: nodeGuid(),
       fwVer: firmwareVersion(options.version ?? '0.0.0'),
       gids: this.gids,
-      infoFlags: 0,
+      infoFlags: this.engine ? INFO_DATA_PATH : 0,
       newKey: () => (key = key >= 0xfffff000 ? 0x1000 : key + 1),
       newQpNum: () => (qpn = qpn >= 0xffffff ? 0x10 : qpn + 1),
       newSrqNum: () => (srqn = srqn >= 0xffffff ? 0x10 : srqn + 1),
       counts: { mr: 0, qp: 0, cq: 0, srq: 0, pd: 0, ah: 0 },
       faults: this.#faults,
       xrcds: new Map(),
+      engine: this.engine,
     };
     try {
       this.#listener = new SeqpacketListener(this.socketPath, (c) => this.#accept(c));
     } catch (err) {
+      this.engine?.close();
       this.#lock.release();
       throw err;
     }
@@ -107,7 +117,7 @@ export class Device {
     return new Device(options);
   }
 
-  /** Whether the data path runs: PFR_INFO_DATA_PATH is not set until the engine consumes the rings. */
+  /** Whether the data path runs (PFR_INFO_DATA_PATH: the engine consumes the rings). */
   get dataPath(): boolean {
     return (this.#services.infoFlags & INFO_DATA_PATH) !== 0;
   }
@@ -133,6 +143,7 @@ export class Device {
       faultsFailed: this.#faults.failed,
       faultAnswersRefused: this.#faults.refused,
       releasedObjects: this.#released,
+      dataPath: this.engine ? { ...this.engine.counters } : undefined,
     };
   }
 
@@ -236,7 +247,16 @@ export class Device {
     this.#refused.forEach((n, i) => v.setBigUint64(abi.deviceStats.offset('refused') + 8 * i, BigInt(n), true));
     w.u64('faults_raised', BigInt(s.faultsRaised)).u64('faults_resolved', BigInt(s.faultsResolved)).u64('faults_failed', BigInt(s.faultsFailed));
     w.u64('fault_answers_refused', BigInt(s.faultAnswersRefused));
-    return w.u64('released_objects', BigInt(s.releasedObjects)).bytes;
+    w.u64('released_objects', BigInt(s.releasedObjects));
+    const d = s.dataPath;
+    if (d)
+      w.u64('send_wqes', BigInt(d.sendWqes))
+        .u64('recv_wqes', BigInt(d.recvWqes))
+        .u64('cqes', BigInt(d.cqes))
+        .u64('refused_wqes', BigInt(d.refusedWqes))
+        .u64('corrupt_rings', BigInt(d.corruptRings))
+        .u64('doorbells', BigInt(d.doorbells));
+    return w.bytes;
   }
 
   // The connection is gone (the program ended or closed its context): its objects are released.
@@ -246,7 +266,9 @@ export class Device {
     if (c.ctx) {
       const n = c.ctx.release();
       this.#released += n;
-      this.#log(`context ${c.ctx.handle}: pid ${c.ctx.peer.pid} went away, ${n} object${n === 1 ? '' : 's'} released`);
+      const f = c.ctx.dataPath?.faults;
+      const faults = f ? `, its transfers took ${f.source} source and ${f.destination} destination faults` : '';
+      this.#log(`context ${c.ctx.handle}: pid ${c.ctx.peer.pid} went away, ${n} object${n === 1 ? '' : 's'} released${faults}`);
     }
     this.#armIdle();
   }
@@ -258,6 +280,7 @@ export class Device {
     clearTimeout(this.#idle);
     this.#listener.close();
     for (const c of [...this.#connections]) this.#drop(c);
+    this.engine?.close();
     this.#lock.release();
   }
 }

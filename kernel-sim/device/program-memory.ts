@@ -147,7 +147,15 @@ export class ProgramMemory {
     return new Promise((resolve) => {
       const timer = setTimeout(() => this.#settle(id, { status: -E.ETIMEDOUT, pages: 0, ns: 0 }), timeoutMs);
       this.#pending.set(id, { resolve, timer });
-      if (!this.#fault.send(bytes)) this.#settle(id, { status: -E.EAGAIN, pages: 0, ns: 0 });
+      let sent: boolean;
+      try {
+        sent = this.#fault.send(bytes);
+      } catch {
+        // The program's end is gone (EPIPE): nothing will answer.
+        this.#settle(id, { status: -E.EPIPE, pages: 0, ns: 0 });
+        return;
+      }
+      if (!sent) this.#settle(id, { status: -E.EAGAIN, pages: 0, ns: 0 });
     });
   }
 

@@ -522,6 +522,8 @@ export class Iotlb {
 
   /** Drop every cached page of [start, start+length) for all streams. */
   invalidateRange(start: bigint, length: number, pageSize: number): number {
+    // Nothing cached: nothing to drop (and no page-by-page walk of a huge range, an implicit MR's).
+    if (this.#slot.size === 0) return 0;
     let n = 0;
     const first = Math.floor(Number(start) / pageSize) * pageSize;
     const end = Number(start) + length;

@@ -252,7 +252,9 @@ int main(void)
 	F(pfr_device_stats, connections); F(pfr_device_stats, open_contexts); F(pfr_device_stats, messages);
 	F(pfr_device_stats, refused); F(pfr_device_stats, faults_raised); F(pfr_device_stats, faults_resolved);
 	F(pfr_device_stats, faults_failed); F(pfr_device_stats, fault_answers_refused);
-	F(pfr_device_stats, released_objects);
+	F(pfr_device_stats, released_objects); F(pfr_device_stats, send_wqes); F(pfr_device_stats, recv_wqes);
+	F(pfr_device_stats, cqes); F(pfr_device_stats, refused_wqes); F(pfr_device_stats, corrupt_rings);
+	F(pfr_device_stats, doorbells);
 	end();
 
 	S(pfr_fault_request);

@@ -494,6 +494,13 @@ struct pfr_device_stats {
 	uint64_t faults_failed;   /* answered with an error, or not in time */
 	uint64_t fault_answers_refused; /* answers that broke the fault protocol (dropped) */
 	uint64_t released_objects; /* objects freed because their program went away */
+	/* the data path */
+	uint64_t send_wqes;     /* send WQEs the device read from the programs' rings */
+	uint64_t recv_wqes;     /* receive WQEs it took */
+	uint64_t cqes;          /* CQEs it wrote */
+	uint64_t refused_wqes;  /* WQEs it refused (a bad opcode, flags, SGE count, length, AH): error completions */
+	uint64_t corrupt_rings; /* rings whose index the program broke: their QP, SRQ or CQ to error */
+	uint64_t doorbells;     /* doorbell wake-ups */
 };
 
 /* ------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
  * an armed CQ gets its next completion (docs/device-abi.md §2). */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -171,6 +172,21 @@ int pfr_poll_cq(struct ibv_cq *ibv_cq, int num_entries, struct ibv_wc *wc)
 		copy_wc(&wc[n], &e->wc);
 	}
 	atomic_store_explicit((_Atomic uint32_t *)&q->consumer_index, cons, memory_order_release);
+	/* The device is a process of this host: a program that spins on an empty CQ takes the CPU
+	 * the device needs to complete its work. After a run of empty polls, give it up once. */
+	if (n == 0 && atomic_load_explicit(&to_pctx(ibv_cq->context)->device_gone, memory_order_relaxed)) {
+		pthread_spin_unlock(&cq->lock);
+		errno = EIO; /* the device died: what it wrote was read, nothing more will come */
+		return -1;
+	}
+	if (n == 0 && ++cq->empty_polls >= PFR_POLLS_BEFORE_YIELD) {
+		cq->empty_polls = 0;
+		pthread_spin_unlock(&cq->lock);
+		sched_yield();
+		return 0;
+	}
+	if (n)
+		cq->empty_polls = 0;
 	pthread_spin_unlock(&cq->lock);
 	return n;
 }

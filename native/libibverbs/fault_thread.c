@@ -85,8 +85,13 @@ static void *fault_thread(void *arg)
 		if (poll(&p, 1, 1000) <= 0)
 			continue;
 		n = recv(ctx->fault_fd, &r, sizeof(r), MSG_TRUNC);
-		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
-			break; /* the device is gone: nothing more will come */
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+			/* The device is gone: nothing more will come, and no completion either (poll_cq
+			 * and the posts fail from now on instead of waiting for it). */
+			if (!atomic_load(&ctx->stopping))
+				atomic_store(&ctx->device_gone, true);
+			break;
+		}
 		if (n < 0)
 			continue;
 		if (!valid(&r, n))
@@ -95,8 +100,11 @@ static void *fault_thread(void *arg)
 		a.fault_id = r.fault_id;
 		a.status = inside_mr(ctx, &r) ? resolve(&r, &a.pages) : -EFAULT;
 		a.ns = now_ns() - t0;
-		if (send(ctx->fault_fd, &a, sizeof(a), MSG_NOSIGNAL) < 0 && errno == EPIPE)
+		if (send(ctx->fault_fd, &a, sizeof(a), MSG_NOSIGNAL) < 0 && errno == EPIPE) {
+			if (!atomic_load(&ctx->stopping))
+				atomic_store(&ctx->device_gone, true);
 			break;
+		}
 	}
 	return NULL;
 }
@@ -105,6 +113,7 @@ int pfr_fault_thread_start(struct pfr_context *ctx)
 {
 	int err;
 	atomic_store(&ctx->stopping, false);
+	atomic_store(&ctx->device_gone, false);
 	err = pthread_create(&ctx->fault_thread, NULL, fault_thread, ctx);
 	if (err)
 		return err;

@@ -63,6 +63,7 @@ struct pfr_context {
 	pthread_t fault_thread;
 	bool fault_thread_started;
 	atomic_bool stopping;
+	atomic_bool device_gone; /* the fault socket ended while the context lived: the device died */
 	pthread_mutex_t objects_lock; /* the tables below, and the MRs the fault thread checks */
 	struct pfr_table mrs;
 	struct pfr_table cqs;
@@ -85,7 +86,11 @@ struct pfr_cq {
 	struct pfr_ring ring;
 	pthread_spinlock_t lock; /* the consumer side: poll and arm */
 	uint32_t arm_sn;
+	uint32_t empty_polls; /* polls in a row that found nothing */
 };
+
+/* Empty polls of a CQ before poll_cq yields the CPU once (sched_yield), to the device. */
+#define PFR_POLLS_BEFORE_YIELD 64
 
 struct pfr_qp {
 	union {
@@ -95,9 +100,12 @@ struct pfr_qp {
 	uint32_t handle;
 	void *map;
 	size_t map_size;
-	struct pfr_ring sq; /* the rings the posts will produce into, once the device consumes them */
+	struct pfr_ring sq; /* the rings the posts produce into (post.c) */
 	struct pfr_ring rq;
 	bool has_sq, has_rq;
+	/* What the rings hold, as CREATE_QP answered: each WR is checked against it before it is written. */
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+	pthread_spinlock_t sq_lock, rq_lock; /* one producer per ring */
 };
 
 struct pfr_srq {
@@ -107,6 +115,8 @@ struct pfr_srq {
 	void *map;
 	size_t map_size;
 	struct pfr_ring ring;
+	uint32_t max_sge;
+	pthread_spinlock_t lock;
 };
 
 struct pfr_pd {
@@ -162,6 +172,9 @@ void pfr_set_ops(struct pfr_context *ctx);
 /* rings.c */
 int pfr_ring_map(int fd, size_t size, void **map);
 int pfr_ring_attach(struct pfr_ring *r, void *map, size_t map_size, uint64_t offset, uint16_t kind);
+
+/* post.c: the producer's step and the doorbell (docs/device-abi.md §2, §3) */
+void pfr_ring_doorbell(struct pfr_context *ctx);
 
 /* fault_thread.c */
 int pfr_fault_thread_start(struct pfr_context *ctx);

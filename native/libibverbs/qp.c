@@ -1,7 +1,6 @@
 /* Queue pairs, shared receive queues, XRC domains and address handles: their bookkeeping is
  * the device's (CREATE_*, MODIFY_QP with uverbs' own struct ib_uverbs_modify_qp, QUERY_QP),
- * their send and receive rings are mapped here. Posting work requests needs the device to
- * consume the rings (PFR_INFO_DATA_PATH); until it does, the post verbs fail with ENOSYS. */
+ * their send and receive rings are mapped here; post.c writes work requests into them. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +67,11 @@ static void init_qp(struct pfr_qp *qp, struct ibv_context *context, struct ibv_q
 	a->cap.max_send_sge = r->max_send_sge;
 	a->cap.max_recv_sge = r->max_recv_sge;
 	a->cap.max_inline_data = r->max_inline_data;
+	qp->max_send_sge = r->max_send_sge;
+	qp->max_recv_sge = r->max_recv_sge;
+	qp->max_inline = r->max_inline_data;
+	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
 }
 
 struct ibv_qp *pfr_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
@@ -266,29 +270,6 @@ PFR_EXPORT int ibv_destroy_qp(struct ibv_qp *ibv_qp)
 	return 0;
 }
 
-/* The data path needs the device to consume the rings (PFR_INFO_DATA_PATH); this device does
- * not yet, so a post fails at once with ENOSYS, *bad_wr naming the first request. */
-int pfr_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
-{
-	(void)qp;
-	*bad_wr = wr;
-	return ENOSYS;
-}
-
-int pfr_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
-{
-	(void)qp;
-	*bad_wr = wr;
-	return ENOSYS;
-}
-
-int pfr_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
-{
-	(void)srq;
-	*bad_wr = wr;
-	return ENOSYS;
-}
-
 struct ibv_srq *pfr_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *a)
 {
 	struct pfr_context *ctx = to_pctx(context);
@@ -344,6 +325,8 @@ struct ibv_srq *pfr_create_srq_ex(struct ibv_context *context, struct ibv_srq_in
 	pthread_cond_init(&srq->srq.cond, NULL);
 	a->attr.max_wr = r.max_wr;
 	a->attr.max_sge = r.max_sge;
+	srq->max_sge = r.max_sge;
+	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
 	return &srq->srq;
 fail:
 	free(srq);

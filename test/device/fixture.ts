@@ -56,8 +56,10 @@ export async function deviceProcess(
     log,
     stop: async () => {
       const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
-      if (child.exitCode === null) child.kill('SIGTERM');
-      const code = child.exitCode ?? (await exited);
+      // Gone already (a test killed it): its exit event has come and gone.
+      const ended = child.exitCode !== null || child.signalCode !== null;
+      if (!ended) child.kill('SIGTERM');
+      const code = ended ? child.exitCode : await exited;
       f.remove();
       return code;
     },
