@@ -28,7 +28,8 @@ import { RecvRing } from './recv-ring.js';
 import { Access, AsyncEventType, QpState, QpType, SendFlags, UD_MTU, WcOpcode, WcStatus, WrOpcode } from './ib.js';
 import type { Ah, Cq, Mr, Pd, Qp, Srq } from './objects.js';
 import type { ProgramMemory } from './program-memory.js';
-import { Ring, type RingMemory } from './rings.js';
+import { Ring, SGE, type RingMemory } from './rings.js';
+import { SEND_WQE as SW } from './send-ring.js';
 
 const PAGE = 4096;
 const MAX_MSG = 2 ** 31;
@@ -110,26 +111,7 @@ export class DeviceEngine {
 // Rings as the device reads and writes them
 // ---------------------------------------------------------------------------------------------
 
-const SW = abi.sendWqe.offsets([
-  'wr.wr_id',
-  'wr.opcode',
-  'wr.send_flags',
-  'wr.ex.imm_data',
-  'wr.xrc_remote_srqn',
-  'wr.wr.rdma.remote_addr',
-  'wr.wr.rdma.rkey',
-  'wr.wr.atomic.remote_addr',
-  'wr.wr.atomic.compare_add',
-  'wr.wr.atomic.swap',
-  'wr.wr.atomic.rkey',
-  'wr.wr.ud.remote_qpn',
-  'wr.wr.ud.remote_qkey',
-  'wr.wr.ud.ah_handle',
-  'dma.length',
-  'dma.num_sge',
-] as const);
 const RW = abi.recvWqe.offsets(['wr_id', 'dma.num_sge'] as const);
-const SGE = abi.rxeSge.offsets(['addr', 'length', 'lkey'] as const);
 
 interface DevSge {
   addr: bigint;
