@@ -30,11 +30,17 @@ function onTerminal(args: string[], interruptAfter?: number, cols = COLS): { raw
   const r = spawnSync('script', ['-qec', `stty cols ${cols} rows 50; ${run}`, '/dev/null'], {
     encoding: 'utf8',
     timeout: 120_000,
-    env: { ...process.env, FORCE_COLOR: '0' },
+    env: { ...SHELL_ENV, FORCE_COLOR: '0' },
   });
   if (r.error) throw r.error;
   return { raw: r.stdout, screen: render(r.stdout, cols), status: r.status };
 }
+
+// `script` runs its command with $SHELL, which CI leaves unset (so /bin/sh, dash here). dash dies at
+// once on the SIGINT a typed ^C sends the whole foreground group, before the line after the
+// program runs; bash waits for the program and goes on if it handled the signal, as a user's
+// interactive shell does. The tests name bash, so they mean the same on every machine.
+const SHELL_ENV = { ...process.env, SHELL: '/bin/bash' };
 
 const BAR = /\[[█░]{30}\] \d+\/\d+/;
 
@@ -154,7 +160,7 @@ describe('80 columns', () => {
         `${node([program, '-p', '0', ...extra])} > ${q(log)} 2>&1 & ` +
         `for i in $(seq 100); do p=$(grep -o 'port [0-9]*' ${q(log)} | head -1 | cut -d' ' -f2); [ -n "$p" ] && break; sleep 0.1; done; ` +
         `${node([program, '127.0.0.1', ...extra])} -p $p; wait`;
-      const r = spawnSync('script', ['-qec', `stty cols 80 rows 50; ${shell}`, '/dev/null'], { encoding: 'utf8', timeout: 120_000 });
+      const r = spawnSync('script', ['-qec', `stty cols 80 rows 50; ${shell}`, '/dev/null'], { encoding: 'utf8', timeout: 120_000, env: SHELL_ENV });
       expect(r.status).toBe(0);
       const client = written(r.stdout);
       expect(client.some((l) => /local address: +LID/.test(l))).toBe(true);
@@ -171,7 +177,10 @@ describe('80 columns', () => {
 test('Ctrl-C typed into remote-paging: no truncated status line, no ^C glued to it, exit 130', async () => {
   const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
   const node = [process.execPath, MAIN, 'remote-paging', '-s', '256M', '--resident', '16M'].map(q).join(' ');
-  const child = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+    env: SHELL_ENV,
+  });
   let raw = '';
   let sent = false;
   child.stdout.on('data', (d: Buffer) => {
@@ -207,7 +216,10 @@ describe('Ctrl-C typed into write-bw --run_infinitely', () => {
     const port = /port (\d+)/.exec(out)![1]!;
     const q = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
     const node = [process.execPath, MAIN, 'write-bw', '127.0.0.1', '-p', port, '-s', '4K', '-D', '1', '--run_infinitely', ...extra].map(q).join(' ');
-    const client = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const client = spawn('script', ['-qec', `stty cols 80 rows 50; ${node}; echo EXIT=$?`, '/dev/null'], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: SHELL_ENV,
+    });
     let raw = '';
     let sent = false;
     client.stdout.on('data', (d: Buffer) => {
